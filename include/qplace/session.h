@@ -1,0 +1,136 @@
+/*
+ * qplace/session.h — the CPU inference engine.
+ *
+ * A session runs one loaded model. When it is created it resolves every node against the kernel
+ * registry (an op, opset or dtype the engine lacks is an error right there, naming the node, op,
+ * domain, opset and dtype), and for each set of input shapes it builds a *plan*: every tensor's
+ * dtype and shape computed node by node by the kernels' prepare step, shape subgraphs (Shape,
+ * Gather on shapes, Concat of int64, Range, ...) evaluated ahead of time so Reshape, Expand,
+ * Slice and friends get concrete shapes, and all intermediate tensors placed in one arena whose
+ * offsets are reused as tensors die (liveness). A run then computes only: it does not allocate.
+ *
+ * Plans are cached per input shape set. Shapes given at creation are planned at creation; a run
+ * with a shape set not seen before plans it first (that run allocates; later runs with the same
+ * shapes do not).
+ *
+ *     struct qp_error err = {0};
+ *     struct qp_model *m = NULL;
+ *     struct qp_session *s = NULL;
+ *     if (qp_model_load_file("resnet50.onnx", NULL, &m, &err) != QP_OK) goto fail;
+ *     struct qp_shape shape = {.name = "input", .rank = 4, .dims = {1, 3, 224, 224}};
+ *     if (qp_session_create(m, NULL, 1, &shape, &s, &err) != QP_OK) goto fail;
+ *
+ *     struct qp_array in;                             // caller-owned input
+ *     qp_array_alloc(&in, QP_DTYPE_FLOAT, 4, shape.dims, &err);
+ *     ... fill in.data ...
+ *     if (qp_session_run(s, 1, &in, &err) != QP_OK) goto fail;
+ *     struct qp_array out;                            // a view into the session
+ *     qp_session_output(s, 0, &out, &err);
+ *     const float *logits = out.data;                 // valid until the next run or free
+ *
+ *     qp_array_release(&in);
+ *     qp_session_free(s);
+ *     qp_model_free(m);                               // after every session using it
+ *
+ * Threads: the engine uses OpenMP (the runtime oneDNN is built on) and nothing else. Results do
+ * not depend on the thread count. A session is not safe to run from two threads at once; use one
+ * session per thread.
+ *
+ * Observers: a callback set with qp_session_set_observer sees every tensor a run computes, in
+ * execution order — what calibration collects statistics from. Tensors the plan evaluated ahead
+ * of time (constants, shape subgraphs) are not reported. When no observer is set the run does
+ * not look for one beyond a NULL check.
+ */
+#ifndef QPLACE_SESSION_H
+#define QPLACE_SESSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qplace/array.h"
+#include "qplace/model.h"
+#include "qplace/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct qp_session;
+
+struct qp_session_options {
+    /* Threads for kernels; 0 (default): all cores. */
+    int n_threads;
+};
+
+/* The shape of one graph input, by name. */
+struct qp_shape {
+    const char *name;
+    int rank;
+    int64_t dims[QP_MAX_RANK];
+};
+
+/* Creates a session for `model`, which is borrowed for the session's lifetime (free the model
+ * after the session). `opts` may be NULL. `shapes` (borrowed for the call; n_shapes may be 0)
+ * fixes the shapes of named graph inputs; inputs not listed use the model's static shape. When
+ * every input's shape is then known, the plan for it is built now, so dtype and shape errors
+ * surface here. On success *session_out owns a new session (qp_session_free).
+ * Returns QP_ERR_UNSUPPORTED (an op, opset or dtype without a kernel, a subgraph op, a
+ * non-tensor input), QP_ERR_BAD_INPUT (inconsistent shapes or attributes; a shape naming no
+ * input; a shape whose rank disagrees with the model), QP_ERR_NOMEM, QP_ERR_USAGE (NULL
+ * arguments). */
+enum qp_status qp_session_create(const struct qp_model *model,
+                                 const struct qp_session_options *opts, size_t n_shapes,
+                                 const struct qp_shape *shapes, struct qp_session **session_out,
+                                 struct qp_error *err);
+
+/* NULL-safe. */
+void qp_session_free(struct qp_session *s);
+
+/* Graph inputs the caller feeds (initializers excluded), in model order, and graph outputs.
+ * Names are borrowed from the model. An index out of range gives NULL / QP_DTYPE_UNDEFINED. */
+size_t qp_session_n_inputs(const struct qp_session *s);
+const char *qp_session_input_name(const struct qp_session *s, size_t i);
+enum qp_dtype qp_session_input_dtype(const struct qp_session *s, size_t i);
+size_t qp_session_n_outputs(const struct qp_session *s);
+const char *qp_session_output_name(const struct qp_session *s, size_t i);
+/* Index of the input named `name`, or -1. */
+int qp_session_input_index(const struct qp_session *s, const char *name);
+
+/* Sets the kernel thread count (0: all cores). Results do not change. */
+void qp_session_set_threads(struct qp_session *s, int n_threads);
+
+/* Plans the given input shapes now (same rules as at creation) without running, so that the
+ * first run with them does not allocate. QP_OK if already planned. */
+enum qp_status qp_session_plan(struct qp_session *s, size_t n_shapes, const struct qp_shape *shapes,
+                               struct qp_error *err);
+
+/* Runs the model. inputs[i] (borrowed for the call) feeds graph input i; dtypes must match the
+ * model exactly and ranks/static dims must agree with it. Uses the cached plan for these shapes
+ * (planning first if there is none). Returns QP_ERR_USAGE (wrong input count or dtype),
+ * QP_ERR_BAD_INPUT (a shape the model cannot take; data a kernel rejects, such as an
+ * out-of-range Gather index — the message names the node), QP_ERR_UNSUPPORTED, QP_ERR_NOMEM
+ * (planning a new shape set). After a failed run the outputs are undefined. */
+enum qp_status qp_session_run(struct qp_session *s, size_t n_inputs, const struct qp_array *inputs,
+                              struct qp_error *err);
+
+/* Fills *view_out with a view (owned = 0) of output i of the last successful run. The data is
+ * borrowed from the session and valid until the next run, qp_session_free, or — for an output
+ * that is a graph input passed through — as long as the caller's input. Returns QP_ERR_USAGE
+ * when there was no successful run or i is out of range. */
+enum qp_status qp_session_output(const struct qp_session *s, size_t i, struct qp_array *view_out,
+                                 struct qp_error *err);
+
+/* Called once per tensor a run computes (`value` and its data borrowed for the call only), with
+ * the producing node's name. A non-zero return stops the run with QP_ERR_USAGE. */
+typedef int (*qp_observer_fn)(const char *tensor_name, const char *node_name,
+                              const struct qp_array *value, void *user);
+/* Installs (fn non-NULL) or removes the observer. `user` is borrowed while installed. */
+void qp_session_set_observer(struct qp_session *s, qp_observer_fn fn, void *user);
+
+/* Bytes of the current shape set's activation arena (after a plan), for memory reports. */
+size_t qp_session_arena_bytes(const struct qp_session *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

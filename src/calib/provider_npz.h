@@ -1,0 +1,48 @@
+/*
+ * .npy / .npz calibration data (ModelOpt's CalibrationDataProvider, reference §1.3):
+ *
+ *     struct qp_npz_provider_input in[1] = {{.name = "x", .dtype = QP_DTYPE_FLOAT, .rank = 4,
+ *                                            .model_dims = {-1, 3, 224, 224},
+ *                                            .batch_dims = {8, 3, 224, 224}}};
+ *     qp_provider_npz_create("calib.npz", in, 1, 0, &p, &err);
+ *
+ * `path` is a .npy file (only for a single-input model), a .npz file whose keys are exactly
+ * the model's input names, or a folder of .npz / .npy shards, read in name order and
+ * concatenated along axis 0 (every shard must hold the same keys, dtypes and trailing dims).
+ * The data are loaded once (pickles are never read: object arrays are refused by the readers)
+ * up to `max_bytes` in total (0: QP_CALIB_DEFAULT_MAX_BYTES, 16 GiB).
+ *
+ * Batching as ModelOpt: n_steps = N / batch_dims[0] of the first input (N: its rows), and every
+ * input is cut into n_steps chunks along axis 0 like np.array_split (the first N % n_steps
+ * chunks get one row more). Batches are views into the loaded data.
+ *
+ * Refused with a message naming the file and input: keys that are missing, extra or repeated;
+ * a dtype other than the model's; a rank other than the model's; a trailing dim that differs
+ * from a static model dim; inputs with different row counts; fewer rows than one batch; data
+ * over the byte cap. NaN/Inf are kept (calibration counts them).
+ */
+#ifndef QP_CALIB_PROVIDER_NPZ_H
+#define QP_CALIB_PROVIDER_NPZ_H
+
+#include <stdint.h>
+
+#include "calib/provider.h"
+
+#define QP_CALIB_DEFAULT_MAX_BYTES ((uint64_t)16 << 30)
+
+struct qp_npz_provider_input {
+    const char *name;
+    enum qp_dtype dtype; /* the model's element type */
+    int rank;
+    int64_t model_dims[QP_MAX_RANK]; /* negative: dynamic */
+    int64_t batch_dims[QP_MAX_RANK]; /* from qp_calib_shape_resolve */
+};
+
+/* `inputs` (n entries, borrowed for the call) describe the model's inputs in order. The
+ * provider's input order is that order. Source "npy" for a single .npy file, else "npz".
+ * QP_ERR_IO, QP_ERR_BAD_INPUT, QP_ERR_UNSUPPORTED (as the npy/npz readers), QP_ERR_NOMEM. */
+enum qp_status qp_provider_npz_create(const char *path, const struct qp_npz_provider_input *inputs,
+                                      size_t n, uint64_t max_bytes, struct qp_provider **out,
+                                      struct qp_error *err);
+
+#endif

@@ -1,0 +1,33 @@
+/*
+ * The command-line tool: main.c holds the command table; each subcommand lives in its own file
+ * and exports its flag table and a run function. Adding a command is one file plus one row.
+ *
+ * A run function gets parsed arguments (help and positional counts already handled by main),
+ * owns stdout, reports errors with cli_fail and returns the process exit code.
+ */
+#ifndef QP_CLI_CLI_H
+#define QP_CLI_CLI_H
+
+#include "args.h"
+#include "qplace/status.h"
+
+struct cli_command {
+    const char *name;
+    const char *summary;        /* one line, for `qplace --help` */
+    const char *usage;          /* after "qplace NAME": "MODEL [--json]" */
+    const char *details;        /* printed by `qplace help NAME`; may be NULL */
+    const struct cli_opt *opts; /* ends with a {0} row */
+    int min_pos, max_pos;       /* positional argument counts (max -1: unlimited) */
+    int (*run)(const struct cli_args *args);
+};
+
+/* Prints "qplace: <err->msg>" on stderr and returns qp_status_exit_code(err->status). */
+int cli_fail(const struct qp_error *err);
+
+/* ---- subcommands ------------------------------------------------------------------------- */
+
+extern const struct cli_opt cli_info_opts[];
+extern const char cli_info_details[];
+int cli_info_run(const struct cli_args *args);
+
+#endif

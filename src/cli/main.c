@@ -1,0 +1,137 @@
+/* qplace — the command-line entry point: global flags, the command table, help and dispatch. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "qplace/status.h"
+
+#ifndef QPLACE_VERSION
+#define QPLACE_VERSION "0.1.0"
+#endif
+
+/* One row per subcommand; `qplace --help` lists them in this order. */
+static const struct cli_command commands[] = {
+    {"info", "summarize a model: graph inputs/outputs, ops, initializers, subgraphs",
+     "MODEL [--json]", cli_info_details, cli_info_opts, 1, 1, cli_info_run},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static const struct cli_command *find_command(const char *name) {
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+int cli_fail(const struct qp_error *err) {
+    const char *msg = err->msg[0] ? err->msg : qp_status_name(err->status);
+    fprintf(stderr, "qplace: %s\n", msg);
+    return qp_status_exit_code(err->status);
+}
+
+static void print_usage(FILE *f) {
+    fprintf(f, "usage: qplace COMMAND [ARGS...]\n"
+               "       qplace help COMMAND | --help | --version\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nFlags may be spelled --snake_case or --kebab-case, with the value as the next\n"
+               "argument or after '='. Exit status: 0 ok, 1 usage error, 2 bad input, 3 internal "
+               "error.\n");
+}
+
+static void print_command_usage(FILE *f, const struct cli_command *c) {
+    fprintf(f, "usage: qplace %s %s\n", c->name, c->usage);
+}
+
+static void print_command_help(FILE *f, const struct cli_command *c) {
+    print_command_usage(f, c);
+    fprintf(f, "\n%s.\n", c->summary);
+    if (c->details) fprintf(f, "\n%s", c->details);
+    fprintf(f, "\nflags:\n");
+    cli_print_opts(f, c->opts);
+}
+
+/* A usage error: the message, the command's usage line, and where to get help; exit 1. */
+static int usage_error(const struct cli_command *c, const char *msg) {
+    if (c) {
+        fprintf(stderr, "qplace %s: %s\n", c->name, msg);
+        print_command_usage(stderr, c);
+        fprintf(stderr, "Try 'qplace help %s'.\n", c->name);
+    } else {
+        fprintf(stderr, "qplace: %s\n", msg);
+        print_usage(stderr);
+    }
+    return 1;
+}
+
+static void log_to_stderr(enum qp_log_level level, const char *msg, void *user) {
+    int verbose = *(const int *)user;
+    if (level < QP_LOG_WARN && !verbose) return;
+    static const char *const prefix[] = {"debug", "info", "warning", "error"};
+    fprintf(stderr, "qplace: %s: %s\n", prefix[level], msg);
+}
+
+static int run_command(const struct cli_command *c, int argc, char **argv) {
+    struct qp_error err = {0};
+    struct cli_args args;
+    if (cli_parse(c->opts, argc, argv, &args, &err) != QP_OK) {
+        if (err.status != QP_ERR_USAGE) return cli_fail(&err);
+        return usage_error(c, err.msg);
+    }
+    int rc;
+    char msg[256];
+    if (args.help) {
+        print_command_help(stdout, c);
+        rc = 0;
+    } else if ((int)args.n_pos < c->min_pos) {
+        rc = usage_error(c, "missing argument");
+    } else if (c->max_pos >= 0 && (int)args.n_pos > c->max_pos) {
+        snprintf(msg, sizeof msg, "unexpected argument '%s'", args.pos[c->max_pos]);
+        rc = usage_error(c, msg);
+    } else {
+        rc = c->run(&args);
+    }
+    cli_args_free(&args);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    static int verbose;
+    const char *env = getenv("QPLACE_VERBOSE");
+    verbose = env && env[0] && strcmp(env, "0") != 0;
+    qp_log_set_hook(log_to_stderr, &verbose);
+
+    if (argc < 2) return usage_error(NULL, "missing command");
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        print_usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        printf("qplace %s\n", QPLACE_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0) {
+        if (argc < 3) {
+            print_usage(stdout);
+            return 0;
+        }
+        const struct cli_command *c = find_command(argv[2]);
+        if (!c) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "unknown command '%s'", argv[2]);
+            return usage_error(NULL, msg);
+        }
+        if (argc > 3) return usage_error(NULL, "help takes one command name");
+        print_command_help(stdout, c);
+        return 0;
+    }
+    const struct cli_command *c = find_command(cmd);
+    if (!c) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "unknown command '%s'", cmd);
+        return usage_error(NULL, msg);
+    }
+    return run_command(c, argc - 2, argv + 2);
+}

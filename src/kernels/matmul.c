@@ -1,0 +1,349 @@
+/*
+ * MatMul (numpy semantics: batch broadcasting, 1-D operands promoted and squeezed), Gemm and
+ * Einsum. Reference kernels: each output element is one dot product accumulated in k order, so
+ * results do not depend on the thread split.
+ */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+/* C[m x n] (+)= A[m x k] * B[k x n] with strides; rows [r0, r1). Accumulates over k in order for
+ * each output element (i-k-j loops keep that order per element). */
+static void gemm_rows(int64_t r0, int64_t r1, int64_t n, int64_t k, const float *a, int64_t lda,
+                      int64_t sak, const float *b, int64_t ldb, int64_t sbn, float *c,
+                      int64_t ldc) {
+    for (int64_t i = r0; i < r1; i++) {
+        float *ci = c + i * ldc;
+        for (int64_t j = 0; j < n; j++)
+            ci[j] = 0.0f;
+        for (int64_t p = 0; p < k; p++) {
+            float av = a[i * lda + p * sak];
+            const float *bp = b + p * ldb;
+            if (sbn == 1)
+                for (int64_t j = 0; j < n; j++)
+                    ci[j] += av * bp[j];
+            else
+                for (int64_t j = 0; j < n; j++)
+                    ci[j] += av * bp[j * sbn];
+        }
+    }
+}
+
+struct mm_state {
+    int64_t m, n, k, batch;
+    int brank;
+    int64_t bdims[QP_MAX_RANK]; /* output batch dims */
+    int64_t astr[QP_MAX_RANK];  /* A matrix index stride per batch dim (0: broadcast) */
+    int64_t bstr[QP_MAX_RANK];
+};
+
+enum qp_status qp_k_matmul_prepare(struct qp_kprep *p) {
+    enum qp_status st = qp_kneed(p, 0);
+    if (!st) st = qp_kneed(p, 1);
+    if (st) return st;
+    const struct qp_kt *a = p->in[0], *b = p->in[1];
+    if (a->dtype != QP_DTYPE_FLOAT || b->dtype != QP_DTYPE_FLOAT)
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "dtypes %s x %s (float only)",
+                            qp_dtype_name(a->dtype), qp_dtype_name(b->dtype));
+    if (a->rank < 1 || b->rank < 1) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "scalar operand");
+    int64_t ad[QP_MAX_RANK + 1], bd[QP_MAX_RANK + 1];
+    int ar = a->rank, br = b->rank;
+    memcpy(ad, a->dims, sizeof(int64_t) * (size_t)ar);
+    memcpy(bd, b->dims, sizeof(int64_t) * (size_t)br);
+    int a_vec = ar == 1, b_vec = br == 1;
+    if (a_vec) {
+        ad[1] = ad[0];
+        ad[0] = 1;
+        ar = 2;
+    }
+    if (b_vec) {
+        bd[1] = 1;
+        br = 2;
+    }
+    struct mm_state s;
+    memset(&s, 0, sizeof s);
+    s.m = ad[ar - 2];
+    s.k = ad[ar - 1];
+    s.n = bd[br - 1];
+    if (bd[br - 2] != s.k)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "inner dimensions differ: %lld vs %lld",
+                            (long long)s.k, (long long)bd[br - 2]);
+    int r;
+    st = qp_kbroadcast(ar - 2, ad, br - 2, bd, &r, s.bdims, p->err);
+    if (st) return st;
+    s.brank = r;
+    s.batch = 1;
+    int64_t sa = 1, sb = 1;
+    for (int i = r - 1; i >= 0; i--) {
+        int ia = i - (r - (ar - 2)), ib = i - (r - (br - 2));
+        int64_t da = ia >= 0 ? ad[ia] : 1, db = ib >= 0 ? bd[ib] : 1;
+        s.astr[i] = da == 1 ? 0 : sa;
+        s.bstr[i] = db == 1 ? 0 : sb;
+        sa *= da;
+        sb *= db;
+        s.batch *= s.bdims[i];
+    }
+    int64_t od[QP_MAX_RANK + 2];
+    memcpy(od, s.bdims, sizeof(int64_t) * (size_t)r);
+    int orank = r;
+    if (!a_vec) od[orank++] = s.m;
+    if (!b_vec) od[orank++] = s.n;
+    st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, orank, od, p->err);
+    if (st) return st;
+    p->state = malloc(sizeof s);
+    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    memcpy(p->state, &s, sizeof s);
+    return QP_OK;
+}
+
+enum qp_status qp_k_matmul_run(const struct qp_krun *r) {
+    const struct mm_state *s = r->state;
+    const float *a = r->in[0]->data, *b = r->in[1]->data;
+    float *c = r->out[0]->data;
+    int64_t rows = s->batch * s->m;
+    int nt = rows * s->n * s->k < 65536 ? 1 : r->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t row = 0; row < rows; row++) {
+        int64_t bi = row / s->m, i = row % s->m;
+        int64_t rem = bi, ao = 0, bo = 0;
+        for (int d = s->brank - 1; d >= 0; d--) {
+            int64_t x = rem % s->bdims[d];
+            rem /= s->bdims[d];
+            ao += x * s->astr[d];
+            bo += x * s->bstr[d];
+        }
+        gemm_rows(i, i + 1, s->n, s->k, a + ao * s->m * s->k, s->k, 1, b + bo * s->k * s->n, s->n,
+                  1, c + bi * s->m * s->n, s->n);
+    }
+    return QP_OK;
+}
+
+/* ---- Gemm ------------------------------------------------------------------------------------ */
+
+struct gemm_state {
+    int64_t m, n, k;
+    int ta, tb;
+    float alpha, beta;
+    int has_c;
+    int64_t c_sm, c_sn; /* strides of C broadcast to m x n */
+};
+
+enum qp_status qp_k_gemm_prepare(struct qp_kprep *p) {
+    enum qp_status st = qp_kneed(p, 0);
+    if (!st) st = qp_kneed(p, 1);
+    if (st) return st;
+    const struct qp_kt *a = p->in[0], *b = p->in[1];
+    if (a->dtype != QP_DTYPE_FLOAT || b->dtype != QP_DTYPE_FLOAT)
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "dtype %s (float only)",
+                            qp_dtype_name(a->dtype));
+    if (a->rank != 2 || b->rank != 2)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "A and B must be 2-D (ranks %d, %d)", a->rank,
+                            b->rank);
+    struct gemm_state s;
+    memset(&s, 0, sizeof s);
+    s.ta = (int)qp_kattr_int(p->node, "transA", 0);
+    s.tb = (int)qp_kattr_int(p->node, "transB", 0);
+    s.alpha = qp_kattr_float(p->node, "alpha", 1.0f);
+    s.beta = qp_kattr_float(p->node, "beta", 1.0f);
+    s.m = s.ta ? a->dims[1] : a->dims[0];
+    s.k = s.ta ? a->dims[0] : a->dims[1];
+    int64_t kb = s.tb ? b->dims[1] : b->dims[0];
+    s.n = s.tb ? b->dims[0] : b->dims[1];
+    if (kb != s.k)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "inner dimensions differ: %lld vs %lld",
+                            (long long)s.k, (long long)kb);
+    if (p->n_in > 2 && p->in[2]) {
+        const struct qp_kt *c = p->in[2];
+        if (c->dtype != QP_DTYPE_FLOAT || c->rank > 2)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "C must be float of rank <= 2");
+        int64_t cm = c->rank == 2 ? c->dims[0] : 1;
+        int64_t cn = c->rank >= 1 ? c->dims[c->rank - 1] : 1;
+        if ((cm != 1 && cm != s.m) || (cn != 1 && cn != s.n))
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "C cannot broadcast to %lldx%lld",
+                                (long long)s.m, (long long)s.n);
+        s.has_c = 1;
+        s.c_sn = cn == 1 ? 0 : 1;
+        s.c_sm = cm == 1 ? 0 : cn;
+    }
+    int64_t od[2] = {s.m, s.n};
+    st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, 2, od, p->err);
+    if (st) return st;
+    p->state = malloc(sizeof s);
+    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    memcpy(p->state, &s, sizeof s);
+    return QP_OK;
+}
+
+enum qp_status qp_k_gemm_run(const struct qp_krun *r) {
+    const struct gemm_state *s = r->state;
+    const float *a = r->in[0]->data, *b = r->in[1]->data;
+    const float *c = s->has_c ? r->in[2]->data : NULL;
+    float *y = r->out[0]->data;
+    int64_t lda = s->ta ? 1 : s->k, sak = s->ta ? s->m : 1;
+    int64_t ldb = s->tb ? 1 : s->n, sbn = s->tb ? s->k : 1;
+    int nt = s->m * s->n * s->k < 65536 ? 1 : r->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t i = 0; i < s->m; i++) {
+        gemm_rows(i, i + 1, s->n, s->k, a, lda, sak, b, ldb, sbn, y, s->n);
+        float *yi = y + i * s->n;
+        for (int64_t j = 0; j < s->n; j++) {
+            float v = s->alpha * yi[j];
+            if (c) v += s->beta * c[i * s->c_sm + j * s->c_sn];
+            yi[j] = v;
+        }
+    }
+    return QP_OK;
+}
+
+/* ---- Einsum (explicit or implicit output, no ellipsis) ------------------------------------- */
+
+#define EIN_MAX_OPS     4
+#define EIN_MAX_LETTERS 16
+
+struct ein_state {
+    int n_ops;
+    int n_letters;                 /* distinct letters */
+    int64_t ldim[EIN_MAX_LETTERS]; /* size of each letter */
+    int n_out;                     /* output letters, in order */
+    int out_l[EIN_MAX_LETTERS];
+    int n_sum; /* summed letters */
+    int sum_l[EIN_MAX_LETTERS];
+    int64_t stride[EIN_MAX_OPS][EIN_MAX_LETTERS]; /* element stride of letter in operand */
+};
+
+enum qp_status qp_k_einsum_prepare(struct qp_kprep *p) {
+    char eq[256];
+    qp_kattr_str(p->node, "equation", "", eq, sizeof eq);
+    if (p->n_in < 1 || p->n_in > EIN_MAX_OPS)
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "%d operands", p->n_in);
+    for (int i = 0; i < p->n_in; i++) {
+        enum qp_status st = qp_kneed(p, i);
+        if (st) return st;
+        if (p->in[i]->dtype != QP_DTYPE_FLOAT)
+            return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "dtype %s",
+                                qp_dtype_name(p->in[i]->dtype));
+    }
+    if (strstr(eq, "..."))
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "ellipsis in equation '%s'", eq);
+    struct ein_state s;
+    memset(&s, 0, sizeof s);
+    s.n_ops = p->n_in;
+    char letters[EIN_MAX_LETTERS];
+    int counts[EIN_MAX_LETTERS] = {0};
+    int op = 0, pos = 0;
+    const char *c = eq;
+    for (; *c && !(c[0] == '-' && c[1] == '>'); c++) {
+        if (*c == ' ') continue;
+        if (*c == ',') {
+            if (pos != p->in[op]->rank)
+                return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                    "operand %d has rank %d, equation "
+                                    "gives %d",
+                                    op, p->in[op]->rank, pos);
+            op++;
+            pos = 0;
+            if (op >= p->n_in) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "too many operands");
+            continue;
+        }
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z')))
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "bad character in '%s'", eq);
+        int l;
+        for (l = 0; l < s.n_letters; l++)
+            if (letters[l] == *c) break;
+        if (l == s.n_letters) {
+            if (l >= EIN_MAX_LETTERS)
+                return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "too many letters");
+            letters[l] = *c;
+            s.ldim[l] = -1;
+            s.n_letters++;
+        }
+        if (pos >= p->in[op]->rank)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "operand %d rank mismatch", op);
+        int64_t d = p->in[op]->dims[pos];
+        if (s.ldim[l] >= 0 && s.ldim[l] != d)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "letter '%c' has sizes %lld and %lld", *c,
+                                (long long)s.ldim[l], (long long)d);
+        s.ldim[l] = d;
+        counts[l]++;
+        int64_t st_ = 1;
+        for (int k = pos + 1; k < p->in[op]->rank; k++)
+            st_ *= p->in[op]->dims[k];
+        s.stride[op][l] += st_; /* a repeated letter in one operand walks the diagonal */
+        pos++;
+    }
+    if (op != p->n_in - 1 || pos != p->in[op]->rank)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "equation '%s' does not match the inputs",
+                            eq);
+    int in_out[EIN_MAX_LETTERS] = {0};
+    if (c[0] == '-') {
+        for (c += 2; *c; c++) {
+            if (*c == ' ') continue;
+            int l;
+            for (l = 0; l < s.n_letters; l++)
+                if (letters[l] == *c) break;
+            if (l == s.n_letters || in_out[l])
+                return qp_error_set(p->err, QP_ERR_BAD_INPUT, "bad output letter '%c'", *c);
+            in_out[l] = 1;
+            s.out_l[s.n_out++] = l;
+        }
+    } else {
+        for (char ch = 'A'; ch <= 'z'; ch++)
+            for (int l = 0; l < s.n_letters; l++)
+                if (letters[l] == ch && counts[l] == 1) {
+                    in_out[l] = 1;
+                    s.out_l[s.n_out++] = l;
+                }
+    }
+    for (int l = 0; l < s.n_letters; l++)
+        if (!in_out[l]) s.sum_l[s.n_sum++] = l;
+    if (s.n_out > QP_MAX_RANK) return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "output rank");
+    int64_t od[QP_MAX_RANK];
+    for (int i = 0; i < s.n_out; i++)
+        od[i] = s.ldim[s.out_l[i]];
+    enum qp_status st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, s.n_out, od, p->err);
+    if (st) return st;
+    p->state = malloc(sizeof s);
+    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    memcpy(p->state, &s, sizeof s);
+    return QP_OK;
+}
+
+enum qp_status qp_k_einsum_run(const struct qp_krun *r) {
+    const struct ein_state *s = r->state;
+    float *y = r->out[0]->data;
+    uint64_t n_sum = 1;
+    for (int i = 0; i < s->n_sum; i++)
+        n_sum *= (uint64_t)s->ldim[s->sum_l[i]];
+    for (uint64_t o = 0; o < r->out[0]->numel; o++) {
+        int64_t base[EIN_MAX_OPS] = {0};
+        uint64_t rem = o;
+        for (int i = s->n_out - 1; i >= 0; i--) {
+            int l = s->out_l[i];
+            int64_t x = (int64_t)(rem % (uint64_t)s->ldim[l]);
+            rem /= (uint64_t)s->ldim[l];
+            for (int k = 0; k < s->n_ops; k++)
+                base[k] += x * s->stride[k][l];
+        }
+        double acc = 0;
+        for (uint64_t q = 0; q < n_sum; q++) {
+            int64_t off[EIN_MAX_OPS];
+            memcpy(off, base, sizeof off);
+            uint64_t rq = q;
+            for (int i = s->n_sum - 1; i >= 0; i--) {
+                int l = s->sum_l[i];
+                int64_t x = (int64_t)(rq % (uint64_t)s->ldim[l]);
+                rq /= (uint64_t)s->ldim[l];
+                for (int k = 0; k < s->n_ops; k++)
+                    off[k] += x * s->stride[k][l];
+            }
+            double prod = 1;
+            for (int k = 0; k < s->n_ops; k++)
+                prod *= ((const float *)r->in[k]->data)[off[k]];
+            acc += prod;
+        }
+        y[o] = (float)acc;
+    }
+    return QP_OK;
+}

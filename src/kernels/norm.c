@@ -1,0 +1,276 @@
+/* Normalizations and softmax: BatchNormalization (inference), InstanceNormalization,
+ * LayerNormalization, Softmax, LogSoftmax, Hardmax. float32; statistics in double. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+struct norm_state {
+    int64_t outer, axis_len, inner; /* softmax: [outer, axis, inner]; BN: [N, C, spatial] */
+    float eps;
+    int kind;          /* 0 BN, 1 IN, 2 LN, 3 softmax, 4 logsoftmax, 5 hardmax */
+    int64_t norm_size; /* LN: elements normalized together; scale/bias broadcast over it */
+};
+
+static enum qp_status save(struct qp_kprep *p, const struct norm_state *s) {
+    p->state = malloc(sizeof *s);
+    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    memcpy(p->state, s, sizeof *s);
+    return QP_OK;
+}
+
+static enum qp_status need_float(struct qp_kprep *p, int i) {
+    enum qp_status st = qp_kneed(p, i);
+    if (st) return st;
+    if (p->in[i]->dtype != QP_DTYPE_FLOAT)
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "input %d is %s (float only)", i,
+                            qp_dtype_name(p->in[i]->dtype));
+    return QP_OK;
+}
+
+enum qp_status qp_k_batchnorm_prepare(struct qp_kprep *p) {
+    for (int i = 0; i < 5; i++) {
+        enum qp_status st = need_float(p, i);
+        if (st) return st;
+    }
+    const struct qp_kt *x = p->in[0];
+    if (x->rank < 2) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "rank %d < 2", x->rank);
+    if (p->opset >= 14 && qp_kattr_int(p->node, "training_mode", 0))
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "training_mode=1");
+    struct norm_state s = {0};
+    s.kind = 0;
+    s.outer = x->dims[0];
+    s.axis_len = x->dims[1];
+    s.inner = 1;
+    for (int i = 2; i < x->rank; i++)
+        s.inner *= x->dims[i];
+    for (int i = 1; i < 5; i++)
+        if (p->in[i]->numel != (uint64_t)s.axis_len)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                "input %d has %llu elements for %lld "
+                                "channels",
+                                i, (unsigned long long)p->in[i]->numel, (long long)s.axis_len);
+    s.eps = qp_kattr_float(p->node, "epsilon", 1e-5f);
+    enum qp_status st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
+    if (st) return st;
+    for (int i = 1; i < p->n_out; i++)
+        if (p->out[i]) return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "training outputs");
+    return save(p, &s);
+}
+
+enum qp_status qp_k_batchnorm_run(const struct qp_krun *r) {
+    const struct norm_state *s = r->state;
+    const float *x = r->in[0]->data, *sc = r->in[1]->data, *b = r->in[2]->data,
+                *mean = r->in[3]->data, *var = r->in[4]->data;
+    float *y = r->out[0]->data;
+    int64_t planes = s->outer * s->axis_len;
+    int nt = planes * s->inner < 16384 ? 1 : r->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t pl = 0; pl < planes; pl++) {
+        int64_t c = pl % s->axis_len;
+        float a = sc[c] / sqrtf(var[c] + s->eps);
+        float bb = b[c] - mean[c] * a;
+        const float *xp = x + pl * s->inner;
+        float *yp = y + pl * s->inner;
+        for (int64_t i = 0; i < s->inner; i++)
+            yp[i] = xp[i] * a + bb;
+    }
+    return QP_OK;
+}
+
+enum qp_status qp_k_instnorm_prepare(struct qp_kprep *p) {
+    for (int i = 0; i < 3; i++) {
+        enum qp_status st = need_float(p, i);
+        if (st) return st;
+    }
+    const struct qp_kt *x = p->in[0];
+    if (x->rank < 3) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "rank %d < 3", x->rank);
+    struct norm_state s = {0};
+    s.kind = 1;
+    s.outer = x->dims[0];
+    s.axis_len = x->dims[1];
+    s.inner = 1;
+    for (int i = 2; i < x->rank; i++)
+        s.inner *= x->dims[i];
+    if (p->in[1]->numel != (uint64_t)s.axis_len || p->in[2]->numel != (uint64_t)s.axis_len)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "scale/B size");
+    s.eps = qp_kattr_float(p->node, "epsilon", 1e-5f);
+    enum qp_status st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
+    if (st) return st;
+    return save(p, &s);
+}
+
+enum qp_status qp_k_instnorm_run(const struct qp_krun *r) {
+    const struct norm_state *s = r->state;
+    const float *x = r->in[0]->data, *sc = r->in[1]->data, *b = r->in[2]->data;
+    float *y = r->out[0]->data;
+    int64_t planes = s->outer * s->axis_len;
+    int nt = planes * s->inner < 16384 ? 1 : r->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t pl = 0; pl < planes; pl++) {
+        int64_t c = pl % s->axis_len;
+        const float *xp = x + pl * s->inner;
+        float *yp = y + pl * s->inner;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < s->inner; i++)
+            mean += xp[i];
+        mean /= (double)(s->inner ? s->inner : 1);
+        for (int64_t i = 0; i < s->inner; i++)
+            var += (xp[i] - mean) * (xp[i] - mean);
+        var /= (double)(s->inner ? s->inner : 1);
+        float inv = (float)(1.0 / sqrt(var + s->eps));
+        for (int64_t i = 0; i < s->inner; i++)
+            yp[i] = (float)(xp[i] - mean) * inv * sc[c] + b[c];
+    }
+    return QP_OK;
+}
+
+/* LayerNormalization: X viewed as [outer, norm_size] from `axis`; Scale and B broadcast over the
+ * normalized dims (unidirectionally). Optional outputs Mean and InvStdDev. */
+enum qp_status qp_k_layernorm_prepare(struct qp_kprep *p) {
+    enum qp_status st = need_float(p, 0);
+    if (!st) st = need_float(p, 1);
+    if (st) return st;
+    const struct qp_kt *x = p->in[0];
+    int64_t axis;
+    st = qp_kaxis(qp_kattr_int(p->node, "axis", -1), x->rank, &axis, "axis", p->err);
+    if (st) return st;
+    struct norm_state s = {0};
+    s.kind = 2;
+    s.outer = 1;
+    s.norm_size = 1;
+    for (int i = 0; i < x->rank; i++) {
+        if (i < axis)
+            s.outer *= x->dims[i];
+        else
+            s.norm_size *= x->dims[i];
+    }
+    /* Scale/B must broadcast to the normalized shape; we support full size or size 1. */
+    for (int i = 1; i < 3 && i < p->n_in; i++) {
+        if (!p->in[i]) continue;
+        if (p->in[i]->dtype != QP_DTYPE_FLOAT)
+            return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "input %d dtype", i);
+        if (p->in[i]->numel != (uint64_t)s.norm_size && p->in[i]->numel != 1)
+            return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
+                                "input %d has %llu elements; the normalized size is %lld", i,
+                                (unsigned long long)p->in[i]->numel, (long long)s.norm_size);
+    }
+    s.eps = qp_kattr_float(p->node, "epsilon", 1e-5f);
+    st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
+    if (st) return st;
+    int64_t sd[QP_MAX_RANK];
+    for (int i = 0; i < x->rank; i++)
+        sd[i] = i < axis ? x->dims[i] : 1;
+    for (int i = 1; i < 3 && i < p->n_out; i++)
+        if (p->out[i] && (st = qp_kt_set(p->out[i], QP_DTYPE_FLOAT, x->rank, sd, p->err)))
+            return st;
+    return save(p, &s);
+}
+
+enum qp_status qp_k_layernorm_run(const struct qp_krun *r) {
+    const struct norm_state *s = r->state;
+    const float *x = r->in[0]->data, *sc = r->in[1]->data;
+    const float *b = (r->n_in > 2 && r->in[2]) ? r->in[2]->data : NULL;
+    int sc1 = r->in[1]->numel == 1, b1 = b && r->in[2]->numel == 1;
+    float *y = r->out[0]->data;
+    float *mo = (r->n_out > 1 && r->out[1]) ? r->out[1]->data : NULL;
+    float *io = (r->n_out > 2 && r->out[2]) ? r->out[2]->data : NULL;
+    int64_t n = s->norm_size;
+    int nt = s->outer * n < 16384 ? 1 : r->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t o = 0; o < s->outer; o++) {
+        const float *xp = x + o * n;
+        float *yp = y + o * n;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < n; i++)
+            mean += xp[i];
+        mean /= (double)(n ? n : 1);
+        for (int64_t i = 0; i < n; i++)
+            var += (xp[i] - mean) * (xp[i] - mean);
+        var /= (double)(n ? n : 1);
+        float inv = (float)(1.0 / sqrt(var + s->eps));
+        float fm = (float)mean;
+        for (int64_t i = 0; i < n; i++) {
+            float v = (xp[i] - fm) * inv * sc[sc1 ? 0 : i];
+            if (b) v += b[b1 ? 0 : i];
+            yp[i] = v;
+        }
+        if (mo) mo[o] = fm;
+        if (io) io[o] = inv;
+    }
+    return QP_OK;
+}
+
+enum qp_status qp_k_softmax_prepare(struct qp_kprep *p) {
+    enum qp_status st = need_float(p, 0);
+    if (st) return st;
+    const struct qp_kt *x = p->in[0];
+    struct norm_state s = {0};
+    const char *op = p->node->op_type;
+    s.kind = strcmp(op, "Softmax") == 0 ? 3 : (strcmp(op, "LogSoftmax") == 0 ? 4 : 5);
+    int64_t axis;
+    int64_t def = p->opset >= 13 ? -1 : 1;
+    if (x->rank == 0) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "scalar input");
+    st = qp_kaxis(qp_kattr_int(p->node, "axis", def), x->rank, &axis, "axis", p->err);
+    if (st) return st;
+    s.outer = 1;
+    s.inner = 1;
+    if (p->opset >= 13) {
+        for (int i = 0; i < axis; i++)
+            s.outer *= x->dims[i];
+        s.axis_len = x->dims[axis];
+        for (int i = (int)axis + 1; i < x->rank; i++)
+            s.inner *= x->dims[i];
+    } else {
+        /* Opsets < 13 coerce the input to 2-D at `axis`. */
+        s.axis_len = 1;
+        for (int i = 0; i < axis; i++)
+            s.outer *= x->dims[i];
+        for (int i = (int)axis; i < x->rank; i++)
+            s.axis_len *= x->dims[i];
+    }
+    st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
+    if (st) return st;
+    return save(p, &s);
+}
+
+enum qp_status qp_k_softmax_run(const struct qp_krun *r) {
+    const struct norm_state *s = r->state;
+    const float *x = r->in[0]->data;
+    float *y = r->out[0]->data;
+    int64_t rows = s->outer * s->inner, n = s->axis_len, in = s->inner;
+    int nt = rows * n < 16384 ? 1 : r->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t row = 0; row < rows; row++) {
+        int64_t o = row / in, i = row % in;
+        const float *xp = x + o * n * in + i;
+        float *yp = y + o * n * in + i;
+        float mx = -INFINITY;
+        int64_t amax = 0;
+        for (int64_t k = 0; k < n; k++)
+            if (xp[k * in] > mx) {
+                mx = xp[k * in];
+                amax = k;
+            }
+        if (s->kind == 5) {
+            for (int64_t k = 0; k < n; k++)
+                yp[k * in] = k == amax ? 1.0f : 0.0f;
+            continue;
+        }
+        double sum = 0;
+        for (int64_t k = 0; k < n; k++)
+            sum += expf(xp[k * in] - mx);
+        if (s->kind == 3) {
+            float inv = (float)(1.0 / sum);
+            for (int64_t k = 0; k < n; k++)
+                yp[k * in] = expf(xp[k * in] - mx) * inv;
+        } else {
+            float ls = (float)log(sum);
+            for (int64_t k = 0; k < n; k++)
+                yp[k * in] = xp[k * in] - mx - ls;
+        }
+    }
+    return QP_OK;
+}

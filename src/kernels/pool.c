@@ -1,0 +1,150 @@
+/* Pools: MaxPool (with the optional Indices output), AveragePool, GlobalAveragePool,
+ * GlobalMaxPool. float32. */
+#include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "kernels/spatial.h"
+
+struct pool_state {
+    int is_max, count_pad, storage_order;
+    int64_t planes, c;
+    int64_t in3[3], out3[3], k3[3], s3[3], d3[3], p3[3], pe3[3];
+    int64_t in_sz, out_sz;
+};
+
+enum qp_status qp_k_pool_prepare(struct qp_kprep *p) {
+    enum qp_status st = qp_kneed(p, 0);
+    if (st) return st;
+    const struct qp_kt *x = p->in[0];
+    if (x->dtype != QP_DTYPE_FLOAT)
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "dtype %s", qp_dtype_name(x->dtype));
+    if (x->rank < 3) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "input rank %d < 3", x->rank);
+    int nsp = x->rank - 2;
+    struct pool_state s;
+    memset(&s, 0, sizeof s);
+    s.is_max =
+        strcmp(p->node->op_type, "MaxPool") == 0 || strcmp(p->node->op_type, "GlobalMaxPool") == 0;
+    int global = strncmp(p->node->op_type, "Global", 6) == 0;
+    struct qp_window w;
+    int64_t ks[QP_MAX_SPATIAL];
+    if (global) {
+        if (nsp > QP_MAX_SPATIAL) return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "spatial rank");
+        memset(&w, 0, sizeof w);
+        w.nsp = nsp;
+        for (int i = 0; i < nsp; i++) {
+            w.in[i] = w.k[i] = x->dims[i + 2];
+            w.out[i] = 1;
+            w.stride[i] = w.dil[i] = 1;
+        }
+    } else {
+        const int64_t *v;
+        int64_t nk = qp_kattr_ints(p->node, "kernel_shape", &v);
+        if (nk != nsp)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                "kernel_shape has %lld entries for %d "
+                                "spatial dims",
+                                (long long)nk, nsp);
+        if (nsp > QP_MAX_SPATIAL) return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "spatial rank");
+        memcpy(ks, v, sizeof(int64_t) * (size_t)nsp);
+        st = qp_window_init(&w, p->node, nsp, x->dims + 2, ks, 1, p->err);
+        if (st) return st;
+        s.count_pad = (int)qp_kattr_int(p->node, "count_include_pad", 0);
+        s.storage_order = (int)qp_kattr_int(p->node, "storage_order", 0);
+    }
+    for (int i = 0; i < 3; i++) {
+        int j = i - (3 - nsp);
+        s.in3[i] = j >= 0 ? w.in[j] : 1;
+        s.out3[i] = j >= 0 ? w.out[j] : 1;
+        s.k3[i] = j >= 0 ? w.k[j] : 1;
+        s.s3[i] = j >= 0 ? w.stride[j] : 1;
+        s.d3[i] = j >= 0 ? w.dil[j] : 1;
+        s.p3[i] = j >= 0 ? w.pad_begin[j] : 0;
+        s.pe3[i] = j >= 0 ? w.pad_end[j] : 0;
+    }
+    s.planes = x->dims[0] * x->dims[1];
+    s.c = x->dims[1];
+    s.in_sz = s.in3[0] * s.in3[1] * s.in3[2];
+    s.out_sz = s.out3[0] * s.out3[1] * s.out3[2];
+    int64_t od[QP_MAX_RANK];
+    od[0] = x->dims[0];
+    od[1] = x->dims[1];
+    for (int i = 0; i < nsp; i++)
+        od[i + 2] = w.out[i];
+    st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, od, p->err);
+    if (st) return st;
+    if (p->n_out > 1 && p->out[1]) {
+        if (!s.is_max) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "second output");
+        st = qp_kt_set(p->out[1], QP_DTYPE_INT64, x->rank, od, p->err);
+        if (st) return st;
+    }
+    p->state = malloc(sizeof s);
+    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    memcpy(p->state, &s, sizeof s);
+    return QP_OK;
+}
+
+enum qp_status qp_k_pool_run(const struct qp_krun *r) {
+    const struct pool_state *s = r->state;
+    const float *x = r->in[0]->data;
+    float *y = r->out[0]->data;
+    int64_t *ind = (r->n_out > 1 && r->out[1]) ? r->out[1]->data : NULL;
+    int nt = s->planes * s->out_sz < 4096 ? 1 : r->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t pl = 0; pl < s->planes; pl++) {
+        const float *xp = x + pl * s->in_sz;
+        for (int64_t o0 = 0; o0 < s->out3[0]; o0++)
+            for (int64_t o1 = 0; o1 < s->out3[1]; o1++)
+                for (int64_t o2 = 0; o2 < s->out3[2]; o2++) {
+                    float best = -INFINITY;
+                    int64_t best_i = -1;
+                    double sum = 0;
+                    int64_t cnt = 0, cnt_pad = 0;
+                    for (int64_t k0 = 0; k0 < s->k3[0]; k0++) {
+                        int64_t i0 = o0 * s->s3[0] - s->p3[0] + k0 * s->d3[0];
+                        int in0 = i0 >= 0 && i0 < s->in3[0];
+                        int pad0 = i0 >= -s->p3[0] && i0 < s->in3[0] + s->pe3[0];
+                        for (int64_t k1 = 0; k1 < s->k3[1]; k1++) {
+                            int64_t i1 = o1 * s->s3[1] - s->p3[1] + k1 * s->d3[1];
+                            int in1 = i1 >= 0 && i1 < s->in3[1];
+                            int pad1 = i1 >= -s->p3[1] && i1 < s->in3[1] + s->pe3[1];
+                            for (int64_t k2 = 0; k2 < s->k3[2]; k2++) {
+                                int64_t i2 = o2 * s->s3[2] - s->p3[2] + k2 * s->d3[2];
+                                int in2 = i2 >= 0 && i2 < s->in3[2];
+                                int pad2 = i2 >= -s->p3[2] && i2 < s->in3[2] + s->pe3[2];
+                                if (pad0 && pad1 && pad2) cnt_pad++;
+                                if (!(in0 && in1 && in2)) continue;
+                                int64_t idx = (i0 * s->in3[1] + i1) * s->in3[2] + i2;
+                                float v = xp[idx];
+                                cnt++;
+                                sum += v;
+                                if (v > best || best_i < 0) {
+                                    best = v;
+                                    best_i = idx;
+                                }
+                            }
+                        }
+                    }
+                    int64_t o = (o0 * s->out3[1] + o1) * s->out3[2] + o2;
+                    if (s->is_max) {
+                        y[pl * s->out_sz + o] = best;
+                        if (ind) {
+                            int64_t gi = best_i;
+                            if (s->storage_order && best_i >= 0) {
+                                /* column-major index within the plane (2-D pools) */
+                                int64_t h = best_i / s->in3[2], w = best_i % s->in3[2];
+                                gi = w * s->in3[1] + h;
+                            }
+                            ind[pl * s->out_sz + o] = pl * s->in_sz + gi;
+                        }
+                    } else {
+                        int64_t d = s->count_pad ? cnt_pad : cnt;
+                        y[pl * s->out_sz + o] = d ? (float)(sum / (double)d) : 0.0f;
+                    }
+                }
+    }
+    return QP_OK;
+}

@@ -1,0 +1,177 @@
+/*
+ * QuantizeLinear and DequantizeLinear (opsets 10, 13, 19, 21): int8/uint8, int16/uint16, int32
+ * (dequantize), int4/uint4 (packed), FP8 E4M3FN/E4M3FNUZ/E5M2/E5M2FNUZ with `saturate`;
+ * per-tensor, per-axis and blocked. All arithmetic is src/quant/qparams — the same code edge
+ * overlays and the QDQ writer use.
+ */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "quant/qparams.h"
+
+struct qdq_state {
+    enum qp_dtype qtype;
+    int saturate;
+    int64_t outer, axis_len, inner, block, n_params;
+};
+
+static enum qp_status qdq_common(struct qp_kprep *p, int quantize) {
+    enum qp_status st = qp_kneed(p, 0);
+    if (!st) st = qp_kneed(p, 1);
+    if (st) return st;
+    const struct qp_kt *x = p->in[0], *sc = p->in[1];
+    const struct qp_kt *zp = p->n_in > 2 ? p->in[2] : NULL;
+    struct qdq_state s;
+    memset(&s, 0, sizeof s);
+    if (sc->dtype != QP_DTYPE_FLOAT)
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "scale dtype %s", qp_dtype_name(sc->dtype));
+    if (quantize) {
+        if (x->dtype != QP_DTYPE_FLOAT)
+            return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "input dtype %s",
+                                qp_dtype_name(x->dtype));
+        int64_t od = p->opset >= 21 ? qp_kattr_int(p->node, "output_dtype", 0) : 0;
+        if (zp) {
+            s.qtype = zp->dtype;
+            if (od && od != zp->dtype)
+                return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                    "output_dtype %lld disagrees with "
+                                    "the zero point's %s",
+                                    (long long)od, qp_dtype_name(zp->dtype));
+        } else {
+            s.qtype = od ? (enum qp_dtype)od : QP_DTYPE_UINT8;
+        }
+        if (!qp_dtype_valid((int)s.qtype) || !qp_qtype_supported(s.qtype) ||
+            s.qtype == QP_DTYPE_INT32)
+            return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "quantize to %s",
+                                qp_dtype_valid((int)s.qtype) ? qp_dtype_name(s.qtype)
+                                                             : "invalid dtype");
+    } else {
+        s.qtype = x->dtype;
+        if (!qp_qtype_supported(s.qtype))
+            return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "dequantize from %s",
+                                qp_dtype_name(s.qtype));
+        if (zp && zp->dtype != x->dtype)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "zero point is %s, input is %s",
+                                qp_dtype_name(zp->dtype), qp_dtype_name(x->dtype));
+    }
+    s.saturate = p->opset >= 19 ? (int)qp_kattr_int(p->node, "saturate", 1) : 1;
+    s.block = p->opset >= 21 ? qp_kattr_int(p->node, "block_size", 0) : 0;
+    if (s.block < 0)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "block_size %lld", (long long)s.block);
+    s.n_params = (int64_t)sc->numel;
+    if (zp && zp->numel != sc->numel)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "zero point has %llu elements, scale %llu",
+                            (unsigned long long)zp->numel, (unsigned long long)sc->numel);
+    if (s.n_params == 1 && s.block == 0) {
+        s.outer = 1;
+        s.axis_len = 1;
+        s.inner = (int64_t)x->numel;
+    } else {
+        int64_t axis;
+        st = qp_kaxis(qp_kattr_int(p->node, "axis", 1), x->rank, &axis, "axis", p->err);
+        if (st) return st;
+        s.outer = s.inner = 1;
+        for (int i = 0; i < axis; i++)
+            s.outer *= x->dims[i];
+        s.axis_len = x->dims[axis];
+        for (int i = (int)axis + 1; i < x->rank; i++)
+            s.inner *= x->dims[i];
+        if (s.block > 0) {
+            if (sc->rank != x->rank)
+                return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                    "blocked scale must have the input's rank");
+            for (int i = 0; i < x->rank; i++) {
+                int64_t want = i == axis ? (x->dims[i] + s.block - 1) / s.block : x->dims[i];
+                if (sc->dims[i] != want)
+                    return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                        "scale dim %d is %lld, expected "
+                                        "%lld for block_size %lld",
+                                        i, (long long)sc->dims[i], (long long)want,
+                                        (long long)s.block);
+            }
+        } else if (sc->rank != 1 || sc->dims[0] != s.axis_len) {
+            char b[64];
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                "scale of shape %s does not match axis %lld of length %lld",
+                                qp_kshape_str(sc, b, sizeof b), (long long)axis,
+                                (long long)s.axis_len);
+        }
+    }
+    struct qp_qspec q = {.qtype = s.qtype,
+                         .saturate = s.saturate,
+                         .outer = s.outer,
+                         .axis_len = s.axis_len,
+                         .inner = s.inner,
+                         .block = s.block,
+                         .n_params = s.n_params,
+                         .scale = (const float *)""};
+    st = qp_qspec_check(&q, p->err);
+    if (st) return st;
+    st = qp_kt_set(p->out[0], quantize ? s.qtype : QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
+    if (st) return st;
+    p->state = malloc(sizeof s);
+    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    memcpy(p->state, &s, sizeof s);
+    return QP_OK;
+}
+
+enum qp_status qp_k_quantize_prepare(struct qp_kprep *p) {
+    return qdq_common(p, 1);
+}
+enum qp_status qp_k_dequantize_prepare(struct qp_kprep *p) {
+    return qdq_common(p, 0);
+}
+
+static struct qp_qspec spec(const struct qdq_state *s, const struct qp_krun *r) {
+    struct qp_qspec q = {.qtype = s->qtype,
+                         .saturate = s->saturate,
+                         .outer = s->outer,
+                         .axis_len = s->axis_len,
+                         .inner = s->inner,
+                         .block = s->block,
+                         .n_params = s->n_params,
+                         .scale = r->in[1]->data,
+                         .zero_point = (r->n_in > 2 && r->in[2]) ? r->in[2]->data : NULL};
+    return q;
+}
+
+static int split_threads(const struct qdq_state *s, int64_t n, int nt) {
+    /* 4-bit outputs pack two elements per byte: one thread keeps byte writes disjoint. */
+    if (qp_dtype_traits(s->qtype)->bits < 8 || n < 32768) return 1;
+    return nt;
+}
+
+enum qp_status qp_k_quantize_run(const struct qp_krun *r) {
+    const struct qdq_state *s = r->state;
+    struct qp_qspec q = spec(s, r);
+    int64_t n = (int64_t)r->in[0]->numel;
+    int nt = split_threads(s, n, r->n_threads);
+    const float *x = r->in[0]->data;
+    void *y = r->out[0]->data;
+    if (qp_dtype_traits(s->qtype)->bits < 8) memset(y, 0, r->out[0]->nbytes);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        qp_ksplit(n, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        qp_quantize_f32(&q, x, y, lo, hi);
+    }
+    return QP_OK;
+}
+
+enum qp_status qp_k_dequantize_run(const struct qp_krun *r) {
+    const struct qdq_state *s = r->state;
+    struct qp_qspec q = spec(s, r);
+    int64_t n = (int64_t)r->in[0]->numel;
+    int nt = n < 32768 ? 1 : r->n_threads;
+    const void *x = r->in[0]->data;
+    float *y = r->out[0]->data;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        qp_ksplit(n, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        qp_dequantize_f32(&q, x, y, lo, hi);
+    }
+    return QP_OK;
+}

@@ -1,0 +1,352 @@
+/*
+ * Resize (opsets 10-19: nearest / linear / cubic, every coordinate_transformation_mode and
+ * nearest_mode, exclude_outside, extrapolation_value, axes and keep_aspect_ratio_policy; no
+ * antialias) and Upsample (7, 9). Separable: prepare computes, per dimension and output
+ * coordinate, the input taps and weights; run sums the product of taps. float32.
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+#define RS_TAPS 4
+
+enum rs_mode { RS_NEAREST, RS_LINEAR, RS_CUBIC };
+
+struct rs_state {
+    int rank;
+    int64_t in[QP_MAX_RANK], out[QP_MAX_RANK];
+    float extrapolation;
+    /* per dim d: taps for out coordinate o at tap_off[d] + o*RS_TAPS; ntap 0: extrapolate */
+    int64_t tap_off[QP_MAX_RANK];
+    int64_t *tap_idx;
+    float *tap_w;
+    unsigned char *ntap;
+};
+
+static float cubic_w(float a, float x) {
+    x = fabsf(x);
+    if (x <= 1.0f) return ((a + 2.0f) * x - (a + 3.0f)) * x * x + 1.0f;
+    if (x < 2.0f) return ((a * x - 5.0f * a) * x + 8.0f * a) * x - 4.0f * a;
+    return 0.0f;
+}
+
+static enum qp_status rs_read_floats(struct qp_kprep *p, int i, double *v, int *n) {
+    *n = 0;
+    if (i >= p->n_in || !p->in[i] || p->in[i]->numel == 0) return QP_OK;
+    enum qp_status st = qp_kneed_const(p, i, i == 1 && p->opset >= 11 ? "roi" : "scales/sizes");
+    if (st) return st;
+    if (p->in[i]->numel > 2 * QP_MAX_RANK)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "input %d has too many elements", i);
+    for (uint64_t k = 0; k < p->in[i]->numel; k++)
+        v[k] = qp_kt_get_f64(p->in[i], k);
+    *n = (int)p->in[i]->numel;
+    return QP_OK;
+}
+
+enum qp_status qp_k_resize_prepare(struct qp_kprep *p) {
+    enum qp_status st = qp_kneed(p, 0);
+    if (st) return st;
+    const struct qp_kt *x = p->in[0];
+    if (x->dtype != QP_DTYPE_FLOAT)
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "dtype %s", qp_dtype_name(x->dtype));
+    int r = x->rank;
+    int upsample = strcmp(p->node->op_type, "Upsample") == 0;
+    char mode_s[32], ctm[32], nm[32], kar[32];
+    qp_kattr_str(p->node, "mode", "nearest", mode_s, sizeof mode_s);
+    enum rs_mode mode;
+    if (strcmp(mode_s, "nearest") == 0)
+        mode = RS_NEAREST;
+    else if (strcmp(mode_s, "linear") == 0 || strcmp(mode_s, "bilinear") == 0)
+        mode = RS_LINEAR;
+    else if (strcmp(mode_s, "cubic") == 0)
+        mode = RS_CUBIC;
+    else
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "mode '%s'", mode_s);
+    int old = upsample || p->opset < 11;
+    qp_kattr_str(p->node, "coordinate_transformation_mode", old ? "asymmetric" : "half_pixel", ctm,
+                 sizeof ctm);
+    qp_kattr_str(p->node, "nearest_mode", old ? "floor" : "round_prefer_floor", nm, sizeof nm);
+    qp_kattr_str(p->node, "keep_aspect_ratio_policy", "stretch", kar, sizeof kar);
+    float cubic_a = qp_kattr_float(p->node, "cubic_coeff_a", -0.75f);
+    int exclude = (int)qp_kattr_int(p->node, "exclude_outside", 0);
+    if (qp_kattr_int(p->node, "antialias", 0))
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "antialias=1");
+    double scales[QP_MAX_RANK], roi[2 * QP_MAX_RANK];
+    int64_t out[QP_MAX_RANK];
+    int have_roi = 0;
+    for (int d = 0; d < r; d++) {
+        scales[d] = 1.0;
+        roi[d] = 0.0;
+        roi[d + r] = 1.0;
+    }
+    int64_t axes[QP_MAX_RANK];
+    int na = r;
+    for (int d = 0; d < r; d++)
+        axes[d] = d;
+    const int64_t *av;
+    int64_t nav = qp_kattr_ints(p->node, "axes", &av);
+    if (nav >= 0) {
+        if (nav > r) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "too many axes");
+        na = (int)nav;
+        for (int i = 0; i < na; i++) {
+            st = qp_kaxis(av[i], r, &axes[i], "axis", p->err);
+            if (st) return st;
+        }
+    }
+    double v[2 * QP_MAX_RANK];
+    int nv;
+    int have_sizes = 0;
+    if (upsample && p->opset < 9) {
+        const float *f;
+        int64_t nf = qp_kattr_floats(p->node, "scales", &f);
+        if (nf != r) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "scales attribute length");
+        for (int d = 0; d < r; d++)
+            scales[d] = f[d];
+    } else {
+        int si = (upsample || p->opset < 11) ? 1 : 2;
+        if (!upsample && p->opset >= 11) {
+            st = rs_read_floats(p, 1, v, &nv);
+            if (st) return st;
+            if (nv) {
+                if (nv != 2 * na) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "roi length");
+                for (int i = 0; i < na; i++) {
+                    roi[axes[i]] = v[i];
+                    roi[axes[i] + r] = v[i + na];
+                }
+                have_roi = 1;
+            }
+        }
+        st = rs_read_floats(p, si, v, &nv);
+        if (st) return st;
+        if (nv) {
+            if (nv != na)
+                return qp_error_set(p->err, QP_ERR_BAD_INPUT, "scales has %d entries", nv);
+            for (int i = 0; i < na; i++)
+                scales[axes[i]] = v[i];
+        } else if (!upsample && p->opset >= 11) {
+            st = rs_read_floats(p, 3, v, &nv);
+            if (st) return st;
+            if (nv != na)
+                return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                    "one of scales and sizes is required");
+            have_sizes = 1;
+            for (int d = 0; d < r; d++)
+                out[d] = x->dims[d];
+            for (int i = 0; i < na; i++)
+                out[axes[i]] = (int64_t)v[i];
+            if (strcmp(kar, "stretch") != 0) {
+                double sc = strcmp(kar, "not_larger") == 0 ? INFINITY : 0.0;
+                for (int i = 0; i < na; i++) {
+                    double t = v[i] / (double)x->dims[axes[i]];
+                    sc = strcmp(kar, "not_larger") == 0 ? fmin(sc, t) : fmax(sc, t);
+                }
+                for (int i = 0; i < na; i++) {
+                    out[axes[i]] = (int64_t)floor((double)x->dims[axes[i]] * sc + 0.5);
+                    scales[axes[i]] = sc;
+                }
+            } else {
+                for (int d = 0; d < r; d++)
+                    scales[d] = x->dims[d] ? (double)out[d] / (double)x->dims[d] : 1.0;
+            }
+        }
+    }
+    for (int d = 0; d < r; d++) {
+        if (!(scales[d] > 0)) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "scale %g", scales[d]);
+        if (!have_sizes) out[d] = (int64_t)floor((double)x->dims[d] * (float)scales[d]);
+    }
+    (void)have_roi;
+    st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, r, out, p->err);
+    if (st) return st;
+    int64_t total = 0;
+    for (int d = 0; d < r; d++)
+        total += out[d];
+    struct rs_state *s = calloc(1, sizeof *s);
+    if (!s) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    s->tap_idx = malloc(sizeof(int64_t) * (size_t)(total * RS_TAPS + 1));
+    s->tap_w = malloc(sizeof(float) * (size_t)(total * RS_TAPS + 1));
+    s->ntap = malloc((size_t)total + 1);
+    if (!s->tap_idx || !s->tap_w || !s->ntap) {
+        free(s->tap_idx);
+        free(s->tap_w);
+        free(s->ntap);
+        free(s);
+        return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    }
+    s->rank = r;
+    s->extrapolation = qp_kattr_float(p->node, "extrapolation_value", 0.0f);
+    int64_t off = 0;
+    for (int d = 0; d < r; d++) {
+        s->in[d] = x->dims[d];
+        s->out[d] = out[d];
+        s->tap_off[d] = off;
+        int64_t in = x->dims[d], on = out[d];
+        float sc = (float)scales[d];
+        for (int64_t o = 0; o < on; o++) {
+            float xo;
+            int outside = 0;
+            if (strcmp(ctm, "half_pixel") == 0)
+                xo = ((float)o + 0.5f) / sc - 0.5f;
+            else if (strcmp(ctm, "half_pixel_symmetric") == 0) {
+                float adj = (float)on / (sc * (float)in);
+                float center = (float)in / 2.0f;
+                xo = center * (1.0f - adj) + ((float)o + 0.5f) / sc - 0.5f;
+            } else if (strcmp(ctm, "pytorch_half_pixel") == 0)
+                xo = on > 1 ? ((float)o + 0.5f) / sc - 0.5f : 0.0f;
+            else if (strcmp(ctm, "align_corners") == 0)
+                xo = on > 1 ? (float)o * (float)(in - 1) / ((float)in * sc - 1.0f) : 0.0f;
+            else if (strcmp(ctm, "tf_half_pixel_for_nn") == 0)
+                xo = ((float)o + 0.5f) / sc;
+            else if (strcmp(ctm, "asymmetric") == 0)
+                xo = (float)o / sc;
+            else if (strcmp(ctm, "tf_crop_and_resize") == 0) {
+                float a = (float)roi[d], b = (float)roi[d + r];
+                xo = on > 1 ? a * (float)(in - 1) +
+                                  (float)o * (b - a) * (float)(in - 1) / (float)(on - 1)
+                            : 0.5f * (a + b) * (float)(in - 1);
+                if (xo < 0.0f || xo > (float)(in - 1)) outside = 1;
+            } else {
+                free(s->tap_idx);
+                free(s->tap_w);
+                free(s->ntap);
+                free(s);
+                return qp_error_set(p->err, QP_ERR_BAD_INPUT, "coordinate_transformation_mode '%s'",
+                                    ctm);
+            }
+            int64_t *ti = s->tap_idx + (off + o) * RS_TAPS;
+            float *tw = s->tap_w + (off + o) * RS_TAPS;
+            int n = 0;
+            if (outside) {
+                s->ntap[off + o] = 0;
+                continue;
+            }
+            if (mode == RS_NEAREST) {
+                float f = floorf(xo);
+                int64_t k;
+                if (strcmp(nm, "round_prefer_ceil") == 0)
+                    k = (int64_t)(xo - f >= 0.5f ? f + 1 : f);
+                else if (strcmp(nm, "floor") == 0)
+                    k = (int64_t)f;
+                else if (strcmp(nm, "ceil") == 0)
+                    k = (int64_t)ceilf(xo);
+                else
+                    k = (int64_t)(xo - f > 0.5f ? f + 1 : f);
+                if (k < 0) k = 0;
+                if (k > in - 1) k = in - 1;
+                ti[0] = k;
+                tw[0] = 1.0f;
+                n = 1;
+            } else if (mode == RS_LINEAR) {
+                float xc = xo;
+                if (xc < 0.0f) xc = 0.0f;
+                if (xc > (float)(in - 1)) xc = (float)(in - 1);
+                float f = floorf(xc);
+                float t = xc - f;
+                int64_t k = (int64_t)f;
+                ti[n] = k;
+                tw[n++] = 1.0f - t;
+                if (t != 0.0f) {
+                    ti[n] = k + 1 > in - 1 ? in - 1 : k + 1;
+                    tw[n++] = t;
+                }
+            } else {
+                float f = floorf(xo);
+                float t = xo - f;
+                int64_t k = (int64_t)f;
+                float wsum = 0.0f;
+                for (int j = -1; j <= 2; j++) {
+                    float w = cubic_w(cubic_a, t - (float)j);
+                    int64_t idx = k + j;
+                    if (idx < 0 || idx >= in) {
+                        if (exclude) continue;
+                        idx = idx < 0 ? 0 : in - 1;
+                    }
+                    ti[n] = idx;
+                    tw[n++] = w;
+                    wsum += w;
+                }
+                if (exclude && wsum != 0.0f)
+                    for (int j = 0; j < n; j++)
+                        tw[j] /= wsum;
+            }
+            s->ntap[off + o] = (unsigned char)n;
+        }
+        off += on;
+    }
+    p->state = NULL;
+    /* The state holds pointers: copy them into one malloc'd block the runtime frees at once. */
+    size_t need = sizeof *s + sizeof(int64_t) * (size_t)(total * RS_TAPS + 1) +
+                  sizeof(float) * (size_t)(total * RS_TAPS + 1) + (size_t)total + 1;
+    unsigned char *blk = malloc(need);
+    if (!blk) {
+        free(s->tap_idx);
+        free(s->tap_w);
+        free(s->ntap);
+        free(s);
+        return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    }
+    struct rs_state *b = (struct rs_state *)blk;
+    *b = *s;
+    b->tap_idx = (int64_t *)(blk + sizeof *s);
+    b->tap_w = (float *)(b->tap_idx + total * RS_TAPS + 1);
+    b->ntap = (unsigned char *)(b->tap_w + total * RS_TAPS + 1);
+    memcpy(b->tap_idx, s->tap_idx, sizeof(int64_t) * (size_t)(total * RS_TAPS + 1));
+    memcpy(b->tap_w, s->tap_w, sizeof(float) * (size_t)(total * RS_TAPS + 1));
+    memcpy(b->ntap, s->ntap, (size_t)total + 1);
+    free(s->tap_idx);
+    free(s->tap_w);
+    free(s->ntap);
+    free(s);
+    p->state = b;
+    return QP_OK;
+}
+
+enum qp_status qp_k_resize_run(const struct qp_krun *r) {
+    const struct rs_state *s = r->state;
+    const float *x = r->in[0]->data;
+    float *y = r->out[0]->data;
+    int64_t n = (int64_t)r->out[0]->numel;
+    int rank = s->rank;
+    int64_t istr[QP_MAX_RANK], acc = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        istr[d] = acc;
+        acc *= s->in[d];
+    }
+    int nt = n < 16384 ? 1 : r->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t o = 0; o < n; o++) {
+        int64_t coord[QP_MAX_RANK], rem = o;
+        int out_of_range = 0;
+        for (int d = rank - 1; d >= 0; d--) {
+            coord[d] = rem % s->out[d];
+            rem /= s->out[d];
+            if (s->ntap[s->tap_off[d] + coord[d]] == 0) out_of_range = 1;
+        }
+        if (out_of_range) {
+            y[o] = s->extrapolation;
+            continue;
+        }
+        int cnt[QP_MAX_RANK] = {0};
+        float sum = 0.0f;
+        for (;;) {
+            float w = 1.0f;
+            int64_t off = 0;
+            for (int d = 0; d < rank; d++) {
+                int64_t t = (s->tap_off[d] + coord[d]) * RS_TAPS + cnt[d];
+                w *= s->tap_w[t];
+                off += s->tap_idx[t] * istr[d];
+            }
+            sum += w * x[off];
+            int d = rank - 1;
+            for (; d >= 0; d--) {
+                if (++cnt[d] < s->ntap[s->tap_off[d] + coord[d]]) break;
+                cnt[d] = 0;
+            }
+            if (d < 0) break;
+        }
+        y[o] = sum;
+    }
+    return QP_OK;
+}

@@ -1,0 +1,48 @@
+/*
+ * The default placement policy, `trt`: TensorRT-friendly Q/DQ placement as ModelOpt's ONNX PTQ
+ * derives it (shared/reference/modelopt-onnx-ptq.md §3, §4), written as a placement with one
+ * reason per entry. docs/placement-rules.md explains every rule with a small example.
+ *
+ *     struct qp_policy_options o = {.mode = QP_QUANT_INT8, .select = sel};
+ *     struct qp_placement *p = qp_placement_create();
+ *     if (qp_policy_trt(graph, &o, p, NULL, &err) != QP_OK) ...
+ *     if (rules) qp_rules_apply(rules, graph, p, &err);
+ *
+ * Shapes and dtypes come from the graph's values (struct qp_value): a dimension or dtype that is
+ * unknown never triggers a shape-based exclusion (GEMV/small GEMM, MHA sequence length, head
+ * size), and an UNDEFINED dtype counts as float. Concrete shapes filled in before the call (for
+ * given input shapes) make the policy match ModelOpt run with those shapes.
+ */
+#ifndef QP_QUANT_POLICY_TRT_H
+#define QP_QUANT_POLICY_TRT_H
+
+#include "ir/ir.h"
+#include "quant/placement.h"
+#include "quant/select.h"
+#include "qplace/status.h"
+
+enum qp_quant_mode { QP_QUANT_INT8 = 0, QP_QUANT_FP8, QP_QUANT_MODE_COUNT };
+
+struct qp_policy_options {
+    enum qp_quant_mode mode;
+    /* 1: never quantize the two batched MatMuls of attention (--disable_mha_qdq). */
+    int disable_mha_qdq;
+    /* 1: skip the automatic GEMV/small-GEMM and small-conv exclusions (autotune does). */
+    int no_auto_exclusions;
+    /* Include/exclude lists (borrowed for the call); NULL for none. */
+    const struct qp_select *select;
+};
+
+/* Computes the trt placement of `g` (the top-level graph; nodes of subgraphs are never
+ * quantized) into `out`, which must be empty. Re-sorts g->topo (qp_graph_toposort). On success,
+ * `out` is validated and sorted. `node_notes`, when not NULL, has g->n_nodes entries and receives
+ * for each node a static identifier of what the policy decided about it ("trt.conv",
+ * "trt.fused", "trt.excluded.small_conv", "user.exclude", ... or NULL when the node was never
+ * considered), for --explain. A model that already holds QuantizeLinear/DequantizeLinear gets an
+ * empty placement and a warning, as in ModelOpt. Returns QP_ERR_USAGE for an FP8 op-type list
+ * outside {Conv, Gemm, MatMul, Add}, QP_ERR_BAD_INPUT from toposort, QP_ERR_NOMEM. */
+enum qp_status qp_policy_trt(struct qp_graph *g, const struct qp_policy_options *opts,
+                             struct qp_placement *out, const char **node_notes,
+                             struct qp_error *err);
+
+#endif

@@ -1,0 +1,288 @@
+#include "quant/qparams.h"
+
+#include <math.h>
+#include <string.h>
+
+float qp_round_half_even(float x) {
+    if (!(fabsf(x) < 8388608.0f)) return x; /* NaN, Inf, or already an integer (>= 2^23) */
+    float f = floorf(x);
+    float d = x - f; /* exact for |x| < 2^23 */
+    if (d > 0.5f) return f + 1.0f;
+    if (d < 0.5f) return f;
+    return fmodf(f, 2.0f) == 0.0f ? f : f + 1.0f;
+}
+
+int qp_qtype_int_range(enum qp_dtype dt, int64_t *lo, int64_t *hi) {
+    switch (dt) {
+    case QP_DTYPE_INT8:
+        *lo = -128, *hi = 127;
+        return 1;
+    case QP_DTYPE_UINT8:
+        *lo = 0, *hi = 255;
+        return 1;
+    case QP_DTYPE_INT16:
+        *lo = -32768, *hi = 32767;
+        return 1;
+    case QP_DTYPE_UINT16:
+        *lo = 0, *hi = 65535;
+        return 1;
+    case QP_DTYPE_INT32:
+        *lo = INT32_MIN, *hi = INT32_MAX;
+        return 1;
+    case QP_DTYPE_INT4:
+        *lo = -8, *hi = 7;
+        return 1;
+    case QP_DTYPE_UINT4:
+        *lo = 0, *hi = 15;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int is_fp8(enum qp_dtype dt) {
+    return dt == QP_DTYPE_FLOAT8E4M3FN || dt == QP_DTYPE_FLOAT8E4M3FNUZ ||
+           dt == QP_DTYPE_FLOAT8E5M2 || dt == QP_DTYPE_FLOAT8E5M2FNUZ;
+}
+
+int qp_qtype_supported(enum qp_dtype dt) {
+    int64_t lo, hi;
+    return qp_qtype_int_range(dt, &lo, &hi) || is_fp8(dt);
+}
+
+float qp_qvalue_get(enum qp_dtype dt, const void *p, uint64_t i) {
+    switch (dt) {
+    case QP_DTYPE_INT8:
+        return (float)((const int8_t *)p)[i];
+    case QP_DTYPE_UINT8:
+        return (float)((const uint8_t *)p)[i];
+    case QP_DTYPE_INT16:
+        return (float)((const int16_t *)p)[i];
+    case QP_DTYPE_UINT16:
+        return (float)((const uint16_t *)p)[i];
+    case QP_DTYPE_INT32:
+        return (float)((const int32_t *)p)[i];
+    case QP_DTYPE_INT4:
+        return (float)qp_int4_get(p, i, 1);
+    case QP_DTYPE_UINT4:
+        return (float)qp_int4_get(p, i, 0);
+    default:
+        if (is_fp8(dt)) return qp_fp8_to_f32(dt, ((const uint8_t *)p)[i]);
+        return 0.0f;
+    }
+}
+
+/* Integer value of element i (zero points, integer data); 0 for fp8. */
+static int64_t qint_get(enum qp_dtype dt, const void *p, uint64_t i) {
+    switch (dt) {
+    case QP_DTYPE_INT8:
+        return ((const int8_t *)p)[i];
+    case QP_DTYPE_UINT8:
+        return ((const uint8_t *)p)[i];
+    case QP_DTYPE_INT16:
+        return ((const int16_t *)p)[i];
+    case QP_DTYPE_UINT16:
+        return ((const uint16_t *)p)[i];
+    case QP_DTYPE_INT32:
+        return ((const int32_t *)p)[i];
+    case QP_DTYPE_INT4:
+        return qp_int4_get(p, i, 1);
+    case QP_DTYPE_UINT4:
+        return qp_int4_get(p, i, 0);
+    default:
+        return 0;
+    }
+}
+
+static void qint_set(enum qp_dtype dt, void *p, uint64_t i, int64_t v) {
+    switch (dt) {
+    case QP_DTYPE_INT8:
+        ((int8_t *)p)[i] = (int8_t)v;
+        break;
+    case QP_DTYPE_UINT8:
+        ((uint8_t *)p)[i] = (uint8_t)v;
+        break;
+    case QP_DTYPE_INT16:
+        ((int16_t *)p)[i] = (int16_t)v;
+        break;
+    case QP_DTYPE_UINT16:
+        ((uint16_t *)p)[i] = (uint16_t)v;
+        break;
+    case QP_DTYPE_INT32:
+        ((int32_t *)p)[i] = (int32_t)v;
+        break;
+    case QP_DTYPE_INT4:
+    case QP_DTYPE_UINT4:
+        qp_int4_set(p, i, (int)v);
+        break;
+    default:
+        break;
+    }
+}
+
+enum qp_status qp_qspec_check(const struct qp_qspec *s, struct qp_error *err) {
+    if (!qp_qtype_supported(s->qtype))
+        return qp_error_set(err, QP_ERR_UNSUPPORTED, "quantized type %s is not supported",
+                            qp_dtype_name(s->qtype));
+    if (s->outer < 0 || s->axis_len < 0 || s->inner < 0 || s->block < 0 || !s->scale)
+        return qp_error_set(err, QP_ERR_BAD_INPUT, "invalid quantization geometry");
+    int64_t want;
+    if (s->block > 0) {
+        int64_t nb = (s->axis_len + s->block - 1) / s->block;
+        want = s->outer * nb * s->inner;
+    } else if (s->n_params == 1) {
+        want = 1;
+    } else {
+        want = s->axis_len;
+    }
+    if (s->n_params != want)
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "scale has %lld elements, expected %lld for this quantization axis "
+                            "and block size",
+                            (long long)s->n_params, (long long)want);
+    return QP_OK;
+}
+
+int64_t qp_qspec_param(const struct qp_qspec *s, int64_t idx) {
+    if (s->block > 0) {
+        int64_t i = idx % s->inner;
+        int64_t a = (idx / s->inner) % s->axis_len;
+        int64_t o = idx / (s->inner * s->axis_len);
+        int64_t nb = (s->axis_len + s->block - 1) / s->block;
+        return (o * nb + a / s->block) * s->inner + i;
+    }
+    if (s->n_params == 1) return 0;
+    return (idx / s->inner) % s->axis_len;
+}
+
+/* The quantized value of one element, as an integer (integer types) or fp8 bits. */
+static int64_t quantize_one(const struct qp_qspec *s, float x, int64_t p, int64_t lo, int64_t hi) {
+    float sc = s->scale[p];
+    if (is_fp8(s->qtype)) {
+        float zp =
+            s->zero_point ? qp_fp8_to_f32(s->qtype, ((const uint8_t *)s->zero_point)[p]) : 0.0f;
+        return qp_f32_to_fp8(s->qtype, x / sc + zp, s->saturate);
+    }
+    int64_t zp = s->zero_point ? qint_get(s->qtype, s->zero_point, (uint64_t)p) : 0;
+    float r = qp_round_half_even(x / sc);
+    /* Saturate in float first: r may be huge, Inf or NaN (NaN quantizes to the zero point's
+     * clamp of 0, as ONNX Runtime does). */
+    int64_t v;
+    if (r != r)
+        v = 0;
+    else if (r >= 4.0e9f)
+        v = hi;
+    else if (r <= -4.0e9f)
+        v = lo;
+    else
+        v = (int64_t)r;
+    v += zp;
+    if (v < lo) v = lo;
+    if (v > hi) v = hi;
+    return v;
+}
+
+static float dequantize_one(const struct qp_qspec *s, const void *q, int64_t idx, int64_t p) {
+    if (is_fp8(s->qtype)) {
+        float zp =
+            s->zero_point ? qp_fp8_to_f32(s->qtype, ((const uint8_t *)s->zero_point)[p]) : 0.0f;
+        return (qp_fp8_to_f32(s->qtype, ((const uint8_t *)q)[idx]) - zp) * s->scale[p];
+    }
+    int64_t zp = s->zero_point ? qint_get(s->qtype, s->zero_point, (uint64_t)p) : 0;
+    return (float)(qint_get(s->qtype, q, (uint64_t)idx) - zp) * s->scale[p];
+}
+
+void qp_quantize_f32(const struct qp_qspec *s, const float *x, void *q, int64_t begin,
+                     int64_t end) {
+    int64_t lo = 0, hi = 0;
+    qp_qtype_int_range(s->qtype, &lo, &hi);
+    int fp8 = is_fp8(s->qtype);
+    for (int64_t i = begin; i < end; i++) {
+        int64_t v = quantize_one(s, x[i], qp_qspec_param(s, i), lo, hi);
+        if (fp8)
+            ((uint8_t *)q)[i] = (uint8_t)v;
+        else
+            qint_set(s->qtype, q, (uint64_t)i, v);
+    }
+}
+
+void qp_dequantize_f32(const struct qp_qspec *s, const void *q, float *y, int64_t begin,
+                       int64_t end) {
+    for (int64_t i = begin; i < end; i++)
+        y[i] = dequantize_one(s, q, i, qp_qspec_param(s, i));
+}
+
+void qp_fake_quantize_f32(const struct qp_qspec *s, const float *x, float *y, int64_t begin,
+                          int64_t end) {
+    int64_t lo = 0, hi = 0;
+    qp_qtype_int_range(s->qtype, &lo, &hi);
+    int fp8 = is_fp8(s->qtype);
+    for (int64_t i = begin; i < end; i++) {
+        int64_t p = qp_qspec_param(s, i);
+        int64_t v = quantize_one(s, x[i], p, lo, hi);
+        /* Same arithmetic as dequantize_one on the stored value. */
+        uint8_t byte = (uint8_t)v;
+        if (fp8) {
+            float zp =
+                s->zero_point ? qp_fp8_to_f32(s->qtype, ((const uint8_t *)s->zero_point)[p]) : 0.0f;
+            y[i] = (qp_fp8_to_f32(s->qtype, byte) - zp) * s->scale[p];
+        } else {
+            int64_t zp = s->zero_point ? qint_get(s->qtype, s->zero_point, (uint64_t)p) : 0;
+            y[i] = (float)(v - zp) * s->scale[p];
+        }
+    }
+}
+
+static float fp8_max(enum qp_dtype dt) {
+    switch (dt) {
+    case QP_DTYPE_FLOAT8E4M3FN:
+        return 448.0f;
+    case QP_DTYPE_FLOAT8E4M3FNUZ:
+        return 240.0f;
+    default:
+        return 57344.0f;
+    }
+}
+
+enum qp_status qp_qparams_from_range(enum qp_dtype qtype, float lo, float hi, int symmetric,
+                                     float *scale_out, int32_t *zero_point_out,
+                                     struct qp_error *err) {
+    if (!isfinite(lo) || !isfinite(hi) || lo > hi)
+        return qp_error_set(err, QP_ERR_BAD_INPUT, "qparams: invalid range [%g, %g]", (double)lo,
+                            (double)hi);
+    if (lo > 0.0f) lo = 0.0f;
+    if (hi < 0.0f) hi = 0.0f;
+    if (is_fp8(qtype)) {
+        float amax = fmaxf(-lo, hi);
+        *scale_out = amax > 0.0f ? amax / fp8_max(qtype) : 1.0f;
+        *zero_point_out = 0;
+        return QP_OK;
+    }
+    int64_t qlo, qhi;
+    if (!qp_qtype_int_range(qtype, &qlo, &qhi) || qtype == QP_DTYPE_INT32)
+        return qp_error_set(err, QP_ERR_UNSUPPORTED, "qparams: cannot quantize to %s",
+                            qp_dtype_name(qtype));
+    if (symmetric) {
+        float amax = fmaxf(-lo, hi);
+        if (qlo < 0) {
+            *scale_out = amax > 0.0f ? amax / (float)qhi : 1.0f;
+            *zero_point_out = 0;
+        } else {
+            *scale_out = amax > 0.0f ? 2.0f * amax / (float)(qhi - qlo) : 1.0f;
+            *zero_point_out = (int32_t)((qhi - qlo + 1) / 2);
+        }
+        return QP_OK;
+    }
+    float sc = (hi - lo) / (float)(qhi - qlo);
+    if (!(sc > 0.0f)) {
+        *scale_out = 1.0f;
+        *zero_point_out = qlo < 0 ? 0 : (int32_t)qlo;
+        return QP_OK;
+    }
+    float zp = qp_round_half_even((float)qlo - lo / sc);
+    if (zp < (float)qlo) zp = (float)qlo;
+    if (zp > (float)qhi) zp = (float)qhi;
+    *scale_out = sc;
+    *zero_point_out = (int32_t)zp;
+    return QP_OK;
+}

@@ -1,0 +1,475 @@
+/* Sessions: kernel resolution at creation, the plan cache, runs, outputs and observers. */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+static const char *dom_name(const char *d) {
+    return d && d[0] ? d : "ai.onnx";
+}
+
+/* The dtype a node's kernel row is keyed on, when the model declares it (for messages). */
+static const char *declared_dtype(const struct qp_graph *g, const struct qp_node *n) {
+    if (n->n_inputs > 0 && n->inputs[0] >= 0) {
+        enum qp_dtype dt = g->values[n->inputs[0]].dtype;
+        if (dt != QP_DTYPE_UNDEFINED) return qp_dtype_name(dt);
+    }
+    return "unknown";
+}
+
+static enum qp_status resolve(struct qp_session *s, struct qp_error *err) {
+    const struct qp_graph *g = s->g;
+    for (size_t k = 0; k < g->n_topo; k++) {
+        int ni = g->topo[k];
+        const struct qp_node *n = &g->nodes[ni];
+        int64_t opset = qp_model_opset(s->model, n->domain ? n->domain : "");
+        if (opset <= 0 && (!n->domain || !n->domain[0]))
+            opset = qp_model_opset(s->model, "ai.onnx");
+        if (opset <= 0)
+            return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                "session: node '%s' (%s): the model imports no opset for domain "
+                                "'%s'",
+                                n->name ? n->name : "", n->op_type, dom_name(n->domain));
+        if (opset > 10000) opset = 10000;
+        const struct qp_kernel *kr = qp_kernel_find(n->domain, n->op_type, (int)opset);
+        if (!kr) {
+            int known = qp_kernel_has_op(n->domain, n->op_type);
+            return qp_error_set(err, QP_ERR_UNSUPPORTED,
+                                "session: node '%s' (%s): %s for domain '%s' opset %lld (input "
+                                "dtype %s)",
+                                n->name ? n->name : "", n->op_type,
+                                known ? "no kernel for this opset version" : "unsupported op",
+                                dom_name(n->domain), (long long)opset, declared_dtype(g, n));
+        }
+        s->kernels[ni] = kr;
+        s->opsets[ni] = (int)opset;
+    }
+    return QP_OK;
+}
+
+/* Shapes for a plan: from the caller when given, else the fixed (create-time) or model shape.
+ * *complete = 0 when some dimension is still unknown. */
+static enum qp_status input_shapes(const struct qp_session *s, size_t n_shapes,
+                                   const struct qp_shape *shapes, int *ranks,
+                                   int64_t (*dims)[QP_MAX_RANK], int *complete,
+                                   struct qp_error *err) {
+    *complete = 1;
+    for (size_t j = 0; j < n_shapes; j++) {
+        if (!shapes[j].name || qp_session_input_index(s, shapes[j].name) < 0)
+            return qp_error_set(err, QP_ERR_BAD_INPUT, "session: no graph input named '%s'",
+                                shapes[j].name ? shapes[j].name : "(null)");
+    }
+    for (size_t i = 0; i < s->n_inputs; i++) {
+        const struct qp_value *v = &s->g->values[s->inputs[i]];
+        const struct qp_shape *given = NULL;
+        for (size_t j = 0; j < n_shapes; j++)
+            if (strcmp(shapes[j].name, v->name) == 0) given = &shapes[j];
+        if (!given && s->fixed[i].rank >= 0) given = &s->fixed[i];
+        if (given) {
+            if (given->rank < 0 || given->rank > QP_MAX_RANK)
+                return qp_error_set(err, QP_ERR_BAD_INPUT, "session: input '%s': rank %d", v->name,
+                                    given->rank);
+            if (v->rank >= 0 && v->rank != given->rank)
+                return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                    "session: input '%s' has rank %d in the model, given %d",
+                                    v->name, v->rank, given->rank);
+            ranks[i] = given->rank;
+            for (int d = 0; d < given->rank; d++) {
+                int64_t x = given->dims[d];
+                if (x < 0)
+                    return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                        "session: input '%s': dimension %d is negative", v->name,
+                                        d);
+                if (v->rank >= 0 && v->dims[d].value >= 0 && v->dims[d].value != x)
+                    return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                        "session: input '%s': dimension %d is %lld in the model, "
+                                        "given %lld",
+                                        v->name, d, (long long)v->dims[d].value, (long long)x);
+                dims[i][d] = x;
+            }
+            continue;
+        }
+        if (v->rank < 0 || v->rank > QP_MAX_RANK) {
+            *complete = 0;
+            ranks[i] = -1;
+            continue;
+        }
+        ranks[i] = v->rank;
+        for (int d = 0; d < v->rank; d++) {
+            dims[i][d] = v->dims[d].value;
+            if (dims[i][d] < 0) *complete = 0;
+        }
+    }
+    return QP_OK;
+}
+
+static struct rt_plan *find_plan(const struct qp_session *s, const int *ranks,
+                                 const int64_t (*dims)[QP_MAX_RANK],
+                                 const struct qp_array *inputs) {
+    for (size_t k = 0; k < s->n_plans; k++) {
+        struct rt_plan *p = s->plans[k];
+        size_t i;
+        for (i = 0; i < s->n_inputs; i++) {
+            if (p->in_rank[i] != ranks[i]) break;
+            if (memcmp(p->in_dims[i], dims[i], sizeof(int64_t) * (size_t)ranks[i])) break;
+            if (s->keyed[i]) {
+                if (!inputs || !p->in_key[i] || p->in_key_bytes[i] != inputs[i].nbytes) break;
+                if (p->in_key_bytes[i] && memcmp(p->in_key[i], inputs[i].data, p->in_key_bytes[i]))
+                    break;
+            }
+        }
+        if (i == s->n_inputs) return p;
+    }
+    return NULL;
+}
+
+/* Plans kept per session: value-keyed inputs could otherwise grow the cache without bound. */
+#define MAX_PLANS 16
+
+/* *out is NULL (and QP_OK returned) when the plan needs input values and `inputs` is NULL. */
+static enum qp_status get_plan(struct qp_session *s, const int *ranks,
+                               const int64_t (*dims)[QP_MAX_RANK], const struct qp_array *inputs,
+                               struct rt_plan **out, struct qp_error *err) {
+    *out = NULL;
+    struct rt_plan *p = find_plan(s, ranks, dims, inputs);
+    if (p) {
+        *out = p;
+        return QP_OK;
+    }
+    if (s->n_plans >= MAX_PLANS) {
+        /* Drop the oldest plan that is not the last run's. */
+        size_t k = s->plans[0] == s->last ? 1 : 0;
+        rt_plan_free(s->plans[k], s->n_inputs);
+        memmove(&s->plans[k], &s->plans[k + 1], (s->n_plans - k - 1) * sizeof *s->plans);
+        s->n_plans--;
+    }
+    if (s->n_plans == s->cap_plans) {
+        size_t cap = s->cap_plans ? s->cap_plans * 2 : 4;
+        struct rt_plan **np = realloc(s->plans, cap * sizeof *np);
+        if (!np) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        s->plans = np;
+        s->cap_plans = cap;
+    }
+    enum qp_status st;
+    for (;;) {
+        int retry = 0;
+        struct qp_error e2 = {0};
+        st = rt_plan_build(s, ranks, dims, inputs, &p, &retry, &e2);
+        if (st == QP_OK) break;
+        if (retry == 1) continue;
+        if (retry == 2) return QP_OK; /* planned at the first run, when values are known */
+        if (err) *err = e2;
+        return st;
+    }
+    s->plans[s->n_plans++] = p;
+    *out = p;
+    return QP_OK;
+}
+
+enum qp_status qp_session_create(const struct qp_model *model,
+                                 const struct qp_session_options *opts, size_t n_shapes,
+                                 const struct qp_shape *shapes, struct qp_session **session_out,
+                                 struct qp_error *err) {
+    enum qp_status st = QP_OK;
+    int *ranks = NULL;
+    int64_t(*dims)[QP_MAX_RANK] = NULL;
+    if (!model || !session_out || (n_shapes && !shapes))
+        return qp_error_set(err, QP_ERR_USAGE, "session: NULL argument");
+    *session_out = NULL;
+    const struct qp_graph *g = qp_model_graph(model);
+    if (!g) return qp_error_set(err, QP_ERR_USAGE, "session: model has no graph");
+    struct qp_session *s = calloc(1, sizeof *s);
+    if (!s) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    s->model = model;
+    s->g = g;
+    qp_session_set_threads(s, opts ? opts->n_threads : 0);
+    size_t nn = g->n_nodes ? g->n_nodes : 1;
+    s->kernels = calloc(nn, sizeof *s->kernels);
+    s->opsets = calloc(nn, sizeof *s->opsets);
+    s->inputs = calloc(g->n_inputs + 1, sizeof *s->inputs);
+    s->outputs = calloc(g->n_outputs + 1, sizeof *s->outputs);
+    s->fixed = calloc(g->n_inputs + 1, sizeof *s->fixed);
+    s->keyed = calloc(g->n_inputs + 1, 1);
+    ranks = calloc(g->n_inputs + 1, sizeof *ranks);
+    dims = calloc(g->n_inputs + 1, sizeof *dims);
+    if (!s->kernels || !s->opsets || !s->inputs || !s->outputs || !s->fixed || !s->keyed ||
+        !ranks || !dims) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        goto fail;
+    }
+    if (g->n_topo == 0 && g->n_nodes > 0) {
+        st = qp_error_set(err, QP_ERR_USAGE, "session: graph is not topologically sorted");
+        goto fail;
+    }
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        int v = g->inputs[i];
+        const struct qp_value *val = &g->values[v];
+        if (val->initializer >= 0) continue; /* an initializer listed as input: a constant */
+        if (val->kind != QP_VALUE_TENSOR) {
+            st = qp_error_set(err, QP_ERR_UNSUPPORTED,
+                              "session: input '%s' is not a tensor (sequences, maps and "
+                              "optionals are not supported)",
+                              val->name);
+            goto fail;
+        }
+        if (val->dtype == QP_DTYPE_UNDEFINED || val->dtype == QP_DTYPE_STRING ||
+            qp_dtype_traits(val->dtype)->bits < 8) {
+            st = qp_error_set(err, QP_ERR_UNSUPPORTED, "session: input '%s' has dtype %s",
+                              val->name, qp_dtype_name(val->dtype));
+            goto fail;
+        }
+        s->fixed[s->n_inputs].rank = -1;
+        s->inputs[s->n_inputs++] = v;
+    }
+    for (size_t i = 0; i < g->n_outputs; i++) {
+        const struct qp_value *val = &g->values[g->outputs[i]];
+        if (val->kind != QP_VALUE_TENSOR) {
+            st = qp_error_set(err, QP_ERR_UNSUPPORTED, "session: output '%s' is not a tensor",
+                              val->name);
+            goto fail;
+        }
+        s->outputs[s->n_outputs++] = g->outputs[i];
+    }
+    if ((st = resolve(s, err))) goto fail;
+    int complete;
+    if ((st = input_shapes(s, n_shapes, shapes, ranks, dims, &complete, err))) goto fail;
+    for (size_t i = 0; i < s->n_inputs; i++)
+        for (size_t j = 0; j < n_shapes; j++)
+            if (strcmp(shapes[j].name, g->values[s->inputs[i]].name) == 0) {
+                s->fixed[i] = shapes[j];
+                s->fixed[i].name = g->values[s->inputs[i]].name;
+            }
+    if (complete) {
+        struct rt_plan *p;
+        if ((st = get_plan(s, ranks, (const int64_t(*)[QP_MAX_RANK])dims, NULL, &p, err)))
+            goto fail;
+    }
+    free(ranks);
+    free(dims);
+    *session_out = s;
+    return QP_OK;
+fail:
+    free(ranks);
+    free(dims);
+    qp_session_free(s);
+    return st;
+}
+
+void qp_session_free(struct qp_session *s) {
+    if (!s) return;
+    for (size_t k = 0; k < s->n_plans; k++)
+        rt_plan_free(s->plans[k], s->n_inputs);
+    free(s->plans);
+    free(s->kernels);
+    free(s->opsets);
+    free(s->inputs);
+    free(s->outputs);
+    free(s->fixed);
+    free(s->keyed);
+    free(s);
+}
+
+size_t qp_session_n_inputs(const struct qp_session *s) {
+    return s ? s->n_inputs : 0;
+}
+size_t qp_session_n_outputs(const struct qp_session *s) {
+    return s ? s->n_outputs : 0;
+}
+
+const char *qp_session_input_name(const struct qp_session *s, size_t i) {
+    return s && i < s->n_inputs ? s->g->values[s->inputs[i]].name : NULL;
+}
+
+enum qp_dtype qp_session_input_dtype(const struct qp_session *s, size_t i) {
+    return s && i < s->n_inputs ? s->g->values[s->inputs[i]].dtype : QP_DTYPE_UNDEFINED;
+}
+
+const char *qp_session_output_name(const struct qp_session *s, size_t i) {
+    return s && i < s->n_outputs ? s->g->values[s->outputs[i]].name : NULL;
+}
+
+int qp_session_input_index(const struct qp_session *s, const char *name) {
+    if (!s || !name) return -1;
+    for (size_t i = 0; i < s->n_inputs; i++)
+        if (strcmp(s->g->values[s->inputs[i]].name, name) == 0) return (int)i;
+    return -1;
+}
+
+void qp_session_set_threads(struct qp_session *s, int n_threads) {
+    if (!s) return;
+    if (n_threads <= 0) n_threads = omp_get_num_procs();
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > 1024) n_threads = 1024;
+    s->n_threads = n_threads;
+}
+
+void qp_session_set_observer(struct qp_session *s, qp_observer_fn fn, void *user) {
+    if (!s) return;
+    s->observer = fn;
+    s->observer_user = fn ? user : NULL;
+}
+
+size_t qp_session_arena_bytes(const struct qp_session *s) {
+    if (!s) return 0;
+    if (s->last) return s->last->arena_bytes;
+    return s->n_plans ? s->plans[s->n_plans - 1]->arena_bytes : 0;
+}
+
+enum qp_status qp_session_plan(struct qp_session *s, size_t n_shapes, const struct qp_shape *shapes,
+                               struct qp_error *err) {
+    if (!s || (n_shapes && !shapes))
+        return qp_error_set(err, QP_ERR_USAGE, "session: NULL argument");
+    int ranks[64];
+    int64_t(*dims)[QP_MAX_RANK] = calloc(s->n_inputs + 1, sizeof *dims);
+    int *rk = s->n_inputs <= 64 ? ranks : calloc(s->n_inputs, sizeof *rk);
+    enum qp_status st = QP_OK;
+    if (!dims || !rk) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        goto done;
+    }
+    int complete;
+    if ((st = input_shapes(s, n_shapes, shapes, rk, dims, &complete, err))) goto done;
+    if (!complete) {
+        st = qp_error_set(err, QP_ERR_USAGE,
+                          "session: some input dimensions are still unknown; give every "
+                          "dynamic input a shape");
+        goto done;
+    }
+    struct rt_plan *p;
+    st = get_plan(s, rk, (const int64_t(*)[QP_MAX_RANK])dims, NULL, &p, err);
+done:
+    free(dims);
+    if (rk != ranks) free(rk);
+    return st;
+}
+
+static enum qp_status observe(struct qp_session *s, const struct rt_step *stp,
+                              struct qp_error *err) {
+    const struct qp_node *n = &s->g->nodes[stp->node];
+    for (int i = 0; i < stp->n_out; i++) {
+        const struct qp_kt *t = stp->val_out[i];
+        if (!t) continue;
+        struct qp_array a;
+        memset(&a, 0, sizeof a);
+        a.dtype = t->dtype;
+        a.rank = t->rank;
+        memcpy(a.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
+        a.data = t->data;
+        a.nbytes = t->nbytes;
+        if (s->observer(s->g->values[n->outputs[i]].name, n->name, &a, s->observer_user))
+            return qp_error_set(err, QP_ERR_USAGE,
+                                "session: the observer stopped the run at "
+                                "tensor '%s'",
+                                s->g->values[n->outputs[i]].name);
+    }
+    return QP_OK;
+}
+
+enum qp_status qp_session_run(struct qp_session *s, size_t n_inputs, const struct qp_array *inputs,
+                              struct qp_error *err) {
+    if (!s || (n_inputs && !inputs))
+        return qp_error_set(err, QP_ERR_USAGE, "session: NULL argument");
+    s->last = NULL;
+    if (n_inputs != s->n_inputs)
+        return qp_error_set(err, QP_ERR_USAGE, "session: %zu inputs given, the model takes %zu",
+                            n_inputs, s->n_inputs);
+    int ranks_buf[16] = {0};
+    int64_t dims_buf[16][QP_MAX_RANK];
+    int *ranks = ranks_buf;
+    int64_t(*dims)[QP_MAX_RANK] = dims_buf;
+    enum qp_status st = QP_OK;
+    if (n_inputs > 16) {
+        ranks = calloc(n_inputs, sizeof *ranks);
+        dims = calloc(n_inputs, sizeof *dims);
+        if (!ranks || !dims) {
+            st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+            goto done;
+        }
+    }
+    for (size_t i = 0; i < n_inputs; i++) {
+        const struct qp_value *v = &s->g->values[s->inputs[i]];
+        const struct qp_array *a = &inputs[i];
+        if (a->dtype != v->dtype) {
+            st = qp_error_set(err, QP_ERR_USAGE, "session: input '%s' is %s, the model expects %s",
+                              v->name, qp_dtype_name(a->dtype), qp_dtype_name(v->dtype));
+            goto done;
+        }
+        if (a->rank < 0 || a->rank > QP_MAX_RANK) {
+            st = qp_error_set(err, QP_ERR_USAGE, "session: input '%s' has rank %d", v->name,
+                              a->rank);
+            goto done;
+        }
+        ranks[i] = a->rank;
+        memcpy(dims[i], a->dims, sizeof dims[i]);
+        int ok;
+        uint64_t numel = qp_array_numel(a, &ok);
+        size_t nb = ok ? qp_dtype_nbytes(a->dtype, numel, &ok) : 0;
+        if (!ok || nb != a->nbytes || (nb && !a->data)) {
+            st = qp_error_set(err, QP_ERR_USAGE,
+                              "session: input '%s' has %zu bytes for its shape "
+                              "(expected %zu)",
+                              v->name, a->nbytes, nb);
+            goto done;
+        }
+    }
+    /* A caller shape must agree with the model (checked by input_shapes). */
+    {
+        struct qp_shape tmp_shapes[1];
+        (void)tmp_shapes;
+        for (size_t i = 0; i < n_inputs; i++) {
+            const struct qp_value *v = &s->g->values[s->inputs[i]];
+            if (v->rank >= 0 && v->rank != ranks[i]) {
+                st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                                  "session: input '%s' has rank %d, the model expects %d", v->name,
+                                  ranks[i], v->rank);
+                goto done;
+            }
+            for (int d = 0; v->rank >= 0 && d < v->rank; d++)
+                if (v->dims[d].value >= 0 && v->dims[d].value != dims[i][d]) {
+                    st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                                      "session: input '%s' dimension %d is %lld, the model "
+                                      "expects %lld",
+                                      v->name, d, (long long)dims[i][d],
+                                      (long long)v->dims[d].value);
+                    goto done;
+                }
+        }
+    }
+    struct rt_plan *p;
+    if ((st = get_plan(s, ranks, (const int64_t(*)[QP_MAX_RANK])dims, inputs, &p, err))) goto done;
+    if (!p) {
+        st = qp_error_set(err, QP_ERR_INTERNAL, "session: no plan");
+        goto done;
+    }
+    for (size_t i = 0; i < n_inputs; i++) {
+        static unsigned char empty[64];
+        if (!s->keyed[i]) p->vals[s->inputs[i]].data = inputs[i].nbytes ? inputs[i].data : empty;
+    }
+    for (size_t k = 0; k < p->n_steps; k++) {
+        struct rt_step *stp = &p->steps[k];
+        if ((st = rt_step_run(s, p, stp, p->scratch, err))) goto done;
+        if (s->observer && (st = observe(s, stp, err))) goto done;
+    }
+    s->last = p;
+done:
+    if (ranks != ranks_buf) free(ranks);
+    if (dims != dims_buf) free(dims);
+    return st;
+}
+
+enum qp_status qp_session_output(const struct qp_session *s, size_t i, struct qp_array *view_out,
+                                 struct qp_error *err) {
+    if (!s || !view_out) return qp_error_set(err, QP_ERR_USAGE, "session: NULL argument");
+    if (!s->last) return qp_error_set(err, QP_ERR_USAGE, "session: no successful run yet");
+    if (i >= s->n_outputs)
+        return qp_error_set(err, QP_ERR_USAGE, "session: output %zu of %zu", i, s->n_outputs);
+    const struct qp_kt *t = &s->last->vals[s->outputs[i]];
+    memset(view_out, 0, sizeof *view_out);
+    view_out->dtype = t->dtype;
+    view_out->rank = t->rank;
+    memcpy(view_out->dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
+    view_out->data = t->data;
+    view_out->nbytes = t->nbytes;
+    return QP_OK;
+}

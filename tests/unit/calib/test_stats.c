@@ -1,0 +1,353 @@
+/* Streaming statistics: ranges, NaN/Inf accounting, histogram growth across batches (against a
+ * one-shot histogram and against ORT's documented re-binning), caps, per-channel absmax and
+ * memory that does not depend on the number of batches. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calib/stats.h"
+#include "qplace/dtype.h"
+
+static struct qp_array view_f32(float *x, int64_t n) {
+    struct qp_array a;
+    struct qp_error err = {0};
+    int64_t dims[1] = {n};
+    assert_int_equal(qp_array_view(&a, QP_DTYPE_FLOAT, 1, dims, x, (size_t)n * sizeof *x, &err),
+                     QP_OK);
+    return a;
+}
+
+static struct qp_stats *make(int flags, int64_t n_bins, int64_t max_bins, int64_t n_abs,
+                             int64_t max_abs) {
+    struct qp_stats_config cfg;
+    qp_stats_config_default(&cfg, flags);
+    if (n_bins) cfg.n_bins = n_bins;
+    if (max_bins) cfg.max_bins = max_bins;
+    if (n_abs) cfg.n_abs_bins = n_abs;
+    if (max_abs) cfg.max_abs_bins = max_abs;
+    struct qp_stats *s = NULL;
+    struct qp_error err = {0};
+    assert_int_equal(qp_stats_create(&cfg, &s, &err), QP_OK);
+    return s;
+}
+
+static void feed(struct qp_stats *s, float *x, int64_t n) {
+    struct qp_array a = view_f32(x, n);
+    struct qp_error err = {0};
+    assert_int_equal(qp_stats_update(s, &a, &err), QP_OK);
+}
+
+static void test_ranges_and_nonfinite(void **state) {
+    (void)state;
+    struct qp_stats *s = make(QP_STATS_HIST | QP_STATS_ABS_HIST, 0, 0, 0, 0);
+    float b1[] = {0.5f, NAN, -2.0f, 1.0f, INFINITY};
+    float b2[] = {-INFINITY, 3.0f, NAN, 0.25f};
+    feed(s, b1, 5);
+    feed(s, b2, 4);
+    struct qp_stats_summary sum;
+    qp_stats_summary(s, &sum);
+    assert_int_equal(sum.n_batches, 2);
+    assert_int_equal(sum.n_values, 5);
+    assert_int_equal(sum.n_nan, 2);
+    assert_int_equal(sum.n_inf, 2);
+    assert_true(sum.has_range);
+    assert_true(sum.min == -2.0 && sum.max == 3.0 && sum.absmax == 3.0);
+    /* the histograms hold only the finite values */
+    struct qp_stats_hist h;
+    qp_stats_hist(s, &h);
+    uint64_t total = 0;
+    for (int64_t i = 0; i < h.n; i++)
+        total += h.counts[i];
+    assert_int_equal(total, 5);
+    struct qp_stats_abs_hist ah;
+    qp_stats_abs_hist(s, &ah);
+    total = 0;
+    for (int64_t i = 0; i < ah.n; i++)
+        total += ah.counts[i];
+    assert_int_equal(total + ah.n_below, 5);
+    qp_stats_free(s);
+
+    /* a batch of only NaN/Inf gives no range */
+    s = make(0, 0, 0, 0, 0);
+    float b3[] = {NAN, INFINITY};
+    feed(s, b3, 2);
+    qp_stats_summary(s, &sum);
+    assert_false(sum.has_range);
+    assert_int_equal(sum.n_nan, 1);
+    assert_int_equal(sum.n_inf, 1);
+    qp_stats_free(s);
+}
+
+static void test_dtypes(void **state) {
+    (void)state;
+    struct qp_error err = {0};
+    struct qp_stats *s = make(0, 0, 0, 0, 0);
+    uint16_t h16[3] = {qp_f32_to_fp16(-1.5f), qp_f32_to_fp16(2.0f), 0x7e00 /* NaN */};
+    uint16_t b16[2] = {qp_f32_to_bf16(-7.0f), qp_f32_to_bf16(0.5f)};
+    double d[2] = {4.0, -0.125};
+    int64_t dims3[1] = {3}, dims2[1] = {2};
+    struct qp_array a;
+    assert_int_equal(qp_array_view(&a, QP_DTYPE_FLOAT16, 1, dims3, h16, sizeof h16, &err), QP_OK);
+    assert_int_equal(qp_stats_update(s, &a, &err), QP_OK);
+    assert_int_equal(qp_array_view(&a, QP_DTYPE_BFLOAT16, 1, dims2, b16, sizeof b16, &err), QP_OK);
+    assert_int_equal(qp_stats_update(s, &a, &err), QP_OK);
+    assert_int_equal(qp_array_view(&a, QP_DTYPE_DOUBLE, 1, dims2, d, sizeof d, &err), QP_OK);
+    assert_int_equal(qp_stats_update(s, &a, &err), QP_OK);
+    struct qp_stats_summary sum;
+    qp_stats_summary(s, &sum);
+    assert_true(sum.min == -7.0 && sum.max == 4.0);
+    assert_int_equal(sum.n_nan, 1);
+    int32_t ints[2] = {1, 2};
+    assert_int_equal(qp_array_view(&a, QP_DTYPE_INT32, 1, dims2, ints, sizeof ints, &err), QP_OK);
+    assert_int_equal(qp_stats_update(s, &a, &err), QP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "int32"));
+    qp_stats_free(s);
+}
+
+/* No growth needed: batch 1 holds the global absmax, so feeding in two batches gives exactly
+ * the one-shot histogram of all the data. */
+static void test_hist_no_growth_equals_one_shot(void **state) {
+    (void)state;
+    enum { N = 1000 };
+    static float all[N];
+    uint32_t x = 12345;
+    for (int i = 0; i < N; i++) {
+        x = x * 1664525u + 1013904223u;
+        all[i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * 3.0f;
+    }
+    all[0] = -4.0f; /* the global absmax, in batch 1 */
+    struct qp_stats *one = make(QP_STATS_HIST, 0, 0, 0, 0);
+    struct qp_stats *two = make(QP_STATS_HIST, 0, 0, 0, 0);
+    feed(one, all, N);
+    feed(two, all, 400);
+    feed(two, all + 400, N - 400);
+    struct qp_stats_hist h1, h2;
+    qp_stats_hist(one, &h1);
+    qp_stats_hist(two, &h2);
+    assert_int_equal(h1.n, 128);
+    assert_int_equal(h2.n, 128);
+    assert_true(h1.threshold == 4.0 && h2.threshold == 4.0);
+    assert_memory_equal(h1.counts, h2.counts, 128 * sizeof(uint64_t));
+    uint64_t total = 0;
+    for (int i = 0; i < 128; i++)
+        total += h2.counts[i];
+    assert_int_equal(total, N);
+    qp_stats_free(one);
+    qp_stats_free(two);
+}
+
+/* Growth, checked by hand against §5.4: T = 1, stride 1/64; a batch with t = 2.3 adds
+ * k = floor(1.3 / (1/64)) + 1 = 84 bins per side: 296 bins over [-2.3125, 2.3125]. */
+static void test_hist_growth_rebin(void **state) {
+    (void)state;
+    struct qp_stats *s = make(QP_STATS_HIST, 0, 0, 0, 0);
+    float b1[] = {-1.0f, 1.0f, 0.5f};
+    float b2[] = {2.3f, -0.1f};
+    feed(s, b1, 3);
+    struct qp_stats_hist h;
+    qp_stats_hist(s, &h);
+    assert_int_equal(h.n, 128);
+    assert_int_equal(h.counts[0], 1);   /* -1: first bin */
+    assert_int_equal(h.counts[127], 1); /* 1: the last bin includes its right edge */
+    assert_int_equal(h.counts[96], 1);  /* 0.5: (0.5 + 1) / 2 * 128 */
+    feed(s, b2, 2);
+    qp_stats_hist(s, &h);
+    assert_int_equal(h.n, 296);
+    assert_float_equal(h.threshold, 2.3125, 1e-12);
+    assert_float_equal(h.stride, 1.0 / 64, 1e-15);
+    uint64_t expect[296] = {0};
+    expect[84] = expect[84 + 127] = expect[84 + 96] = 1; /* old counts, in the middle */
+    expect[295] = 1;                                     /* 2.3: (2.3 + 2.3125) * 64 = 295.2 */
+    expect[141] = 1;                                     /* -0.1: 2.2125 * 64 = 141.6 */
+    assert_memory_equal(h.counts, expect, sizeof expect);
+    assert_float_equal(qp_stats_hist_edge(&h, 84), -1.0, 1e-12);
+    /* a later batch inside the range does not grow it */
+    float b3[] = {-2.0f};
+    feed(s, b3, 1);
+    qp_stats_hist(s, &h);
+    assert_int_equal(h.n, 296);
+    assert_int_equal(h.counts[20], 1); /* (-2 + 2.3125) * 64 = 20 exactly: bin 20 */
+    qp_stats_free(s);
+}
+
+/* Zeros first: T stays 0 and the zeros sit in the middle bin, which becomes [0, stride) once
+ * a real range arrives (ORT: same bin count, old counts added bin for bin). */
+static void test_hist_zero_first(void **state) {
+    (void)state;
+    struct qp_stats *s = make(QP_STATS_HIST, 0, 0, 0, 0);
+    float z[4] = {0};
+    float b[] = {-2.0f, 2.0f};
+    feed(s, z, 4);
+    struct qp_stats_hist h;
+    qp_stats_hist(s, &h);
+    assert_true(h.threshold == 0.0);
+    assert_int_equal(h.counts[64], 4);
+    feed(s, b, 2);
+    qp_stats_hist(s, &h);
+    assert_int_equal(h.n, 128);
+    assert_true(h.threshold == 2.0);
+    assert_int_equal(h.counts[64], 4);
+    assert_int_equal(h.counts[0], 1);
+    assert_int_equal(h.counts[127], 1);
+    qp_stats_free(s);
+}
+
+/* The cap: growth that would pass it merges pairs of bins first, keeping 0 on an edge. */
+static void test_hist_cap_coarsens(void **state) {
+    (void)state;
+    struct qp_stats *s = make(QP_STATS_HIST, 8, 20, 0, 0);
+    float b1[] = {-1.0f, 1.0f, 0.1f};
+    feed(s, b1, 3);
+    float b2[] = {3.9f};
+    /* without the cap: stride 0.25, k = floor(2.9 / 0.25) + 1 = 12 -> 32 bins > 20.
+     * Halve: 8 bins, half count 4 even -> 4 bins of 0.5 over [-1, 1]; k = floor(2.9/0.5)+1 = 6
+     * -> 16 bins over [-4, 4]. */
+    feed(s, b2, 1);
+    struct qp_stats_hist h;
+    qp_stats_hist(s, &h);
+    assert_int_equal(h.n, 16);
+    assert_int_equal(h.n_coarsened, 1);
+    assert_float_equal(h.threshold, 4.0, 1e-12);
+    uint64_t expect[16] = {0};
+    expect[6] = 1;  /* -1 in [-1, -0.5) */
+    expect[8] = 1;  /* 0.1 in [0, 0.5) */
+    expect[9] = 1;  /* 1 in the old last bin [0.5, 1] */
+    expect[15] = 1; /* 3.9 */
+    assert_memory_equal(h.counts, expect, sizeof expect);
+    assert_true(qp_stats_bytes(s) <= sizeof(uint64_t) * 20 + 4096);
+    qp_stats_free(s);
+}
+
+/* The |x| histogram (percentile): range [min|x|, max|x|] of the first batch, bins appended on
+ * the right, later values below the first edge are not binned (as ORT). */
+static void test_abs_hist_growth(void **state) {
+    (void)state;
+    struct qp_stats *s = make(QP_STATS_ABS_HIST, 0, 0, 4, 0);
+    float b1[] = {1.0f, -5.0f, 2.0f, 3.5f}; /* |x| in [1, 5], width 1 */
+    feed(s, b1, 4);
+    struct qp_stats_abs_hist h;
+    qp_stats_abs_hist(s, &h);
+    assert_int_equal(h.n, 4);
+    assert_true(h.lo == 1.0 && h.width == 1.0);
+    uint64_t e1[4] = {1, 1, 1, 1}; /* 1 | 2 | 3.5 | 5 (closed last bin) */
+    assert_memory_equal(h.counts, e1, sizeof e1);
+    float b2[] = {7.5f, 0.5f, -4.5f}; /* grows by ceil((7.5 - 5) / 1) = 3 bins */
+    feed(s, b2, 3);
+    qp_stats_abs_hist(s, &h);
+    assert_int_equal(h.n, 7);
+    uint64_t e2[7] = {1, 1, 1, 2, 0, 0, 1};
+    assert_memory_equal(h.counts, e2, sizeof e2);
+    assert_int_equal(h.n_below, 1);
+    assert_float_equal(qp_stats_abs_hist_edge(&h, 7), 8.0, 1e-12);
+    qp_stats_free(s);
+}
+
+static void test_memory_independent_of_batches(void **state) {
+    (void)state;
+    struct qp_stats *s = make(QP_STATS_HIST | QP_STATS_ABS_HIST, 0, 0, 0, 0);
+    float b[256];
+    uint32_t x = 7;
+    size_t after_first = 0;
+    for (int it = 0; it < 2000; it++) {
+        for (int i = 0; i < 256; i++) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            b[i] = (float)(x % 2001) / 1000.0f - 1.0f; /* always within [-1, 1] */
+        }
+        b[0] = 1.0f;
+        feed(s, b, 256);
+        if (it == 0) after_first = qp_stats_bytes(s);
+        assert_int_equal(qp_stats_bytes(s), after_first);
+    }
+    struct qp_stats_summary sum;
+    qp_stats_summary(s, &sum);
+    assert_int_equal(sum.n_values, 2000 * 256);
+    /* and with ranges that keep growing, memory stays under the caps */
+    for (int it = 0; it < 200; it++) {
+        b[0] = (float)(it + 2) * 10.0f;
+        feed(s, b, 256);
+    }
+    assert_true(qp_stats_bytes(s) <=
+                sizeof(uint64_t) * (QP_STATS_DEFAULT_MAX_BINS + QP_STATS_DEFAULT_MAX_ABS_BINS) +
+                    4096);
+    qp_stats_free(s);
+}
+
+static void test_pooled_batch(void **state) {
+    (void)state;
+    /* Pooled: the growth decision is taken over both arrays at once (one batch). */
+    struct qp_stats *s = make(QP_STATS_HIST, 0, 0, 0, 0);
+    float a1[] = {-1.0f, 0.5f}, a2[] = {2.0f};
+    struct qp_array arr[2] = {view_f32(a1, 2), view_f32(a2, 1)};
+    struct qp_error err = {0};
+    assert_int_equal(qp_stats_update_pooled(s, arr, 2, &err), QP_OK);
+    struct qp_stats_hist h;
+    qp_stats_hist(s, &h);
+    assert_int_equal(h.n, 128);
+    assert_true(h.threshold == 2.0);
+    struct qp_stats_summary sum;
+    qp_stats_summary(s, &sum);
+    assert_int_equal(sum.n_batches, 1);
+    assert_int_equal(sum.n_values, 3);
+    qp_stats_free(s);
+}
+
+static void test_channel_absmax(void **state) {
+    (void)state;
+    struct qp_error err = {0};
+    /* w[2][3][2] */
+    float w[12] = {1, -2, 3, -4, 5, -6, -7, 8, NAN, 10, 11, -12};
+    int64_t dims[3] = {2, 3, 2};
+    struct qp_array a;
+    assert_int_equal(qp_array_view(&a, QP_DTYPE_FLOAT, 3, dims, w, sizeof w, &err), QP_OK);
+    float o0[2], o1[3], o2[2];
+    uint64_t bad = 0;
+    assert_int_equal(qp_stats_channel_absmax(&a, 0, o0, 2, &bad, &err), QP_OK);
+    assert_true(o0[0] == 6.0f && o0[1] == 12.0f);
+    assert_int_equal(bad, 1);
+    assert_int_equal(qp_stats_channel_absmax(&a, 1, o1, 3, NULL, &err), QP_OK);
+    assert_true(o1[0] == 8.0f && o1[1] == 10.0f && o1[2] == 12.0f);
+    assert_int_equal(qp_stats_channel_absmax(&a, -1, o2, 2, NULL, &err), QP_OK);
+    assert_true(o2[0] == 11.0f && o2[1] == 12.0f);
+    assert_int_equal(qp_stats_channel_absmax(&a, 3, o2, 2, NULL, &err), QP_ERR_USAGE);
+    assert_int_equal(qp_stats_channel_absmax(&a, 1, o2, 2, NULL, &err), QP_ERR_USAGE);
+}
+
+static void test_bad_config(void **state) {
+    (void)state;
+    struct qp_stats_config cfg;
+    struct qp_stats *s = NULL;
+    struct qp_error err = {0};
+    qp_stats_config_default(&cfg, QP_STATS_HIST);
+    cfg.n_bins = 127;
+    assert_int_equal(qp_stats_create(&cfg, &s, &err), QP_ERR_USAGE);
+    qp_stats_config_default(&cfg, QP_STATS_HIST);
+    cfg.max_bins = 200;
+    assert_int_equal(qp_stats_create(&cfg, &s, &err), QP_ERR_USAGE);
+    assert_null(s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ranges_and_nonfinite),
+        cmocka_unit_test(test_dtypes),
+        cmocka_unit_test(test_hist_no_growth_equals_one_shot),
+        cmocka_unit_test(test_hist_growth_rebin),
+        cmocka_unit_test(test_hist_zero_first),
+        cmocka_unit_test(test_hist_cap_coarsens),
+        cmocka_unit_test(test_abs_hist_growth),
+        cmocka_unit_test(test_memory_independent_of_batches),
+        cmocka_unit_test(test_pooled_batch),
+        cmocka_unit_test(test_channel_absmax),
+        cmocka_unit_test(test_bad_config),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,140 @@
+/* Session tests on small graphs built with the IR: plan-time shape subgraphs, plans per shape
+ * set, unsupported ops reported at creation, observers, usage errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ir/ir.h"
+#include "qplace/session.h"
+
+static struct qp_opset opset17 = {"", 17};
+static struct qp_dim dyn_dims[2] = {{-1, "batch"}, {3, NULL}};
+
+static void node(struct qp_graph *g, const char *op, int ni, const char *a, const char *b,
+                 const char *out) {
+    const char *ins[2] = {a, b};
+    struct qp_error err = {0};
+    assert_int_equal(qp_graph_add_node(g, NULL, op, "", ni, ins, 1, &out, NULL, &err), QP_OK);
+}
+
+/* x[batch,3] -> Relu -> r; Shape(r) -> s; Reshape(r, s) -> y; y + r -> z (output) */
+static struct qp_model *model(const char *extra_op) {
+    struct qp_model *m = qp_model_create();
+    assert_non_null(m);
+    m->opsets = &opset17;
+    m->n_opsets = 1;
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    int x = qp_graph_value(g, "x");
+    g->values[x].dtype = QP_DTYPE_FLOAT;
+    g->values[x].rank = 2;
+    g->values[x].dims = dyn_dims;
+    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
+    node(g, extra_op ? extra_op : "Relu", 1, "x", NULL, "r");
+    node(g, "Shape", 1, "r", NULL, "s");
+    node(g, "Reshape", 2, "r", "s", "y");
+    node(g, "Add", 2, "y", "r", "z");
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "z"), &err), QP_OK);
+    assert_int_equal(qp_graph_name_nodes(g, &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    return m;
+}
+
+static int n_observed;
+static int observer(const char *tensor, const char *node_name, const struct qp_array *v,
+                    void *user) {
+    (void)node_name;
+    (void)user;
+    assert_non_null(tensor);
+    assert_non_null(v->data);
+    n_observed++;
+    return 0;
+}
+
+static void test_run_dynamic_shapes(void **state) {
+    (void)state;
+    struct qp_model *m = model(NULL);
+    struct qp_session *s = NULL;
+    struct qp_error err = {0};
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
+    assert_int_equal(qp_session_n_inputs(s), 1);
+    assert_string_equal(qp_session_input_name(s, 0), "x");
+    for (int batch = 1; batch <= 2; batch++) {
+        float x[6] = {-1, 2, -3, 4, -5, 6};
+        struct qp_array in;
+        int64_t dims[2] = {batch, 3};
+        assert_int_equal(
+            qp_array_view(&in, QP_DTYPE_FLOAT, 2, dims, x, sizeof(float) * 3 * batch, &err), QP_OK);
+        n_observed = 0;
+        qp_session_set_observer(s, observer, NULL);
+        assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+        /* Shape is evaluated at plan time: Relu, Reshape and Add are observed */
+        assert_int_equal(n_observed, 3);
+        struct qp_array out;
+        assert_int_equal(qp_session_output(s, 0, &out, &err), QP_OK);
+        assert_int_equal(out.rank, 2);
+        assert_int_equal(out.dims[0], batch);
+        const float *z = out.data;
+        assert_true(z[0] == 0.0f && z[1] == 4.0f && z[2] == 0.0f);
+        if (batch == 2) assert_true(z[5] == 12.0f);
+    }
+    /* wrong dtype and count are usage errors */
+    struct qp_array bad;
+    int64_t d[2] = {1, 3};
+    int32_t xi[3] = {0};
+    assert_int_equal(qp_array_view(&bad, QP_DTYPE_INT32, 2, d, xi, sizeof xi, &err), QP_OK);
+    assert_int_equal(qp_session_run(s, 1, &bad, &err), QP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "'x'"));
+    assert_int_equal(qp_session_run(s, 0, NULL, &err), QP_ERR_USAGE);
+    /* a static dim that disagrees with the model */
+    int64_t d2[2] = {1, 4};
+    float x4[4] = {0};
+    assert_int_equal(qp_array_view(&bad, QP_DTYPE_FLOAT, 2, d2, x4, sizeof x4, &err), QP_OK);
+    assert_int_equal(qp_session_run(s, 1, &bad, &err), QP_ERR_BAD_INPUT);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
+static void test_plan_at_create(void **state) {
+    (void)state;
+    struct qp_model *m = model(NULL);
+    struct qp_session *s = NULL;
+    struct qp_error err = {0};
+    struct qp_shape shape = {.name = "x", .rank = 2, .dims = {4, 3}};
+    assert_int_equal(qp_session_create(m, NULL, 1, &shape, &s, &err), QP_OK);
+    /* r (48 bytes) and y/z fit in a few 64-byte slots, reused */
+    assert_true(qp_session_arena_bytes(s) > 0);
+    assert_true(qp_session_arena_bytes(s) <= 3 * 64);
+    qp_session_free(s);
+    struct qp_shape wrong = {.name = "nope", .rank = 2, .dims = {4, 3}};
+    assert_int_equal(qp_session_create(m, NULL, 1, &wrong, &s, &err), QP_ERR_BAD_INPUT);
+    assert_null(s);
+    qp_model_free(m);
+}
+
+static void test_unsupported_op_at_create(void **state) {
+    (void)state;
+    struct qp_model *m = model("FancyOp");
+    struct qp_session *s = NULL;
+    struct qp_error err = {0};
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_ERR_UNSUPPORTED);
+    assert_null(s);
+    assert_non_null(strstr(err.msg, "FancyOp"));
+    assert_non_null(strstr(err.msg, "opset 17"));
+    assert_non_null(strstr(err.msg, "ai.onnx"));
+    assert_non_null(strstr(err.msg, "float"));
+    qp_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_run_dynamic_shapes),
+        cmocka_unit_test(test_plan_at_create),
+        cmocka_unit_test(test_unsupported_op_at_create),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
