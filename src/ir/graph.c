@@ -283,12 +283,19 @@ nomem:
 struct qp_attr *qp_node_add_attr(struct qp_graph *g, int node, const char *name,
                                  enum qp_attr_type type) {
     struct qp_node *n = &g->nodes[node];
-    struct qp_attr *attrs = qp_arena_calloc(g->model->arena, (size_t)n->n_attrs + 1, sizeof *attrs);
     const char *copy = qp_arena_strdup(g->model->arena, name ? name : "");
-    if (!attrs || !copy) return NULL;
-    if (n->n_attrs) memcpy(attrs, n->attrs, (size_t)n->n_attrs * sizeof *attrs);
-    n->attrs = attrs;
-    struct qp_attr *at = &attrs[n->n_attrs++];
+    if (!copy || n->n_attrs >= 0x3fffffff) return NULL;
+    /* Callers that fill attrs themselves may leave cap_attrs at 0: treat it as full. */
+    if (n->n_attrs >= n->cap_attrs) {
+        int cap = n->n_attrs < 4 ? 4 : n->n_attrs * 2;
+        struct qp_attr *attrs = qp_arena_calloc(g->model->arena, (size_t)cap, sizeof *attrs);
+        if (!attrs) return NULL;
+        if (n->n_attrs) memcpy(attrs, n->attrs, (size_t)n->n_attrs * sizeof *attrs);
+        n->attrs = attrs;
+        n->cap_attrs = cap;
+    }
+    struct qp_attr *at = &n->attrs[n->n_attrs++];
+    memset(at, 0, sizeof *at);
     at->name = copy;
     at->type = type;
     return at;
@@ -347,10 +354,10 @@ static enum qp_status list_add(struct qp_graph *g, int **arr, size_t *n, size_t 
                                int distinct, const char *what, struct qp_error *err) {
     if (v < 0 || (size_t)v >= g->n_values)
         return qp_error_set(err, QP_ERR_USAGE, "graph: %s: no value %d", what, v);
-    for (size_t i = 0; distinct && i < *n; i++)
-        if ((*arr)[i] == v)
-            return qp_error_set(err, QP_ERR_BAD_INPUT, "graph: '%s' is listed twice as a %s",
-                                g->values[v].name, what);
+    /* Only graph inputs must be distinct; the value's flag says whether it is listed. */
+    if (distinct && g->values[v].is_graph_input)
+        return qp_error_set(err, QP_ERR_BAD_INPUT, "graph: '%s' is listed twice as a %s",
+                            g->values[v].name, what);
     if (!qp_ir_grow((void **)arr, cap, *n + 1, sizeof **arr))
         return qp_error_set(err, QP_ERR_NOMEM, "graph: out of memory");
     (*arr)[(*n)++] = v;

@@ -136,8 +136,9 @@ struct qp_node {
     const char *domain; /* "" for the default ONNX domain */
     const char *doc_string;
     int n_inputs, n_outputs, n_attrs;
-    int *inputs;  /* value index, or -1 for an omitted optional input ("") */
-    int *outputs; /* value index, or -1 for an omitted optional output */
+    int cap_attrs; /* capacity of `attrs` (arena-allocated, grown geometrically) */
+    int *inputs;   /* value index, or -1 for an omitted optional input ("") */
+    int *outputs;  /* value index, or -1 for an omitted optional output */
     struct qp_attr *attrs;
     int dead;           /* removed by an edit; skipped by topo order and the saver */
     const void *origin; /* NodeProto it came from (unknown fields), NULL if made by qplace */

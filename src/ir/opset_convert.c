@@ -334,8 +334,10 @@ static enum qp_status drop_attrs(struct conv *c, int n_names, const char *const 
             drop |= !strcmp(n->attrs[i].name, names[k]);
         if (!drop) attrs[j++] = n->attrs[i];
     }
+    /* A fresh array, so attribute pointers taken before the drop stay valid. */
     n->attrs = attrs;
     n->n_attrs = keep;
+    n->cap_attrs = keep + 1;
     c->changed = 1;
     return QP_OK;
 }

@@ -472,13 +472,15 @@ fail:
     free(c.locations);
     free(c.loc_hash);
     qp_model_free(m);
-    if (err) qp_error_prefix(err, "%s", where);
+    qp_error_prefix(err, "%s", where);
     return st;
 }
 
 enum qp_status qp_model_load_buffer(const void *data, size_t size, const char *base_dir,
                                     const struct qp_load_options *opts, struct qp_model **model_out,
                                     struct qp_error *err) {
+    struct qp_error local = {0}; /* messages are built by prefixing, which needs a record */
+    if (!err) err = &local;
     if (!model_out || (!data && size))
         return qp_error_set(err, QP_ERR_USAGE, "load: no buffer or no output pointer");
     char *dir = NULL;
@@ -497,6 +499,8 @@ enum qp_status qp_model_load_buffer(const void *data, size_t size, const char *b
 
 enum qp_status qp_model_load_file(const char *path, const struct qp_load_options *opts,
                                   struct qp_model **model_out, struct qp_error *err) {
+    struct qp_error local = {0}; /* messages are built by prefixing, which needs a record */
+    if (!err) err = &local;
     if (!path || !*path || !model_out)
         return qp_error_set(err, QP_ERR_USAGE, "load: no path or no output pointer");
     enum qp_status st = QP_OK;

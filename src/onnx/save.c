@@ -678,7 +678,7 @@ static enum qp_status build(struct saver *s, int externalize, Onnx__ModelProto *
 
 enum qp_status qp_model_save_file(const struct qp_model *model, const char *path,
                                   const struct qp_save_options *opts, struct qp_error *err) {
-    struct qp_error local;
+    struct qp_error local = {0};
     if (!err) err = &local;
     if (!model || !model->graph || !path || !*path)
         return qp_error_set(err, QP_ERR_USAGE, "save: no model or no path");

@@ -481,7 +481,7 @@ static void test_every_truncation_fails(void **state) {
         char path[512];
         snprintf(path, sizeof path, DATA "%s", files[f]);
         uint8_t *buf;
-        size_t size;
+        size_t size = 0;
         assert_int_equal(read_file_bytes(path, &buf, &size), 0);
         for (size_t n = 0; n < size; n++) {
             struct qp_error err = {0};

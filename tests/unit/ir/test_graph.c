@@ -8,6 +8,7 @@
 
 #include <cmocka.h>
 
+#include "core/arena.h"
 #include "ir/ir.h"
 
 static int add(struct qp_graph *g, const char *name, const char *op, int ni, const char *in0,
@@ -281,6 +282,37 @@ static void test_opset_lookup(void **state) {
     qp_model_free(m);
 }
 
+static void test_many_attrs_and_inputs(void **state) {
+    (void)state;
+    struct qp_model *m = qp_model_create();
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    int node = add(g, "big", "Custom", 0, NULL, NULL, "o");
+    size_t before = qp_arena_bytes(m->arena);
+    char name[32];
+    for (int i = 0; i < 20000; i++) {
+        snprintf(name, sizeof name, "a%d", i);
+        struct qp_attr *at = qp_node_add_attr(g, node, name, QP_ATTR_INT);
+        assert_non_null(at);
+        at->i = i;
+    }
+    assert_int_equal(g->nodes[node].n_attrs, 20000);
+    assert_int_equal(g->nodes[node].attrs[12345].i, 12345);
+    assert_string_equal(qp_node_attr(&g->nodes[node], "a19999")->name, "a19999");
+    /* geometric growth: the arrays ever allocated sum to under 4x the final one (plus names) */
+    size_t grown = qp_arena_bytes(m->arena) - before;
+    assert_true(grown < 4 * 20000 * sizeof(struct qp_attr) + 20000 * 64 + 256 * 1024);
+    /* inputs: duplicates refused by flag, many inputs accepted */
+    for (int i = 0; i < 20000; i++) {
+        snprintf(name, sizeof name, "in%d", i);
+        assert_int_equal(qp_graph_add_input(g, qp_graph_value(g, name), &err), QP_OK);
+    }
+    assert_int_equal(qp_graph_add_input(g, qp_graph_find_value(g, "in7"), &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "'in7' is listed twice"));
+    assert_int_equal(g->n_inputs, 20000);
+    qp_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_build_and_lookup),         cmocka_unit_test(test_many_values_hash),
@@ -288,6 +320,7 @@ int main(void) {
         cmocka_unit_test(test_producer_conflict),        cmocka_unit_test(test_naming),
         cmocka_unit_test(test_insert_on_edge_and_value), cmocka_unit_test(test_remove_node),
         cmocka_unit_test(test_subgraph_outer_reference), cmocka_unit_test(test_opset_lookup),
+        cmocka_unit_test(test_many_attrs_and_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

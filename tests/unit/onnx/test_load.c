@@ -401,6 +401,10 @@ static void test_io_errors(void **state) {
     assert_int_equal(qp_model_load_file(NULL, NULL, &m, &err), QP_ERR_USAGE);
     /* A NULL error record is allowed. */
     assert_int_equal(qp_model_load_file(ONNX_DATA "cycle.onnx", NULL, &m, NULL), QP_ERR_BAD_INPUT);
+    assert_int_equal(qp_model_load_file(ONNX_DATA "bad_constant.onnx", NULL, &m, NULL),
+                     QP_ERR_BAD_INPUT);
+    assert_int_equal(qp_model_load_file(ONNX_DATA "sparse_init.onnx", NULL, &m, NULL),
+                     QP_ERR_UNSUPPORTED);
     assert_null(m);
 }
 

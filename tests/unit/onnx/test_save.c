@@ -327,6 +327,7 @@ static void test_failed_save_leaves_nothing(void **state) {
     struct qp_model *e = NULL;
     assert_int_equal(qp_model_load_file(ONNX_DATA "ext_good.onnx", &lo, &e, &err), QP_OK);
     expect_save_error(e, tu_fmt("%s/e.onnx", dir), NULL, QP_ERR_USAGE, "not loaded");
+    assert_int_equal(qp_model_save_file(e, tu_fmt("%s/e.onnx", dir), NULL, NULL), QP_ERR_USAGE);
     assert_int_equal(tu_count_entries(dir), 1);
     qp_model_free(e);
     qp_model_free(d);
