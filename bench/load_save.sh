@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Load + save benchmark: how close qplace's model I/O comes to copying the file.
 #   bash bench/load_save.sh [MODEL.onnx]     (default: a generated ~100 MB MLP)
-# Measures, in one run, on a warm page cache, best of RUNS (default 3):
+# Measures, in one run, on a warm page cache, the best wall time and the best CPU time (user +
+# sys, less disturbed by a busy machine) of RUNS runs (default 3) each:
 #   - `cp` of the file, and `cp` followed by `sync FILE` (qplace's save fsyncs before its atomic
 #     rename, so the synced copy is the like-for-like baseline);
 #   - qp_resave (tests/integration/resave.c: qp_model_load_file + qp_model_save_file), with its
@@ -36,25 +37,28 @@ fi
 size=$(stat -c %s "$model")
 out="$WORK/out.onnx"
 
-# Best wall time of RUNS runs of a command (seconds, 3 decimals).
+# Best wall time and best CPU time (user + sys, which a busy machine disturbs less) of RUNS runs
+# of a command, as "WALL CPU" in seconds.
 best_of() {
-    local best="" t0 t1 dt k
+    local best_wall="" best_cpu="" k wall cpu
     for ((k = 0; k < RUNS; k++)); do
         rm -f "$out"
-        t0=$(date +%s.%N)
-        "$@" >/dev/null
-        t1=$(date +%s.%N)
-        dt=$(awk -v a="$t1" -v b="$t0" 'BEGIN{print a-b}')
-        if [ -z "$best" ] || awk -v a="$dt" -v b="$best" 'BEGIN{exit !(a<b)}'; then best="$dt"; fi
+        /usr/bin/time -f '%e %U %S' -o "$WORK/t.txt" "$@" >/dev/null
+        read -r wall cpu < <(awk '{ printf "%s %.3f\n", $1, $2 + $3 }' "$WORK/t.txt")
+        if [ -z "$best_wall" ] || awk -v a="$wall" -v b="$best_wall" 'BEGIN{exit !(a<b)}'; then
+            best_wall="$wall"
+        fi
+        if [ -z "$best_cpu" ] || awk -v a="$cpu" -v b="$best_cpu" 'BEGIN{exit !(a<b)}'; then
+            best_cpu="$cpu"
+        fi
     done
-    printf '%.3f' "$best"
+    echo "$best_wall $best_cpu"
 }
-cp_sync() { cp "$1" "$2" && sync "$2"; }
 
 cat "$model" >/dev/null # warm the page cache for every contender alike
-t_cp=$(best_of cp "$model" "$out")
-t_cp_sync=$(best_of cp_sync "$model" "$out")
-t_qp=$(best_of "$RESAVE" "$model" "$out")
+read -r t_cp c_cp < <(best_of cp "$model" "$out")
+read -r t_cp_sync c_cp_sync < <(best_of bash -c 'cp "$1" "$2" && sync "$2"' _ "$model" "$out")
+read -r t_qp c_qp < <(best_of "$RESAVE" "$model" "$out")
 
 # One more run for the breakdown and the peak RSS.
 rm -f "$out"
@@ -67,15 +71,20 @@ out_size=$(stat -c %s "$out")
 rm -f "$out"
 
 awk -v size="$size" -v out_size="$out_size" -v cp="$t_cp" -v cps="$t_cp_sync" -v qp="$t_qp" \
+    -v ccp="$c_cp" -v ccps="$c_cp_sync" -v cqp="$c_qp" \
     -v load="$load_s" -v save="$save_s" -v rss="$rss_kb" -v same="$same" -v runs="$RUNS" \
-    -v model="${model#"$ROOT"/}" 'BEGIN {
-    mb = size / 1e6
-    printf "model            %s (%.1f MB)\n", model, mb
+    -v model="${model#"$ROOT"/}" 'function ratio(a, b) { return b > 0 ? sprintf("%.2fx", a / b) : "n/a" }
+BEGIN {
+    printf "model            %s (%.1f MB)\n", model, size / 1e6
     printf "output           %.1f MB, %s\n", out_size / 1e6, same
-    printf "cp               %.3f s (best of %d)\n", cp, runs
-    printf "cp + sync        %.3f s\n", cps
-    printf "qplace load+save %.3f s (load %.3f s, save %.3f s incl. fsync)\n", qp, load, save
+    printf "                 wall (best of %d)   cpu user+sys (best of %d)\n", runs, runs
+    printf "cp               %6.3f s            %6.3f s\n", cp, ccp
+    printf "cp + sync        %6.3f s            %6.3f s\n", cps, ccps
+    printf "qplace load+save %6.3f s            %6.3f s\n", qp, cqp
+    printf "  breakdown      load %.3f s, save %.3f s incl. fsync (one run)\n", load, save
     printf "peak RSS         %.1f MB\n", rss * 1024 / 1e6
-    printf "time ratio       %.2fx cp+sync, %.2fx plain cp   (target < 2x)\n", qp / cps, qp / cp
-    printf "RSS ratio        %.2fx file size                (target < 2.5x)\n", rss * 1024 / size
+    printf "time ratio       wall %s cp+sync, %s plain cp; cpu %s cp+sync   (target < 2x)\n",
+           ratio(qp, cps), ratio(qp, cp), ratio(cqp, ccps)
+    printf "RSS ratio        %.2fx file size                               (target < 2.5x)\n",
+           rss * 1024 / size
 }'

@@ -68,8 +68,8 @@ build_and_test() { # build_and_test VARIANT BUILD_DIR
     summary="$(sed -n '/tests passed, .* tests\{0,1\} failed out of/,$p' "$log" |
         grep -v '^Label Time Summary:$' | grep -v 'sec\*proc' |
         awk 'length($0) == 0 { next } /^[ \t]+[0-9]+ - / && ++n > 40 { more++; next } { print }
-             END { if (more) printf "\t... and %d more failed tests (%s)\n", more, log }' \
-            log="$log")"
+             END { if (more) printf "\t... and %d more failed tests (%s)\n", more, logfile }' \
+            logfile="$log")"
     ctest_summaries+=("ctest ($variant):" "${summary:-  (no summary: see $log)}")
 }
 

@@ -36,6 +36,11 @@
  * not depend on the thread count. A session is not safe to run from two threads at once; use one
  * session per thread.
  *
+ * If: each branch is planned with the enclosing graph (only the taken one when the condition
+ * is a plan-time constant; both branches must then give the same output dtypes and shapes, or
+ * creation fails with QP_ERR_UNSUPPORTED) in an arena of its own; a run executes the taken
+ * branch. Loop and Scan are not supported.
+ *
  * Observers: a callback set with qp_session_set_observer sees every tensor a run computes, in
  * execution order — what calibration collects statistics from. Tensors the plan evaluated ahead
  * of time (constants, shape subgraphs) are not reported. When no observer is set the run does
@@ -74,8 +79,8 @@ struct qp_shape {
  * fixes the shapes of named graph inputs; inputs not listed use the model's static shape. When
  * every input's shape is then known, the plan for it is built now, so dtype and shape errors
  * surface here. On success *session_out owns a new session (qp_session_free).
- * Returns QP_ERR_UNSUPPORTED (an op, opset or dtype without a kernel, a subgraph op, a
- * non-tensor input), QP_ERR_BAD_INPUT (inconsistent shapes or attributes; a shape naming no
+ * Returns QP_ERR_UNSUPPORTED (an op, opset or dtype without a kernel, a subgraph op other than
+ * If, a non-tensor input), QP_ERR_BAD_INPUT (inconsistent shapes or attributes; a shape naming no
  * input; a shape whose rank disagrees with the model), QP_ERR_NOMEM, QP_ERR_USAGE (NULL
  * arguments). */
 enum qp_status qp_session_create(const struct qp_model *model,
@@ -126,6 +131,68 @@ typedef int (*qp_observer_fn)(const char *tensor_name, const char *node_name,
                               const struct qp_array *value, void *user);
 /* Installs (fn non-NULL) or removes the observer. `user` is borrowed while installed. */
 void qp_session_set_observer(struct qp_session *s, qp_observer_fn fn, void *user);
+
+/* ---- edge overlays and partial re-execution ------------------------------------------------
+ *
+ * An overlay transforms what one consumer reads on one input: node `node` (a node name of the
+ * top-level graph) input `input` sees fake_quantize(x) = dequantize(quantize(x)) instead of x,
+ * computed by src/quant/qparams, so a run with overlays is bit-identical to running the model
+ * rewritten with real QuantizeLinear -> DequantizeLinear pairs on those edges (DESIGN.md
+ * invariant 3). Other consumers of the same tensor still read x. The transformed copy lives in
+ * the plan's arena (an overlay on a constant, such as a weight, is computed once at plan time).
+ *
+ * Partial re-execution (sensitivity probes): with a cache budget set, every successful
+ * qp_session_run keeps its inputs and, in execution order while the budget lasts, the tensors it
+ * computes: the *reference*. qp_session_run_partial then runs on the reference inputs with the
+ * current overlays and computes only the nodes downstream of edges whose overlay differs from
+ * the reference's (plus, when the budget left a gap, the nodes needed to rebuild the uncached
+ * tensors those read). Its outputs equal a full run's bit for bit.
+ *
+ *     struct qp_overlay ov = {.node = "conv1", .input = 0, .qtype = QP_DTYPE_INT8,
+ *                             .n_params = 1, .scale = &scale};
+ *     qp_session_set_cache(s, (size_t)1 << 30);
+ *     qp_session_run(s, 1, &in, &err);                 // reference (no overlays)
+ *     qp_session_set_overlays(s, 1, &ov, &err);
+ *     qp_session_run_partial(s, &err);                 // recomputes conv1 and what follows
+ *     qp_session_output(s, 0, &out, &err);
+ */
+struct qp_overlay {
+    const char *node;       /* consumer node name (borrowed for the call) */
+    int input;              /* input index of that node; the tensor must be float32 */
+    enum qp_dtype qtype;    /* INT8, UINT8, INT16, UINT16, FLOAT8E4M3FN(UZ), FLOAT8E5M2(FNUZ) */
+    int axis;               /* quantization axis when n_params > 1 (negative counts from the end) */
+    size_t n_params;        /* 1: per tensor; else the length of `axis` (per channel) */
+    const float *scale;     /* n_params finite positive scales (copied) */
+    const void *zero_point; /* n_params elements of qtype (copied), or NULL for 0 */
+    int saturate;           /* FP8 only: ONNX `saturate` (1 is ONNX's default) */
+};
+
+/* Replaces the session's overlays with `ov[0..n)` (n = 0 removes them). Everything is copied.
+ * When the set of edges (with their axis and parameter count) changes, cached plans are dropped
+ * and the next run plans again (allocates); changing only scales, zero points, qtype or
+ * saturate keeps them. The outputs of the last run become unavailable. Returns
+ * QP_ERR_BAD_INPUT (no such node, an input index out of range or omitted, a repeated edge, a
+ * non-finite or non-positive scale, n_params 0), QP_ERR_UNSUPPORTED (a qtype other than those
+ * listed), QP_ERR_NOMEM, QP_ERR_USAGE (NULL arguments); on failure the previous overlays stay.
+ * A float-dtype or axis mismatch with the tensor surfaces when the plan is built (run). */
+enum qp_status qp_session_set_overlays(struct qp_session *s, size_t n, const struct qp_overlay *ov,
+                                       struct qp_error *err);
+
+/* Sets the byte budget for the reference values kept by each successful qp_session_run (0, the
+ * default: keep nothing and drop the reference). The inputs are always kept whole. Runs with a
+ * budget allocate the cache when it must grow. */
+void qp_session_set_cache(struct qp_session *s, size_t budget_bytes);
+
+/* Runs on the reference inputs with the current overlays, recomputing only what the overlay
+ * changes since the reference run affect (see above). Outputs are read with
+ * qp_session_output as after qp_session_run; the observer is not called; the reference stays.
+ * Returns QP_ERR_USAGE when there is no reference run (no budget set or no successful run since),
+ * and what qp_session_run returns. */
+enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err);
+
+/* Node computations in the last run (full or partial); overlays are not counted, nor nodes
+ * evaluated at plan time. An If counts once, whatever its branch computes. */
+size_t qp_session_nodes_executed(const struct qp_session *s);
 
 /* Bytes of the current shape set's activation arena (after a plan), for memory reports. */
 size_t qp_session_arena_bytes(const struct qp_session *s);

@@ -30,4 +30,12 @@ extern const struct cli_opt cli_info_opts[];
 extern const char cli_info_details[];
 int cli_info_run(const struct cli_args *args);
 
+extern const struct cli_opt cli_calibrate_opts[];
+extern const char cli_calibrate_details[];
+int cli_calibrate_run(const struct cli_args *args);
+
+extern const struct cli_opt cli_bench_opts[];
+extern const char cli_bench_details[];
+int cli_bench_run(const struct cli_args *args);
+
 #endif

@@ -10,10 +10,39 @@
 #define QPLACE_VERSION "0.1.0"
 #endif
 
+/* quantize, diff, qdq-to-dq (src/cli/quantize.c, diff.c, qdq_to_dq.c). */
+extern const struct cli_opt cli_quantize_opts[], cli_diff_opts[], cli_qdq_to_dq_opts[];
+extern const char cli_quantize_details[], cli_diff_details[], cli_qdq_to_dq_details[];
+int cli_quantize_run(const struct cli_args *args);
+int cli_diff_run(const struct cli_args *args);
+int cli_qdq_to_dq_run(const struct cli_args *args);
+
+/* run (src/cli/run.c). */
+extern const struct cli_opt cli_run_opts[];
+extern const char cli_run_details[];
+int cli_run_run(const struct cli_args *args);
+
 /* One row per subcommand; `qplace --help` lists them in this order. */
 static const struct cli_command commands[] = {
     {"info", "summarize a model: graph inputs/outputs, ops, initializers, subgraphs",
      "MODEL [--json]", cli_info_details, cli_info_opts, 1, 1, cli_info_run},
+    {"run", "run a model on the CPU engine: .npy/.npz inputs, .npz outputs",
+     "MODEL --input NAME=FILE.npy ... | --inputs FILE.npz --output OUT.npz [--threads N]",
+     cli_run_details, cli_run_opts, 1, 1, cli_run_run},
+    {"calibrate", "compute activation ranges by running the model (JSON, TensorRT cache)",
+     "--onnx_path MODEL [--calibration_data_path FILE|DIR] [--calibration_method M] [...]",
+     cli_calibrate_details, cli_calibrate_opts, 0, 0, cli_calibrate_run},
+    {"quantize", "insert Q/DQ (placement, calibration, writer) and report the output drift",
+     "--onnx_path MODEL [--calibration_data_path FILE] [--placement_in FILE] [...]",
+     cli_quantize_details, cli_quantize_opts, 0, 1, cli_quantize_run},
+    {"diff", "compare the Q/DQ topology of two models or placements (exit 4 when different)",
+     "A B [--json]", cli_diff_details, cli_diff_opts, 2, 2, cli_diff_run},
+    {"qdq-to-dq", "store weights quantized, feeding their DequantizeLinear directly",
+     "IN.onnx OUT.onnx", cli_qdq_to_dq_details, cli_qdq_to_dq_opts, 2, 2, cli_qdq_to_dq_run},
+    {"bench", "measure latency, throughput and peak RSS (optionally against ONNX Runtime)",
+     "MODEL [--shape NAME=1x3x224x224 ...] [--iterations N] [--warmup N] [--threads N] [--json] "
+     "[--compare-ort]",
+     cli_bench_details, cli_bench_opts, 1, 1, cli_bench_run},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -7,17 +7,10 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/dnnl_conv.h"
 #include "kernels/spatial.h"
 
-struct conv_state {
-    struct qp_window w;
-    int64_t n, c, m, group; /* batch, input channels, output channels */
-    int has_bias;
-    int64_t in_sz, out_sz, k_sz; /* spatial element counts */
-    int64_t k3[3], in3[3], out3[3], s3[3], d3[3], p3[3];
-};
-
-static void to3(struct conv_state *s) {
+static void to3(struct qp_conv_state *s) {
     for (int i = 0; i < 3; i++) {
         int j = i - (3 - s->w.nsp);
         s->k3[i] = j >= 0 ? s->w.k[j] : 1;
@@ -32,7 +25,7 @@ static void to3(struct conv_state *s) {
     s->k_sz = s->k3[0] * s->k3[1] * s->k3[2];
 }
 
-static enum qp_status conv_common(struct qp_kprep *p, int transpose, struct conv_state *s) {
+enum qp_status qp_conv_geometry(struct qp_kprep *p, int transpose, struct qp_conv_state *s) {
     enum qp_status st = qp_kneed(p, 0);
     if (!st) st = qp_kneed(p, 1);
     if (st) return st;
@@ -153,7 +146,11 @@ static enum qp_status conv_common(struct qp_kprep *p, int transpose, struct conv
     od[1] = s->m;
     for (int i = 0; i < nsp; i++)
         od[i + 2] = s->w.out[i];
-    st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, od, p->err);
+    return qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, od, p->err);
+}
+
+static enum qp_status conv_common(struct qp_kprep *p, int transpose, struct qp_conv_state *s) {
+    enum qp_status st = qp_conv_geometry(p, transpose, s);
     if (st) return st;
     p->state = malloc(sizeof *s);
     if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
@@ -162,17 +159,17 @@ static enum qp_status conv_common(struct qp_kprep *p, int transpose, struct conv
 }
 
 enum qp_status qp_k_conv_prepare(struct qp_kprep *p) {
-    struct conv_state s;
+    struct qp_conv_state s;
     return conv_common(p, 0, &s);
 }
 
 enum qp_status qp_k_conv_transpose_prepare(struct qp_kprep *p) {
-    struct conv_state s;
+    struct qp_conv_state s;
     return conv_common(p, 1, &s);
 }
 
 enum qp_status qp_k_conv_run(const struct qp_krun *r) {
-    const struct conv_state *s = r->state;
+    const struct qp_conv_state *s = r->state;
     const float *x = r->in[0]->data, *w = r->in[1]->data;
     const float *b = s->has_bias ? r->in[2]->data : NULL;
     float *y = r->out[0]->data;
@@ -215,7 +212,7 @@ enum qp_status qp_k_conv_run(const struct qp_krun *r) {
 
 /* ConvTranspose as a gather: output o receives x[i] * w[k] where o = i*stride - pad + k*dil. */
 enum qp_status qp_k_conv_transpose_run(const struct qp_krun *r) {
-    const struct conv_state *s = r->state;
+    const struct qp_conv_state *s = r->state;
     const float *x = r->in[0]->data, *w = r->in[1]->data;
     const float *b = s->has_bias ? r->in[2]->data : NULL;
     float *y = r->out[0]->data;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/dnnl_matmul.h"
 #include "kernels/kernels.h"
 
 /* C[m x n] (+)= A[m x k] * B[k x n] with strides; rows [r0, r1). Accumulates over k in order for
@@ -31,14 +32,6 @@ static void gemm_rows(int64_t r0, int64_t r1, int64_t n, int64_t k, const float 
     }
 }
 
-struct mm_state {
-    int64_t m, n, k, batch;
-    int brank;
-    int64_t bdims[QP_MAX_RANK]; /* output batch dims */
-    int64_t astr[QP_MAX_RANK];  /* A matrix index stride per batch dim (0: broadcast) */
-    int64_t bstr[QP_MAX_RANK];
-};
-
 enum qp_status qp_k_matmul_prepare(struct qp_kprep *p) {
     enum qp_status st = qp_kneed(p, 0);
     if (!st) st = qp_kneed(p, 1);
@@ -62,7 +55,7 @@ enum qp_status qp_k_matmul_prepare(struct qp_kprep *p) {
         bd[1] = 1;
         br = 2;
     }
-    struct mm_state s;
+    struct qp_mm_state s;
     memset(&s, 0, sizeof s);
     s.m = ad[ar - 2];
     s.k = ad[ar - 1];
@@ -99,7 +92,7 @@ enum qp_status qp_k_matmul_prepare(struct qp_kprep *p) {
 }
 
 enum qp_status qp_k_matmul_run(const struct qp_krun *r) {
-    const struct mm_state *s = r->state;
+    const struct qp_mm_state *s = r->state;
     const float *a = r->in[0]->data, *b = r->in[1]->data;
     float *c = r->out[0]->data;
     int64_t rows = s->batch * s->m;
@@ -122,14 +115,6 @@ enum qp_status qp_k_matmul_run(const struct qp_krun *r) {
 
 /* ---- Gemm ------------------------------------------------------------------------------------ */
 
-struct gemm_state {
-    int64_t m, n, k;
-    int ta, tb;
-    float alpha, beta;
-    int has_c;
-    int64_t c_sm, c_sn; /* strides of C broadcast to m x n */
-};
-
 enum qp_status qp_k_gemm_prepare(struct qp_kprep *p) {
     enum qp_status st = qp_kneed(p, 0);
     if (!st) st = qp_kneed(p, 1);
@@ -141,7 +126,7 @@ enum qp_status qp_k_gemm_prepare(struct qp_kprep *p) {
     if (a->rank != 2 || b->rank != 2)
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "A and B must be 2-D (ranks %d, %d)", a->rank,
                             b->rank);
-    struct gemm_state s;
+    struct qp_gemm_state s;
     memset(&s, 0, sizeof s);
     s.ta = (int)qp_kattr_int(p->node, "transA", 0);
     s.tb = (int)qp_kattr_int(p->node, "transB", 0);
@@ -177,7 +162,7 @@ enum qp_status qp_k_gemm_prepare(struct qp_kprep *p) {
 }
 
 enum qp_status qp_k_gemm_run(const struct qp_krun *r) {
-    const struct gemm_state *s = r->state;
+    const struct qp_gemm_state *s = r->state;
     const float *a = r->in[0]->data, *b = r->in[1]->data;
     const float *c = s->has_c ? r->in[2]->data : NULL;
     float *y = r->out[0]->data;

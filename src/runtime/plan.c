@@ -2,9 +2,11 @@
  * Building a plan for one input shape set: prepare every node in topological order, evaluate
  * what is computable ahead of time, then place the remaining tensors in one arena by liveness.
  */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/qparams.h"
 #include "runtime/memplan.h"
 #include "runtime/runtime.h"
 
@@ -55,8 +57,16 @@ void rt_plan_free(struct rt_plan *p, size_t n_inputs) {
         free(st->state);
         free(st->in);
         free(st->conv_in);
+        free(st->dep);
+        if (st->rif) {
+            rt_plan_free(st->rif->plan[0], 0);
+            rt_plan_free(st->rif->plan[1], 0);
+            free(st->rif);
+        }
     }
     free(p->steps);
+    free(p->outer_v);
+    free(p->outer_src);
     for (size_t i = 0; i < p->n_owned; i++)
         free(p->owned[i]);
     free(p->owned);
@@ -85,9 +95,67 @@ static void convert_f32_to_f16(const struct qp_kt *src, struct qp_kt *dst) {
         b[i] = qp_f32_to_fp16(a[i]);
 }
 
+static void overlay_run(const struct qp_session *s, const struct rt_step *st) {
+    const struct rt_overlay *ov = &s->ov[st->ov];
+    struct qp_qspec q = {.qtype = ov->qtype,
+                         .saturate = ov->saturate,
+                         .outer = st->outer,
+                         .axis_len = st->axis_len,
+                         .inner = st->inner,
+                         .n_params = (int64_t)ov->n_params,
+                         .scale = ov->scale,
+                         .zero_point = ov->zero_point};
+    const float *x = st->in[0]->data;
+    float *y = st->out[0]->data;
+    int64_t n = (int64_t)st->in[0]->numel;
+    int nt = s->n_threads;
+    if (n < 65536) nt = 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; t++) {
+        int64_t b, e;
+        qp_ksplit(n, nt, t, &b, &e);
+        if (b < e) qp_fake_quantize_f32(&q, x, y, b, e);
+    }
+}
+
+enum qp_status rt_plan_run_all(const struct qp_session *s, struct rt_plan *p,
+                               struct qp_error *err) {
+    for (size_t k = 0; k < p->n_steps; k++) {
+        enum qp_status st = rt_step_run(s, p, &p->steps[k], p->scratch, err);
+        if (st != QP_OK) return st;
+    }
+    return QP_OK;
+}
+
+static enum qp_status if_run(const struct qp_session *s, struct rt_step *st, struct qp_error *err) {
+    int b = ((const unsigned char *)st->cond->data)[0] != 0;
+    struct rt_plan *bp = st->rif->plan[b];
+    const struct qp_session *sub = st->rif->sub[b];
+    if (!bp || !sub)
+        return qp_error_set(err, QP_ERR_INTERNAL, "the %s branch was not planned",
+                            b ? "then" : "else");
+    for (size_t i = 0; i < bp->n_outer; i++)
+        bp->vals[bp->outer_v[i]].data = bp->outer_src[i]->data;
+    enum qp_status rc = rt_plan_run_all(sub, bp, err);
+    if (rc != QP_OK) return rc;
+    for (int o = 0; o < st->n_out; o++) {
+        const struct qp_kt *src = &bp->vals[sub->outputs[o]];
+        if (st->out[o] && src->nbytes) memcpy(st->out[o]->data, src->data, src->nbytes);
+    }
+    return QP_OK;
+}
+
 enum qp_status rt_step_run(const struct qp_session *s, struct rt_plan *p, struct rt_step *st,
                            void *scratch, struct qp_error *err) {
     (void)p;
+    if (st->kind == RT_STEP_OVERLAY) {
+        overlay_run(s, st);
+        return QP_OK;
+    }
+    if (st->kind == RT_STEP_IF) {
+        enum qp_status rc = if_run(s, st, err);
+        return rc == QP_OK ? rc : node_err(err, s->g, st->node, NULL);
+    }
     for (int i = 0; i < st->n_conv_in; i++)
         convert_f16_to_f32(st->conv_in[i].src, st->conv_in[i].dst);
     struct qp_krun r = {.node = &s->g->nodes[st->node],
@@ -104,6 +172,184 @@ enum qp_status rt_step_run(const struct qp_session *s, struct rt_plan *p, struct
     for (int i = 0; i < st->n_conv_out; i++)
         convert_f32_to_f16(st->conv_out[i].src, st->conv_out[i].dst);
     return QP_OK;
+}
+
+/* ---- edge overlays ------------------------------------------------------------------------ */
+
+/* The [outer, axis_len, inner] view of `x` for overlay `ov`. */
+static enum qp_status overlay_geometry(const struct qp_session *s, const struct rt_overlay *ov,
+                                       const struct qp_kt *x, struct rt_step *st,
+                                       struct qp_error *err) {
+    const struct qp_node *n = &s->g->nodes[ov->node];
+    if (x->dtype != QP_DTYPE_FLOAT)
+        return qp_error_set(err, QP_ERR_UNSUPPORTED,
+                            "session: overlay on node '%s' input %d: tensor '%s' is %s; fake "
+                            "quantization needs float",
+                            n->name, ov->input, s->g->values[n->inputs[ov->input]].name,
+                            qp_dtype_name(x->dtype));
+    if (ov->n_params == 1) {
+        st->outer = 1;
+        st->axis_len = 1;
+        st->inner = (int64_t)x->numel;
+        return QP_OK;
+    }
+    int64_t axis = ov->axis < 0 ? ov->axis + x->rank : ov->axis;
+    if (axis < 0 || axis >= x->rank || x->dims[axis] != (int64_t)ov->n_params)
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "session: overlay on node '%s' input %d: %zu parameters do not fit "
+                            "axis %d of a rank-%d tensor",
+                            n->name, ov->input, ov->n_params, ov->axis, x->rank);
+    st->outer = 1;
+    st->inner = 1;
+    for (int64_t d = 0; d < axis; d++)
+        st->outer *= x->dims[d];
+    for (int64_t d = axis + 1; d < x->rank; d++)
+        st->inner *= x->dims[d];
+    st->axis_len = x->dims[axis];
+    return QP_OK;
+}
+
+static int find_overlay(const struct qp_session *s, int node, int input) {
+    for (size_t i = 0; i < s->n_ov; i++)
+        if (s->ov[i].node == node && s->ov[i].input == input) return (int)i;
+    return -1;
+}
+
+/* ---- If ----------------------------------------------------------------------------------- */
+
+/* The tensor `name` resolves to in the enclosing scopes of branch session `s`. */
+static struct qp_kt *outer_lookup(const struct qp_session *s, const char *name) {
+    for (const struct qp_session *cs = s; cs->parent; cs = cs->parent) {
+        int w = qp_graph_find_value(cs->parent->g, name);
+        if (w >= 0 && cs->parent_plan && cs->parent_plan->vals[w].dtype != QP_DTYPE_UNDEFINED)
+            return &cs->parent_plan->vals[w];
+    }
+    return NULL;
+}
+
+static enum qp_status bind_outer(const struct qp_session *s, struct rt_plan *p,
+                                 struct qp_error *err) {
+    const struct qp_graph *g = s->g;
+    size_t n = 0;
+    for (size_t v = 0; v < g->n_values; v++)
+        n += g->values[v].is_outer;
+    p->outer_v = calloc(n + 1, sizeof *p->outer_v);
+    p->outer_src = calloc(n + 1, sizeof *p->outer_src);
+    if (!p->outer_v || !p->outer_src)
+        return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    for (size_t v = 0; v < g->n_values; v++) {
+        if (!g->values[v].is_outer) continue;
+        struct qp_kt *src = outer_lookup(s, g->values[v].name);
+        if (!src) continue; /* an error only if something reads it */
+        p->vals[v] = *src;
+        p->outer_v[p->n_outer] = (int)v;
+        p->outer_src[p->n_outer++] = src;
+    }
+    return QP_OK;
+}
+
+/* Marks the values of `top` (n_values of them) that branch plan `bp`, or plans nested in it,
+ * read. */
+static void mark_outer_refs(const struct rt_plan *bp, const struct rt_plan *top, size_t n_values,
+                            unsigned char *mark) {
+    if (!bp) return;
+    for (size_t i = 0; i < bp->n_outer; i++) {
+        const struct qp_kt *src = bp->outer_src[i];
+        if (src >= top->vals && src < top->vals + n_values) mark[src - top->vals] = 1;
+    }
+    for (size_t k = 0; k < bp->n_steps; k++)
+        if (bp->steps[k].rif) {
+            mark_outer_refs(bp->steps[k].rif->plan[0], top, n_values, mark);
+            mark_outer_refs(bp->steps[k].rif->plan[1], top, n_values, mark);
+        }
+}
+
+static int same_shape(const struct qp_kt *a, const struct qp_kt *b) {
+    if (a->dtype != b->dtype || a->rank != b->rank) return 0;
+    return memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
+}
+
+/* Plans the branches of If node `node` (only the taken one when the condition is a plan-time
+ * constant) and sets the node's outputs. *fold_out = 1 when the outputs are plan-time
+ * constants. */
+static enum qp_status if_plan(struct qp_session *s, struct rt_plan *p, struct rt_step *stp,
+                              int node, int *fold_out, struct qp_error *err) {
+    const struct qp_node *n = &s->g->nodes[node];
+    struct rt_if *sess = s->ifs ? s->ifs[node] : NULL;
+    struct qp_kt *c = stp->in[0];
+    enum qp_status st;
+    *fold_out = 0;
+    if (!sess || !sess->sub[0] || !sess->sub[1])
+        return qp_error_set(err, QP_ERR_BAD_INPUT, "needs then_branch and else_branch graphs");
+    if (!c || c->numel != 1) {
+        char buf[64] = "";
+        if (c) qp_kshape_str(c, buf, sizeof buf);
+        return qp_error_set(err, QP_ERR_BAD_INPUT, "the condition must have one element (shape %s)",
+                            buf);
+    }
+    stp->kind = RT_STEP_IF;
+    stp->cond = c;
+    stp->rif = calloc(1, sizeof *stp->rif);
+    if (!stp->rif) return qp_error_set(err, QP_ERR_NOMEM, "out of memory");
+    stp->rif->sub[0] = sess->sub[0];
+    stp->rif->sub[1] = sess->sub[1];
+    int lo = 0, hi = 1;
+    if (c->is_const) lo = hi = ((const unsigned char *)c->data)[0] != 0;
+    static const char *const bname[2] = {"else_branch", "then_branch"};
+    for (int b = lo; b <= hi; b++) {
+        struct qp_session *sub = sess->sub[b];
+        int retry = 0, rank0 = 0;
+        int64_t dims0[1][QP_MAX_RANK] = {{0}};
+        sub->parent_plan = p;
+        sub->n_threads = s->n_threads;
+        st = rt_plan_build(sub, &rank0, (const int64_t(*)[QP_MAX_RANK])dims0, NULL,
+                           &stp->rif->plan[b], &retry, err);
+        if (st != QP_OK) return qp_error_prefix(err, "%s:", bname[b]);
+        if ((int)sub->n_outputs != n->n_outputs)
+            return qp_error_set(err, QP_ERR_BAD_INPUT, "%s has %zu outputs, the node %d", bname[b],
+                                sub->n_outputs, n->n_outputs);
+    }
+    int fold = lo == hi && stp->rif->plan[lo]->n_steps == 0;
+    for (int o = 0; o < n->n_outputs; o++) {
+        const struct qp_kt *a = &stp->rif->plan[lo]->vals[sess->sub[lo]->outputs[o]];
+        if (a->dtype == QP_DTYPE_UNDEFINED)
+            return qp_error_set(err, QP_ERR_UNSUPPORTED, "%s: output %d has no computable dtype",
+                                bname[lo], o);
+        if (lo != hi) {
+            const struct qp_kt *b = &stp->rif->plan[hi]->vals[sess->sub[hi]->outputs[o]];
+            if (!same_shape(a, b)) {
+                char sa[64], sb[64];
+                return qp_error_set(err, QP_ERR_UNSUPPORTED,
+                                    "output %d: then_branch gives %s %s, else_branch %s %s; "
+                                    "branches with different output dtypes or shapes are not "
+                                    "supported",
+                                    o, qp_dtype_name(b->dtype), qp_kshape_str(b, sb, sizeof sb),
+                                    qp_dtype_name(a->dtype), qp_kshape_str(a, sa, sizeof sa));
+            }
+        }
+        if (!a->is_const) fold = 0;
+        if (stp->out[o] && (st = qp_kt_set(stp->out[o], a->dtype, a->rank, a->dims, err)))
+            return st;
+    }
+    *fold_out = fold;
+    return QP_OK;
+}
+
+/* Producer step of tensor `t` read by step k, or -1 (constants, graph inputs). */
+static int producer_step(const struct rt_plan *p, const struct qp_graph *g, const int *node_step,
+                         size_t k, const struct qp_kt *t) {
+    const struct rt_step *st = &p->steps[k];
+    for (int j = 0; j < st->n_conv_in; j++)
+        if (st->conv_in[j].dst == t) t = st->conv_in[j].src;
+    if (t >= p->vals && t < p->vals + g->n_values) {
+        int pn = g->values[t - p->vals].producer;
+        return pn >= 0 ? node_step[pn] : -1;
+    }
+    for (size_t j = k; j-- > 0;) {
+        if (p->steps[j].kind != RT_STEP_OVERLAY) break;
+        if (p->steps[j].out[0] == t) return (int)j;
+    }
+    return -1;
 }
 
 static int value_last_use(const struct qp_graph *g, const int *node_step, int v, int n_steps) {
@@ -162,7 +408,9 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
     enum qp_status st = QP_OK;
     struct qp_mem_req *reqs = NULL;
     struct qp_kt **req_kt = NULL;
-    int *node_step = NULL;
+    int *node_step = NULL, *last_extra = NULL;
+    struct qp_kt **ovin = NULL;
+    unsigned char *mark = NULL;
     void *fold_scratch = NULL;
     struct rt_plan *p = calloc(1, sizeof *p);
     if (!p) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
@@ -177,15 +425,31 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
         const struct qp_node *n = &g->nodes[g->topo[k]];
         n_slots += (size_t)n->n_inputs + (size_t)n->n_outputs;
     }
-    p->cap_temps = n_slots + 1;
+    p->cap_temps = n_slots + s->n_ov + 1;
     p->temps = calloc(p->cap_temps, sizeof *p->temps);
-    p->steps = calloc(g->n_topo ? g->n_topo : 1, sizeof *p->steps);
+    p->steps = calloc(g->n_topo + s->n_ov + 1, sizeof *p->steps);
     node_step = malloc((g->n_nodes ? g->n_nodes : 1) * sizeof *node_step);
+    int max_in = 1;
+    for (size_t k = 0; k < g->n_topo; k++)
+        if (g->nodes[g->topo[k]].n_inputs > max_in) max_in = g->nodes[g->topo[k]].n_inputs;
+    ovin = calloc((size_t)max_in, sizeof *ovin);
+    last_extra = malloc((g->n_values ? g->n_values : 1) * sizeof *last_extra);
+    mark = calloc(g->n_values ? g->n_values : 1, 1);
+    if (!ovin || !last_extra || !mark) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < g->n_values; i++)
+        last_extra[i] = -1;
+    if (node_step)
+        for (size_t i = 0; i < g->n_nodes; i++)
+            node_step[i] = -1;
     if (!p->in_rank || !p->in_key || !p->in_key_bytes || !p->in_dims || !p->vals || !p->temps ||
         !p->steps || !node_step) {
         st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
         goto fail;
     }
+    if (s->parent && (st = bind_outer(s, p, err))) goto fail;
     for (size_t i = 0; i < s->n_inputs; i++) {
         p->in_rank[i] = ranks[i];
         memcpy(p->in_dims[i], dims[i], sizeof p->in_dims[i]);
@@ -237,9 +501,51 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
         int ni_ = g->topo[k];
         const struct qp_node *n = &g->nodes[ni_];
         const struct qp_kernel *kr = s->kernels[ni_];
+        node_step[ni_] = -1;
+        /* Overlays on this node's inputs: a step each (or computed now for a constant). */
+        for (int i = 0; s->n_ov && i < n->n_inputs; i++) {
+            int oi = find_overlay(s, ni_, i);
+            if (oi < 0 || n->inputs[i] < 0) continue;
+            struct qp_kt *src = &p->vals[n->inputs[i]];
+            struct rt_step *os = &p->steps[n_steps];
+            memset(os, 0, sizeof *os);
+            os->kind = RT_STEP_OVERLAY;
+            os->node = ni_;
+            os->ov = oi;
+            os->n_in = os->n_out = 1;
+            struct qp_kt *t = new_temp(p);
+            if (!t) {
+                st = qp_error_set(err, QP_ERR_INTERNAL, "session: temp overflow");
+                goto fail;
+            }
+            if ((st = overlay_geometry(s, &s->ov[oi], src, os, err))) goto fail;
+            if ((st = qp_kt_set(t, QP_DTYPE_FLOAT, src->rank, src->dims, err))) goto fail;
+            os->in = calloc(3, sizeof *os->in);
+            if (!os->in) {
+                st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+                goto fail;
+            }
+            os->out = os->in + 1;
+            os->in[0] = src;
+            os->out[0] = t;
+            if (src->is_const) {
+                if ((st = own(p, t->nbytes, &t->data, err))) {
+                    free(os->in);
+                    memset(os, 0, sizeof *os);
+                    goto fail;
+                }
+                overlay_run(s, os);
+                t->is_const = 1;
+                free(os->in);
+                memset(os, 0, sizeof *os);
+            } else {
+                n_steps++;
+                p->n_steps = n_steps;
+            }
+            ovin[i] = t;
+        }
         struct rt_step *stp = &p->steps[n_steps];
         memset(stp, 0, sizeof *stp);
-        node_step[ni_] = -1;
         stp->node = ni_;
         stp->k = kr;
         stp->n_in = n->n_inputs;
@@ -261,7 +567,8 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
         for (int i = 0; i < n->n_inputs; i++) {
             int v = n->inputs[i];
             if (v < 0) continue;
-            struct qp_kt *kt = &p->vals[v];
+            struct qp_kt *kt = ovin[i] ? ovin[i] : &p->vals[v];
+            ovin[i] = NULL;
             if (kt->dtype == QP_DTYPE_UNDEFINED) {
                 st = qp_error_set(err, QP_ERR_UNSUPPORTED,
                                   "input %d '%s' has no dtype the engine can compute "
@@ -331,7 +638,13 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
                               .out = stp->out,
                               .err = err};
         pr.missing_const = -1;
-        st = kr->prepare(&pr);
+        if (strcmp(n->op_type, "If") == 0 && (!n->domain || !n->domain[0])) {
+            int fold;
+            st = if_plan(s, p, stp, ni_, &fold, err);
+            all_const = fold;
+        } else {
+            st = kr->prepare(&pr);
+        }
         stp->state = pr.state;
         if (st != QP_OK && pr.missing_const >= 0 && pr.missing_const < n->n_inputs &&
             n->inputs[pr.missing_const] >= 0) {
@@ -390,6 +703,11 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
             free(stp->state);
             free(stp->in);
             free(stp->conv_in);
+            if (stp->rif) {
+                rt_plan_free(stp->rif->plan[0], 0);
+                rt_plan_free(stp->rif->plan[1], 0);
+                free(stp->rif);
+            }
             memset(stp, 0, sizeof *stp);
             continue;
         }
@@ -402,13 +720,45 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
         free(stp->state);
         free(stp->in);
         free(stp->conv_in);
+        if (stp->rif) {
+            rt_plan_free(stp->rif->plan[0], 0);
+            rt_plan_free(stp->rif->plan[1], 0);
+            free(stp->rif);
+        }
         memset(stp, 0, sizeof *stp);
         goto fail;
     }
     p->n_steps = n_steps;
 
+    /* Dependencies between steps (partial re-execution) and reads by If branches. */
+    for (size_t k = 0; k < n_steps; k++) {
+        struct rt_step *stp = &p->steps[k];
+        size_t n_refs = 0;
+        if (stp->kind == RT_STEP_IF) {
+            memset(mark, 0, g->n_values ? g->n_values : 1);
+            mark_outer_refs(stp->rif->plan[0], p, g->n_values, mark);
+            mark_outer_refs(stp->rif->plan[1], p, g->n_values, mark);
+            for (size_t v = 0; v < g->n_values; v++)
+                n_refs += mark[v];
+        }
+        stp->dep = malloc(((size_t)stp->n_in + n_refs + 1) * sizeof *stp->dep);
+        if (!stp->dep) {
+            st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+            goto fail;
+        }
+        for (int i = 0; i < stp->n_in; i++)
+            stp->dep[stp->n_dep++] =
+                stp->in[i] ? producer_step(p, g, node_step, k, stp->in[i]) : -1;
+        for (size_t v = 0; n_refs && v < g->n_values; v++) {
+            if (!mark[v]) continue;
+            int pn = g->values[v].producer;
+            stp->dep[stp->n_dep++] = pn >= 0 ? node_step[pn] : -1;
+            last_extra[v] = (int)k;
+        }
+    }
+
     /* Liveness: step outputs and conversion temps go in the arena. */
-    size_t n_req = 0, cap_req = n_slots + 1;
+    size_t n_req = 0, cap_req = n_slots + s->n_ov + 1;
     reqs = calloc(cap_req, sizeof *reqs);
     req_kt = calloc(cap_req, sizeof *req_kt);
     if (!reqs || !req_kt) {
@@ -418,6 +768,15 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
     for (size_t k = 0; k < n_steps; k++) {
         struct rt_step *stp = &p->steps[k];
         const struct qp_node *n = &g->nodes[stp->node];
+        if (stp->kind == RT_STEP_OVERLAY) {
+            /* Read by the consumer, the first node step after this one. */
+            size_t c = k + 1;
+            while (c < n_steps && p->steps[c].kind == RT_STEP_OVERLAY)
+                c++;
+            reqs[n_req] = (struct qp_mem_req){stp->out[0]->nbytes, (int)k, (int)c, 0};
+            req_kt[n_req++] = stp->out[0];
+            continue;
+        }
         for (int i = 0; i < stp->n_conv_in; i++) {
             reqs[n_req] = (struct qp_mem_req){stp->conv_in[i].dst->nbytes, (int)k, (int)k, 0};
             req_kt[n_req++] = stp->conv_in[i].dst;
@@ -426,6 +785,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
             struct qp_kt *vo = stp->val_out[i];
             if (vo) {
                 int last = value_last_use(g, node_step, n->outputs[i], (int)n_steps);
+                if (last_extra[n->outputs[i]] > last) last = last_extra[n->outputs[i]];
                 if (last < (int)k) last = (int)k;
                 reqs[n_req] = (struct qp_mem_req){vo->nbytes, (int)k, last, 0};
                 req_kt[n_req++] = vo;
@@ -458,6 +818,9 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
     free(req_kt);
     free(node_step);
     free(fold_scratch);
+    free(ovin);
+    free(last_extra);
+    free(mark);
     *plan_out = p;
     return QP_OK;
 fail:
@@ -465,6 +828,9 @@ fail:
     free(req_kt);
     free(node_step);
     free(fold_scratch);
+    free(ovin);
+    free(last_extra);
+    free(mark);
     rt_plan_free(p, s->n_inputs);
     return st;
 }

@@ -11,8 +11,22 @@ struct rt_conv {
     struct qp_kt *src, *dst;
 };
 
+enum rt_step_kind {
+    RT_STEP_NODE = 0, /* a kernel */
+    RT_STEP_OVERLAY,  /* fake quantization of one consumer input (in[0] -> out[0]) */
+    RT_STEP_IF        /* runs one of two branch plans, copies its outputs */
+};
+
+/* An If node's branches: a session per branch graph (made at create) and, in a plan, the
+ * branch plans (NULL for a branch that cannot be taken, or not planned yet). */
+struct rt_if {
+    struct qp_session *sub[2]; /* [0]: else_branch, [1]: then_branch */
+    struct rt_plan *plan[2];
+};
+
 struct rt_step {
-    int node;
+    int kind;
+    int node; /* the node; for an overlay step, the consumer node */
     const struct qp_kernel *k;
     void *state;
     int n_in, n_out;
@@ -21,6 +35,41 @@ struct rt_step {
     int n_conv_in, n_conv_out;
     struct rt_conv *conv_in, *conv_out;
     size_t scratch;
+    /* Steps whose outputs this step reads (-1 entries for constants and graph inputs), for
+     * partial re-execution. */
+    int n_dep;
+    int *dep;
+    /* RT_STEP_OVERLAY: the overlay (index in the session's list) and the tensor's geometry
+     * around the quantization axis. */
+    int ov;
+    int64_t outer, axis_len, inner;
+    /* RT_STEP_IF */
+    struct rt_if *rif;
+    struct qp_kt *cond;
+};
+
+/* One edge overlay, owned by the session (copies of the caller's arrays). */
+struct rt_overlay {
+    int node, input;
+    enum qp_dtype qtype;
+    int axis, saturate;
+    size_t n_params;
+    float *scale;
+    void *zero_point; /* NULL: 0 */
+    size_t zp_bytes;
+};
+
+/* Values of the reference run, for partial re-execution. */
+struct rt_cache {
+    size_t budget; /* 0: caching off */
+    int valid;
+    size_t n_inputs;
+    struct qp_array *inputs; /* owned copies of the reference run's inputs */
+    void **val;              /* per graph value: cached bytes (into buf) or NULL */
+    unsigned char *buf;
+    size_t buf_bytes, used;
+    size_t n_ov;
+    struct rt_overlay *ov; /* the overlays of the reference run */
 };
 
 struct rt_plan {
@@ -39,6 +88,10 @@ struct rt_plan {
     size_t scratch_bytes;
     size_t n_owned, cap_owned;
     void **owned;
+    /* A branch plan: values bound to the enclosing plans' tensors (data refreshed per run). */
+    size_t n_outer;
+    int *outer_v;
+    struct qp_kt **outer_src;
 };
 
 struct qp_session {
@@ -58,6 +111,16 @@ struct qp_session {
     struct rt_plan *last;
     qp_observer_fn observer;
     void *observer_user;
+    /* If nodes: per node index, the branch sessions (NULL for other nodes). */
+    struct rt_if **ifs;
+    /* A branch session: the enclosing session, and the plan being built or run there (what
+     * outer values bind to). */
+    struct qp_session *parent;
+    struct rt_plan *parent_plan;
+    size_t n_ov;
+    struct rt_overlay *ov;
+    struct rt_cache cache;
+    size_t n_executed; /* node steps computed by the last run */
 };
 
 /* Builds a plan. `inputs` (may be NULL) supplies the values of keyed inputs. On failure
@@ -67,6 +130,8 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
                              const int64_t (*dims)[QP_MAX_RANK], const struct qp_array *inputs,
                              struct rt_plan **plan_out, int *retry_out, struct qp_error *err);
 void rt_plan_free(struct rt_plan *p, size_t n_inputs);
+/* Runs the steps of `p` in order (a branch plan run by an If step). */
+enum qp_status rt_plan_run_all(const struct qp_session *s, struct rt_plan *p, struct qp_error *err);
 enum qp_status rt_step_run(const struct qp_session *s, struct rt_plan *p, struct rt_step *st,
                            void *scratch, struct qp_error *err);
 

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/qparams.h"
 #include "runtime/runtime.h"
 
 static const char *dom_name(const char *d) {
@@ -44,6 +45,99 @@ static enum qp_status resolve(struct qp_session *s, struct qp_error *err) {
         }
         s->kernels[ni] = kr;
         s->opsets[ni] = (int)opset;
+    }
+    return QP_OK;
+}
+
+static void free_ifs(struct qp_session *s) {
+    if (!s->ifs) return;
+    for (size_t i = 0; i < s->g->n_nodes; i++) {
+        if (!s->ifs[i]) continue;
+        qp_session_free(s->ifs[i]->sub[0]);
+        qp_session_free(s->ifs[i]->sub[1]);
+        free(s->ifs[i]);
+    }
+    free(s->ifs);
+    s->ifs = NULL;
+}
+
+static enum qp_status setup_ifs(struct qp_session *s, int depth, struct qp_error *err);
+
+/* A session for one If branch: no inputs; its outer values bind to the enclosing plan. */
+static enum qp_status sub_create(struct qp_session *parent, const struct qp_node *n,
+                                 const struct qp_graph *g, int depth, struct qp_session **out,
+                                 struct qp_error *err) {
+    *out = NULL;
+    if (g->n_inputs > 0)
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "session: node '%s' (If): branch '%s' declares %zu inputs, If "
+                            "branches take none",
+                            n->name ? n->name : "", g->name ? g->name : "", g->n_inputs);
+    struct qp_session *s = calloc(1, sizeof *s);
+    if (!s) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    s->model = parent->model;
+    s->g = g;
+    s->parent = parent;
+    s->n_threads = parent->n_threads;
+    size_t nn = g->n_nodes ? g->n_nodes : 1;
+    s->kernels = calloc(nn, sizeof *s->kernels);
+    s->opsets = calloc(nn, sizeof *s->opsets);
+    s->inputs = calloc(1, sizeof *s->inputs);
+    s->outputs = calloc(g->n_outputs + 1, sizeof *s->outputs);
+    s->fixed = calloc(1, sizeof *s->fixed);
+    s->keyed = calloc(1, 1);
+    enum qp_status st = QP_OK;
+    if (!s->kernels || !s->opsets || !s->inputs || !s->outputs || !s->fixed || !s->keyed) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < g->n_outputs; i++) {
+        const struct qp_value *val = &g->values[g->outputs[i]];
+        if (val->kind != QP_VALUE_TENSOR) {
+            st = qp_error_set(err, QP_ERR_UNSUPPORTED,
+                              "session: node '%s' (If): branch output '%s' is not a tensor",
+                              n->name ? n->name : "", val->name);
+            goto fail;
+        }
+        s->outputs[s->n_outputs++] = g->outputs[i];
+    }
+    if ((st = resolve(s, err)) || (st = setup_ifs(s, depth + 1, err))) goto fail;
+    *out = s;
+    return QP_OK;
+fail:
+    qp_session_free(s);
+    return st;
+}
+
+/* Branch sessions for every If node of s->g (nested ones too, up to a depth limit). */
+static enum qp_status setup_ifs(struct qp_session *s, int depth, struct qp_error *err) {
+    const struct qp_graph *g = s->g;
+    for (size_t k = 0; k < g->n_topo; k++) {
+        int ni = g->topo[k];
+        const struct qp_node *n = &g->nodes[ni];
+        if (strcmp(n->op_type, "If") != 0 || (n->domain && n->domain[0])) continue;
+        if (depth >= 64)
+            return qp_error_set(err, QP_ERR_UNSUPPORTED,
+                                "session: node '%s' (If): subgraphs nested more than 64 deep",
+                                n->name ? n->name : "");
+        if (!s->ifs) {
+            s->ifs = calloc(g->n_nodes, sizeof *s->ifs);
+            if (!s->ifs) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        }
+        struct rt_if *rif = calloc(1, sizeof *rif);
+        if (!rif) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        s->ifs[ni] = rif;
+        static const char *const names[2] = {"else_branch", "then_branch"};
+        for (int b = 0; b < 2; b++) {
+            const struct qp_attr *a = qp_node_attr(n, names[b]);
+            if (!a || a->type != QP_ATTR_GRAPH || !a->g)
+                return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                    "session: node '%s' (If): attribute '%s' is missing or not "
+                                    "a graph",
+                                    n->name ? n->name : "", names[b]);
+            enum qp_status st = sub_create(s, n, a->g, depth, &rif->sub[b], err);
+            if (st != QP_OK) return st;
+        }
     }
     return QP_OK;
 }
@@ -231,7 +325,7 @@ enum qp_status qp_session_create(const struct qp_model *model,
         }
         s->outputs[s->n_outputs++] = g->outputs[i];
     }
-    if ((st = resolve(s, err))) goto fail;
+    if ((st = resolve(s, err)) || (st = setup_ifs(s, 0, err))) goto fail;
     int complete;
     if ((st = input_shapes(s, n_shapes, shapes, ranks, dims, &complete, err))) goto fail;
     for (size_t i = 0; i < s->n_inputs; i++)
@@ -256,6 +350,27 @@ fail:
     return st;
 }
 
+static void free_overlays(struct rt_overlay *ov, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(ov[i].scale);
+        free(ov[i].zero_point);
+    }
+    free(ov);
+}
+
+/* Drops the reference inputs and overlays (keeps the buffers). */
+static void cache_clear(struct rt_cache *c) {
+    for (size_t i = 0; i < c->n_inputs; i++)
+        qp_array_release(&c->inputs[i]);
+    free(c->inputs);
+    c->inputs = NULL;
+    c->n_inputs = 0;
+    free_overlays(c->ov, c->n_ov);
+    c->ov = NULL;
+    c->n_ov = 0;
+    c->valid = 0;
+}
+
 void qp_session_free(struct qp_session *s) {
     if (!s) return;
     for (size_t k = 0; k < s->n_plans; k++)
@@ -267,6 +382,11 @@ void qp_session_free(struct qp_session *s) {
     free(s->outputs);
     free(s->fixed);
     free(s->keyed);
+    free_ifs(s);
+    free_overlays(s->ov, s->n_ov);
+    cache_clear(&s->cache);
+    free(s->cache.val);
+    free(s->cache.buf);
     free(s);
 }
 
@@ -302,6 +422,11 @@ void qp_session_set_threads(struct qp_session *s, int n_threads) {
     if (n_threads < 1) n_threads = 1;
     if (n_threads > 1024) n_threads = 1024;
     s->n_threads = n_threads;
+    for (size_t i = 0; s->ifs && i < s->g->n_nodes; i++)
+        if (s->ifs[i]) {
+            qp_session_set_threads(s->ifs[i]->sub[0], n_threads);
+            qp_session_set_threads(s->ifs[i]->sub[1], n_threads);
+        }
 }
 
 void qp_session_set_observer(struct qp_session *s, qp_observer_fn fn, void *user) {
@@ -366,11 +491,11 @@ static enum qp_status observe(struct qp_session *s, const struct rt_step *stp,
     return QP_OK;
 }
 
-enum qp_status qp_session_run(struct qp_session *s, size_t n_inputs, const struct qp_array *inputs,
-                              struct qp_error *err) {
-    if (!s || (n_inputs && !inputs))
-        return qp_error_set(err, QP_ERR_USAGE, "session: NULL argument");
-    s->last = NULL;
+/* Validates inputs, finds (or builds) the plan and binds the inputs. */
+static enum qp_status run_setup(struct qp_session *s, size_t n_inputs,
+                                const struct qp_array *inputs, struct rt_plan **plan_out,
+                                struct qp_error *err) {
+    *plan_out = NULL;
     if (n_inputs != s->n_inputs)
         return qp_error_set(err, QP_ERR_USAGE, "session: %zu inputs given, the model takes %zu",
                             n_inputs, s->n_inputs);
@@ -446,15 +571,345 @@ enum qp_status qp_session_run(struct qp_session *s, size_t n_inputs, const struc
         static unsigned char empty[64];
         if (!s->keyed[i]) p->vals[s->inputs[i]].data = inputs[i].nbytes ? inputs[i].data : empty;
     }
-    for (size_t k = 0; k < p->n_steps; k++) {
-        struct rt_step *stp = &p->steps[k];
-        if ((st = rt_step_run(s, p, stp, p->scratch, err))) goto done;
-        if (s->observer && (st = observe(s, stp, err))) goto done;
-    }
-    s->last = p;
+    *plan_out = p;
 done:
     if (ranks != ranks_buf) free(ranks);
     if (dims != dims_buf) free(dims);
+    return st;
+}
+
+#define CACHE_ALIGN 64
+
+/* Starts recording a reference run: copies of the inputs and overlays, room for the values. */
+static enum qp_status cache_begin(struct qp_session *s, const struct rt_plan *p, size_t n_inputs,
+                                  const struct qp_array *inputs, struct qp_error *err) {
+    struct rt_cache *c = &s->cache;
+    cache_clear(c);
+    if (!c->val) {
+        c->val = calloc(s->g->n_values ? s->g->n_values : 1, sizeof *c->val);
+        if (!c->val) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory (cache)");
+    } else {
+        memset(c->val, 0, (s->g->n_values ? s->g->n_values : 1) * sizeof *c->val);
+    }
+    c->inputs = calloc(n_inputs + 1, sizeof *c->inputs);
+    if (!c->inputs) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory (cache)");
+    for (size_t i = 0; i < n_inputs; i++) {
+        enum qp_status st =
+            qp_array_alloc(&c->inputs[i], inputs[i].dtype, inputs[i].rank, inputs[i].dims, err);
+        if (st != QP_OK) return st;
+        c->n_inputs = i + 1;
+        if (inputs[i].nbytes) memcpy(c->inputs[i].data, inputs[i].data, inputs[i].nbytes);
+    }
+    if (s->n_ov) {
+        c->ov = calloc(s->n_ov, sizeof *c->ov);
+        if (!c->ov) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory (cache)");
+        for (size_t i = 0; i < s->n_ov; i++) {
+            struct rt_overlay *d = &c->ov[i];
+            *d = s->ov[i];
+            d->scale = malloc(d->n_params * sizeof *d->scale);
+            d->zero_point = d->zp_bytes ? malloc(d->zp_bytes) : NULL;
+            c->n_ov = i + 1;
+            if (!d->scale || (d->zp_bytes && !d->zero_point))
+                return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory (cache)");
+            memcpy(d->scale, s->ov[i].scale, d->n_params * sizeof *d->scale);
+            if (d->zp_bytes) memcpy(d->zero_point, s->ov[i].zero_point, d->zp_bytes);
+        }
+    }
+    size_t need = 0;
+    for (size_t k = 0; k < p->n_steps; k++)
+        for (int i = 0; p->steps[k].kind != RT_STEP_OVERLAY && i < p->steps[k].n_out; i++)
+            if (p->steps[k].val_out[i]) {
+                size_t b = (p->steps[k].val_out[i]->nbytes + CACHE_ALIGN - 1) / CACHE_ALIGN;
+                need += b * CACHE_ALIGN;
+            }
+    if (need > c->budget) need = c->budget;
+    if (need > c->buf_bytes) {
+        free(c->buf);
+        c->buf_bytes = 0;
+        c->buf = malloc(need);
+        if (!c->buf)
+            return qp_error_set(err, QP_ERR_NOMEM, "session: cannot allocate a %zu-byte cache",
+                                need);
+        c->buf_bytes = need;
+    }
+    c->used = 0;
+    return QP_OK;
+}
+
+/* Copies a step's values into the cache while room is left. */
+static void cache_store(struct qp_session *s, const struct rt_step *stp) {
+    struct rt_cache *c = &s->cache;
+    if (stp->kind == RT_STEP_OVERLAY) return;
+    const struct qp_node *n = &s->g->nodes[stp->node];
+    for (int i = 0; i < stp->n_out; i++) {
+        const struct qp_kt *t = stp->val_out[i];
+        if (!t) continue;
+        size_t b = (t->nbytes + CACHE_ALIGN - 1) / CACHE_ALIGN * CACHE_ALIGN;
+        if (b > c->buf_bytes - c->used) continue;
+        void *dst = c->buf + c->used;
+        if (t->nbytes) memcpy(dst, t->data, t->nbytes);
+        c->val[n->outputs[i]] = dst;
+        c->used += b;
+    }
+}
+
+enum qp_status qp_session_run(struct qp_session *s, size_t n_inputs, const struct qp_array *inputs,
+                              struct qp_error *err) {
+    if (!s || (n_inputs && !inputs))
+        return qp_error_set(err, QP_ERR_USAGE, "session: NULL argument");
+    s->last = NULL;
+    s->n_executed = 0;
+    struct rt_plan *p;
+    enum qp_status st = run_setup(s, n_inputs, inputs, &p, err);
+    if (st != QP_OK) return st;
+    int record = s->cache.budget > 0;
+    if (record && (st = cache_begin(s, p, n_inputs, inputs, err))) {
+        cache_clear(&s->cache);
+        return st;
+    }
+    for (size_t k = 0; k < p->n_steps; k++) {
+        struct rt_step *stp = &p->steps[k];
+        if ((st = rt_step_run(s, p, stp, p->scratch, err))) goto fail;
+        if (stp->kind != RT_STEP_OVERLAY) s->n_executed++;
+        if (record) cache_store(s, stp);
+        if (s->observer && stp->kind != RT_STEP_OVERLAY && (st = observe(s, stp, err))) goto fail;
+    }
+    s->last = p;
+    if (record) s->cache.valid = 1;
+    return QP_OK;
+fail:
+    if (record) cache_clear(&s->cache);
+    return st;
+}
+
+static int overlay_equal(const struct rt_overlay *a, const struct rt_overlay *b) {
+    return a->qtype == b->qtype && a->axis == b->axis && a->saturate == b->saturate &&
+           a->n_params == b->n_params && a->zp_bytes == b->zp_bytes &&
+           memcmp(a->scale, b->scale, a->n_params * sizeof *a->scale) == 0 &&
+           (!a->zp_bytes || memcmp(a->zero_point, b->zero_point, a->zp_bytes) == 0);
+}
+
+static const struct rt_overlay *overlay_find(const struct rt_overlay *ov, size_t n, int node,
+                                             int input) {
+    for (size_t i = 0; i < n; i++)
+        if (ov[i].node == node && ov[i].input == input) return &ov[i];
+    return NULL;
+}
+
+enum { MODE_SKIP = 0, MODE_RESTORE, MODE_COMPUTE };
+
+enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err) {
+    if (!s) return qp_error_set(err, QP_ERR_USAGE, "session: NULL argument");
+    s->last = NULL;
+    s->n_executed = 0;
+    struct rt_cache *c = &s->cache;
+    if (!c->valid)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "session: no reference run to re-execute from (set a cache budget "
+                            "and run first)");
+    const struct qp_graph *g = s->g;
+    struct rt_plan *p;
+    enum qp_status st = run_setup(s, c->n_inputs, c->inputs, &p, err);
+    if (st != QP_OK) return st;
+    size_t nn = g->n_nodes ? g->n_nodes : 1;
+    unsigned char *dirty = calloc(nn, 1), *mode = calloc(p->n_steps + 1, 1);
+    unsigned char *need = calloc(p->n_steps + 1, 1);
+    int *stack = malloc(nn * sizeof *stack), *nstep = malloc(nn * sizeof *nstep);
+    if (!dirty || !mode || !need || !stack || !nstep) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        goto done;
+    }
+    /* Nodes reading a changed edge, and everything downstream of them. */
+    size_t sp = 0;
+    for (size_t i = 0; i < s->n_ov; i++) {
+        const struct rt_overlay *r = overlay_find(c->ov, c->n_ov, s->ov[i].node, s->ov[i].input);
+        if ((!r || !overlay_equal(r, &s->ov[i])) && !dirty[s->ov[i].node]) {
+            dirty[s->ov[i].node] = 1;
+            stack[sp++] = s->ov[i].node;
+        }
+    }
+    for (size_t i = 0; i < c->n_ov; i++)
+        if (!overlay_find(s->ov, s->n_ov, c->ov[i].node, c->ov[i].input) && !dirty[c->ov[i].node]) {
+            dirty[c->ov[i].node] = 1;
+            stack[sp++] = c->ov[i].node;
+        }
+    while (sp) {
+        const struct qp_node *n = &g->nodes[stack[--sp]];
+        for (int o = 0; o < n->n_outputs; o++) {
+            if (n->outputs[o] < 0) continue;
+            const struct qp_value *v = &g->values[n->outputs[o]];
+            for (size_t u = 0; u < v->n_uses; u++)
+                if (!dirty[v->uses[u].node]) {
+                    dirty[v->uses[u].node] = 1;
+                    stack[sp++] = v->uses[u].node;
+                }
+        }
+    }
+    for (size_t i = 0; i < nn; i++)
+        nstep[i] = -1;
+    for (size_t k = 0; k < p->n_steps; k++) {
+        struct rt_step *stp = &p->steps[k];
+        if (stp->kind == RT_STEP_OVERLAY) continue;
+        nstep[stp->node] = (int)k;
+        int d = dirty[stp->node];
+        for (int i = 0; !d && i < stp->n_dep; i++)
+            d = stp->dep[i] >= 0 && mode[stp->dep[i]] == MODE_COMPUTE &&
+                p->steps[stp->dep[i]].kind != RT_STEP_OVERLAY;
+        if (d) mode[k] = MODE_COMPUTE;
+    }
+    for (size_t i = 0; i < g->n_outputs; i++) {
+        int pn = g->values[g->outputs[i]].producer;
+        if (pn >= 0 && nstep[pn] >= 0) need[nstep[pn]] = 1;
+    }
+    /* Backwards: what computed steps read comes from the cache, or is computed again. */
+    for (size_t k = p->n_steps; k-- > 0;) {
+        struct rt_step *stp = &p->steps[k];
+        if (mode[k] != MODE_COMPUTE && need[k]) {
+            int cached = stp->kind != RT_STEP_OVERLAY;
+            const struct qp_node *n = &g->nodes[stp->node];
+            for (int i = 0; cached && i < stp->n_out; i++)
+                if (stp->val_out[i] && !c->val[n->outputs[i]]) cached = 0;
+            mode[k] = cached ? MODE_RESTORE : MODE_COMPUTE;
+        }
+        if (mode[k] == MODE_COMPUTE)
+            for (int i = 0; i < stp->n_dep; i++)
+                if (stp->dep[i] >= 0) need[stp->dep[i]] = 1;
+    }
+    for (size_t k = 0; k < p->n_steps; k++) {
+        struct rt_step *stp = &p->steps[k];
+        if (mode[k] == MODE_COMPUTE) {
+            if ((st = rt_step_run(s, p, stp, p->scratch, err))) goto done;
+            if (stp->kind != RT_STEP_OVERLAY) s->n_executed++;
+        } else if (mode[k] == MODE_RESTORE) {
+            const struct qp_node *n = &g->nodes[stp->node];
+            for (int i = 0; i < stp->n_out; i++)
+                if (stp->val_out[i] && stp->val_out[i]->nbytes)
+                    memcpy(stp->val_out[i]->data, c->val[n->outputs[i]], stp->val_out[i]->nbytes);
+        }
+    }
+    s->last = p;
+done:
+    free(dirty);
+    free(mode);
+    free(need);
+    free(stack);
+    free(nstep);
+    return st;
+}
+
+size_t qp_session_nodes_executed(const struct qp_session *s) {
+    return s ? s->n_executed : 0;
+}
+
+void qp_session_set_cache(struct qp_session *s, size_t budget_bytes) {
+    if (!s) return;
+    s->cache.budget = budget_bytes;
+    if (!budget_bytes) {
+        cache_clear(&s->cache);
+        free(s->cache.buf);
+        s->cache.buf = NULL;
+        s->cache.buf_bytes = 0;
+    }
+}
+
+static int cmp_overlay(const void *a, const void *b) {
+    const struct rt_overlay *x = a, *y = b;
+    if (x->node != y->node) return x->node < y->node ? -1 : 1;
+    return x->input < y->input ? -1 : (x->input > y->input);
+}
+
+enum qp_status qp_session_set_overlays(struct qp_session *s, size_t n, const struct qp_overlay *ov,
+                                       struct qp_error *err) {
+    if (!s || (n && !ov)) return qp_error_set(err, QP_ERR_USAGE, "session: NULL argument");
+    const struct qp_graph *g = s->g;
+    if (n > g->n_nodes * 64 + 64)
+        return qp_error_set(err, QP_ERR_BAD_INPUT, "session: %zu overlays", n);
+    struct rt_overlay *nov = calloc(n + 1, sizeof *nov);
+    if (!nov) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    enum qp_status st = QP_OK;
+    size_t made = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct qp_overlay *o = &ov[i];
+        struct rt_overlay *d = &nov[i];
+        int node = o->node ? qp_graph_find_node(g, o->node) : -1;
+        if (node < 0) {
+            st = qp_error_set(err, QP_ERR_BAD_INPUT, "session: overlay %zu: no node named '%s'", i,
+                              o->node ? o->node : "(null)");
+            goto fail;
+        }
+        const struct qp_node *nd = &g->nodes[node];
+        if (o->input < 0 || o->input >= nd->n_inputs || nd->inputs[o->input] < 0) {
+            st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                              "session: overlay %zu: node '%s' (%s) has no input %d", i, o->node,
+                              nd->op_type, o->input);
+            goto fail;
+        }
+        const struct qp_dtype_traits *tr = qp_dtype_traits(o->qtype);
+        if (!qp_qtype_supported(o->qtype) || o->qtype == QP_DTYPE_INT32 || !tr || tr->bits < 8) {
+            st = qp_error_set(err, QP_ERR_UNSUPPORTED,
+                              "session: overlay %zu on node '%s' input %d: quantized type %s is "
+                              "not supported",
+                              i, o->node, o->input, qp_dtype_name(o->qtype));
+            goto fail;
+        }
+        if (o->n_params == 0 || o->n_params > ((size_t)1 << 28) || !o->scale) {
+            st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                              "session: overlay %zu on node '%s' input %d: %zu parameters", i,
+                              o->node, o->input, o->n_params);
+            goto fail;
+        }
+        for (size_t j = 0; j < o->n_params; j++) {
+            float sc = o->scale[j];
+            if (!(sc > 0) || sc > 3.4e38f) {
+                st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                                  "session: overlay %zu on node '%s' input %d: scale %zu is %g "
+                                  "(must be finite and positive)",
+                                  i, o->node, o->input, j, (double)sc);
+                goto fail;
+            }
+        }
+        for (size_t j = 0; j < i; j++)
+            if (nov[j].node == node && nov[j].input == o->input) {
+                st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                                  "session: overlays %zu and %zu are both on node '%s' input %d", j,
+                                  i, o->node, o->input);
+                goto fail;
+            }
+        d->node = node;
+        d->input = o->input;
+        d->qtype = o->qtype;
+        d->axis = o->axis;
+        d->saturate = o->saturate;
+        d->n_params = o->n_params;
+        d->zp_bytes = o->zero_point ? o->n_params * (size_t)(tr->bits / 8) : 0;
+        d->scale = malloc(o->n_params * sizeof *d->scale);
+        d->zero_point = d->zp_bytes ? malloc(d->zp_bytes) : NULL;
+        made = i + 1;
+        if (!d->scale || (d->zp_bytes && !d->zero_point)) {
+            st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+            goto fail;
+        }
+        memcpy(d->scale, o->scale, o->n_params * sizeof *d->scale);
+        if (d->zp_bytes) memcpy(d->zero_point, o->zero_point, d->zp_bytes);
+    }
+    qsort(nov, n, sizeof *nov, cmp_overlay);
+    /* Plans depend on the edges, axes and parameter counts only. */
+    int same = n == s->n_ov;
+    for (size_t i = 0; same && i < n; i++)
+        same = nov[i].node == s->ov[i].node && nov[i].input == s->ov[i].input &&
+               nov[i].axis == s->ov[i].axis && nov[i].n_params == s->ov[i].n_params;
+    if (!same) {
+        for (size_t k = 0; k < s->n_plans; k++)
+            rt_plan_free(s->plans[k], s->n_inputs);
+        s->n_plans = 0;
+    }
+    s->last = NULL;
+    free_overlays(s->ov, s->n_ov);
+    s->ov = nov;
+    s->n_ov = n;
+    return QP_OK;
+fail:
+    free_overlays(nov, made);
     return st;
 }
 

@@ -164,6 +164,31 @@ static int cmp_tensor(struct cmp *c, const struct qp_tensor *a, const struct qp_
     return r;
 }
 
+static int cmp_attr_proto(struct cmp *c, enum qp_attr_type type, const void *a, const void *b) {
+    if (!a || !b) return cmp_proto(c, "AttributeProto", a, b);
+    const Onnx__AttributeProto *pa = a, *pb = b;
+    int r = 0;
+    switch (type) {
+    case QP_ATTR_SPARSE_TENSOR:
+        return cmp_proto(c, "sparse_tensor", pa->sparse_tensor, pb->sparse_tensor);
+    case QP_ATTR_TYPE_PROTO:
+        return cmp_proto(c, "tp", pa->tp, pb->tp);
+    case QP_ATTR_SPARSE_TENSORS:
+        r = cmp_i64(c, "n", (int64_t)pa->n_sparse_tensors, (int64_t)pb->n_sparse_tensors);
+        for (size_t k = 0; !r && k < pa->n_sparse_tensors; k++)
+            r = cmp_proto(c, "sparse_tensors", pa->sparse_tensors[k], pb->sparse_tensors[k]);
+        return r;
+    case QP_ATTR_TYPE_PROTOS:
+        r = cmp_i64(c, "n", (int64_t)pa->n_type_protos, (int64_t)pb->n_type_protos);
+        for (size_t k = 0; !r && k < pa->n_type_protos; k++)
+            r = cmp_proto(c, "type_protos", pa->type_protos[k], pb->type_protos[k]);
+        return r;
+    default:
+        /* An attribute type qplace does not know: the whole AttributeProto. */
+        return cmp_proto(c, "AttributeProto", a, b);
+    }
+}
+
 static int cmp_attr(struct cmp *c, const struct qp_attr *a, const struct qp_attr *b) {
     size_t saved = push(c, "attr '%.200s'", str_or_empty(a->name));
     int r = cmp_str(c, "name", a->name, b->name) || cmp_i64(c, "type", a->type, b->type) ||
@@ -216,13 +241,11 @@ static int cmp_attr(struct cmp *c, const struct qp_attr *a, const struct qp_attr
             pop(c, s2);
         }
         break;
-    case QP_ATTR_SPARSE_TENSOR:
-    case QP_ATTR_SPARSE_TENSORS:
-    case QP_ATTR_TYPE_PROTO:
-    case QP_ATTR_TYPE_PROTOS:
     default:
-        /* Kept only in the AttributeProto the loader read. */
-        r = cmp_proto(c, "AttributeProto", a->origin, b->origin);
+        /* Sparse tensors and type protos are kept only in the AttributeProto the loader read:
+         * compare the field the attribute's type names (fields that disagree with the type are
+         * not part of the attribute's value). */
+        r = cmp_attr_proto(c, a->type, a->origin, b->origin);
         break;
     }
 out:
@@ -298,10 +321,28 @@ static int cmp_node(struct cmp *c, const struct qp_graph *ga, const struct qp_no
     return r;
 }
 
-static size_t next_live(const struct qp_graph *g, size_t k) {
-    while (k < g->n_nodes && g->nodes[k].dead)
-        k++;
-    return k;
+static size_t count_live(const struct qp_graph *g) {
+    size_t n = 0;
+    for (size_t k = 0; k < g->n_nodes; k++)
+        n += !g->nodes[k].dead;
+    return n;
+}
+
+/* Index of the k-th live node in index order (k < count_live(g)). */
+static size_t nth_live(const struct qp_graph *g, size_t k) {
+    for (size_t j = 0; j < g->n_nodes; j++)
+        if (!g->nodes[j].dead && k-- == 0) return j;
+    return 0;
+}
+
+/* The graph's topological order when it covers every live node (sets *n to the live count);
+ * NULL when the graph was not sorted, so callers walk index order. */
+static const int *node_order(const struct qp_graph *g, size_t *n) {
+    *n = count_live(g);
+    if (!g->topo || g->n_topo != *n) return NULL;
+    for (size_t k = 0; k < g->n_topo; k++)
+        if (g->topo[k] < 0 || (size_t)g->topo[k] >= g->n_nodes) return NULL;
+    return g->topo;
 }
 
 static int cmp_graph(struct cmp *c, const struct qp_graph *a, const struct qp_graph *b) {
@@ -320,23 +361,19 @@ static int cmp_graph(struct cmp *c, const struct qp_graph *a, const struct qp_gr
             cmp_str(c, "value", value_name(a, a->inits_value[k]), value_name(b, b->inits_value[k]));
         pop(c, s2);
     }
-    /* Live nodes, in order. */
-    size_t ka = next_live(a, 0), kb = next_live(b, 0), idx = 0;
-    while (!r && (ka < a->n_nodes || kb < b->n_nodes)) {
-        if (ka >= a->n_nodes || kb >= b->n_nodes) {
-            r = differ(c, "node count differs (extra node '%.200s' in %s)",
-                       ka < a->n_nodes ? str_or_empty(a->nodes[ka].name)
-                                       : str_or_empty(b->nodes[kb].name),
-                       ka < a->n_nodes ? "first" : "second");
-            break;
-        }
-        size_t s2 = push(c, "node %zu '%.200s' (%.100s)", idx, str_or_empty(a->nodes[ka].name),
-                         str_or_empty(a->nodes[ka].op_type));
-        r = cmp_node(c, a, &a->nodes[ka], b, &b->nodes[kb]);
+    /* Live nodes in topological order: the saver writes nodes topologically sorted, so a file
+     * whose nodes were out of order comes back reordered but otherwise the same. Graphs never
+     * sorted are compared in index order. */
+    size_t na = 0, nb = 0;
+    const int *oa = node_order(a, &na), *ob = node_order(b, &nb);
+    if (!r && na != nb) r = differ(c, "live node count %zu vs %zu", na, nb);
+    for (size_t k = 0; !r && k < na; k++) {
+        const struct qp_node *x = &a->nodes[oa ? (size_t)oa[k] : nth_live(a, k)];
+        const struct qp_node *y = &b->nodes[ob ? (size_t)ob[k] : nth_live(b, k)];
+        size_t s2 = push(c, "node %zu '%.200s' (%.100s)", k, str_or_empty(x->name),
+                         str_or_empty(x->op_type));
+        r = cmp_node(c, a, x, b, y);
         pop(c, s2);
-        ka = next_live(a, ka + 1);
-        kb = next_live(b, kb + 1);
-        idx++;
     }
     /* Every value (intermediate tensors included) by name: same set, same types. */
     if (!r) r = cmp_i64(c, "value count", (int64_t)a->n_values, (int64_t)b->n_values);

@@ -137,7 +137,7 @@ static void assert_same_array(const struct qp_array *got, const struct qp_array 
 }
 
 static void read_ok(const char *rel, struct qp_array *a) {
-    char path[512];
+    char path[1024];
     snprintf(path, sizeof path, DATA "%s", rel);
     struct qp_error err = {0};
     enum qp_status st = qp_npy_read_file(path, a, &err);
@@ -480,7 +480,7 @@ static void test_every_truncation_fails(void **state) {
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         char path[512];
         snprintf(path, sizeof path, DATA "%s", files[f]);
-        uint8_t *buf;
+        uint8_t *buf = NULL;
         size_t size = 0;
         assert_int_equal(read_file_bytes(path, &buf, &size), 0);
         for (size_t n = 0; n < size; n++) {
@@ -591,8 +591,8 @@ static void test_write_matches_numpy(void **state) {
         }
         struct qp_error err = {0};
         if (qp_npy_write_file(out, &a, &err) != QP_OK) fail_msg("%s", err.msg);
-        uint8_t *got, *want;
-        size_t got_n, want_n;
+        uint8_t *got = NULL, *want = NULL;
+        size_t got_n = 0, want_n = 0;
         assert_int_equal(read_file_bytes(out, &got, &got_n), 0);
         assert_int_equal(read_file_bytes(want_path, &want, &want_n), 0);
         if (got_n != want_n || memcmp(got, want, got_n) != 0)
@@ -618,7 +618,7 @@ static void test_write_refusals_leave_nothing(void **state) {
     make_expected("f4", &a);
     struct qp_error err = {0};
     assert_int_equal(qp_npy_write_file(out, &a, &err), QP_OK);
-    uint8_t *before;
+    uint8_t *before = NULL;
     size_t before_n;
     assert_int_equal(read_file_bytes(out, &before, &before_n), 0);
 
@@ -636,7 +636,7 @@ static void test_write_refusals_leave_nothing(void **state) {
     lie = a;
     lie.rank = 9;
     assert_int_equal(qp_npy_write_file(out, &lie, &err), QP_ERR_USAGE);
-    uint8_t *after;
+    uint8_t *after = NULL;
     size_t after_n;
     assert_int_equal(read_file_bytes(out, &after, &after_n), 0);
     assert_int_equal(after_n, before_n);
@@ -746,8 +746,8 @@ static void test_fuzz_regressions(void **state) {
         if (strncmp(e->d_name, "fuzz-", 5) != 0) continue;
         char path[600];
         snprintf(path, sizeof path, DATA "%s", e->d_name);
-        uint8_t *buf;
-        size_t size;
+        uint8_t *buf = NULL;
+        size_t size = 0;
         assert_int_equal(read_file_bytes(path, &buf, &size), 0);
         struct qp_error err = {0};
         struct qp_array a = {0};

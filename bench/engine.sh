@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Engine speed against ONNX Runtime, batch 1, on the models and shapes of the speed targets:
+#   bash bench/engine.sh [QPLACE] [THREADS] [ITERATIONS]
+# QPLACE defaults to build/qplace, THREADS to 2, ITERATIONS to 20 (after 3 warm-up runs).
+# ResNet-50 and ViT-tiny are generated (tests/models/gen_*.py) into .cache/models/generated;
+# the PaddleOCR models come from scripts/setup.sh (.cache/models). Each model runs through
+# `qplace bench --compare-ort` (qplace first, then ORT in a child process: same inputs, threads,
+# warm-up and iterations) and the table shows median and min latency, their ratios qplace/ORT,
+# peak RSS (whole process, including load; ORT's includes node itself) and whether the outputs
+# agree (rtol 1e-3, atol 1e-4).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+QPLACE="${1:-$ROOT/build/qplace}"
+THREADS="${2:-2}"
+ITERS="${3:-20}"
+GEN="$ROOT/.cache/models/generated"
+MODELS="$ROOT/.cache/models"
+mkdir -p "$GEN"
+for m in resnet50 vit_tiny; do
+    if [ ! -s "$GEN/$m.onnx" ] || [ "$ROOT/tests/models/gen_$m.py" -nt "$GEN/$m.onnx" ]; then
+        /usr/bin/python3 "$ROOT/tests/models/gen_$m.py" "$GEN/$m.onnx"
+    fi
+done
+
+rows=(
+    "ResNet-50|$GEN/resnet50.onnx|input=1x3x224x224"
+    "ViT-tiny|$GEN/vit_tiny.onnx|input=1x3x224x224"
+    "PaddleOCR det|$MODELS/ch_PP-OCRv4_det_infer.onnx|x=1x3x640x640"
+    "PaddleOCR rec|$MODELS/ch_PP-OCRv4_rec_infer.onnx|x=1x3x48x320"
+)
+printf '| model | input | qplace median / min ms | ORT median / min ms | ratio median (min) | peak RSS qplace / ORT MB | RSS ratio | outputs |\n'
+printf '|---|---|---|---|---|---|---|---|\n'
+for row in "${rows[@]}"; do
+    IFS='|' read -r name model shape <<<"$row"
+    if [ ! -s "$model" ]; then
+        printf '| %s | %s | missing %s | | | | | |\n' "$name" "${shape#*=}" "$model"
+        continue
+    fi
+    json=$("$QPLACE" bench "$model" --shape "$shape" --threads "$THREADS" --iterations "$ITERS" \
+        --warmup 3 --compare-ort --json --ort-script "$ROOT/bench/ort_bench.js" \
+        --ort-npm "$ROOT/.cache/npm")
+    /usr/bin/python3 -c '
+import json, sys
+r = json.loads(sys.argv[1]); q = r["qplace"]; o = r["ort"]
+print("| %s | %s | %.1f / %.1f | %.1f / %.1f | %.2f (%.2f) | %.0f / %.0f | %.2f | %s |" % (
+    sys.argv[2], sys.argv[3], q["median_ms"], q["min_ms"], o["median_ms"], o["min_ms"],
+    q["median_ms"] / o["median_ms"], q["min_ms"] / o["min_ms"], q["peak_rss_kb"] / 1024,
+    o["peak_rss_kb"] / 1024, r["ratio"]["rss"], "agree" if r["outputs_match"] else "DIFFER"))
+' "$json" "$name" "${shape#*=}"
+done
+echo
+echo "threads $THREADS, $ITERS timed runs after 3 warm-up, onnxruntime-node $(node -p "require('$ROOT/.cache/npm/node_modules/onnxruntime-node/package.json').version"), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,0 +1,420 @@
+/* Calibration through the engine's observer (collect.h). */
+#include "calib/collect.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/ir.h"
+#include "quant/placement.h"
+
+struct slot {
+    int value;          /* value index in the top-level graph */
+    int required;       /* a placement tensor: must end up with a range */
+    struct qp_stats *s; /* made on the first float batch of the tensor */
+};
+
+struct qp_collector {
+    const struct qp_model *model;
+    const struct qp_graph *g;
+    struct qp_collect_options o;
+    struct qp_stats_config cfg;
+    struct qp_session *session;
+    size_t n_slots;
+    struct slot *slots;
+    int *slot_of_value; /* g->n_values entries, -1 when the value is not calibrated */
+    uint64_t n_batches, n_samples;
+    size_t bytes_max;
+    /* An error raised inside the observer, which can only return non-zero. */
+    int failed;
+    struct qp_error obs_err;
+};
+
+void qp_collect_options_default(struct qp_collect_options *o, enum qp_calib_method m) {
+    memset(o, 0, sizeof *o);
+    qp_calib_options_default(&o->calib, m);
+    o->pin_softmax = 1;
+    o->group_concat = 1;
+}
+
+static int is_float_dtype(enum qp_dtype t) {
+    return t == QP_DTYPE_FLOAT || t == QP_DTYPE_FLOAT16 || t == QP_DTYPE_BFLOAT16 ||
+           t == QP_DTYPE_DOUBLE;
+}
+
+static int is_onnx_op(const struct qp_node *n, const char *op) {
+    return !n->dead && strcmp(n->op_type, op) == 0 &&
+           (!n->domain[0] || !strcmp(n->domain, "ai.onnx"));
+}
+
+/* A value the calibration of "every float activation" takes: computed at run time (not an
+ * initializer, not a Constant's output) and consumed by some node. */
+static int is_activation(const struct qp_graph *g, int v) {
+    const struct qp_value *x = &g->values[v];
+    if (x->kind != QP_VALUE_TENSOR || x->initializer >= 0 || x->is_outer || x->n_uses == 0)
+        return 0;
+    if (x->dtype != QP_DTYPE_UNDEFINED && !is_float_dtype(x->dtype)) return 0;
+    if (x->producer >= 0 && is_onnx_op(&g->nodes[x->producer], "Constant")) return 0;
+    return x->producer >= 0 || x->is_graph_input;
+}
+
+static enum qp_status add_slot(struct qp_collector *c, int v, int required, struct qp_error *err) {
+    if (c->slot_of_value[v] >= 0) {
+        c->slots[c->slot_of_value[v]].required |= required;
+        return QP_OK;
+    }
+    c->slots[c->n_slots] = (struct slot){.value = v, .required = required};
+    c->slot_of_value[v] = (int)c->n_slots++;
+    (void)err;
+    return QP_OK;
+}
+
+static enum qp_status select_tensors(struct qp_collector *c, struct qp_error *err) {
+    const struct qp_graph *g = c->g;
+    if (c->o.placement) {
+        const struct qp_placement *p = c->o.placement;
+        for (size_t i = 0; i < p->n_edges; i++) {
+            int v = qp_graph_find_value(g, p->edges[i].tensor);
+            if (v < 0)
+                return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                    "calibrate: placement tensor '%s' is not in the model",
+                                    p->edges[i].tensor);
+            if (g->values[v].initializer >= 0)
+                return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                    "calibrate: placement edge tensor '%s' is an initializer",
+                                    p->edges[i].tensor);
+            add_slot(c, v, 1, err);
+        }
+        return QP_OK;
+    }
+    /* Graph inputs first, then node outputs in topological order: the order of the file. */
+    for (size_t i = 0; i < g->n_inputs; i++)
+        if (is_activation(g, g->inputs[i])) add_slot(c, g->inputs[i], 0, err);
+    for (size_t k = 0; k < g->n_topo; k++) {
+        const struct qp_node *n = &g->nodes[g->topo[k]];
+        if (n->dead) continue;
+        for (int j = 0; j < n->n_outputs; j++)
+            if (n->outputs[j] >= 0 && is_activation(g, n->outputs[j]))
+                add_slot(c, n->outputs[j], 0, err);
+    }
+    return QP_OK;
+}
+
+static enum qp_status feed(struct qp_collector *c, struct slot *sl, const struct qp_array *a,
+                           struct qp_error *err) {
+    if (!is_float_dtype(a->dtype)) return QP_OK;
+    if (!sl->s) {
+        enum qp_status st = qp_stats_create(&c->cfg, &sl->s, err);
+        if (st != QP_OK) return st;
+    }
+    enum qp_status st = qp_stats_update(sl->s, a, err);
+    if (st != QP_OK)
+        return qp_error_prefix(err, "calibrate: tensor '%s'", c->g->values[sl->value].name);
+    return QP_OK;
+}
+
+static int observe(const char *tensor_name, const char *node_name, const struct qp_array *value,
+                   void *user) {
+    struct qp_collector *c = user;
+    int v = qp_graph_find_value(c->g, tensor_name);
+    if (v < 0 || c->slot_of_value[v] < 0) return 0;
+    if (feed(c, &c->slots[c->slot_of_value[v]], value, &c->obs_err) != QP_OK) {
+        c->failed = 1;
+        return 1;
+    }
+    return 0;
+}
+
+enum qp_status qp_collector_create(const struct qp_model *model, const struct qp_collect_options *o,
+                                   size_t n_shapes, const struct qp_shape *shapes,
+                                   struct qp_collector **out, struct qp_error *err) {
+    if (!model || !o || !out || (n_shapes && !shapes))
+        return qp_error_set(err, QP_ERR_USAGE, "calibrate: collector_create arguments");
+    if (o->calib.method < 0 || o->calib.method >= QP_CALIB_METHOD_COUNT)
+        return qp_error_set(err, QP_ERR_USAGE, "calibrate: unknown calibration method %d",
+                            (int)o->calib.method);
+    if (o->calib.method == QP_CALIB_PERCENTILE &&
+        !(o->calib.percentile > 0 && o->calib.percentile <= 100))
+        return qp_error_set(err, QP_ERR_USAGE, "calibrate: percentile %g is not in (0, 100]",
+                            o->calib.percentile);
+    const struct qp_graph *g = qp_model_graph(model);
+    if (!g) return qp_error_set(err, QP_ERR_USAGE, "calibrate: model without a graph");
+    struct qp_collector *c = calloc(1, sizeof *c);
+    if (!c) return qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
+    enum qp_status st = QP_OK;
+    c->model = model;
+    c->g = g;
+    c->o = *o;
+    qp_calib_stats_config(&o->calib, &c->cfg);
+    size_t nv = g->n_values ? g->n_values : 1;
+    c->slot_of_value = malloc(nv * sizeof *c->slot_of_value);
+    c->slots = calloc(nv, sizeof *c->slots);
+    if (!c->slot_of_value || !c->slots) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
+        goto fail;
+    }
+    for (size_t v = 0; v < nv; v++)
+        c->slot_of_value[v] = -1;
+    if ((st = select_tensors(c, err)) != QP_OK) goto fail;
+    struct qp_session_options so = {.n_threads = o->n_threads};
+    if ((st = qp_session_create(model, &so, n_shapes, shapes, &c->session, err)) != QP_OK)
+        goto fail;
+    qp_session_set_observer(c->session, observe, c);
+    *out = c;
+    return QP_OK;
+fail:
+    qp_collector_free(c);
+    return st;
+}
+
+void qp_collector_free(struct qp_collector *c) {
+    if (!c) return;
+    for (size_t i = 0; i < c->n_slots; i++)
+        qp_stats_free(c->slots[i].s);
+    free(c->slots);
+    free(c->slot_of_value);
+    qp_session_free(c->session);
+    free(c);
+}
+
+const struct qp_session *qp_collector_session(const struct qp_collector *c) {
+    return c ? c->session : NULL;
+}
+
+size_t qp_collector_bytes(const struct qp_collector *c) {
+    if (!c) return 0;
+    size_t b = sizeof *c + c->g->n_values * (sizeof *c->slot_of_value + sizeof *c->slots);
+    for (size_t i = 0; i < c->n_slots; i++)
+        if (c->slots[i].s) b += qp_stats_bytes(c->slots[i].s);
+    return b;
+}
+
+enum qp_status qp_collector_run(struct qp_collector *c, size_t n, const struct qp_array *inputs,
+                                struct qp_error *err) {
+    if (!c || (n && !inputs)) return qp_error_set(err, QP_ERR_USAGE, "calibrate: run arguments");
+    c->failed = 0;
+    c->obs_err.status = QP_OK;
+    c->obs_err.msg[0] = '\0';
+    enum qp_status st = qp_session_run(c->session, n, inputs, err);
+    if (c->failed) {
+        if (err) *err = c->obs_err;
+        return c->obs_err.status;
+    }
+    if (st != QP_OK) return st;
+    /* Graph inputs are not computed by the run, so the observer does not see them. */
+    for (size_t i = 0; i < n; i++) {
+        const char *name = qp_session_input_name(c->session, i);
+        int v = name ? qp_graph_find_value(c->g, name) : -1;
+        if (v >= 0 && c->slot_of_value[v] >= 0)
+            if ((st = feed(c, &c->slots[c->slot_of_value[v]], &inputs[i], err)) != QP_OK) return st;
+    }
+    c->n_batches++;
+    c->n_samples +=
+        n && inputs[0].rank > 0 && inputs[0].dims[0] > 0 ? (uint64_t)inputs[0].dims[0] : 1;
+    size_t b = qp_collector_bytes(c);
+    if (b > c->bytes_max) c->bytes_max = b;
+    return QP_OK;
+}
+
+/* 1 when value v is a Softmax output that the options pin to [0, 1]. */
+static int pinned_softmax(const struct qp_collector *c, int v) {
+    const struct qp_value *x = &c->g->values[v];
+    return c->o.pin_softmax && x->producer >= 0 &&
+           is_onnx_op(&c->g->nodes[x->producer], "Softmax") && x->producer_output == 0;
+}
+
+/* Union-find over slot indices, for Concat groups. */
+static int uf_find(int *parent, int i) {
+    while (parent[i] != i) {
+        parent[i] = parent[parent[i]];
+        i = parent[i];
+    }
+    return i;
+}
+
+enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **out,
+                                   struct qp_collect_report *report, struct qp_error *err) {
+    if (!c || !out) return qp_error_set(err, QP_ERR_USAGE, "calibrate: finish arguments");
+    const struct qp_graph *g = c->g;
+    size_t ns = c->n_slots ? c->n_slots : 1;
+    struct qp_calib_range *rr = calloc(ns, sizeof *rr);
+    int *have = calloc(ns, sizeof *have);
+    int *parent = malloc(ns * sizeof *parent);
+    struct qp_calib_range *tmp = malloc(ns * sizeof *tmp);
+    int *members = malloc(ns * sizeof *members);
+    struct qp_ranges *r = qp_ranges_create();
+    struct qp_collect_report rep = {
+        .n_batches = c->n_batches, .n_samples = c->n_samples, .collector_bytes_max = c->bytes_max};
+    enum qp_status st = QP_OK;
+    if (!rr || !have || !parent || !tmp || !members || !r) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < c->n_slots; i++) {
+        const struct slot *sl = &c->slots[i];
+        const char *name = g->values[sl->value].name;
+        parent[i] = (int)i;
+        if (!sl->s) {
+            if (sl->required) {
+                st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                                  "calibrate: placement tensor '%s' was never computed as a float "
+                                  "tensor by the engine (constant-folded or not float), so it has "
+                                  "no range",
+                                  name);
+                goto done;
+            }
+            continue;
+        }
+        if ((st = qp_calib_compute(&c->o.calib, sl->s, &rr[i], err)) != QP_OK) {
+            /* A pinned Softmax output needs no statistics: all-NaN is reported, not fatal. */
+            struct qp_stats_summary sum;
+            qp_stats_summary(sl->s, &sum);
+            if (st != QP_ERR_BAD_INPUT || sum.has_range || !pinned_softmax(c, sl->value)) {
+                qp_error_prefix(err, "calibrate: tensor '%s'", name);
+                goto done;
+            }
+            st = QP_OK;
+            rr[i] = (struct qp_calib_range){.n_nan = sum.n_nan, .n_inf = sum.n_inf};
+        }
+        have[i] = 1;
+        if (rr[i].n_nan || rr[i].n_inf) {
+            rep.n_nonfinite_tensors++;
+            rep.n_nan += rr[i].n_nan;
+            rep.n_inf += rr[i].n_inf;
+            qp_log(QP_LOG_WARN,
+                   "calibrate: tensor '%s': %llu NaN and %llu Inf values seen, left out of its "
+                   "range",
+                   name, (unsigned long long)rr[i].n_nan, (unsigned long long)rr[i].n_inf);
+        }
+    }
+    if (c->o.group_concat) {
+        for (size_t k = 0; k < g->n_nodes; k++) {
+            const struct qp_node *n = &g->nodes[k];
+            if (!is_onnx_op(n, "Concat") || n->n_outputs < 1 || n->outputs[0] < 0) continue;
+            int root = c->slot_of_value[n->outputs[0]];
+            if (root < 0 || !have[root]) continue;
+            for (int j = 0; j < n->n_inputs; j++) {
+                int v = n->inputs[j];
+                int s = v >= 0 ? c->slot_of_value[v] : -1;
+                if (s < 0 || !have[s]) continue;
+                int a = uf_find(parent, root), b = uf_find(parent, s);
+                if (a != b) parent[b] = a;
+            }
+        }
+        for (size_t i = 0; i < c->n_slots; i++) {
+            if (!have[i] || uf_find(parent, (int)i) != (int)i) continue;
+            size_t m = 0;
+            for (size_t j = 0; j < c->n_slots; j++)
+                if (have[j] && uf_find(parent, (int)j) == (int)i) {
+                    members[m] = (int)j;
+                    tmp[m++] = rr[j];
+                }
+            if (m < 2) continue;
+            qp_calib_group_share(tmp, m);
+            for (size_t j = 0; j < m; j++)
+                rr[members[j]] = tmp[j];
+            rep.n_grouped += m;
+        }
+    }
+    if (c->o.pin_softmax)
+        for (size_t k = 0; k < g->n_nodes; k++) {
+            const struct qp_node *n = &g->nodes[k];
+            if (!is_onnx_op(n, "Softmax") || n->n_outputs < 1 || n->outputs[0] < 0) continue;
+            int s = c->slot_of_value[n->outputs[0]];
+            if (s < 0 || !have[s]) continue;
+            qp_calib_range_pin(&rr[s], 0, 1);
+            rep.n_pinned++;
+        }
+    for (size_t i = 0; i < c->n_slots; i++) {
+        if (!have[i]) continue;
+        const struct qp_stats *s = c->slots[i].s;
+        struct qp_stats_summary sum;
+        qp_stats_summary(s, &sum);
+        struct qp_range x = {.tensor = g->values[c->slots[i].value].name,
+                             .lo = (float)rr[i].lo,
+                             .hi = (float)rr[i].hi,
+                             .amax = (float)rr[i].amax,
+                             .n_nan = sum.n_nan,
+                             .n_inf = sum.n_inf,
+                             .n_values = sum.n_values};
+        if ((st = qp_ranges_set(r, &x, err)) != QP_OK) goto done;
+    }
+    rep.n_tensors = qp_ranges_count(r);
+done:
+    free(rr);
+    free(have);
+    free(parent);
+    free(tmp);
+    free(members);
+    if (st != QP_OK) {
+        qp_ranges_free(r);
+        return st;
+    }
+    if (report) *report = rep;
+    *out = r;
+    return QP_OK;
+}
+
+/* ---- all in one ---------------------------------------------------------------------------- */
+
+enum qp_status qp_calibrate_model(const struct qp_model *model, struct qp_provider *provider,
+                                  const struct qp_collect_options *o, struct qp_ranges **out,
+                                  struct qp_collect_report *report, struct qp_error *err) {
+    if (!model || !provider || !o || !out)
+        return qp_error_set(err, QP_ERR_USAGE, "calibrate: calibrate_model arguments");
+    enum qp_status st = qp_provider_reset(provider, err);
+    if (st != QP_OK) return st;
+    const struct qp_array *batch = NULL;
+    int end = 0;
+    if ((st = qp_provider_next(provider, &batch, &end, err)) != QP_OK) return st;
+    if (end)
+        return qp_error_set(err, QP_ERR_BAD_INPUT, "calibrate: the calibration data hold no batch");
+    size_t np = qp_provider_n_inputs(provider);
+    if (np > QP_MAX_CALIB_INPUTS)
+        return qp_error_set(err, QP_ERR_UNSUPPORTED, "calibrate: %zu inputs (at most %d)", np,
+                            QP_MAX_CALIB_INPUTS);
+    struct qp_shape shapes[QP_MAX_CALIB_INPUTS];
+    for (size_t i = 0; i < np; i++) {
+        shapes[i].name = qp_provider_input_name(provider, i);
+        shapes[i].rank = batch[i].rank;
+        memcpy(shapes[i].dims, batch[i].dims, sizeof shapes[i].dims);
+    }
+    struct qp_collector *c = NULL;
+    if ((st = qp_collector_create(model, o, np, shapes, &c, err)) != QP_OK) return st;
+    /* Provider order -> session order, by name. */
+    size_t ns = qp_session_n_inputs(c->session);
+    size_t map[QP_MAX_CALIB_INPUTS];
+    struct qp_array feed_arrays[QP_MAX_CALIB_INPUTS];
+    if (ns != np) {
+        st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                          "calibrate: the model has %zu inputs, the calibration data %zu", ns, np);
+        goto done;
+    }
+    for (size_t i = 0; i < ns; i++) {
+        const char *name = qp_session_input_name(c->session, i);
+        size_t j = 0;
+        while (j < np && strcmp(qp_provider_input_name(provider, j), name) != 0)
+            j++;
+        if (j == np) {
+            st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                              "calibrate: model input '%s' is missing from the calibration data",
+                              name);
+            goto done;
+        }
+        map[i] = j;
+    }
+    uint64_t total = qp_provider_n_samples(provider);
+    while (!end) {
+        for (size_t i = 0; i < ns; i++)
+            feed_arrays[i] = batch[map[i]];
+        if ((st = qp_collector_run(c, ns, feed_arrays, err)) != QP_OK) {
+            qp_error_prefix(err, "calibrate: batch %llu", (unsigned long long)c->n_batches + 1);
+            goto done;
+        }
+        if (o->progress) o->progress(c->n_samples, total, o->progress_user);
+        if ((st = qp_provider_next(provider, &batch, &end, err)) != QP_OK) goto done;
+    }
+    st = qp_collector_finish(c, out, report, err);
+done:
+    qp_collector_free(c);
+    return st;
+}

@@ -1,0 +1,361 @@
+/*
+ * Conv and ConvTranspose on oneDNN (convolution / deconvolution forward primitives).
+ *
+ * prepare computes the ONNX geometry with the reference code (qp_conv_geometry), creates the
+ * primitive with `format_tag any` for source, weights and destination so oneDNN picks its
+ * blocked layouts, and reorders the (constant) weights once into that layout inside the state.
+ * Activations stay plain NCHW at the kernel boundary: run reorders the input into the blocked
+ * layout (kernel scratch), runs the primitive, and reorders the output back. Scratchpads are
+ * user-managed (kernel scratch), so run does not allocate.
+ *
+ * Thread-count independence: primitives are cached per thread count, and a primitive for a
+ * thread count other than the one prepare used is created with the same source, weights and
+ * destination layouts, so every variant reads the same reordered weights; the unit tests check
+ * 1 vs 2 threads bit for bit. Whatever oneDNN cannot do (non-constant weights, an asymmetric
+ * padding it rejects, a full cache) runs the reference kernel with the same geometry.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/dnnl_conv.h"
+#include "kernels/dnnl_util.h"
+#include "kernels/kernels.h"
+
+struct conv_key {
+    int32_t transpose, nthr, nsp, has_bias;
+    int64_t n, c, m, group;
+    int64_t in[3], k[3], out[3], stride[3], dil[3], pb[3], pe[3];
+};
+
+struct conv_entry {
+    int nthr;
+    dnnl_primitive_t prim, rsrc, rdst, rwei; /* rsrc/rdst NULL: layout already plain */
+    dnnl_memory_desc_t usrc, src, uwei, wei, bias, dst, udst, scr;
+    size_t src_bytes, dst_bytes, wei_bytes, scr_bytes;
+    dnnl_memory_t m_usrc, m_src, m_uwei, m_wei, m_bias, m_dst, m_udst, m_scr;
+    dnnl_stream_t stream;
+    pthread_mutex_t lock;
+};
+
+/* Layouts a secondary (other thread count) entry must use: the primary's. */
+struct conv_force {
+    const dnnl_memory_desc_t *src, *wei, *dst;
+};
+
+struct dnnl_conv_state {
+    struct qp_conv_state ref; /* first member: the reference run reads the state as this */
+    int use_dnnl;
+    struct conv_key key; /* primary: nthr = the thread count prepare used */
+    struct conv_entry *entry;
+    size_t wei_off;          /* reordered weights at (char *)state + wei_off */
+    size_t off_dst, off_scr; /* scratch layout: [blocked src | blocked dst | scratchpad] */
+    size_t scratch;
+};
+
+static void dense_md(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims, int *ok) {
+    dnnl_dims_t strides;
+    dnnl_dim_t s = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= dims[i];
+    }
+    if (dnnl_memory_desc_init_by_strides(md, nd, dims, dnnl_f32, strides) != dnnl_success) *ok = 0;
+}
+
+static void entry_free(struct conv_entry *e) {
+    dnnl_primitive_destroy(e->prim);
+    dnnl_primitive_destroy(e->rsrc);
+    dnnl_primitive_destroy(e->rdst);
+    dnnl_primitive_destroy(e->rwei);
+    dnnl_memory_t *ms[] = {&e->m_usrc, &e->m_src, &e->m_uwei, &e->m_wei,
+                           &e->m_bias, &e->m_dst, &e->m_udst, &e->m_scr};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        dnnl_memory_destroy(*ms[i]);
+    dnnl_stream_destroy(e->stream);
+    free(e);
+}
+
+static dnnl_primitive_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                                     int *ok) {
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t p = NULL;
+    dnnl_engine_t eng = qp_dnnl_engine();
+    if (dnnl_reorder_primitive_desc_create(&pd, from, eng, to, eng, NULL) != dnnl_success ||
+        dnnl_primitive_create(&p, pd) != dnnl_success)
+        *ok = 0;
+    dnnl_primitive_desc_destroy(pd);
+    return p;
+}
+
+static void *entry_build(const void *key_, void *ctx) {
+    const struct conv_key *k = key_;
+    const struct conv_force *force = ctx;
+    dnnl_engine_t eng = qp_dnnl_engine();
+    struct conv_entry *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->nthr = k->nthr;
+    int saved = qp_dnnl_threads_push(k->nthr);
+    int ok = 1, nd = 2 + k->nsp;
+    int64_t g = k->group, cg = k->c / g, mg = k->m / g;
+    dnnl_dims_t sd = {k->n, k->c}, dd = {k->n, k->m}, wd, bd = {k->m};
+    dnnl_dims_t strides, dil, pl, pr;
+    int64_t ksz = 1;
+    for (int i = 0; i < k->nsp; i++) {
+        sd[2 + i] = k->in[i];
+        dd[2 + i] = k->out[i];
+        strides[i] = k->stride[i];
+        dil[i] = k->dil[i] - 1;
+        pl[i] = k->pb[i];
+        pr[i] = k->pe[i];
+        ksz *= k->k[i];
+    }
+    dense_md(&e->usrc, nd, sd, &ok);
+    dense_md(&e->udst, nd, dd, &ok);
+    dense_md(&e->bias, 1, bd, &ok);
+    /* Weights as oneDNN indexes them: ([g,] oc, ic, k...). ONNX Conv stores [M, C/g, k...]
+     * (dense in that order); ConvTranspose stores [C, M/g, k...], so o and i swap strides. */
+    int wnd = (g > 1 ? 1 : 0) + nd, o = g > 1 ? 1 : 0;
+    dnnl_dims_t ws;
+    if (g > 1) wd[0] = g;
+    wd[o] = mg;
+    wd[o + 1] = cg;
+    for (int i = 0; i < k->nsp; i++)
+        wd[o + 2 + i] = k->k[i];
+    int64_t s = 1;
+    for (int i = k->nsp - 1; i >= 0; i--) {
+        ws[o + 2 + i] = s;
+        s *= k->k[i];
+    }
+    if (!k->transpose) {
+        ws[o + 1] = ksz;
+        ws[o] = cg * ksz;
+    } else {
+        ws[o] = ksz;
+        ws[o + 1] = mg * ksz;
+    }
+    if (g > 1) ws[0] = mg * cg * ksz;
+    if (dnnl_memory_desc_init_by_strides(&e->uwei, wnd, wd, dnnl_f32, ws) != dnnl_success) ok = 0;
+    dnnl_memory_desc_t src_any, wei_any, dst_any;
+    if (ok && (dnnl_memory_desc_init_by_tag(&src_any, nd, sd, dnnl_f32, dnnl_format_tag_any) ||
+               dnnl_memory_desc_init_by_tag(&wei_any, wnd, wd, dnnl_f32, dnnl_format_tag_any) ||
+               dnnl_memory_desc_init_by_tag(&dst_any, nd, dd, dnnl_f32, dnnl_format_tag_any)))
+        ok = 0;
+    if (force) {
+        src_any = *force->src;
+        wei_any = *force->wei;
+        dst_any = *force->dst;
+    }
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    if (ok && (dnnl_primitive_attr_create(&attr) ||
+               dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)))
+        ok = 0;
+    if (ok) {
+        dnnl_status_t rc;
+        if (!k->transpose) {
+            dnnl_convolution_desc_t cd;
+            rc = dnnl_dilated_convolution_forward_desc_init(
+                &cd, dnnl_forward_inference, dnnl_convolution_direct, &src_any, &wei_any,
+                k->has_bias ? &e->bias : NULL, &dst_any, strides, dil, pl, pr);
+            if (rc == dnnl_success) rc = dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL);
+        } else {
+            dnnl_deconvolution_desc_t cd;
+            rc = dnnl_dilated_deconvolution_forward_desc_init(
+                &cd, dnnl_forward_inference, dnnl_deconvolution_direct, &src_any, &wei_any,
+                k->has_bias ? &e->bias : NULL, &dst_any, strides, dil, pl, pr);
+            if (rc == dnnl_success) rc = dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL);
+        }
+        if (rc != dnnl_success) ok = 0;
+    }
+    if (ok) {
+        e->src = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+        e->wei = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        e->dst = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+        e->scr = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        e->src_bytes = qp_dnnl_md_bytes(&e->src);
+        e->dst_bytes = qp_dnnl_md_bytes(&e->dst);
+        e->wei_bytes = qp_dnnl_md_bytes(&e->wei);
+        e->scr_bytes = qp_dnnl_md_bytes(&e->scr);
+        if (dnnl_primitive_create(&e->prim, pd) != dnnl_success) ok = 0;
+    }
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_primitive_attr_destroy(attr);
+    if (ok && !dnnl_memory_desc_equal(&e->usrc, &e->src))
+        e->rsrc = make_reorder(&e->usrc, &e->src, &ok);
+    if (ok && !dnnl_memory_desc_equal(&e->udst, &e->dst))
+        e->rdst = make_reorder(&e->dst, &e->udst, &ok);
+    if (ok) e->rwei = make_reorder(&e->uwei, &e->wei, &ok);
+    struct {
+        dnnl_memory_t *m;
+        const dnnl_memory_desc_t *md;
+    } mems[] = {{&e->m_usrc, &e->usrc}, {&e->m_src, &e->src},   {&e->m_uwei, &e->uwei},
+                {&e->m_wei, &e->wei},   {&e->m_bias, &e->bias}, {&e->m_dst, &e->dst},
+                {&e->m_udst, &e->udst}, {&e->m_scr, &e->scr}};
+    for (size_t i = 0; ok && i < sizeof mems / sizeof mems[0]; i++)
+        if (dnnl_memory_create(mems[i].m, mems[i].md, eng, DNNL_MEMORY_NONE) != dnnl_success)
+            ok = 0;
+    if (ok && dnnl_stream_create(&e->stream, eng, dnnl_stream_default_flags) != dnnl_success)
+        ok = 0;
+    if (ok && pthread_mutex_init(&e->lock, NULL) != 0) ok = 0;
+    qp_dnnl_threads_pop(saved);
+    if (!ok) {
+        entry_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+static struct conv_entry *entry_for(const struct conv_key *primary, int nthr) {
+    struct conv_entry *pe = qp_dnnl_cache_get(primary, sizeof *primary, entry_build, NULL);
+    if (!pe || nthr == primary->nthr) return pe;
+    struct conv_key k = *primary;
+    k.nthr = nthr;
+    struct conv_force f = {&pe->src, &pe->wei, &pe->dst};
+    return qp_dnnl_cache_get(&k, sizeof k, entry_build, &f);
+}
+
+static size_t entry_scratch(const struct conv_entry *e, size_t *off_dst, size_t *off_scr) {
+    size_t a = e->rsrc ? qp_dnnl_align(e->src_bytes) : 0;
+    size_t b = e->rdst ? qp_dnnl_align(e->dst_bytes) : 0;
+    *off_dst = a;
+    *off_scr = a + b;
+    return a + b + qp_dnnl_align(e->scr_bytes);
+}
+
+static enum qp_status prepare(struct qp_kprep *p, int transpose) {
+    struct qp_conv_state ref;
+    enum qp_status st = qp_conv_geometry(p, transpose, &ref);
+    if (st) return st;
+    struct conv_key key;
+    memset(&key, 0, sizeof key);
+    int usable = qp_dnnl_enabled() && p->in[1]->is_const && (!ref.has_bias || p->in[2]->is_const);
+    struct conv_entry *e = NULL;
+    if (usable) {
+        key.transpose = transpose;
+        key.nthr = qp_dnnl_default_threads();
+        key.nsp = ref.w.nsp;
+        key.has_bias = ref.has_bias;
+        key.n = ref.n;
+        key.c = ref.c;
+        key.m = ref.m;
+        key.group = ref.group;
+        for (int i = 0; i < ref.w.nsp; i++) {
+            key.in[i] = ref.w.in[i];
+            key.k[i] = ref.w.k[i];
+            key.out[i] = ref.w.out[i];
+            key.stride[i] = ref.w.stride[i];
+            key.dil[i] = ref.w.dil[i];
+            key.pb[i] = ref.w.pad_begin[i];
+            /* oneDNN wants the right padding that makes its size formula give ONNX's output. */
+            int64_t ek = (ref.w.k[i] - 1) * ref.w.dil[i] + 1;
+            key.pe[i] =
+                transpose
+                    ? (ref.w.in[i] - 1) * ref.w.stride[i] + ek - ref.w.pad_begin[i] - ref.w.out[i]
+                    : (ref.w.out[i] - 1) * ref.w.stride[i] + ek - ref.w.in[i] - ref.w.pad_begin[i];
+        }
+        e = entry_for(&key, key.nthr);
+    }
+    size_t off_dst = 0, off_scr = 0, scratch = 0, wei_bytes = 0;
+    if (e) {
+        scratch = entry_scratch(e, &off_dst, &off_scr);
+        /* The 1-thread variant (the common other count) is made now too, so its scratchpad is
+         * known; it has the primary's layouts, hence the same reorders and offsets. Counts whose
+         * scratchpad does not fit run the reference kernel. */
+        struct conv_entry *e1 = key.nthr != 1 ? entry_for(&key, 1) : e;
+        if (e1 && qp_dnnl_align(e1->scr_bytes) > qp_dnnl_align(e->scr_bytes))
+            scratch = off_scr + qp_dnnl_align(e1->scr_bytes);
+    }
+    if (e) wei_bytes = e->wei_bytes;
+    size_t head = qp_dnnl_align(sizeof(struct dnnl_conv_state));
+    struct dnnl_conv_state *s = aligned_alloc(64, head + qp_dnnl_align(wei_bytes));
+    if (!s) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    memset(s, 0, sizeof *s);
+    s->ref = ref;
+    p->state = s;
+    if (!e) return QP_OK;
+    s->key = key;
+    s->entry = e;
+    s->wei_off = head;
+    s->off_dst = off_dst;
+    s->off_scr = off_scr;
+    s->scratch = scratch;
+    /* Weights into the primitive's layout, once. */
+    pthread_mutex_lock(&e->lock);
+    int saved = qp_dnnl_threads_push(e->nthr);
+    dnnl_memory_set_data_handle(e->m_uwei, p->in[1]->data);
+    dnnl_memory_set_data_handle(e->m_wei, (char *)s + head);
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, e->m_uwei}, {DNNL_ARG_TO, e->m_wei}};
+    dnnl_status_t rc = dnnl_primitive_execute(e->rwei, e->stream, 2, args);
+    if (rc == dnnl_success) rc = dnnl_stream_wait(e->stream);
+    qp_dnnl_threads_pop(saved);
+    pthread_mutex_unlock(&e->lock);
+    if (rc != dnnl_success) return QP_OK; /* reference kernel */
+    s->use_dnnl = 1;
+    p->scratch = scratch;
+    return QP_OK;
+}
+
+enum qp_status qp_k_dnnl_conv_prepare(struct qp_kprep *p) {
+    return prepare(p, 0);
+}
+
+enum qp_status qp_k_dnnl_conv_transpose_prepare(struct qp_kprep *p) {
+    return prepare(p, 1);
+}
+
+static enum qp_status run(const struct qp_krun *r, int transpose) {
+    const struct dnnl_conv_state *s = r->state;
+    struct conv_entry *e = NULL;
+    if (s->use_dnnl) {
+        e = r->n_threads == s->key.nthr ? s->entry : entry_for(&s->key, r->n_threads);
+        if (e && s->off_scr + qp_dnnl_align(e->scr_bytes) > s->scratch) e = NULL;
+    }
+    if (!e) return transpose ? qp_k_conv_transpose_run(r) : qp_k_conv_run(r);
+    char *scratch = r->scratch;
+    void *x = r->in[0]->data, *y = r->out[0]->data;
+    pthread_mutex_lock(&e->lock);
+    int saved = qp_dnnl_threads_push(e->nthr);
+    dnnl_status_t rc = dnnl_success;
+    dnnl_memory_set_data_handle(e->m_usrc, x);
+    dnnl_memory_set_data_handle(e->m_src, e->rsrc ? scratch : x);
+    dnnl_memory_set_data_handle(e->m_wei, (char *)s + s->wei_off);
+    if (s->ref.has_bias) dnnl_memory_set_data_handle(e->m_bias, r->in[2]->data);
+    dnnl_memory_set_data_handle(e->m_dst, e->rdst ? scratch + s->off_dst : y);
+    dnnl_memory_set_data_handle(e->m_udst, y);
+    if (e->scr_bytes) dnnl_memory_set_data_handle(e->m_scr, scratch + s->off_scr);
+    if (e->rsrc) {
+        dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, e->m_usrc}, {DNNL_ARG_TO, e->m_src}};
+        rc = dnnl_primitive_execute(e->rsrc, e->stream, 2, a);
+    }
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->m_src},
+                               {DNNL_ARG_WEIGHTS, e->m_wei},
+                               {DNNL_ARG_DST, e->m_dst},
+                               {DNNL_ARG_SCRATCHPAD, e->m_scr},
+                               {DNNL_ARG_BIAS, e->m_bias}};
+    if (rc == dnnl_success)
+        rc = dnnl_primitive_execute(e->prim, e->stream, s->ref.has_bias ? 5 : 4, args);
+    if (rc == dnnl_success && e->rdst) {
+        dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, e->m_dst}, {DNNL_ARG_TO, e->m_udst}};
+        rc = dnnl_primitive_execute(e->rdst, e->stream, 2, a);
+    }
+    if (rc == dnnl_success) rc = dnnl_stream_wait(e->stream);
+    qp_dnnl_threads_pop(saved);
+    pthread_mutex_unlock(&e->lock);
+    if (rc != dnnl_success)
+        return qp_error_set(r->err, QP_ERR_INTERNAL, "oneDNN %s failed (status %d)",
+                            transpose ? "deconvolution" : "convolution", (int)rc);
+    return QP_OK;
+}
+
+enum qp_status qp_k_dnnl_conv_run(const struct qp_krun *r) {
+    return run(r, 0);
+}
+
+enum qp_status qp_k_dnnl_conv_transpose_run(const struct qp_krun *r) {
+    return run(r, 1);
+}
+
+int qp_dnnl_conv_state_uses_dnnl(const void *state) {
+    return state && ((const struct dnnl_conv_state *)state)->use_dnnl;
+}

@@ -1,0 +1,162 @@
+/*
+ * Softmax on oneDNN's softmax primitive (vectorized exp and reductions), for float32 inputs
+ * viewed as [outer, axis, inner] (opset >= 13: one axis; before 13: the input coerced to 2-D at
+ * `axis`). Each row is reduced by one thread in the primitive's fixed order; the primitive for
+ * the session's thread count is cached (dnnl_util.h) and the 1-thread one is made at prepare, so
+ * its availability at run is known. When oneDNN is disabled or cannot take the shape, the
+ * reference kernel (norm.c) runs instead, on a copy of the reference's state kept inside ours
+ * (the runtime frees states with free(), so ours cannot own a second allocation).
+ */
+#include <malloc.h>
+#include <stddef.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/dnnl_softmax.h"
+#include "kernels/dnnl_util.h"
+#include "kernels/kernels.h"
+
+struct sm_key {
+    int32_t nthr, pad;
+    int64_t outer, axis, inner;
+};
+
+struct sm_entry {
+    int nthr;
+    dnnl_primitive_t prim;
+    dnnl_memory_desc_t md;
+    dnnl_memory_t m_src, m_dst;
+    dnnl_stream_t stream;
+    pthread_mutex_t lock;
+};
+
+struct dnnl_sm_state {
+    struct sm_key key;
+    struct sm_entry *entry; /* NULL: reference kernel on `ref` */
+    max_align_t ref[];
+};
+
+/* The reference prepare, its state copied into ours. */
+static enum qp_status fallback_prepare(struct qp_kprep *p) {
+    enum qp_status st = qp_k_softmax_prepare(p);
+    if (st) return st;
+    size_t n = p->state ? malloc_usable_size(p->state) : 0;
+    struct dnnl_sm_state *s = calloc(1, sizeof *s + n);
+    if (!s) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    if (n) memcpy(s->ref, p->state, n);
+    free(p->state);
+    p->state = s;
+    return QP_OK;
+}
+
+static void *sm_build(const void *key_, void *ctx) {
+    (void)ctx;
+    const struct sm_key *k = key_;
+    struct sm_entry *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->nthr = k->nthr;
+    dnnl_engine_t eng = qp_dnnl_engine();
+    int saved = qp_dnnl_threads_push(k->nthr);
+    dnnl_dims_t dims = {k->outer, k->axis, k->inner};
+    dnnl_softmax_desc_t sd;
+    dnnl_primitive_desc_t pd = NULL;
+    int ok =
+        dnnl_memory_desc_init_by_tag(&e->md, 3, dims, dnnl_f32, dnnl_abc) == dnnl_success &&
+        dnnl_softmax_forward_desc_init(&sd, dnnl_forward_inference, &e->md, 1) == dnnl_success &&
+        dnnl_primitive_desc_create(&pd, &sd, NULL, eng, NULL) == dnnl_success &&
+        dnnl_primitive_create(&e->prim, pd) == dnnl_success &&
+        dnnl_memory_create(&e->m_src, &e->md, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+        dnnl_memory_create(&e->m_dst, &e->md, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+        dnnl_stream_create(&e->stream, eng, dnnl_stream_default_flags) == dnnl_success &&
+        pthread_mutex_init(&e->lock, NULL) == 0;
+    /* The primitive must not need scratchpad memory (it would allocate at run). */
+    if (ok && pd) {
+        const dnnl_memory_desc_t *scr =
+            dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        if (scr && qp_dnnl_md_bytes(scr) != 0) ok = 0;
+    }
+    dnnl_primitive_desc_destroy(pd);
+    qp_dnnl_threads_pop(saved);
+    if (!ok) {
+        dnnl_primitive_destroy(e->prim);
+        dnnl_memory_destroy(e->m_src);
+        dnnl_memory_destroy(e->m_dst);
+        dnnl_stream_destroy(e->stream);
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+static struct sm_entry *sm_entry_for(const struct sm_key *primary, int nthr) {
+    struct sm_key k = *primary;
+    k.nthr = nthr;
+    return qp_dnnl_cache_get(&k, sizeof k, sm_build, NULL);
+}
+
+enum qp_status qp_k_dnnl_softmax_prepare(struct qp_kprep *p) {
+    if (!qp_dnnl_enabled() || !p->in[0] || p->in[0]->dtype != QP_DTYPE_FLOAT || p->in[0]->rank == 0)
+        return fallback_prepare(p);
+    const struct qp_kt *x = p->in[0];
+    int64_t axis;
+    int64_t def = p->opset >= 13 ? -1 : 1;
+    enum qp_status st =
+        qp_kaxis(qp_kattr_int(p->node, "axis", def), x->rank, &axis, "axis", p->err);
+    if (st) return st;
+    struct sm_key key;
+    memset(&key, 0, sizeof key);
+    key.outer = key.axis = key.inner = 1;
+    for (int i = 0; i < axis; i++)
+        key.outer *= x->dims[i];
+    if (p->opset >= 13) {
+        key.axis = x->dims[axis];
+        for (int i = (int)axis + 1; i < x->rank; i++)
+            key.inner *= x->dims[i];
+    } else {
+        for (int i = (int)axis; i < x->rank; i++)
+            key.axis *= x->dims[i];
+    }
+    key.nthr = qp_dnnl_default_threads();
+    struct sm_entry *e = x->numel ? sm_entry_for(&key, key.nthr) : NULL;
+    if (e && key.nthr != 1 && !sm_entry_for(&key, 1)) e = NULL;
+    if (!e) return fallback_prepare(p);
+    st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
+    if (st) return st;
+    struct dnnl_sm_state *s = calloc(1, sizeof *s);
+    if (!s) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    s->key = key;
+    s->entry = e;
+    p->state = s;
+    return QP_OK;
+}
+
+enum qp_status qp_k_dnnl_softmax_run(const struct qp_krun *r) {
+    const struct dnnl_sm_state *s = r->state;
+    if (!s->entry) {
+        struct qp_krun rr = *r;
+        rr.state = s->ref;
+        return qp_k_softmax_run(&rr);
+    }
+    struct sm_entry *e =
+        r->n_threads == s->key.nthr ? s->entry : sm_entry_for(&s->key, r->n_threads);
+    if (!e)
+        return qp_error_set(r->err, QP_ERR_NOMEM, "no oneDNN softmax primitive for %d threads",
+                            r->n_threads);
+    pthread_mutex_lock(&e->lock);
+    int saved = qp_dnnl_threads_push(e->nthr);
+    dnnl_memory_set_data_handle(e->m_src, r->in[0]->data);
+    dnnl_memory_set_data_handle(e->m_dst, r->out[0]->data);
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_SRC, e->m_src}, {DNNL_ARG_DST, e->m_dst}};
+    dnnl_status_t rc = dnnl_primitive_execute(e->prim, e->stream, 2, args);
+    if (rc == dnnl_success) rc = dnnl_stream_wait(e->stream);
+    qp_dnnl_threads_pop(saved);
+    pthread_mutex_unlock(&e->lock);
+    if (rc != dnnl_success)
+        return qp_error_set(r->err, QP_ERR_INTERNAL, "oneDNN softmax failed (status %d)", (int)rc);
+    return QP_OK;
+}
+
+int qp_dnnl_softmax_state_uses_dnnl(const void *state) {
+    return state && ((const struct dnnl_sm_state *)state)->entry != NULL;
+}

@@ -1,0 +1,99 @@
+#include "kernels/dnnl_util.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t engine;
+static int enabled = 1;
+
+static void engine_init(void) {
+    const char *e = getenv("QP_NO_DNNL");
+    if (e && e[0] && strcmp(e, "0") != 0) enabled = 0;
+    /* oneDNN's own primitive cache would duplicate ours. */
+    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = NULL;
+}
+
+dnnl_engine_t qp_dnnl_engine(void) {
+    pthread_once(&engine_once, engine_init);
+    return engine;
+}
+
+int qp_dnnl_enabled(void) {
+    pthread_once(&engine_once, engine_init);
+    return enabled && engine;
+}
+
+int qp_dnnl_default_threads(void) {
+    int n = omp_get_num_procs();
+    return n < 1 ? 1 : n > 1024 ? 1024 : n;
+}
+
+int qp_dnnl_threads_push(int n) {
+    int saved = omp_get_max_threads();
+    if (n != saved) omp_set_num_threads(n);
+    return saved;
+}
+
+void qp_dnnl_threads_pop(int saved) {
+    if (omp_get_max_threads() != saved) omp_set_num_threads(saved);
+}
+
+struct cache_node {
+    struct cache_node *next;
+    void *(*build)(const void *, void *); /* kernels' keys never collide: builders differ */
+    size_t key_size;
+    void *entry;
+    unsigned char key[];
+};
+
+#define CACHE_BUCKETS 256
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cache_node *buckets[CACHE_BUCKETS];
+static size_t cache_count;
+
+static uint64_t hash_bytes(const unsigned char *p, size_t n) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+void *qp_dnnl_cache_get(const void *key, size_t key_size, void *(*build)(const void *, void *),
+                        void *ctx) {
+    uint64_t h = hash_bytes(key, key_size) % CACHE_BUCKETS;
+    void *entry = NULL;
+    pthread_mutex_lock(&cache_lock);
+    for (struct cache_node *c = buckets[h]; c; c = c->next)
+        if (c->build == build && c->key_size == key_size && memcmp(c->key, key, key_size) == 0) {
+            entry = c->entry;
+            goto done;
+        }
+    if (cache_count >= QP_DNNL_MAX_ENTRIES) goto done;
+    struct cache_node *c = malloc(sizeof *c + key_size);
+    if (!c) goto done;
+    entry = build(key, ctx);
+    if (!entry) {
+        free(c);
+        goto done;
+    }
+    c->build = build;
+    c->key_size = key_size;
+    c->entry = entry;
+    memcpy(c->key, key, key_size);
+    c->next = buckets[h];
+    buckets[h] = c;
+    cache_count++;
+done:
+    pthread_mutex_unlock(&cache_lock);
+    return entry;
+}
+
+size_t qp_dnnl_md_bytes(const dnnl_memory_desc_t *md) {
+    return dnnl_memory_desc_get_size(md);
+}

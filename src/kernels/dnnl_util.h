@@ -1,0 +1,54 @@
+/*
+ * oneDNN plumbing shared by the fast kernels (dnnl_conv.c, dnnl_matmul.c).
+ *
+ * Kernel state is plain malloc'd memory that the runtime releases with free(), so it cannot own
+ * oneDNN objects. Primitives (with their memory objects and stream) therefore live in a
+ * process-wide cache keyed by the primitive's full description and the thread count it was
+ * created for; a kernel's state keeps a pointer to its entry plus what is specific to the node
+ * (weights reordered into the primitive's layout). Entries are never evicted; the cache is
+ * bounded (QP_DNNL_MAX_ENTRIES) and a kernel whose primitive does not fit falls back to the
+ * reference kernel.
+ *
+ * Threads: oneDNN here is built on OpenMP, like the engine. It sizes its parallel regions from
+ * omp_get_max_threads() when a primitive is created and run, so qp_dnnl_threads_push/pop set it
+ * around those calls.
+ */
+#ifndef QP_KERNELS_DNNL_UTIL_H
+#define QP_KERNELS_DNNL_UTIL_H
+
+#include <oneapi/dnnl/dnnl.h>
+#include <stddef.h>
+
+#define QP_DNNL_MAX_ENTRIES 4096
+
+/* The CPU engine (created once; NULL when oneDNN cannot create one). */
+dnnl_engine_t qp_dnnl_engine(void);
+
+/* 0 when the environment variable QP_NO_DNNL is set to a non-empty value other than "0":
+ * every kernel then uses its reference implementation (for measurements and bisecting). */
+int qp_dnnl_enabled(void);
+
+/* The thread count primitives are created for at prepare (kernels learn the session's count
+ * only at run): omp_get_num_procs(), the session default. */
+int qp_dnnl_default_threads(void);
+
+/* Sets omp_get_max_threads() to n for the calling thread; returns the previous value. */
+int qp_dnnl_threads_push(int n);
+void qp_dnnl_threads_pop(int saved);
+
+/* A cache of opaque entries keyed by (build, bytes). qp_dnnl_cache_get returns the entry stored
+ * under `build` and `key` (key_size bytes, compared with memcmp: zero the key's padding), or
+ * calls build(key, ctx) to make one and stores it. NULL when build fails or the cache is full.
+ * Thread-safe; build runs under the cache lock. */
+void *qp_dnnl_cache_get(const void *key, size_t key_size, void *(*build)(const void *, void *),
+                        void *ctx);
+
+/* Bytes of a memory descriptor. */
+size_t qp_dnnl_md_bytes(const dnnl_memory_desc_t *md);
+
+/* Round up to 64 bytes. */
+static inline size_t qp_dnnl_align(size_t n) {
+    return (n + 63) / 64 * 64;
+}
+
+#endif

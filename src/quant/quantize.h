@@ -1,0 +1,88 @@
+/*
+ * The quantization pipeline behind `qplace quantize` (docs/quantize.md):
+ *
+ *   load -> refuse an already quantized model -> opset >= 19 -> placement (the trt policy with
+ *   include/exclude lists and rules, or --placement_in) -> calibration of the placement's
+ *   activation tensors (calib/collect.h) -> Q/DQ writer (quant/writer.h) -> atomic save ->
+ *   drift of the quantized model against the float model on held-out samples.
+ *
+ * Calibration data: a .npz/.npy file (inputs by name), or none (seeded synthetic data, as
+ * ModelOpt's RandomDataProvider; the report says so). Held-out samples: --eval_data_path, or the
+ * last fifth of the calibration batches (at least one) when there are two or more batches; with
+ * a single batch, the drift is measured on the calibration batch itself (the report says so).
+ *
+ *     struct qp_quantize_options o;
+ *     qp_quantize_options_default(&o);
+ *     o.onnx_path = "model.onnx"; o.calibration_data_path = "calib.npz";
+ *     struct qp_quantize_report *r = NULL;
+ *     if (qp_quantize(&o, &r, &err) != QP_OK) ...
+ *     ... r->output_path, r->writer, r->outputs[i].cosine ...
+ *     qp_quantize_report_free(r);
+ */
+#ifndef QP_QUANT_QUANTIZE_H
+#define QP_QUANT_QUANTIZE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "calib/calibrator.h"
+#include "quant/policy_trt.h"
+#include "quant/select.h"
+#include "quant/writer.h"
+#include "qplace/status.h"
+
+struct qp_quantize_options {
+    const char *onnx_path;   /* required */
+    const char *output_path; /* NULL: <model>.quant.onnx */
+    enum qp_quant_mode mode;
+    const char *calibration_data_path; /* .npz or .npy; NULL: synthetic */
+    const char *eval_data_path;        /* NULL: a split of the calibration data */
+    enum qp_calib_method method;       /* default entropy (ModelOpt) */
+    const char *calibration_shapes;    /* "name:1x3x224x224,..." or NULL */
+    const struct qp_select *select;    /* borrowed; NULL for none */
+    int disable_mha_qdq;
+    const char *rules_path;    /* NULL: none */
+    const char *placement_in;  /* NULL: the trt policy */
+    const char *placement_out; /* NULL: not written */
+    int dq_only;
+    enum qp_dtype high_precision; /* QP_DTYPE_FLOAT */
+    int n_threads;                /* 0: all cores */
+};
+
+void qp_quantize_options_default(struct qp_quantize_options *o);
+
+/* Drift of one graph output over the held-out samples. */
+struct qp_quantize_drift {
+    char *name;
+    double cosine;   /* over all elements of all held-out samples */
+    double max_abs;  /* largest |quantized - float| */
+    int has_top1;    /* the output looks like class scores (rank >= 2, last dim >= 2) */
+    double top1;     /* fraction of rows (all positions before the last axis) whose argmax agree */
+    uint64_t n_rows; /* rows compared for top1 */
+};
+
+struct qp_quantize_report {
+    char *output_path;
+    char *placement_source; /* "trt policy", "trt policy + rules", "placement file <path>" */
+    struct qp_writer_stats writer;
+    const char *calibration_source; /* "npz", "npy", "synthetic" (static) */
+    const char *method;             /* static */
+    uint64_t n_calib_samples, n_calib_batches;
+    uint64_t n_eval_samples;
+    int eval_on_calibration; /* 1: no held-out samples, drift measured on calibration data */
+    int eval_source_split;   /* 1: held-out batches split from the calibration data */
+    size_t n_outputs;
+    struct qp_quantize_drift *outputs;
+};
+
+void qp_quantize_report_free(struct qp_quantize_report *r);
+
+/* Runs the pipeline. The input model is never modified; the output is written atomically and
+ * only on success. *report_out (may be NULL) receives a report to free. Returns QP_ERR_USAGE
+ * (missing onnx_path), QP_ERR_BAD_INPUT (output path equal to the input, an already quantized
+ * model, a placement naming missing nodes or tensors, bad calibration data), QP_ERR_IO,
+ * QP_ERR_UNSUPPORTED, QP_ERR_NOMEM, and the statuses of the engine. */
+enum qp_status qp_quantize(const struct qp_quantize_options *o,
+                           struct qp_quantize_report **report_out, struct qp_error *err);
+
+#endif

@@ -1,0 +1,87 @@
+/*
+ * The Q/DQ writer: applies a placement (quant/placement.h) to a model, exactly as given
+ * (DESIGN.md invariant 1), with scales from calibrated activation ranges and from the weights.
+ *
+ *   - every placed activation tensor gets ONE QuantizeLinear -> DequantizeLinear pair (named
+ *     `<t>_QuantizeLinear`, `<t>_DequantizeLinear`, `<t>_scale`, `<t>_zero_point`, ORT's
+ *     convention), and exactly the placed consumer slots of it read the DQ output; consumers of
+ *     the same tensor that are not placed keep reading the float tensor;
+ *   - every placed weight gets float -> Q -> DQ with per-channel (axis >= 0) or per-tensor scales
+ *     from its absmax, or, with `dq_only`, a quantized initializer feeding the DQ directly;
+ *     weights stored as Constant nodes are folded into initializers first;
+ *   - zero points are written explicitly (int8 or float8e4m3fn zeros), biases stay float;
+ *   - a model below opset 19 is converted to 19 first (ir/opset_convert.h).
+ *
+ * All scale, rounding and saturation math goes through quant/qparams.h.
+ *
+ *     struct qp_writer_options o;
+ *     qp_writer_options_default(&o);
+ *     o.amax = my_lookup; o.amax_user = ranges;
+ *     struct qp_writer_stats st;
+ *     if (qp_qdq_write(model, placement, &o, &st, &err) != QP_OK) ...   // model edited in place
+ */
+#ifndef QP_QUANT_WRITER_H
+#define QP_QUANT_WRITER_H
+
+#include <stddef.h>
+
+#include "ir/ir.h"
+#include "qplace/dtype.h"
+#include "qplace/status.h"
+#include "quant/placement.h"
+
+/* The calibrated absolute threshold of activation tensor `tensor`: returns 1 and sets *amax_out
+ * (finite, >= 0), or 0 when the tensor has no range. */
+typedef int (*qp_amax_fn)(void *user, const char *tensor, float *amax_out);
+
+struct qp_writer_options {
+    enum qp_dtype qtype; /* QP_DTYPE_INT8 (default) or QP_DTYPE_FLOAT8E4M3FN */
+    int dq_only;         /* 1: weights stored quantized, DQ only (no float weight, no Q) */
+    /* Precision of the non-quantized parts: QP_DTYPE_FLOAT (fp32). FP16 is not implemented yet
+     * and is QP_ERR_UNSUPPORTED. */
+    enum qp_dtype high_precision;
+    qp_amax_fn amax; /* required when the placement has activation edges */
+    void *amax_user;
+};
+
+/* Per op type counts of what was quantized (consumer op types). */
+#define QP_WRITER_MAX_OPS 64
+struct qp_writer_op_count {
+    char op_type[64]; /* copied (truncated past 63 bytes), so stats outlive the model */
+    size_t n_edges, n_weights;
+};
+
+struct qp_writer_stats {
+    size_t n_edges;   /* placed activation slots */
+    size_t n_tensors; /* distinct activation tensors (Q/DQ pairs written) */
+    size_t n_weights; /* placed weight slots */
+    size_t n_weight_tensors;
+    size_t n_folded_constants; /* Constant nodes turned into initializers */
+    int64_t opset_from, opset_to;
+    size_t n_ops; /* entries of by_op (op types beyond QP_WRITER_MAX_OPS are not listed) */
+    struct qp_writer_op_count by_op[QP_WRITER_MAX_OPS];
+};
+
+void qp_writer_options_default(struct qp_writer_options *o);
+
+/* 1 when the top-level graph of `m` already holds a QuantizeLinear or DequantizeLinear node. */
+int qp_model_has_qdq(const struct qp_model *m);
+
+/* Applies `p` (its entries' names are resolved against `m`; `p` is copied, not changed) to `m`,
+ * edited in place. `stats` may be NULL. Returns QP_ERR_BAD_INPUT for a model that already holds
+ * Q/DQ nodes ("already quantized"), a placement entry naming a missing node, tensor or slot, an
+ * activation tensor without a calibrated range, a weight that is not a float tensor or whose axis
+ * is out of range; QP_ERR_UNSUPPORTED for a qtype other than int8/fp8, fp16 high precision, or an
+ * opset conversion qplace does not do; QP_ERR_NOMEM. On an error other than the "already
+ * quantized", placement and option checks (done before any edit), `m` may be half edited: free
+ * it. */
+enum qp_status qp_qdq_write(struct qp_model *m, const struct qp_placement *p,
+                            const struct qp_writer_options *o, struct qp_writer_stats *stats,
+                            struct qp_error *err);
+
+/* Output path for `input` when none is given: "<dir>/<stem>.quant.onnx" (the ".onnx" suffix of
+ * the input is replaced; otherwise ".quant.onnx" is appended). malloc'd; NULL when out of
+ * memory. */
+char *qp_quant_default_output(const char *input);
+
+#endif

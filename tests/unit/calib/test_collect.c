@@ -1,0 +1,351 @@
+/* Calibration through the engine (calib/collect.h): which tensors, max ranges against values
+ * computed by hand, Concat groups, the Softmax pin, NaN/Inf, placements, constant memory over
+ * many batches, and the provider loop. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calib/collect.h"
+#include "ir/ir.h"
+#include "quant/placement.h"
+
+static struct qp_opset opset17 = {"", 17};
+static struct qp_dim x_dims[2] = {{-1, "batch"}, {4, NULL}};
+
+static int add(struct qp_graph *g, const char *name, const char *op, int ni, const char *a,
+               const char *b, const char *out) {
+    const char *ins[2] = {a, b};
+    struct qp_error err = {0};
+    int n = -1;
+    assert_int_equal(qp_graph_add_node(g, name, op, "", ni, ins, 1, &out, &n, &err), QP_OK);
+    return n;
+}
+
+/* x[batch, 4] -> Relu -> r; Concat(r, x, axis 1) -> c; Softmax(c) -> s; Neg(s) -> y (output);
+ */
+static struct qp_model *model(void) {
+    struct qp_model *m = qp_model_create();
+    assert_non_null(m);
+    m->opsets = &opset17;
+    m->n_opsets = 1;
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    int x = qp_graph_value(g, "x");
+    g->values[x].dtype = QP_DTYPE_FLOAT;
+    g->values[x].rank = 2;
+    g->values[x].dims = x_dims;
+    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
+    add(g, "relu", "Relu", 1, "x", NULL, "r");
+    int cat = add(g, "cat", "Concat", 2, "r", "x", "c");
+    struct qp_attr *a = qp_node_add_attr(g, cat, "axis", QP_ATTR_INT);
+    assert_non_null(a);
+    a->i = 1;
+    add(g, "softmax", "Softmax", 1, "c", NULL, "s");
+    add(g, "neg", "Neg", 1, "s", NULL, "y");
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "y"), &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    return m;
+}
+
+static void batch(struct qp_array *a, float *buf, int64_t rows) {
+    struct qp_error err = {0};
+    int64_t dims[2] = {rows, 4};
+    assert_int_equal(
+        qp_array_view(a, QP_DTYPE_FLOAT, 2, dims, buf, sizeof(float) * 4 * (size_t)rows, &err),
+        QP_OK);
+}
+
+static const struct qp_range *get(const struct qp_ranges *r, const char *name) {
+    const struct qp_range *x = qp_ranges_find(r, name);
+    if (!x) fail_msg("no range for '%s'", name);
+    return x;
+}
+
+static void run_max(int group, struct qp_ranges **out, struct qp_collect_report *rep) {
+    struct qp_model *m = model();
+    struct qp_collect_options o;
+    qp_collect_options_default(&o, QP_CALIB_MAX);
+    o.group_concat = group;
+    o.n_threads = 1;
+    struct qp_collector *c = NULL;
+    struct qp_error err = {0};
+    assert_int_equal(qp_collector_create(m, &o, 0, NULL, &c, &err), QP_OK);
+    float b1[8] = {-3, 1, 2, 0.5f, 1, 1, 1, 1};
+    float b2[12] = {-1, -2, 7, 0, 0, 0, 0, 0, 0.25f, -0.5f, 0, 0};
+    struct qp_array a;
+    batch(&a, b1, 2);
+    assert_int_equal(qp_collector_run(c, 1, &a, &err), QP_OK);
+    batch(&a, b2, 3); /* a second shape set */
+    assert_int_equal(qp_collector_run(c, 1, &a, &err), QP_OK);
+    assert_int_equal(qp_collector_finish(c, out, rep, &err), QP_OK);
+    qp_collector_free(c);
+    qp_model_free(m);
+}
+
+static void test_max_ranges(void **state) {
+    (void)state;
+    struct qp_ranges *r = NULL;
+    struct qp_collect_report rep;
+    run_max(0, &r, &rep);
+    /* x, r, c, s: y feeds nothing */
+    assert_int_equal(qp_ranges_count(r), 4);
+    assert_string_equal(qp_ranges_at(r, 0)->tensor, "x");
+    assert_string_equal(qp_ranges_at(r, 1)->tensor, "r");
+    assert_string_equal(qp_ranges_at(r, 2)->tensor, "c");
+    assert_string_equal(qp_ranges_at(r, 3)->tensor, "s");
+    assert_null(qp_ranges_find(r, "y"));
+    const struct qp_range *x = get(r, "x");
+    assert_true(x->lo == -3 && x->hi == 7 && x->amax == 7 && x->n_values == 20);
+    x = get(r, "r");
+    assert_true(x->lo == 0 && x->hi == 7 && x->amax == 7);
+    x = get(r, "c");
+    assert_true(x->lo == -3 && x->hi == 7 && x->amax == 7 && x->n_values == 40);
+    x = get(r, "s"); /* pinned */
+    assert_true(x->lo == 0 && x->hi == 1 && x->amax == 1);
+    assert_true(rep.n_batches == 2 && rep.n_samples == 5 && rep.n_tensors == 4);
+    assert_true(rep.n_pinned == 1 && rep.n_grouped == 0 && rep.n_nonfinite_tensors == 0);
+    qp_ranges_free(r);
+
+    run_max(1, &r, &rep);
+    assert_true(rep.n_grouped == 3);
+    /* r, x, c share: lo -3, hi 7 */
+    for (int i = 0; i < 3; i++) {
+        x = qp_ranges_at(r, (size_t)i);
+        assert_true(x->lo == -3 && x->hi == 7 && x->amax == 7);
+    }
+    qp_ranges_free(r);
+}
+
+static void test_nonfinite(void **state) {
+    (void)state;
+    struct qp_model *m = model();
+    struct qp_collect_options o;
+    qp_collect_options_default(&o, QP_CALIB_ENTROPY);
+    o.group_concat = 0;
+    struct qp_collector *c = NULL;
+    struct qp_error err = {0};
+    assert_int_equal(qp_collector_create(m, &o, 0, NULL, &c, &err), QP_OK);
+    float b[8] = {NAN, 1, -INFINITY, 0.5f, 2, NAN, 1, -1};
+    struct qp_array a;
+    batch(&a, b, 2);
+    assert_int_equal(qp_collector_run(c, 1, &a, &err), QP_OK);
+    struct qp_ranges *r = NULL;
+    struct qp_collect_report rep;
+    assert_int_equal(qp_collector_finish(c, &r, &rep, &err), QP_OK);
+    const struct qp_range *x = get(r, "x");
+    assert_true(x->n_nan == 2 && x->n_inf == 1 && x->n_values == 5);
+    assert_true(x->lo == -1 && x->hi == 2 && x->amax == 2); /* one batch: entropy == max */
+    /* NaN reaches the Softmax output: counted there, the range is the pinned one */
+    x = get(r, "s");
+    assert_true(x->lo == 0 && x->hi == 1 && x->amax == 1 && x->n_nan > 0);
+    assert_true(rep.n_nonfinite_tensors >= 2 && rep.n_nan >= 2 && rep.n_inf >= 1);
+    qp_ranges_free(r);
+    qp_collector_free(c);
+
+    /* a tensor without any finite value is an error naming it */
+    assert_int_equal(qp_collector_create(m, &o, 0, NULL, &c, &err), QP_OK);
+    float allnan[4] = {NAN, NAN, NAN, NAN};
+    batch(&a, allnan, 1);
+    assert_int_equal(qp_collector_run(c, 1, &a, &err), QP_OK);
+    r = NULL;
+    assert_int_equal(qp_collector_finish(c, &r, NULL, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "tensor 'x'"));
+    assert_null(r);
+    qp_collector_free(c);
+    qp_model_free(m);
+}
+
+static void test_placement(void **state) {
+    (void)state;
+    struct qp_model *m = model();
+    struct qp_error err = {0};
+    struct qp_placement *p = qp_placement_create();
+    assert_int_equal(qp_placement_add_edge(p, "r", "cat", 0, "test", &err), QP_OK);
+    assert_int_equal(qp_placement_add_edge(p, "x", "cat", 1, "test", &err), QP_OK);
+    assert_int_equal(qp_placement_add_edge(p, "x", "relu", 0, "test", &err), QP_OK);
+    assert_int_equal(qp_placement_validate(p, m->graph, &err), QP_OK);
+    struct qp_collect_options o;
+    qp_collect_options_default(&o, QP_CALIB_MAX);
+    o.placement = p;
+    o.group_concat = 0;
+    struct qp_collector *c = NULL;
+    assert_int_equal(qp_collector_create(m, &o, 0, NULL, &c, &err), QP_OK);
+    float b[4] = {-2, 3, 0, 1};
+    struct qp_array a;
+    batch(&a, b, 1);
+    assert_int_equal(qp_collector_run(c, 1, &a, &err), QP_OK);
+    struct qp_ranges *r = NULL;
+    assert_int_equal(qp_collector_finish(c, &r, NULL, &err), QP_OK);
+    assert_int_equal(qp_ranges_count(r), 2); /* x once, r */
+    assert_true(get(r, "x")->amax == 3 && get(r, "r")->lo == 0);
+    assert_null(qp_ranges_find(r, "c"));
+    qp_ranges_free(r);
+    qp_collector_free(c);
+    qp_placement_free(p);
+
+    /* a placement naming a tensor the model lacks is refused */
+    p = qp_placement_create();
+    assert_int_equal(qp_placement_add_edge(p, "nope", "cat", 0, "test", &err), QP_OK);
+    o.placement = p;
+    c = NULL;
+    assert_int_equal(qp_collector_create(m, &o, 0, NULL, &c, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "'nope'"));
+    assert_null(c);
+    qp_placement_free(p);
+    qp_model_free(m);
+}
+
+/* Many batches: the collector's memory does not grow with them. */
+static void test_constant_memory(void **state) {
+    (void)state;
+    struct qp_model *m = model();
+    struct qp_error err = {0};
+    for (int method = 0; method < QP_CALIB_METHOD_COUNT; method++) {
+        struct qp_collect_options o;
+        qp_collect_options_default(&o, (enum qp_calib_method)method);
+        struct qp_collector *c = NULL;
+        assert_int_equal(qp_collector_create(m, &o, 0, NULL, &c, &err), QP_OK);
+        /* Every batch holds the same 16 rows, shuffled, each row's values shuffled too: the
+         * data differ from batch to batch, every tensor's per-batch range does not (Softmax is
+         * permutation-equivariant), so no histogram has a reason to grow. */
+        float rows[64], b[64];
+        struct qp_array a;
+        uint32_t seed = 7;
+        for (int i = 0; i < 64; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            rows[i] = ((float)(seed >> 8) / 16777216.0f) * 2 - 1;
+        }
+        size_t after_first = 0;
+        for (int k = 0; k < 150; k++) {
+            int perm[16];
+            for (int i = 0; i < 16; i++)
+                perm[i] = i;
+            for (int i = 15; i > 0; i--) {
+                seed = seed * 1664525u + 1013904223u;
+                int j = (int)((seed >> 8) % (uint32_t)(i + 1)), t = perm[i];
+                perm[i] = perm[j];
+                perm[j] = t;
+            }
+            for (int i = 0; i < 16; i++) {
+                int rot = (k + i) % 4;
+                for (int e = 0; e < 4; e++)
+                    b[4 * i + e] = rows[4 * perm[i] + (e + rot) % 4];
+            }
+            batch(&a, b, 16);
+            assert_int_equal(qp_collector_run(c, 1, &a, &err), QP_OK);
+            if (k == 0) after_first = qp_collector_bytes(c);
+            assert_int_equal(qp_collector_bytes(c), after_first);
+        }
+        struct qp_ranges *r = NULL;
+        struct qp_collect_report rep;
+        assert_int_equal(qp_collector_finish(c, &r, &rep, &err), QP_OK);
+        assert_int_equal(rep.collector_bytes_max, after_first);
+        assert_true(rep.n_samples == 150 * 16);
+        qp_ranges_free(r);
+        qp_collector_free(c);
+    }
+    /* Growing data (batch k scaled by k): histograms grow, but only up to their caps. */
+    struct qp_collect_options o;
+    qp_collect_options_default(&o, QP_CALIB_PERCENTILE);
+    struct qp_collector *c = NULL;
+    assert_int_equal(qp_collector_create(m, &o, 0, NULL, &c, &err), QP_OK);
+    float b[8];
+    struct qp_array a;
+    size_t at150 = 0;
+    for (int k = 1; k <= 200; k++) {
+        for (int i = 0; i < 8; i++)
+            b[i] = (float)k * (float)k * (i % 2 ? 1.0f : -0.5f);
+        batch(&a, b, 2);
+        assert_int_equal(qp_collector_run(c, 1, &a, &err), QP_OK);
+        if (k == 150) at150 = qp_collector_bytes(c);
+    }
+    /* 4 tensors, each at most its capped |x| histogram (65536 bins of 8 bytes) plus overhead */
+    size_t bound = 4 * ((size_t)QP_STATS_DEFAULT_MAX_ABS_BINS * 8 + 4096) + 4096;
+    assert_true(qp_collector_bytes(c) <= bound);
+    assert_true(qp_collector_bytes(c) == at150);
+    qp_collector_free(c);
+    qp_model_free(m);
+}
+
+static void progress(uint64_t done, uint64_t total, void *user) {
+    uint64_t *seen = user;
+    assert_true(done > seen[0]);
+    seen[0] = done;
+    seen[1] = total;
+    seen[2]++;
+}
+
+static void test_calibrate_model(void **state) {
+    (void)state;
+    struct qp_model *m = model();
+    struct qp_error err = {0};
+    struct qp_synthetic_input in = {
+        .name = "x", .dtype = QP_DTYPE_FLOAT, .rank = 2, .dims = {3, 4}};
+    struct qp_provider *p = NULL;
+    assert_int_equal(qp_provider_synthetic_create(&in, 1, 1, 5, &p, &err), QP_OK);
+    struct qp_collect_options o;
+    qp_collect_options_default(&o, QP_CALIB_MAX);
+    o.group_concat = 0;
+    uint64_t seen[3] = {0, 0, 0};
+    o.progress = progress;
+    o.progress_user = seen;
+    struct qp_ranges *r = NULL;
+    struct qp_collect_report rep;
+    assert_int_equal(qp_calibrate_model(m, p, &o, &r, &rep, &err), QP_OK);
+    assert_true(rep.n_batches == 5 && rep.n_samples == 15);
+    assert_true(seen[0] == 15 && seen[1] == 15 && seen[2] == 5);
+    const struct qp_range *x = get(r, "x");
+    assert_true(x->lo >= 0 && x->hi < 1 && x->n_values == 60); /* uniform [0, 1) */
+    assert_true(get(r, "r")->lo == x->lo); /* all positive: Relu is the identity */
+    float hi = x->hi;
+    qp_ranges_free(r);
+    /* the same again from a rewound provider gives the same ranges */
+    struct qp_ranges *r2 = NULL;
+    o.progress = NULL;
+    assert_int_equal(qp_calibrate_model(m, p, &o, &r2, NULL, &err), QP_OK);
+    assert_true(get(r2, "x")->hi == hi);
+    qp_ranges_free(r2);
+    qp_provider_free(p);
+
+    /* provider inputs that are not the model's */
+    struct qp_synthetic_input wrong = {
+        .name = "z", .dtype = QP_DTYPE_FLOAT, .rank = 2, .dims = {1, 4}};
+    assert_int_equal(qp_provider_synthetic_create(&wrong, 1, 1, 1, &p, &err), QP_OK);
+    r = NULL;
+    assert_int_equal(qp_calibrate_model(m, p, &o, &r, NULL, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "'z'"));
+    assert_null(r);
+    qp_provider_free(p);
+
+    /* a shape the model cannot take */
+    struct qp_synthetic_input bad = {
+        .name = "x", .dtype = QP_DTYPE_FLOAT, .rank = 2, .dims = {1, 5}};
+    assert_int_equal(qp_provider_synthetic_create(&bad, 1, 1, 1, &p, &err), QP_OK);
+    assert_int_equal(qp_calibrate_model(m, p, &o, &r, NULL, &err), QP_ERR_BAD_INPUT);
+    assert_null(r);
+    qp_provider_free(p);
+
+    /* bad options */
+    o.calib.method = QP_CALIB_PERCENTILE;
+    o.calib.percentile = 0;
+    struct qp_collector *c = NULL;
+    assert_int_equal(qp_collector_create(m, &o, 0, NULL, &c, &err), QP_ERR_USAGE);
+    qp_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_max_ranges),      cmocka_unit_test(test_nonfinite),
+        cmocka_unit_test(test_placement),       cmocka_unit_test(test_constant_memory),
+        cmocka_unit_test(test_calibrate_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
