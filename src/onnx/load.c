@@ -12,10 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/arena.h"
+#include "core/bigbuf.h"
 #include "onnx/onnx_io.h"
 
 static enum qp_status build_graph(struct qp_onnx_load *c, struct qp_graph *g,
@@ -350,8 +352,38 @@ static enum qp_status build_graph(struct qp_onnx_load *c, struct qp_graph *g,
 
 /* ---- model --------------------------------------------------------------------------------- */
 
+/* protobuf-c allocates every bytes field (raw_data) separately and copies it; large ones come
+ * from qp_bigbuf so filling them costs few page faults (docs/architecture.md, bench/README.md). */
+static void *pb_alloc(void *data, size_t size) {
+    (void)data;
+    return qp_bigbuf_alloc(size);
+}
+
+static void pb_free(void *data, void *p) {
+    (void)data;
+    qp_bigbuf_free(p);
+}
+
+static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
+
 static void free_model_proto(void *p) {
-    protobuf_c_message_free_unpacked(p, NULL);
+    protobuf_c_message_free_unpacked(p, &pb_allocator);
+}
+
+/* The bytes of a model file: mapped when possible (no copy into the heap), else read. */
+struct file_buf {
+    uint8_t *data;
+    size_t size;
+    int mapped;
+};
+
+static void file_buf_release(struct file_buf *b) {
+    if (!b || !b->data) return;
+    if (b->mapped)
+        munmap(b->data, b->size);
+    else
+        free(b->data);
+    b->data = NULL;
 }
 
 static enum qp_status build_model(struct qp_onnx_load *c, const Onnx__ModelProto *mp,
@@ -420,10 +452,10 @@ static enum qp_status build_model(struct qp_onnx_load *c, const Onnx__ModelProto
     return QP_OK;
 }
 
-/* Unpacks `size` bytes at `data` into a new model. `owned` (may be NULL) is the caller's
- * malloc'd copy of the bytes, freed here as soon as it is no longer needed. `where` prefixes
+/* Unpacks `size` bytes at `data` into a new model. `owned` (may be NULL) holds the caller's
+ * buffer of those bytes, released here as soon as it is no longer needed. `where` prefixes
  * every error message. */
-static enum qp_status load_bytes(uint8_t *owned, const uint8_t *data, size_t size,
+static enum qp_status load_bytes(struct file_buf *owned, const uint8_t *data, size_t size,
                                  const char *where, const char *real_path, const char *dir,
                                  const struct qp_load_options *opts, struct qp_model **model_out,
                                  struct qp_error *err) {
@@ -439,8 +471,8 @@ static enum qp_status load_bytes(uint8_t *owned, const uint8_t *data, size_t siz
     }
     st = qp_onnx_check_wire(data, size, &onnx__model_proto__descriptor, QP_ONNX_MAX_DEPTH, err);
     if (st != QP_OK) goto fail;
-    mp = onnx__model_proto__unpack(NULL, size, data);
-    free(owned);
+    mp = onnx__model_proto__unpack(&pb_allocator, size, data);
+    file_buf_release(owned);
     owned = NULL;
     if (!mp) {
         st = qp_error_set(err, QP_ERR_BAD_INPUT,
@@ -449,7 +481,7 @@ static enum qp_status load_bytes(uint8_t *owned, const uint8_t *data, size_t siz
     }
     m = qp_model_create();
     if (!m) {
-        protobuf_c_message_free_unpacked(&mp->base, NULL);
+        protobuf_c_message_free_unpacked(&mp->base, &pb_allocator);
         st = nomem(err);
         goto fail;
     }
@@ -468,7 +500,7 @@ static enum qp_status load_bytes(uint8_t *owned, const uint8_t *data, size_t siz
 nomem:
     st = nomem(err);
 fail:
-    free(owned);
+    file_buf_release(owned);
     free(c.locations);
     free(c.loc_hash);
     qp_model_free(m);
@@ -504,7 +536,7 @@ enum qp_status qp_model_load_file(const char *path, const struct qp_load_options
     if (!path || !*path || !model_out)
         return qp_error_set(err, QP_ERR_USAGE, "load: no path or no output pointer");
     enum qp_status st = QP_OK;
-    uint8_t *buf = NULL;
+    struct file_buf buf = {0};
     char *real = NULL, *dir = NULL;
     /* O_NONBLOCK: opening a FIFO must not hang; it is then rejected as not a regular file. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -535,21 +567,35 @@ enum qp_status qp_model_load_file(const char *path, const struct qp_load_options
         goto fail;
     }
     size_t size = (size_t)fsize;
-    buf = malloc(size ? size : 1);
-    if (!buf) {
-        st = qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, size);
-        goto fail;
+    buf.size = size;
+    /* Map the file: its pages come from the page cache without a copy into the heap, and
+     * MAP_POPULATE maps them in one go rather than one fault at a time. A file that cannot be
+     * mapped (or is empty) is read instead. */
+    if (size > 0) {
+        void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+        if (p != MAP_FAILED) {
+            buf.data = p;
+            buf.mapped = 1;
+        }
     }
-    for (size_t got = 0; got < size;) {
-        size_t chunk = size - got > ((size_t)1 << 30) ? (size_t)1 << 30 : size - got;
-        ssize_t r = read(fd, buf + got, chunk);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            st = qp_error_set(err, QP_ERR_IO, "%s: read failed after %zu of %zu bytes: %s", path,
-                              got, size, r < 0 ? strerror(errno) : "unexpected end of file");
+    if (!buf.data) {
+        buf.data = malloc(size ? size : 1);
+        if (!buf.data) {
+            st = qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, size);
             goto fail;
         }
-        got += (size_t)r;
+        for (size_t got = 0; got < size;) {
+            size_t chunk = size - got > ((size_t)1 << 30) ? (size_t)1 << 30 : size - got;
+            ssize_t r = read(fd, buf.data + got, chunk);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) {
+                st =
+                    qp_error_set(err, QP_ERR_IO, "%s: read failed after %zu of %zu bytes: %s", path,
+                                 got, size, r < 0 ? strerror(errno) : "unexpected end of file");
+                goto fail;
+            }
+            got += (size_t)r;
+        }
     }
     close(fd);
     fd = -1;
@@ -563,11 +609,11 @@ enum qp_status qp_model_load_file(const char *path, const struct qp_load_options
         st = qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", path);
         goto fail;
     }
-    st = load_bytes(buf, buf, size, path, real, dir, opts, model_out, err);
-    buf = NULL; /* load_bytes frees it */
+    st = load_bytes(&buf, buf.data, size, path, real, dir, opts, model_out, err);
+    buf.data = NULL; /* load_bytes releases it */
 fail:
     if (fd >= 0) close(fd);
-    free(buf);
+    file_buf_release(&buf);
     free(real);
     free(dir);
     return st;
