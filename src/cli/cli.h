@@ -38,4 +38,20 @@ extern const struct cli_opt cli_bench_opts[];
 extern const char cli_bench_details[];
 int cli_bench_run(const struct cli_args *args);
 
+extern const struct cli_opt cli_run_opts[];
+extern const char cli_run_details[];
+int cli_run_run(const struct cli_args *args);
+
+extern const struct cli_opt cli_quantize_opts[];
+extern const char cli_quantize_details[];
+int cli_quantize_run(const struct cli_args *args);
+
+extern const struct cli_opt cli_diff_opts[];
+extern const char cli_diff_details[];
+int cli_diff_run(const struct cli_args *args);
+
+extern const struct cli_opt cli_qdq_to_dq_opts[];
+extern const char cli_qdq_to_dq_details[];
+int cli_qdq_to_dq_run(const struct cli_args *args);
+
 #endif

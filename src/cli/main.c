@@ -10,18 +10,6 @@
 #define QPLACE_VERSION "0.1.0"
 #endif
 
-/* quantize, diff, qdq-to-dq (src/cli/quantize.c, diff.c, qdq_to_dq.c). */
-extern const struct cli_opt cli_quantize_opts[], cli_diff_opts[], cli_qdq_to_dq_opts[];
-extern const char cli_quantize_details[], cli_diff_details[], cli_qdq_to_dq_details[];
-int cli_quantize_run(const struct cli_args *args);
-int cli_diff_run(const struct cli_args *args);
-int cli_qdq_to_dq_run(const struct cli_args *args);
-
-/* run (src/cli/run.c). */
-extern const struct cli_opt cli_run_opts[];
-extern const char cli_run_details[];
-int cli_run_run(const struct cli_args *args);
-
 /* One row per subcommand; `qplace --help` lists them in this order. */
 static const struct cli_command commands[] = {
     {"info", "summarize a model: graph inputs/outputs, ops, initializers, subgraphs",
