@@ -1,5 +1,6 @@
 /* Calibrated ranges: the table, its JSON file and TensorRT calibration caches (ranges.h). */
 #include "calib/ranges.h"
+#include "core/file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -261,73 +262,12 @@ static void buf_double(struct buf *b, const char *key, double v) {
 
 static enum qp_status write_atomic(const char *path, const char *text, size_t len,
                                    struct qp_error *err) {
-    size_t plen = strlen(path);
-    if (plen > SIZE_MAX - 16) return qp_error_set(err, QP_ERR_NOMEM, "%s: path too long", path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp) return qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", path);
-    snprintf(tmp, plen + 16, "%s.tmpXXXXXX", path);
-    enum qp_status st = QP_OK;
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        st = qp_error_set(err, QP_ERR_IO, "%s: cannot create a temporary file beside it: %s", path,
-                          strerror(errno));
-        goto done;
-    }
-    /* mkstemp makes 0600; a ranges file is an ordinary output, so give it the umask's mode. */
-    mode_t mask = umask(0);
-    umask(mask);
-    (void)fchmod(fd, 0666 & ~mask);
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
-        st = qp_error_set(err, QP_ERR_IO, "%s: %s", path, strerror(errno));
-        goto done;
-    }
-    int ok = fwrite(text, 1, len, f) == len;
-    ok = (fflush(f) == 0) && ok;
-    ok = (fsync(fileno(f)) == 0) && ok;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        st = qp_error_set(err, QP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        unlink(tmp);
-    }
-done:
-    free(tmp);
-    return st;
+    return qp_file_write_atomic(path, text, len, err);
 }
 
 static enum qp_status read_file(const char *path, char **text_out, size_t *len_out,
                                 struct qp_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return qp_error_set(err, QP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return qp_error_set(err, QP_ERR_IO, "%s: not a regular file", path);
-    }
-    if ((uint64_t)sb.st_size > QP_RANGES_MAX_FILE_BYTES) {
-        fclose(f);
-        return qp_error_set(err, QP_ERR_BAD_INPUT, "%s: %lld bytes, over the %zu-byte limit", path,
-                            (long long)sb.st_size, (size_t)QP_RANGES_MAX_FILE_BYTES);
-    }
-    size_t size = (size_t)sb.st_size;
-    char *text = malloc(size + 1);
-    if (!text) {
-        fclose(f);
-        return qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", path);
-    }
-    size_t got = fread(text, 1, size, f);
-    int bad = ferror(f) || got != size;
-    fclose(f);
-    if (bad) {
-        free(text);
-        return qp_error_set(err, QP_ERR_IO, "%s: read failed", path);
-    }
-    text[size] = '\0';
-    *text_out = text;
-    *len_out = size;
-    return QP_OK;
+    return qp_file_read_text(path, QP_RANGES_MAX_FILE_BYTES, text_out, len_out, err);
 }
 
 /* ---- JSON ---------------------------------------------------------------------------------- */

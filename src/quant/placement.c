@@ -1,4 +1,5 @@
 #include "quant/placement.h"
+#include "core/file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -603,28 +604,12 @@ fail:
 
 enum qp_status qp_placement_load_file(const char *path, struct qp_placement **out,
                                       struct qp_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return qp_error_set(err, QP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     char *buf = NULL;
-    size_t len = 0, cap = 0;
-    enum qp_status st = QP_OK;
-    for (;;) {
-        if (!grow((void **)&buf, &cap, len + 65536, 1)) {
-            st = qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", path);
-            goto done;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    if (ferror(f)) {
-        st = qp_error_set(err, QP_ERR_IO, "%s: read error", path);
-        goto done;
-    }
+    size_t len = 0;
+    enum qp_status st = qp_file_read_text(path, QP_PLACEMENT_MAX_FILE_BYTES, &buf, &len, err);
+    if (st != QP_OK) return st;
     st = qp_placement_read_json(buf, len, path, out, err);
-done:
     free(buf);
-    fclose(f);
     return st;
 }
 
@@ -699,37 +684,7 @@ enum qp_status qp_placement_save_file(const struct qp_placement *p, const char *
     char *text = NULL;
     enum qp_status st = qp_placement_write_json(p, &text, err);
     if (st != QP_OK) return st;
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp) {
-        free(text);
-        return qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", path);
-    }
-    snprintf(tmp, plen + 16, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        st = qp_error_set(err, QP_ERR_IO, "%s: cannot create temporary file: %s", path,
-                          strerror(errno));
-        goto done;
-    }
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
-        st = qp_error_set(err, QP_ERR_IO, "%s: %s", path, strerror(errno));
-        goto done;
-    }
-    size_t len = strlen(text);
-    int ok = fwrite(text, 1, len, f) == len;
-    ok = (fflush(f) == 0) && ok;
-    ok = (fsync(fileno(f)) == 0) && ok;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        st = qp_error_set(err, QP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        unlink(tmp);
-    }
-done:
-    free(tmp);
+    st = qp_file_write_atomic(path, text, strlen(text), err);
     free(text);
     return st;
 }

@@ -33,6 +33,8 @@
 /* The JSON format this code reads and writes (docs/placement.md). */
 #define QP_PLACEMENT_FORMAT  "qplace.placement"
 #define QP_PLACEMENT_VERSION 1
+/* Largest placement file qp_placement_load_file reads. */
+#define QP_PLACEMENT_MAX_FILE_BYTES ((size_t)256 << 20)
 
 /* An activation quantizer on one consumer slot. Strings belong to the placement. */
 struct qp_qedge {

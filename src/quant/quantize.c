@@ -32,6 +32,7 @@ void qp_quantize_report_free(struct qp_quantize_report *r) {
     free(r->outputs);
     free(r->output_path);
     free(r->placement_source);
+    qp_placement_free(r->placement);
     free(r);
 }
 
@@ -331,6 +332,8 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
     /* The placement last, so a failed run leaves neither file behind. */
     if (o->placement_out && (st = qp_placement_save_file(pl, o->placement_out, err)) != QP_OK)
         goto done;
+    r->placement = pl;
+    pl = NULL;
     st = QP_OK;
     goto done;
 oom:

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "calib/calibrator.h"
+#include "quant/placement.h"
 #include "quant/policy_trt.h"
 #include "quant/select.h"
 #include "quant/writer.h"
@@ -73,6 +74,9 @@ struct qp_quantize_report {
     int eval_source_split;   /* 1: held-out batches split from the calibration data */
     size_t n_outputs;
     struct qp_quantize_drift *outputs;
+    /* The placement the writer applied (validated against the float model after opset
+     * conversion; every entry with its reason, for --explain). Owned by the report. */
+    struct qp_placement *placement;
 };
 
 void qp_quantize_report_free(struct qp_quantize_report *r);

@@ -1,4 +1,5 @@
 #include "quant/select.h"
+#include "core/file.h"
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -26,33 +27,12 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
     return 1;
 }
 
-/* Reads a whole file into a malloc'd NUL-terminated buffer. */
+/* Node lists and rules files are small text files; anything bigger is a mistake. */
+#define SELECT_MAX_FILE_BYTES ((size_t)64 << 20)
+
 static enum qp_status read_file(const char *path, char **buf_out, size_t *len_out,
                                 struct qp_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return qp_error_set(err, QP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    enum qp_status st = QP_OK;
-    for (;;) {
-        if (!grow((void **)&buf, &cap, len + 4097, 1)) {
-            st = qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", path);
-            break;
-        }
-        size_t got = fread(buf + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0) break;
-    }
-    if (st == QP_OK && ferror(f)) st = qp_error_set(err, QP_ERR_IO, "%s: read error", path);
-    fclose(f);
-    if (st != QP_OK) {
-        free(buf);
-        return st;
-    }
-    buf[len] = '\0';
-    *buf_out = buf;
-    *len_out = len;
-    return QP_OK;
+    return qp_file_read_text(path, SELECT_MAX_FILE_BYTES, buf_out, len_out, err);
 }
 
 /* Compiles `pat` as an extended regex, translating \d and \D (Python's digit classes, common in

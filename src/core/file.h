@@ -1,0 +1,25 @@
+/*
+ * Small-file helpers every module that reads or writes a side file uses (placements, rules,
+ * ranges, node lists, sensitivity reports), so each gets the same checks and atomicity.
+ */
+#ifndef QP_CORE_FILE_H
+#define QP_CORE_FILE_H
+
+#include <stddef.h>
+
+#include "qplace/status.h"
+
+/* Reads the regular file `path` (a FIFO, device or directory is refused without blocking) of
+ * at most `max_bytes` bytes into a malloc'd buffer with a NUL after the last byte. Returns
+ * QP_ERR_IO (cannot open/read, not a regular file) or QP_ERR_BAD_INPUT (over the limit); the
+ * message starts with the path. */
+enum qp_status qp_file_read_text(const char *path, size_t max_bytes, char **text_out,
+                                 size_t *len_out, struct qp_error *err);
+
+/* Writes `len` bytes to `path` atomically: a temporary file beside it, fsync, rename. The file
+ * gets mode 0666 & ~umask. On failure nothing is left behind and an existing `path` is
+ * untouched. Returns QP_ERR_IO or QP_ERR_NOMEM. */
+enum qp_status qp_file_write_atomic(const char *path, const void *data, size_t len,
+                                    struct qp_error *err);
+
+#endif
