@@ -505,6 +505,12 @@ enum qp_status qp_ranges_read_json(const char *text, size_t len, const char *sou
             goto done;
         }
         meta.percentile = j->valuedouble;
+    } else if (strcmp(meta.method, "percentile") == 0) {
+        /* The writer always records it for this method, so a file without it is not ours. */
+        st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                          "%s: method \"percentile\" needs a \"percentile\" in (0, 100]",
+                          SRC(source));
+        goto done;
     }
     j = cJSON_GetObjectItemCaseSensitive(root, "num_samples");
     if (j && !json_count(j, &meta.num_samples)) {
