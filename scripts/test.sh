@@ -126,7 +126,9 @@ fuzz_one() { # fuzz_one NAME: runs build-fuzz/fuzz/fuzz_NAME for FUZZ_SECONDS
     # -rss_limit_mb / -malloc_limit_mb: a single allocation over 2 GB is a finding (a size taken
     # from the input without checking it). The first corpus folder receives new inputs, so it is
     # a scratch folder; the committed seeds are only read.
-    "$bin" "$work" "${seeds[@]}" -max_total_time="$FUZZ_SECONDS" -timeout=25 \
+    # Harnesses that write temporary files do it under TMPDIR: keep those in the build folder.
+    mkdir -p "$ROOT/build-fuzz/tmp"
+    TMPDIR="$ROOT/build-fuzz/tmp" "$bin" "$work" "${seeds[@]}" -max_total_time="$FUZZ_SECONDS" -timeout=25 \
         -rss_limit_mb=2560 -malloc_limit_mb=2048 -artifact_prefix="$art" -print_final_stats=1 \
         >"$LOGS/fuzz-$name.log" 2>&1
     local rc=$?

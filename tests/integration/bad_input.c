@@ -416,8 +416,9 @@ static void truncations(const char *seed_path, int seed_index) {
 
     size_t bounds[4096];
     size_t nb = top_level_boundaries(data, n, bounds, 4096);
-    /* Every cut for small models, about 400 spread evenly for larger ones. */
-    size_t step = n <= 600 ? 1 : n / 400;
+    /* Every cut for small models, about 160 spread evenly for larger ones (each case is a
+     * process, which costs under ASan). */
+    size_t step = n <= 400 ? 1 : n / 160;
     size_t cases = 0, before = n_failed;
     for (size_t cut = 0; cut < n; cut += step) {
         int at_boundary = 0;
