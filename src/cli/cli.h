@@ -38,6 +38,10 @@ extern const struct cli_opt cli_bench_opts[];
 extern const char cli_bench_details[];
 int cli_bench_run(const struct cli_args *args);
 
+extern const struct cli_opt cli_sensitivity_opts[];
+extern const char cli_sensitivity_details[];
+int cli_sensitivity_run(const struct cli_args *args);
+
 extern const struct cli_opt cli_run_opts[];
 extern const char cli_run_details[];
 int cli_run_run(const struct cli_args *args);

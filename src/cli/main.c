@@ -31,6 +31,9 @@ static const struct cli_command commands[] = {
      "MODEL [--shape NAME=1x3x224x224 ...] [--iterations N] [--warmup N] [--threads N] [--json] "
      "[--compare-ort]",
      cli_bench_details, cli_bench_opts, 1, 1, cli_bench_run},
+    {"sensitivity", "rank targets by the output drift their quantization causes; pick exclusions",
+     "--onnx_path MODEL [--calibration_data_path FILE] [--granularity op_type|node] [...]",
+     cli_sensitivity_details, cli_sensitivity_opts, 0, 0, cli_sensitivity_run},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

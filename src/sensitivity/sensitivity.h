@@ -1,0 +1,222 @@
+/*
+ * Sensitivity analysis (docs/sensitivity.md): which parts of a placement hurt accuracy most when
+ * quantized, and which to leave in float.
+ *
+ *   PLACEMENT -> targets (op types or nodes the placement quantizes) -> probes (sub-placements:
+ *   the target's entries, or everything but them) -> engine runs with edge overlays (fake quant,
+ *   src/quant/qparams via the engine) -> per-sample metric against the float reference -> scores
+ *   -> picker (coverage / threshold / blocks) -> exclusion list.
+ *
+ * Scales come from ONE calibration of the full placement, shared by every probe. Each probe is
+ * evaluated on every sample; incrementally (the default), the float reference run of a batch is
+ * cached by the engine (qp_session_set_cache) and a probe recomputes only the nodes downstream
+ * of its edges (qp_session_run_partial); with incremental = 0 every probe is a full run. Both give
+ * bit-identical outputs, hence identical scores. No model is written per probe.
+ *
+ * Honest results: a target whose probe places no quantizer is UNPROBED, one whose evaluation
+ * fails (no calibrated range, a non-float tensor, an engine error, a non-finite score) is FAILED
+ * with the message — neither is ever reported as a score of 0.
+ *
+ *     struct qp_sens_options o;
+ *     qp_sens_options_default(&o);
+ *     o.granularity = QP_SENS_NODE;
+ *     struct qp_sens_result *r = NULL;
+ *     if (qp_sens_score(model, placement, provider, ranges, &o, &r, &err) != QP_OK) ...
+ *     for (size_t i = 0; i < r->n_targets; i++) ... r->targets[i].name, .score, .state ...
+ *     qp_sens_result_free(r);
+ */
+#ifndef QP_SENSITIVITY_SENSITIVITY_H
+#define QP_SENSITIVITY_SENSITIVITY_H
+
+#include <regex.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "calib/calibrator.h"
+#include "calib/provider.h"
+#include "calib/ranges.h"
+#include "ir/ir.h"
+#include "qplace/dtype.h"
+#include "qplace/status.h"
+#include "quant/placement.h"
+
+enum qp_sens_granularity { QP_SENS_OP_TYPE = 0, QP_SENS_NODE, QP_SENS_GRANULARITY_COUNT };
+enum qp_sens_metric { QP_SENS_KL_DIV = 0, QP_SENS_MSE, QP_SENS_COS, QP_SENS_METRIC_COUNT };
+enum qp_sens_probe { QP_SENS_QUANTIZE_ONE = 0, QP_SENS_EXCLUDE_ONE, QP_SENS_PROBE_COUNT };
+enum qp_sens_state { QP_SENS_SCORED = 0, QP_SENS_UNPROBED, QP_SENS_FAILED };
+
+/* Names as written in flags and JSON ("op_type", "kl_div", "quantize_one", ...); parse returns
+ * -1 for an unknown name. */
+const char *qp_sens_granularity_name(enum qp_sens_granularity g);
+const char *qp_sens_metric_name(enum qp_sens_metric m);
+const char *qp_sens_probe_name(enum qp_sens_probe p);
+int qp_sens_granularity_parse(const char *s);
+int qp_sens_metric_parse(const char *s);
+int qp_sens_probe_parse(const char *s);
+
+/* ---- metrics (float64; per sample) ---------------------------------------------------------- */
+
+/* The distance between one sample's reference and quantized outputs (n values each):
+ *   kl_div: KL(softmax(ref) || softmax(q)), max-shifted, denominators + 1e-12, logs of p + 1e-12;
+ *   mse:    mean of squared differences;
+ *   cos:    1 - dot / (|ref| |q| + 1e-12), in [0, 2]; both vectors zero gives 0 (an unchanged
+ *           zero output is not sensitive), exactly one zero gives 1 (as orthogonal).
+ * n == 0 gives 0. NaN/Inf inputs give a non-finite result (the caller reports it). */
+double qp_sens_metric_sample(enum qp_sens_metric m, const float *ref, const float *q, size_t n);
+
+/* ---- scoring -------------------------------------------------------------------------------- */
+
+/* Called after each probe step with the steps done and the total. */
+typedef void (*qp_sens_progress_fn)(uint64_t done, uint64_t total, void *user);
+
+struct qp_sens_options {
+    enum qp_sens_granularity granularity; /* default op_type */
+    enum qp_sens_metric metric;           /* default kl_div */
+    enum qp_sens_probe probe;             /* default quantize_one */
+    enum qp_dtype qtype;                  /* QP_DTYPE_INT8 (default) or QP_DTYPE_FLOAT8E4M3FN */
+    int incremental;                      /* default 1 */
+    size_t cache_bytes;                   /* reference cache budget; default 1 GiB */
+    int n_threads;                        /* 0: all cores */
+    /* Op types targets are limited to (borrowed; n_scope 0: every op type the placement
+     * quantizes). A scoped op type with no placement entry is listed as unprobed. */
+    const char *const *scope;
+    size_t n_scope;
+    qp_sens_progress_fn progress; /* may be NULL */
+    void *progress_user;
+};
+
+void qp_sens_options_default(struct qp_sens_options *o);
+
+struct qp_sens_target {
+    char *name;                /* node name, or the op type */
+    char *op_type;             /* the node's op type, or the op type itself */
+    size_t n_edges, n_weights; /* placement entries the target owns */
+    size_t n_nodes;            /* quantized nodes it covers (1 for a node target) */
+    char **nodes;              /* those node names, in topological order */
+    enum qp_sens_state state;
+    double score;    /* SCORED only: sum over graph outputs of the mean per-sample metric */
+    char *error;     /* FAILED: the message; UNPROBED: why */
+    size_t *entries; /* internal: entry indices (edges first, then n_edges + weight index) */
+};
+
+struct qp_sens_result {
+    size_t n_targets;
+    struct qp_sens_target *targets; /* op types sorted by name; nodes in topological order */
+    uint64_t n_samples, n_batches;  /* evaluated */
+    size_t n_float_outputs;
+    double reference_seconds; /* float reference runs over all samples (one pass) */
+    double probe_seconds;     /* every probe over every sample */
+    uint64_t nodes_executed;  /* node computations of the probes */
+    uint64_t nodes_full_pass; /* node computations of one full run (per batch) */
+};
+
+void qp_sens_result_free(struct qp_sens_result *r);
+
+/* Scores every target of `pl` on `model`.
+ *   model:  borrowed; its top-level graph must be topologically sorted;
+ *   pl:     borrowed; validated against that graph (qp_placement_validate);
+ *   prov:   borrowed; reset first; every batch is one evaluation step;
+ *   ranges: borrowed; the calibrated amax of every activation tensor of `pl` (a missing one
+ *           makes the targets reading it FAILED).
+ * Returns QP_ERR_USAGE (bad options), QP_ERR_BAD_INPUT (data the model cannot take, no batches,
+ * no float graph output), QP_ERR_NOMEM and the engine's statuses for the reference runs. Probe
+ * failures are not errors: they are recorded on their target. */
+enum qp_status qp_sens_score(const struct qp_model *model, const struct qp_placement *pl,
+                             struct qp_provider *prov, const struct qp_ranges *ranges,
+                             const struct qp_sens_options *o, struct qp_sens_result **out,
+                             struct qp_error *err);
+
+/* One calibration of the full placement, shared by every probe: the ranges of the activation
+ * tensors of `pl` that the engine computes as float32 (graph inputs included), from every batch
+ * of `prov` (reset first) with `method`. Edges on other tensors (integer tensors, tensors the
+ * engine folds at plan time) get no range, so the targets reading them fail with a message
+ * instead of the whole analysis. *n_samples_out (may be NULL) receives the samples seen.
+ * Statuses of qp_collector_create / _run / _finish. */
+enum qp_status qp_sens_calibrate(const struct qp_model *model, const struct qp_placement *pl,
+                                 struct qp_provider *prov, enum qp_calib_method method,
+                                 int n_threads, struct qp_ranges **out, uint64_t *n_samples_out,
+                                 struct qp_error *err);
+
+/* ---- accuracy budget ------------------------------------------------------------------------ */
+
+/* Excludes groups[0], groups[1], ... (each a list of target indices of `r`, highest-ranked
+ * first) one at a time from the full placement until the drift of the whole quantized model
+ * (the options' metric, summed over outputs, mean over the samples of `prov`) is at most
+ * `max_drift`, re-measuring the whole model after each step. *n_groups_out receives the number
+ * of groups excluded; drift_out (may be NULL) has n_groups + 1 entries: the drift after 0, 1, ...
+ * exclusions (only the measured ones are set). *placement_out (may be NULL) receives the full
+ * placement minus the excluded targets' entries. *met_out is 1 when the budget was met. */
+enum qp_status qp_sens_budget(const struct qp_model *model, const struct qp_placement *pl,
+                              struct qp_provider *prov, const struct qp_ranges *ranges,
+                              const struct qp_sens_options *o, const struct qp_sens_result *r,
+                              size_t n_groups, const size_t *const *groups,
+                              const size_t *group_sizes, double max_drift, size_t *n_groups_out,
+                              double *drift_out, int *met_out, struct qp_placement **placement_out,
+                              struct qp_error *err);
+
+/* ---- picker (ModelOpt's suggest_exclusion, reference §9.3) ---------------------------------- */
+
+enum qp_block_agg { QP_BLOCK_SUM = 0, QP_BLOCK_MAX, QP_BLOCK_MEAN };
+/* "sum", "max", "mean"; -1 otherwise. */
+int qp_block_agg_parse(const char *s);
+
+/* Named groups of regexes (POSIX extended, matched at the start of the name like re.match). */
+struct qp_sens_blocks {
+    size_t n;
+    char **names;
+    size_t *n_patterns;
+    regex_t **patterns;
+};
+/* JSON: {"group": ["regex", ...], ...} (an object; order kept; a string is one regex).
+ * QP_ERR_BAD_INPUT naming `source` and the group for anything else or a regex that does not
+ * compile. */
+enum qp_status qp_sens_blocks_parse(const char *text, size_t len, const char *source,
+                                    struct qp_sens_blocks **out, struct qp_error *err);
+enum qp_status qp_sens_blocks_load(const char *path, struct qp_sens_blocks **out,
+                                   struct qp_error *err);
+void qp_sens_blocks_free(struct qp_sens_blocks *b);
+
+struct qp_pick_options {
+    int threshold_mode;                  /* 0: coverage mode, 1: threshold mode */
+    double coverage;                     /* default 0.9 */
+    double threshold;                    /* threshold mode: take scores strictly above */
+    size_t max_nodes;                    /* 0: no cap (counts groups with blocks) */
+    double min_score_floor;              /* default 0 */
+    double near_tie_ratio;               /* default 0.99; <= 0 disables the warning */
+    const struct qp_sens_blocks *blocks; /* NULL: each name its own group */
+    enum qp_block_agg agg;
+};
+void qp_pick_options_default(struct qp_pick_options *o);
+
+struct qp_pick_group {
+    char *name;
+    double score;
+    size_t n_members;
+    size_t *members; /* indices into the picker's input, highest score first */
+};
+
+struct qp_pick_result {
+    size_t n_groups; /* every group, ranked (highest first, stable) */
+    struct qp_pick_group *groups;
+    size_t n_chosen_groups; /* groups[0 .. n_chosen_groups) were chosen */
+    size_t n_excluded;
+    size_t *excluded; /* indices into the input: the chosen groups' members, in group order */
+    int near_tie;
+    char warning[256]; /* the near-tie warning, or "" */
+    /* summarize_exclusion (reference §9.4) */
+    double coverage_pct, excluded_mass, total_mass;
+    size_t num_previously_quantized, num_remaining_quantized;
+};
+void qp_pick_result_free(struct qp_pick_result *r);
+
+/* Picks exclusions among names[0..n) with scores[0..n). QP_ERR_USAGE for a coverage outside
+ * [0, 1], a non-finite threshold or an agg out of range; QP_ERR_NOMEM. */
+enum qp_status qp_sens_pick(const char *const *names, const double *scores, size_t n,
+                            const struct qp_pick_options *o, struct qp_pick_result **out,
+                            struct qp_error *err);
+
+/* Writes a regex matching exactly `name` ("^" + escaped name + "$") into buf; returns the length
+ * needed (not counting the NUL), like snprintf. */
+size_t qp_sens_name_regex(const char *name, char *buf, size_t cap);
+
+#endif

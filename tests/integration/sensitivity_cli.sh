@@ -1,0 +1,150 @@
+#!/bin/bash
+# qplace sensitivity end to end on tests/unit/sensitivity/data/sens_small.onnx: the table and
+# JSON, unprobed and failed targets, incremental == --no_incremental, the exclusions file taken
+# as is by qplace quantize --nodes_to_exclude @FILE, blocks, the accuracy budget, bad input.
+# Usage: sensitivity_cli.sh QPLACE
+set -u
+Q=$1
+D=$(cd "$(dirname "$0")/../unit/sensitivity/data" && pwd)
+PY=/usr/bin/python3
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# expect RC CMD...: runs CMD, checks its exit status.
+expect() {
+    local want=$1
+    shift
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    if [ "$rc" != "$want" ]; then
+        fail "exit $rc (want $want): $*"
+        cat "$T/err"
+    fi
+}
+py() { "$PY" -c "$@" || fail "python check: $1"; }
+
+M=$D/sens_small.onnx
+CAL=$D/sens_small.calib.npz
+sum_before=$(md5sum "$M" | cut -d' ' -f1)
+
+# 1. Node granularity over the trt policy extended with ln/sm/sig1: ln first, table on stderr.
+expect 0 "$Q" sensitivity --onnx_path "$M" --placement_in "$D/sens_small.failing.placement.json" \
+    --calibration_data_path "$CAL" --granularity node --metric mse --output_json "$T/a.json"
+grep -q 'Sensitivity scan (int8 / mse / node' "$T/err" || fail "table header"
+grep -E '^ +1 +ln +LayerNormalization .*<-- highest impact' "$T/err" >/dev/null || fail "ln first"
+grep -q '<-- lowest impact' "$T/err" || fail "lowest marked"
+grep -q "failed (1):" "$T/err" || fail "failed footer"
+grep -q "cast_idx: tensor 'idx'" "$T/err" || fail "failed reason"
+py "
+import json; d = json.load(open('$T/a.json'))
+assert d['onnx_path'] == '$M', d['onnx_path']
+assert d['calibration_source'] == 'real' and d['num_calibration_samples'] == 6
+assert d['metric'] == 'mse' and d['granularity'] == 'node' and d['target_precision'] == 'int8'
+assert d['probe'] == 'quantize_one' and d['incremental'] is True
+assert [t['name'] for t in d['targets']][0] == 'ln'
+assert set(d['scores']) == {'conv1', 'sig1', 'conv2', 'mm', 'ln', 'sm'}, d['scores']
+assert all(v > 0 for v in d['scores'].values())
+assert [f['name'] for f in d['failed']] == ['cast_idx'] and 'no calibrated range' in d['failed'][0]['error']
+assert d['unprobed'] == []
+assert 'cast_idx' not in d['scores']
+assert d['timings']['probes_s'] >= 0 and d['timings']['nodes_executed'] > 0
+assert 'exclusions' not in d
+"
+# 2. Incremental and full-pass probes give the same scores.
+expect 0 "$Q" sensitivity --onnx_path "$M" --placement_in "$D/sens_small.placement.json" \
+    --calibration_data_path "$CAL" --granularity node --output_json "$T/inc.json" --quiet
+expect 0 "$Q" sensitivity --onnx_path "$M" --placement_in "$D/sens_small.placement.json" \
+    --calibration_data_path "$CAL" --granularity node --output_json "$T/naive.json" --quiet \
+    --no-incremental
+py "
+import json; a = json.load(open('$T/inc.json'))['scores']; b = json.load(open('$T/naive.json'))['scores']
+assert a.keys() == b.keys() and len(a) == 6
+for k in a: assert abs(a[k] - b[k]) <= 1e-9 * abs(b[k]), (k, a[k], b[k])
+"
+# 3. Unprobed (a scoped op type the placement never quantizes), zero scores hidden by default.
+expect 0 "$Q" sensitivity --onnx_path "$M" --placement_in "$D/sens_small.placement.json" \
+    --calibration_data_path "$CAL" --op_types_scope Conv,Relu --op_types_scope LayerNormalization \
+    --output_json "$T/u.json"
+grep -q "unprobed (1):" "$T/err" || fail "unprobed footer"
+py "
+import json; d = json.load(open('$T/u.json'))
+assert [u['name'] for u in d['unprobed']] == ['Relu'], d['unprobed']
+assert set(d['scores']) == {'Conv', 'LayerNormalization'}
+assert d['targets'][0]['name'] == 'LayerNormalization' and d['targets'][1]['nodes'] == ['conv1', 'conv2']
+"
+# 4. The exclusions file goes into qplace quantize as is; its placement equals ours.
+expect 0 "$Q" sensitivity --onnx_path "$M" --calibration_data_path "$CAL" --granularity node \
+    --threshold 0 --max_nodes 1 --exclusions_out "$T/excl.txt" --placement_out "$T/ours.json" \
+    --output_json "$T/x.json"
+grep -qx '\^ln\$' "$T/excl.txt" || fail "exclusions file: $(cat "$T/excl.txt")"
+expect 0 "$Q" quantize --onnx_path "$M" --calibration_data_path "$CAL" \
+    --nodes_to_exclude "@$T/excl.txt" --placement_out "$T/theirs.json" --output_path "$T/q.onnx"
+expect 0 "$Q" diff "$T/ours.json" "$T/theirs.json"
+grep -q 'result: SAME' "$T/out" || fail "placements differ: $(cat "$T/out")"
+grep -q '"node":"mm"' "$T/theirs.json" || fail "mm should stay quantized"
+grep -q '"node":"ln"' "$T/theirs.json" && fail "ln should be excluded"
+py "
+import json; e = json.load(open('$T/x.json'))['exclusions']
+assert e['mode'] == 'threshold' and e['excluded'] == ['ln'], e
+s = e['summary']; assert s['num_excluded'] == 1 and s['num_previously_quantized'] == 2 and s['num_remaining_quantized'] == 1
+assert e['by_op_type']['LayerNormalization']['excluded'] == 1 and e['by_op_type']['MatMul']['excluded'] == 0
+"
+# 5. Blocks: groups by regex, op-type granularity exclusions list member nodes.
+printf '{"convs": ["conv"], "tail": ["ln", "sm"]}\n' >"$T/blocks.json"
+expect 0 "$Q" sensitivity --onnx_path "$M" --placement_in "$D/sens_small.placement.json" \
+    --calibration_data_path "$CAL" --granularity node --blocks "$T/blocks.json" --block_agg max \
+    --threshold 0.001 --exclusions_out "$T/bx.txt" --output_json "$T/b.json" --quiet
+py "
+import json; e = json.load(open('$T/b.json'))['exclusions']
+assert e['block_agg'] == 'max' and [g['name'] for g in e['groups']] == ['tail'], e
+assert e['excluded'] == ['ln', 'sm'], e['excluded']
+"
+[ "$(grep -v '^#' "$T/bx.txt" | tr '\n' ' ')" = '^ln$ ^sm$ ' ] || fail "blocks exclusions: $(cat "$T/bx.txt")"
+# 6. Accuracy budget: the highest target out first, drift re-measured, placement written.
+expect 0 "$Q" sensitivity --onnx_path "$M" --placement_in "$D/sens_small.placement.json" \
+    --calibration_data_path "$CAL" --granularity node --max_output_drift 0.01 \
+    --exclusions_out "$T/bud.txt" --placement_out "$T/bud.json" --output_json "$T/bj.json" --quiet
+py "
+import json; e = json.load(open('$T/bj.json'))['exclusions']
+assert e['mode'] == 'max_output_drift' and e['budget_met'] is True, e
+assert e['excluded'][0] == 'ln' and e['drift'][-1] <= 0.01 and all(x > 0.01 for x in e['drift'][:-1]), e
+p = json.load(open('$T/bud.json'))
+assert all(x['node'] not in e['excluded'] for x in p['edges'] + p['weights'])
+per = {'conv1': 2, 'conv2': 2, 'mm': 2, 'ln': 1, 'sm': 1, 'sig1': 1}
+assert len(p['edges']) + len(p['weights']) == 9 - sum(per[n] for n in e['excluded'])
+"
+grep -qx '\^ln\$' "$T/bud.txt" || fail "budget exclusions"
+# 7. Synthetic data is flagged.
+expect 0 "$Q" sensitivity --onnx_path "$M" --num_synthetic_samples 2 --output_json "$T/syn.json" --quiet
+grep -q 'synthetic' "$T/err" || fail "synthetic warning"
+py "import json; d = json.load(open('$T/syn.json')); assert d['calibration_source'] == 'synthetic' and d['num_calibration_samples'] == 2"
+# 8. Bad input: exit 1 for flags, 2 for files; nothing written; the model untouched.
+rm -f "$T/bad.json"
+expect 1 "$Q" sensitivity --onnx_path "$M" --metric l2 --output_json "$T/bad.json"
+grep -q -- "--metric" "$T/err" || fail "metric message"
+expect 1 "$Q" sensitivity --onnx_path "$M" --coverage 0.5 --threshold 1 --output_json "$T/bad.json"
+expect 1 "$Q" sensitivity --onnx_path "$M" --coverage 1.5 --output_json "$T/bad.json"
+expect 1 "$Q" sensitivity --onnx_path "$M" --block_agg median --output_json "$T/bad.json"
+grep -q "block_agg" "$T/err" || fail "block_agg message"
+expect 1 "$Q" sensitivity --onnx_path "$M" --granularity layer --output_json "$T/bad.json"
+expect 1 "$Q" sensitivity --output_json "$T/bad.json"
+expect 2 "$Q" sensitivity --onnx_path "$T/missing.onnx" --output_json "$T/bad.json"
+printf '{"g": ["("]}' >"$T/badblocks.json"
+expect 2 "$Q" sensitivity --onnx_path "$M" --blocks "$T/badblocks.json" --output_json "$T/bad.json"
+grep -q "badblocks.json" "$T/err" || fail "blocks message"
+printf '{"format": "qplace.placement", "version": 1, "edges": [{"tensor": "a", "node": "nope", "input": 0, "reason": "x"}], "weights": []}' >"$T/badpl.json"
+expect 2 "$Q" sensitivity --onnx_path "$M" --placement_in "$T/badpl.json" --output_json "$T/bad.json"
+grep -q "nope" "$T/err" || fail "placement message"
+expect 2 "$Q" sensitivity --onnx_path "$M" --calibration_data_path "$D/sens_small.placement.json" \
+    --output_json "$T/bad.json"
+expect 2 "$Q" sensitivity --onnx_path "$M" --output_json "$M"
+[ -e "$T/bad.json" ] && fail "an output was written on error"
+ls "$T" | grep -q '\.tmp' && fail "temporary file left behind"
+[ "$(md5sum "$M" | cut -d' ' -f1)" = "$sum_before" ] || fail "the input model changed"
+
+if [ $fails -ne 0 ]; then
+    echo "$fails check(s) failed"
+    exit 1
+fi
+echo "sensitivity_cli: all checks passed"

@@ -1,0 +1,435 @@
+/* Scoring on the small model of gen_sens_model.py (two Convs, a MatMul, a LayerNormalization, a
+ * Softmax and a Sigmoid; six deterministic samples): LayerNormalization ranks first under every
+ * metric at both granularities, activation probes score above 0, incremental equals naive (also
+ * with a tiny cache budget), unprobed and failed targets are listed, the accuracy budget. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "calib/provider_npz.h"
+#include "qplace/model.h"
+#include "sensitivity/sensitivity.h"
+
+static char data_dir[1024];
+
+static const char *path(const char *name) {
+    static char buf[4][1200];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", data_dir, name);
+    return buf[k];
+}
+
+struct fixture {
+    struct qp_model *m;
+    struct qp_placement *pl;
+    struct qp_provider *prov;
+    struct qp_ranges *ranges;
+};
+
+static void fixture_load(struct fixture *f, const char *placement) {
+    struct qp_error err = {0};
+    memset(f, 0, sizeof *f);
+    assert_int_equal(qp_model_load_file(path("sens_small.onnx"), NULL, &f->m, &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(f->m->graph, &err), QP_OK);
+    assert_int_equal(qp_placement_load_file(path(placement), &f->pl, &err), QP_OK);
+    assert_int_equal(qp_placement_validate(f->pl, f->m->graph, &err), QP_OK);
+    struct qp_npz_provider_input in = {.name = "x",
+                                       .dtype = QP_DTYPE_FLOAT,
+                                       .rank = 4,
+                                       .model_dims = {-1, 3, 8, 8},
+                                       .batch_dims = {1, 3, 8, 8}};
+    assert_int_equal(
+        qp_provider_npz_create(path("sens_small.calib.npz"), &in, 1, 0, &f->prov, &err), QP_OK);
+    uint64_t ns = 0;
+    if (qp_sens_calibrate(f->m, f->pl, f->prov, QP_CALIB_MAX, 1, &f->ranges, &ns, &err) != QP_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(ns, 6);
+}
+
+static void fixture_free(struct fixture *f) {
+    qp_ranges_free(f->ranges);
+    qp_provider_free(f->prov);
+    qp_placement_free(f->pl);
+    qp_model_free(f->m);
+}
+
+/* One engine thread: results do not depend on it, and a busy CI machine runs faster so. */
+static void opts_default(struct qp_sens_options *o) {
+    qp_sens_options_default(o);
+    o->n_threads = 1;
+}
+
+static struct qp_sens_result *score(struct fixture *f, const struct qp_sens_options *o) {
+    struct qp_error err = {0};
+    struct qp_sens_result *r = NULL;
+    if (qp_sens_score(f->m, f->pl, f->prov, f->ranges, o, &r, &err) != QP_OK)
+        fail_msg("%s", err.msg);
+    return r;
+}
+
+static const struct qp_sens_target *find(const struct qp_sens_result *r, const char *name) {
+    for (size_t i = 0; i < r->n_targets; i++)
+        if (strcmp(r->targets[i].name, name) == 0) return &r->targets[i];
+    fail_msg("no target %s", name);
+    return NULL;
+}
+
+static const struct qp_sens_target *highest(const struct qp_sens_result *r) {
+    const struct qp_sens_target *best = NULL;
+    for (size_t i = 0; i < r->n_targets; i++) {
+        const struct qp_sens_target *t = &r->targets[i];
+        assert_int_equal(t->state, QP_SENS_SCORED);
+        if (!best || t->score > best->score) best = t;
+    }
+    return best;
+}
+
+static void test_layernorm_highest(void **state) {
+    (void)state;
+    struct fixture f;
+    fixture_load(&f, "sens_small.placement.json");
+    for (int m = 0; m < QP_SENS_METRIC_COUNT; m++)
+        for (int g = 0; g < QP_SENS_GRANULARITY_COUNT; g++) {
+            struct qp_sens_options o;
+            opts_default(&o);
+            o.metric = m;
+            o.granularity = g;
+            o.n_threads = 1;
+            struct qp_sens_result *r = score(&f, &o);
+            assert_int_equal(r->n_samples, 6);
+            assert_int_equal(r->n_batches, 6);
+            assert_int_equal(r->n_float_outputs, 2);
+            const struct qp_sens_target *b = highest(r);
+            if (strcmp(b->name, g == QP_SENS_NODE ? "ln" : "LayerNormalization") != 0)
+                fail_msg("metric %s granularity %s: highest is %s", qp_sens_metric_name(m),
+                         qp_sens_granularity_name(g), b->name);
+            for (size_t i = 0; i < r->n_targets; i++)
+                assert_true(r->targets[i].score >= 0);
+            if (g == QP_SENS_NODE) {
+                assert_int_equal(r->n_targets, 6);                /* conv1 sig1 conv2 mm ln sm */
+                assert_string_equal(r->targets[0].name, "conv1"); /* topological order */
+                assert_string_equal(r->targets[5].name, "sm");
+            } else {
+                assert_int_equal(r->n_targets, 5); /* sorted op types */
+                assert_string_equal(r->targets[0].name, "Conv");
+                assert_string_equal(r->targets[4].name, "Softmax");
+            }
+            qp_sens_result_free(r);
+        }
+    fixture_free(&f);
+}
+
+static void test_activation_probes(void **state) {
+    (void)state;
+    struct fixture f;
+    fixture_load(&f, "sens_small.placement.json");
+    struct qp_sens_options o;
+    opts_default(&o);
+    o.granularity = QP_SENS_NODE;
+    for (int m = 0; m < QP_SENS_METRIC_COUNT; m++) {
+        o.metric = m;
+        struct qp_sens_result *r = score(&f, &o);
+        assert_true(find(r, "sm")->score > 0);
+        assert_true(find(r, "sig1")->score > 0);
+        assert_int_equal(find(r, "sm")->n_edges, 1);
+        assert_int_equal(find(r, "sm")->n_weights, 0);
+        qp_sens_result_free(r);
+    }
+    fixture_free(&f);
+}
+
+/* An op-type probe is the union of its nodes' probes: same entries. */
+static void test_op_type_is_union(void **state) {
+    (void)state;
+    struct fixture f;
+    fixture_load(&f, "sens_small.placement.json");
+    struct qp_sens_options o;
+    opts_default(&o);
+    struct qp_sens_result *ro = score(&f, &o);
+    o.granularity = QP_SENS_NODE;
+    struct qp_sens_result *rn = score(&f, &o);
+    const struct qp_sens_target *conv = find(ro, "Conv"), *c1 = find(rn, "conv1"),
+                                *c2 = find(rn, "conv2");
+    assert_int_equal(conv->n_edges + conv->n_weights, 4);
+    assert_int_equal(conv->n_nodes, 2);
+    assert_string_equal(conv->nodes[0], "conv1");
+    assert_string_equal(conv->nodes[1], "conv2");
+    size_t k = 0;
+    for (size_t i = 0; i < 2; i++) {
+        const struct qp_sens_target *n = i ? c2 : c1;
+        for (size_t j = 0; j < n->n_edges + n->n_weights; j++) {
+            int hit = 0;
+            for (size_t q = 0; q < 4; q++)
+                hit |= conv->entries[q] == n->entries[j];
+            assert_true(hit);
+            k++;
+        }
+    }
+    assert_int_equal(k, 4);
+    /* A one-node op type scores as that node. */
+    assert_true(fabs(find(ro, "MatMul")->score - find(rn, "mm")->score) <=
+                1e-12 * find(rn, "mm")->score);
+    qp_sens_result_free(ro);
+    qp_sens_result_free(rn);
+    fixture_free(&f);
+}
+
+static void check_same(const struct qp_sens_result *a, const struct qp_sens_result *b) {
+    assert_int_equal(a->n_targets, b->n_targets);
+    for (size_t i = 0; i < a->n_targets; i++) {
+        assert_string_equal(a->targets[i].name, b->targets[i].name);
+        assert_int_equal(a->targets[i].state, b->targets[i].state);
+        double x = a->targets[i].score, y = b->targets[i].score;
+        if (!(fabs(x - y) <= 1e-9 * fabs(y)))
+            fail_msg("%s: %.17g vs %.17g", a->targets[i].name, x, y);
+    }
+}
+
+static void test_incremental_equals_naive(void **state) {
+    (void)state;
+    struct fixture f;
+    fixture_load(&f, "sens_small.placement.json");
+    for (int p = 0; p < QP_SENS_PROBE_COUNT; p++)
+        for (int g = 0; g < QP_SENS_GRANULARITY_COUNT; g++) {
+            struct qp_sens_options o;
+            opts_default(&o);
+            o.granularity = g;
+            o.probe = p;
+            o.metric = QP_SENS_MSE;
+            struct qp_sens_result *inc = score(&f, &o);
+            o.cache_bytes = 2048; /* a budget too small for most tensors: recompute ancestors */
+            struct qp_sens_result *tiny = score(&f, &o);
+            o.incremental = 0;
+            struct qp_sens_result *naive = score(&f, &o);
+            check_same(inc, naive);
+            check_same(tiny, naive);
+            if (p == QP_SENS_QUANTIZE_ONE) {
+                assert_true(inc->nodes_executed < naive->nodes_executed);
+                for (size_t i = 0; i < inc->n_targets; i++)
+                    assert_true(inc->targets[i].score > 0);
+            }
+            assert_int_equal(naive->nodes_executed, naive->nodes_full_pass * 6 * naive->n_targets);
+            qp_sens_result_free(inc);
+            qp_sens_result_free(tiny);
+            qp_sens_result_free(naive);
+        }
+    fixture_free(&f);
+}
+
+static void test_unprobed(void **state) {
+    (void)state;
+    struct fixture f;
+    fixture_load(&f, "sens_small.placement.json");
+    struct qp_sens_options o;
+    opts_default(&o);
+    const char *scope[] = {"Conv", "Relu", "LayerNormalization"};
+    o.scope = scope;
+    o.n_scope = 3;
+    struct qp_sens_result *r = score(&f, &o);
+    assert_int_equal(r->n_targets, 3);
+    assert_int_equal(find(r, "Relu")->state, QP_SENS_UNPROBED);
+    assert_non_null(strstr(find(r, "Relu")->error, "quantizes no input"));
+    assert_int_equal(find(r, "Relu")->score, 0);
+    assert_int_equal(find(r, "Conv")->state, QP_SENS_SCORED);
+    assert_true(find(r, "LayerNormalization")->score > find(r, "Conv")->score);
+    qp_sens_result_free(r);
+    /* exclude_one over a placement with one target: nothing left to quantize. */
+    struct qp_error err = {0};
+    struct qp_placement *one = qp_placement_create();
+    assert_non_null(one);
+    assert_int_equal(qp_placement_add_edge(one, "a", "ln", 0, "t", &err), QP_OK);
+    assert_int_equal(qp_placement_add_edge(one, "l", "sm", 0, "t", &err), QP_OK);
+    assert_int_equal(qp_placement_validate(one, f.m->graph, &err), QP_OK);
+    o.n_scope = 0;
+    o.probe = QP_SENS_EXCLUDE_ONE;
+    o.granularity = QP_SENS_NODE;
+    assert_int_equal(qp_sens_score(f.m, one, f.prov, f.ranges, &o, &r, &err), QP_OK);
+    assert_int_equal(r->n_targets, 2);
+    assert_int_equal(r->targets[0].state, QP_SENS_SCORED);
+    assert_true(r->targets[0].score > 0); /* excluding ln leaves sm quantized */
+    qp_sens_result_free(r);
+    qp_placement_remove(one, "sm", 0);
+    assert_int_equal(qp_sens_score(f.m, one, f.prov, f.ranges, &o, &r, &err), QP_OK);
+    assert_int_equal(r->n_targets, 1);
+    assert_int_equal(r->targets[0].state, QP_SENS_UNPROBED);
+    assert_non_null(strstr(r->targets[0].error, "leaves no quantizer"));
+    qp_sens_result_free(r);
+    qp_placement_free(one);
+    fixture_free(&f);
+}
+
+static void test_failed(void **state) {
+    (void)state;
+    struct fixture good, f;
+    fixture_load(&good, "sens_small.placement.json");
+    fixture_load(&f, "sens_small.failing.placement.json");
+    struct qp_sens_options o;
+    opts_default(&o);
+    o.granularity = QP_SENS_NODE;
+    struct qp_sens_result *r = score(&f, &o), *rg = score(&good, &o);
+    assert_int_equal(r->n_targets, 7);
+    const struct qp_sens_target *t = find(r, "cast_idx");
+    assert_int_equal(t->state, QP_SENS_FAILED);
+    assert_non_null(strstr(t->error, "'idx'"));
+    assert_non_null(strstr(t->error, "no calibrated range"));
+    /* The others are scored as without the failing edge. */
+    for (size_t i = 0; i < rg->n_targets; i++) {
+        const struct qp_sens_target *a = find(r, rg->targets[i].name);
+        assert_int_equal(a->state, QP_SENS_SCORED);
+        assert_true(fabs(a->score - rg->targets[i].score) <= 1e-12 * rg->targets[i].score);
+    }
+    qp_sens_result_free(r);
+    /* A missing range (no calibration) fails the targets reading it, not the run. */
+    struct qp_error err = {0};
+    struct qp_ranges *partial = qp_ranges_create();
+    for (size_t i = 0; i < qp_ranges_count(good.ranges); i++) {
+        const struct qp_range *x = qp_ranges_at(good.ranges, i);
+        if (strcmp(x->tensor, "a") != 0) assert_int_equal(qp_ranges_set(partial, x, &err), QP_OK);
+    }
+    assert_int_equal(qp_sens_score(good.m, good.pl, good.prov, partial, &o, &r, &err), QP_OK);
+    assert_int_equal(find(r, "ln")->state, QP_SENS_FAILED);
+    assert_int_equal(find(r, "sm")->state, QP_SENS_SCORED);
+    assert_true(fabs(find(r, "sm")->score - find(rg, "sm")->score) <=
+                1e-12 * find(rg, "sm")->score);
+    qp_sens_result_free(r);
+    /* exclude_one: every probe but ln's needs a's range. */
+    o.probe = QP_SENS_EXCLUDE_ONE;
+    assert_int_equal(qp_sens_score(good.m, good.pl, good.prov, partial, &o, &r, &err), QP_OK);
+    for (size_t i = 0; i < r->n_targets; i++)
+        assert_int_equal(r->targets[i].state,
+                         strcmp(r->targets[i].name, "ln") == 0 ? QP_SENS_SCORED : QP_SENS_FAILED);
+    qp_sens_result_free(r);
+    qp_ranges_free(partial);
+    qp_sens_result_free(rg);
+    fixture_free(&f);
+    fixture_free(&good);
+}
+
+static void test_budget(void **state) {
+    (void)state;
+    struct fixture f;
+    fixture_load(&f, "sens_small.placement.json");
+    struct qp_sens_options o;
+    opts_default(&o);
+    o.granularity = QP_SENS_NODE;
+    struct qp_sens_result *r = score(&f, &o);
+    /* Groups: targets by descending score. */
+    size_t n = r->n_targets, order[8], sizes[8];
+    const size_t *groups[8];
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (r->targets[order[j]].score > r->targets[order[i]].score) {
+                size_t t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+            }
+    for (size_t i = 0; i < n; i++) {
+        groups[i] = &order[i];
+        sizes[i] = 1;
+    }
+    assert_string_equal(r->targets[order[0]].name, "ln");
+    struct qp_error err = {0};
+    double drift[9];
+    size_t k = 99;
+    int met = 0;
+    struct qp_placement *p = NULL;
+    /* A budget the full placement meets: nothing excluded. */
+    assert_int_equal(qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, n, groups, sizes, 1e9, &k,
+                                    drift, &met, &p, &err),
+                     QP_OK);
+    assert_int_equal(k, 0);
+    assert_int_equal(met, 1);
+    assert_true(drift[0] > 0);
+    assert_true(qp_placement_equal(p, f.pl));
+    qp_placement_free(p);
+    double full = drift[0];
+    /* Half the full drift: ln goes first, then as many as needed; each earlier step was above. */
+    double budget = full * 0.5;
+    assert_int_equal(qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, n, groups, sizes, budget,
+                                    &k, drift, &met, &p, &err),
+                     QP_OK);
+    assert_int_equal(met, 1);
+    assert_true(k >= 1);
+    assert_true(drift[k] <= budget);
+    for (size_t i = 0; i < k; i++)
+        assert_true(drift[i] > budget);
+    assert_int_equal(qp_placement_find(p, "ln", 0, NULL, NULL), 0);
+    /* Exactly the first k targets' quantizers are gone. */
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(
+            qp_placement_find(p, r->targets[order[i]].name,
+                              strcmp(r->targets[order[i]].name, "mm") == 0 ||
+                                      strncmp(r->targets[order[i]].name, "conv", 4) == 0
+                                  ? 1
+                                  : 0,
+                              NULL, NULL),
+            i >= k);
+    qp_placement_free(p);
+    /* Zero: only the float model (everything excluded) has no drift. */
+    assert_int_equal(qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, n, groups, sizes, 0, &k,
+                                    drift, &met, &p, &err),
+                     QP_OK);
+    assert_int_equal(met, 1);
+    assert_int_equal(k, n);
+    assert_true(drift[n] == 0);
+    assert_int_equal(p->n_edges + p->n_weights, 0);
+    qp_placement_free(p);
+    /* Not met with only the first group allowed. */
+    assert_int_equal(qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, 1, groups, sizes, 0, &k,
+                                    drift, &met, NULL, &err),
+                     QP_OK);
+    assert_int_equal(met, 0);
+    assert_int_equal(k, 1);
+    qp_sens_result_free(r);
+    fixture_free(&f);
+}
+
+static void test_bad_options(void **state) {
+    (void)state;
+    struct fixture f;
+    fixture_load(&f, "sens_small.placement.json");
+    struct qp_sens_options o;
+    opts_default(&o);
+    o.qtype = QP_DTYPE_INT16;
+    struct qp_error err = {0};
+    struct qp_sens_result *r = NULL;
+    assert_int_equal(qp_sens_score(f.m, f.pl, f.prov, f.ranges, &o, &r, &err), QP_ERR_USAGE);
+    assert_null(r);
+    /* fp8 works and still ranks ln first. */
+    o.qtype = QP_DTYPE_FLOAT8E4M3FN;
+    o.granularity = QP_SENS_NODE;
+    r = score(&f, &o);
+    assert_true(find(r, "ln")->score > 0);
+    qp_sens_result_free(r);
+    fixture_free(&f);
+}
+
+int main(void) {
+    snprintf(data_dir, sizeof data_dir, "%s", __FILE__);
+    char *slash = strrchr(data_dir, '/');
+    if (slash)
+        strcpy(slash, "/data");
+    else
+        strcpy(data_dir, "data");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layernorm_highest),
+        cmocka_unit_test(test_activation_probes),
+        cmocka_unit_test(test_op_type_is_union),
+        cmocka_unit_test(test_incremental_equals_naive),
+        cmocka_unit_test(test_unprobed),
+        cmocka_unit_test(test_failed),
+        cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_bad_options),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
