@@ -23,7 +23,8 @@ const struct cli_opt cli_quantize_opts[] = {
     {"placement_in", CLI_VALUE, "FILE", "apply this placement instead of the policy"},
     {"placement_out", CLI_VALUE, "FILE", "write the placement used"},
     {"dq_only", CLI_BOOL, NULL, "store weights quantized (DQ only)"},
-    {"high_precision_dtype", CLI_VALUE, "fp32|fp16", "precision of the rest (fp32; fp16 not yet)"},
+    {"high_precision_dtype", CLI_VALUE, "fp32|fp16",
+     "precision of the rest (default fp16, I/O kept fp32)"},
     {"output_path", CLI_VALUE, "OUT", "output model (default <model>.quant.onnx)"},
     {"threads", CLI_VALUE, "N", "engine threads (default: all cores)"},
     {0},
@@ -63,6 +64,18 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
         for (size_t i = 0; i < w->n_ops; i++)
             printf("    %-24s %8zu %8zu\n", w->by_op[i].op_type, w->by_op[i].n_edges,
                    w->by_op[i].n_weights);
+    }
+    if (w->high_precision == QP_DTYPE_FLOAT16) {
+        const struct qp_f16_stats *f = &w->f16;
+        printf("  high precision fp16: %zu nodes in fp16, %zu kept fp32, %zu initializers and %zu "
+               "Constants converted, %zu Casts added\n",
+               f->n_fp16_nodes, f->n_fp32_nodes, f->n_initializers, f->n_constants, f->n_casts);
+        if (f->n_clamped || f->n_scale_underflow)
+            printf("  warning: %zu values beyond the fp16 range clamped to +-65504, %zu scales "
+                   "raised to 2^-24\n",
+                   f->n_clamped, f->n_scale_underflow);
+    } else {
+        printf("  high precision fp32\n");
     }
     printf("  calibration: %s data, method %s, %llu samples in %llu batches\n",
            r->calibration_source, r->method, (unsigned long long)r->n_calib_samples,
@@ -106,7 +119,7 @@ int cli_quantize_run(const struct cli_args *a) {
         fprintf(stderr, "qplace quantize: --quantize_mode '%s': expected int8 or fp8\n", mode);
         return 1;
     }
-    const char *hp = cli_value(a, "high_precision_dtype", "fp32");
+    const char *hp = cli_value(a, "high_precision_dtype", "fp16");
     if (strcmp(hp, "fp32") == 0)
         o.high_precision = QP_DTYPE_FLOAT;
     else if (strcmp(hp, "fp16") == 0)

@@ -9,6 +9,7 @@
 
 #include "core/arena.h"
 #include "ir/opset_convert.h"
+#include "quant/f16.h"
 #include "quant/qdq_to_dq.h"
 #include "quant/qparams.h"
 
@@ -249,9 +250,9 @@ enum qp_status qp_qdq_write(struct qp_model *m, const struct qp_placement *p_in,
         return qp_error_set(err, QP_ERR_UNSUPPORTED,
                             "quantize: quantized type %s is not supported (int8, float8e4m3fn)",
                             qp_dtype_name(o->qtype));
-    if (o->high_precision != QP_DTYPE_FLOAT)
+    if (o->high_precision != QP_DTYPE_FLOAT && o->high_precision != QP_DTYPE_FLOAT16)
         return qp_error_set(err, QP_ERR_UNSUPPORTED,
-                            "quantize: high precision dtype %s is not implemented yet (fp32 only)",
+                            "quantize: high precision dtype %s is not supported (float, float16)",
                             qp_dtype_name(o->high_precision));
     if (qp_model_has_qdq(m))
         return qp_error_set(err, QP_ERR_BAD_INPUT,
@@ -366,6 +367,13 @@ enum qp_status qp_qdq_write(struct qp_model *m, const struct qp_placement *p_in,
     }
     if ((st = qp_graph_toposort(g, err)) != QP_OK) goto done;
     if (o->dq_only && (st = qp_qdq_to_dq(m, NULL, err)) != QP_OK) goto done;
+    /* Last, so scales are computed in float32 and then stored as the Q/DQ nodes run them. */
+    if (o->high_precision == QP_DTYPE_FLOAT16 &&
+        (st = qp_model_convert_f16(m, stats ? &stats->f16 : NULL, err)) != QP_OK) {
+        qp_error_prefix(err, "quantize");
+        goto done;
+    }
+    if (stats) stats->high_precision = o->high_precision;
     st = QP_OK;
 done:
     free(scales);

@@ -10,7 +10,10 @@
  *     from its absmax, or, with `dq_only`, a quantized initializer feeding the DQ directly;
  *     weights stored as Constant nodes are folded into initializers first;
  *   - zero points are written explicitly (int8 or float8e4m3fn zeros), biases stay float;
- *   - a model below opset 19 is converted to 19 first (ir/opset_convert.h).
+ *   - a model below opset 19 is converted to 19 first (ir/opset_convert.h);
+ *   - with high_precision QP_DTYPE_FLOAT16, the rest of the model (weights left float, biases,
+ *     constants, Q/DQ scales, activations) is converted to fp16 last, graph inputs and outputs
+ *     kept float32 with Casts (quant/f16.h).
  *
  * All scale, rounding and saturation math goes through quant/qparams.h.
  *
@@ -28,6 +31,7 @@
 #include "ir/ir.h"
 #include "qplace/dtype.h"
 #include "qplace/status.h"
+#include "quant/f16.h"
 #include "quant/placement.h"
 
 /* The calibrated absolute threshold of activation tensor `tensor`: returns 1 and sets *amax_out
@@ -37,8 +41,8 @@ typedef int (*qp_amax_fn)(void *user, const char *tensor, float *amax_out);
 struct qp_writer_options {
     enum qp_dtype qtype; /* QP_DTYPE_INT8 (default) or QP_DTYPE_FLOAT8E4M3FN */
     int dq_only;         /* 1: weights stored quantized, DQ only (no float weight, no Q) */
-    /* Precision of the non-quantized parts: QP_DTYPE_FLOAT (fp32). FP16 is not implemented yet
-     * and is QP_ERR_UNSUPPORTED. */
+    /* Precision of the non-quantized parts: QP_DTYPE_FLOAT (fp32, the default here) or
+     * QP_DTYPE_FLOAT16 (quant/f16.h; the default of `qplace quantize`). */
     enum qp_dtype high_precision;
     qp_amax_fn amax; /* required when the placement has activation edges */
     void *amax_user;
@@ -60,6 +64,8 @@ struct qp_writer_stats {
     int64_t opset_from, opset_to;
     size_t n_ops; /* entries of by_op (op types beyond QP_WRITER_MAX_OPS are not listed) */
     struct qp_writer_op_count by_op[QP_WRITER_MAX_OPS];
+    enum qp_dtype high_precision; /* as applied: float or float16 */
+    struct qp_f16_stats f16;      /* the fp16 conversion (zeros with float) */
 };
 
 void qp_writer_options_default(struct qp_writer_options *o);
@@ -71,10 +77,10 @@ int qp_model_has_qdq(const struct qp_model *m);
  * edited in place. `stats` may be NULL. Returns QP_ERR_BAD_INPUT for a model that already holds
  * Q/DQ nodes ("already quantized"), a placement entry naming a missing node, tensor or slot, an
  * activation tensor without a calibrated range, a weight that is not a float tensor or whose axis
- * is out of range; QP_ERR_UNSUPPORTED for a qtype other than int8/fp8, fp16 high precision, or an
- * opset conversion qplace does not do; QP_ERR_NOMEM. On an error other than the "already
- * quantized", placement and option checks (done before any edit), `m` may be half edited: free
- * it. */
+ * is out of range; QP_ERR_UNSUPPORTED for a qtype other than int8/fp8, a high precision other than
+ * float/ float16, an opset conversion qplace does not do, or what qp_model_convert_f16 refuses;
+ * QP_ERR_NOMEM. On an error other than the "already quantized", placement and option checks (done
+ * before any edit), `m` may be half edited: free it. */
 enum qp_status qp_qdq_write(struct qp_model *m, const struct qp_placement *p,
                             const struct qp_writer_options *o, struct qp_writer_stats *stats,
                             struct qp_error *err);

@@ -423,10 +423,10 @@ static void test_errors(void **state) {
     assert_non_null(strstr(err.msg, "already quantized"));
     qp_placement_free(p);
     qp_model_free(m);
-    /* fp16 high precision is not there yet. */
+    /* High precision other than float/float16 (test_f16.c covers float16). */
     m = conv_relu(0);
     p = conv_placement();
-    o.high_precision = QP_DTYPE_FLOAT16;
+    o.high_precision = QP_DTYPE_BFLOAT16;
     assert_int_equal(qp_qdq_write(m, p, &o, NULL, &err), QP_ERR_UNSUPPORTED);
     qp_placement_free(p);
     qp_model_free(m);
@@ -883,12 +883,12 @@ static void test_cli(void **state) {
     /* The output path equal to the input. */
     assert_int_equal(qplace(dir, "quantize --onnx_path '%s' --output_path '%s'", model, model), 2);
     assert_true(output_has(dir, "is the input model"));
-    /* fp16 is not implemented: refused, not silently fp32. */
+    /* A high precision dtype other than fp16/fp32: usage error, nothing written. */
     assert_int_equal(qplace(dir,
                             "quantize --onnx_path '%s' --output_path '%s' "
-                            "--high_precision_dtype fp16",
+                            "--high_precision_dtype bf16",
                             model, q),
-                     2);
+                     1);
     assert_false(file_exists(q));
 
     /* A good run prints the summary; the input is untouched. */
