@@ -27,6 +27,7 @@ const struct cli_opt cli_quantize_opts[] = {
      "precision of the rest (default fp16, I/O kept fp32)"},
     {"output_path", CLI_VALUE, "OUT", "output model (default <model>.quant.onnx)"},
     {"threads", CLI_VALUE, "N", "engine threads (default: all cores)"},
+    {"explain", CLI_BOOL, NULL, "also print every placed edge and weight with its reason"},
     {0},
 };
 
@@ -36,7 +37,8 @@ const char cli_quantize_details[] =
     "DequantizeLinear on every placed edge and per-channel weight Q/DQ (opset >= 19), saves the\n"
     "model atomically and prints a summary: what was quantized by op type, the calibration\n"
     "source and method, and the drift of the outputs from the float model on held-out samples\n"
-    "(--eval_data_path, else the last fifth of the calibration batches). docs/quantize.md.\n";
+    "(--eval_data_path, else the last fifth of the calibration batches). --explain adds every\n"
+    "placed edge and weight with the rule that placed it. docs/quantize.md.\n";
 
 static enum qp_status add_list(struct qp_select *s, const struct cli_args *a, const char *flag,
                                enum qp_select_list list, int *any, struct qp_error *err) {
@@ -94,6 +96,27 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
             printf("%.2f%% of %llu rows\n", 100.0 * d->top1, (unsigned long long)d->n_rows);
         else
             printf("-\n");
+    }
+}
+
+/* --explain: every entry of the applied placement, in graph order, with the rule behind it
+ * (reason identifiers are listed in docs/placement.md). */
+static void print_explain(const struct qp_placement *p) {
+    if (!p) return;
+    printf("placement: %zu activation edges, %zu weights (tensor -> consumer[input]: reason)\n",
+           p->n_edges, p->n_weights);
+    for (size_t i = 0; i < p->n_edges; i++) {
+        const struct qp_qedge *e = &p->edges[i];
+        printf("  edge   %s -> %s[%d]: %s\n", e->tensor, e->node, e->input, e->reason);
+    }
+    for (size_t i = 0; i < p->n_weights; i++) {
+        const struct qp_qweight *w = &p->weights[i];
+        if (w->axis >= 0)
+            printf("  weight %s -> %s[%d], axis %d: %s\n", w->tensor, w->node, w->input, w->axis,
+                   w->reason);
+        else
+            printf("  weight %s -> %s[%d], per tensor: %s\n", w->tensor, w->node, w->input,
+                   w->reason);
     }
 }
 
@@ -176,6 +199,7 @@ int cli_quantize_run(const struct cli_args *a) {
         goto done;
     }
     print_report(&o, r);
+    if (cli_has(a, "explain")) print_explain(r->placement);
 done:
     qp_quantize_report_free(r);
     qp_select_free(sel);
