@@ -17,6 +17,9 @@ export JOBS="${JOBS:-2}"
 # Real models are fetched by setup; their absence is a failure here, never a skip.
 export QP_REQUIRE_REAL_MODELS=1
 export CTEST_OUTPUT_ON_FAILURE=1
+# Test programs link libgomp directly (not through the CLI, which picks passive waiting itself):
+# spinning OpenMP threads slow every test on a shared 2-core machine.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 LOGS="$ROOT/build/test-logs"
 
 start_all=$(date +%s)

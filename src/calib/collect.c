@@ -145,6 +145,7 @@ enum qp_status qp_collector_create(const struct qp_model *model, const struct qp
     c->g = g;
     c->o = *o;
     qp_calib_stats_config(&o->calib, &c->cfg);
+    c->cfg.n_threads = o->n_threads; /* --threads bounds the statistics too */
     size_t nv = g->n_values ? g->n_values : 1;
     c->slot_of_value = malloc(nv * sizeof *c->slot_of_value);
     c->slots = calloc(nv, sizeof *c->slots);

@@ -1,6 +1,7 @@
 #include "calib/stats.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,7 @@ void qp_stats_config_default(struct qp_stats_config *cfg, int flags) {
     cfg->max_bins = QP_STATS_DEFAULT_MAX_BINS;
     cfg->n_abs_bins = QP_STATS_DEFAULT_ABS_BINS;
     cfg->max_abs_bins = QP_STATS_DEFAULT_MAX_ABS_BINS;
+    cfg->n_threads = 0;
 }
 
 enum qp_status qp_stats_create(const struct qp_stats_config *cfg, struct qp_stats **out,
@@ -160,22 +162,6 @@ double qp_stats_abs_hist_edge(const struct qp_stats_abs_hist *h, int64_t i) {
     return h->lo + (double)i * h->width;
 }
 
-/* numpy's np.histogram bin of x on n equal bins over [lo, hi] (hi > lo): the estimate
- * (x - lo) / (hi - lo) * n, corrected against the edges; the last bin is closed. x outside
- * [lo, hi] is clamped (it can only get there by rounding of the grown range). */
-static int64_t bin_of(double x, double lo, double hi, int64_t n) {
-    double step = (hi - lo) / (double)n;
-    double f = (x - lo) / (hi - lo) * (double)n;
-    int64_t i = f <= 0.0 ? 0 : f >= (double)n ? n - 1 : (int64_t)f;
-    double e0 = (double)i * step + lo;
-    double e1 = i + 1 >= n ? hi : (double)(i + 1) * step + lo;
-    if (x < e0 && i > 0)
-        i--;
-    else if (x >= e1 && i < n - 1)
-        i++;
-    return i;
-}
-
 static enum qp_status reserve(uint64_t **p, int64_t *cap, int64_t need, struct qp_error *err) {
     if (need <= *cap) return QP_OK;
     if ((uint64_t)need > SIZE_MAX / sizeof(uint64_t))
@@ -244,69 +230,437 @@ static void abs_coarsen(struct qp_stats *s) {
 
 /* ---- update -------------------------------------------------------------------------- */
 
+/* The unit of parallel work: a fixed number of elements, so how an array is cut does not depend
+ * on the thread count. Arrays below PAR_MIN elements are done on the calling thread. */
+#define BLOCK    32768
+#define PAR_MIN  (1u << 17)
+#define MAX_PART 64
+
 struct batch_scan {
     uint64_t n_finite, n_nan, n_inf;
     double min, max, amin, amax;
 };
 
-static void scan(const struct qp_array *a, uint64_t numel, struct batch_scan *b) {
+static void scan_add(struct batch_scan *b, double x) {
+    if (isnan(x)) {
+        b->n_nan++;
+        return;
+    }
+    if (isinf(x)) {
+        b->n_inf++;
+        return;
+    }
+    double ax = fabs(x);
+    if (b->n_finite++ == 0) {
+        b->min = b->max = x;
+        b->amin = b->amax = ax;
+        return;
+    }
+    if (x < b->min) b->min = x;
+    if (x > b->max) b->max = x;
+    if (ax < b->amin) b->amin = ax;
+    if (ax > b->amax) b->amax = ax;
+}
+
+/* Merges two partial scans. min/max/counts are exact, so the result does not depend on the
+ * order of merging (up to the sign of a zero, which the caller normalises). */
+static void scan_merge(struct batch_scan *b, const struct batch_scan *p) {
+    b->n_nan += p->n_nan;
+    b->n_inf += p->n_inf;
+    if (!p->n_finite) return;
+    if (!b->n_finite) {
+        uint64_t nn = b->n_nan, ni = b->n_inf;
+        *b = *p;
+        b->n_nan = nn;
+        b->n_inf = ni;
+        return;
+    }
+    b->n_finite += p->n_finite;
+    if (p->min < b->min) b->min = p->min;
+    if (p->max > b->max) b->max = p->max;
+    if (p->amin < b->amin) b->amin = p->amin;
+    if (p->amax > b->amax) b->amax = p->amax;
+}
+
+/* float32 block: branch-free min/max/|x| reductions the compiler vectorises, plus a count of
+ * non-finite elements (exponent all ones) from the bits. Only a block that holds NaN or Inf is
+ * scanned again element by element. */
+static void scan_block_f32(const float *p, size_t n, struct batch_scan *b) {
+    float mn = INFINITY, mx = -INFINITY, amn = INFINITY, amx = 0.0f;
+    uint32_t bad = 0;
+#pragma omp simd reduction(min : mn, amn) reduction(max : mx, amx) reduction(+ : bad)
+    for (size_t i = 0; i < n; i++) {
+        float x = p[i];
+        uint32_t u;
+        memcpy(&u, &p[i], sizeof u);
+        bad += (u & 0x7f800000u) == 0x7f800000u;
+        float ax = fabsf(x);
+        mn = x < mn ? x : mn;
+        mx = x > mx ? x : mx;
+        amn = ax < amn ? ax : amn;
+        amx = ax > amx ? ax : amx;
+    }
+    if (bad) {
+        for (size_t i = 0; i < n; i++)
+            scan_add(b, p[i]);
+        return;
+    }
+    if (!n) return;
+    struct batch_scan blk = {.n_finite = n, .min = mn, .max = mx, .amin = amn, .amax = amx};
+    scan_merge(b, &blk);
+}
+
+static void scan_block(const struct qp_array *a, uint64_t off, uint64_t n, struct batch_scan *b) {
+    if (a->dtype == QP_DTYPE_FLOAT) {
+        scan_block_f32((const float *)a->data + off, (size_t)n, b);
+        return;
+    }
     double buf[CHUNK];
-    for (uint64_t off = 0; off < numel; off += CHUNK) {
-        size_t n = numel - off < CHUNK ? (size_t)(numel - off) : CHUNK;
-        load(a, off, n, buf);
-        for (size_t i = 0; i < n; i++) {
-            double x = buf[i];
-            if (isnan(x)) {
-                b->n_nan++;
-                continue;
-            }
-            if (isinf(x)) {
-                b->n_inf++;
-                continue;
-            }
-            double ax = fabs(x);
-            if (b->n_finite++ == 0) {
-                b->min = b->max = x;
-                b->amin = b->amax = ax;
-                continue;
-            }
-            if (x < b->min) b->min = x;
-            if (x > b->max) b->max = x;
-            if (ax < b->amin) b->amin = ax;
-            if (ax > b->amax) b->amax = ax;
+    for (uint64_t o = 0; o < n; o += CHUNK) {
+        size_t m = n - o < CHUNK ? (size_t)(n - o) : CHUNK;
+        load(a, off + o, m, buf);
+        for (size_t i = 0; i < m; i++)
+            scan_add(b, buf[i]);
+    }
+}
+
+/* Threads for one array of `numel` elements. */
+static int n_threads_for(const struct qp_stats *s, uint64_t numel) {
+    if (numel < PAR_MIN || omp_in_parallel()) return 1;
+    int nt = s->cfg.n_threads > 0 ? s->cfg.n_threads : omp_get_max_threads();
+    uint64_t n_blocks = (numel + BLOCK - 1) / BLOCK;
+    if (nt > MAX_PART) nt = MAX_PART;
+    if ((uint64_t)nt > n_blocks) nt = (int)n_blocks;
+    return nt < 1 ? 1 : nt;
+}
+
+/* Blocks [*b0, *b1) of thread t out of nt: contiguous ranges, as even as possible. */
+static void split_blocks(uint64_t n_blocks, int nt, int t, uint64_t *b0, uint64_t *b1) {
+    uint64_t q = n_blocks / (uint64_t)nt, r = n_blocks % (uint64_t)nt;
+    uint64_t ut = (uint64_t)t;
+    *b0 = ut * q + (ut < r ? ut : r);
+    *b1 = *b0 + q + (ut < r ? 1 : 0);
+}
+
+static void scan(const struct qp_stats *s, const struct qp_array *a, uint64_t numel,
+                 struct batch_scan *b) {
+    int nt = n_threads_for(s, numel);
+    uint64_t n_blocks = (numel + BLOCK - 1) / BLOCK;
+    struct batch_scan part[MAX_PART];
+    memset(part, 0, sizeof part);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int t = omp_get_thread_num(), tn = omp_get_num_threads();
+        uint64_t b0, b1;
+        split_blocks(n_blocks, tn, t, &b0, &b1);
+        for (uint64_t k = b0; k < b1; k++) {
+            uint64_t off = k * BLOCK;
+            scan_block(a, off, numel - off < BLOCK ? numel - off : BLOCK, &part[t]);
         }
+    }
+    for (int t = 0; t < nt; t++)
+        scan_merge(b, &part[t]);
+}
+
+/* Histogram geometry fixed for one batch. */
+struct bin_geom {
+    int do_h, do_a;
+    double T, h_step, h_norm; /* signed: [-T, T] over hn bins; T == 0: middle bin */
+    int64_t hn;
+    double a_lo, a_hi, a_step, a_norm;
+    int64_t an;
+    /* float32 fast path (NULL: not used): th[i] (ta[i]) is the smallest float >= edge i, with
+     * -Inf and +Inf at both ends, so a float x is in bin i exactly when th[i] <= x < th[i+1];
+     * a float estimate of i is then corrected by one step either way. */
+    float *th, *ta;
+    float h_lo_f, h_norm_f, a_lo_f, a_norm_f;
+};
+
+/* numpy's np.histogram bin of x on n equal bins over [lo, hi] (hi > lo), step = (hi - lo) / n,
+ * norm = n / (hi - lo): the estimate (x - lo) * norm, corrected against the edges
+ * i * step + lo; the last bin is closed. x outside [lo, hi] is clamped (it can only get there
+ * by rounding of the grown range). */
+static int64_t bin_exact(double x, double lo, double hi, double step, double norm, int64_t n) {
+    double f = (x - lo) * norm;
+    int64_t i = f <= 0.0 ? 0 : f >= (double)n ? n - 1 : (int64_t)f;
+    double e0 = (double)i * step + lo;
+    double e1 = i + 1 >= n ? hi : (double)(i + 1) * step + lo;
+    if (x < e0 && i > 0)
+        i--;
+    else if (x >= e1 && i < n - 1)
+        i++;
+    return i;
+}
+
+/* The same bin, cheaper: the estimate and numpy's edges are both within ~1e-12 bins of exact
+ * (double rounding, at most 2^40 bins), so an estimate further than 1e-6 bins from every edge
+ * already is numpy's answer; only values that close to an edge (or outside) take the check. */
+static inline int64_t bin_fast(double x, double lo, double hi, double step, double norm,
+                               int64_t n) {
+    double f = (x - lo) * norm;
+    if (f > 1e-6 && f < (double)n - 1e-6) {
+        int64_t i = (int64_t)f;
+        double fr = f - (double)i;
+        if (fr > 1e-6 && fr < 1.0 - 1e-6) return i;
+    }
+    return bin_exact(x, lo, hi, step, norm, n);
+}
+
+/* Adds `c` values equal to x (finite) to the histograms. */
+static inline void bin_add(const struct bin_geom *g, double x, uint64_t c, uint64_t *h,
+                           uint64_t *ah, uint64_t *below) {
+    if (g->do_h) {
+        /* T == 0 means every value so far, this one included, is 0: numpy bins it on
+         * [-0.5, 0.5], i.e. into the middle bin. */
+        int64_t b = g->T > 0.0 ? bin_fast(x, -g->T, g->T, g->h_step, g->h_norm, g->hn) : g->hn / 2;
+        h[b] += c;
+    }
+    if (g->do_a) {
+        double ax = fabs(x);
+        if (ax < g->a_lo)
+            *below += c;
+        else
+            ah[bin_fast(ax, g->a_lo, g->a_hi, g->a_step, g->a_norm, g->an)] += c;
+    }
+}
+
+/* Bin of a finite float x given the thresholds t of n bins (see struct bin_geom). The float
+ * estimate is within a fraction of a bin of exact (n <= 2^20, ranges checked by the caller), so
+ * one step of correction either way gives the same bin as bin_exact. */
+static inline int64_t bin_table(float x, float lo, float norm, float last, const float *t) {
+    float f = (x - lo) * norm;
+    f = f > 0.0f ? f : 0.0f;
+    f = f < last ? f : last; /* last = n - 1 */
+    int64_t i = (int64_t)f;
+    i -= x < t[i];
+    i += x >= t[i + 1];
+    return i;
+}
+
+/* Thresholds for `n` bins with edges i * step + lo (i < n) and hi (i == n). */
+static void fill_thresholds(float *t, double lo, double hi, double step, int64_t n) {
+    t[0] = -INFINITY;
+    t[n] = INFINITY;
+    for (int64_t i = 1; i < n; i++) {
+        double e = (double)i * step + lo;
+        float f = (float)e;
+        if ((double)f < e) f = nextafterf(f, INFINITY);
+        t[i] = f;
+    }
+    (void)hi; /* the last edge only closes the last bin, which the +Inf sentinel does */
+}
+
+static void bin_block(const struct bin_geom *g, const struct qp_array *a, uint64_t off, uint64_t n,
+                      uint64_t *h, uint64_t *ah, uint64_t *below) {
+    if (a->dtype == QP_DTYPE_FLOAT && (g->th || g->ta) && (g->th || !g->do_h) &&
+        (g->ta || !g->do_a)) {
+        const float *p = (const float *)a->data + off;
+        const float *th = g->th, *ta = g->ta;
+        const float h_lo = g->h_lo_f, h_norm = g->h_norm_f, a_lo = g->a_lo_f, a_norm = g->a_norm_f;
+        const double a_lo_d = g->a_lo;
+        const float h_last = (float)(g->hn - 1), a_last = (float)(g->an - 1);
+        uint64_t n_below = 0;
+        if (th && !ta) {
+            for (uint64_t i = 0; i < n; i++) {
+                float x = p[i];
+                if (isfinite(x)) h[bin_table(x, h_lo, h_norm, h_last, th)]++;
+            }
+        } else if (!th) {
+            for (uint64_t i = 0; i < n; i++) {
+                float ax = fabsf(p[i]);
+                if (!isfinite(ax)) continue;
+                if ((double)ax < a_lo_d)
+                    n_below++;
+                else
+                    ah[bin_table(ax, a_lo, a_norm, a_last, ta)]++;
+            }
+        } else {
+            for (uint64_t i = 0; i < n; i++) {
+                float x = p[i];
+                if (!isfinite(x)) continue;
+                h[bin_table(x, h_lo, h_norm, h_last, th)]++;
+                float ax = fabsf(x);
+                if ((double)ax < a_lo_d)
+                    n_below++;
+                else
+                    ah[bin_table(ax, a_lo, a_norm, a_last, ta)]++;
+            }
+        }
+        *below += n_below;
+        return;
+    }
+    if (a->dtype == QP_DTYPE_FLOAT) {
+        /* Zeros (half of a ReLU output) are counted in a register: incrementing one bin again
+         * and again would chain every element on the previous store. */
+        const float *p = (const float *)a->data + off;
+        uint64_t zeros = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            float x = p[i];
+            if (x == 0.0f)
+                zeros++;
+            else if (isfinite(x))
+                bin_add(g, x, 1, h, ah, below);
+        }
+        if (zeros) bin_add(g, 0.0, zeros, h, ah, below);
+        return;
+    }
+    double buf[CHUNK];
+    for (uint64_t o = 0; o < n; o += CHUNK) {
+        size_t m = n - o < CHUNK ? (size_t)(n - o) : CHUNK;
+        load(a, off + o, m, buf);
+        for (size_t i = 0; i < m; i++)
+            if (isfinite(buf[i])) bin_add(g, buf[i], 1, h, ah, below);
+    }
+}
+
+/* The float32 table path into 4 interleaved 32-bit sub-histograms (element i counts in lane
+ * i % 4 of its bin, sh[4 * bin + lane]): runs of values in one bin (the zeros of a ReLU output)
+ * then update 4 counters in turn instead of waiting on the previous store to the same one. */
+static void bin_block_lanes(const struct bin_geom *g, const float *p, uint64_t n, uint32_t *sh,
+                            uint32_t *sa, uint64_t *below) {
+    const float *th = g->th, *ta = g->ta;
+    const float h_lo = g->h_lo_f, h_norm = g->h_norm_f, a_lo = g->a_lo_f, a_norm = g->a_norm_f;
+    const double a_lo_d = g->a_lo;
+    const float h_last = (float)(g->hn - 1), a_last = (float)(g->an - 1);
+    uint64_t n_below = 0;
+    if (th && !ta) { /* the entropy calibrator's case */
+        for (uint64_t i = 0; i < n; i++)
+            if (isfinite(p[i])) sh[4 * bin_table(p[i], h_lo, h_norm, h_last, th) + (i & 3u)]++;
+        return;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        float x = p[i];
+        if (!isfinite(x)) continue;
+        uint64_t lane = i & 3u;
+        if (th) sh[4 * bin_table(x, h_lo, h_norm, h_last, th) + lane]++;
+        if (ta) {
+            float ax = fabsf(x);
+            if ((double)ax < a_lo_d)
+                n_below++;
+            else
+                sa[4 * bin_table(ax, a_lo, a_norm, a_last, ta) + lane]++;
+        }
+    }
+    *below += n_below;
+}
+
+/* Adds the 4 lanes of `n` bins into h and clears them. */
+static void flush_lanes(uint32_t *sh, int64_t n, uint64_t *h) {
+    for (int64_t i = 0; i < n; i++) {
+        h[i] += (uint64_t)sh[4 * i] + sh[4 * i + 1] + sh[4 * i + 2] + sh[4 * i + 3];
+        sh[4 * i] = sh[4 * i + 1] = sh[4 * i + 2] = sh[4 * i + 3] = 0;
     }
 }
 
 static void bin_values(struct qp_stats *s, const struct qp_array *a, uint64_t numel) {
-    double buf[CHUNK];
-    int do_h = (s->cfg.flags & QP_STATS_HIST) != 0;
-    int do_a = (s->cfg.flags & QP_STATS_ABS_HIST) != 0;
-    double T = s->h_t;
-    int64_t hn = s->h_n;
-    double a_lo = s->a_lo, a_hi = s->a_lo + (double)s->a_n * s->a_width;
-    for (uint64_t off = 0; off < numel; off += CHUNK) {
-        size_t n = numel - off < CHUNK ? (size_t)(numel - off) : CHUNK;
-        load(a, off, n, buf);
-        for (size_t i = 0; i < n; i++) {
-            double x = buf[i];
-            if (!isfinite(x)) continue;
-            if (do_h) {
-                /* T == 0 means every value so far, this one included, is 0: numpy bins it
-                 * on [-0.5, 0.5], i.e. into the middle bin. */
-                int64_t b = T > 0.0 ? bin_of(x, -T, T, hn) : hn / 2;
-                s->h[b]++;
-            }
-            if (do_a) {
-                double ax = fabs(x);
-                if (ax < a_lo) {
-                    s->a_below++;
-                    continue;
+    struct bin_geom g = {0};
+    g.do_h = (s->cfg.flags & QP_STATS_HIST) != 0;
+    g.do_a = (s->cfg.flags & QP_STATS_ABS_HIST) != 0;
+    if (!g.do_h && !g.do_a) return;
+    g.T = s->h_t;
+    g.hn = s->h_n;
+    if (g.do_h && g.T > 0.0) {
+        g.h_step = (2.0 * g.T) / (double)g.hn;
+        g.h_norm = (double)g.hn / (2.0 * g.T);
+    }
+    g.an = s->a_n;
+    g.a_lo = s->a_lo;
+    g.a_hi = s->a_lo + (double)s->a_n * s->a_width;
+    if (g.do_a) {
+        g.a_step = (g.a_hi - g.a_lo) / (double)g.an;
+        g.a_norm = (double)g.an / (g.a_hi - g.a_lo);
+    }
+    /* The float32 threshold tables; without them (other dtypes, extreme ranges, huge bin
+     * counts, no memory) every value takes bin_exact. */
+    float *tables = NULL;
+    if (a->dtype == QP_DTYPE_FLOAT && numel >= 4096) {
+        int h_ok = g.do_h && g.T >= 1e-30 && g.T <= 1e36 && g.hn <= ((int64_t)1 << 20);
+        int a_ok = g.do_a && g.a_lo >= 0.0 && g.a_hi <= 1e36 && g.a_step >= 1e-30 &&
+                   g.an <= ((int64_t)1 << 20);
+        if ((h_ok || !g.do_h) && (a_ok || !g.do_a)) {
+            size_t nt_h = h_ok ? (size_t)g.hn + 1 : 0, nt_a = a_ok ? (size_t)g.an + 1 : 0;
+            tables = malloc((nt_h + nt_a) * sizeof *tables);
+            if (tables) {
+                if (h_ok) {
+                    g.th = tables;
+                    fill_thresholds(g.th, -g.T, g.T, g.h_step, g.hn);
+                    g.h_lo_f = (float)-g.T;
+                    g.h_norm_f = (float)g.h_norm;
                 }
-                s->a[bin_of(ax, a_lo, a_hi, s->a_n)]++;
+                if (a_ok) {
+                    g.ta = tables + nt_h;
+                    fill_thresholds(g.ta, g.a_lo, g.a_hi, g.a_step, g.an);
+                    g.a_lo_f = (float)g.a_lo;
+                    g.a_norm_f = (float)g.a_norm;
+                }
             }
         }
     }
+    int nt = n_threads_for(s, numel);
+    /* Threads 1.. count into zeroed scratch histograms that are then added to thread 0's (the
+     * collector's own) in thread order; integer sums, so any split gives the same counts. Without
+     * the scratch memory the batch is simply binned on one thread. */
+    size_t per = (size_t)(g.do_h ? g.hn : 0) + (size_t)(g.do_a ? g.an : 0);
+    uint64_t *scratch = NULL;
+    if (nt > 1 && per <= SIZE_MAX / sizeof(uint64_t) / (size_t)nt) {
+        scratch = calloc((size_t)(nt - 1) * per, sizeof(uint64_t));
+        if (!scratch) nt = 1;
+    } else {
+        nt = 1;
+    }
+    /* Lanes for the table path (see bin_block_lanes); without the memory, bin_block. */
+    uint32_t *lanes = NULL;
+    int use_lanes = (g.th || !g.do_h) && (g.ta || !g.do_a) && (g.th || g.ta);
+    if (use_lanes) {
+        lanes = calloc((size_t)nt * 4 * per, sizeof *lanes);
+        if (!lanes) use_lanes = 0;
+    }
+    uint64_t below[MAX_PART];
+    memset(below, 0, sizeof below);
+    uint64_t n_blocks = (numel + BLOCK - 1) / BLOCK;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int t = omp_get_thread_num(), tn = omp_get_num_threads();
+        uint64_t *h = s->h, *ah = s->a;
+        if (t > 0) {
+            h = scratch + (size_t)(t - 1) * per;
+            ah = h + (g.do_h ? g.hn : 0);
+        }
+        uint32_t *sh = use_lanes ? lanes + (size_t)t * 4 * per : NULL;
+        uint32_t *sa = sh ? sh + 4 * (size_t)(g.do_h ? g.hn : 0) : NULL;
+        uint64_t b0, b1, since_flush = 0;
+        split_blocks(n_blocks, tn, t, &b0, &b1);
+        for (uint64_t k = b0; k < b1; k++) {
+            uint64_t off = k * BLOCK, m = numel - off < BLOCK ? numel - off : BLOCK;
+            if (!sh) {
+                bin_block(&g, a, off, m, h, ah, &below[t]);
+                continue;
+            }
+            bin_block_lanes(&g, (const float *)a->data + off, m, sh, sa, &below[t]);
+            since_flush += m;
+            if (since_flush > ((uint64_t)1 << 31) || k + 1 == b1) { /* 32-bit lanes */
+                if (g.do_h) flush_lanes(sh, g.hn, h);
+                if (g.do_a) flush_lanes(sa, g.an, ah);
+                since_flush = 0;
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        s->a_below += below[t];
+        if (t == 0) continue;
+        const uint64_t *h = scratch + (size_t)(t - 1) * per;
+        if (g.do_h)
+            for (int64_t i = 0; i < g.hn; i++)
+                s->h[i] += h[i];
+        if (g.do_a) {
+            const uint64_t *ah = h + (g.do_h ? g.hn : 0);
+            for (int64_t i = 0; i < g.an; i++)
+                s->a[i] += ah[i];
+        }
+    }
+    free(lanes);
+    free(scratch);
+    free(tables);
 }
 
 enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array *arrays, size_t n,
@@ -324,7 +678,13 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
         if ((st = check_array(&arrays[i], &numels[i], err)) != QP_OK) goto done;
     }
     for (size_t i = 0; i < n; i++)
-        scan(&arrays[i], numels[i], &b);
+        scan(s, &arrays[i], numels[i], &b);
+    /* -0 and +0 compare equal, so which one a scan keeps depends on the order: report +0. */
+    if (b.n_finite) {
+        if (b.min == 0.0) b.min = 0.0;
+        if (b.max == 0.0) b.max = 0.0;
+        if (b.amin == 0.0) b.amin = 0.0;
+    }
 
     if (b.n_finite) {
         /* Plan both histograms and reserve their memory before touching any state, so a

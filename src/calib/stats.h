@@ -36,8 +36,12 @@
  * - Bin edges are computed in double. numpy computes them in float32 or float64 depending on
  *   its version, so a value within float32 rounding of an edge may land one bin apart from ORT.
  *
- * Accepted element types: float, float16, bfloat16, double. A `struct qp_stats` is not
- * thread-safe.
+ * Accepted element types: float, float16, bfloat16, double (float has a vectorised fast path).
+ * A `struct qp_stats` is not thread-safe; one update uses up to `n_threads` OpenMP threads on
+ * large arrays (not when called inside a parallel region). The data is cut into fixed-size
+ * blocks whatever the thread count, and per-thread partial counts are summed as integers, so
+ * every result (ranges, counts, histograms) is bit-identical for any thread count. A zero
+ * minimum or maximum is reported as +0.
  */
 #ifndef QP_CALIB_STATS_H
 #define QP_CALIB_STATS_H
@@ -64,9 +68,10 @@ struct qp_stats_config {
     int64_t max_bins;     /* cap; >= 2 * n_bins + 4 */
     int64_t n_abs_bins;   /* initial bins of the |x| histogram; >= 1 */
     int64_t max_abs_bins; /* cap; >= 2 * n_abs_bins + 2 */
+    int n_threads;        /* OpenMP threads per update; <= 0: omp_get_max_threads() */
 };
 
-/* Fills `cfg` with the defaults above and the given flags. */
+/* Fills `cfg` with the defaults above, the given flags and n_threads = 0. */
 void qp_stats_config_default(struct qp_stats_config *cfg, int flags);
 
 struct qp_stats;

@@ -113,13 +113,20 @@ static inline float sigmoidf_(float x) {
     return e / (1.0f + e);
 }
 
+/* Clamp to [0, 1] that keeps NaN (fminf/fmaxf would drop it), as ONNX Runtime does. */
+static inline float clamp01_nan(float v) {
+    v = v < 0.0f ? 0.0f : v;
+    return v > 1.0f ? 1.0f : v;
+}
+
 static void act_range(const struct act_state *s, float lo_c, float hi_c, const float *x, float *y,
                       int64_t lo, int64_t hi) {
     float a = s->alpha, b = s->beta, g = s->gamma;
     switch (s->op) {
     case A_RELU:
+        /* NaN and -0 pass through, as in ONNX Runtime (max(x, 0) with NaN propagation). */
         for (int64_t i = lo; i < hi; i++)
-            y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+            y[i] = x[i] < 0.0f ? 0.0f : x[i];
         break;
     case A_LEAKY:
         for (int64_t i = lo; i < hi; i++)
@@ -138,11 +145,11 @@ static void act_range(const struct act_state *s, float lo_c, float hi_c, const f
         break;
     case A_HSIGMOID:
         for (int64_t i = lo; i < hi; i++)
-            y[i] = fmaxf(0.0f, fminf(1.0f, a * x[i] + b));
+            y[i] = clamp01_nan(a * x[i] + b);
         break;
     case A_HSWISH:
         for (int64_t i = lo; i < hi; i++)
-            y[i] = x[i] * fmaxf(0.0f, fminf(1.0f, x[i] * (1.0f / 6.0f) + 0.5f));
+            y[i] = x[i] * clamp01_nan(x[i] * (1.0f / 6.0f) + 0.5f);
         break;
     case A_GELU:
         for (int64_t i = lo; i < hi; i++)
@@ -168,7 +175,7 @@ static void act_range(const struct act_state *s, float lo_c, float hi_c, const f
         break;
     case A_CELU:
         for (int64_t i = lo; i < hi; i++)
-            y[i] = fmaxf(0.0f, x[i]) + fminf(0.0f, a * expm1f(x[i] / a));
+            y[i] = x[i] != x[i] ? x[i] : fmaxf(0.0f, x[i]) + fminf(0.0f, a * expm1f(x[i] / a));
         break;
     case A_SOFTPLUS:
         for (int64_t i = lo; i < hi; i++)
@@ -209,7 +216,7 @@ enum qp_status qp_k_act_run(const struct qp_krun *r) {
         }
         for (int64_t i = 0; i < n; i++) {
             double v = qp_kt_get_f64(in, (uint64_t)i);
-            if (s->op == A_RELU) v = v > 0 ? v : 0;
+            if (s->op == A_RELU) v = v < 0 ? 0 : v;
             if (s->op == A_CLIP) v = v < lo_c ? lo_c : (v > hi_c ? hi_c : v);
             if (s->op == A_SHRINK)
                 v = v < -s->alpha ? v + s->beta : (v > s->alpha ? v - s->beta : 0);

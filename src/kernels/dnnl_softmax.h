@@ -7,6 +7,10 @@
 
 enum qp_status qp_k_softmax_prepare(struct qp_kprep *p);
 enum qp_status qp_k_softmax_run(const struct qp_krun *r);
+/* norm.c: sets every row of y ([outer, axis_len, inner]) whose row of x holds a NaN or +Inf, or
+ * only -Inf, to NaN, as ONNX Runtime's softmax gives; returns the number of such rows. */
+int64_t qp_k_softmax_nan_rows(const float *x, float *y, int64_t outer, int64_t axis_len,
+                              int64_t inner);
 
 /* 1 when a state made by the Softmax registry row runs on oneDNN (tests). */
 int qp_dnnl_softmax_state_uses_dnnl(const void *state);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/dnnl_softmax.h"
 #include "kernels/kernels.h"
 
 struct norm_state {
@@ -234,6 +235,35 @@ enum qp_status qp_k_softmax_prepare(struct qp_kprep *p) {
     st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
     if (st) return st;
     return save(p, &s);
+}
+
+/* ONNX Runtime gives a whole row of NaN for a Softmax/LogSoftmax row that holds a NaN or +Inf, or
+ * only -Inf (its max-subtracted exponentials are NaN there). The reference kernel below gets that
+ * from plain IEEE arithmetic; a kernel computed elsewhere (oneDNN's softmax primitive drops NaN in
+ * its max reduction) calls this after the fact. x and y are [outer, axis_len, inner]; returns the
+ * number of rows set to NaN (declared in dnnl_softmax.h). */
+int64_t qp_k_softmax_nan_rows(const float *x, float *y, int64_t outer, int64_t axis_len,
+                              int64_t inner) {
+    int64_t n_rows = 0;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const float *xp = x + o * axis_len * inner + i;
+            /* mx stays -Inf for a row of -Inf; NaN compares false and is counted apart. */
+            float mx = -INFINITY;
+            int nan = 0;
+            for (int64_t k = 0; k < axis_len; k++) {
+                float v = xp[k * inner];
+                nan |= v != v;
+                mx = v > mx ? v : mx;
+            }
+            if (!nan && mx != INFINITY && mx != -INFINITY) continue;
+            if (axis_len == 0) continue;
+            float *yp = y + o * axis_len * inner + i;
+            for (int64_t k = 0; k < axis_len; k++)
+                yp[k * inner] = NAN;
+            n_rows++;
+        }
+    return n_rows;
 }
 
 enum qp_status qp_k_softmax_run(const struct qp_krun *r) {

@@ -335,6 +335,184 @@ static void test_bad_config(void **state) {
     assert_null(s);
 }
 
+/* Large batches (many parallel blocks, NaN/Inf/-0 scattered, growth and a cap) give
+ * bit-identical ranges and histograms on 1, 2 and 3 threads, and the float32 fast path gives
+ * exactly what the generic path gives for the same values as double. */
+#define BIG_N 300000
+
+struct snap {
+    struct qp_stats_summary sum;
+    struct qp_stats_hist h;
+    struct qp_stats_abs_hist a;
+};
+
+static void fill_big(float *x, int64_t n, unsigned seed, float scale) {
+    uint32_t r = seed * 2654435761u + 1u;
+    for (int64_t i = 0; i < n; i++) {
+        r = r * 1664525u + 1013904223u;
+        x[i] = scale * ((float)(r >> 8) / 16777216.0f - 0.4f);
+    }
+    x[7] = NAN;
+    x[n / 2] = INFINITY;
+    x[n - 3] = -INFINITY;
+    x[40000] = -0.0f;
+    x[100001] = NAN;
+}
+
+static struct qp_stats *run_big(int threads, int as_double, float **batches, int n_batches) {
+    struct qp_stats_config cfg;
+    qp_stats_config_default(&cfg, QP_STATS_HIST | QP_STATS_ABS_HIST);
+    cfg.max_bins = 260; /* the third batch's growth must coarsen */
+    cfg.n_threads = threads;
+    struct qp_stats *s = NULL;
+    struct qp_error err = {0};
+    assert_int_equal(qp_stats_create(&cfg, &s, &err), QP_OK);
+    double *d = as_double ? malloc(BIG_N * sizeof *d) : NULL;
+    for (int b = 0; b < n_batches; b++) {
+        struct qp_array a;
+        int64_t dims[2] = {3, BIG_N / 3};
+        if (as_double) {
+            for (int64_t i = 0; i < BIG_N; i++)
+                d[i] = batches[b][i];
+            assert_int_equal(
+                qp_array_view(&a, QP_DTYPE_DOUBLE, 2, dims, d, BIG_N * sizeof *d, &err), QP_OK);
+        } else {
+            assert_int_equal(
+                qp_array_view(&a, QP_DTYPE_FLOAT, 2, dims, batches[b], BIG_N * sizeof(float), &err),
+                QP_OK);
+        }
+        assert_int_equal(qp_stats_update(s, &a, &err), QP_OK);
+    }
+    free(d);
+    return s;
+}
+
+static void snap_of(const struct qp_stats *s, struct snap *o) {
+    qp_stats_summary(s, &o->sum);
+    qp_stats_hist(s, &o->h);
+    qp_stats_abs_hist(s, &o->a);
+}
+
+static void assert_same(const struct snap *x, const struct snap *y) {
+    assert_memory_equal(&x->sum, &y->sum, sizeof x->sum);
+    assert_int_equal(x->h.n, y->h.n);
+    assert_memory_equal(&x->h.threshold, &y->h.threshold, sizeof(double));
+    assert_int_equal(x->h.n_coarsened, y->h.n_coarsened);
+    assert_memory_equal(x->h.counts, y->h.counts, (size_t)x->h.n * sizeof(uint64_t));
+    assert_int_equal(x->a.n, y->a.n);
+    assert_memory_equal(&x->a.lo, &y->a.lo, sizeof(double));
+    assert_memory_equal(&x->a.width, &y->a.width, sizeof(double));
+    assert_int_equal(x->a.n_below, y->a.n_below);
+    assert_memory_equal(x->a.counts, y->a.counts, (size_t)x->a.n * sizeof(uint64_t));
+}
+
+static void test_threads_bit_identical(void **state) {
+    (void)state;
+    float *b[3];
+    const float scale[3] = {1.0f, 1.5f, 40.0f};
+    for (int i = 0; i < 3; i++) {
+        b[i] = malloc(BIG_N * sizeof(float));
+        assert_non_null(b[i]);
+        fill_big(b[i], BIG_N, (unsigned)i + 1, scale[i]);
+    }
+    struct qp_stats *ref = run_big(1, 0, b, 3);
+    struct snap r;
+    snap_of(ref, &r);
+    /* The data really exercises what it should: non-finite values, growth, the cap. */
+    assert_int_equal(r.sum.n_batches, 3);
+    assert_int_equal(r.sum.n_nan, 6);
+    assert_int_equal(r.sum.n_inf, 6);
+    assert_int_equal(r.sum.n_values, 3 * (BIG_N - 4));
+    assert_true(r.h.n_coarsened >= 1);
+    assert_true(r.sum.min < -15.0 && r.sum.max > 23.0);
+    uint64_t total = 0, atotal = r.a.n_below;
+    for (int64_t i = 0; i < r.h.n; i++)
+        total += r.h.counts[i];
+    for (int64_t i = 0; i < r.a.n; i++)
+        atotal += r.a.counts[i];
+    assert_int_equal(total, r.sum.n_values);
+    assert_int_equal(atotal, r.sum.n_values);
+    for (int threads = 2; threads <= 3; threads++) {
+        struct qp_stats *t = run_big(threads, 0, b, 3);
+        struct snap o;
+        snap_of(t, &o);
+        assert_same(&r, &o);
+        qp_stats_free(t);
+    }
+    struct qp_stats *dbl = run_big(2, 1, b, 3);
+    struct snap o;
+    snap_of(dbl, &o);
+    assert_same(&r, &o);
+    qp_stats_free(dbl);
+    qp_stats_free(ref);
+    for (int i = 0; i < 3; i++)
+        free(b[i]);
+}
+
+/* Values on and next to every bin edge bin the same through the float32 fast path as through
+ * the generic (double) path: feeds the same float batches as float and as double. */
+static void test_edges_float_vs_double(void **state) {
+    (void)state;
+    enum { NE = 3 * 8192 };
+    float *x = malloc(NE * sizeof *x);
+    double *d = malloc(NE * sizeof *d);
+    assert_non_null(x);
+    assert_non_null(d);
+    struct qp_stats *sf = make(QP_STATS_HIST | QP_STATS_ABS_HIST, 0, 0, 256, 0);
+    struct qp_stats *sd = make(QP_STATS_HIST | QP_STATS_ABS_HIST, 0, 0, 256, 0);
+    struct qp_error err = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        struct qp_stats_hist h;
+        struct qp_stats_abs_hist ah;
+        qp_stats_hist(sf, &h);
+        qp_stats_abs_hist(sf, &ah);
+        for (int i = 0; i < NE / 3; i++) {
+            double e;
+            if (pass == 0) /* first batch: spread over [-1.7, 1.3] (not on edges yet) */
+                e = -1.7 + 3.0 * i / (NE / 3.0);
+            else if (i % 2) /* then every signed edge and every |x| edge */
+                e = qp_stats_hist_edge(&h, (i / 2) % (h.n + 1));
+            else
+                e = qp_stats_abs_hist_edge(&ah, (i / 2) % (ah.n + 1));
+            float f = (float)e;
+            x[3 * i] = f;
+            x[3 * i + 1] = nextafterf(f, -INFINITY);
+            x[3 * i + 2] = nextafterf(f, INFINITY);
+        }
+        for (int i = 0; i < NE; i++)
+            d[i] = x[i];
+        struct qp_array af, ad;
+        int64_t dims[1] = {NE};
+        assert_int_equal(qp_array_view(&af, QP_DTYPE_FLOAT, 1, dims, x, NE * sizeof *x, &err),
+                         QP_OK);
+        assert_int_equal(qp_array_view(&ad, QP_DTYPE_DOUBLE, 1, dims, d, NE * sizeof *d, &err),
+                         QP_OK);
+        assert_int_equal(qp_stats_update(sf, &af, &err), QP_OK);
+        assert_int_equal(qp_stats_update(sd, &ad, &err), QP_OK);
+    }
+    struct snap a, b;
+    snap_of(sf, &a);
+    snap_of(sd, &b);
+    assert_same(&a, &b);
+    qp_stats_free(sf);
+    qp_stats_free(sd);
+    free(x);
+    free(d);
+}
+
+/* A batch whose minimum is a zero reports +0 whichever zero comes first. */
+static void test_zero_min_sign(void **state) {
+    (void)state;
+    struct qp_stats *s = make(0, 0, 0, 0, 0);
+    float x[4] = {-0.0f, 1.0f, 0.0f, 2.0f};
+    feed(s, x, 4);
+    struct qp_stats_summary sum;
+    qp_stats_summary(s, &sum);
+    assert_true(sum.min == 0.0 && !signbit(sum.min));
+    assert_true(sum.max == 2.0);
+    qp_stats_free(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranges_and_nonfinite),
@@ -348,6 +526,9 @@ int main(void) {
         cmocka_unit_test(test_pooled_batch),
         cmocka_unit_test(test_channel_absmax),
         cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_threads_bit_identical),
+        cmocka_unit_test(test_edges_float_vs_double),
+        cmocka_unit_test(test_zero_min_sign),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
