@@ -37,9 +37,51 @@ static enum qp_status read_file(const char *path, char **buf_out, size_t *len_ou
 
 /* Compiles `pat` as an extended regex, translating \d and \D (Python's digit classes, common in
  * ModelOpt patterns, which POSIX lacks). The caller checks the match starts at 0 (re.match). */
+/* Node-name patterns are short; glibc's regcomp needs memory exponential in stacked
+ * quantifiers ("a+++++...", found by fuzzing: gigabytes for a 100-byte pattern), which POSIX
+ * leaves undefined anyway, so both are refused before compiling. */
+#define SELECT_MAX_PATTERN 1024
+
+static int stacked_quantifier(const char *pat, size_t n) {
+    int in_bracket = 0, prev_quant = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = pat[i];
+        if (c == '\\' && i + 1 < n) {
+            i++;
+            prev_quant = 0;
+            continue;
+        }
+        if (in_bracket) {
+            if (c == ']') in_bracket = 0;
+            continue;
+        }
+        if (c == '[') {
+            in_bracket = 1;
+            if (i + 1 < n && pat[i + 1] == '^') i++;
+            if (i + 1 < n && pat[i + 1] == ']') i++;
+            prev_quant = 0;
+            continue;
+        }
+        int quant = c == '*' || c == '+' || c == '?' || c == '{';
+        if (quant && prev_quant) return 1;
+        if (c == '{') {
+            while (i + 1 < n && pat[i] != '}')
+                i++;
+        }
+        prev_quant = quant;
+    }
+    return 0;
+}
+
 static int compile_regex(regex_t *re, const char *pat, char *msg, size_t msg_size) {
     size_t n = strlen(pat);
-    if (n > SIZE_MAX / 8 - 1) return snprintf(msg, msg_size, "pattern too long"), 0;
+    if (n > SELECT_MAX_PATTERN)
+        return snprintf(msg, msg_size, "pattern longer than %d bytes", SELECT_MAX_PATTERN), 0;
+    if (stacked_quantifier(pat, n))
+        return snprintf(msg, msg_size,
+                        "stacked quantifiers (like '++' or '*?') are not "
+                        "supported"),
+               0;
     char *t = malloc(n * 8 + 1);
     if (!t) return snprintf(msg, msg_size, "out of memory"), 0;
     size_t k = 0;

@@ -107,6 +107,13 @@ static void test_lists_and_files(void **state) {
     assert_non_null(strstr(err.msg, "sel_bad.txt:2"));
     assert_int_equal(qp_select_add(s, QP_SELECT_NODES_TO_EXCLUDE, "@/nonexistent/list", &err),
                      QP_ERR_IO);
+    /* Stacked quantifiers would make regcomp take gigabytes (a fuzz finding): refused. */
+    assert_int_equal(qp_select_add(s, QP_SELECT_NODES_TO_EXCLUDE, "a+++++++++++++++++", &err),
+                     QP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "stacked quantifiers"));
+    assert_int_equal(qp_select_add(s, QP_SELECT_NODES_TO_EXCLUDE, "a*?", &err), QP_ERR_USAGE);
+    /* ...but quantifiers in brackets or escaped, and bounded repeats, are fine. */
+    assert_int_equal(qp_select_add(s, QP_SELECT_NODES_TO_EXCLUDE, "[+*]+x\\++y{2}z", &err), QP_OK);
     qp_select_free(s);
     qp_select_free(NULL);
     qp_model_free(m);
