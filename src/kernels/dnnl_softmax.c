@@ -155,8 +155,7 @@ enum qp_status qp_k_dnnl_softmax_run(const struct qp_krun *r) {
     if (rc != dnnl_success)
         return qp_error_set(r->err, QP_ERR_INTERNAL, "oneDNN softmax failed (status %d)", (int)rc);
     /* oneDNN's max reduction drops NaN; give the rows ONNX Runtime gives NaN for NaN. */
-    qp_k_softmax_nan_rows(r->in[0]->data, r->out[0]->data, s->key.outer, s->key.axis,
-                          s->key.inner);
+    qp_k_softmax_nan_rows(r->in[0]->data, r->out[0]->data, s->key.outer, s->key.axis, s->key.inner);
     return QP_OK;
 }
 
