@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ir/ir.h"
 #include "qplace/npy.h"
 
 struct npzp {
@@ -294,4 +295,58 @@ fail:
     free(acc);
     free(s);
     return st;
+}
+
+enum qp_status qp_provider_graph_inputs(const struct qp_graph *g,
+                                        const struct qp_calib_shapes *shapes, const char *who,
+                                        struct qp_npz_provider_input *in, size_t cap, size_t *n_out,
+                                        struct qp_error *err) {
+    size_t n = 0;
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        const struct qp_value *v = &g->values[g->inputs[i]];
+        if (v->initializer >= 0) continue;
+        if (n == cap)
+            return qp_error_set(err, QP_ERR_UNSUPPORTED, "%s: more than %zu model inputs", who,
+                                cap);
+        if (v->kind != QP_VALUE_TENSOR || v->dtype == QP_DTYPE_UNDEFINED)
+            return qp_error_set(err, QP_ERR_UNSUPPORTED,
+                                "%s: model input '%s' is not a tensor of known type", who, v->name);
+        struct qp_npz_provider_input *m = &in[n++];
+        memset(m, 0, sizeof *m);
+        m->name = v->name;
+        m->dtype = v->dtype;
+        m->rank = v->rank;
+        if (m->rank < 0) {
+            const struct qp_calib_shape *s = qp_calib_shapes_find(shapes, v->name);
+            if (!s)
+                return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                    "%s: model input '%s' has no known rank; give its shape with "
+                                    "--calibration_shapes",
+                                    who, v->name);
+            m->rank = s->rank;
+            for (int d = 0; d < m->rank; d++)
+                m->model_dims[d] = -1;
+        } else if (m->rank > QP_MAX_RANK) {
+            return qp_error_set(err, QP_ERR_UNSUPPORTED, "%s: model input '%s' has rank %d", who,
+                                v->name, m->rank);
+        } else {
+            for (int d = 0; d < m->rank; d++)
+                m->model_dims[d] = v->dims[d].value;
+        }
+        enum qp_status st =
+            qp_calib_shape_resolve(m->name, m->rank, m->model_dims, shapes, m->batch_dims, err);
+        if (st != QP_OK) return st;
+    }
+    for (size_t k = 0; shapes && k < shapes->n; k++) {
+        size_t i = 0;
+        while (i < n && strcmp(in[i].name, shapes->items[k].name) != 0)
+            i++;
+        if (i == n)
+            return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                "%s: --calibration_shapes names '%s', which is not an input of "
+                                "the model",
+                                who, shapes->items[k].name);
+    }
+    *n_out = n;
+    return QP_OK;
 }

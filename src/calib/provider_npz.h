@@ -38,6 +38,19 @@ struct qp_npz_provider_input {
     int64_t batch_dims[QP_MAX_RANK]; /* from qp_calib_shape_resolve */
 };
 
+struct qp_graph;
+
+/* The inputs of `g` a caller feeds (graph inputs that are not initializers), in order, into
+ * `in` (at most `cap` entries), with batch shapes from qp_calib_shape_resolve. An input of
+ * unknown rank takes the rank of its `shapes` entry (else QP_ERR_BAD_INPUT asking for
+ * --calibration_shapes); a non-tensor or untyped input, or more than `cap` inputs, is
+ * QP_ERR_UNSUPPORTED; a `shapes` entry (may be NULL) that names no input is QP_ERR_BAD_INPUT.
+ * Names are borrowed from the graph. `who` ("calibrate", ...) starts every message. */
+enum qp_status qp_provider_graph_inputs(const struct qp_graph *g,
+                                        const struct qp_calib_shapes *shapes, const char *who,
+                                        struct qp_npz_provider_input *in, size_t cap, size_t *n_out,
+                                        struct qp_error *err);
+
 /* `inputs` (n entries, borrowed for the call) describe the model's inputs in order. The
  * provider's input order is that order. Source "npy" for a single .npy file, else "npz".
  * QP_ERR_IO, QP_ERR_BAD_INPUT, QP_ERR_UNSUPPORTED (as the npy/npz readers), QP_ERR_NOMEM. */

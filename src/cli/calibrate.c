@@ -55,14 +55,6 @@ const char cli_calibrate_details[] =
     "calibration cache (amax = scale * 127) to the JSON format without running anything.\n"
     "Progress (samples, samples/s, ETA) goes to stderr: a bar on a terminal, lines otherwise.\n";
 
-struct model_input {
-    const char *name;
-    enum qp_dtype dtype;
-    int rank;
-    int64_t model_dims[QP_MAX_RANK];
-    int64_t batch_dims[QP_MAX_RANK];
-};
-
 static int bad_usage(const char *fmt, const char *a) {
     fprintf(stderr, "qplace calibrate: ");
     fprintf(stderr, fmt, a);
@@ -174,72 +166,27 @@ static void on_progress(uint64_t done, uint64_t total, void *user) {
     cli_progress_update(&((struct progress_ctx *)user)->bar, done);
 }
 
-/* Model inputs (graph inputs that are not initializers) with their batch shapes. */
+/* Model inputs (graph inputs that are not initializers) with their batch shapes; *out is
+ * malloc'd. */
 static enum qp_status model_inputs(const struct qp_graph *g, const struct qp_calib_shapes *shapes,
-                                   struct model_input **out, size_t *n_out, struct qp_error *err) {
-    struct model_input *in = calloc(g->n_inputs ? g->n_inputs : 1, sizeof *in);
+                                   struct qp_npz_provider_input **out, size_t *n_out,
+                                   struct qp_error *err) {
+    struct qp_npz_provider_input *in = calloc(g->n_inputs ? g->n_inputs : 1, sizeof *in);
     if (!in) return qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
-    size_t n = 0;
-    enum qp_status st = QP_OK;
-    for (size_t i = 0; i < g->n_inputs; i++) {
-        const struct qp_value *v = &g->values[g->inputs[i]];
-        if (v->initializer >= 0) continue;
-        struct model_input *m = &in[n++];
-        m->name = v->name;
-        m->dtype = v->dtype;
-        if (v->kind != QP_VALUE_TENSOR || v->dtype == QP_DTYPE_UNDEFINED) {
-            st = qp_error_set(err, QP_ERR_UNSUPPORTED,
-                              "calibrate: model input '%s' is not a tensor of known type", v->name);
-            goto fail;
-        }
-        m->rank = v->rank;
-        if (m->rank < 0) {
-            const struct qp_calib_shape *s = qp_calib_shapes_find(shapes, v->name);
-            if (!s) {
-                st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                                  "calibrate: model input '%s' has no known rank; give its "
-                                  "shape with --calibration_shapes",
-                                  v->name);
-                goto fail;
-            }
-            m->rank = s->rank;
-            for (int d = 0; d < m->rank; d++)
-                m->model_dims[d] = -1;
-        } else if (m->rank > QP_MAX_RANK) {
-            st = qp_error_set(err, QP_ERR_UNSUPPORTED, "calibrate: model input '%s' has rank %d",
-                              v->name, m->rank);
-            goto fail;
-        } else {
-            for (int d = 0; d < m->rank; d++)
-                m->model_dims[d] = v->dims[d].value;
-        }
-        if ((st = qp_calib_shape_resolve(m->name, m->rank, m->model_dims, shapes, m->batch_dims,
-                                         err)) != QP_OK)
-            goto fail;
-    }
-    for (size_t k = 0; shapes && k < shapes->n; k++) {
-        size_t i = 0;
-        while (i < n && strcmp(in[i].name, shapes->items[k].name) != 0)
-            i++;
-        if (i == n) {
-            st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                              "calibrate: --calibration_shapes names '%s', which is not an input "
-                              "of the model",
-                              shapes->items[k].name);
-            goto fail;
-        }
+    enum qp_status st =
+        qp_provider_graph_inputs(g, shapes, "calibrate", in, g->n_inputs, n_out, err);
+    if (st != QP_OK) {
+        free(in);
+        return st;
     }
     *out = in;
-    *n_out = n;
     return QP_OK;
-fail:
-    free(in);
-    return st;
 }
 
 static enum qp_status make_provider(const struct cli_args *args, const char *data_path,
-                                    const struct model_input *in, size_t n, uint64_t max_bytes,
-                                    struct qp_provider **out, struct qp_error *err) {
+                                    const struct qp_npz_provider_input *in, size_t n,
+                                    uint64_t max_bytes, struct qp_provider **out,
+                                    struct qp_error *err) {
     if (!data_path) {
         struct qp_synthetic_input *s = calloc(n ? n : 1, sizeof *s);
         if (!s) return qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
@@ -411,7 +358,7 @@ int cli_calibrate_run(const struct cli_args *args) {
 
     struct qp_model *m = NULL;
     struct qp_placement *pl = NULL;
-    struct model_input *in = NULL;
+    struct qp_npz_provider_input *in = NULL;
     size_t n_in = 0;
     struct qp_provider *prov = NULL;
     struct qp_ranges *r = NULL;

@@ -55,36 +55,6 @@ static int amax_from_ranges(void *user, const char *tensor, float *amax_out) {
     return 1;
 }
 
-/* The graph inputs the caller feeds, as npz provider inputs with resolved batch shapes. */
-static enum qp_status model_inputs(const struct qp_graph *g, const struct qp_calib_shapes *shapes,
-                                   struct qp_npz_provider_input *in, size_t *n_out,
-                                   struct qp_error *err) {
-    size_t n = 0;
-    for (size_t i = 0; i < g->n_inputs; i++) {
-        const struct qp_value *v = &g->values[g->inputs[i]];
-        if (v->initializer >= 0) continue;
-        if (n == QP_QUANTIZE_MAX_INPUTS)
-            return qp_error_set(err, QP_ERR_UNSUPPORTED, "quantize: more than %d model inputs",
-                                QP_QUANTIZE_MAX_INPUTS);
-        if (v->rank < 0 || v->rank > QP_MAX_RANK)
-            return qp_error_set(err, QP_ERR_UNSUPPORTED,
-                                "quantize: model input '%s' has an unknown or too large rank",
-                                v->name);
-        struct qp_npz_provider_input *e = &in[n++];
-        memset(e, 0, sizeof *e);
-        e->name = v->name;
-        e->dtype = v->dtype;
-        e->rank = v->rank;
-        for (int d = 0; d < v->rank; d++)
-            e->model_dims[d] = v->dims[d].value;
-        enum qp_status st =
-            qp_calib_shape_resolve(v->name, v->rank, e->model_dims, shapes, e->batch_dims, err);
-        if (st != QP_OK) return st;
-    }
-    *n_out = n;
-    return QP_OK;
-}
-
 static enum qp_status make_provider(const char *path, const struct qp_npz_provider_input *in,
                                     size_t n, uint64_t seed, struct qp_provider **out,
                                     struct qp_error *err) {
@@ -233,8 +203,9 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
     }
 
     /* Calibration of the placement's tensors on the float model. */
-    if ((st = model_inputs(mf->graph, o->calibration_shapes ? &shapes : NULL, inputs, &n_inputs,
-                           err)) != QP_OK)
+    if ((st =
+             qp_provider_graph_inputs(mf->graph, o->calibration_shapes ? &shapes : NULL, "quantize",
+                                      inputs, QP_QUANTIZE_MAX_INPUTS, &n_inputs, err)) != QP_OK)
         goto done;
     if ((st = make_provider(o->calibration_data_path, inputs, n_inputs, 1, &cal, err)) != QP_OK)
         goto done;
