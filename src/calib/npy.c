@@ -408,7 +408,7 @@ enum qp_status qp_npy_read_source(const struct qp_npy_source *src, struct qp_arr
     uint8_t *hdr = NULL;
     uint8_t *buf = NULL;
     struct qp_array a = {0};
-    size_t got;
+    size_t got = 0;
     enum qp_status st = src_read_full(src, pre, 10, &got, err);
     if (st != QP_OK) goto fail;
     if (memcmp(pre, npy_magic, got < 6 ? got : 6) != 0 || got == 0) {
@@ -703,65 +703,14 @@ enum qp_status qp_npy_header_format(const struct qp_array *a, const char *what, 
     return QP_OK;
 }
 
-static atomic_uint tmp_counter;
-
-enum qp_status qp_npy_write_atomic(const char *path, const struct qp_npy_part *parts,
-                                   size_t n_parts, struct qp_error *err) {
-    if (!path || !*path) return qp_error_set(err, QP_ERR_USAGE, "write: empty output path");
-    size_t plen = strlen(path);
-    if (plen > SIZE_MAX - 64) return qp_error_set(err, QP_ERR_USAGE, "write: path too long");
-    char *tmp = malloc(plen + 64);
-    if (!tmp) return qp_error_set(err, QP_ERR_NOMEM, "%s: cannot allocate a path", path);
-    enum qp_status st = QP_OK;
-    int fd = -1;
-    /* O_EXCL with a fresh name rather than mkstemp: the file gets the usual 0666 & ~umask. */
-    for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-        snprintf(tmp, plen + 64, "%s.tmp.%ld.%u", path, (long)getpid(),
-                 atomic_fetch_add(&tmp_counter, 1u));
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0 && errno != EEXIST) break;
-    }
-    if (fd < 0) {
-        st = qp_error_set(err, QP_ERR_IO, "%s: cannot create a temporary file next to it: %s", path,
-                          strerror(errno));
-        free(tmp);
-        return st;
-    }
-    for (size_t i = 0; i < n_parts && st == QP_OK; i++) {
-        const uint8_t *p = parts[i].data;
-        size_t left = parts[i].size;
-        while (left > 0) {
-            ssize_t k = write(fd, p, left);
-            if (k < 0 && errno == EINTR) continue;
-            if (k <= 0) {
-                st = qp_error_set(err, QP_ERR_IO, "%s: write failed: %s", path,
-                                  k < 0 ? strerror(errno) : "no progress");
-                break;
-            }
-            p += k;
-            left -= (size_t)k;
-        }
-    }
-    if (st == QP_OK && fsync(fd) != 0)
-        st = qp_error_set(err, QP_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
-    if (close(fd) != 0 && st == QP_OK)
-        st = qp_error_set(err, QP_ERR_IO, "%s: close failed: %s", path, strerror(errno));
-    if (st == QP_OK && rename(tmp, path) != 0)
-        st = qp_error_set(err, QP_ERR_IO, "%s: cannot rename the temporary file over it: %s", path,
-                          strerror(errno));
-    if (st != QP_OK) unlink(tmp);
-    free(tmp);
-    return st;
-}
-
 enum qp_status qp_npy_write_file(const char *path, const struct qp_array *a, struct qp_error *err) {
     if (!path) return qp_error_set(err, QP_ERR_USAGE, "qp_npy_write_file: NULL path");
     uint8_t header[QP_NPY_HEADER_CAP];
     size_t hlen;
     enum qp_status st = qp_npy_header_format(a, path, header, sizeof header, &hlen, err);
     if (st != QP_OK) return st;
-    struct qp_npy_part parts[2] = {{header, hlen}, {a->data, a->nbytes}};
-    return qp_npy_write_atomic(path, parts, 2, err);
+    struct qp_file_part parts[2] = {{header, hlen}, {a->data, a->nbytes}};
+    return qp_file_write_atomic_parts(path, parts, 2, err);
 }
 
 /* ---- non-finite values -------------------------------------------------------------------- */

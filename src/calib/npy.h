@@ -46,11 +46,7 @@ enum qp_status qp_npy_header_format(const struct qp_array *a, const char *what, 
 
 /* Writes the concatenation of `parts` to `path` atomically: a new temporary file next to the
  * target, flushed to disk, renamed over the target; removed on any failure. QP_ERR_IO. */
-struct qp_npy_part {
-    const void *data;
-    size_t size;
-};
-enum qp_status qp_npy_write_atomic(const char *path, const struct qp_npy_part *parts,
-                                   size_t n_parts, struct qp_error *err);
+/* Atomic writes of npy/npz files go through core/file.h. */
+#include "core/file.h"
 
 #endif

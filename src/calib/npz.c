@@ -361,8 +361,8 @@ enum qp_status qp_npz_write_file(const char *path, const char *const *names,
     if ((unsigned)method >= QP_NPZ_METHOD_COUNT)
         return qp_error_set(err, QP_ERR_USAGE, "%s: unknown npz method %d", path, (int)method);
     if (n == 0) {
-        struct qp_npy_part part = {empty_zip, sizeof empty_zip};
-        return qp_npy_write_atomic(path, &part, 1, err);
+        struct qp_file_part part = {empty_zip, sizeof empty_zip};
+        return qp_file_write_atomic_parts(path, &part, 1, err);
     }
     enum qp_status st = QP_OK;
     uint8_t *headers = NULL;

@@ -15,6 +15,7 @@
 #include "calib/npy.h"
 #include "calib/provider.h"
 #include "calib/provider_npz.h"
+#include "core/file.h"
 #include "cli.h"
 #include "ir/ir.h"
 #include "ir/opset_convert.h"
@@ -151,38 +152,7 @@ static int same_file(const char *a, const char *b) {
 }
 
 static enum qp_status write_text(const char *path, const char *text, struct qp_error *err) {
-    struct qp_npy_part part = {text, strlen(text)};
-    return qp_npy_write_atomic(path, &part, 1, err);
-}
-
-/* The graph inputs the caller feeds, as npz provider inputs with resolved batch shapes. */
-static enum qp_status model_inputs(const struct qp_graph *g, const struct qp_calib_shapes *shapes,
-                                   struct qp_npz_provider_input *in, size_t *n_out,
-                                   struct qp_error *err) {
-    size_t n = 0;
-    for (size_t i = 0; i < g->n_inputs; i++) {
-        const struct qp_value *v = &g->values[g->inputs[i]];
-        if (v->initializer >= 0) continue;
-        if (n == SENS_CLI_MAX_INPUTS)
-            return qp_error_set(err, QP_ERR_UNSUPPORTED, "sensitivity: more than %d model inputs",
-                                SENS_CLI_MAX_INPUTS);
-        if (v->rank < 0 || v->rank > QP_MAX_RANK)
-            return qp_error_set(err, QP_ERR_UNSUPPORTED,
-                                "sensitivity: model input '%s' has an unknown or too large rank",
-                                v->name);
-        struct qp_npz_provider_input *e = &in[n++];
-        memset(e, 0, sizeof *e);
-        e->name = v->name;
-        e->dtype = v->dtype;
-        e->rank = v->rank;
-        for (int d = 0; d < v->rank; d++)
-            e->model_dims[d] = v->dims[d].value;
-        enum qp_status st =
-            qp_calib_shape_resolve(v->name, v->rank, e->model_dims, shapes, e->batch_dims, err);
-        if (st != QP_OK) return st;
-    }
-    *n_out = n;
-    return QP_OK;
+    return qp_file_write_atomic(path, text, strlen(text), err);
 }
 
 struct progress_ctx {
@@ -416,7 +386,8 @@ int cli_sensitivity_run(const struct cli_args *args) {
     }
     struct qp_npz_provider_input inputs[SENS_CLI_MAX_INPUTS];
     size_t n_inputs = 0;
-    if ((st = model_inputs(m->graph, shapes.n ? &shapes : NULL, inputs, &n_inputs, &err)) != QP_OK)
+    if ((st = qp_provider_graph_inputs(m->graph, shapes.n ? &shapes : NULL, "sensitivity", inputs,
+                                       SENS_CLI_MAX_INPUTS, &n_inputs, &err)) != QP_OK)
         goto fail;
     const char *data = cli_value(args, "calibration_data_path", NULL);
     if (data) {

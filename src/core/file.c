@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,51 +54,59 @@ done:
     return st;
 }
 
-enum qp_status qp_file_write_atomic(const char *path, const void *data, size_t len,
-                                    struct qp_error *err) {
+static atomic_uint tmp_counter;
+
+enum qp_status qp_file_write_atomic_parts(const char *path, const struct qp_file_part *parts,
+                                          size_t n_parts, struct qp_error *err) {
+    if (!path || !*path) return qp_error_set(err, QP_ERR_USAGE, "write: empty output path");
     size_t plen = strlen(path);
-    if (plen > SIZE_MAX - 16) return qp_error_set(err, QP_ERR_NOMEM, "%s: path too long", path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp) return qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", path);
-    snprintf(tmp, plen + 16, "%s.tmpXXXXXX", path);
+    if (plen > SIZE_MAX - 64) return qp_error_set(err, QP_ERR_USAGE, "write: path too long");
+    char *tmp = malloc(plen + 64);
+    if (!tmp) return qp_error_set(err, QP_ERR_NOMEM, "%s: cannot allocate a path", path);
     enum qp_status st = QP_OK;
-    int fd = mkstemp(tmp);
+    int fd = -1;
+    /* O_EXCL with a fresh name rather than mkstemp: the file gets the usual 0666 & ~umask. */
+    for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+        snprintf(tmp, plen + 64, "%s.tmp.%ld.%u", path, (long)getpid(),
+                 atomic_fetch_add(&tmp_counter, 1u));
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
     if (fd < 0) {
-        st = qp_error_set(err, QP_ERR_IO, "%s: cannot create a temporary file beside it: %s", path,
+        st = qp_error_set(err, QP_ERR_IO, "%s: cannot create a temporary file next to it: %s", path,
                           strerror(errno));
-        goto done;
+        free(tmp);
+        return st;
     }
-    /* mkstemp makes 0600; these are ordinary outputs, so give them the umask's mode. */
-    mode_t mask = umask(0);
-    umask(mask);
-    (void)fchmod(fd, 0666 & ~mask);
-    const char *p = data;
-    size_t done_n = 0;
-    int ok = 1;
-    while (ok && done_n < len) {
-        ssize_t w = write(fd, p + done_n, len - done_n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0)
-            ok = 0;
-        else
-            done_n += (size_t)w;
+    for (size_t i = 0; i < n_parts && st == QP_OK; i++) {
+        const unsigned char *p = parts[i].data;
+        size_t left = parts[i].size;
+        while (left > 0) {
+            ssize_t k = write(fd, p, left);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) {
+                st = qp_error_set(err, QP_ERR_IO, "%s: write failed: %s", path,
+                                  k < 0 ? strerror(errno) : "no progress");
+                break;
+            }
+            p += k;
+            left -= (size_t)k;
+        }
     }
-    int saved = errno;
-    ok = ok && fsync(fd) == 0;
-    if (!ok) saved = errno;
-    if (close(fd) != 0 && ok) {
-        ok = 0;
-        saved = errno;
-    }
-    if (ok && rename(tmp, path) != 0) {
-        ok = 0;
-        saved = errno;
-    }
-    if (!ok) {
-        st = qp_error_set(err, QP_ERR_IO, "%s: write failed: %s", path, strerror(saved));
-        unlink(tmp);
-    }
-done:
+    if (st == QP_OK && fsync(fd) != 0)
+        st = qp_error_set(err, QP_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && st == QP_OK)
+        st = qp_error_set(err, QP_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+    if (st == QP_OK && rename(tmp, path) != 0)
+        st = qp_error_set(err, QP_ERR_IO, "%s: cannot rename the temporary file over it: %s", path,
+                          strerror(errno));
+    if (st != QP_OK) unlink(tmp);
     free(tmp);
     return st;
+}
+
+enum qp_status qp_file_write_atomic(const char *path, const void *data, size_t len,
+                                    struct qp_error *err) {
+    struct qp_file_part part = {data, len};
+    return qp_file_write_atomic_parts(path, &part, 1, err);
 }

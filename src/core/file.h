@@ -16,9 +16,19 @@
 enum qp_status qp_file_read_text(const char *path, size_t max_bytes, char **text_out,
                                  size_t *len_out, struct qp_error *err);
 
-/* Writes `len` bytes to `path` atomically: a temporary file beside it, fsync, rename. The file
- * gets mode 0666 & ~umask. On failure nothing is left behind and an existing `path` is
- * untouched. Returns QP_ERR_IO or QP_ERR_NOMEM. */
+/* One piece of a file written by qp_file_write_atomic_parts (borrowed for the call). */
+struct qp_file_part {
+    const void *data;
+    size_t size;
+};
+
+/* Writes the parts, in order, to `path` atomically: a temporary file beside it (created with
+ * O_EXCL and mode 0666, so the umask applies as to any output), fsync, rename. On failure nothing
+ * is left behind and an existing `path` is untouched. Returns QP_ERR_USAGE (empty path),
+ * QP_ERR_IO or QP_ERR_NOMEM; the message starts with the path. */
+enum qp_status qp_file_write_atomic_parts(const char *path, const struct qp_file_part *parts,
+                                          size_t n_parts, struct qp_error *err);
+/* The same for one buffer of `len` bytes. */
 enum qp_status qp_file_write_atomic(const char *path, const void *data, size_t len,
                                     struct qp_error *err);
 
