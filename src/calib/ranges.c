@@ -292,7 +292,7 @@ enum qp_status qp_ranges_write_json(const struct qp_ranges *r, const struct qp_r
         buf_str(&b, "null");
     buf_str(&b, ",\n  \"method\": ");
     buf_json_string(&b, meta->method ? meta->method : "unknown");
-    if (meta->method && strcmp(meta->method, "percentile") == 0)
+    if (meta->method && strcmp(meta->method, "percentile") == 0 && meta->percentile > 0)
         buf_double(&b, ",\n  \"percentile\": ", meta->percentile);
     buf_str(&b, ",\n  \"calibration_source\": ");
     buf_json_string(&b, meta->calibration_source ? meta->calibration_source : "unknown");
@@ -505,13 +505,8 @@ enum qp_status qp_ranges_read_json(const char *text, size_t len, const char *sou
             goto done;
         }
         meta.percentile = j->valuedouble;
-    } else if (strcmp(meta.method, "percentile") == 0) {
-        /* The writer always records it for this method, so a file without it is not ours. */
-        st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                          "%s: method \"percentile\" needs a \"percentile\" in (0, 100]",
-                          SRC(source));
-        goto done;
     }
+    /* Absent means unknown (0): a TensorRT cache says "Percentile" without the value. */
     j = cJSON_GetObjectItemCaseSensitive(root, "num_samples");
     if (j && !json_count(j, &meta.num_samples)) {
         st = qp_error_set(err, QP_ERR_BAD_INPUT,

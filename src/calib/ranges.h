@@ -34,7 +34,7 @@ struct qp_range {
 struct qp_ranges_meta {
     const char *model_path;
     const char *method;             /* "max", "entropy", "percentile" */
-    double percentile;              /* for "percentile" */
+    double percentile;              /* for "percentile"; 0 when unknown (a TensorRT cache) */
     const char *calibration_source; /* "npz", "npy", "images", "synthetic", "trt_cache" */
     uint64_t num_samples;
 };
