@@ -131,6 +131,13 @@ typedef int (*qp_observer_fn)(const char *tensor_name, const char *node_name,
                               const struct qp_array *value, void *user);
 /* Installs (fn non-NULL) or removes the observer. `user` is borrowed while installed. */
 void qp_session_set_observer(struct qp_session *s, qp_observer_fn fn, void *user);
+/* Restricts the observer to the named tensors (graph value names; n = 0 restores "every
+ * tensor"). Tensors outside the set are not reported, so the engine may fuse across them: a
+ * calibrator that names only the tensors it needs runs at (close to) plain inference speed.
+ * A name the graph does not have, or a graph input or initializer (never computed by a run),
+ * is QP_ERR_USAGE naming it; the previous set is kept then. Changing the set may re-plan. */
+enum qp_status qp_session_set_observed(struct qp_session *s, size_t n, const char *const *names,
+                                       struct qp_error *err);
 
 /* ---- edge overlays and partial re-execution ------------------------------------------------
  *

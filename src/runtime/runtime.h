@@ -111,6 +111,8 @@ struct qp_session {
     struct rt_plan *last;
     qp_observer_fn observer;
     void *observer_user;
+    /* Per value index: 1 when the observer reports it; NULL: every computed tensor. */
+    unsigned char *observed;
     /* If nodes: per node index, the branch sessions (NULL for other nodes). */
     struct rt_if **ifs;
     /* A branch session: the enclosing session, and the plan being built or run there (what

@@ -382,6 +382,7 @@ void qp_session_free(struct qp_session *s) {
     free(s->outputs);
     free(s->fixed);
     free(s->keyed);
+    free(s->observed);
     free_ifs(s);
     free_overlays(s->ov, s->n_ov);
     cache_clear(&s->cache);
@@ -435,6 +436,32 @@ void qp_session_set_observer(struct qp_session *s, qp_observer_fn fn, void *user
     s->observer_user = fn ? user : NULL;
 }
 
+enum qp_status qp_session_set_observed(struct qp_session *s, size_t n, const char *const *names,
+                                       struct qp_error *err) {
+    if (!s || (n && !names)) return qp_error_set(err, QP_ERR_USAGE, "session: NULL argument");
+    if (!n) {
+        free(s->observed);
+        s->observed = NULL;
+        return QP_OK;
+    }
+    unsigned char *set = calloc(s->g->n_values ? s->g->n_values : 1, 1);
+    if (!set) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        int v = names[i] ? qp_graph_find_value(s->g, names[i]) : -1;
+        if (v < 0 || s->g->values[v].producer < 0) {
+            free(set);
+            return qp_error_set(err, QP_ERR_USAGE, "session: observed tensor '%s' %s",
+                                names[i] ? names[i] : "(null)",
+                                v < 0 ? "is not in the graph"
+                                      : "is a graph input or initializer, not computed by a run");
+        }
+        set[v] = 1;
+    }
+    free(s->observed);
+    s->observed = set;
+    return QP_OK;
+}
+
 size_t qp_session_arena_bytes(const struct qp_session *s) {
     if (!s) return 0;
     if (s->last) return s->last->arena_bytes;
@@ -474,7 +501,7 @@ static enum qp_status observe(struct qp_session *s, const struct rt_step *stp,
     const struct qp_node *n = &s->g->nodes[stp->node];
     for (int i = 0; i < stp->n_out; i++) {
         const struct qp_kt *t = stp->val_out[i];
-        if (!t) continue;
+        if (!t || (s->observed && !s->observed[n->outputs[i]])) continue;
         struct qp_array a;
         memset(&a, 0, sizeof a);
         a.dtype = t->dtype;

@@ -45,6 +45,7 @@ static struct qp_model *model(const char *extra_op) {
 }
 
 static int n_observed;
+static char last_observed[16];
 static int observer(const char *tensor, const char *node_name, const struct qp_array *v,
                     void *user) {
     (void)node_name;
@@ -52,6 +53,7 @@ static int observer(const char *tensor, const char *node_name, const struct qp_a
     assert_non_null(tensor);
     assert_non_null(v->data);
     n_observed++;
+    strncpy(last_observed, tensor, sizeof last_observed - 1);
     return 0;
 }
 
@@ -116,6 +118,42 @@ static void test_plan_at_create(void **state) {
     qp_model_free(m);
 }
 
+/* qp_session_set_observed: only the named tensors reach the observer; bad names are refused
+ * and keep the previous set; n = 0 restores every tensor. */
+static void test_observed_set(void **state) {
+    (void)state;
+    struct qp_model *m = model(NULL);
+    struct qp_session *s = NULL;
+    struct qp_error err = {0};
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
+    float x[3] = {-1, 2, -3};
+    struct qp_array in;
+    int64_t dims[2] = {1, 3};
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 2, dims, x, sizeof x, &err), QP_OK);
+    qp_session_set_observer(s, observer, NULL);
+    const char *only_y[] = {"y"};
+    assert_int_equal(qp_session_set_observed(s, 1, only_y, &err), QP_OK);
+    n_observed = 0;
+    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    assert_int_equal(n_observed, 1);
+    assert_string_equal(last_observed, "y");
+    const char *bad[] = {"y", "nope"};
+    assert_int_equal(qp_session_set_observed(s, 2, bad, &err), QP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "'nope'"));
+    const char *input[] = {"x"};
+    assert_int_equal(qp_session_set_observed(s, 1, input, &err), QP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "graph input"));
+    n_observed = 0; /* the refused calls kept {y} */
+    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    assert_int_equal(n_observed, 1);
+    assert_int_equal(qp_session_set_observed(s, 0, NULL, &err), QP_OK);
+    n_observed = 0;
+    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    assert_int_equal(n_observed, 3);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
 static void test_unsupported_op_at_create(void **state) {
     (void)state;
     struct qp_model *m = model("FancyOp");
@@ -134,6 +172,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_dynamic_shapes),
         cmocka_unit_test(test_plan_at_create),
+        cmocka_unit_test(test_observed_set),
         cmocka_unit_test(test_unsupported_op_at_create),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
