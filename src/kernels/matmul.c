@@ -1,13 +1,14 @@
 /*
  * MatMul (numpy semantics: batch broadcasting, 1-D operands promoted and squeezed), Gemm and
- * Einsum. Reference kernels: each output element is one dot product accumulated in k order, so
- * results do not depend on the thread split.
+ * Einsum (with ellipsis; float32 and double). Reference kernels: each output element is one dot
+ * product accumulated in k order, so results do not depend on the thread split.
  */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/dnnl_matmul.h"
+#include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 
 /* C[m x n] (+)= A[m x k] * B[k x n] with strides; rows [r0, r1). Accumulates over k in order for
@@ -182,112 +183,213 @@ enum qp_status qp_k_gemm_run(const struct qp_krun *r) {
     return QP_OK;
 }
 
-/* ---- Einsum (explicit or implicit output, no ellipsis) ------------------------------------- */
+/* ---- Einsum ---------------------------------------------------------------------------------
+ * Every label (a letter, or one dimension covered by "...") gets a slot with a size and, per
+ * operand, an element stride (0 where that operand broadcasts a size-1 ellipsis dimension; the
+ * sum of the strides where a letter repeats in one operand, which walks the diagonal). Output
+ * slots are iterated, the others summed, in double, in one fixed order per output element. */
 
-#define EIN_MAX_OPS     4
-#define EIN_MAX_LETTERS 16
+#define EIN_MAX_OPS    8
+#define EIN_MAX_LABELS (EIN_MAX_OPS * QP_MAX_RANK)
 
 struct ein_state {
     int n_ops;
-    int n_letters;                 /* distinct letters */
-    int64_t ldim[EIN_MAX_LETTERS]; /* size of each letter */
-    int n_out;                     /* output letters, in order */
-    int out_l[EIN_MAX_LETTERS];
-    int n_sum; /* summed letters */
-    int sum_l[EIN_MAX_LETTERS];
-    int64_t stride[EIN_MAX_OPS][EIN_MAX_LETTERS]; /* element stride of letter in operand */
+    int is_double;
+    int n_labels;
+    int64_t ldim[EIN_MAX_LABELS];
+    int n_out;
+    int out_l[QP_MAX_RANK];
+    int n_sum;
+    int sum_l[EIN_MAX_LABELS];
+    int64_t stride[EIN_MAX_OPS][EIN_MAX_LABELS];
 };
 
-enum qp_status qp_k_einsum_prepare(struct qp_kprep *p) {
-    char eq[256];
-    qp_kattr_str(p->node, "equation", "", eq, sizeof eq);
-    if (p->n_in < 1 || p->n_in > EIN_MAX_OPS)
-        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "%d operands", p->n_in);
-    for (int i = 0; i < p->n_in; i++) {
-        enum qp_status st = qp_kneed(p, i);
-        if (st) return st;
-        if (p->in[i]->dtype != QP_DTYPE_FLOAT)
-            return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "dtype %s",
-                                qp_dtype_name(p->in[i]->dtype));
-    }
-    if (strstr(eq, "..."))
-        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "ellipsis in equation '%s'", eq);
-    struct ein_state s;
-    memset(&s, 0, sizeof s);
-    s.n_ops = p->n_in;
-    char letters[EIN_MAX_LETTERS];
-    int counts[EIN_MAX_LETTERS] = {0};
-    int op = 0, pos = 0;
-    const char *c = eq;
-    for (; *c && !(c[0] == '-' && c[1] == '>'); c++) {
+/* One operand's term: letters in order, and where "..." stands (-1: absent). */
+struct ein_term {
+    char l[QP_MAX_RANK + 1];
+    int n, ell_at;
+};
+
+/* Parses the term in [b, e) (spaces ignored). */
+static enum qp_status ein_term_parse(const char *b, const char *e, struct ein_term *t,
+                                     const char *eq, struct qp_error *err) {
+    memset(t, 0, sizeof *t);
+    t->ell_at = -1;
+    for (const char *c = b; c < e; c++) {
         if (*c == ' ') continue;
-        if (*c == ',') {
-            if (pos != p->in[op]->rank)
-                return qp_error_set(p->err, QP_ERR_BAD_INPUT,
-                                    "operand %d has rank %d, equation "
-                                    "gives %d",
-                                    op, p->in[op]->rank, pos);
-            op++;
-            pos = 0;
-            if (op >= p->n_in) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "too many operands");
+        if (*c == '.') {
+            if (e - c < 3 || c[1] != '.' || c[2] != '.' || t->ell_at >= 0)
+                return qp_error_set(err, QP_ERR_BAD_INPUT, "equation '%s': bad ellipsis", eq);
+            t->ell_at = t->n;
+            c += 2;
             continue;
         }
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z')))
-            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "bad character in '%s'", eq);
-        int l;
-        for (l = 0; l < s.n_letters; l++)
-            if (letters[l] == *c) break;
-        if (l == s.n_letters) {
-            if (l >= EIN_MAX_LETTERS)
-                return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "too many letters");
-            letters[l] = *c;
-            s.ldim[l] = -1;
-            s.n_letters++;
-        }
-        if (pos >= p->in[op]->rank)
-            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "operand %d rank mismatch", op);
-        int64_t d = p->in[op]->dims[pos];
-        if (s.ldim[l] >= 0 && s.ldim[l] != d)
-            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "letter '%c' has sizes %lld and %lld", *c,
-                                (long long)s.ldim[l], (long long)d);
-        s.ldim[l] = d;
-        counts[l]++;
-        int64_t st_ = 1;
-        for (int k = pos + 1; k < p->in[op]->rank; k++)
-            st_ *= p->in[op]->dims[k];
-        s.stride[op][l] += st_; /* a repeated letter in one operand walks the diagonal */
-        pos++;
+            return qp_error_set(err, QP_ERR_BAD_INPUT, "equation '%s': bad character '%c'", eq, *c);
+        if (t->n >= QP_MAX_RANK)
+            return qp_error_set(err, QP_ERR_BAD_INPUT, "equation '%s': term longer than %d", eq,
+                                QP_MAX_RANK);
+        t->l[t->n++] = *c;
     }
-    if (op != p->n_in - 1 || pos != p->in[op]->rank)
-        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "equation '%s' does not match the inputs",
-                            eq);
-    int in_out[EIN_MAX_LETTERS] = {0};
-    if (c[0] == '-') {
-        for (c += 2; *c; c++) {
-            if (*c == ' ') continue;
+    return QP_OK;
+}
+
+enum qp_status qp_k_einsum_prepare(struct qp_kprep *p) {
+    if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
+    char eq[512];
+    qp_kattr_str(p->node, "equation", "", eq, sizeof eq);
+    if (p->n_in < 1 || p->n_in > EIN_MAX_OPS)
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "%d operands (at most %d)", p->n_in,
+                            EIN_MAX_OPS);
+    for (int i = 0; i < p->n_in; i++) {
+        enum qp_status st = qp_kneed(p, i);
+        if (st) return st;
+        if (p->in[i]->dtype != QP_DTYPE_FLOAT && p->in[i]->dtype != QP_DTYPE_DOUBLE)
+            return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "input %d has dtype %s", i,
+                                qp_dtype_name(p->in[i]->dtype));
+        if (p->in[i]->dtype != p->in[0]->dtype)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "input %d is %s, input 0 is %s", i,
+                                qp_dtype_name(p->in[i]->dtype), qp_dtype_name(p->in[0]->dtype));
+    }
+    struct ein_term terms[EIN_MAX_OPS], out_t;
+    const char *arrow = strstr(eq, "->");
+    const char *lhs_end = arrow ? arrow : eq + strlen(eq);
+    int n_terms = 0;
+    for (const char *b = eq;;) {
+        const char *e = b;
+        while (e < lhs_end && *e != ',')
+            e++;
+        if (n_terms >= p->n_in)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                "equation '%s' has more terms than the "
+                                "%d inputs",
+                                eq, p->n_in);
+        enum qp_status st = ein_term_parse(b, e, &terms[n_terms++], eq, p->err);
+        if (st) return st;
+        if (e >= lhs_end) break;
+        b = e + 1;
+    }
+    if (n_terms != p->n_in)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "equation '%s' has %d terms for %d inputs",
+                            eq, n_terms, p->n_in);
+    /* Ellipsis dimensions broadcast like numpy, aligned on the right. */
+    int ell_rank = 0;
+    for (int k = 0; k < n_terms; k++) {
+        int rk = p->in[k]->rank, ne = rk - terms[k].n;
+        if (ne < 0 || (terms[k].ell_at < 0 && ne != 0))
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "equation '%s': input %d has rank %d", eq,
+                                k, rk);
+        if (ne > ell_rank) ell_rank = ne;
+    }
+    struct ein_state s;
+    memset(&s, 0, sizeof s);
+    s.n_ops = p->n_in;
+    s.is_double = p->in[0]->dtype == QP_DTYPE_DOUBLE;
+    char letters[EIN_MAX_LABELS] = {0};
+    int counts[EIN_MAX_LABELS] = {0};
+    /* Slots [0, ell_rank) are the ellipsis dimensions; letters follow. */
+    s.n_labels = ell_rank;
+    for (int j = 0; j < ell_rank; j++)
+        s.ldim[j] = 1;
+    for (int k = 0; k < n_terms; k++) {
+        const struct qp_kt *x = p->in[k];
+        int ne = x->rank - terms[k].n;
+        int64_t xs[QP_MAX_RANK];
+        int64_t acc = 1;
+        for (int d = x->rank - 1; d >= 0; d--) {
+            xs[d] = acc;
+            acc *= x->dims[d];
+        }
+        for (int d = 0; d < x->rank; d++) {
+            int64_t dim = x->dims[d];
+            int at = terms[k].ell_at;
+            if (at >= 0 && d >= at && d < at + ne) {
+                int slot = ell_rank - ne + (d - at);
+                if (dim != 1 && s.ldim[slot] != 1 && s.ldim[slot] != dim)
+                    return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                        "equation '%s': ellipsis dimensions of input %d do not "
+                                        "broadcast (%lld vs %lld)",
+                                        eq, k, (long long)dim, (long long)s.ldim[slot]);
+                if (dim != 1) s.ldim[slot] = dim;
+                s.stride[k][slot] = dim == 1 ? 0 : xs[d];
+                continue;
+            }
+            char ch = terms[k].l[at >= 0 && d >= at ? d - ne : d];
             int l;
-            for (l = 0; l < s.n_letters; l++)
-                if (letters[l] == *c) break;
-            if (l == s.n_letters || in_out[l])
-                return qp_error_set(p->err, QP_ERR_BAD_INPUT, "bad output letter '%c'", *c);
+            for (l = ell_rank; l < s.n_labels; l++)
+                if (letters[l] == ch) break;
+            if (l == s.n_labels) {
+                letters[l] = ch;
+                s.ldim[l] = dim;
+                s.n_labels++;
+            } else if (s.ldim[l] != dim) {
+                return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                    "equation '%s': letter '%c' has sizes %lld and %lld", eq, ch,
+                                    (long long)s.ldim[l], (long long)dim);
+            }
+            counts[l]++;
+            s.stride[k][l] += xs[d];
+        }
+    }
+    /* Broadcast ellipsis dimensions of size 1 in one operand read that operand's only element;
+     * the stride 0 set above says so. Output labels: */
+    int in_out[EIN_MAX_LABELS] = {0};
+    if (arrow) {
+        enum qp_status st = ein_term_parse(arrow + 2, arrow + strlen(arrow), &out_t, eq, p->err);
+        if (st) return st;
+        if (ell_rank > 0 && out_t.ell_at < 0)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                "equation '%s': the output omits the ellipsis dimensions", eq);
+        for (int i = 0; i <= out_t.n; i++) {
+            if (i == out_t.ell_at)
+                for (int j = 0; j < ell_rank; j++) {
+                    if (s.n_out >= QP_MAX_RANK)
+                        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "output rank over %d",
+                                            QP_MAX_RANK);
+                    in_out[j] = 1;
+                    s.out_l[s.n_out++] = j;
+                }
+            if (i == out_t.n) break;
+            int l;
+            for (l = ell_rank; l < s.n_labels; l++)
+                if (letters[l] == out_t.l[i]) break;
+            if (l == s.n_labels || in_out[l])
+                return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                    "equation '%s': bad output letter '%c'", eq, out_t.l[i]);
+            if (s.n_out >= QP_MAX_RANK)
+                return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "output rank over %d", QP_MAX_RANK);
             in_out[l] = 1;
             s.out_l[s.n_out++] = l;
         }
     } else {
+        /* Implicit output: the ellipsis dimensions, then the letters seen once, in ASCII order. */
+        for (int j = 0; j < ell_rank; j++) {
+            in_out[j] = 1;
+            s.out_l[s.n_out++] = j;
+        }
         for (char ch = 'A'; ch <= 'z'; ch++)
-            for (int l = 0; l < s.n_letters; l++)
+            for (int l = ell_rank; l < s.n_labels; l++)
                 if (letters[l] == ch && counts[l] == 1) {
+                    if (s.n_out >= QP_MAX_RANK)
+                        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "output rank over %d",
+                                            QP_MAX_RANK);
                     in_out[l] = 1;
                     s.out_l[s.n_out++] = l;
                 }
     }
-    for (int l = 0; l < s.n_letters; l++)
-        if (!in_out[l]) s.sum_l[s.n_sum++] = l;
-    if (s.n_out > QP_MAX_RANK) return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "output rank");
+    uint64_t n_sum = 1;
+    for (int l = 0; l < s.n_labels; l++) {
+        if (in_out[l]) continue;
+        s.sum_l[s.n_sum++] = l;
+        if (s.ldim[l] && n_sum > (UINT64_C(1) << 62) / (uint64_t)s.ldim[l])
+            return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
+                                "equation '%s' sums over more than 2^62 terms", eq);
+        n_sum *= (uint64_t)s.ldim[l];
+    }
     int64_t od[QP_MAX_RANK];
     for (int i = 0; i < s.n_out; i++)
         od[i] = s.ldim[s.out_l[i]];
-    enum qp_status st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, s.n_out, od, p->err);
+    enum qp_status st = qp_kt_set(p->out[0], p->in[0]->dtype, s.n_out, od, p->err);
     if (st) return st;
     p->state = malloc(sizeof s);
     if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
@@ -295,15 +397,21 @@ enum qp_status qp_k_einsum_prepare(struct qp_kprep *p) {
     return QP_OK;
 }
 
+static double ein_elem(const struct qp_kt *t, int is_double, int64_t off) {
+    return is_double ? ((const double *)t->data)[off] : (double)((const float *)t->data)[off];
+}
+
 enum qp_status qp_k_einsum_run(const struct qp_krun *r) {
     const struct ein_state *s = r->state;
-    float *y = r->out[0]->data;
     uint64_t n_sum = 1;
     for (int i = 0; i < s->n_sum; i++)
         n_sum *= (uint64_t)s->ldim[s->sum_l[i]];
-    for (uint64_t o = 0; o < r->out[0]->numel; o++) {
+    int64_t n_o = (int64_t)r->out[0]->numel;
+    int nt = (uint64_t)n_o * n_sum < 16384 ? 1 : r->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t o = 0; o < n_o; o++) {
         int64_t base[EIN_MAX_OPS] = {0};
-        uint64_t rem = o;
+        uint64_t rem = (uint64_t)o;
         for (int i = s->n_out - 1; i >= 0; i--) {
             int l = s->out_l[i];
             int64_t x = (int64_t)(rem % (uint64_t)s->ldim[l]);
@@ -325,10 +433,13 @@ enum qp_status qp_k_einsum_run(const struct qp_krun *r) {
             }
             double prod = 1;
             for (int k = 0; k < s->n_ops; k++)
-                prod *= ((const float *)r->in[k]->data)[off[k]];
+                prod *= ein_elem(r->in[k], s->is_double, off[k]);
             acc += prod;
         }
-        y[o] = (float)acc;
+        if (s->is_double)
+            ((double *)r->out[0]->data)[o] = acc;
+        else
+            ((float *)r->out[0]->data)[o] = (float)acc;
     }
     return QP_OK;
 }

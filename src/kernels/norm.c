@@ -1,5 +1,6 @@
-/* Normalizations and softmax: BatchNormalization (inference), InstanceNormalization,
- * LayerNormalization, Softmax, LogSoftmax, Hardmax. float32; statistics in double. */
+/* Normalizations and softmax: BatchNormalization (inference and training mode),
+ * InstanceNormalization, LayerNormalization, Softmax, LogSoftmax, Hardmax. float32; statistics in
+ * double. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 struct norm_state {
     int64_t outer, axis_len, inner; /* softmax: [outer, axis, inner]; BN: [N, C, spatial] */
     float eps;
+    float momentum;    /* BN training mode */
     int kind;          /* 0 BN, 1 IN, 2 LN, 3 softmax, 4 logsoftmax, 5 hardmax */
     int64_t norm_size; /* LN: elements normalized together; scale/bias broadcast over it */
 };
@@ -31,6 +33,76 @@ static enum qp_status need_float(struct qp_kprep *p, int i) {
     return QP_OK;
 }
 
+/* BatchNormalization with training_mode=1 (opset 14+): normalizes with the batch statistics
+ * (mean and population variance over every axis but 1) and outputs the updated running
+ * statistics, input_mean * momentum + batch_mean * (1 - momentum) (likewise the variance). */
+enum { BN_TRAIN = 6 };
+
+static enum qp_status bn_train_prepare(struct qp_kprep *p) {
+    const struct qp_kt *x = p->in[0];
+    struct norm_state s = {0};
+    s.kind = BN_TRAIN;
+    s.outer = x->dims[0];
+    s.axis_len = x->dims[1];
+    s.inner = 1;
+    for (int i = 2; i < x->rank; i++)
+        s.inner *= x->dims[i];
+    for (int i = 1; i < 5; i++)
+        if (p->in[i]->numel != (uint64_t)s.axis_len)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                "input %d has %llu elements for %lld channels", i,
+                                (unsigned long long)p->in[i]->numel, (long long)s.axis_len);
+    s.eps = qp_kattr_float(p->node, "epsilon", 1e-5f);
+    s.momentum = qp_kattr_float(p->node, "momentum", 0.9f);
+    enum qp_status st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
+    if (st) return st;
+    if (p->n_out > 3)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                            "%d outputs: training mode has Y, running_mean and running_var",
+                            p->n_out);
+    for (int i = 1; i < p->n_out; i++)
+        if (p->out[i] && (st = qp_kt_set(p->out[i], QP_DTYPE_FLOAT, 1, &s.axis_len, p->err)))
+            return st;
+    return save(p, &s);
+}
+
+static enum qp_status bn_train_run(const struct qp_krun *r) {
+    const struct norm_state *s = r->state;
+    const float *x = r->in[0]->data, *sc = r->in[1]->data, *b = r->in[2]->data,
+                *in_mean = r->in[3]->data, *in_var = r->in[4]->data;
+    float *y = r->out[0]->data;
+    float *run_mean = r->n_out > 1 && r->out[1] ? r->out[1]->data : NULL;
+    float *run_var = r->n_out > 2 && r->out[2] ? r->out[2]->data : NULL;
+    int64_t per_c = s->outer * s->inner;
+    int nt = s->axis_len * per_c < 16384 ? 1 : r->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t c = 0; c < s->axis_len; c++) {
+        double mean = 0, var = 0;
+        for (int64_t n = 0; n < s->outer; n++) {
+            const float *xp = x + (n * s->axis_len + c) * s->inner;
+            for (int64_t i = 0; i < s->inner; i++)
+                mean += xp[i];
+        }
+        mean /= (double)(per_c ? per_c : 1);
+        for (int64_t n = 0; n < s->outer; n++) {
+            const float *xp = x + (n * s->axis_len + c) * s->inner;
+            for (int64_t i = 0; i < s->inner; i++)
+                var += (xp[i] - mean) * (xp[i] - mean);
+        }
+        var /= (double)(per_c ? per_c : 1);
+        double a = sc[c] / sqrt(var + s->eps);
+        for (int64_t n = 0; n < s->outer; n++) {
+            const float *xp = x + (n * s->axis_len + c) * s->inner;
+            float *yp = y + (n * s->axis_len + c) * s->inner;
+            for (int64_t i = 0; i < s->inner; i++)
+                yp[i] = (float)((xp[i] - mean) * a + b[c]);
+        }
+        if (run_mean) run_mean[c] = (float)(in_mean[c] * s->momentum + mean * (1 - s->momentum));
+        if (run_var) run_var[c] = (float)(in_var[c] * s->momentum + var * (1 - s->momentum));
+    }
+    return QP_OK;
+}
+
 enum qp_status qp_k_batchnorm_prepare(struct qp_kprep *p) {
     for (int i = 0; i < 5; i++) {
         enum qp_status st = need_float(p, i);
@@ -38,8 +110,7 @@ enum qp_status qp_k_batchnorm_prepare(struct qp_kprep *p) {
     }
     const struct qp_kt *x = p->in[0];
     if (x->rank < 2) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "rank %d < 2", x->rank);
-    if (p->opset >= 14 && qp_kattr_int(p->node, "training_mode", 0))
-        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "training_mode=1");
+    if (p->opset >= 14 && qp_kattr_int(p->node, "training_mode", 0)) return bn_train_prepare(p);
     struct norm_state s = {0};
     s.kind = 0;
     s.outer = x->dims[0];
@@ -63,6 +134,7 @@ enum qp_status qp_k_batchnorm_prepare(struct qp_kprep *p) {
 
 enum qp_status qp_k_batchnorm_run(const struct qp_krun *r) {
     const struct norm_state *s = r->state;
+    if (s->kind == BN_TRAIN) return bn_train_run(r);
     const float *x = r->in[0]->data, *sc = r->in[1]->data, *b = r->in[2]->data,
                 *mean = r->in[3]->data, *var = r->in[4]->data;
     float *y = r->out[0]->data;

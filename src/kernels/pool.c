@@ -1,5 +1,5 @@
 /* Pools: MaxPool (with the optional Indices output), AveragePool, GlobalAveragePool,
- * GlobalMaxPool. float32. */
+ * GlobalMaxPool. float32; MaxPool also int8/uint8. */
 #include <float.h>
 #include <math.h>
 #include <omp.h>
@@ -143,6 +143,83 @@ enum qp_status qp_k_pool_run(const struct qp_krun *r) {
                     } else {
                         int64_t d = s->count_pad ? cnt_pad : cnt;
                         y[pl * s->out_sz + o] = d ? (float)(sum / (double)d) : 0.0f;
+                    }
+                }
+    }
+    return QP_OK;
+}
+
+/* ---- MaxPool on int8 / uint8 (opset 12) ----------------------------------------------------
+ * The row's prepare and run: float inputs go to the pools above; 8-bit integers reuse their
+ * window geometry (planned as if the input were float) and take the maximum exactly. */
+
+static int is_int8_pool(enum qp_dtype dt) {
+    return dt == QP_DTYPE_INT8 || dt == QP_DTYPE_UINT8;
+}
+
+enum qp_status qp_k_maxpool_prepare(struct qp_kprep *p) {
+    enum qp_status st = qp_kneed(p, 0);
+    if (st) return st;
+    const struct qp_kt *x = p->in[0];
+    if (!is_int8_pool(x->dtype)) return qp_k_pool_prepare(p);
+    struct qp_kt xf = *x;
+    xf.dtype = QP_DTYPE_FLOAT;
+    const struct qp_kt *ins[1] = {&xf};
+    struct qp_kprep q = *p;
+    q.in = ins;
+    q.n_in = 1;
+    st = qp_k_pool_prepare(&q);
+    p->state = q.state;
+    p->scratch = q.scratch;
+    if (st) return st;
+    struct qp_kt *y = p->out[0];
+    return qp_kt_set(y, x->dtype, y->rank, y->dims, p->err);
+}
+
+enum qp_status qp_k_maxpool_run(const struct qp_krun *r) {
+    enum qp_dtype dt = r->in[0]->dtype;
+    if (!is_int8_pool(dt)) return qp_k_pool_run(r);
+    const struct pool_state *s = r->state;
+    const uint8_t *x = r->in[0]->data;
+    uint8_t *y = r->out[0]->data;
+    int is_signed = dt == QP_DTYPE_INT8;
+    int64_t *ind = (r->n_out > 1 && r->out[1]) ? r->out[1]->data : NULL;
+    int nt = s->planes * s->out_sz < 4096 ? 1 : r->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t pl = 0; pl < s->planes; pl++) {
+        const uint8_t *xp = x + pl * s->in_sz;
+        for (int64_t o0 = 0; o0 < s->out3[0]; o0++)
+            for (int64_t o1 = 0; o1 < s->out3[1]; o1++)
+                for (int64_t o2 = 0; o2 < s->out3[2]; o2++) {
+                    int best = is_signed ? INT8_MIN : 0;
+                    int64_t best_i = -1;
+                    for (int64_t k0 = 0; k0 < s->k3[0]; k0++) {
+                        int64_t i0 = o0 * s->s3[0] - s->p3[0] + k0 * s->d3[0];
+                        if (i0 < 0 || i0 >= s->in3[0]) continue;
+                        for (int64_t k1 = 0; k1 < s->k3[1]; k1++) {
+                            int64_t i1 = o1 * s->s3[1] - s->p3[1] + k1 * s->d3[1];
+                            if (i1 < 0 || i1 >= s->in3[1]) continue;
+                            for (int64_t k2 = 0; k2 < s->k3[2]; k2++) {
+                                int64_t i2 = o2 * s->s3[2] - s->p3[2] + k2 * s->d3[2];
+                                if (i2 < 0 || i2 >= s->in3[2]) continue;
+                                int64_t idx = (i0 * s->in3[1] + i1) * s->in3[2] + i2;
+                                int v = is_signed ? (int)(int8_t)xp[idx] : (int)xp[idx];
+                                if (v > best || best_i < 0) {
+                                    best = v;
+                                    best_i = idx;
+                                }
+                            }
+                        }
+                    }
+                    int64_t o = (o0 * s->out3[1] + o1) * s->out3[2] + o2;
+                    y[pl * s->out_sz + o] = (uint8_t)best;
+                    if (ind) {
+                        int64_t gi = best_i;
+                        if (s->storage_order && best_i >= 0) {
+                            int64_t h = best_i / s->in3[2], w = best_i % s->in3[2];
+                            gi = w * s->in3[1] + h;
+                        }
+                        ind[pl * s->out_sz + o] = pl * s->in_sz + gi;
                     }
                 }
     }

@@ -1,9 +1,9 @@
 /*
  * Shape and data-movement ops: Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze, Identity,
- * Dropout (inference), Transpose, Concat, Split, Slice, Gather, GatherElements, Expand, Tile,
- * Pad, Constant, ConstantOfShape, Range. Data movement is dtype-agnostic (element size only),
- * so every type of 8 bits or more works; shape inputs (Reshape's shape, Slice's starts, ...) must
- * be plan-time constants.
+ * Dropout (inference, and training mode with ratio 0), Transpose, Concat, Split, Slice, Gather,
+ * GatherElements, Expand, Tile, Pad, Constant, ConstantOfShape, Range. Data movement is
+ * dtype-agnostic (element size only), so every type of 8 bits or more works; shape inputs
+ * (Reshape's shape, Slice's starts, ...) must be plan-time constants.
  */
 #include <math.h>
 #include <omp.h>
@@ -111,11 +111,33 @@ enum qp_status qp_k_identity_prepare(struct qp_kprep *p) {
 enum qp_status qp_k_dropout_prepare(struct qp_kprep *p) {
     enum qp_status st = qp_k_identity_prepare(p);
     if (st) return st;
+    /* Training mode draws a random mask unless the ratio is 0, where it keeps everything and
+     * scales by 1/(1-0): the inference copy. The engine plans with the values of both inputs
+     * (value-keyed when they come from the caller). */
     if (p->opset >= 12 && p->n_in > 2 && p->in[2]) {
-        if (!p->in[2]->is_const)
-            return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "training_mode must be a constant");
-        if (qp_kt_get_i64(p->in[2], 0))
-            return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "training_mode=true");
+        if ((st = qp_kneed_const(p, 2, "training_mode"))) return st;
+        if (p->in[2]->numel != 1 || p->in[2]->dtype != QP_DTYPE_BOOL)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                "training_mode must be one bool, got %s with %llu elements",
+                                qp_dtype_name(p->in[2]->dtype),
+                                (unsigned long long)p->in[2]->numel);
+        if (qp_kt_get_i64(p->in[2], 0)) {
+            double ratio = 0.5;
+            if (p->n_in > 1 && p->in[1]) {
+                if ((st = qp_kneed_const(p, 1, "ratio"))) return st;
+                const struct qp_kt *r = p->in[1];
+                if (r->numel != 1 || !qp_dtype_traits(r->dtype)->is_float)
+                    return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                        "ratio must be one float, got %s with %llu elements",
+                                        qp_dtype_name(r->dtype), (unsigned long long)r->numel);
+                ratio = qp_kt_get_f64(r, 0);
+            }
+            if (!(ratio >= 0 && ratio < 1))
+                return qp_error_set(p->err, QP_ERR_BAD_INPUT, "ratio %g is outside [0, 1)", ratio);
+            if (ratio != 0)
+                return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
+                                    "training_mode=true with ratio %g draws a random mask", ratio);
+        }
     }
     if (p->n_out > 1 && p->out[1])
         return qp_kt_set(p->out[1], QP_DTYPE_BOOL, p->in[0]->rank, p->in[0]->dims, p->err);
