@@ -21,8 +21,9 @@
 
 /* Every default-domain operator of ONNX up to opset 21 with the opsets at which a new version
  * of it was introduced. Rows up to opset 17 come from the schemas of onnx 1.12
- * (onnx.defs.get_all_schemas_with_history); 18..21 from the ONNX operator changelog. Sorted by
- * name (strcmp) for bsearch. */
+ * (onnx.defs.get_all_schemas_with_history); 18..21 were checked one by one against ONNX's
+ * operator changelog (docs/Changelog.md) and its per-opset registration lists. Sorted by name
+ * (strcmp) for bsearch. */
 struct op_versions {
     const char *op;
     uint32_t since;
@@ -1259,6 +1260,221 @@ static enum qp_status cv_scatter(struct conv *c) {
     return QP_OK;
 }
 
+/* DFT-20: the `axis` attribute (default 1) became optional input 2, an int64 scalar whose own
+ * default is -2; so the axis is always written out. */
+static enum qp_status cv_dft(struct conv *c) {
+    int64_t axis;
+    enum qp_status st = get_int(c, "axis", 1, &axis, NULL);
+    if (st != QP_OK) return st;
+    int n_in = cur(c)->n_inputs;
+    if (n_in < 1 || n_in > 2 || cur(c)->inputs[0] < 0)
+        return fail(c, QP_ERR_BAD_INPUT, "has %d inputs, expected (input[, dft_length])", n_in);
+    if (c->dry) return QP_OK;
+    int v;
+    if ((st = drop_attr(c, "axis")) != QP_OK) return st;
+    if ((st = set_n_inputs(c, 3)) != QP_OK) return st;
+    if ((st = add_init(c, "axis", QP_DTYPE_INT64, 0, NULL, &axis, sizeof axis, &v)) != QP_OK)
+        return st;
+    return set_in(c, 2, v);
+}
+
+/* GridSample-20 renamed the modes bilinear -> linear and bicubic -> cubic (the default, absent
+ * mode, is bilinear before and linear after: the same). */
+static enum qp_status cv_gridsample(struct conv *c) {
+    const struct qp_attr *mode = NULL;
+    enum qp_status st = get_attr(c, "mode", QP_ATTR_STRING, &mode);
+    if (st != QP_OK) return st;
+    const char *to = NULL;
+    if (attr_str_is(mode, "bilinear"))
+        to = "linear";
+    else if (attr_str_is(mode, "bicubic"))
+        to = "cubic";
+    else if (mode && !attr_str_is(mode, "nearest"))
+        return fail(c, QP_ERR_BAD_INPUT, "mode '%.*s' is not bilinear, nearest or bicubic",
+                    (int)(mode->s.len > 64 ? 64 : mode->s.len), (const char *)mode->s.data);
+    if (c->dry || !to) return QP_OK;
+    return put_str(c, "mode", to);
+}
+
+/* The tensor of a constant value: an initializer that is not also an (overridable) graph input,
+ * or a Constant node's `value`. NULL otherwise. */
+static const struct qp_tensor *const_tensor(const struct qp_graph *g, int v) {
+    if (v < 0) return NULL;
+    const struct qp_value *val = &g->values[v];
+    if (val->initializer >= 0) return val->is_graph_input ? NULL : &g->inits[val->initializer];
+    if (val->producer < 0) return NULL;
+    const struct qp_node *p = &g->nodes[val->producer];
+    if (strcmp(p->op_type, "Constant") || (*p->domain && strcmp(p->domain, "ai.onnx"))) return NULL;
+    const struct qp_attr *a = qp_node_attr(p, "value");
+    return a && a->type == QP_ATTR_TENSOR ? a->t : NULL;
+}
+
+/* Operators whose output 0 has the channel count (dimension 1) of input 0. */
+static const char *const same_channel_ops[] = {"Abs",
+                                               "AveragePool",
+                                               "BatchNormalization",
+                                               "Cast",
+                                               "Ceil",
+                                               "Clip",
+                                               "Dropout",
+                                               "Elu",
+                                               "Erf",
+                                               "Exp",
+                                               "Floor",
+                                               "Gelu",
+                                               "GlobalAveragePool",
+                                               "GlobalMaxPool",
+                                               "GroupNormalization",
+                                               "HardSigmoid",
+                                               "HardSwish",
+                                               "Identity",
+                                               "InstanceNormalization",
+                                               "LeakyRelu",
+                                               "Log",
+                                               "LpPool",
+                                               "MaxPool",
+                                               "Mish",
+                                               "Neg",
+                                               "Reciprocal",
+                                               "Relu",
+                                               "Round",
+                                               "Selu",
+                                               "Sigmoid",
+                                               "Sign",
+                                               "Softplus",
+                                               "Softsign",
+                                               "Sqrt",
+                                               "Tanh",
+                                               NULL};
+
+/* Dimension 1 (channels) of value `v`: declared, else followed back through channel-keeping
+ * operators to a Conv or ConvTranspose with constant weights. -1 when unknown. */
+static int64_t channel_count(const struct qp_graph *g, int v) {
+    for (int steps = 0; steps < 4096 && v >= 0; steps++) {
+        const struct qp_value *val = &g->values[v];
+        if (val->rank >= 2 && val->dims && val->dims[1].value >= 0) return val->dims[1].value;
+        if (val->producer < 0 || val->producer_output != 0) return -1;
+        const struct qp_node *p = &g->nodes[val->producer];
+        if (*p->domain && strcmp(p->domain, "ai.onnx")) return -1;
+        int conv = !strcmp(p->op_type, "Conv"), convt = !strcmp(p->op_type, "ConvTranspose");
+        if (conv || convt) {
+            const struct qp_tensor *w = p->n_inputs > 1 ? const_tensor(g, p->inputs[1]) : NULL;
+            if (!w || w->rank < 2) return -1;
+            if (conv) return w->dims[0];
+            int64_t group = attr_int_or(p, "group", 1);
+            return group >= 1 && w->dims[1] <= INT64_MAX / group ? w->dims[1] * group : -1;
+        }
+        if (!op_in(p->op_type, same_channel_ops) || p->n_inputs < 1) return -1;
+        v = p->inputs[0];
+    }
+    return -1;
+}
+
+/* Per-channel scale and bias computed in the graph from per-group ones (not constants, or the
+ * channel count is unknown): Reshape(Expand(Unsqueeze(s, [1]), [G, C / G]), [-1]), with C read
+ * by Shape(X, start=1, end=2). */
+static enum qp_status groupnorm_nodes(struct conv *c, int64_t groups) {
+    static const char *const role[2] = {"scale", "bias"};
+    int64_t one = 1, minus_one = -1;
+    int g_v, axes_v, flat_v, shape_node, shape_v, per_v, cat_node, gshape_v;
+    enum qp_status st;
+    if ((st = add_i64s(c, "groups", &groups, 1, &g_v)) != QP_OK) return st;
+    if ((st = add_i64s(c, "unsqueeze_axes", &one, 1, &axes_v)) != QP_OK) return st;
+    if ((st = add_i64s(c, "flat_shape", &minus_one, 1, &flat_v)) != QP_OK) return st;
+    const char *x = c->g->values[cur(c)->inputs[0]].name;
+    if ((st = add_node(c, "channels", "Shape", 1, &x, NULL, &shape_node, &shape_v)) != QP_OK)
+        return st;
+    struct qp_attr *a = qp_node_add_attr(c->g, shape_node, "start", QP_ATTR_INT);
+    if (!a) return nomem(c);
+    a->i = 1;
+    if (!(a = qp_node_add_attr(c->g, shape_node, "end", QP_ATTR_INT))) return nomem(c);
+    a->i = 2;
+    const char *div_in[2] = {c->g->values[shape_v].name, c->g->values[g_v].name};
+    if ((st = add_node(c, "per_group", "Div", 2, div_in, NULL, NULL, &per_v)) != QP_OK) return st;
+    const char *cat_in[2] = {c->g->values[g_v].name, c->g->values[per_v].name};
+    if ((st = add_node(c, "group_shape", "Concat", 2, cat_in, NULL, &cat_node, &gshape_v)) != QP_OK)
+        return st;
+    if (!(a = qp_node_add_attr(c->g, cat_node, "axis", QP_ATTR_INT))) return nomem(c);
+    a->i = 0;
+    c->g->values[shape_v].dtype = c->g->values[per_v].dtype = QP_DTYPE_INT64;
+    c->g->values[gshape_v].dtype = QP_DTYPE_INT64;
+    for (int k = 0; k < 2; k++) {
+        int in = cur(c)->inputs[1 + k], u, e, r;
+        enum qp_dtype dt = value_dtype(c->g, in);
+        char sfx[32];
+        const char *ins[2] = {c->g->values[in].name, c->g->values[axes_v].name};
+        snprintf(sfx, sizeof sfx, "%s_unsqueeze", role[k]);
+        if ((st = add_node(c, sfx, "Unsqueeze", 2, ins, NULL, NULL, &u)) != QP_OK) return st;
+        ins[0] = c->g->values[u].name;
+        ins[1] = c->g->values[gshape_v].name;
+        snprintf(sfx, sizeof sfx, "%s_expand", role[k]);
+        if ((st = add_node(c, sfx, "Expand", 2, ins, NULL, NULL, &e)) != QP_OK) return st;
+        ins[0] = c->g->values[e].name;
+        ins[1] = c->g->values[flat_v].name;
+        snprintf(sfx, sizeof sfx, "%s_per_channel", role[k]);
+        if ((st = add_node(c, sfx, "Reshape", 2, ins, NULL, NULL, &r)) != QP_OK) return st;
+        c->g->values[u].dtype = c->g->values[e].dtype = c->g->values[r].dtype = dt;
+        c->g->values[r].rank = 1;
+        if ((st = set_in(c, 1 + k, r)) != QP_OK) return st;
+    }
+    return QP_OK;
+}
+
+/* GroupNormalization-21: scale and bias went from one value per group (shape [num_groups]) to
+ * one per channel (shape [C]), channel c taking group c / (C / num_groups). Constant per-group
+ * values become per-channel initializers when C is known (declared, or followed back by
+ * channel_count); otherwise the expansion is done by nodes in the graph (groupnorm_nodes). */
+static enum qp_status cv_groupnorm(struct conv *c) {
+    int64_t groups;
+    int present;
+    enum qp_status st = get_int(c, "num_groups", 0, &groups, &present);
+    if (st != QP_OK) return st;
+    if (!present) return fail(c, QP_ERR_BAD_INPUT, "required attribute 'num_groups' is missing");
+    const struct qp_node *n = cur(c);
+    if (n->n_inputs != 3 || n->inputs[0] < 0 || n->inputs[1] < 0 || n->inputs[2] < 0)
+        return fail(c, QP_ERR_BAD_INPUT, "expected 3 inputs (X, scale, bias)");
+    if (groups < 1)
+        return fail(c, QP_ERR_BAD_INPUT, "num_groups %lld is not positive", (long long)groups);
+    int64_t ch = channel_count(c->g, n->inputs[0]);
+    if (ch == 0 || (ch > 0 && ch % groups))
+        return fail(c, QP_ERR_BAD_INPUT, "%lld channels cannot be split into num_groups %lld",
+                    (long long)ch, (long long)groups);
+    const struct qp_tensor *t[2];
+    int constant = ch > 0 && ch <= (int64_t)MAX_LIST; /* else nodes: no huge initializers */
+    for (int k = 0; k < 2; k++) {
+        t[k] = const_tensor(c->g, n->inputs[1 + k]);
+        if (!t[k]) {
+            constant = 0;
+            continue;
+        }
+        const struct qp_dtype_traits *tr = qp_dtype_traits(t[k]->dtype);
+        if (!tr->is_float || tr->bits < 8 || tr->bits % 8 || !t[k]->data ||
+            t[k]->numel != (uint64_t)groups || t[k]->nbytes != t[k]->numel * (size_t)(tr->bits / 8))
+            return fail(c, QP_ERR_BAD_INPUT,
+                        "input %d ('%s') is not a loaded float tensor of num_groups = %lld "
+                        "elements",
+                        1 + k, c->g->values[n->inputs[1 + k]].name, (long long)groups);
+    }
+    if (c->dry) return QP_OK;
+    if (!constant) return groupnorm_nodes(c, groups);
+    static const char *const suffix[2] = {"scale", "bias"};
+    for (int k = 0; k < 2; k++) {
+        size_t es = (size_t)(qp_dtype_traits(t[k]->dtype)->bits / 8);
+        uint8_t *buf = malloc((size_t)ch * es);
+        if (!buf) return nomem(c);
+        const uint8_t *src = t[k]->data;
+        int64_t per = ch / groups;
+        for (int64_t i = 0; i < ch; i++)
+            memcpy(buf + (size_t)i * es, src + (size_t)(i / per) * es, es);
+        int v;
+        st = add_init(c, suffix[k], t[k]->dtype, 1, &ch, buf, (size_t)ch * es, &v);
+        free(buf);
+        if (st != QP_OK) return st;
+        if ((st = set_in(c, 1 + k, v)) != QP_OK) return st;
+    }
+    return QP_OK;
+}
+
 /* Versions whose change could alter what an existing node means. Every other version bump of
  * an ONNX operator between 7 and 21 only adds types, or attributes and inputs whose defaults
  * keep the old behaviour, and passes through. A listed bump without a converter is
@@ -1272,10 +1488,10 @@ struct converter {
 static const struct converter converters[] = {
     {"BatchNormalization", V(9) | V(14), cv_batchnorm},
     {"Clip", V(11), cv_clip},
-    {"DFT", V(20), NULL}, /* axis attribute became an input */
+    {"DFT", V(20), cv_dft},
     {"Dropout", V(10) | V(12), cv_dropout},
-    {"GridSample", V(20), NULL},         /* mode names changed */
-    {"GroupNormalization", V(21), NULL}, /* scale and bias became per channel */
+    {"GridSample", V(20), cv_gridsample},
+    {"GroupNormalization", V(21), cv_groupnorm},
     {"Hardmax", V(13), cv_softmax},
     {"LogSoftmax", V(13), cv_softmax},
     {"Pad", V(11), cv_pad},

@@ -11,8 +11,9 @@
  * whose defaults keep the old behaviour), pass through; attributes that became inputs become
  * int64/float initializers named `<node>_<attr>`; Softmax/LogSoftmax/Hardmax before 13 keep
  * their "coerce to 2-D at axis" meaning (a Flatten/Shape/Reshape rewrite when the axis is not
- * the last one); Upsample becomes Resize. Node names, output order and graph inputs/outputs
- * never change.
+ * the last one); Upsample becomes Resize; DFT-20's axis becomes an input, GridSample-20's modes
+ * are renamed, GroupNormalization-21's per-group scale and bias are made per channel. Node
+ * names, output order and graph inputs/outputs never change.
  */
 #ifndef QP_IR_OPSET_CONVERT_H
 #define QP_IR_OPSET_CONVERT_H

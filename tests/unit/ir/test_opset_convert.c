@@ -236,26 +236,29 @@ static void test_unknown_and_undefined_ops(void **state) {
 
 static void test_unhandled_change_is_unsupported(void **state) {
     (void)state;
-    struct qp_model *m = model_at(16);
+    struct qp_model *m = model_at(10);
     struct qp_error err;
     input(m->graph, "x", QP_DTYPE_FLOAT, 4);
-    input(m->graph, "grid", QP_DTYPE_FLOAT, 4);
+    input(m->graph, "rois", QP_DTYPE_FLOAT, 2);
+    input(m->graph, "idx", QP_DTYPE_INT64, 1);
     node(m->graph, "relu", "Relu", "x", "r");
     int64_t axes[1] = {1};
     int rm = node(m->graph, "rm", "ReduceMean", "r", "m");
     attr_ints(m->graph, rm, "axes", axes, 1);
-    node(m->graph, "gs", "GridSample", "x,grid", "y");
-    /* 16 -> 19 crosses nothing GridSample cares about */
-    convert_ok(m, 19);
-    assert_int_equal(m->graph->nodes[rm].n_inputs, 2);
-    /* 19 -> 20 does: refused, and the model is left as it was */
+    node(m->graph, "ra", "RoiAlign", "x,rois,idx", "y");
+    /* 10 -> 15 crosses nothing RoiAlign cares about */
+    convert_ok(m, 15);
+    assert_int_equal(m->graph->nodes[rm].n_inputs, 1);
+    /* 15 -> 19 does (its default coordinate mode changed at 16): refused, and the model is left
+     * as it was (the ReduceMean, convertible at 18, too) */
     size_t n_nodes = m->graph->n_nodes, n_inits = m->graph->n_inits;
-    assert_int_equal(convert(m, 20, &err), QP_ERR_UNSUPPORTED);
-    assert_string_equal(err.msg, "opset: node 'gs' (GridSample, opset 19 -> 20): its definition "
-                                 "changed at opset 20 and qplace does not convert it");
+    assert_int_equal(convert(m, 19, &err), QP_ERR_UNSUPPORTED);
+    assert_string_equal(err.msg, "opset: node 'ra' (RoiAlign, opset 15 -> 19): its definition "
+                                 "changed at opset 16 and qplace does not convert it");
     assert_int_equal(m->graph->n_nodes, n_nodes);
     assert_int_equal(m->graph->n_inits, n_inits);
-    assert_int_equal(qp_model_opset(m, ""), 19);
+    assert_int_equal(m->graph->nodes[rm].n_inputs, 1);
+    assert_int_equal(qp_model_opset(m, ""), 15);
     qp_model_free(m);
 }
 
@@ -467,6 +470,40 @@ static void test_reduce_axes(void **state) {
     assert_null(qp_node_attr(&g->nodes[rm], "axes"));
     assert_int_equal(qp_node_attr(&g->nodes[rm], "keepdims")->i, 1);
     assert_int_equal(g->nodes[rall].n_inputs, 1);
+    qp_model_free(m);
+}
+
+/* Every Reduce* whose axes became an input at 18 (ReduceSum: 13, above). */
+static void test_reduce_axes_18(void **state) {
+    (void)state;
+    static const char *const ops[] = {"ReduceL1",        "ReduceL2",   "ReduceLogSum",
+                                      "ReduceLogSumExp", "ReduceMax",  "ReduceMean",
+                                      "ReduceMin",       "ReduceProd", "ReduceSumSquare"};
+    enum { N = sizeof ops / sizeof ops[0] };
+    static const int64_t axes[2] = {0, -1};
+    struct qp_model *m = model_at(17);
+    struct qp_graph *g = m->graph;
+    input(g, "x", QP_DTYPE_FLOAT, 3);
+    int n[N];
+    for (int i = 0; i < N; i++) {
+        char name[32], out[32];
+        snprintf(name, sizeof name, "r%d", i);
+        snprintf(out, sizeof out, "y%d", i);
+        n[i] = node(g, name, ops[i], "x", out);
+        attr_ints(g, n[i], "axes", axes, 1 + (size_t)(i % 2));
+        attr_i(g, n[i], "keepdims", i % 2);
+    }
+    int all = node(g, "all", "ReduceL2", "x", "z"); /* no axes: all, before and after */
+    convert_ok(m, 21);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(g->nodes[n[i]].n_inputs, 2);
+        assert_i64s(init_in(g, n[i], 1), axes, 1 + (size_t)(i % 2));
+        assert_null(qp_node_attr(&g->nodes[n[i]], "axes"));
+        assert_int_equal(qp_node_attr(&g->nodes[n[i]], "keepdims")->i, i % 2);
+        assert_null(qp_node_attr(&g->nodes[n[i]], "noop_with_empty_axes"));
+    }
+    assert_int_equal(g->nodes[all].n_inputs, 1);
+    assert_int_equal(g->n_inits, N);
     qp_model_free(m);
 }
 
@@ -794,6 +831,265 @@ static void test_subgraph(void **state) {
     qp_model_free(m);
 }
 
+/* ---- opset 20 and 21 changes ------------------------------------------------------------ */
+
+/* A constant float initializer `name` of shape [n] (data borrowed: static in the tests). */
+static void init_f32(struct qp_graph *g, const char *name, const float *v, int64_t n) {
+    struct qp_error err = {0};
+    int64_t *d = qp_arena_calloc(g->model->arena, 1, sizeof *d);
+    assert_non_null(d);
+    d[0] = n;
+    struct qp_tensor t = {0};
+    t.name = name;
+    t.dtype = QP_DTYPE_FLOAT;
+    t.rank = 1;
+    t.dims = d;
+    t.numel = (uint64_t)n;
+    t.data = v;
+    t.nbytes = (size_t)n * 4;
+    int out;
+    assert_int_equal(qp_graph_add_initializer(g, &t, &out, &err), QP_OK);
+}
+
+static void assert_f32s(const struct qp_tensor *t, const float *want, size_t n) {
+    assert_int_equal(t->dtype, QP_DTYPE_FLOAT);
+    assert_int_equal(t->rank, 1);
+    assert_int_equal(t->dims[0], (int64_t)n);
+    assert_int_equal(t->numel, n);
+    assert_int_equal(t->nbytes, n * 4);
+    assert_null(t->origin);
+    assert_memory_equal(t->data, want, n * 4);
+}
+
+static void test_dft_axis_to_input(void **state) {
+    (void)state;
+    struct qp_model *m = model_at(17);
+    struct qp_graph *g = m->graph;
+    struct qp_error err;
+    input(g, "x", QP_DTYPE_FLOAT, 3);
+    input(g, "len", QP_DTYPE_INT64, 0);
+    int d1 = node(g, "d1", "DFT", "x", "y1"); /* axis defaulted to 1 */
+    int d2 = node(g, "d2", "DFT", "x,len", "y2");
+    attr_i(g, d2, "axis", -3);
+    attr_i(g, d2, "inverse", 1);
+    output(g, "y1");
+    output(g, "y2");
+    convert_ok(m, 19); /* 17 -> 19 crosses nothing DFT cares about */
+    assert_int_equal(g->nodes[d2].n_inputs, 2);
+    assert_int_equal(qp_node_attr(&g->nodes[d2], "axis")->i, -3);
+    assert_int_equal(g->n_inits, 0);
+    convert_ok(m, 20);
+    /* input 2 = the axis as an int64 scalar; the new default (-2) must not apply */
+    assert_int_equal(g->nodes[d1].n_inputs, 3);
+    assert_string_equal(in_name(g, d1, 1), "");
+    assert_string_equal(in_name(g, d1, 2), "d1_axis");
+    const struct qp_tensor *t = init_in(g, d1, 2);
+    assert_int_equal(t->dtype, QP_DTYPE_INT64);
+    assert_int_equal(t->rank, 0);
+    assert_int_equal(t->numel, 1);
+    assert_int_equal(*(const int64_t *)t->data, 1);
+    assert_null(qp_node_attr(&g->nodes[d1], "axis"));
+    assert_int_equal(g->nodes[d2].n_inputs, 3);
+    assert_string_equal(in_name(g, d2, 1), "len");
+    assert_int_equal(*(const int64_t *)init_in(g, d2, 2)->data, -3);
+    assert_null(qp_node_attr(&g->nodes[d2], "axis"));
+    assert_int_equal(qp_node_attr(&g->nodes[d2], "inverse")->i, 1);
+    qp_model_free(m);
+
+    m = model_at(17);
+    input(m->graph, "x", QP_DTYPE_FLOAT, 3);
+    attr_f(m->graph, node(m->graph, "d", "DFT", "x", "y"), "axis", 1);
+    assert_int_equal(convert(m, 20, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "'d' (DFT, opset 17 -> 20): attribute 'axis' has type"));
+    qp_model_free(m);
+}
+
+static void test_gridsample_modes(void **state) {
+    (void)state;
+    struct qp_model *m = model_at(16);
+    struct qp_graph *g = m->graph;
+    struct qp_error err;
+    input(g, "x", QP_DTYPE_FLOAT, 4);
+    input(g, "grid", QP_DTYPE_FLOAT, 4);
+    int bl = node(g, "bl", "GridSample", "x,grid", "a");
+    attr_s(g, bl, "mode", "bilinear");
+    attr_i(g, bl, "align_corners", 1);
+    int bc = node(g, "bc", "GridSample", "x,grid", "b");
+    attr_s(g, bc, "mode", "bicubic");
+    int nn = node(g, "nn", "GridSample", "x,grid", "c");
+    attr_s(g, nn, "mode", "nearest");
+    int df = node(g, "df", "GridSample", "x,grid", "d"); /* default: bilinear, then linear */
+    int bad = node(g, "bad", "GridSample", "x,grid", "e");
+    attr_s(g, bad, "mode", "trilinear");
+    convert_ok(m, 19); /* not crossing 20: even a bad mode is not looked at */
+    assert_string_equal(str_attr(&g->nodes[bl], "mode"), "bilinear");
+    assert_int_equal(convert(m, 21, &err), QP_ERR_BAD_INPUT);
+    assert_string_equal(err.msg, "opset: node 'bad' (GridSample, opset 19 -> 21): mode "
+                                 "'trilinear' is not bilinear, nearest or bicubic");
+    assert_string_equal(str_attr(&g->nodes[bl], "mode"), "bilinear"); /* all or nothing */
+    assert_int_equal(qp_model_opset(m, ""), 19);
+    g->nodes[bad].dead = 1;
+    convert_ok(m, 21);
+    assert_string_equal(str_attr(&g->nodes[bl], "mode"), "linear");
+    assert_int_equal(qp_node_attr(&g->nodes[bl], "align_corners")->i, 1);
+    assert_string_equal(str_attr(&g->nodes[bc], "mode"), "cubic");
+    assert_string_equal(str_attr(&g->nodes[nn], "mode"), "nearest");
+    assert_null(qp_node_attr(&g->nodes[df], "mode"));
+    for (int n = bl; n <= df; n++)
+        assert_int_equal(g->nodes[n].n_attrs, n == bl ? 2 : n == df ? 0 : 1);
+    qp_model_free(m);
+}
+
+static void test_groupnorm_per_channel(void **state) {
+    (void)state;
+    struct qp_model *m = model_at(18);
+    struct qp_graph *g = m->graph;
+    int x = input(g, "x", QP_DTYPE_FLOAT, 4);
+    g->values[x].dims[1].value = 6;
+    static const float scale[3] = {1, 2, 3}, bias[3] = {-1, 0, 0.5f};
+    init_f32(g, "s", scale, 3);
+    /* the bias comes from a Constant node */
+    int cn = node(g, "bias_const", "Constant", "", "b");
+    struct qp_attr *a = qp_node_add_attr(g, cn, "value", QP_ATTR_TENSOR);
+    a->t = qp_arena_calloc(m->arena, 1, sizeof *a->t);
+    static const int64_t three[1] = {3};
+    *a->t = (struct qp_tensor){.dtype = QP_DTYPE_FLOAT,
+                               .rank = 1,
+                               .dims = three,
+                               .numel = 3,
+                               .data = bias,
+                               .nbytes = sizeof bias};
+    int gn = node(g, "gn", "GroupNormalization", "x,s,b", "y");
+    attr_i(g, gn, "num_groups", 3);
+    attr_f(g, gn, "epsilon", 1e-3f);
+    /* a second one whose channel count comes from the Conv (weights [4, 6, 1, 1]) through Relu */
+    static const float w[24] = {0};
+    static const int64_t wd[4] = {4, 6, 1, 1};
+    struct qp_tensor wt = {.name = "w",
+                           .dtype = QP_DTYPE_FLOAT,
+                           .rank = 4,
+                           .dims = wd,
+                           .numel = 24,
+                           .data = w,
+                           .nbytes = sizeof w};
+    struct qp_error err = {0};
+    int wv;
+    assert_int_equal(qp_graph_add_initializer(g, &wt, &wv, &err), QP_OK);
+    node(g, "conv", "Conv", "y,w", "c");
+    node(g, "relu", "Relu", "c", "r");
+    static const float s2[2] = {0.5f, 4}, b2[2] = {1, 2};
+    init_f32(g, "s2", s2, 2);
+    init_f32(g, "b2", b2, 2);
+    int gn2 = node(g, "gn2", "GroupNormalization", "r,s2,b2", "z");
+    attr_i(g, gn2, "num_groups", 2);
+    output(g, "z");
+    convert_ok(m, 20); /* 18 -> 20: unchanged */
+    assert_string_equal(in_name(g, gn, 1), "s");
+    convert_ok(m, 21);
+    static const float want_s[6] = {1, 1, 2, 2, 3, 3}, want_b[6] = {-1, -1, 0, 0, 0.5f, 0.5f};
+    assert_string_equal(in_name(g, gn, 1), "gn_scale");
+    assert_string_equal(in_name(g, gn, 2), "gn_bias");
+    assert_f32s(init_in(g, gn, 1), want_s, 6);
+    assert_f32s(init_in(g, gn, 2), want_b, 6);
+    static const float want_s2[4] = {0.5f, 0.5f, 4, 4}, want_b2[4] = {1, 1, 2, 2};
+    assert_f32s(init_in(g, gn2, 1), want_s2, 4);
+    assert_f32s(init_in(g, gn2, 2), want_b2, 4);
+    assert_int_equal(qp_node_attr(&g->nodes[gn], "num_groups")->i, 3);
+    assert_true(qp_node_attr(&g->nodes[gn], "epsilon")->f == 1e-3f);
+    assert_int_equal(m->ir_version, 10);
+    qp_model_free(m);
+}
+
+/* The producer of input `i` of node `n`, checked to be operator `op`. */
+static int producer(const struct qp_graph *g, int n, int i, const char *op) {
+    int v = g->nodes[n].inputs[i];
+    assert_true(v >= 0);
+    int p = g->values[v].producer;
+    assert_true(p >= 0);
+    assert_string_equal(g->nodes[p].op_type, op);
+    return p;
+}
+
+static void test_groupnorm_in_graph(void **state) {
+    (void)state;
+    struct qp_error err;
+    static const float s[2] = {1, 2};
+    /* channel count unknown: the per-channel values are computed by nodes */
+    struct qp_model *m = model_at(18);
+    struct qp_graph *g = m->graph;
+    input(g, "x", QP_DTYPE_FLOAT, 4);
+    init_f32(g, "s", s, 2);
+    int gn = node(g, "gn", "GroupNormalization", "x,s,s", "y");
+    attr_i(g, gn, "num_groups", 2);
+    output(g, "y");
+    convert_ok(m, 21);
+    static const int64_t two[1] = {2}, one[1] = {1}, minus_one[1] = {-1};
+    for (int k = 1; k <= 2; k++) {
+        int r = producer(g, gn, k, "Reshape");
+        assert_string_equal(g->nodes[r].name,
+                            k == 1 ? "gn_scale_per_channel" : "gn_bias_per_channel");
+        assert_i64s(init_in(g, r, 1), minus_one, 1);
+        int e = producer(g, r, 0, "Expand");
+        int u = producer(g, e, 0, "Unsqueeze");
+        assert_string_equal(in_name(g, u, 0), "s");
+        assert_i64s(init_in(g, u, 1), one, 1);
+        int cat = producer(g, e, 1, "Concat");
+        assert_int_equal(qp_node_attr(&g->nodes[cat], "axis")->i, 0);
+        assert_i64s(init_in(g, cat, 0), two, 1);
+        int div = producer(g, cat, 1, "Div");
+        assert_string_equal(in_name(g, div, 1), "gn_groups");
+        int sh = producer(g, div, 0, "Shape");
+        assert_string_equal(in_name(g, sh, 0), "x");
+        assert_int_equal(qp_node_attr(&g->nodes[sh], "start")->i, 1);
+        assert_int_equal(qp_node_attr(&g->nodes[sh], "end")->i, 2);
+    }
+    assert_int_equal(live_nodes(g), 10);
+    assert_int_equal(g->n_topo, 10);
+    assert_int_equal(g->n_inits, 4);
+    qp_model_free(m);
+
+    /* scale not a constant (a graph input): nodes too, the GridSample converted as well */
+    m = model_at(18);
+    g = m->graph;
+    int x = input(g, "x", QP_DTYPE_FLOAT, 4);
+    g->values[x].dims[1].value = 4;
+    input(g, "grid", QP_DTYPE_FLOAT, 4);
+    input(g, "sc", QP_DTYPE_FLOAT, 1);
+    int gs = node(g, "gs", "GridSample", "x,grid", "t");
+    attr_s(g, gs, "mode", "bicubic");
+    init_f32(g, "b", s, 2);
+    gn = node(g, "gn", "GroupNormalization", "x,sc,b", "y");
+    attr_i(g, gn, "num_groups", 2);
+    convert_ok(m, 21);
+    assert_string_equal(str_attr(&g->nodes[gs], "mode"), "cubic");
+    assert_string_equal(in_name(g,
+                                producer(g, producer(g, producer(g, gn, 1, "Reshape"), 0, "Expand"),
+                                         0, "Unsqueeze"),
+                                0),
+                        "sc");
+    producer(g, gn, 2, "Reshape");
+    qp_model_free(m);
+
+    /* malformed: a per-group constant of the wrong length, channels not divisible */
+    m = model_at(18);
+    g = m->graph;
+    x = input(g, "x", QP_DTYPE_FLOAT, 4);
+    init_f32(g, "s", s, 2);
+    gn = node(g, "gn", "GroupNormalization", "x,s,s", "y");
+    attr_i(g, gn, "num_groups", 4);
+    assert_int_equal(convert(m, 21, &err), QP_ERR_BAD_INPUT);
+    assert_string_equal(err.msg, "opset: node 'gn' (GroupNormalization, opset 18 -> 21): input 1 "
+                                 "('s') is not a loaded float tensor of num_groups = 4 elements");
+    g->values[x].dims[1].value = 4;
+    g->nodes[gn].attrs[0].i = 3;
+    assert_int_equal(convert(m, 21, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "4 channels cannot be split into num_groups 3"));
+    assert_int_equal(g->n_nodes, 1);
+    assert_int_equal(g->n_inits, 1);
+    assert_int_equal(qp_model_opset(m, ""), 18);
+    qp_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pass_through),
@@ -808,6 +1104,7 @@ int main(void) {
         cmocka_unit_test(test_softmax_unknown_rank_rewrites),
         cmocka_unit_test(test_softmax_rank_followed_back),
         cmocka_unit_test(test_reduce_axes),
+        cmocka_unit_test(test_reduce_axes_18),
         cmocka_unit_test(test_squeeze_unsqueeze),
         cmocka_unit_test(test_split),
         cmocka_unit_test(test_slice_topk),
@@ -819,6 +1116,10 @@ int main(void) {
         cmocka_unit_test(test_upsample),
         cmocka_unit_test(test_scatter_renamed),
         cmocka_unit_test(test_subgraph),
+        cmocka_unit_test(test_dft_axis_to_input),
+        cmocka_unit_test(test_gridsample_modes),
+        cmocka_unit_test(test_groupnorm_per_channel),
+        cmocka_unit_test(test_groupnorm_in_graph),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

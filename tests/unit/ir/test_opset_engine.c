@@ -1,7 +1,9 @@
 /* Opset conversion checked in qplace's own engine (the ONNX Runtime side is
  * tests/integration/opset_ort.mjs): every old-opset model under tests/data/opset/ gives the same
  * outputs before and after conversion to opset 19 and 21, on the inputs stored beside it
- * (<model>.inputs.json: {"name": {"dtype": "float32", "dims": [...], "data": [...]}}). */
+ * (<model>.inputs.json: {"name": {"dtype": "float32", "dims": [...], "data": [...]}}); and
+ * models built in memory for the opset 18, 20 and 21 changes (Reduce* axes, Split num_outputs,
+ * GridSample mode names, the nodes that make GroupNormalization's scale and bias per channel). */
 #include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
@@ -15,6 +17,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "core/arena.h"
 #include "ir/ir.h"
 #include "ir/opset_convert.h"
 #include "qplace/model.h"
@@ -193,9 +196,235 @@ static void test_every_model(void **state) {
            n_models - n_skipped, n_models);
 }
 
+/* ---- models built in memory: the opset 18 and 20 conversions the data models do not reach -- */
+
+static struct qp_model *built_model(int64_t opset) {
+    struct qp_model *m = qp_model_create();
+    assert_non_null(m);
+    m->ir_version = 8;
+    m->n_opsets = 1;
+    m->opsets = qp_arena_calloc(m->arena, 1, sizeof *m->opsets);
+    assert_non_null(m->opsets);
+    m->opsets[0].domain = "";
+    m->opsets[0].version = opset;
+    return m;
+}
+
+static void built_input(struct qp_graph *g, const char *name, int rank, const int64_t *dims) {
+    struct qp_error err = {0};
+    int v = qp_graph_value(g, name);
+    assert_true(v >= 0);
+    g->values[v].dtype = QP_DTYPE_FLOAT;
+    g->values[v].rank = rank;
+    g->values[v].dims = qp_arena_calloc(g->model->arena, (size_t)rank, sizeof(struct qp_dim));
+    assert_non_null(g->values[v].dims);
+    for (int i = 0; i < rank; i++)
+        g->values[v].dims[i].value = dims[i];
+    assert_int_equal(qp_graph_add_input(g, v, &err), QP_OK);
+}
+
+/* A node reading `ins` and writing `out`, which becomes a graph output. */
+static int built_node(struct qp_graph *g, const char *op, int n_in, const char *const *ins,
+                      const char *out) {
+    struct qp_error err = {0};
+    int n = -1;
+    assert_int_equal(qp_graph_add_node(g, out, op, "", n_in, ins, 1, &out, &n, &err), QP_OK);
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, out), &err), QP_OK);
+    return n;
+}
+
+static void built_ints(struct qp_graph *g, int n, const char *name, const int64_t *v, size_t k) {
+    struct qp_attr *a = qp_node_add_attr(g, n, name, QP_ATTR_INTS);
+    assert_non_null(a);
+    a->ints = v;
+    a->n = k;
+}
+
+static void built_int(struct qp_graph *g, int n, const char *name, int64_t v) {
+    struct qp_attr *a = qp_node_add_attr(g, n, name, QP_ATTR_INT);
+    assert_non_null(a);
+    a->i = v;
+}
+
+static void built_str(struct qp_graph *g, int n, const char *name, const char *s) {
+    struct qp_attr *a = qp_node_add_attr(g, n, name, QP_ATTR_STRING);
+    assert_non_null(a);
+    a->s.data = (const uint8_t *)s;
+    a->s.len = strlen(s);
+}
+
+/* Fills input arrays with a deterministic pattern in [lo, hi). */
+static void fill(struct qp_array *a, float lo, float hi, uint32_t seed) {
+    float *f = a->data;
+    for (size_t i = 0; i < a->nbytes / 4; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        f[i] = lo + (hi - lo) * (float)(seed >> 8) / 16777216.0f;
+    }
+}
+
+/* Runs `m` (built by `build`) at its opset, converts it to each later target in `targets` (from
+ * a fresh build each time) and compares every output with the original's. */
+static void check_built(struct qp_model *(*build)(void), size_t n_in, const char **names,
+                        struct qp_array *ins, const int64_t *targets, size_t n_targets) {
+    struct qp_array want[MAX_IO], got[MAX_IO];
+    struct qp_error err = {0};
+    struct qp_model *m = build();
+    int64_t from = qp_model_opset(m, "");
+    size_t n_out = run_model(m, n_in, names, ins, want, "built model", 0, NULL, 0);
+    assert_true(n_out > 0);
+    qp_model_free(m);
+    for (size_t t = 0; t < n_targets; t++) {
+        m = build();
+        if (qp_model_convert_opset(m, targets[t], &err) != QP_OK)
+            fail_msg("%lld -> %lld: %s", (long long)from, (long long)targets[t], err.msg);
+        char what[64];
+        snprintf(what, sizeof what, "opset %lld -> %lld", (long long)from, (long long)targets[t]);
+        assert_int_equal(run_model(m, n_in, names, ins, got, what, 0, NULL, 0), n_out);
+        for (size_t i = 0; i < n_out; i++) {
+            compare(what, &got[i], &want[i]);
+            qp_array_release(&got[i]);
+        }
+        qp_model_free(m);
+    }
+    for (size_t i = 0; i < n_out; i++)
+        qp_array_release(&want[i]);
+}
+
+static const int64_t dims_x3[3] = {2, 3, 4};
+
+/* Opset 17: every Reduce* whose axes became an input at 18, and Split, which gained num_outputs. */
+static struct qp_model *build_reduce_split_17(void) {
+    struct qp_model *m = built_model(17);
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    built_input(g, "x", 3, dims_x3);
+    const char *x = "x";
+    static const int64_t a1[1] = {1}, a2[1] = {2}, a02[2] = {0, 2}, am1[1] = {-1}, a12[2] = {1, 2};
+    static const struct {
+        const char *op, *out;
+        const int64_t *axes;
+        size_t n_axes;
+        int keepdims;
+    } red[] = {
+        {"ReduceProd", "prod", a1, 1, 0},      {"ReduceLogSumExp", "lse", a2, 1, 1},
+        {"ReduceSumSquare", "ssq", a02, 2, 1}, {"ReduceLogSum", "ls", NULL, 0, 0},
+        {"ReduceMax", "max", am1, 1, 0},       {"ReduceMin", "min", a1, 1, 1},
+        {"ReduceMean", "mean", a12, 2, 0},
+    };
+    for (size_t i = 0; i < sizeof red / sizeof red[0]; i++) {
+        int n = built_node(g, red[i].op, 1, &x, red[i].out);
+        if (red[i].axes) built_ints(g, n, "axes", red[i].axes, red[i].n_axes);
+        built_int(g, n, "keepdims", red[i].keepdims);
+    }
+    /* Split-13 into equal parts (no split input): num_outputs from 18 on */
+    const char *outs[2] = {"half0", "half1"};
+    int n = -1;
+    assert_int_equal(qp_graph_add_node(g, "halves", "Split", "", 1, &x, 2, outs, &n, &err), QP_OK);
+    built_int(g, n, "axis", 2);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, outs[i]), &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    return m;
+}
+
+static const int64_t dims_img[4] = {1, 2, 3, 4}, dims_grid[4] = {1, 3, 2, 2};
+
+/* Opset 16: GridSample in every mode (renamed at 20) and with the default mode. */
+static struct qp_model *build_gridsample_16(void) {
+    struct qp_model *m = built_model(16);
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    built_input(g, "x", 4, dims_img);
+    built_input(g, "grid", 4, dims_grid);
+    const char *ins[2] = {"x", "grid"};
+    int n = built_node(g, "GridSample", 2, ins, "bilinear");
+    built_str(g, n, "mode", "bilinear");
+    n = built_node(g, "GridSample", 2, ins, "bicubic");
+    built_str(g, n, "mode", "bicubic");
+    built_int(g, n, "align_corners", 1);
+    built_str(g, n, "padding_mode", "border");
+    n = built_node(g, "GridSample", 2, ins, "nearest");
+    built_str(g, n, "mode", "nearest");
+    built_str(g, n, "padding_mode", "reflection");
+    built_node(g, "GridSample", 2, ins, "default");
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    return m;
+}
+
+static void test_built_models(void **state) {
+    (void)state;
+    struct qp_error err = {0};
+    const char *names[2] = {"x", "grid"};
+    struct qp_array ins[2];
+    /* positive data: ReduceLogSum takes the log of a sum */
+    assert_int_equal(qp_array_alloc(&ins[0], QP_DTYPE_FLOAT, 3, dims_x3, &err), QP_OK);
+    fill(&ins[0], 0.25f, 2.0f, 7);
+    static const int64_t to_18_21[3] = {18, 19, 21};
+    check_built(build_reduce_split_17, 1, names, ins, to_18_21, 3);
+    qp_array_release(&ins[0]);
+
+    assert_int_equal(qp_array_alloc(&ins[0], QP_DTYPE_FLOAT, 4, dims_img, &err), QP_OK);
+    assert_int_equal(qp_array_alloc(&ins[1], QP_DTYPE_FLOAT, 4, dims_grid, &err), QP_OK);
+    fill(&ins[0], -3.0f, 3.0f, 11);
+    fill(&ins[1], -1.3f, 1.3f, 13); /* some points outside, for the padding modes */
+    static const int64_t to_20_21[2] = {20, 21};
+    check_built(build_gridsample_16, 2, names, ins, to_20_21, 2);
+    qp_array_release(&ins[0]);
+    qp_array_release(&ins[1]);
+}
+
+/* GroupNormalization 18 -> 21 with per-group scale and bias that are graph inputs: the nodes
+ * that make them per channel are run in the engine (which has no GroupNormalization kernel, so
+ * the node itself is dropped after conversion and its new inputs become the outputs). */
+static void test_groupnorm_nodes(void **state) {
+    (void)state;
+    struct qp_error err = {0};
+    struct qp_model *m = built_model(18);
+    struct qp_graph *g = m->graph;
+    static const int64_t dx[4] = {2, 6, 1, 2}, dg[1] = {3};
+    built_input(g, "x", 4, dx);
+    g->values[qp_graph_find_value(g, "x")].dims[1].value = -1; /* channels unknown */
+    built_input(g, "s", 1, dg);
+    built_input(g, "b", 1, dg);
+    const char *ins[3] = {"x", "s", "b"}, *out = "y";
+    int gn = -1;
+    assert_int_equal(
+        qp_graph_add_node(g, "gn", "GroupNormalization", "", 3, ins, 1, &out, &gn, &err), QP_OK);
+    built_int(g, gn, "num_groups", 3);
+    assert_int_equal(qp_model_convert_opset(m, 21, &err), QP_OK);
+    g->nodes[gn].dead = 1;
+    for (int k = 1; k <= 2; k++)
+        assert_int_equal(qp_graph_add_output(g, g->nodes[gn].inputs[k], &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+
+    const char *names[3] = {"x", "s", "b"};
+    struct qp_array in[3], got[MAX_IO];
+    assert_int_equal(qp_array_alloc(&in[0], QP_DTYPE_FLOAT, 4, dx, &err), QP_OK);
+    assert_int_equal(qp_array_alloc(&in[1], QP_DTYPE_FLOAT, 1, dg, &err), QP_OK);
+    assert_int_equal(qp_array_alloc(&in[2], QP_DTYPE_FLOAT, 1, dg, &err), QP_OK);
+    fill(&in[0], -1, 1, 3);
+    static const float sv[3] = {0.5f, -2, 4}, bv[3] = {1, 0.25f, -3};
+    memcpy(in[1].data, sv, sizeof sv);
+    memcpy(in[2].data, bv, sizeof bv);
+    assert_int_equal(run_model(m, 3, names, in, got, "GroupNormalization nodes", 0, NULL, 0), 2);
+    static const float want_s[6] = {0.5f, 0.5f, -2, -2, 4, 4},
+                       want_b[6] = {1, 1, 0.25f, 0.25f, -3, -3};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(got[k].rank, 1);
+        assert_int_equal(got[k].dims[0], 6);
+        assert_memory_equal(got[k].data, k ? want_b : want_s, sizeof want_s);
+        qp_array_release(&got[k]);
+    }
+    for (int i = 0; i < 3; i++)
+        qp_array_release(&in[i]);
+    qp_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_model),
+        cmocka_unit_test(test_built_models),
+        cmocka_unit_test(test_groupnorm_nodes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
