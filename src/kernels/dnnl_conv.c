@@ -14,6 +14,7 @@
  * 1 vs 2 threads bit for bit. Whatever oneDNN cannot do (non-constant weights, an asymmetric
  * padding it rejects, a full cache) runs the reference kernel with the same geometry.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,11 +27,14 @@ struct conv_key {
     int32_t transpose, nthr, nsp, has_bias;
     int64_t n, c, m, group;
     int64_t in[3], k[3], out[3], stride[3], dil[3], pb[3], pe[3];
+    int32_t n_post, post_kind[QP_CONV_MAX_POST];
+    float post_alpha[QP_CONV_MAX_POST], post_beta[QP_CONV_MAX_POST];
 };
 
 struct conv_entry {
     int nthr;
     dnnl_primitive_t prim, rsrc, rdst, rwei; /* rsrc/rdst NULL: layout already plain */
+    dnnl_primitive_t rres;                   /* plain residual into a blocked dst (SUM) */
     dnnl_memory_desc_t usrc, src, uwei, wei, bias, dst, udst, scr;
     size_t src_bytes, dst_bytes, wei_bytes, scr_bytes;
     dnnl_memory_t m_usrc, m_src, m_uwei, m_wei, m_bias, m_dst, m_udst, m_scr;
@@ -48,10 +52,21 @@ struct dnnl_conv_state {
     int use_dnnl;
     struct conv_key key; /* primary: nthr = the thread count prepare used */
     struct conv_entry *entry;
-    size_t wei_off;          /* reordered weights at (char *)state + wei_off */
-    size_t off_dst, off_scr; /* scratch layout: [blocked src | blocked dst | scratchpad] */
+    struct conv_entry *entry1; /* the 1-thread variant (NULL: none) */
+    size_t wei_off;            /* reordered weights at (char *)state + wei_off */
+    size_t off_dst, off_scr;   /* scratch layout: [blocked src | blocked dst | scratchpad] */
     size_t scratch;
+    int n_post, has_sum;
+    struct qp_conv_post post[QP_CONV_MAX_POST];
+    /* Set by the runtime (qp_dnnl_conv_set_blocked): the input, output and residual are in the
+     * primitive's blocked layouts already, not NCHW. */
+    int src_blocked, dst_blocked, res_blocked;
+    int small; /* fewer multiply-adds than QP_CONV_SMALL_MACS: one thread */
 };
+
+/* Below this many multiply-adds (about 20 us on one AVX2 core) a convolution runs on one
+ * thread. */
+#define QP_CONV_SMALL_MACS (1 << 18)
 
 static void dense_md(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims, int *ok) {
     dnnl_dims_t strides;
@@ -68,6 +83,7 @@ static void entry_free(struct conv_entry *e) {
     dnnl_primitive_destroy(e->rsrc);
     dnnl_primitive_destroy(e->rdst);
     dnnl_primitive_destroy(e->rwei);
+    dnnl_primitive_destroy(e->rres);
     dnnl_memory_t *ms[] = {&e->m_usrc, &e->m_src, &e->m_uwei, &e->m_wei,
                            &e->m_bias, &e->m_dst, &e->m_udst, &e->m_scr};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
@@ -86,6 +102,34 @@ static dnnl_primitive_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_
         *ok = 0;
     dnnl_primitive_desc_destroy(pd);
     return p;
+}
+
+static const dnnl_alg_kind_t post_alg[QP_CONV_POST_COUNT] = {
+    [QP_CONV_POST_LINEAR] = dnnl_eltwise_linear,
+    [QP_CONV_POST_RELU] = dnnl_eltwise_relu,
+    [QP_CONV_POST_CLIP] = dnnl_eltwise_clip,
+    [QP_CONV_POST_SIGMOID] = dnnl_eltwise_logistic,
+    [QP_CONV_POST_HARDSWISH] = dnnl_eltwise_hardswish,
+    [QP_CONV_POST_SUM] = dnnl_alg_kind_undef,
+};
+_Static_assert(sizeof post_alg / sizeof post_alg[0] == QP_CONV_POST_COUNT, "post_alg rows");
+
+/* The key's post-operations as the attribute's post-ops; 0 on failure. */
+static int set_post_ops(dnnl_primitive_attr_t attr, const struct conv_key *k) {
+    dnnl_post_ops_t po = NULL;
+    if (dnnl_post_ops_create(&po) != dnnl_success) return 0;
+    int ok = 1;
+    for (int i = 0; ok && i < k->n_post; i++) {
+        int kind = k->post_kind[i];
+        dnnl_status_t rc = kind == QP_CONV_POST_SUM
+                               ? dnnl_post_ops_append_sum(po, 1.0f)
+                               : dnnl_post_ops_append_eltwise(po, 1.0f, post_alg[kind],
+                                                              k->post_alpha[i], k->post_beta[i]);
+        if (rc != dnnl_success) ok = 0;
+    }
+    if (ok && dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success) ok = 0;
+    dnnl_post_ops_destroy(po);
+    return ok;
 }
 
 static void *entry_build(const void *key_, void *ctx) {
@@ -151,6 +195,7 @@ static void *entry_build(const void *key_, void *ctx) {
     if (ok && (dnnl_primitive_attr_create(&attr) ||
                dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)))
         ok = 0;
+    if (ok && k->n_post && !set_post_ops(attr, k)) ok = 0;
     if (ok) {
         dnnl_status_t rc;
         if (!k->transpose) {
@@ -186,6 +231,10 @@ static void *entry_build(const void *key_, void *ctx) {
     if (ok && !dnnl_memory_desc_equal(&e->udst, &e->dst))
         e->rdst = make_reorder(&e->dst, &e->udst, &ok);
     if (ok) e->rwei = make_reorder(&e->uwei, &e->wei, &ok);
+    int has_sum = 0;
+    for (int i = 0; i < k->n_post; i++)
+        has_sum |= k->post_kind[i] == QP_CONV_POST_SUM;
+    if (ok && has_sum && e->rdst) e->rres = make_reorder(&e->udst, &e->dst, &ok);
     struct {
         dnnl_memory_t *m;
         const dnnl_memory_desc_t *md;
@@ -223,12 +272,25 @@ static size_t entry_scratch(const struct conv_entry *e, size_t *off_dst, size_t 
     return a + b + qp_dnnl_align(e->scr_bytes);
 }
 
-static enum qp_status prepare(struct qp_kprep *p, int transpose) {
+static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
+                              const struct qp_conv_post *post) {
     struct qp_conv_state ref;
     enum qp_status st = qp_conv_geometry(p, transpose, &ref);
     if (st) return st;
     struct conv_key key;
     memset(&key, 0, sizeof key);
+    int has_sum = 0;
+    if (n_post < 0 || n_post > QP_CONV_MAX_POST)
+        return qp_error_set(p->err, QP_ERR_INTERNAL, "%d post-operations", n_post);
+    for (int i = 0; i < n_post; i++) {
+        if (post[i].kind < 0 || post[i].kind >= QP_CONV_POST_COUNT ||
+            (post[i].kind == QP_CONV_POST_SUM && has_sum++))
+            return qp_error_set(p->err, QP_ERR_INTERNAL, "bad post-operation %d", i);
+        key.post_kind[i] = post[i].kind;
+        key.post_alpha[i] = post[i].alpha;
+        key.post_beta[i] = post[i].beta;
+    }
+    key.n_post = n_post;
     int usable = qp_dnnl_enabled() && p->in[1]->is_const && (!ref.has_bias || p->in[2]->is_const);
     struct conv_entry *e = NULL;
     if (usable) {
@@ -257,12 +319,13 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose) {
         e = entry_for(&key, key.nthr);
     }
     size_t off_dst = 0, off_scr = 0, scratch = 0, wei_bytes = 0;
+    struct conv_entry *e1 = NULL;
     if (e) {
         scratch = entry_scratch(e, &off_dst, &off_scr);
         /* The 1-thread variant (the common other count) is made now too, so its scratchpad is
          * known; it has the primary's layouts, hence the same reorders and offsets. Counts whose
          * scratchpad does not fit run the reference kernel. */
-        struct conv_entry *e1 = key.nthr != 1 ? entry_for(&key, 1) : e;
+        e1 = key.nthr != 1 ? entry_for(&key, 1) : e;
         if (e1 && qp_dnnl_align(e1->scr_bytes) > qp_dnnl_align(e->scr_bytes))
             scratch = off_scr + qp_dnnl_align(e1->scr_bytes);
     }
@@ -272,10 +335,17 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose) {
     if (!s) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     memset(s, 0, sizeof *s);
     s->ref = ref;
+    s->n_post = n_post;
+    s->has_sum = has_sum;
+    s->small = (double)ref.n * (double)ref.m * (double)ref.out_sz * (double)(ref.c / ref.group) *
+                   (double)ref.k_sz <
+               (double)QP_CONV_SMALL_MACS;
+    if (n_post) memcpy(s->post, post, (size_t)n_post * sizeof *post);
     p->state = s;
     if (!e) return QP_OK;
     s->key = key;
     s->entry = e;
+    s->entry1 = e1;
     s->wei_off = head;
     s->off_dst = off_dst;
     s->off_scr = off_scr;
@@ -297,36 +367,114 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose) {
 }
 
 enum qp_status qp_k_dnnl_conv_prepare(struct qp_kprep *p) {
-    return prepare(p, 0);
+    return prepare(p, 0, 0, NULL);
 }
 
 enum qp_status qp_k_dnnl_conv_transpose_prepare(struct qp_kprep *p) {
-    return prepare(p, 1);
+    return prepare(p, 1, 0, NULL);
+}
+
+enum qp_status qp_dnnl_conv_fused_prepare(struct qp_kprep *p, int n_post,
+                                          const struct qp_conv_post *post) {
+    if (n_post && !post) return qp_error_set(p->err, QP_ERR_INTERNAL, "no post-operations");
+    return prepare(p, 0, n_post, post);
+}
+
+float qp_conv_post_ref(int n_post, const struct qp_conv_post *post, float x, float residual) {
+    for (int i = 0; i < n_post; i++) {
+        const struct qp_conv_post *q = &post[i];
+        switch (q->kind) {
+        case QP_CONV_POST_LINEAR:
+            x = q->alpha * x + q->beta;
+            break;
+        case QP_CONV_POST_RELU:
+            x = x > 0 ? x : q->alpha * x;
+            break;
+        case QP_CONV_POST_CLIP:
+            x = x < q->alpha ? q->alpha : x > q->beta ? q->beta : x;
+            break;
+        case QP_CONV_POST_SIGMOID:
+            x = 1.0f / (1.0f + expf(-x));
+            break;
+        case QP_CONV_POST_HARDSWISH: {
+            float h = x + 3.0f;
+            h = h < 0 ? 0 : h > 6 ? 6 : h;
+            x = x * h / 6.0f;
+            break;
+        }
+        case QP_CONV_POST_SUM:
+            x += residual;
+            break;
+        default:
+            break;
+        }
+    }
+    return x;
+}
+
+/* The reference convolution, then the post-operations in C. */
+static enum qp_status run_ref(const struct qp_krun *r, int transpose) {
+    const struct dnnl_conv_state *s = r->state;
+    enum qp_status st = transpose ? qp_k_conv_transpose_run(r) : qp_k_conv_run(r);
+    if (st != QP_OK || !s->n_post) return st;
+    float *y = r->out[0]->data;
+    const float *res = s->has_sum ? r->in[3]->data : NULL;
+    int64_t n = (int64_t)r->out[0]->numel;
+    int nt = n < 65536 ? 1 : r->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        y[i] = qp_conv_post_ref(s->n_post, s->post, y[i], res ? res[i] : 0.0f);
+    return QP_OK;
 }
 
 static enum qp_status run(const struct qp_krun *r, int transpose) {
     const struct dnnl_conv_state *s = r->state;
     struct conv_entry *e = NULL;
+    int blocked = s->src_blocked || s->dst_blocked || s->res_blocked;
+    /* A small convolution runs on one thread whatever the session's count: a parallel region
+     * (wake-up, barrier) would cost more than it saves. Same layouts, same results. */
+    int nthr = s->small ? 1 : r->n_threads;
     if (s->use_dnnl) {
-        e = r->n_threads == s->key.nthr ? s->entry : entry_for(&s->key, r->n_threads);
+        e = nthr == s->key.nthr      ? s->entry
+            : nthr == 1 && s->entry1 ? s->entry1
+                                     : entry_for(&s->key, nthr);
         if (e && s->off_scr + qp_dnnl_align(e->scr_bytes) > s->scratch) e = NULL;
+        /* Blocked tensors cannot go to the reference kernel: the primary primitive (same
+         * layouts, same weights, same results) runs with its own thread count instead. */
+        if (!e && blocked) e = s->entry;
     }
-    if (!e) return transpose ? qp_k_conv_transpose_run(r) : qp_k_conv_run(r);
+    if (!e) return run_ref(r, transpose);
     char *scratch = r->scratch;
     void *x = r->in[0]->data, *y = r->out[0]->data;
+    int rsrc = e->rsrc && !s->src_blocked, rdst = e->rdst && !s->dst_blocked;
+    void *dbuf = rdst ? scratch + s->off_dst : y;
     pthread_mutex_lock(&e->lock);
     int saved = qp_dnnl_threads_push(e->nthr);
     dnnl_status_t rc = dnnl_success;
     dnnl_memory_set_data_handle(e->m_usrc, x);
-    dnnl_memory_set_data_handle(e->m_src, e->rsrc ? scratch : x);
+    dnnl_memory_set_data_handle(e->m_src, rsrc ? scratch : x);
     dnnl_memory_set_data_handle(e->m_wei, (char *)s + s->wei_off);
     if (s->ref.has_bias) dnnl_memory_set_data_handle(e->m_bias, r->in[2]->data);
-    dnnl_memory_set_data_handle(e->m_dst, e->rdst ? scratch + s->off_dst : y);
+    dnnl_memory_set_data_handle(e->m_dst, dbuf);
     dnnl_memory_set_data_handle(e->m_udst, y);
     if (e->scr_bytes) dnnl_memory_set_data_handle(e->m_scr, scratch + s->off_scr);
-    if (e->rsrc) {
+    if (rsrc) {
         dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, e->m_usrc}, {DNNL_ARG_TO, e->m_src}};
         rc = dnnl_primitive_execute(e->rsrc, e->stream, 2, a);
+    }
+    if (s->has_sum) {
+        /* The sum post-op accumulates onto what the destination holds: the residual. */
+        const struct qp_kt *res = r->in[3];
+        if (s->res_blocked) {
+            memcpy(dbuf, res->data, e->dst_bytes);
+        } else if (e->rres) {
+            dnnl_memory_set_data_handle(e->m_udst, res->data);
+            dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, e->m_udst}, {DNNL_ARG_TO, e->m_dst}};
+            if (rc == dnnl_success) rc = dnnl_primitive_execute(e->rres, e->stream, 2, a);
+            dnnl_memory_set_data_handle(e->m_udst, y);
+        } else if (res->nbytes) {
+            memcpy(dbuf, res->data, res->nbytes);
+        }
     }
     dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->m_src},
                                {DNNL_ARG_WEIGHTS, e->m_wei},
@@ -335,7 +483,7 @@ static enum qp_status run(const struct qp_krun *r, int transpose) {
                                {DNNL_ARG_BIAS, e->m_bias}};
     if (rc == dnnl_success)
         rc = dnnl_primitive_execute(e->prim, e->stream, s->ref.has_bias ? 5 : 4, args);
-    if (rc == dnnl_success && e->rdst) {
+    if (rc == dnnl_success && rdst) {
         dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, e->m_dst}, {DNNL_ARG_TO, e->m_udst}};
         rc = dnnl_primitive_execute(e->rdst, e->stream, 2, a);
     }
@@ -358,4 +506,31 @@ enum qp_status qp_k_dnnl_conv_transpose_run(const struct qp_krun *r) {
 
 int qp_dnnl_conv_state_uses_dnnl(const void *state) {
     return state && ((const struct dnnl_conv_state *)state)->use_dnnl;
+}
+
+const void *qp_dnnl_conv_blocked_dst(const void *state, size_t *bytes_out) {
+    const struct dnnl_conv_state *s = state;
+    if (!s || !s->use_dnnl || !s->entry->rdst) return NULL;
+    *bytes_out = s->entry->dst_bytes;
+    return &s->entry->dst;
+}
+
+int qp_dnnl_conv_accepts(const void *state, int input, const void *md) {
+    const struct dnnl_conv_state *s = state;
+    if (!s || !s->use_dnnl || !md) return 0;
+    if (input == 0) return s->entry->rsrc && dnnl_memory_desc_equal(&s->entry->src, md);
+    if (input == 3)
+        return s->has_sum && s->entry->rdst && dnnl_memory_desc_equal(&s->entry->dst, md);
+    return 0;
+}
+
+void qp_dnnl_conv_set_blocked(void *state, int input, int on) {
+    struct dnnl_conv_state *s = state;
+    if (!s) return;
+    if (input == 0)
+        s->src_blocked = on;
+    else if (input == 3)
+        s->res_blocked = on;
+    else if (input == -1)
+        s->dst_blocked = on;
 }

@@ -21,6 +21,52 @@ struct qp_conv_state {
  * and shape. Does not allocate p->state. */
 enum qp_status qp_conv_geometry(struct qp_kprep *p, int transpose, struct qp_conv_state *s);
 
+/* Operations applied, in order, to a fused convolution's output (bias included): the runtime's
+ * fusion pass (src/runtime/fuse.c) hands a Conv node and the activations / residual Add that
+ * follow it to one primitive, as oneDNN post-ops. */
+enum qp_conv_post_kind {
+    QP_CONV_POST_LINEAR = 0, /* alpha * x + beta */
+    QP_CONV_POST_RELU,       /* x > 0 ? x : alpha * x */
+    QP_CONV_POST_CLIP,       /* min(max(x, alpha), beta) */
+    QP_CONV_POST_SIGMOID,    /* 1 / (1 + exp(-x)) */
+    QP_CONV_POST_HARDSWISH,  /* x * min(max(x + 3, 0), 6) / 6 */
+    QP_CONV_POST_SUM,        /* x + residual (the step's input 3, same shape as the output) */
+    QP_CONV_POST_COUNT
+};
+
+#define QP_CONV_MAX_POST 8
+
+struct qp_conv_post {
+    int kind; /* enum qp_conv_post_kind */
+    float alpha, beta;
+};
+
+/* Prepares a fused Conv: p->node is the Conv node, p->in[0..2] its input, weights and bias
+ * (both plan-time constants: BatchNormalization and per-channel scales already folded in, by
+ * the caller), p->n_in 3; `post` (n_post <= QP_CONV_MAX_POST, at most one SUM) follows. The
+ * run (qp_k_dnnl_conv_run) then takes 4 inputs, the 4th the residual of a SUM (NULL without
+ * one). When oneDNN cannot take the node, the state runs the reference convolution and the
+ * post-operations in C (qp_dnnl_conv_state_uses_dnnl tells which: the fusion pass only fuses
+ * onto oneDNN). */
+enum qp_status qp_dnnl_conv_fused_prepare(struct qp_kprep *p, int n_post,
+                                          const struct qp_conv_post *post);
+
+/* The reference meaning of `post` on one value (residual: the SUM operand). */
+float qp_conv_post_ref(int n_post, const struct qp_conv_post *post, float x, float residual);
+
+/* Blocked layouts between convolutions (the runtime's layout pass, src/runtime/fuse.c), for
+ * states of the Conv row or qp_dnnl_conv_fused_prepare:
+ * - qp_dnnl_conv_blocked_dst: the destination's oneDNN memory descriptor when the primitive
+ *   writes a blocked layout (else NULL), and its bytes (padded channels included);
+ * - qp_dnnl_conv_accepts: 1 when input 0 (source) or 3 (the SUM residual) can be read in the
+ *   layout `md` directly;
+ * - qp_dnnl_conv_set_blocked: from now on input 0 / 3, or the output (input -1), is in the
+ *   blocked layout, not NCHW. Only oneDNN convolutions read such tensors: the runtime
+ *   guarantees that nothing else does. */
+const void *qp_dnnl_conv_blocked_dst(const void *state, size_t *bytes_out);
+int qp_dnnl_conv_accepts(const void *state, int input, const void *md);
+void qp_dnnl_conv_set_blocked(void *state, int input, int on);
+
 /* 1 when a state made by the Conv/ConvTranspose registry rows runs on oneDNN (tests). */
 int qp_dnnl_conv_state_uses_dnnl(const void *state);
 

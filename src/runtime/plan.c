@@ -49,6 +49,14 @@ static struct qp_kt *new_temp(struct rt_plan *p) {
     return t;
 }
 
+enum qp_status rt_plan_own(struct rt_plan *p, size_t bytes, void **out, struct qp_error *err) {
+    return own(p, bytes, out, err);
+}
+
+struct qp_kt *rt_plan_temp(struct rt_plan *p) {
+    return new_temp(p);
+}
+
 void rt_plan_free(struct rt_plan *p, size_t n_inputs) {
     (void)n_inputs;
     if (!p) return;
@@ -58,6 +66,7 @@ void rt_plan_free(struct rt_plan *p, size_t n_inputs) {
         free(st->in);
         free(st->conv_in);
         free(st->dep);
+        free(st->nodes);
         if (st->rif) {
             rt_plan_free(st->rif->plan[0], 0);
             rt_plan_free(st->rif->plan[1], 0);
@@ -73,6 +82,7 @@ void rt_plan_free(struct rt_plan *p, size_t n_inputs) {
     free(p->arena);
     free(p->scratch);
     free(p->vals);
+    free(p->blocked);
     free(p->temps);
     free(p->in_rank);
     free(p->in_key);
@@ -412,20 +422,27 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
     struct qp_kt **ovin = NULL;
     unsigned char *mark = NULL;
     void *fold_scratch = NULL;
+    struct rt_fuse fz;
+    size_t fuse_first = 0;
+    if ((st = rt_fuse_find(s, &fz, err))) return st;
     struct rt_plan *p = calloc(1, sizeof *p);
-    if (!p) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    if (!p) {
+        rt_fuse_free(&fz);
+        return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    }
     size_t ni = s->n_inputs ? s->n_inputs : 1;
     p->in_rank = calloc(ni, sizeof *p->in_rank);
     p->in_key = calloc(ni, sizeof *p->in_key);
     p->in_key_bytes = calloc(ni, sizeof *p->in_key_bytes);
     p->in_dims = calloc(ni, sizeof *p->in_dims);
     p->vals = calloc(g->n_values ? g->n_values : 1, sizeof *p->vals);
+    p->blocked = calloc(g->n_values ? g->n_values : 1, 1);
     size_t n_slots = 0;
     for (size_t k = 0; k < g->n_topo; k++) {
         const struct qp_node *n = &g->nodes[g->topo[k]];
         n_slots += (size_t)n->n_inputs + (size_t)n->n_outputs;
     }
-    p->cap_temps = n_slots + s->n_ov + 1;
+    p->cap_temps = n_slots + s->n_ov + 2 * (size_t)fz.n_groups + 1;
     p->temps = calloc(p->cap_temps, sizeof *p->temps);
     p->steps = calloc(g->n_topo + s->n_ov + 1, sizeof *p->steps);
     node_step = malloc((g->n_nodes ? g->n_nodes : 1) * sizeof *node_step);
@@ -445,7 +462,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
         for (size_t i = 0; i < g->n_nodes; i++)
             node_step[i] = -1;
     if (!p->in_rank || !p->in_key || !p->in_key_bytes || !p->in_dims || !p->vals || !p->temps ||
-        !p->steps || !node_step) {
+        !p->steps || !node_step || !p->blocked) {
         st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
         goto fail;
     }
@@ -498,10 +515,12 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
     /* Prepare node by node. */
     size_t n_steps = 0;
     for (size_t k = 0; k < g->n_topo; k++) {
-        int ni_ = g->topo[k];
+        int ni_ = fz.order ? fz.order[k] : g->topo[k];
         const struct qp_node *n = &g->nodes[ni_];
         const struct qp_kernel *kr = s->kernels[ni_];
         node_step[ni_] = -1;
+        if (fz.order && fz.grp[ni_] >= 0 && fz.members[fz.start[fz.grp[ni_]]] == ni_)
+            fuse_first = n_steps; /* a group's first node: its steps start here */
         /* Overlays on this node's inputs: a step each (or computed now for a constant). */
         for (int i = 0; s->n_ov && i < n->n_inputs; i++) {
             int oi = find_overlay(s, ni_, i);
@@ -715,6 +734,10 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
         if (stp->scratch > p->scratch_bytes) p->scratch_bytes = stp->scratch;
         n_steps++;
         p->n_steps = n_steps;
+        if (fz.order && fz.grp[ni_] >= 0) {
+            if ((st = rt_fuse_apply(s, p, &fz, ni_, fuse_first, node_step, err))) goto fail;
+            n_steps = p->n_steps;
+        }
         continue;
     fail_step:
         free(stp->state);
@@ -729,6 +752,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
         goto fail;
     }
     p->n_steps = n_steps;
+    if ((st = rt_layout_apply(s, p, node_step, err))) goto fail;
 
     /* Dependencies between steps (partial re-execution) and reads by If branches. */
     for (size_t k = 0; k < n_steps; k++) {
@@ -767,7 +791,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
     }
     for (size_t k = 0; k < n_steps; k++) {
         struct rt_step *stp = &p->steps[k];
-        const struct qp_node *n = &g->nodes[stp->node];
+        const struct qp_node *n = &g->nodes[rt_step_onode(stp)];
         if (stp->kind == RT_STEP_OVERLAY) {
             /* Read by the consumer, the first node step after this one. */
             size_t c = k + 1;
@@ -821,6 +845,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
     free(ovin);
     free(last_extra);
     free(mark);
+    rt_fuse_free(&fz);
     *plan_out = p;
     return QP_OK;
 fail:
@@ -831,6 +856,7 @@ fail:
     free(ovin);
     free(last_extra);
     free(mark);
+    rt_fuse_free(&fz);
     rt_plan_free(p, s->n_inputs);
     return st;
 }

@@ -46,7 +46,21 @@ struct rt_step {
     /* RT_STEP_IF */
     struct rt_if *rif;
     struct qp_kt *cond;
+    /* A fused step (src/runtime/fuse.c): the nodes it computes, in order (NULL: just `node`).
+     * val_out are the last node's outputs. */
+    int n_nodes;
+    int *nodes;
 };
+
+/* The node whose outputs a step's val_out are. */
+static inline int rt_step_onode(const struct rt_step *st) {
+    return st->nodes ? st->nodes[st->n_nodes - 1] : st->node;
+}
+
+/* Node computations a step stands for (qp_session_nodes_executed). */
+static inline size_t rt_step_count(const struct rt_step *st) {
+    return st->kind == RT_STEP_OVERLAY ? 0 : st->nodes ? (size_t)st->n_nodes : 1;
+}
 
 /* One edge overlay, owned by the session (copies of the caller's arrays). */
 struct rt_overlay {
@@ -66,6 +80,7 @@ struct rt_cache {
     size_t n_inputs;
     struct qp_array *inputs; /* owned copies of the reference run's inputs */
     void **val;              /* per graph value: cached bytes (into buf) or NULL */
+    unsigned char *lay;      /* per graph value: its plan's `blocked` flag when cached */
     unsigned char *buf;
     size_t buf_bytes, used;
     size_t n_ov;
@@ -88,6 +103,10 @@ struct rt_plan {
     size_t scratch_bytes;
     size_t n_owned, cap_owned;
     void **owned;
+    size_t n_fused;         /* fused steps (tests) */
+    unsigned char *blocked; /* per value: kept in a oneDNN blocked layout (rt_layout_apply) */
+    size_t n_blocked;
+    int stale; /* made for another observer setting: kept only for the last run's outputs */
     /* A branch plan: values bound to the enclosing plans' tensors (data refreshed per run). */
     size_t n_outer;
     int *outer_v;
@@ -124,6 +143,38 @@ struct qp_session {
     struct rt_cache cache;
     size_t n_executed; /* node steps computed by the last run */
 };
+
+/* Fusion groups of a session's graph for its current overlays and observer (fuse.c). */
+struct rt_fuse {
+    int n_groups;
+    int *order;   /* g->n_topo node indices: topological, each group gathered at its last node */
+    int *grp;     /* per node: its group, or -1 */
+    int *start;   /* per group: first member in members/role/aux */
+    int *size;    /* per group: member count (the Conv first, the tail last) */
+    int *members; /* node indices */
+    int *role, *aux;
+};
+
+/* Finds the groups (none when QP_NO_FUSE is set, oneDNN is off, or the graph has If nodes or
+ * is a branch). QP_ERR_NOMEM only. rt_fuse_free is NULL-safe on a zeroed struct. */
+enum qp_status rt_fuse_find(const struct qp_session *s, struct rt_fuse *out, struct qp_error *err);
+void rt_fuse_free(struct rt_fuse *f);
+/* 1 when the environment variable QP_NO_FUSE is set (non-empty, not "0"). */
+int rt_fuse_disabled(void);
+/* Called after group tail `tail` got its step: replaces the steps of the longest prefix of the
+ * group (from `first`, where the group's first node started) that passes every check by one
+ * fused step (none: the plan stays as it is). Updates p->n_steps and node_step. QP_ERR_NOMEM
+ * only. */
+enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, const struct rt_fuse *f,
+                             int tail, size_t first, int *node_step, struct qp_error *err);
+/* After fusion: keeps a convolution's output in its primitive's blocked layout when every
+ * reader is a oneDNN convolution that accepts it there (and it is no graph output, not observed,
+ * on no overlaid edge), growing the tensor's bytes to the padded size. QP_OK always. */
+enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, const int *node_step,
+                               struct qp_error *err);
+/* Plan-owned memory (freed with the plan) and a plan temp (NULL when none is left). */
+enum qp_status rt_plan_own(struct rt_plan *p, size_t bytes, void **out, struct qp_error *err);
+struct qp_kt *rt_plan_temp(struct rt_plan *p);
 
 /* Builds a plan. `inputs` (may be NULL) supplies the values of keyed inputs. On failure
  * *retry_out is 1 when new inputs were found to need value keying (build again), 2 when keyed

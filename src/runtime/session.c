@@ -204,6 +204,7 @@ static struct rt_plan *find_plan(const struct qp_session *s, const int *ranks,
     for (size_t k = 0; k < s->n_plans; k++) {
         struct rt_plan *p = s->plans[k];
         size_t i;
+        if (p->stale) continue;
         for (i = 0; i < s->n_inputs; i++) {
             if (p->in_rank[i] != ranks[i]) break;
             if (memcmp(p->in_dims[i], dims[i], sizeof(int64_t) * (size_t)ranks[i])) break;
@@ -230,6 +231,15 @@ static enum qp_status get_plan(struct qp_session *s, const int *ranks,
     if (p) {
         *out = p;
         return QP_OK;
+    }
+    for (size_t k = 0; k < s->n_plans;) { /* stale plans nobody reads any more */
+        if (s->plans[k]->stale && s->plans[k] != s->last) {
+            rt_plan_free(s->plans[k], s->n_inputs);
+            memmove(&s->plans[k], &s->plans[k + 1], (s->n_plans - k - 1) * sizeof *s->plans);
+            s->n_plans--;
+        } else {
+            k++;
+        }
     }
     if (s->n_plans >= MAX_PLANS) {
         /* Drop the oldest plan that is not the last run's. */
@@ -387,6 +397,7 @@ void qp_session_free(struct qp_session *s) {
     free_overlays(s->ov, s->n_ov);
     cache_clear(&s->cache);
     free(s->cache.val);
+    free(s->cache.lay);
     free(s->cache.buf);
     free(s);
 }
@@ -430,8 +441,24 @@ void qp_session_set_threads(struct qp_session *s, int n_threads) {
         }
 }
 
+/* The next run plans again: fusion decisions depend on what is observed. The last run's plan
+ * stays (stale, never reused) so that its outputs can still be read; get_plan frees it later. */
+static void drop_plans(struct qp_session *s) {
+    size_t j = 0;
+    for (size_t k = 0; k < s->n_plans; k++) {
+        if (s->plans[k] == s->last) {
+            s->last->stale = 1;
+            s->plans[j++] = s->last;
+        } else {
+            rt_plan_free(s->plans[k], s->n_inputs);
+        }
+    }
+    s->n_plans = j;
+}
+
 void qp_session_set_observer(struct qp_session *s, qp_observer_fn fn, void *user) {
     if (!s) return;
+    if ((s->observer != NULL) != (fn != NULL)) drop_plans(s);
     s->observer = fn;
     s->observer_user = fn ? user : NULL;
 }
@@ -440,6 +467,7 @@ enum qp_status qp_session_set_observed(struct qp_session *s, size_t n, const cha
                                        struct qp_error *err) {
     if (!s || (n && !names)) return qp_error_set(err, QP_ERR_USAGE, "session: NULL argument");
     if (!n) {
+        if (s->observed && s->observer) drop_plans(s);
         free(s->observed);
         s->observed = NULL;
         return QP_OK;
@@ -457,6 +485,8 @@ enum qp_status qp_session_set_observed(struct qp_session *s, size_t n, const cha
         }
         set[v] = 1;
     }
+    size_t nv = s->g->n_values ? s->g->n_values : 1;
+    if (s->observer && (!s->observed || memcmp(s->observed, set, nv) != 0)) drop_plans(s);
     free(s->observed);
     s->observed = set;
     return QP_OK;
@@ -498,7 +528,7 @@ done:
 
 static enum qp_status observe(struct qp_session *s, const struct rt_step *stp,
                               struct qp_error *err) {
-    const struct qp_node *n = &s->g->nodes[stp->node];
+    const struct qp_node *n = &s->g->nodes[rt_step_onode(stp)];
     for (int i = 0; i < stp->n_out; i++) {
         const struct qp_kt *t = stp->val_out[i];
         if (!t || (s->observed && !s->observed[n->outputs[i]])) continue;
@@ -612,6 +642,8 @@ static enum qp_status cache_begin(struct qp_session *s, const struct rt_plan *p,
                                   const struct qp_array *inputs, struct qp_error *err) {
     struct rt_cache *c = &s->cache;
     cache_clear(c);
+    if (!c->lay) c->lay = calloc(s->g->n_values ? s->g->n_values : 1, 1);
+    if (!c->lay) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory (cache)");
     if (!c->val) {
         c->val = calloc(s->g->n_values ? s->g->n_values : 1, sizeof *c->val);
         if (!c->val) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory (cache)");
@@ -664,10 +696,10 @@ static enum qp_status cache_begin(struct qp_session *s, const struct rt_plan *p,
 }
 
 /* Copies a step's values into the cache while room is left. */
-static void cache_store(struct qp_session *s, const struct rt_step *stp) {
+static void cache_store(struct qp_session *s, const struct rt_plan *p, const struct rt_step *stp) {
     struct rt_cache *c = &s->cache;
     if (stp->kind == RT_STEP_OVERLAY) return;
-    const struct qp_node *n = &s->g->nodes[stp->node];
+    const struct qp_node *n = &s->g->nodes[rt_step_onode(stp)];
     for (int i = 0; i < stp->n_out; i++) {
         const struct qp_kt *t = stp->val_out[i];
         if (!t) continue;
@@ -676,6 +708,7 @@ static void cache_store(struct qp_session *s, const struct rt_step *stp) {
         void *dst = c->buf + c->used;
         if (t->nbytes) memcpy(dst, t->data, t->nbytes);
         c->val[n->outputs[i]] = dst;
+        c->lay[n->outputs[i]] = p->blocked[n->outputs[i]];
         c->used += b;
     }
 }
@@ -697,8 +730,8 @@ enum qp_status qp_session_run(struct qp_session *s, size_t n_inputs, const struc
     for (size_t k = 0; k < p->n_steps; k++) {
         struct rt_step *stp = &p->steps[k];
         if ((st = rt_step_run(s, p, stp, p->scratch, err))) goto fail;
-        if (stp->kind != RT_STEP_OVERLAY) s->n_executed++;
-        if (record) cache_store(s, stp);
+        s->n_executed += rt_step_count(stp);
+        if (record) cache_store(s, p, stp);
         if (s->observer && stp->kind != RT_STEP_OVERLAY && (st = observe(s, stp, err))) goto fail;
     }
     s->last = p;
@@ -779,6 +812,10 @@ enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err
         if (stp->kind == RT_STEP_OVERLAY) continue;
         nstep[stp->node] = (int)k;
         int d = dirty[stp->node];
+        for (int i = 0; i < stp->n_nodes; i++) { /* a fused step: any of its nodes */
+            nstep[stp->nodes[i]] = (int)k;
+            d |= dirty[stp->nodes[i]];
+        }
         for (int i = 0; !d && i < stp->n_dep; i++)
             d = stp->dep[i] >= 0 && mode[stp->dep[i]] == MODE_COMPUTE &&
                 p->steps[stp->dep[i]].kind != RT_STEP_OVERLAY;
@@ -793,9 +830,11 @@ enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err
         struct rt_step *stp = &p->steps[k];
         if (mode[k] != MODE_COMPUTE && need[k]) {
             int cached = stp->kind != RT_STEP_OVERLAY;
-            const struct qp_node *n = &g->nodes[stp->node];
+            const struct qp_node *n = &g->nodes[rt_step_onode(stp)];
             for (int i = 0; cached && i < stp->n_out; i++)
-                if (stp->val_out[i] && !c->val[n->outputs[i]]) cached = 0;
+                if (stp->val_out[i] &&
+                    (!c->val[n->outputs[i]] || c->lay[n->outputs[i]] != p->blocked[n->outputs[i]]))
+                    cached = 0; /* not cached, or cached in another layout */
             mode[k] = cached ? MODE_RESTORE : MODE_COMPUTE;
         }
         if (mode[k] == MODE_COMPUTE)
@@ -806,9 +845,9 @@ enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err
         struct rt_step *stp = &p->steps[k];
         if (mode[k] == MODE_COMPUTE) {
             if ((st = rt_step_run(s, p, stp, p->scratch, err))) goto done;
-            if (stp->kind != RT_STEP_OVERLAY) s->n_executed++;
+            s->n_executed += rt_step_count(stp);
         } else if (mode[k] == MODE_RESTORE) {
-            const struct qp_node *n = &g->nodes[stp->node];
+            const struct qp_node *n = &g->nodes[rt_step_onode(stp)];
             for (int i = 0; i < stp->n_out; i++)
                 if (stp->val_out[i] && stp->val_out[i]->nbytes)
                     memcpy(stp->val_out[i]->data, c->val[n->outputs[i]], stp->val_out[i]->nbytes);

@@ -298,7 +298,12 @@ int main(int argc, char **argv) {
         CHECK(run(sf, &in, 0, &b, &nb), "full run");
         CHECK(na == nb && memcmp(a, b, na) == 0, "partial run %d differs from a full run", p);
         size_t n_part = qp_session_nodes_executed(sp);
-        CHECK(n_part < n_full, "partial run computed %zu of %zu nodes", n_part, n_full);
+        /* With (nearly) every edge changed (p < 2) only 2-4 nodes near the input are not
+         * downstream, and they may run anyway: a value the reference run kept inside a fused
+         * step, or in a blocked layout the new edge set's plan does not use, is not in the
+         * cache and is computed again. */
+        CHECK(n_part < n_full || (p < 2 && n_part == n_full),
+              "partial run computed %zu of %zu nodes", n_part, n_full);
         printf("ok   partial run with the last %zu overlays == full run; %zu of %zu nodes "
                "computed (%.1f ms, with planning for the new edge set; %.1f ms for the first full "
                "overlay run)\n",

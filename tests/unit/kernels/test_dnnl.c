@@ -387,12 +387,110 @@ static void test_conv_nonconst_weights(void **state) {
     free(w);
 }
 
+/* Prepares a fused Conv (3x3, pads 1) with `post` and runs it on x (and residual r) with
+ * `threads`; returns the output (malloc'd) and whether oneDNN ran it. */
+static float *fused_run(struct qp_kt *in, const struct qp_kt *res, int n_post,
+                        const struct qp_conv_post *post, int threads, int *uses_out) {
+    int64_t pads[4] = {1, 1, 1, 1};
+    struct qp_attr attrs[1] = {{.name = "pads", .type = QP_ATTR_INTS, .n = 4, .ints = pads}};
+    struct qp_node node = {
+        .name = "n", .op_type = "Conv", .domain = "", .n_attrs = 1, .attrs = attrs};
+    const struct qp_kt *ins[4] = {&in[0], &in[1], &in[2], res};
+    struct qp_kt out;
+    memset(&out, 0, sizeof out);
+    struct qp_kt *outs[1] = {&out};
+    struct qp_error err = {0};
+    struct qp_kprep p = {.node = &node,
+                         .opset = test_opset,
+                         .n_in = 3,
+                         .n_out = 1,
+                         .in = ins,
+                         .out = outs,
+                         .err = &err,
+                         .missing_const = -1};
+    assert_int_equal(qp_dnnl_conv_fused_prepare(&p, n_post, post), QP_OK);
+    float *y = malloc(out.nbytes);
+    assert_non_null(y);
+    memset(y, 0xCD, out.nbytes);
+    out.data = y;
+    void *scratch = p.scratch ? aligned_alloc(64, (p.scratch + 63) / 64 * 64) : NULL;
+    struct qp_krun r = {.node = &node,
+                        .state = p.state,
+                        .n_in = 4,
+                        .n_out = 1,
+                        .in = ins,
+                        .out = outs,
+                        .scratch = scratch,
+                        .n_threads = threads,
+                        .err = &err};
+    assert_int_equal(qp_k_dnnl_conv_run(&r), QP_OK);
+    *uses_out = qp_dnnl_conv_state_uses_dnnl(p.state);
+    free(scratch);
+    free(p.state);
+    return y;
+}
+
+/* Fused Conv post-operations (the runtime's fusion pass): oneDNN's post-ops against the
+ * reference convolution followed by qp_conv_post_ref (rtol 1e-4), 1 == 2 threads bit for bit,
+ * and the C fallback (weights not constant) equal to the reference exactly. */
+static void test_conv_fused_post(void **state) {
+    (void)state;
+    int64_t dx[4] = {1, 16, 7, 9}, dw[4] = {16, 16, 3, 3}, db[1] = {16};
+    uint64_t nx = 16 * 7 * 9;
+    float *x = rand_buf(nx), *w = rand_buf(16 * 16 * 9), *b = rand_buf(16), *res = rand_buf(nx);
+    struct qp_kt resk = kt(4, dx, res, 0);
+    static const struct qp_conv_post lists[][4] = {
+        {{QP_CONV_POST_RELU, 0, 0}},
+        {{QP_CONV_POST_RELU, 0.1f, 0}, {QP_CONV_POST_SIGMOID, 0, 0}},
+        {{QP_CONV_POST_LINEAR, 1.3f, 0.25f}, {QP_CONV_POST_HARDSWISH, 0, 0}},
+        {{QP_CONV_POST_LINEAR, 0.2f, 0.5f}, {QP_CONV_POST_CLIP, 0, 1}},
+        {{QP_CONV_POST_SUM, 1, 0}, {QP_CONV_POST_RELU, 0, 0}},
+        {{QP_CONV_POST_CLIP, -0.5f, 0.5f}, {QP_CONV_POST_SUM, 1, 0}, {QP_CONV_POST_LINEAR, 2, -1}},
+    };
+    static const int counts[] = {1, 2, 2, 2, 2, 3};
+    for (size_t l = 0; l < sizeof counts / sizeof counts[0]; l++) {
+        int has_sum = 0;
+        for (int i = 0; i < counts[l]; i++)
+            has_sum |= lists[l][i].kind == QP_CONV_POST_SUM;
+        struct qp_kt in[3] = {kt(4, dx, x, 0), kt(4, dw, w, 1), kt(1, db, b, 1)};
+        float *want;
+        uint64_t n;
+        int64_t pads[4] = {1, 1, 1, 1};
+        struct qp_attr attrs[1] = {{.name = "pads", .type = QP_ATTR_INTS, .n = 4, .ints = pads}};
+        run_kernel(qp_k_conv_prepare, qp_k_conv_run, "Conv", attrs, 1, 3, in, 1, &want, &n, NULL);
+        assert_int_equal(n, nx);
+        for (uint64_t i = 0; i < n; i++)
+            want[i] = qp_conv_post_ref(counts[l], lists[l], want[i], res[i]);
+        int u1, u2, u3;
+        const struct qp_kt *r = has_sum ? &resk : NULL;
+        float *y1 = fused_run(in, r, counts[l], lists[l], 1, &u1);
+        float *y2 = fused_run(in, r, counts[l], lists[l], 2, &u2);
+        assert_true(u1 && u2);
+        char what[64];
+        snprintf(what, sizeof what, "fused Conv, post-op list %zu", l);
+        assert_close(y1, want, n, 144.0, what);
+        assert_memory_equal(y1, y2, n * sizeof *y1);
+        in[1].is_const = 0; /* no oneDNN: the reference convolution and the post-ops in C */
+        float *y3 = fused_run(in, r, counts[l], lists[l], 2, &u3);
+        assert_false(u3);
+        assert_memory_equal(y3, want, n * sizeof *y3);
+        free(want);
+        free(y1);
+        free(y2);
+        free(y3);
+    }
+    free(x);
+    free(w);
+    free(b);
+    free(res);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_shapes),           cmocka_unit_test(test_conv_transpose_shapes),
         cmocka_unit_test(test_matmul_shapes),         cmocka_unit_test(test_gemm_shapes),
         cmocka_unit_test(test_conv_nonconst_weights), cmocka_unit_test(test_softmax_shapes),
-        cmocka_unit_test(test_binary_shapes),
+        cmocka_unit_test(test_binary_shapes),         cmocka_unit_test(test_conv_fused_post),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,708 @@
+/*
+ * The fusion pass: a Conv and the nodes that only transform its output (BatchNormalization,
+ * Mul/Add by constants, activations, one residual Add) become one oneDNN primitive.
+ *
+ * Two halves. rt_fuse_find (before a plan is built) picks the groups from the graph alone: a
+ * chain starting at a Conv where every intermediate tensor has its only readers inside the group
+ * and is neither a graph output, nor observed, nor the input of an edge overlay. It returns an
+ * execution order in which each group's nodes sit together at the place of its last node (valid:
+ * the intermediate tensors have no other readers, and every other input of a member precedes the
+ * last member). The plan then prepares every node as usual, and after a group's last node
+ * rt_fuse_apply replaces the steps of the group's longest prefix that passes what only planning
+ * can check (dtypes, shapes, plan-time constant values) and that oneDNN takes by one step:
+ * BatchNormalization and per-channel Mul/Add fold into the weights and bias (in double, rounded
+ * once), the rest becomes post-operations of the fused Conv. The other members keep their steps;
+ * with no such prefix the group stays unfused. The layout pass at the end of this file then
+ * keeps tensors that only oneDNN convolutions read in the primitives' blocked layouts.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/dnnl_conv.h"
+#include "kernels/dnnl_util.h"
+#include "kernels/kernels.h"
+#include "runtime/runtime.h"
+
+#define RT_FUSE_MAX 16
+
+enum role {
+    R_CONV = 0,
+    R_BN,       /* BatchNormalization (inference) */
+    R_MUL_C,    /* Mul by a constant (aux: the constant's input index) */
+    R_ADD_C,    /* Add of a constant */
+    R_ADD_RES,  /* Add of a computed tensor of the output's shape (aux: its input index) */
+    R_RELU,     /* Relu, LeakyRelu */
+    R_CLIP,     /* Clip */
+    R_SIGMOID,  /* Sigmoid */
+    R_HSIGMOID, /* HardSigmoid */
+    R_HSWISH,   /* HardSwish */
+    R_HS_ADD3,  /* x * Clip(x + 3, 0, 6) / 6, as PaddleOCR exports HardSwish: the Add */
+    R_HS_CLIP,  /*   the Clip */
+    R_HS_MUL,   /*   the Mul (aux: the input index of x) */
+    R_HS_DIV    /*   the Div */
+};
+
+static int is_op(const struct qp_node *n, const char *op) {
+    return (!n->domain || !n->domain[0]) && strcmp(n->op_type, op) == 0;
+}
+
+void rt_fuse_free(struct rt_fuse *f) {
+    free(f->order);
+    free(f->grp);
+    free(f->start);
+    free(f->size);
+    free(f->members);
+    free(f->role);
+    free(f->aux);
+    memset(f, 0, sizeof *f);
+}
+
+int rt_fuse_disabled(void) {
+    const char *e = getenv("QP_NO_FUSE");
+    return e && e[0] && strcmp(e, "0") != 0;
+}
+
+struct finder {
+    const struct qp_session *s;
+    const struct qp_graph *g;
+    const unsigned char *cst; /* per value: a plan-time constant (predicted from the graph) */
+    const unsigned char *taken;
+};
+
+/* The overlay on (node, input), if any. */
+static int has_overlay(const struct qp_session *s, int node, int input) {
+    for (size_t i = 0; i < s->n_ov; i++)
+        if (s->ov[i].node == node && s->ov[i].input == input) return 1;
+    return 0;
+}
+
+/* 1 when tensor v may disappear inside a group: no graph output, not observed, exactly
+ * `n_uses` readers (checked by the caller to be members), no overlay on any of its edges. */
+static int absorbable(const struct finder *f, int v, size_t n_uses) {
+    const struct qp_session *s = f->s;
+    const struct qp_value *val = &f->g->values[v];
+    if (val->is_graph_output || val->n_uses != n_uses || val->kind != QP_VALUE_TENSOR) return 0;
+    if (s->observer && (!s->observed || s->observed[v])) return 0;
+    for (size_t u = 0; u < val->n_uses; u++) {
+        const struct qp_node *c = &f->g->nodes[val->uses[u].node];
+        if (c->dead || f->taken[val->uses[u].node]) return 0;
+        if (has_overlay(s, val->uses[u].node, val->uses[u].input)) return 0;
+    }
+    return 1;
+}
+
+/* The only reader of v (when it has one) and the input it reads v as. */
+static int sole_use(const struct qp_graph *g, int v, int *input_out) {
+    const struct qp_value *val = &g->values[v];
+    if (val->n_uses != 1) return -1;
+    *input_out = val->uses[0].input;
+    return val->uses[0].node;
+}
+
+/* Output 0 of a node with exactly one output used. */
+static int out0(const struct qp_node *n) {
+    for (int i = 1; i < n->n_outputs; i++)
+        if (n->outputs[i] >= 0) return -1;
+    return n->n_outputs >= 1 ? n->outputs[0] : -1;
+}
+
+/* Other input of a 2-input node reading v at `input`. */
+static int other_input(const struct qp_node *n, int input) {
+    if (n->n_inputs != 2) return -1;
+    return n->inputs[1 - input];
+}
+
+/* Grows the chain from Conv node `head`; returns the member count (1: nothing to fuse). */
+static int grow(const struct finder *f, int head, int *mem, int *role, int *aux) {
+    const struct qp_graph *g = f->g;
+    int n = 0, v = out0(&g->nodes[head]);
+    mem[n] = head;
+    role[n] = R_CONV;
+    aux[n++] = -1;
+    int have_sum = 0, have_post = 0;
+    while (v >= 0 && n + 4 <= RT_FUSE_MAX) {
+        const struct qp_value *val = &g->values[v];
+        int in = -1, c = -1;
+        if (val->n_uses == 2) {
+            /* x * Clip(x + 3, 0, 6) / 6 */
+            int ia = val->uses[0].node, ib = val->uses[1].node;
+            if (!is_op(&g->nodes[ia], "Add")) {
+                int t = ia;
+                ia = ib;
+                ib = t;
+            }
+            const struct qp_node *na = &g->nodes[ia], *nm = &g->nodes[ib];
+            if (ia == ib || !is_op(na, "Add") || !is_op(nm, "Mul") || !absorbable(f, v, 2)) break;
+            int ai = na->inputs[0] == v ? 0 : 1, a3 = other_input(na, ai);
+            int va = out0(na), ic, nc = va >= 0 ? sole_use(g, va, &ic) : -1;
+            if (a3 < 0 || !f->cst[a3] || nc < 0 || !is_op(&g->nodes[nc], "Clip") || ic != 0 ||
+                !absorbable(f, va, 1))
+                break;
+            const struct qp_node *ncl = &g->nodes[nc];
+            int vc = out0(ncl), im, nmm = vc >= 0 ? sole_use(g, vc, &im) : -1;
+            if (nmm != ib || !absorbable(f, vc, 1)) break;
+            for (int i = 1; i < ncl->n_inputs; i++)
+                if (ncl->inputs[i] >= 0 && !f->cst[ncl->inputs[i]]) return n;
+            int mx = nm->inputs[0] == v ? 0 : 1;
+            if (nm->n_inputs != 2 || nm->inputs[mx] != v || nm->inputs[1 - mx] != vc) break;
+            int vm = out0(nm), idv, nd = vm >= 0 ? sole_use(g, vm, &idv) : -1;
+            if (nd < 0 || !is_op(&g->nodes[nd], "Div") || idv != 0 || !absorbable(f, vm, 1)) break;
+            int d6 = g->nodes[nd].n_inputs == 2 ? g->nodes[nd].inputs[1] : -1;
+            if (d6 < 0 || !f->cst[d6]) break;
+            mem[n] = ia, role[n] = R_HS_ADD3, aux[n++] = 1 - ai;
+            mem[n] = nc, role[n] = R_HS_CLIP, aux[n++] = -1;
+            mem[n] = ib, role[n] = R_HS_MUL, aux[n++] = mx;
+            mem[n] = nd, role[n] = R_HS_DIV, aux[n++] = 1;
+            have_post = 1;
+            v = out0(&g->nodes[nd]);
+            continue;
+        }
+        c = sole_use(g, v, &in);
+        if (c < 0 || !absorbable(f, v, 1)) break;
+        const struct qp_node *nc = &g->nodes[c];
+        int r = -1, a = -1;
+        if (is_op(nc, "BatchNormalization")) {
+            int ok = !have_post && in == 0 && nc->n_inputs == 5 && out0(nc) >= 0;
+            for (int i = 1; ok && i < 5; i++)
+                ok = nc->inputs[i] >= 0 && f->cst[nc->inputs[i]];
+            if (!ok) break;
+            r = R_BN;
+        } else if (is_op(nc, "Mul") || is_op(nc, "Add")) {
+            int o = other_input(nc, in);
+            if (o < 0) break;
+            if (f->cst[o]) {
+                r = is_op(nc, "Mul") ? R_MUL_C : R_ADD_C;
+            } else if (is_op(nc, "Add") && !have_sum) {
+                r = R_ADD_RES;
+                have_sum = have_post = 1;
+            } else {
+                break;
+            }
+            a = 1 - in;
+        } else if ((is_op(nc, "Relu") || is_op(nc, "LeakyRelu")) && in == 0) {
+            r = R_RELU;
+        } else if (is_op(nc, "Clip") && in == 0) {
+            int ok = 1;
+            for (int i = 1; i < nc->n_inputs; i++)
+                ok &= nc->inputs[i] < 0 || f->cst[nc->inputs[i]];
+            if (!ok) break;
+            r = R_CLIP;
+        } else if (is_op(nc, "Sigmoid") && in == 0) {
+            r = R_SIGMOID;
+        } else if (is_op(nc, "HardSigmoid") && in == 0) {
+            r = R_HSIGMOID;
+        } else if (is_op(nc, "HardSwish") && in == 0) {
+            r = R_HSWISH;
+        } else {
+            break;
+        }
+        if (r != R_BN && r != R_MUL_C && r != R_ADD_C) have_post = 1;
+        mem[n] = c, role[n] = r, aux[n++] = a;
+        v = out0(nc);
+    }
+    return n;
+}
+
+enum qp_status rt_fuse_find(const struct qp_session *s, struct rt_fuse *out, struct qp_error *err) {
+    const struct qp_graph *g = s->g;
+    memset(out, 0, sizeof *out);
+    if (rt_fuse_disabled() || !qp_dnnl_enabled() || s->parent || s->ifs || g->n_topo == 0)
+        return QP_OK;
+    size_t nn = g->n_nodes, nv = g->n_values ? g->n_values : 1;
+    unsigned char *cst = calloc(nv, 1), *taken = calloc(nn, 1);
+    int *mem = malloc(RT_FUSE_MAX * sizeof *mem), *role = malloc(RT_FUSE_MAX * sizeof *role);
+    int *aux = malloc(RT_FUSE_MAX * sizeof *aux);
+    out->order = malloc(g->n_topo * sizeof *out->order);
+    out->grp = malloc(nn * sizeof *out->grp);
+    out->start = malloc(nn * sizeof *out->start);
+    out->size = calloc(nn, sizeof *out->size);
+    out->members = malloc(nn * sizeof *out->members);
+    out->role = malloc(nn * sizeof *out->role);
+    out->aux = malloc(nn * sizeof *out->aux);
+    enum qp_status st = QP_OK;
+    if (!cst || !taken || !mem || !role || !aux || !out->order || !out->grp || !out->start ||
+        !out->size || !out->members || !out->role || !out->aux) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        goto done;
+    }
+    /* Plan-time constants as the planner will find them: initializers, and outputs of nodes
+     * whose inputs all are constants (Constant nodes included). */
+    for (size_t v = 0; v < g->n_values; v++)
+        cst[v] = g->values[v].initializer >= 0;
+    for (size_t k = 0; k < g->n_topo; k++) {
+        const struct qp_node *n = &g->nodes[g->topo[k]];
+        int all = !is_op(n, "If");
+        for (int i = 0; all && i < n->n_inputs; i++)
+            all = n->inputs[i] < 0 || cst[n->inputs[i]];
+        for (int o = 0; all && o < n->n_outputs; o++)
+            if (n->outputs[o] >= 0) cst[n->outputs[o]] = 1;
+    }
+    for (size_t i = 0; i < nn; i++)
+        out->grp[i] = -1;
+    struct finder f = {s, g, cst, taken};
+    size_t n_mem = 0;
+    for (size_t k = 0; k < g->n_topo; k++) {
+        int h = g->topo[k];
+        const struct qp_node *n = &g->nodes[h];
+        if (taken[h] || !is_op(n, "Conv") || n->n_inputs < 2 || n->inputs[0] < 0 ||
+            cst[n->inputs[0]] || n->inputs[1] < 0 || !cst[n->inputs[1]] ||
+            (n->n_inputs > 2 && n->inputs[2] >= 0 && !cst[n->inputs[2]]) || out0(n) < 0)
+            continue;
+        int m = grow(&f, h, mem, role, aux);
+        /* A trailing piece of the decomposed HardSwish never ends a group (grow adds all four
+         * or none); anything else may. */
+        if (m < 2) continue;
+        int gid = out->n_groups++;
+        out->start[gid] = (int)n_mem;
+        out->size[gid] = m;
+        for (int i = 0; i < m; i++) {
+            taken[mem[i]] = 1;
+            out->grp[mem[i]] = gid;
+            out->members[n_mem] = mem[i];
+            out->role[n_mem] = role[i];
+            out->aux[n_mem++] = aux[i];
+        }
+    }
+    /* Execution order: members move to their tail's place. */
+    size_t j = 0;
+    for (size_t k = 0; k < g->n_topo; k++) {
+        int ni = g->topo[k], gid = out->grp[ni];
+        if (gid < 0) {
+            out->order[j++] = ni;
+            continue;
+        }
+        if (out->members[out->start[gid] + out->size[gid] - 1] != ni) continue;
+        for (int i = 0; i < out->size[gid]; i++)
+            out->order[j++] = out->members[out->start[gid] + i];
+    }
+done:
+    free(cst);
+    free(taken);
+    free(mem);
+    free(role);
+    free(aux);
+    if (st != QP_OK) rt_fuse_free(out);
+    return st;
+}
+
+/* ---- applying a group to a plan ----------------------------------------------------------- */
+
+/* Float32 constant's elements (NULL when t is not one). */
+static const float *cfloat(const struct qp_kt *t) {
+    return t && t->is_const && t->dtype == QP_DTYPE_FLOAT && t->data ? t->data : NULL;
+}
+
+/* The per-channel view of constant t against an output of rank `rank` with `m` channels on
+ * axis 1: 1 (a scalar: every channel), m (one per channel), 0 (neither). */
+static int64_t per_channel(const struct qp_kt *t, int rank, int64_t m) {
+    if (!cfloat(t) || t->rank > rank) return 0;
+    if (t->numel == 1) return 1;
+    if (t->numel != (uint64_t)m) return 0;
+    int ax = 1 - (rank - t->rank); /* position of axis 1 in t's (right-aligned) dims */
+    if (ax < 0) return 0;
+    for (int d = 0; d < t->rank; d++)
+        if (d != ax && t->dims[d] != 1) return 0;
+    return t->dims[ax] == m ? m : 0;
+}
+
+static int scalar_is(const struct qp_kt *t, float x) {
+    const float *v = cfloat(t);
+    return v && t->numel == 1 && v[0] == x;
+}
+
+static const struct qp_kernel fused_conv_kernel = {
+    "", "Conv", 1, 21, QP_DT_F32, 0, 0, NULL, qp_k_dnnl_conv_run};
+
+struct folder {
+    int64_t m;
+    double *mul, *add; /* y = mul * (conv + bias) + add, per channel */
+    int folding;       /* still before the first post-operation */
+    int n_post;
+    struct qp_conv_post post[QP_CONV_MAX_POST];
+    const struct qp_kt *res;
+};
+
+static int push_post(struct folder *fo, int kind, float alpha, float beta) {
+    if (fo->n_post >= QP_CONV_MAX_POST) return 0;
+    fo->post[fo->n_post++] = (struct qp_conv_post){kind, alpha, beta};
+    fo->folding = 0;
+    return 1;
+}
+
+/* Takes member step `st` (role r, aux a) into the folder; 0 when it cannot be fused. */
+static int take(struct folder *fo, const struct qp_session *s, int node, const struct rt_step *st,
+                int r, int a) {
+    const struct qp_node *n = &s->g->nodes[node];
+    const struct qp_kt *y = st->out[0];
+    int rank = y->rank;
+    switch (r) {
+    case R_BN: {
+        const float *sc = cfloat(st->in[1]), *b = cfloat(st->in[2]), *mean = cfloat(st->in[3]),
+                    *var = cfloat(st->in[4]);
+        if (!fo->folding || !sc || !b || !mean || !var) return 0;
+        for (int i = 1; i < 5; i++)
+            if (st->in[i]->numel != (uint64_t)fo->m) return 0;
+        double eps = qp_kattr_float(n, "epsilon", 1e-5f);
+        for (int64_t c = 0; c < fo->m; c++) {
+            double k = (double)sc[c] / sqrt((double)var[c] + eps);
+            fo->mul[c] *= k;
+            fo->add[c] = (fo->add[c] - mean[c]) * k + b[c];
+        }
+        return 1;
+    }
+    case R_MUL_C:
+    case R_ADD_C: {
+        const struct qp_kt *t = st->in[a];
+        int64_t pc = per_channel(t, rank, fo->m);
+        const float *v = cfloat(t);
+        if (!pc) return 0;
+        if (fo->folding) {
+            for (int64_t c = 0; c < fo->m; c++) {
+                double x = v[pc == 1 ? 0 : c];
+                if (r == R_MUL_C) {
+                    fo->mul[c] *= x;
+                    fo->add[c] *= x;
+                } else {
+                    fo->add[c] += x;
+                }
+            }
+            return 1;
+        }
+        if (pc != 1) return 0;
+        /* x * a + b as one linear post-op when an Add follows a Mul. */
+        struct qp_conv_post *last = fo->n_post ? &fo->post[fo->n_post - 1] : NULL;
+        if (r == R_ADD_C && last && last->kind == QP_CONV_POST_LINEAR && last->beta == 0) {
+            last->beta = v[0];
+            return 1;
+        }
+        return r == R_MUL_C ? push_post(fo, QP_CONV_POST_LINEAR, v[0], 0)
+                            : push_post(fo, QP_CONV_POST_LINEAR, 1, v[0]);
+    }
+    case R_ADD_RES: {
+        const struct qp_kt *t = st->in[a];
+        if (fo->res || t->dtype != QP_DTYPE_FLOAT || t->rank != rank ||
+            memcmp(t->dims, y->dims, sizeof(int64_t) * (size_t)rank) != 0)
+            return 0;
+        fo->res = t;
+        return push_post(fo, QP_CONV_POST_SUM, 1, 0);
+    }
+    case R_RELU:
+        return push_post(fo, QP_CONV_POST_RELU,
+                         is_op(n, "LeakyRelu") ? qp_kattr_float(n, "alpha", 0.01f) : 0.0f, 0);
+    case R_CLIP: {
+        float lo = -FLT_MAX, hi = FLT_MAX;
+        if (s->opsets[node] < 11) {
+            lo = qp_kattr_float(n, "min", lo);
+            hi = qp_kattr_float(n, "max", hi);
+        } else {
+            for (int i = 1; i < st->n_in && i < 3; i++) {
+                if (!st->in[i]) continue;
+                const float *v = cfloat(st->in[i]);
+                if (!v || st->in[i]->numel != 1) return 0;
+                if (i == 1)
+                    lo = v[0];
+                else
+                    hi = v[0];
+            }
+        }
+        if (!(lo <= hi)) return 0;
+        return push_post(fo, QP_CONV_POST_CLIP, lo, hi);
+    }
+    case R_SIGMOID:
+        return push_post(fo, QP_CONV_POST_SIGMOID, 0, 0);
+    case R_HSIGMOID:
+        return push_post(fo, QP_CONV_POST_LINEAR, qp_kattr_float(n, "alpha", 0.2f),
+                         qp_kattr_float(n, "beta", 0.5f)) &&
+               push_post(fo, QP_CONV_POST_CLIP, 0, 1);
+    case R_HSWISH:
+        return push_post(fo, QP_CONV_POST_HARDSWISH, 0, 0);
+    case R_HS_ADD3:
+        return scalar_is(st->in[a], 3.0f);
+    case R_HS_CLIP: {
+        float lo = -FLT_MAX, hi = FLT_MAX;
+        if (s->opsets[node] < 11) {
+            lo = qp_kattr_float(n, "min", lo);
+            hi = qp_kattr_float(n, "max", hi);
+        } else {
+            if (st->n_in < 3 || !scalar_is(st->in[1], 0.0f) || !scalar_is(st->in[2], 6.0f))
+                return 0;
+            lo = 0, hi = 6;
+        }
+        return lo == 0 && hi == 6;
+    }
+    case R_HS_MUL:
+        return 1;
+    case R_HS_DIV:
+        return scalar_is(st->in[1], 6.0f) && push_post(fo, QP_CONV_POST_HARDSWISH, 0, 0);
+    default:
+        return 0;
+    }
+}
+
+/* A member may end a fused group: not inside the decomposed HardSwish. */
+static int can_end(int role) {
+    return role != R_HS_ADD3 && role != R_HS_CLIP && role != R_HS_MUL;
+}
+
+/* Member i's step: a float32 node step of the Conv output's shape (hs: the Conv's step). */
+static int member_ok(const struct rt_step *st, const struct rt_step *hs) {
+    if (st->kind != RT_STEP_NODE || st->n_conv_in || st->n_conv_out || !st->out[0] ||
+        st->out[0]->dtype != QP_DTYPE_FLOAT || st->val_out[0] != st->out[0])
+        return 0;
+    if (st == hs) return 1;
+    if (st->out[0]->rank != hs->out[0]->rank ||
+        memcmp(st->out[0]->dims, hs->out[0]->dims, sizeof(int64_t) * (size_t)hs->out[0]->rank))
+        return 0;
+    for (int j = 0; j < st->n_in; j++)
+        if (st->in[j] && st->in[j]->dtype != QP_DTYPE_FLOAT) return 0;
+    return 1;
+}
+
+/* Folds members 1..len-1 into fo (reset first); 0 when one cannot be taken. */
+static int fold_prefix(struct folder *fo, const struct qp_session *s, const struct rt_plan *p,
+                       const int *mem, const int *role, const int *aux, int len,
+                       const int *node_step) {
+    fo->folding = 1;
+    fo->n_post = 0;
+    fo->res = NULL;
+    for (int64_t c = 0; c < fo->m; c++) {
+        fo->mul[c] = 1;
+        fo->add[c] = 0;
+    }
+    for (int i = 1; i < len; i++)
+        if (!take(fo, s, mem[i], &p->steps[node_step[mem[i]]], role[i], aux[i])) return 0;
+    return 1;
+}
+
+/*
+ * The longest prefix of the group that passes every check and that oneDNN takes is fused (at
+ * least the Conv and one node). That choice depends only on the prefix itself, so two plans
+ * whose groups differ only beyond a node (different overlays downstream) fuse the part before
+ * it alike: partial re-execution restores values computed by the same steps.
+ */
+enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, const struct rt_fuse *f,
+                             int tail, size_t first, int *node_step, struct qp_error *err) {
+    const struct qp_graph *g = s->g;
+    int gid = f->grp[tail];
+    if (gid < 0) return QP_OK;
+    const int *mem = f->members + f->start[gid];
+    const int *role = f->role + f->start[gid], *aux = f->aux + f->start[gid];
+    int n_mem = f->size[gid];
+    if (mem[n_mem - 1] != tail || first > p->n_steps) return QP_OK;
+    for (int i = 0; i < n_mem; i++)
+        if (node_step[mem[i]] < (int)first) return QP_OK; /* evaluated at plan time */
+    const struct rt_step *hs = &p->steps[node_step[mem[0]]];
+    if (!member_ok(hs, hs) || !qp_dnnl_conv_state_uses_dnnl(hs->state)) return QP_OK;
+    const struct qp_kt *x = hs->in[0], *w = hs->in[1];
+    const struct qp_kt *b = hs->n_in > 2 ? hs->in[2] : NULL;
+    if (!cfloat(w) || (b && !cfloat(b)) || x->dtype != QP_DTYPE_FLOAT || w->rank < 3) return QP_OK;
+    int64_t m = w->dims[0];
+    if (m <= 0 || hs->out[0]->rank < 2 || hs->out[0]->dims[1] != m) return QP_OK;
+
+    enum qp_status st = QP_OK;
+    struct folder fo = {.m = m, .folding = 1};
+    fo.mul = malloc((size_t)m * sizeof *fo.mul);
+    fo.add = calloc((size_t)m, sizeof *fo.add);
+    void *state = NULL;
+    struct qp_kt **arr = NULL;
+    int *nodes = NULL;
+    struct rt_step *tmp = NULL;
+    if (!fo.mul || !fo.add) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        goto done;
+    }
+    /* The members that pass the checks, one by one. */
+    int len = 1;
+    while (len < n_mem && member_ok(&p->steps[node_step[mem[len]]], hs) &&
+           fold_prefix(&fo, s, p, mem, role, aux, len + 1, node_step))
+        len++;
+    struct qp_kprep pr;
+    struct qp_kt *wf = NULL, *bf = NULL, *y = NULL, *wt = NULL, *bt = NULL;
+    for (; len >= 2; len--) {
+        if (!can_end(role[len - 1]) || !fold_prefix(&fo, s, p, mem, role, aux, len, node_step))
+            continue;
+        /* Folded weights and bias: plan-owned constants (the model's when nothing folds), two
+         * temps per group at most whatever the retries, so groups never compete for them. */
+        int fold = 0;
+        for (int64_t c = 0; c < m; c++)
+            fold |= fo.mul[c] != 1 || fo.add[c] != 0;
+        if (fold && !wt) {
+            if (!(wt = rt_plan_temp(p))) goto done; /* no room: stay unfused */
+            *wt = *w;
+            wt->is_const = 1;
+            if ((st = rt_plan_own(p, wt->nbytes, &wt->data, err))) goto done;
+        }
+        if ((fold || !b) && !bt) {
+            int64_t bd[1] = {m};
+            if (!(bt = rt_plan_temp(p))) goto done;
+            if ((st = qp_kt_set(bt, QP_DTYPE_FLOAT, 1, bd, err)) ||
+                (st = rt_plan_own(p, bt->nbytes, &bt->data, err)))
+                goto done;
+            bt->is_const = 1;
+        }
+        wf = fold ? wt : (struct qp_kt *)w;
+        bf = fold || !b ? bt : (struct qp_kt *)b;
+        if (fold || bf != b) {
+            const float *w0 = w->data, *b0 = b ? b->data : NULL;
+            float *w1 = wf->data, *b1 = bf->data;
+            uint64_t per = w->numel / (uint64_t)m;
+            for (int64_t c = 0; c < m; c++) {
+                for (uint64_t i = 0; fold && i < per; i++)
+                    w1[(uint64_t)c * per + i] = (float)(w0[(uint64_t)c * per + i] * fo.mul[c]);
+                b1[c] = (float)((b0 ? b0[c] : 0.0) * fo.mul[c] + fo.add[c]);
+            }
+        }
+        /* The fused Conv. */
+        y = p->steps[node_step[mem[len - 1]]].out[0];
+        const struct qp_kt *pin[3] = {x, wf, bf};
+        struct qp_kt *pout[1] = {y};
+        struct qp_error e2 = {0};
+        int conv = mem[0];
+        pr = (struct qp_kprep){.node = &g->nodes[conv],
+                               .opset = s->opsets[conv],
+                               .n_in = 3,
+                               .n_out = 1,
+                               .in = pin,
+                               .out = pout,
+                               .err = &e2,
+                               .missing_const = -1};
+        if (qp_dnnl_conv_fused_prepare(&pr, fo.n_post, fo.post) == QP_OK &&
+            qp_dnnl_conv_state_uses_dnnl(pr.state)) {
+            state = pr.state;
+            break;
+        }
+        free(pr.state);
+    }
+    if (len < 2 || !state) goto done;
+    int conv = mem[0], last = mem[len - 1];
+    arr = calloc(4 + 2 + 1, sizeof *arr);
+    nodes = malloc((size_t)len * sizeof *nodes);
+    size_t n_range = p->n_steps - first;
+    tmp = malloc((n_range ? n_range : 1) * sizeof *tmp);
+    if (!arr || !nodes || !tmp) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        goto done;
+    }
+    memcpy(nodes, mem, (size_t)len * sizeof *nodes);
+    arr[0] = (struct qp_kt *)x;
+    arr[1] = wf;
+    arr[2] = bf;
+    arr[3] = (struct qp_kt *)fo.res;
+    arr[4] = arr[5] = y;
+    /* Steps [first, n_steps): the prefix members' overlay steps in order, the fused step, then
+     * the rest (the other members and their overlay steps) as they were. */
+    memcpy(tmp, p->steps + first, n_range * sizeof *tmp);
+    size_t j = first;
+    for (size_t k = 0; k < n_range; k++) {
+        int in_prefix = 0;
+        for (int i = 0; i < len; i++)
+            in_prefix |= tmp[k].node == mem[i];
+        if (in_prefix && tmp[k].kind == RT_STEP_OVERLAY) p->steps[j++] = tmp[k];
+    }
+    size_t fused_at = j++;
+    for (size_t k = 0; k < n_range; k++) {
+        int in_prefix = 0;
+        for (int i = 0; i < len; i++)
+            in_prefix |= tmp[k].node == mem[i];
+        if (!in_prefix) {
+            if (tmp[k].kind == RT_STEP_NODE) node_step[tmp[k].node] = (int)j;
+            p->steps[j++] = tmp[k];
+        } else if (tmp[k].kind != RT_STEP_OVERLAY) {
+            free(tmp[k].state);
+            free(tmp[k].in);
+            free(tmp[k].conv_in);
+            free(tmp[k].dep);
+        }
+    }
+    struct rt_step *fs = &p->steps[fused_at];
+    memset(fs, 0, sizeof *fs);
+    fs->kind = RT_STEP_NODE;
+    fs->node = conv;
+    fs->k = &fused_conv_kernel;
+    fs->state = state;
+    fs->n_in = 4;
+    fs->n_out = 1;
+    fs->in = arr;
+    fs->out = arr + 4;
+    fs->val_out = arr + 5;
+    fs->scratch = (pr.scratch + 63) / 64 * 64;
+    fs->n_nodes = len;
+    fs->nodes = nodes;
+    if (fs->scratch > p->scratch_bytes) p->scratch_bytes = fs->scratch;
+    for (int i = 0; i < len; i++)
+        node_step[mem[i]] = (int)fused_at;
+    p->n_steps = j;
+    p->n_fused++;
+    qp_log(QP_LOG_DEBUG, "session: fused %d nodes from '%s' (Conv) to '%s' (%s), %d post-ops", len,
+           g->nodes[conv].name ? g->nodes[conv].name : "",
+           g->nodes[last].name ? g->nodes[last].name : "", g->nodes[last].op_type, fo.n_post);
+    state = NULL;
+    arr = NULL;
+    nodes = NULL;
+done:
+    free(state);
+    free(arr);
+    free(nodes);
+    free(tmp);
+    free(fo.mul);
+    free(fo.add);
+    return st;
+}
+
+/* ---- blocked layouts between convolutions ------------------------------------------------- */
+
+static int is_conv_step(const struct rt_step *st) {
+    return st->kind == RT_STEP_NODE && st->k && st->k->run == qp_k_dnnl_conv_run &&
+           !st->n_conv_in && !st->n_conv_out && st->out[0] && st->out[0] == st->val_out[0] &&
+           qp_dnnl_conv_state_uses_dnnl(st->state);
+}
+
+enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, const int *node_step,
+                               struct qp_error *err) {
+    const struct qp_graph *g = s->g;
+    (void)err;
+    if (rt_fuse_disabled() || !qp_dnnl_enabled() || s->parent || s->ifs) return QP_OK;
+    for (size_t k = 0; k < p->n_steps; k++) {
+        struct rt_step *st = &p->steps[k];
+        if (!is_conv_step(st)) continue;
+        size_t bytes = 0;
+        const void *md = qp_dnnl_conv_blocked_dst(st->state, &bytes);
+        if (!md || st->out[0] < p->vals || st->out[0] >= p->vals + g->n_values) continue;
+        int v = (int)(st->out[0] - p->vals);
+        const struct qp_value *val = &g->values[v];
+        if (val->is_graph_output || val->n_uses == 0 ||
+            (s->observer && (!s->observed || s->observed[v])))
+            continue;
+        /* Every reader is a oneDNN convolution that takes this layout where it reads v. */
+        int ok = 1;
+        for (size_t u = 0; ok && u < val->n_uses; u++) {
+            int c = val->uses[u].node;
+            int kc = node_step[c];
+            if (has_overlay(s, c, val->uses[u].input) || kc < 0 || !is_conv_step(&p->steps[kc])) {
+                ok = 0;
+                break;
+            }
+            const struct rt_step *sc = &p->steps[kc];
+            int reads = 0;
+            for (int i = 0; i < sc->n_in; i++) {
+                if (sc->in[i] != st->out[0]) continue;
+                reads = 1;
+                if ((i != 0 && i != 3) || !qp_dnnl_conv_accepts(sc->state, i, md)) ok = 0;
+            }
+            if (!reads) ok = 0;
+        }
+        if (!ok) continue;
+        qp_dnnl_conv_set_blocked(st->state, -1, 1);
+        for (size_t u = 0; u < val->n_uses; u++) {
+            struct rt_step *sc = &p->steps[node_step[val->uses[u].node]];
+            for (int i = 0; i < sc->n_in; i++)
+                if (sc->in[i] == st->out[0]) qp_dnnl_conv_set_blocked(sc->state, i, 1);
+        }
+        if (bytes > st->out[0]->nbytes) st->out[0]->nbytes = bytes;
+        p->blocked[v] = 1;
+        p->n_blocked++;
+    }
+    return QP_OK;
+}
