@@ -1,8 +1,10 @@
 /*
  * libFuzzer harness for the .npy and .npz readers. The same bytes go to the .npy buffer reader
- * and, written to a temporary file, to the .npz reader (every member is read). Beyond "does not
- * crash", it checks that an accepted .npy re-encodes to an image that reads back identically,
- * and that the non-finite counter accepts what the reader produced.
+ * and, written to a temporary file, to the .npz reader (every member is read whole and through
+ * the streaming API the npz provider uses). Beyond "does not crash", it checks that an accepted
+ * .npy re-encodes to an image that reads back identically, that streaming accepts exactly what
+ * the whole read accepts (with the same bytes), and that the non-finite counter accepts what the
+ * reader produced.
  *
  *     clang -fsanitize=fuzzer,address,undefined -Iinclude -Isrc fuzz/fuzz_npy.c \
  *         src/calib/npy.c src/calib/npz.c src/core/{array,dtype,status}.c -lzip -o fuzz_npy
@@ -71,6 +73,46 @@ static const char *npz_path(void) {
     return path;
 }
 
+/* Reads member `name` through the streaming API (header, then the data in three uneven
+ * pieces, then the end check), as the npz provider does. It must accept exactly what the
+ * whole-array reader accepted (`whole`, NULL when refused) and, for C-ordered data, give the
+ * same bytes. */
+static void stream_member(struct qp_npz *npz, const char *name, const struct qp_array *whole) {
+    struct qp_error err = {0};
+    struct qp_npz_member *m = NULL;
+    if (qp_npz_member_open(npz, name, &m, &err) != QP_OK) {
+        check(!whole, "member opens for the whole reader only");
+        return;
+    }
+    const struct qp_npy_source *src = qp_npz_member_source(m);
+    struct qp_npy_stream st;
+    int ok = qp_npy_stream_begin(src, &st, &err) == QP_OK;
+    uint8_t *buf = NULL;
+    if (ok) {
+        buf = malloc(st.data_size ? (size_t)st.data_size : 1);
+        if (!buf) {
+            qp_npz_member_close(m);
+            return;
+        }
+        uint64_t items = st.data_size / st.item_size;
+        uint64_t cut[3] = {items / 3, items / 3 + items / 5, items};
+        uint64_t at = 0;
+        for (int k = 0; k < 3 && ok; k++) {
+            size_t n = (size_t)((cut[k] - at) * st.item_size);
+            ok = qp_npy_stream_read(src, &st, buf + at * st.item_size, n, &err) == QP_OK;
+            at = cut[k];
+        }
+        if (ok) ok = qp_npy_stream_end(src, &st, &err) == QP_OK;
+    }
+    check(ok == (whole != NULL), "streamed and whole reads disagree on accepting a member");
+    if (ok && whole && (!st.fortran || st.rank < 2))
+        check(whole->nbytes == st.data_size &&
+                  (!whole->nbytes || memcmp(whole->data, buf, whole->nbytes) == 0),
+              "streamed data differ from the whole read");
+    free(buf);
+    qp_npz_member_close(m);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct qp_error err = {0};
     struct qp_array a;
@@ -91,7 +133,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (size_t i = 0; i < qp_npz_count(npz); i++) {
         const char *name = qp_npz_name(npz, i);
         check(name && qp_npz_contains(npz, name), "listed member not found");
-        if (qp_npz_read(npz, name, &a, &err) == QP_OK) {
+        int whole_ok = qp_npz_read(npz, name, &a, &err) == QP_OK;
+        stream_member(npz, name, whole_ok ? &a : NULL);
+        if (whole_ok) {
             npy_round_trip(&a);
             qp_array_release(&a);
         }

@@ -10,7 +10,22 @@
 struct slot {
     int value;          /* value index in the top-level graph */
     int required;       /* a placement tensor: must end up with a range */
-    struct qp_stats *s; /* made on the first float batch of the tensor */
+    int group;          /* pooled Concat group (index into groups), or -1 */
+    int member;         /* its index among the group's members */
+    struct qp_stats *s; /* made on the first float batch of the tensor; in a pooled group it
+                           keeps only the tensor's own counts (no histogram) */
+};
+
+/* A Concat group whose histograms are pooled (entropy, percentile): each batch, copies of the
+ * members' values are kept until the run ends and then fed as one pooled batch, so the group
+ * has one histogram over all members' values, grown as ORT grows a pooled batch's. */
+struct group {
+    size_t n;
+    int *slots;              /* n member slots */
+    struct qp_array *copies; /* n: this batch's values (owned buffers, reused) */
+    size_t *caps;            /* n: bytes allocated per copy */
+    unsigned char *fed;      /* n: fed in this batch */
+    struct qp_stats *s;      /* the pooled statistics */
 };
 
 struct qp_collector {
@@ -22,6 +37,10 @@ struct qp_collector {
     size_t n_slots;
     struct slot *slots;
     int *slot_of_value; /* g->n_values entries, -1 when the value is not calibrated */
+    size_t n_groups;
+    struct group *groups;
+    struct qp_array *pool; /* scratch: the fed copies of one group */
+    struct qp_stats_config member_cfg;
     uint64_t n_batches, n_samples;
     size_t bytes_max;
     /* An error raised inside the observer, which can only return non-zero. */
@@ -62,7 +81,7 @@ static enum qp_status add_slot(struct qp_collector *c, int v, int required, stru
         c->slots[c->slot_of_value[v]].required |= required;
         return QP_OK;
     }
-    c->slots[c->n_slots] = (struct slot){.value = v, .required = required};
+    c->slots[c->n_slots] = (struct slot){.value = v, .required = required, .group = -1};
     c->slot_of_value[v] = (int)c->n_slots++;
     (void)err;
     return QP_OK;
@@ -99,17 +118,142 @@ static enum qp_status select_tensors(struct qp_collector *c, struct qp_error *er
     return QP_OK;
 }
 
+/* Keeps a copy of a pooled group member's values until the end of the run. */
+static enum qp_status keep_copy(struct group *gr, int k, const struct qp_array *a,
+                                struct qp_error *err) {
+    if (a->nbytes > gr->caps[k]) {
+        void *p = realloc(gr->copies[k].data, a->nbytes);
+        if (!p) return qp_error_set(err, QP_ERR_NOMEM, "out of memory keeping a group member");
+        gr->copies[k].data = p;
+        gr->caps[k] = a->nbytes;
+    }
+    void *data = gr->copies[k].data;
+    if (a->nbytes) memcpy(data, a->data, a->nbytes);
+    gr->copies[k] = *a;
+    gr->copies[k].data = data;
+    gr->copies[k].owned = 0; /* the buffer belongs to the group */
+    gr->fed[k] = 1;
+    return QP_OK;
+}
+
 static enum qp_status feed(struct qp_collector *c, struct slot *sl, const struct qp_array *a,
                            struct qp_error *err) {
     if (!is_float_dtype(a->dtype)) return QP_OK;
+    const struct qp_stats_config *cfg = sl->group >= 0 ? &c->member_cfg : &c->cfg;
     if (!sl->s) {
-        enum qp_status st = qp_stats_create(&c->cfg, &sl->s, err);
+        enum qp_status st = qp_stats_create(cfg, &sl->s, err);
         if (st != QP_OK) return st;
     }
     enum qp_status st = qp_stats_update(sl->s, a, err);
+    if (st == QP_OK && sl->group >= 0) st = keep_copy(&c->groups[sl->group], sl->member, a, err);
     if (st != QP_OK)
         return qp_error_prefix(err, "calibrate: tensor '%s'", c->g->values[sl->value].name);
     return QP_OK;
+}
+
+/* Feeds each pooled group the copies of its members seen in this run, as one batch. */
+static enum qp_status flush_groups(struct qp_collector *c, struct qp_error *err) {
+    for (size_t gi = 0; gi < c->n_groups; gi++) {
+        struct group *gr = &c->groups[gi];
+        size_t m = 0;
+        for (size_t k = 0; k < gr->n; k++)
+            if (gr->fed[k]) {
+                c->pool[m++] = gr->copies[k];
+                gr->fed[k] = 0;
+            }
+        if (!m) continue;
+        enum qp_status st = QP_OK;
+        if (!gr->s) st = qp_stats_create(&c->cfg, &gr->s, err);
+        if (st == QP_OK) st = qp_stats_update_pooled(gr->s, c->pool, m, err);
+        if (st != QP_OK)
+            return qp_error_prefix(err, "calibrate: Concat group of tensor '%s'",
+                                   c->g->values[c->slots[gr->slots[0]].value].name);
+    }
+    return QP_OK;
+}
+
+/* Union-find over slot indices, for Concat groups. */
+static int uf_find(int *parent, int i) {
+    while (parent[i] != i) {
+        parent[i] = parent[parent[i]];
+        i = parent[i];
+    }
+    return i;
+}
+
+/* Joins the inputs and the output of every Concat among the given slots (transitively) into
+ * parent[] (size n_slots). `have` (may be NULL: all) limits it to slots with statistics. */
+static void concat_union(const struct qp_collector *c, int *parent, const int *have) {
+    const struct qp_graph *g = c->g;
+    for (size_t i = 0; i < c->n_slots; i++)
+        parent[i] = (int)i;
+    for (size_t k = 0; k < g->n_nodes; k++) {
+        const struct qp_node *n = &g->nodes[k];
+        if (!is_onnx_op(n, "Concat") || n->n_outputs < 1 || n->outputs[0] < 0) continue;
+        int root = c->slot_of_value[n->outputs[0]];
+        if (root < 0 || (have && !have[root])) continue;
+        for (int j = 0; j < n->n_inputs; j++) {
+            int v = n->inputs[j];
+            int s = v >= 0 ? c->slot_of_value[v] : -1;
+            if (s < 0 || (have && !have[s])) continue;
+            int a = uf_find(parent, root), b = uf_find(parent, s);
+            if (a != b) parent[b] = a;
+        }
+    }
+}
+
+/* Pooled groups (entropy and percentile with group_concat): every set of two or more slots
+ * joined by Concats. */
+static enum qp_status make_groups(struct qp_collector *c, struct qp_error *err) {
+    if (!c->o.group_concat || c->o.calib.method == QP_CALIB_MAX || c->n_slots < 2) return QP_OK;
+    enum qp_status st = QP_OK;
+    int *parent = malloc(c->n_slots * sizeof *parent);
+    int *gid = malloc(c->n_slots * sizeof *gid);
+    size_t *count = calloc(c->n_slots, sizeof *count);
+    if (!parent || !gid || !count) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
+        goto done;
+    }
+    concat_union(c, parent, NULL);
+    size_t biggest = 0;
+    for (size_t i = 0; i < c->n_slots; i++)
+        count[uf_find(parent, (int)i)]++;
+    for (size_t i = 0; i < c->n_slots; i++) {
+        gid[i] = -1;
+        if (uf_find(parent, (int)i) == (int)i && count[i] >= 2) gid[i] = (int)c->n_groups++;
+        if (count[i] > biggest) biggest = count[i];
+    }
+    if (!c->n_groups) goto done;
+    c->groups = calloc(c->n_groups, sizeof *c->groups);
+    c->pool = calloc(biggest, sizeof *c->pool);
+    if (!c->groups || !c->pool) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < c->n_slots; i++) {
+        int gi = gid[uf_find(parent, (int)i)];
+        if (gi < 0) continue;
+        struct group *gr = &c->groups[gi];
+        if (!gr->slots) {
+            size_t m = count[uf_find(parent, (int)i)];
+            gr->slots = calloc(m, sizeof *gr->slots);
+            gr->copies = calloc(m, sizeof *gr->copies);
+            gr->caps = calloc(m, sizeof *gr->caps);
+            gr->fed = calloc(m, 1);
+            if (!gr->slots || !gr->copies || !gr->caps || !gr->fed) {
+                st = qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
+                goto done;
+            }
+        }
+        c->slots[i].group = gi;
+        c->slots[i].member = (int)gr->n;
+        gr->slots[gr->n++] = (int)i;
+    }
+done:
+    free(parent);
+    free(gid);
+    free(count);
+    return st;
 }
 
 static int observe(const char *tensor_name, const char *node_name, const struct qp_array *value,
@@ -122,6 +266,28 @@ static int observe(const char *tensor_name, const char *node_name, const struct 
         return 1;
     }
     return 0;
+}
+
+/* Tells the session to report only the calibrated tensors that a run computes (graph inputs
+ * are fed from the batch), so it may fuse across all the others. */
+static enum qp_status observe_only_slots(struct qp_collector *c, struct qp_error *err) {
+    const char **names = malloc((c->n_slots ? c->n_slots : 1) * sizeof *names);
+    if (!names) return qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_slots; i++) {
+        const struct qp_value *x = &c->g->values[c->slots[i].value];
+        if (x->producer >= 0) names[n++] = x->name;
+    }
+    enum qp_status st = QP_OK;
+    /* An empty set would mean "every tensor": with nothing computed to observe, keep the
+     * observer off instead. */
+    if (n)
+        st = qp_session_set_observed(c->session, n, names, err);
+    else
+        qp_session_set_observer(c->session, NULL, NULL);
+    free(names);
+    if (st != QP_OK) qp_error_prefix(err, "calibrate");
+    return st;
 }
 
 enum qp_status qp_collector_create(const struct qp_model *model, const struct qp_collect_options *o,
@@ -156,10 +322,14 @@ enum qp_status qp_collector_create(const struct qp_model *model, const struct qp
     for (size_t v = 0; v < nv; v++)
         c->slot_of_value[v] = -1;
     if ((st = select_tensors(c, err)) != QP_OK) goto fail;
+    c->member_cfg = c->cfg;
+    c->member_cfg.flags = 0;
+    if ((st = make_groups(c, err)) != QP_OK) goto fail;
     struct qp_session_options so = {.n_threads = o->n_threads};
     if ((st = qp_session_create(model, &so, n_shapes, shapes, &c->session, err)) != QP_OK)
         goto fail;
     qp_session_set_observer(c->session, observe, c);
+    if ((st = observe_only_slots(c, err)) != QP_OK) goto fail;
     *out = c;
     return QP_OK;
 fail:
@@ -171,6 +341,18 @@ void qp_collector_free(struct qp_collector *c) {
     if (!c) return;
     for (size_t i = 0; i < c->n_slots; i++)
         qp_stats_free(c->slots[i].s);
+    for (size_t gi = 0; gi < c->n_groups; gi++) {
+        struct group *gr = &c->groups[gi];
+        for (size_t k = 0; k < gr->n; k++)
+            free(gr->copies[k].data);
+        free(gr->slots);
+        free(gr->copies);
+        free(gr->caps);
+        free(gr->fed);
+        qp_stats_free(gr->s);
+    }
+    free(c->groups);
+    free(c->pool);
     free(c->slots);
     free(c->slot_of_value);
     qp_session_free(c->session);
@@ -186,6 +368,12 @@ size_t qp_collector_bytes(const struct qp_collector *c) {
     size_t b = sizeof *c + c->g->n_values * (sizeof *c->slot_of_value + sizeof *c->slots);
     for (size_t i = 0; i < c->n_slots; i++)
         if (c->slots[i].s) b += qp_stats_bytes(c->slots[i].s);
+    for (size_t gi = 0; gi < c->n_groups; gi++) {
+        const struct group *gr = &c->groups[gi];
+        b += qp_stats_bytes(gr->s);
+        for (size_t k = 0; k < gr->n; k++)
+            b += gr->caps[k];
+    }
     return b;
 }
 
@@ -193,6 +381,8 @@ enum qp_status qp_collector_run(struct qp_collector *c, size_t n, const struct q
                                 struct qp_error *err) {
     if (!c || (n && !inputs)) return qp_error_set(err, QP_ERR_USAGE, "calibrate: run arguments");
     c->failed = 0;
+    for (size_t gi = 0; gi < c->n_groups; gi++) /* nothing left from a failed run */
+        memset(c->groups[gi].fed, 0, c->groups[gi].n);
     c->obs_err.status = QP_OK;
     c->obs_err.msg[0] = '\0';
     enum qp_status st = qp_session_run(c->session, n, inputs, err);
@@ -208,6 +398,7 @@ enum qp_status qp_collector_run(struct qp_collector *c, size_t n, const struct q
         if (v >= 0 && c->slot_of_value[v] >= 0)
             if ((st = feed(c, &c->slots[c->slot_of_value[v]], &inputs[i], err)) != QP_OK) return st;
     }
+    if ((st = flush_groups(c, err)) != QP_OK) return st;
     c->n_batches++;
     c->n_samples +=
         n && inputs[0].rank > 0 && inputs[0].dims[0] > 0 ? (uint64_t)inputs[0].dims[0] : 1;
@@ -221,15 +412,6 @@ static int pinned_softmax(const struct qp_collector *c, int v) {
     const struct qp_value *x = &c->g->values[v];
     return c->o.pin_softmax && x->producer >= 0 &&
            is_onnx_op(&c->g->nodes[x->producer], "Softmax") && x->producer_output == 0;
-}
-
-/* Union-find over slot indices, for Concat groups. */
-static int uf_find(int *parent, int i) {
-    while (parent[i] != i) {
-        parent[i] = parent[parent[i]];
-        i = parent[i];
-    }
-    return i;
 }
 
 enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **out,
@@ -265,7 +447,19 @@ enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **ou
             }
             continue;
         }
-        if ((st = qp_calib_compute(&c->o.calib, sl->s, &rr[i], err)) != QP_OK) {
+        const struct qp_stats *from = sl->group >= 0 ? c->groups[sl->group].s : sl->s;
+        if (!from) { /* a run failed before its group was fed */
+            st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                              "calibrate: tensor '%s': its Concat group has no statistics", name);
+            goto done;
+        }
+        if ((st = qp_calib_compute(&c->o.calib, from, &rr[i], err)) == QP_OK && from != sl->s) {
+            struct qp_stats_summary own; /* the member's own NaN/Inf counts */
+            qp_stats_summary(sl->s, &own);
+            rr[i].n_nan = own.n_nan;
+            rr[i].n_inf = own.n_inf;
+        }
+        if (st != QP_OK) {
             /* A pinned Softmax output needs no statistics: all-NaN is reported, not fatal. */
             struct qp_stats_summary sum;
             qp_stats_summary(sl->s, &sum);
@@ -288,19 +482,9 @@ enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **ou
         }
     }
     if (c->o.group_concat) {
-        for (size_t k = 0; k < g->n_nodes; k++) {
-            const struct qp_node *n = &g->nodes[k];
-            if (!is_onnx_op(n, "Concat") || n->n_outputs < 1 || n->outputs[0] < 0) continue;
-            int root = c->slot_of_value[n->outputs[0]];
-            if (root < 0 || !have[root]) continue;
-            for (int j = 0; j < n->n_inputs; j++) {
-                int v = n->inputs[j];
-                int s = v >= 0 ? c->slot_of_value[v] : -1;
-                if (s < 0 || !have[s]) continue;
-                int a = uf_find(parent, root), b = uf_find(parent, s);
-                if (a != b) parent[b] = a;
-            }
-        }
+        /* Pooled groups already have one range; this shares it among the members computed
+         * (and, for max, is the grouping itself: min lo, max hi, max amax). */
+        concat_union(c, parent, have);
         for (size_t i = 0; i < c->n_slots; i++) {
             if (!have[i] || uf_find(parent, (int)i) != (int)i) continue;
             size_t m = 0;

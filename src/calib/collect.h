@@ -19,9 +19,12 @@
  * (shape subgraphs) and non-float tensors are skipped; a placement tensor the engine never
  * computed as float is an error (calibration never drops an edge, DESIGN.md invariant 1).
  *
- * After the calibrator (calib/calibrator.h) has turned each tensor's statistics into a range:
- * Concat groups share one range when o.group_concat (the inputs and output of each Concat,
- * joined transitively; qp_calib_group_share), then Softmax outputs are pinned to [0, 1] when
+ * The session reports only the calibrated tensors (qp_session_set_observed), so the engine may
+ * fuse across the others. Concat groups (o.group_concat: the inputs and output of each Concat,
+ * joined transitively) share one range: for entropy and percentile the members' values of each
+ * batch are pooled into one histogram (copies are kept until the run ends, then fed with
+ * qp_stats_update_pooled) and the calibrator runs once on it; for max the members' ranges are
+ * joined (qp_calib_group_share), which is the same. Then Softmax outputs are pinned to [0, 1] when
  * o.pin_softmax (ModelOpt's override). NaN/Inf values are counted per tensor, left out of the
  * ranges and reported through qp_log (a warning naming the tensor and the counts) and the
  * report; a tensor with no finite value at all is an error.

@@ -334,7 +334,7 @@ static void resize_bilinear(const float *src, int64_t sh, int64_t sw, float *dst
 
 enum qp_status qp_image_preprocess(const struct qp_image *img, const struct qp_image_options *o,
                                    float *out, struct qp_error *err) {
-    int64_t oh, ow;
+    int64_t oh = 0, ow = 0;
     enum qp_status st = qp_image_output_size(o, img->h, img->w, &oh, &ow, err);
     if (st != QP_OK) return st;
     const float *src = img->rgb;
@@ -425,7 +425,7 @@ static enum qp_status images_next(struct qp_provider *p, int *end_out, struct qp
         struct qp_image img = {0};
         enum qp_status st = qp_image_decode_file(path, &img, err);
         if (st != QP_OK) return st;
-        int64_t oh, ow;
+        int64_t oh = 0, ow = 0;
         st = qp_image_output_size(&im->o, img.h, img.w, &oh, &ow, err);
         if (st == QP_OK && (oh != im->oh || ow != im->ow))
             st = qp_error_set(err, QP_ERR_BAD_INPUT,

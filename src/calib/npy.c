@@ -401,13 +401,11 @@ static enum qp_status fortran_to_c(struct qp_array *a, size_t es, const char *na
     return QP_OK;
 }
 
-enum qp_status qp_npy_read_source(const struct qp_npy_source *src, struct qp_array *out,
-                                  struct qp_error *err) {
+enum qp_status qp_npy_stream_begin(const struct qp_npy_source *src, struct qp_npy_stream *out,
+                                   struct qp_error *err) {
     const char *name = src->name;
     uint8_t pre[12];
     uint8_t *hdr = NULL;
-    uint8_t *buf = NULL;
-    struct qp_array a = {0};
     size_t got = 0;
     enum qp_status st = src_read_full(src, pre, 10, &got, err);
     if (st != QP_OK) goto fail;
@@ -501,6 +499,78 @@ enum qp_status qp_npy_read_source(const struct qp_npy_source *src, struct qp_arr
                           src->size - header_size < data_size ? "truncated" : "trailing bytes");
         goto fail;
     }
+    memset(out, 0, sizeof *out);
+    out->dtype = hd.dtype;
+    out->rank = hd.rank;
+    memcpy(out->dims, hd.dims, sizeof out->dims);
+    out->item_size = hd.item_size;
+    out->big_endian = hd.big_endian;
+    out->fortran = hd.fortran;
+    out->data_size = data_size;
+    free(hdr);
+    return QP_OK;
+fail:
+    free(hdr);
+    return st;
+}
+
+/* Makes freshly read data host-ready: little-endian, bools 0/1 (`n` whole items). */
+static void fix_items(const struct qp_npy_stream *s, uint8_t *p, size_t n) {
+    if (s->big_endian && s->item_size > 1) {
+        int complex = s->dtype == QP_DTYPE_COMPLEX64 || s->dtype == QP_DTYPE_COMPLEX128;
+        size_t unit = complex ? s->item_size / 2 : s->item_size;
+        byteswap(p, n / unit, unit);
+    }
+    if (s->dtype == QP_DTYPE_BOOL)
+        for (size_t i = 0; i < n; i++)
+            p[i] = p[i] != 0;
+}
+
+enum qp_status qp_npy_stream_read(const struct qp_npy_source *src, struct qp_npy_stream *s,
+                                  void *buf, size_t n, struct qp_error *err) {
+    if (n % s->item_size || n > s->data_size - s->done)
+        return qp_error_set(err, QP_ERR_INTERNAL, "%s: bad stream read of %zu bytes", src->name, n);
+    size_t got = 0;
+    enum qp_status st = src_read_full(src, buf, n, &got, err);
+    if (st != QP_OK) return st;
+    if (got < n)
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "%s: truncated: the data end after %llu of %llu bytes", src->name,
+                            (unsigned long long)(s->done + got), (unsigned long long)s->data_size);
+    fix_items(s, buf, n);
+    s->done += n;
+    return QP_OK;
+}
+
+enum qp_status qp_npy_stream_end(const struct qp_npy_source *src, const struct qp_npy_stream *s,
+                                 struct qp_error *err) {
+    if (s->done != s->data_size)
+        return qp_error_set(err, QP_ERR_INTERNAL, "%s: stream ended early", src->name);
+    uint8_t extra;
+    size_t got = 0;
+    enum qp_status st = src_read_full(src, &extra, 1, &got, err);
+    if (st != QP_OK) return st;
+    if (got)
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "%s: trailing bytes after the %llu bytes of data its shape needs",
+                            src->name, (unsigned long long)s->data_size);
+    return QP_OK;
+}
+
+enum qp_status qp_npy_read_source(const struct qp_npy_source *src, struct qp_array *out,
+                                  struct qp_error *err) {
+    const char *name = src->name;
+    uint8_t *buf = NULL;
+    struct qp_array a = {0};
+    size_t got = 0;
+    struct qp_npy_stream hd;
+    enum qp_status st = qp_npy_stream_begin(src, &hd, err);
+    if (st != QP_OK) return st;
+    size_t data_size = (size_t)hd.data_size;
+    struct qp_array shape = {.dtype = hd.dtype, .rank = hd.rank};
+    memcpy(shape.dims, hd.dims, sizeof hd.dims);
+    char shape_str[QP_MAX_RANK * 21 + 8];
+    qp_array_shape_str(&shape, shape_str, sizeof shape_str);
 
     /* With a known size this is one exact allocation; otherwise memory follows the bytes that
      * actually arrive, so a header claiming terabytes costs nothing. */
@@ -550,28 +620,16 @@ enum qp_status qp_npy_read_source(const struct qp_npy_source *src, struct qp_arr
     a.owned = 1;
     buf = NULL;
 
-    size_t n_items = data_size / hd.item_size;
     /* qp_array data is little-endian whatever the host */
-    if (hd.big_endian && hd.item_size > 1) {
-        int complex = hd.dtype == QP_DTYPE_COMPLEX64 || hd.dtype == QP_DTYPE_COMPLEX128;
-        size_t unit = complex ? hd.item_size / 2 : hd.item_size;
-        byteswap(a.data, data_size / unit, unit);
-    }
-    if (hd.dtype == QP_DTYPE_BOOL) {
-        uint8_t *b = a.data;
-        for (size_t i = 0; i < n_items; i++)
-            b[i] = b[i] != 0;
-    }
+    fix_items(&hd, a.data, data_size);
     if (hd.fortran) {
         st = fortran_to_c(&a, hd.item_size, name, err);
         if (st != QP_OK) goto fail;
     }
-    free(hdr);
     *out = a;
     return QP_OK;
 
 fail:
-    free(hdr);
     free(buf);
     qp_array_release(&a);
     return st;

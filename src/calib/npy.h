@@ -38,6 +38,42 @@ struct qp_npy_source {
 enum qp_status qp_npy_read_source(const struct qp_npy_source *src, struct qp_array *out,
                                   struct qp_error *err);
 
+/* Streaming reads of one .npy image: the header first, then the data in pieces, so that a
+ * caller can take rows as it needs them (the npz provider, one batch at a time). */
+struct qp_npy_stream {
+    enum qp_dtype dtype;
+    int rank;
+    int64_t dims[QP_MAX_RANK];
+    size_t item_size;
+    int big_endian; /* the stored data is big-endian (reads swap it) */
+    int fortran;    /* Fortran order: rows are not contiguous */
+    uint64_t data_size, done;
+};
+
+/* Reads and checks the preamble and header from `src` (as qp_npy_read_source does, including
+ * that a known size matches the shape) and fills *out; the source is then at the first data
+ * byte. Statuses as qp_npy_read_file. */
+enum qp_status qp_npy_stream_begin(const struct qp_npy_source *src, struct qp_npy_stream *out,
+                                   struct qp_error *err);
+/* Reads the next `n` data bytes (whole items, at most what is left) into buf, little-endian
+ * and with bools as 0/1, in storage order. QP_ERR_BAD_INPUT when the data end early. */
+enum qp_status qp_npy_stream_read(const struct qp_npy_source *src, struct qp_npy_stream *s,
+                                  void *buf, size_t n, struct qp_error *err);
+/* After all data were read: QP_ERR_BAD_INPUT when bytes follow them. */
+enum qp_status qp_npy_stream_end(const struct qp_npy_source *src, const struct qp_npy_stream *s,
+                                 struct qp_error *err);
+
+/* One member of an open .npz (include/qplace/npy.h) as a stream source, read sequentially
+ * (deflated members cannot seek; opening again starts over). `npz` must outlive it. */
+struct qp_npz_member;
+struct qp_npz;
+enum qp_status qp_npz_member_open(struct qp_npz *npz, const char *name, struct qp_npz_member **out,
+                                  struct qp_error *err);
+/* The member's bytes; its name ("file.npz: member 'x.npy'") starts messages. */
+const struct qp_npy_source *qp_npz_member_source(const struct qp_npz_member *m);
+/* NULL-safe. */
+void qp_npz_member_close(struct qp_npz_member *m);
+
 /* Checks that `a` can be written as .npy (valid shape, nbytes matching, a dtype numpy has)
  * and writes the header numpy would write for it into buf (cap >= QP_NPY_HEADER_CAP), with
  * its length in *len_out. `what` starts messages. QP_ERR_USAGE / QP_ERR_UNSUPPORTED. */

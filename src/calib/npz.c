@@ -292,6 +292,13 @@ struct zread_ctx {
     const char *name;
 };
 
+struct qp_npz_member {
+    zip_file_t *zf;
+    struct zread_ctx zc;
+    char what[512];
+    struct qp_npy_source src;
+};
+
 static enum qp_status zread(void *ctx, void *buf, size_t n, size_t *got, struct qp_error *err) {
     struct zread_ctx *z = ctx;
     zip_int64_t k = zip_fread(z->zf, buf, n);
@@ -322,19 +329,43 @@ enum qp_status qp_npz_read(struct qp_npz *npz, const char *name, struct qp_array
         return qp_error_set(err, QP_ERR_BAD_INPUT, "%s: no member '%.200s' (members: %s)",
                             npz->path, name, npz->n ? keys : "none");
     }
-    char what[512];
-    snprintf(what, sizeof what, "%s: member '%s.npy'", npz->path, m->key);
-    zip_file_t *zf = zip_fopen_index(npz->zip, m->index, 0);
-    if (!zf) {
-        zip_error_t *ze = zip_get_error(npz->zip);
-        return qp_error_set(err, zip_status(zip_error_code_zip(ze)), "%s: %s", what,
-                            zip_error_strerror(ze));
-    }
-    struct zread_ctx zc = {zf, what};
-    struct qp_npy_source src = {what, 1, m->size, zread, &zc};
-    enum qp_status st = qp_npy_read_source(&src, out, err);
-    zip_fclose(zf);
+    struct qp_npz_member *mr = NULL;
+    enum qp_status st = qp_npz_member_open(npz, name, &mr, err);
+    if (st != QP_OK) return st;
+    st = qp_npy_read_source(&mr->src, out, err);
+    qp_npz_member_close(mr);
     return st;
+}
+
+enum qp_status qp_npz_member_open(struct qp_npz *npz, const char *name, struct qp_npz_member **out,
+                                  struct qp_error *err) {
+    const struct npz_member *m = find_member(npz, name);
+    if (!m) return qp_error_set(err, QP_ERR_BAD_INPUT, "%s: no member '%.200s'", npz->path, name);
+    struct qp_npz_member *r = calloc(1, sizeof *r);
+    if (!r) return qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", npz->path);
+    snprintf(r->what, sizeof r->what, "%s: member '%s.npy'", npz->path, m->key);
+    r->zf = zip_fopen_index(npz->zip, m->index, 0);
+    if (!r->zf) {
+        zip_error_t *ze = zip_get_error(npz->zip);
+        enum qp_status st = qp_error_set(err, zip_status(zip_error_code_zip(ze)), "%s: %s", r->what,
+                                         zip_error_strerror(ze));
+        free(r);
+        return st;
+    }
+    r->zc = (struct zread_ctx){r->zf, r->what};
+    r->src = (struct qp_npy_source){r->what, 1, m->size, zread, &r->zc};
+    *out = r;
+    return QP_OK;
+}
+
+const struct qp_npy_source *qp_npz_member_source(const struct qp_npz_member *m) {
+    return &m->src;
+}
+
+void qp_npz_member_close(struct qp_npz_member *r) {
+    if (!r) return;
+    zip_fclose(r->zf);
+    free(r);
 }
 
 /* Checks a key given to the writer; NULL when fine. */

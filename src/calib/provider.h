@@ -1,7 +1,8 @@
 /*
  * Calibration data providers: one interface for every source of calibration batches (npy/npz
  * files and shard folders, image folders, synthetic data), used by quantize, sensitivity and
- * autotune alike.
+ * autotune alike. Commands open them through calib/data.h (qp_provider_open), which decides
+ * what a path means.
  *
  *     struct qp_provider *p = NULL;
  *     if (qp_provider_images_create("calib/", "input", &opts, &p, &err) != QP_OK) goto fail;

@@ -1,3 +1,4 @@
+/* .npy / .npz calibration data, streamed one batch at a time (provider_npz.h). */
 #include "calib/provider_npz.h"
 
 #include <dirent.h>
@@ -7,12 +8,35 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "calib/npy.h"
 #include "ir/ir.h"
 #include "qplace/npy.h"
 
+/* Where one input's next rows come from: an open shard (a .npy file or an .npz member) read
+ * sequentially, or a Fortran-ordered shard loaded whole. */
+struct in_stream {
+    size_t file;   /* shard index; SIZE_MAX before the first */
+    uint64_t left; /* rows of the shard not yet taken */
+    FILE *fp;      /* .npy */
+    struct qp_npz *z;
+    struct qp_npz_member *mr; /* .npz */
+    struct qp_npy_source fsrc;
+    const struct qp_npy_source *src;
+    struct qp_npy_stream ns;
+    struct qp_array whole; /* Fortran order: the shard in C order */
+    uint64_t whole_next;
+    uint8_t *buf; /* the batch, up to max_rows rows */
+};
+
 struct npzp {
-    struct qp_array *data; /* n_inputs concatenated arrays */
-    uint64_t rows, steps, next;
+    size_t n_files;
+    char **files;
+    uint64_t *rows;         /* n_files x n_inputs: rows of each input in each shard */
+    struct qp_array *first; /* n_inputs: the first shard's header (no data) */
+    size_t *row_bytes;      /* n_inputs */
+    uint64_t max_bytes;     /* the cap, for reopening .npz files */
+    uint64_t total_rows, steps, next;
+    struct in_stream *in; /* n_inputs */
 };
 
 static int ends_with(const char *s, const char *suffix) {
@@ -24,7 +48,7 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Checks one loaded array against the model input and the arrays already loaded for it. */
+/* Checks one shard's array header against the model input and the first shard. */
 static enum qp_status check_part(const char *file, const struct qp_npz_provider_input *in,
                                  const struct qp_array *a, const struct qp_array *first,
                                  struct qp_error *err) {
@@ -48,139 +72,278 @@ static enum qp_status check_part(const char *file, const struct qp_npz_provider_
     return QP_OK;
 }
 
-/* Appends `a` (consumed) to the concatenation `acc` along axis 0. */
-static enum qp_status append(struct qp_array *acc, struct qp_array *a, struct qp_error *err) {
-    if (!acc->data && acc->rank == 0) {
-        *acc = *a;
-        memset(a, 0, sizeof *a);
-        return QP_OK;
-    }
-    if (a->nbytes > SIZE_MAX - acc->nbytes)
-        return qp_error_set(err, QP_ERR_NOMEM, "calibration data too large");
-    void *p = realloc(acc->owned ? acc->data : NULL, acc->nbytes + a->nbytes);
-    if (!p) return qp_error_set(err, QP_ERR_NOMEM, "calibration data: out of memory");
-    if (a->nbytes) memcpy((char *)p + acc->nbytes, a->data, a->nbytes);
-    acc->data = p;
-    acc->owned = 1;
-    acc->nbytes += a->nbytes;
-    acc->dims[0] += a->dims[0];
-    qp_array_release(a);
+struct file_ctx {
+    FILE *f;
+    const char *path;
+};
+
+static enum qp_status file_read(void *ctx, void *buf, size_t n, size_t *got, struct qp_error *err) {
+    struct file_ctx *fc = ctx;
+    size_t k = fread(buf, 1, n, fc->f);
+    if (k < n && ferror(fc->f))
+        return qp_error_set(err, QP_ERR_IO, "%s: read failed: %s", fc->path, strerror(errno));
+    *got = k;
     return QP_OK;
 }
 
-static enum qp_status load_file(const char *file, const struct qp_npz_provider_input *inputs,
-                                size_t n, struct qp_array *acc, uint64_t *budget,
-                                struct qp_error *err) {
-    enum qp_status st = QP_OK;
+static void stream_close(struct in_stream *s) {
+    if (s->fp) fclose(s->fp);
+    free(s->fsrc.ctx);
+    qp_npz_member_close(s->mr);
+    qp_npz_close(s->z);
+    qp_array_release(&s->whole);
+    s->fp = NULL;
+    s->fsrc.ctx = NULL;
+    s->mr = NULL;
+    s->z = NULL;
+    s->src = NULL;
+    s->whole_next = 0;
+    s->left = 0;
+}
+
+/* Opens input `name` of shard `file` and reads its header into s->ns. */
+static enum qp_status stream_open(struct in_stream *s, const char *file, const char *name,
+                                  uint64_t max_bytes, struct qp_error *err) {
+    enum qp_status st;
     if (ends_with(file, ".npy")) {
-        if (n != 1)
-            return qp_error_set(err, QP_ERR_BAD_INPUT,
-                                "%s: a .npy file holds one array but the model has %zu inputs; "
-                                "use a .npz keyed by input name",
-                                file, n);
+        struct file_ctx *fc = malloc(sizeof *fc);
+        if (!fc) return qp_error_set(err, QP_ERR_NOMEM, "calibration data: out of memory");
+        s->fsrc.ctx = fc;
+        if (!(s->fp = fopen(file, "rb")))
+            return qp_error_set(err, QP_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
         struct stat sb;
-        if (stat(file, &sb) == 0 && (uint64_t)sb.st_size > *budget)
-            return qp_error_set(err, QP_ERR_BAD_INPUT,
-                                "%s: calibration data over the --max_calibration_bytes cap", file);
-        struct qp_array a;
-        if ((st = qp_npy_read_file(file, &a, err)) != QP_OK) return st;
-        if ((st = check_part(file, &inputs[0], &a, acc[0].data ? &acc[0] : NULL, err)) != QP_OK ||
-            a.nbytes > *budget) {
-            if (st == QP_OK)
-                st =
-                    qp_error_set(err, QP_ERR_BAD_INPUT,
-                                 "%s: calibration data over the --max_calibration_bytes cap", file);
-            qp_array_release(&a);
-            return st;
-        }
-        *budget -= a.nbytes;
-        st = append(&acc[0], &a, err);
-        qp_array_release(&a);
-        return st;
+        if (fstat(fileno(s->fp), &sb) != 0 || !S_ISREG(sb.st_mode))
+            return qp_error_set(err, QP_ERR_IO, "%s: not a regular file", file);
+        *fc = (struct file_ctx){s->fp, file};
+        s->fsrc = (struct qp_npy_source){file, 1, (uint64_t)sb.st_size, file_read, fc};
+        s->src = &s->fsrc;
+    } else {
+        if ((st = qp_npz_open(file, max_bytes, &s->z, err)) != QP_OK) return st;
+        if (!qp_npz_contains(s->z, name))
+            return qp_error_set(err, QP_ERR_BAD_INPUT, "%s: no array for model input '%s'", file,
+                                name);
+        if ((st = qp_npz_member_open(s->z, name, &s->mr, err)) != QP_OK) return st;
+        s->src = qp_npz_member_source(s->mr);
     }
-    struct qp_npz *z = NULL;
-    if (*budget == 0)
+    return qp_npy_stream_begin(s->src, &s->ns, err);
+}
+
+static struct qp_array header_array(const struct qp_npy_stream *ns) {
+    struct qp_array a = {.dtype = ns->dtype, .rank = ns->rank};
+    memcpy(a.dims, ns->dims, sizeof a.dims);
+    return a;
+}
+
+/* Moves input i on to its next shard that has rows, checking that the shard still is what the
+ * provider saw when it was made. */
+static enum qp_status advance(struct npzp *z, size_t n_inputs, size_t i, const char *name,
+                              struct qp_error *err) {
+    struct in_stream *s = &z->in[i];
+    stream_close(s);
+    size_t f = s->file == SIZE_MAX ? 0 : s->file + 1;
+    while (f < z->n_files && z->rows[f * n_inputs + i] == 0)
+        f++;
+    s->file = f;
+    if (f == z->n_files)
         return qp_error_set(err, QP_ERR_BAD_INPUT,
-                            "%s: calibration data over the --max_calibration_bytes cap", file);
-    if ((st = qp_npz_open(file, *budget, &z, err)) != QP_OK) return st;
-    size_t count = qp_npz_count(z);
-    for (size_t k = 0; k < count && st == QP_OK; k++) {
-        const char *key = qp_npz_name(z, k);
-        size_t i = 0;
-        while (i < n && strcmp(inputs[i].name, key) != 0)
-            i++;
-        if (i == n) {
-            st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                              "%s: key '%s' is not an input of the model (keys must be exactly "
-                              "the input names; save with np.savez(path, **{name: array}))",
-                              file, key);
+                            "calibration data: input '%s' ran out of rows (a file changed)", name);
+    const char *file = z->files[f];
+    enum qp_status st = stream_open(s, file, name, z->max_bytes, err);
+    if (st != QP_OK) return st;
+    struct qp_array h = header_array(&s->ns);
+    if (h.dtype != z->first[i].dtype || h.rank != z->first[i].rank ||
+        (uint64_t)h.dims[0] != z->rows[f * n_inputs + i] ||
+        memcmp(h.dims + 1, z->first[i].dims + 1, (size_t)(h.rank - 1) * sizeof h.dims[0]) != 0)
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "%s: input '%s' changed since the calibration data were opened", file,
+                            name);
+    s->left = (uint64_t)h.dims[0];
+    if (s->ns.fortran && h.rank >= 2) {
+        /* Rows of a Fortran-ordered array are not contiguous: this shard is read whole. */
+        stream_close(s);
+        s->file = f;
+        st = ends_with(file, ".npy") ? qp_npy_read_file(file, &s->whole, err) : QP_OK;
+        if (st == QP_OK && !ends_with(file, ".npy")) {
+            if ((st = qp_npz_open(file, z->max_bytes, &s->z, err)) == QP_OK)
+                st = qp_npz_read(s->z, name, &s->whole, err);
         }
+        if (st != QP_OK) return st;
+        s->left = (uint64_t)h.dims[0];
     }
-    for (size_t i = 0; i < n && st == QP_OK; i++) {
-        if (!qp_npz_contains(z, inputs[i].name)) {
-            st = qp_error_set(err, QP_ERR_BAD_INPUT, "%s: no array for model input '%s'", file,
-                              inputs[i].name);
-            break;
-        }
-        struct qp_array a;
-        if ((st = qp_npz_read(z, inputs[i].name, &a, err)) != QP_OK) break;
-        st = check_part(file, &inputs[i], &a, acc[i].data ? &acc[i] : NULL, err);
-        if (st == QP_OK && a.nbytes > *budget)
-            st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                              "%s: calibration data over the --max_calibration_bytes cap", file);
-        if (st == QP_OK) {
-            *budget -= a.nbytes;
-            st = append(&acc[i], &a, err);
-        }
-        qp_array_release(&a);
-    }
-    qp_npz_close(z);
-    return st;
+    return QP_OK;
 }
 
 static enum qp_status npzp_next(struct qp_provider *p, int *end_out, struct qp_error *err) {
-    struct npzp *s = p->impl;
-    if (s->next == s->steps) {
+    struct npzp *z = p->impl;
+    if (z->next == z->steps) {
         *end_out = 1;
         return QP_OK;
     }
+    enum qp_status st = QP_OK;
     for (size_t i = 0; i < p->n_inputs; i++) {
-        const struct qp_array *all = &s->data[i];
-        uint64_t rows = (uint64_t)all->dims[0];
+        struct in_stream *s = &z->in[i];
         /* np.array_split: the first rows % steps chunks have one row more */
-        uint64_t base = rows / s->steps, extra = rows % s->steps, k = s->next;
-        uint64_t start = k * base + (k < extra ? k : extra);
+        uint64_t base = z->total_rows / z->steps, extra = z->total_rows % z->steps, k = z->next;
         uint64_t len = base + (k < extra ? 1 : 0);
-        size_t row_bytes = rows ? all->nbytes / rows : 0;
+        size_t rb = z->row_bytes[i];
+        uint8_t *dst = s->buf;
+        for (uint64_t need = len; need > 0;) {
+            if (s->left == 0 && (st = advance(z, p->n_inputs, i, p->names[i], err)) != QP_OK)
+                return st;
+            uint64_t take = need < s->left ? need : s->left;
+            if (s->whole.data || s->whole.rank) {
+                memcpy(dst, (const uint8_t *)s->whole.data + s->whole_next * rb, take * rb);
+                s->whole_next += take;
+            } else if ((st = qp_npy_stream_read(s->src, &s->ns, dst, take * rb, err)) != QP_OK) {
+                return st;
+            }
+            s->left -= take;
+            need -= take;
+            dst += take * rb;
+            if (s->left == 0 && s->src && (st = qp_npy_stream_end(s->src, &s->ns, err)) != QP_OK)
+                return st;
+        }
         int64_t dims[QP_MAX_RANK];
-        memcpy(dims, all->dims, sizeof dims);
+        memcpy(dims, z->first[i].dims, sizeof dims);
         dims[0] = (int64_t)len;
-        enum qp_status st =
-            qp_array_view(&p->batch[i], all->dtype, all->rank, dims,
-                          (char *)all->data + start * row_bytes, len * row_bytes, err);
-        if (st != QP_OK) return st;
+        if ((st = qp_array_view(&p->batch[i], z->first[i].dtype, z->first[i].rank, dims, s->buf,
+                                len * rb, err)) != QP_OK)
+            return st;
     }
-    s->next++;
+    z->next++;
     *end_out = 0;
     return QP_OK;
 }
 
 static enum qp_status npzp_reset(struct qp_provider *p, struct qp_error *err) {
     (void)err;
-    ((struct npzp *)p->impl)->next = 0;
+    struct npzp *z = p->impl;
+    for (size_t i = 0; i < p->n_inputs; i++) {
+        stream_close(&z->in[i]);
+        z->in[i].file = SIZE_MAX;
+    }
+    z->next = 0;
     return QP_OK;
 }
 
+static void npzp_free(struct npzp *z, size_t n_inputs) {
+    if (!z) return;
+    for (size_t f = 0; f < z->n_files; f++)
+        free(z->files[f]);
+    free(z->files);
+    free(z->rows);
+    free(z->first);
+    free(z->row_bytes);
+    if (z->in)
+        for (size_t i = 0; i < n_inputs; i++) {
+            stream_close(&z->in[i]);
+            free(z->in[i].buf);
+        }
+    free(z->in);
+    free(z);
+}
+
 static void npzp_destroy(struct qp_provider *p) {
-    struct npzp *s = p->impl;
-    if (!s) return;
-    for (size_t i = 0; i < p->n_inputs; i++)
-        qp_array_release(&s->data[i]);
-    free(s->data);
-    free(s);
+    npzp_free(p->impl, p->n_inputs);
 }
 
 static const struct qp_provider_ops npzp_ops = {npzp_next, npzp_reset, npzp_destroy};
+
+static const char over_cap[] = "%s: calibration data over the --max_calibration_bytes cap";
+
+/* Reads the headers of shard `f` (every input) into z->rows / z->first, checking keys,
+ * dtypes, shapes and the byte budget. */
+static enum qp_status scan_shard(struct npzp *z, size_t f, const struct qp_npz_provider_input *in,
+                                 size_t n, uint64_t *budget, struct qp_error *err) {
+    const char *file = z->files[f];
+    const uint64_t budget0 = *budget; /* what this shard's members may declare in all */
+    enum qp_status st = QP_OK;
+    if (ends_with(file, ".npy") && n != 1)
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "%s: a .npy file holds one array but the model has %zu inputs; "
+                            "use a .npz keyed by input name",
+                            file, n);
+    if (!ends_with(file, ".npy")) {
+        struct qp_npz *npz = NULL;
+        if (*budget == 0) return qp_error_set(err, QP_ERR_BAD_INPUT, over_cap, file);
+        if ((st = qp_npz_open(file, *budget, &npz, err)) != QP_OK) return st;
+        for (size_t k = 0; k < qp_npz_count(npz) && st == QP_OK; k++) {
+            const char *key = qp_npz_name(npz, k);
+            size_t i = 0;
+            while (i < n && strcmp(in[i].name, key) != 0)
+                i++;
+            if (i == n)
+                st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                                  "%s: key '%s' is not an input of the model (keys must be "
+                                  "exactly the input names; save with np.savez(path, **{name: "
+                                  "array}))",
+                                  file, key);
+        }
+        qp_npz_close(npz);
+        if (st != QP_OK) return st;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct in_stream s = {.file = SIZE_MAX};
+        st = stream_open(&s, file, in[i].name, budget0, err);
+        if (st == QP_OK) {
+            struct qp_array h = header_array(&s.ns);
+            st = check_part(file, &in[i], &h, f ? &z->first[i] : NULL, err);
+            if (st == QP_OK && s.ns.data_size > *budget)
+                st = qp_error_set(err, QP_ERR_BAD_INPUT, over_cap, file);
+            if (st == QP_OK) {
+                *budget -= s.ns.data_size;
+                z->rows[f * n + i] = (uint64_t)h.dims[0];
+                if (f == 0) z->first[i] = h;
+            }
+        }
+        stream_close(&s);
+        if (st != QP_OK) return st;
+    }
+    return QP_OK;
+}
+
+/* The shard files under `path` (a folder: its .npz/.npy files sorted by name), into z->files. */
+static enum qp_status list_files(struct npzp *z, const char *path, int is_dir,
+                                 struct qp_error *err) {
+    if (!is_dir) {
+        z->files = malloc(sizeof *z->files);
+        if (!z->files || !(z->files[0] = strdup(path)))
+            return qp_error_set(err, QP_ERR_NOMEM, "calibration data: out of memory");
+        z->n_files = 1;
+        return QP_OK;
+    }
+    DIR *d = opendir(path);
+    if (!d)
+        return qp_error_set(err, QP_ERR_IO, "%s: cannot open folder: %s", path, strerror(errno));
+    size_t cap = 0;
+    struct dirent *e;
+    enum qp_status st = QP_OK;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' || !(ends_with(e->d_name, ".npz") || ends_with(e->d_name, ".npy")))
+            continue;
+        if (z->n_files == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **nf = realloc(z->files, cap * sizeof *nf);
+            if (!nf) {
+                st = qp_error_set(err, QP_ERR_NOMEM, "calibration data: out of memory");
+                break;
+            }
+            z->files = nf;
+        }
+        size_t len = strlen(path) + strlen(e->d_name) + 2;
+        if (!(z->files[z->n_files] = malloc(len))) {
+            st = qp_error_set(err, QP_ERR_NOMEM, "calibration data: out of memory");
+            break;
+        }
+        snprintf(z->files[z->n_files++], len, "%s/%s", path, e->d_name);
+    }
+    closedir(d);
+    if (st != QP_OK) return st;
+    if (z->n_files == 0)
+        return qp_error_set(err, QP_ERR_BAD_INPUT, "%s: no .npz or .npy shards", path);
+    qsort(z->files, z->n_files, sizeof *z->files, cmp_str);
+    return QP_OK;
+}
 
 enum qp_status qp_provider_npz_create(const char *path, const struct qp_npz_provider_input *inputs,
                                       size_t n, uint64_t max_bytes, struct qp_provider **out,
@@ -188,82 +351,75 @@ enum qp_status qp_provider_npz_create(const char *path, const struct qp_npz_prov
     if (!path || !out || n == 0 || !inputs)
         return qp_error_set(err, QP_ERR_USAGE, "calibration data: bad arguments");
     uint64_t budget = max_bytes ? max_bytes : QP_CALIB_DEFAULT_MAX_BYTES;
-    struct npzp *s = calloc(1, sizeof *s);
-    struct qp_array *acc = calloc(n, sizeof *acc);
-    char **files = NULL;
-    size_t n_files = 0;
+    struct npzp *z = calloc(1, sizeof *z);
     struct qp_provider *p = NULL;
     enum qp_status st = QP_OK;
-    if (!s || !acc) {
-        st = qp_error_set(err, QP_ERR_NOMEM, "calibration data: out of memory");
-        goto fail;
-    }
+    if (!z) return qp_error_set(err, QP_ERR_NOMEM, "calibration data: out of memory");
+    z->max_bytes = budget;
     struct stat sb;
     if (stat(path, &sb) != 0) {
         st = qp_error_set(err, QP_ERR_IO, "%s: %s", path, strerror(errno));
         goto fail;
     }
-    const char *source = ends_with(path, ".npy") ? "npy" : "npz";
-    if (S_ISDIR(sb.st_mode)) {
-        source = "npz";
-        DIR *d = opendir(path);
-        if (!d) {
-            st = qp_error_set(err, QP_ERR_IO, "%s: cannot open folder: %s", path, strerror(errno));
-            goto fail;
-        }
-        size_t cap = 0;
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (e->d_name[0] == '.' ||
-                !(ends_with(e->d_name, ".npz") || ends_with(e->d_name, ".npy")))
-                continue;
-            if (n_files == cap) {
-                cap = cap ? 2 * cap : 16;
-                char **nf = realloc(files, cap * sizeof *nf);
-                if (!nf) {
-                    closedir(d);
-                    st = qp_error_set(err, QP_ERR_NOMEM, "calibration data: out of memory");
-                    goto fail;
-                }
-                files = nf;
-            }
-            size_t len = strlen(path) + strlen(e->d_name) + 2;
-            if (!(files[n_files] = malloc(len))) {
-                closedir(d);
-                st = qp_error_set(err, QP_ERR_NOMEM, "calibration data: out of memory");
-                goto fail;
-            }
-            snprintf(files[n_files++], len, "%s/%s", path, e->d_name);
-        }
-        closedir(d);
-        if (n_files == 0) {
-            st = qp_error_set(err, QP_ERR_BAD_INPUT, "%s: no .npz or .npy shards", path);
-            goto fail;
-        }
-        qsort(files, n_files, sizeof *files, cmp_str);
-        for (size_t f = 0; f < n_files && st == QP_OK; f++)
-            st = load_file(files[f], inputs, n, acc, &budget, err);
-    } else {
-        st = load_file(path, inputs, n, acc, &budget, err);
-    }
-    if (st != QP_OK) goto fail;
-    uint64_t rows = (uint64_t)acc[0].dims[0];
-    for (size_t i = 1; i < n; i++) {
-        if ((uint64_t)acc[i].dims[0] != rows) {
-            st =
-                qp_error_set(err, QP_ERR_BAD_INPUT,
-                             "%s: input '%s' has %lld rows but '%s' has %llu", path, inputs[i].name,
-                             (long long)acc[i].dims[0], inputs[0].name, (unsigned long long)rows);
-            goto fail;
-        }
-    }
-    uint64_t batch0 = inputs[0].batch_dims[0] > 0 ? (uint64_t)inputs[0].batch_dims[0] : 1;
-    s->steps = rows / batch0;
-    if (s->steps == 0) {
-        st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                          "%s: input '%s' has %llu rows, fewer than one batch of %llu", path,
-                          inputs[0].name, (unsigned long long)rows, (unsigned long long)batch0);
+    const char *source = !S_ISDIR(sb.st_mode) && ends_with(path, ".npy") ? "npy" : "npz";
+    if ((st = list_files(z, path, S_ISDIR(sb.st_mode), err)) != QP_OK) goto fail;
+    if (z->n_files > SIZE_MAX / sizeof *z->rows / n) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "calibration data: too many shards");
         goto fail;
+    }
+    z->rows = calloc(z->n_files * n, sizeof *z->rows);
+    z->first = calloc(n, sizeof *z->first);
+    z->row_bytes = calloc(n, sizeof *z->row_bytes);
+    z->in = calloc(n, sizeof *z->in);
+    if (!z->rows || !z->first || !z->row_bytes || !z->in) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "calibration data: out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++)
+        z->in[i].file = SIZE_MAX;
+    for (size_t f = 0; f < z->n_files; f++)
+        if ((st = scan_shard(z, f, inputs, n, &budget, err)) != QP_OK) goto fail;
+    uint64_t rows[2] = {0, 0};
+    for (size_t i = 0; i < n; i++) {
+        uint64_t r = 0;
+        for (size_t f = 0; f < z->n_files; f++)
+            r += z->rows[f * n + i];
+        rows[i ? 1 : 0] = r;
+        if (i && r != rows[0]) {
+            st = qp_error_set(
+                err, QP_ERR_BAD_INPUT, "%s: input '%s' has %llu rows but '%s' has %llu", path,
+                inputs[i].name, (unsigned long long)r, inputs[0].name, (unsigned long long)rows[0]);
+            goto fail;
+        }
+    }
+    z->total_rows = rows[0];
+    uint64_t batch0 = inputs[0].batch_dims[0] > 0 ? (uint64_t)inputs[0].batch_dims[0] : 1;
+    z->steps = z->total_rows / batch0;
+    if (z->steps == 0) {
+        st = qp_error_set(
+            err, QP_ERR_BAD_INPUT, "%s: input '%s' has %llu rows, fewer than one batch of %llu",
+            path, inputs[0].name, (unsigned long long)z->total_rows, (unsigned long long)batch0);
+        goto fail;
+    }
+    /* One batch buffer per input: the largest array_split chunk. */
+    uint64_t max_rows = z->total_rows / z->steps + (z->total_rows % z->steps ? 1 : 0);
+    for (size_t i = 0; i < n; i++) {
+        struct qp_array row = z->first[i];
+        row.dims[0] = 1;
+        int ok = 0;
+        uint64_t numel = qp_array_numel(&row, &ok);
+        size_t rb = ok ? qp_dtype_nbytes(row.dtype, numel, &ok) : 0;
+        if (!ok || (rb && max_rows > SIZE_MAX / rb)) {
+            st = qp_error_set(err, QP_ERR_BAD_INPUT, "%s: input '%s': a batch is too large", path,
+                              inputs[i].name);
+            goto fail;
+        }
+        z->row_bytes[i] = rb;
+        size_t bytes = (size_t)max_rows * rb;
+        if (!(z->in[i].buf = malloc(bytes ? bytes : 1))) {
+            st = qp_error_set(err, QP_ERR_NOMEM, "calibration data: cannot allocate a batch");
+            goto fail;
+        }
     }
     const char **names = malloc(n * sizeof *names);
     if (!names) {
@@ -275,25 +431,13 @@ enum qp_status qp_provider_npz_create(const char *path, const struct qp_npz_prov
     st = qp_provider_alloc(&npzp_ops, source, names, n, &p, err);
     free(names);
     if (st != QP_OK) goto fail;
-    s->data = acc;
-    s->rows = rows;
-    p->impl = s;
-    p->n_samples = rows;
-    p->n_batches = s->steps;
-    for (size_t f = 0; f < n_files; f++)
-        free(files[f]);
-    free(files);
+    p->impl = z;
+    p->n_samples = z->total_rows;
+    p->n_batches = z->steps;
     *out = p;
     return QP_OK;
 fail:
-    for (size_t f = 0; f < n_files; f++)
-        free(files[f]);
-    free(files);
-    if (acc)
-        for (size_t i = 0; i < n; i++)
-            qp_array_release(&acc[i]);
-    free(acc);
-    free(s);
+    npzp_free(z, n);
     return st;
 }
 

@@ -9,12 +9,17 @@
  * `path` is a .npy file (only for a single-input model), a .npz file whose keys are exactly
  * the model's input names, or a folder of .npz / .npy shards, read in name order and
  * concatenated along axis 0 (every shard must hold the same keys, dtypes and trailing dims).
- * The data are loaded once (pickles are never read: object arrays are refused by the readers)
- * up to `max_bytes` in total (0: QP_CALIB_DEFAULT_MAX_BYTES, 16 GiB).
+ * The data are streamed: creating the provider reads every shard's .npy headers (checks, row
+ * counts; pickles are never read: object arrays are refused by the readers) and sums their
+ * declared data sizes against `max_bytes` (0: QP_CALIB_DEFAULT_MAX_BYTES, 16 GiB); each batch's
+ * rows are then read from the shards in order when the batch is asked for (.npz members with
+ * zip_fread, sequentially; a reset reopens them), into one buffer per input. Memory is one
+ * batch, except for a Fortran-ordered array (rows not contiguous), whose shard is read whole.
+ * A shard that changed since the provider was made is an error naming it.
  *
  * Batching as ModelOpt: n_steps = N / batch_dims[0] of the first input (N: its rows), and every
  * input is cut into n_steps chunks along axis 0 like np.array_split (the first N % n_steps
- * chunks get one row more). Batches are views into the loaded data.
+ * chunks get one row more).
  *
  * Refused with a message naming the file and input: keys that are missing, extra or repeated;
  * a dtype other than the model's; a rank other than the model's; a trailing dim that differs

@@ -230,6 +230,15 @@ static void abs_coarsen(struct qp_stats *s) {
 
 /* ---- update -------------------------------------------------------------------------- */
 
+/* The two vector loops (the batch scan and the fast bin estimate) are also compiled for AVX2,
+ * chosen at load time on CPUs that have it: the same IEEE operations in wider registers, so
+ * the results are identical, and SSE2 lacks the blend the selects need. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define QP_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define QP_SIMD_CLONES
+#endif
+
 /* The unit of parallel work: a fixed number of elements, so how an array is cut does not depend
  * on the thread count. Arrays below PAR_MIN elements are done on the calling thread. */
 #define BLOCK    32768
@@ -285,7 +294,7 @@ static void scan_merge(struct batch_scan *b, const struct batch_scan *p) {
 /* float32 block: branch-free min/max/|x| reductions the compiler vectorises, plus a count of
  * non-finite elements (exponent all ones) from the bits. Only a block that holds NaN or Inf is
  * scanned again element by element. */
-static void scan_block_f32(const float *p, size_t n, struct batch_scan *b) {
+QP_SIMD_CLONES static void scan_block_f32(const float *p, size_t n, struct batch_scan *b) {
     float mn = INFINITY, mx = -INFINITY, amn = INFINITY, amx = 0.0f;
     uint32_t bad = 0;
 #pragma omp simd reduction(min : mn, amn) reduction(max : mx, amx) reduction(+ : bad)
@@ -342,25 +351,23 @@ static void split_blocks(uint64_t n_blocks, int nt, int t, uint64_t *b0, uint64_
     *b1 = *b0 + q + (ut < r ? 1 : 0);
 }
 
-static void scan(const struct qp_stats *s, const struct qp_array *a, uint64_t numel,
-                 struct batch_scan *b) {
-    int nt = n_threads_for(s, numel);
-    uint64_t n_blocks = (numel + BLOCK - 1) / BLOCK;
-    struct batch_scan part[MAX_PART];
-    memset(part, 0, sizeof part);
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        int t = omp_get_thread_num(), tn = omp_get_num_threads();
-        uint64_t b0, b1;
-        split_blocks(n_blocks, tn, t, &b0, &b1);
-        for (uint64_t k = b0; k < b1; k++) {
-            uint64_t off = k * BLOCK;
-            scan_block(a, off, numel - off < BLOCK ? numel - off : BLOCK, &part[t]);
-        }
-    }
-    for (int t = 0; t < nt; t++)
-        scan_merge(b, &part[t]);
-}
+/* One histogram's fast float32 binning (from struct bin_geom, see geom_prepare). The bin is
+ * estimated as trunc((v - lo) * norm) in float, v = x or |x|. The estimate's error is below
+ * `eps` bins (float rounding of the difference, the product, lo and norm: at most
+ * 2^-24 * (3 n + norm * |lo|) plus the rounding of lo itself), so a fractional part in
+ * (eps, 1 - eps) proves the estimate is numpy's bin. Anything else (near an edge, outside,
+ * non-finite) takes bin_table, which is exact; +-0 (half of a ReLU output) has its bin
+ * precomputed. Bin n (one past the last) collects the |x| values below lo ("below"). */
+struct fast_hist {
+    int on;
+    int absval;
+    const float *t; /* thresholds (bin_geom.th or .ta) */
+    int64_t n;
+    float lo, norm, nmax, last;
+    float eps, eps1; /* accept a fraction in (eps, eps1): eps rounded up, 1 - eps rounded down */
+    double lo_d;
+    int32_t zbin;
+};
 
 /* Histogram geometry fixed for one batch. */
 struct bin_geom {
@@ -374,6 +381,8 @@ struct bin_geom {
      * a float estimate of i is then corrected by one step either way. */
     float *th, *ta;
     float h_lo_f, h_norm_f, a_lo_f, a_norm_f;
+    float *tables; /* owns th and ta */
+    struct fast_hist fh, fa;
 };
 
 /* numpy's np.histogram bin of x on n equal bins over [lo, hi] (hi > lo), step = (hi - lo) / n,
@@ -513,35 +522,153 @@ static void bin_block(const struct bin_geom *g, const struct qp_array *a, uint64
     }
 }
 
-/* The float32 table path into 4 interleaved 32-bit sub-histograms (element i counts in lane
- * i % 4 of its bin, sh[4 * bin + lane]): runs of values in one bin (the zeros of a ReLU output)
- * then update 4 counters in turn instead of waiting on the previous store to the same one. */
-static void bin_block_lanes(const struct bin_geom *g, const float *p, uint64_t n, uint32_t *sh,
-                            uint32_t *sa, uint64_t *below) {
-    const float *th = g->th, *ta = g->ta;
-    const float h_lo = g->h_lo_f, h_norm = g->h_norm_f, a_lo = g->a_lo_f, a_norm = g->a_norm_f;
-    const double a_lo_d = g->a_lo;
-    const float h_last = (float)(g->hn - 1), a_last = (float)(g->an - 1);
-    uint64_t n_below = 0;
-    if (th && !ta) { /* the entropy calibrator's case */
-        for (uint64_t i = 0; i < n; i++)
-            if (isfinite(p[i])) sh[4 * bin_table(p[i], h_lo, h_norm, h_last, th) + (i & 3u)]++;
-        return;
+/* ---- the float32 fast path ------------------------------------------------------------- */
+
+/* Values per inner step: the index buffer lives on the stack and the chunk stays in L1 between
+ * the scan, the index pass and the count pass. */
+#define FAST_CHUNK 1024
+
+static int32_t fast_slow(const struct fast_hist *f, float x) {
+    if (!isfinite(x)) return -1;
+    if (f->absval) {
+        x = fabsf(x);
+        if ((double)x < f->lo_d) return (int32_t)f->n;
     }
-    for (uint64_t i = 0; i < n; i++) {
-        float x = p[i];
-        if (!isfinite(x)) continue;
-        uint64_t lane = i & 3u;
-        if (th) sh[4 * bin_table(x, h_lo, h_norm, h_last, th) + lane]++;
-        if (ta) {
-            float ax = fabsf(x);
-            if ((double)ax < a_lo_d)
-                n_below++;
-            else
-                sa[4 * bin_table(ax, a_lo, a_norm, a_last, ta) + lane]++;
+    return (int32_t)bin_table(x, f->lo, f->norm, f->last, f->t);
+}
+
+static void fast_setup(struct fast_hist *f, int absval, const float *t, int64_t n, double lo,
+                       double norm) {
+    memset(f, 0, sizeof *f);
+    if (!t || n > ((int64_t)1 << 20)) return;
+    f->absval = absval;
+    f->t = t;
+    f->n = n;
+    f->lo = (float)lo;
+    f->lo_d = lo;
+    f->norm = (float)norm;
+    f->nmax = (float)n;
+    f->last = (float)(n - 1);
+    double eps =
+        ldexp(4.0 * (double)n + 2.0 * norm * fabs(lo), -24) + 2.0 * norm * fabs(lo - (double)f->lo);
+    f->zbin =
+        absval && 0.0 < lo ? (int32_t)n : (int32_t)bin_table(0.0f, f->lo, f->norm, f->last, t);
+    if (!(eps < 0.25)) return; /* only bin_table then: still exact */
+    f->eps = (float)eps;
+    if ((double)f->eps < eps) f->eps = nextafterf(f->eps, INFINITY);
+    f->eps1 = (float)(1.0 - eps);
+    if ((double)f->eps1 > 1.0 - eps) f->eps1 = nextafterf(f->eps1, 0.0f);
+    f->on = 1;
+}
+
+/* idx[k] = 4 * bin + k % 4 (its counter in the lanes, see fast_count) when the float estimate
+ * proves the bin of p[k] (or p[k] is +-0), else -1. */
+QP_SIMD_CLONES static void fast_index(const struct fast_hist *f, const float *p, size_t m,
+                                      int32_t *idx) {
+    const float lo = f->lo, norm = f->norm, nmax = f->nmax, eps = f->eps, eps1 = f->eps1;
+    const int32_t zbin = f->zbin;
+    if (f->absval) {
+#pragma omp simd
+        for (size_t k = 0; k < m; k++) {
+            float x = p[k], v = fabsf(x);
+            float e = (v - lo) * norm;
+            e = e > 0.0f ? e : 0.0f; /* NaN and -Inf land on 0, +Inf on n: fraction 0 */
+            e = e < nmax ? e : nmax;
+            int32_t i = (int32_t)e;
+            float fr = e - (float)i;
+            int ok = (fr > eps) & (fr < eps1); /* & keeps it vectorisable */
+            int32_t lane = (int32_t)(k & 3u);
+            int32_t r = ok ? 4 * i + lane : -1;
+            idx[k] = x == 0.0f ? 4 * zbin + lane : r;
+        }
+    } else {
+#pragma omp simd
+        for (size_t k = 0; k < m; k++) {
+            float x = p[k];
+            float e = (x - lo) * norm;
+            e = e > 0.0f ? e : 0.0f;
+            e = e < nmax ? e : nmax;
+            int32_t i = (int32_t)e;
+            float fr = e - (float)i;
+            int ok = (fr > eps) & (fr < eps1);
+            int32_t lane = (int32_t)(k & 3u);
+            int32_t r = ok ? 4 * i + lane : -1;
+            idx[k] = x == 0.0f ? 4 * zbin + lane : r;
         }
     }
-    *below += n_below;
+}
+
+/* Counts the chunk into 4 interleaved 32-bit sub-histograms (element k in lane k % 4 of its
+ * bin, lanes[4 * bin + lane]): a run of values in one bin then updates 4 counters in turn
+ * instead of waiting on the previous store to the same one. */
+/* fast_index for the signed histogram with the batch scan (scan_block_f32) in the same loop:
+ * one read of the chunk instead of two. */
+QP_SIMD_CLONES static void fast_index_scan(const struct fast_hist *f, const float *p, size_t m,
+                                           int32_t *idx, struct batch_scan *b) {
+    const float lo = f->lo, norm = f->norm, nmax = f->nmax, eps = f->eps, eps1 = f->eps1;
+    const int32_t zbin = f->zbin;
+    float mn = INFINITY, mx = -INFINITY, amn = INFINITY, amx = 0.0f;
+    uint32_t bad = 0;
+#pragma omp simd reduction(min : mn, amn) reduction(max : mx, amx) reduction(+ : bad)
+    for (size_t k = 0; k < m; k++) {
+        float x = p[k];
+        uint32_t u;
+        memcpy(&u, &p[k], sizeof u);
+        bad += (u & 0x7f800000u) == 0x7f800000u;
+        float ax = fabsf(x);
+        mn = x < mn ? x : mn;
+        mx = x > mx ? x : mx;
+        amn = ax < amn ? ax : amn;
+        amx = ax > amx ? ax : amx;
+        float e = (x - lo) * norm;
+        e = e > 0.0f ? e : 0.0f;
+        e = e < nmax ? e : nmax;
+        int32_t i = (int32_t)e;
+        float fr = e - (float)i;
+        int ok = (fr > eps) & (fr < eps1);
+        int32_t lane = (int32_t)(k & 3u);
+        int32_t r = ok ? 4 * i + lane : -1;
+        idx[k] = x == 0.0f ? 4 * zbin + lane : r;
+    }
+    if (bad) {
+        for (size_t k = 0; k < m; k++)
+            scan_add(b, p[k]);
+        return;
+    }
+    if (!m) return;
+    struct batch_scan blk = {.n_finite = m, .min = mn, .max = mx, .amin = amn, .amax = amx};
+    scan_merge(b, &blk);
+}
+
+static inline void count_one(const struct fast_hist *f, const float *p, const int32_t *idx,
+                             size_t k, uint32_t *lanes) {
+    int32_t b = idx[k];
+    if (b < 0) {
+        b = fast_slow(f, p[k]);
+        if (b < 0) return;
+        b = 4 * b + (int32_t)(k & 3u);
+    }
+    lanes[b]++;
+}
+
+static void fast_count(const struct fast_hist *f, const float *p, const int32_t *idx, size_t m,
+                       uint32_t *lanes) {
+    size_t k = 0;
+    /* Four at a time, with one test for "one of them needs the exact path" (rare). */
+    for (; k + 4 <= m; k += 4) {
+        int32_t b0 = idx[k], b1 = idx[k + 1], b2 = idx[k + 2], b3 = idx[k + 3];
+        if ((b0 | b1 | b2 | b3) < 0) {
+            for (size_t j = k; j < k + 4; j++)
+                count_one(f, p, idx, j, lanes);
+            continue;
+        }
+        lanes[b0]++;
+        lanes[b1]++;
+        lanes[b2]++;
+        lanes[b3]++;
+    }
+    for (; k < m; k++)
+        count_one(f, p, idx, k, lanes);
 }
 
 /* Adds the 4 lanes of `n` bins into h and clears them. */
@@ -552,115 +679,157 @@ static void flush_lanes(uint32_t *sh, int64_t n, uint64_t *h) {
     }
 }
 
-static void bin_values(struct qp_stats *s, const struct qp_array *a, uint64_t numel) {
-    struct bin_geom g = {0};
-    g.do_h = (s->cfg.flags & QP_STATS_HIST) != 0;
-    g.do_a = (s->cfg.flags & QP_STATS_ABS_HIST) != 0;
-    if (!g.do_h && !g.do_a) return;
-    g.T = s->h_t;
-    g.hn = s->h_n;
-    if (g.do_h && g.T > 0.0) {
-        g.h_step = (2.0 * g.T) / (double)g.hn;
-        g.h_norm = (double)g.hn / (2.0 * g.T);
+/* The geometry of the collector's current histograms, with float32 tables when `tables`
+ * (they are then malloc'd into g->th / g->ta; free g->tables). */
+static void geom_prepare(const struct qp_stats *s, int tables, struct bin_geom *g) {
+    memset(g, 0, sizeof *g);
+    g->do_h = (s->cfg.flags & QP_STATS_HIST) != 0;
+    g->do_a = (s->cfg.flags & QP_STATS_ABS_HIST) != 0;
+    g->T = s->h_t;
+    g->hn = g->do_h ? s->h_n : 0;
+    if (g->do_h && g->T > 0.0) {
+        g->h_step = (2.0 * g->T) / (double)g->hn;
+        g->h_norm = (double)g->hn / (2.0 * g->T);
     }
-    g.an = s->a_n;
-    g.a_lo = s->a_lo;
-    g.a_hi = s->a_lo + (double)s->a_n * s->a_width;
-    if (g.do_a) {
-        g.a_step = (g.a_hi - g.a_lo) / (double)g.an;
-        g.a_norm = (double)g.an / (g.a_hi - g.a_lo);
+    g->an = g->do_a ? s->a_n : 0;
+    g->a_lo = s->a_lo;
+    g->a_hi = s->a_lo + (double)s->a_n * s->a_width;
+    if (g->do_a) {
+        g->a_step = (g->a_hi - g->a_lo) / (double)g->an;
+        g->a_norm = (double)g->an / (g->a_hi - g->a_lo);
     }
-    /* The float32 threshold tables; without them (other dtypes, extreme ranges, huge bin
-     * counts, no memory) every value takes bin_exact. */
-    float *tables = NULL;
-    if (a->dtype == QP_DTYPE_FLOAT && numel >= 4096) {
-        int h_ok = g.do_h && g.T >= 1e-30 && g.T <= 1e36 && g.hn <= ((int64_t)1 << 20);
-        int a_ok = g.do_a && g.a_lo >= 0.0 && g.a_hi <= 1e36 && g.a_step >= 1e-30 &&
-                   g.an <= ((int64_t)1 << 20);
-        if ((h_ok || !g.do_h) && (a_ok || !g.do_a)) {
-            size_t nt_h = h_ok ? (size_t)g.hn + 1 : 0, nt_a = a_ok ? (size_t)g.an + 1 : 0;
-            tables = malloc((nt_h + nt_a) * sizeof *tables);
-            if (tables) {
-                if (h_ok) {
-                    g.th = tables;
-                    fill_thresholds(g.th, -g.T, g.T, g.h_step, g.hn);
-                    g.h_lo_f = (float)-g.T;
-                    g.h_norm_f = (float)g.h_norm;
-                }
-                if (a_ok) {
-                    g.ta = tables + nt_h;
-                    fill_thresholds(g.ta, g.a_lo, g.a_hi, g.a_step, g.an);
-                    g.a_lo_f = (float)g.a_lo;
-                    g.a_norm_f = (float)g.a_norm;
-                }
-            }
-        }
+    if (!tables) return;
+    /* Without tables (extreme ranges, huge bin counts, no memory) every value takes
+     * bin_exact. */
+    int h_ok = g->do_h && g->T >= 1e-30 && g->T <= 1e36 && g->hn <= ((int64_t)1 << 20);
+    int a_ok = g->do_a && g->a_lo >= 0.0 && g->a_hi <= 1e36 && g->a_step >= 1e-30 &&
+               g->an <= ((int64_t)1 << 20);
+    if ((!h_ok && g->do_h) || (!a_ok && g->do_a)) return;
+    size_t nt_h = h_ok ? (size_t)g->hn + 1 : 0, nt_a = a_ok ? (size_t)g->an + 1 : 0;
+    g->tables = malloc((nt_h + nt_a) * sizeof *g->tables);
+    if (!g->tables) return;
+    if (h_ok) {
+        g->th = g->tables;
+        fill_thresholds(g->th, -g->T, g->T, g->h_step, g->hn);
+        g->h_lo_f = (float)-g->T;
+        g->h_norm_f = (float)g->h_norm;
+        fast_setup(&g->fh, 0, g->th, g->hn, -g->T, g->h_norm);
     }
-    int nt = n_threads_for(s, numel);
-    /* Threads 1.. count into zeroed scratch histograms that are then added to thread 0's (the
-     * collector's own) in thread order; integer sums, so any split gives the same counts. Without
-     * the scratch memory the batch is simply binned on one thread. */
-    size_t per = (size_t)(g.do_h ? g.hn : 0) + (size_t)(g.do_a ? g.an : 0);
-    uint64_t *scratch = NULL;
-    if (nt > 1 && per <= SIZE_MAX / sizeof(uint64_t) / (size_t)nt) {
-        scratch = calloc((size_t)(nt - 1) * per, sizeof(uint64_t));
-        if (!scratch) nt = 1;
-    } else {
-        nt = 1;
+    if (a_ok) {
+        g->ta = g->tables + nt_h;
+        fill_thresholds(g->ta, g->a_lo, g->a_hi, g->a_step, g->an);
+        g->a_lo_f = (float)g->a_lo;
+        g->a_norm_f = (float)g->a_norm;
+        fast_setup(&g->fa, 1, g->ta, g->an, g->a_lo, g->a_norm);
     }
-    /* Lanes for the table path (see bin_block_lanes); without the memory, bin_block. */
-    uint32_t *lanes = NULL;
-    int use_lanes = (g.th || !g.do_h) && (g.ta || !g.do_a) && (g.th || g.ta);
-    if (use_lanes) {
-        lanes = calloc((size_t)nt * 4 * per, sizeof *lanes);
-        if (!lanes) use_lanes = 0;
+}
+
+/* Per-thread scratch of one pass: counts acc[per] (signed bins, |x| bins, below), then the
+ * 4-lane sub-histograms (4 * per uint32) when the fast path may be taken. */
+struct pass_scratch {
+    int nt;
+    size_t per, bytes; /* per thread */
+    unsigned char *mem;
+};
+
+static void scratch_free(struct pass_scratch *ps) {
+    free(ps->mem);
+    memset(ps, 0, sizeof *ps);
+}
+
+/* Scratch for `nt` threads (fewer when memory is short) and the given bin counts. QP_ERR_NOMEM
+ * when not even one thread's fits. */
+static enum qp_status scratch_alloc(struct pass_scratch *ps, int nt, int64_t hn, int64_t an,
+                                    struct qp_error *err) {
+    memset(ps, 0, sizeof *ps);
+    ps->per = (size_t)hn + (size_t)an + 1;
+    if (ps->per > SIZE_MAX / 32 / MAX_PART)
+        return qp_error_set(err, QP_ERR_NOMEM, "stats: histogram too large");
+    ps->bytes = ps->per * (sizeof(uint64_t) + 4 * sizeof(uint32_t));
+    for (ps->nt = nt; ps->nt >= 1; ps->nt = ps->nt > 1 ? 1 : 0) {
+        ps->mem = calloc((size_t)ps->nt, ps->bytes);
+        if (ps->mem) return QP_OK;
     }
-    uint64_t below[MAX_PART];
-    memset(below, 0, sizeof below);
-    uint64_t n_blocks = (numel + BLOCK - 1) / BLOCK;
+    return qp_error_set(err, QP_ERR_NOMEM, "stats: out of memory for histogram scratch");
+}
+
+/* One parallel pass over the arrays: the batch scan (min/max/counts) when `scan_out`, and the
+ * binning on geometry `g` into `acc` (ps->per entries, added to) when `g`. Blocks of BLOCK
+ * elements are split among the threads; partial scans are exact and partial counts are integer
+ * sums, so the results do not depend on the thread count. */
+static void run_pass(const struct qp_array *arrays, const uint64_t *numels, size_t n,
+                     const struct bin_geom *g, struct pass_scratch *ps, struct batch_scan *scan_out,
+                     uint64_t *acc_out) {
+    int nt = g ? ps->nt : ps->nt > 0 ? ps->nt : 1;
+    int64_t hn = g ? g->hn : 0, an = g ? g->an : 0;
+    int fast_geom = g && (g->fh.on || !g->do_h) && (g->fa.on || !g->do_a);
+    struct batch_scan part[MAX_PART];
+    memset(part, 0, sizeof part);
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         int t = omp_get_thread_num(), tn = omp_get_num_threads();
-        uint64_t *h = s->h, *ah = s->a;
-        if (t > 0) {
-            h = scratch + (size_t)(t - 1) * per;
-            ah = h + (g.do_h ? g.hn : 0);
-        }
-        uint32_t *sh = use_lanes ? lanes + (size_t)t * 4 * per : NULL;
-        uint32_t *sa = sh ? sh + 4 * (size_t)(g.do_h ? g.hn : 0) : NULL;
-        uint64_t b0, b1, since_flush = 0;
-        split_blocks(n_blocks, tn, t, &b0, &b1);
-        for (uint64_t k = b0; k < b1; k++) {
-            uint64_t off = k * BLOCK, m = numel - off < BLOCK ? numel - off : BLOCK;
-            if (!sh) {
-                bin_block(&g, a, off, m, h, ah, &below[t]);
-                continue;
+        uint64_t *acc = g ? (uint64_t *)(void *)(ps->mem + (size_t)t * ps->bytes) : NULL;
+        uint32_t *lanes = g ? (uint32_t *)(void *)(acc + ps->per) : NULL;
+        int32_t idx[FAST_CHUNK];
+        uint64_t since_flush = 0;
+        for (size_t ai = 0; ai < n; ai++) {
+            const struct qp_array *a = &arrays[ai];
+            int is_f32 = a->dtype == QP_DTYPE_FLOAT;
+            int fast = fast_geom && is_f32;
+            uint64_t b0, b1;
+            split_blocks((numels[ai] + BLOCK - 1) / BLOCK, tn, t, &b0, &b1);
+            for (uint64_t k = b0; k < b1; k++) {
+                uint64_t off = k * BLOCK, m = numels[ai] - off < BLOCK ? numels[ai] - off : BLOCK;
+                if (is_f32 && (fast || !g)) {
+                    const float *p = (const float *)a->data + off;
+                    for (uint64_t c = 0; c < m; c += FAST_CHUNK) {
+                        size_t cm = m - c < FAST_CHUNK ? (size_t)(m - c) : FAST_CHUNK;
+                        if (scan_out && g && g->do_h) {
+                            fast_index_scan(&g->fh, p + c, cm, idx, &part[t]);
+                            fast_count(&g->fh, p + c, idx, cm, lanes);
+                        } else {
+                            if (scan_out) scan_block_f32(p + c, cm, &part[t]);
+                            if (g && g->do_h) {
+                                fast_index(&g->fh, p + c, cm, idx);
+                                fast_count(&g->fh, p + c, idx, cm, lanes);
+                            }
+                        }
+                        if (g && g->do_a) {
+                            fast_index(&g->fa, p + c, cm, idx);
+                            fast_count(&g->fa, p + c, idx, cm, lanes + 4 * (size_t)hn);
+                        }
+                    }
+                    since_flush += m;
+                    if (g && since_flush > ((uint64_t)1 << 31)) { /* 32-bit lanes */
+                        flush_lanes(lanes, (int64_t)ps->per, acc);
+                        since_flush = 0;
+                    }
+                    continue;
+                }
+                if (scan_out) scan_block(a, off, m, &part[t]);
+                if (g) bin_block(g, a, off, m, acc, acc + hn, &acc[hn + an]);
             }
-            bin_block_lanes(&g, (const float *)a->data + off, m, sh, sa, &below[t]);
-            since_flush += m;
-            if (since_flush > ((uint64_t)1 << 31) || k + 1 == b1) { /* 32-bit lanes */
-                if (g.do_h) flush_lanes(sh, g.hn, h);
-                if (g.do_a) flush_lanes(sa, g.an, ah);
-                since_flush = 0;
-            }
         }
+        if (g && since_flush) flush_lanes(lanes, (int64_t)ps->per, acc);
     }
-    for (int t = 0; t < nt; t++) {
-        s->a_below += below[t];
-        if (t == 0) continue;
-        const uint64_t *h = scratch + (size_t)(t - 1) * per;
-        if (g.do_h)
-            for (int64_t i = 0; i < g.hn; i++)
-                s->h[i] += h[i];
-        if (g.do_a) {
-            const uint64_t *ah = h + (g.do_h ? g.hn : 0);
-            for (int64_t i = 0; i < g.an; i++)
-                s->a[i] += ah[i];
+    if (scan_out)
+        for (int t = 0; t < nt; t++)
+            scan_merge(scan_out, &part[t]);
+    if (g)
+        for (int t = 0; t < nt; t++) {
+            const uint64_t *acc = (const uint64_t *)(void *)(ps->mem + (size_t)t * ps->bytes);
+            for (size_t i = 0; i < ps->per; i++)
+                acc_out[i] += acc[i];
         }
-    }
-    free(lanes);
-    free(scratch);
-    free(tables);
+}
+
+/* Adds a pass's counts to the collector's histograms. */
+static void commit_counts(struct qp_stats *s, const struct bin_geom *g, const uint64_t *acc) {
+    for (int64_t i = 0; i < g->hn; i++)
+        s->h[i] += acc[i];
+    for (int64_t i = 0; i < g->an; i++)
+        s->a[i] += acc[g->hn + i];
+    s->a_below += acc[g->hn + g->an];
 }
 
 enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array *arrays, size_t n,
@@ -674,11 +843,52 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
     }
     enum qp_status st = QP_OK;
     struct batch_scan b = {0};
+    struct bin_geom g = {0};
+    struct pass_scratch ps = {0};
+    uint64_t *acc = NULL;
+    uint64_t total = 0;
+    int any_f32 = 0, scanned = 0;
     for (size_t i = 0; i < n; i++) {
         if ((st = check_array(&arrays[i], &numels[i], err)) != QP_OK) goto done;
+        total += numels[i];
+        any_f32 |= arrays[i].dtype == QP_DTYPE_FLOAT;
     }
-    for (size_t i = 0; i < n; i++)
-        scan(s, &arrays[i], numels[i], &b);
+    int nt = n_threads_for(s, total);
+    int hists = s->cfg.flags & (QP_STATS_HIST | QP_STATS_ABS_HIST);
+    int tables = any_f32 && total >= 4096;
+
+    /* Histograms that exist already: scan and bin in one pass on the current geometry, which
+     * stands unless the batch reaches beyond it (then the counts are dropped and the batch is
+     * binned again after growing, below). Most batches after the first few do not grow. */
+    if (hists && (!(hists & QP_STATS_HIST) || (s->h_n > 0 && s->h_t > 0.0)) &&
+        (!(hists & QP_STATS_ABS_HIST) || s->a_n > 0)) {
+        geom_prepare(s, tables, &g);
+        if (scratch_alloc(&ps, nt, g.hn, g.an, err) == QP_OK &&
+            (acc = calloc(ps.per, sizeof *acc)) != NULL) {
+            run_pass(arrays, numels, n, &g, &ps, &b, acc);
+            scanned = 1;
+            double t = fmax(fabs(b.min), fabs(b.max));
+            double last = s->a_lo + (double)s->a_n * s->a_width;
+            int grows = b.n_finite && (((hists & QP_STATS_HIST) && t > s->h_t) ||
+                                       ((hists & QP_STATS_ABS_HIST) && b.amax > last));
+            if (!grows) {
+                commit_counts(s, &g, acc);
+                goto ranges;
+            }
+        } else {
+            st = QP_OK; /* try again the plain way, which reports a real shortage */
+        }
+        free(acc);
+        acc = NULL;
+        scratch_free(&ps);
+        free(g.tables);
+        memset(&g, 0, sizeof g);
+    }
+    if (!scanned) {
+        ps.nt = nt;
+        run_pass(arrays, numels, n, NULL, &ps, &b, NULL);
+        ps.nt = 0;
+    }
     /* -0 and +0 compare equal, so which one a scan keeps depends on the order: report +0. */
     if (b.n_finite) {
         if (b.min == 0.0) b.min = 0.0;
@@ -686,15 +896,16 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
         if (b.amin == 0.0) b.amin = 0.0;
     }
 
-    if (b.n_finite) {
+    if (b.n_finite && hists) {
         /* Plan both histograms and reserve their memory before touching any state, so a
          * failed allocation leaves the collector as it was. */
         int h_first = 0, h_zero_to_range = 0, a_first = 0, h_coarsen = 0;
-        int64_t h_k = 0, a_m = 0;
+        int64_t h_k = 0, a_m = 0, h_n_new = s->h_n, a_n_new = s->a_n;
         double t = fmax(fabs(b.min), fabs(b.max));
         if (s->cfg.flags & QP_STATS_HIST) {
             if (s->h_n == 0) {
                 h_first = 1;
+                h_n_new = s->cfg.n_bins;
                 st = reserve(&s->h, &s->h_cap, s->cfg.n_bins, err);
             } else if (t > s->h_t) {
                 if (s->h_t == 0.0) {
@@ -702,6 +913,7 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
                 } else {
                     int64_t n_final = 0;
                     h_k = hist_grow_plan(s, t, s->h_t, s->h_n, &h_coarsen, &n_final);
+                    h_n_new = n_final + 2 * h_k;
                     st = reserve(&s->h, &s->h_cap, n_final + 2 * h_k, err);
                 }
             }
@@ -711,6 +923,7 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
         if (s->cfg.flags & QP_STATS_ABS_HIST) {
             if (s->a_n == 0) {
                 a_first = 1;
+                a_n_new = s->cfg.n_abs_bins;
                 st = reserve(&s->a, &s->a_cap, s->cfg.n_abs_bins, err);
             } else {
                 double last = s->a_lo + (double)s->a_n * s->a_width;
@@ -729,10 +942,19 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
                         last = s->a_lo + (double)n_cur * w;
                         a_coarsen++;
                     }
+                    a_n_new = n_cur + a_m;
                     st = reserve(&s->a, &s->a_cap, n_cur + a_m, err);
                 }
             }
             if (st != QP_OK) goto done;
+        }
+        /* The binning scratch too (bin counts only grow, so the planned ones bound it). */
+        if ((st = scratch_alloc(&ps, nt, (hists & QP_STATS_HIST) ? h_n_new : 0,
+                                (hists & QP_STATS_ABS_HIST) ? a_n_new : 0, err)) != QP_OK)
+            goto done;
+        if (!(acc = calloc(ps.per, sizeof *acc))) {
+            st = qp_error_set(err, QP_ERR_NOMEM, "stats: out of memory");
+            goto done;
         }
 
         /* Commit the geometry. */
@@ -771,9 +993,14 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
             memset(s->a + s->a_n, 0, (size_t)a_m * sizeof *s->a);
             s->a_n += a_m;
         }
-        for (size_t i = 0; i < n; i++)
-            bin_values(s, &arrays[i], numels[i]);
-
+        geom_prepare(s, tables, &g);
+        run_pass(arrays, numels, n, &g, &ps, NULL, acc);
+        commit_counts(s, &g, acc);
+    }
+ranges:
+    if (b.n_finite) {
+        if (b.min == 0.0) b.min = 0.0;
+        if (b.max == 0.0) b.max = 0.0;
         if (!s->has_range) {
             s->min = b.min;
             s->max = b.max;
@@ -788,6 +1015,9 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
     s->n_nan += b.n_nan;
     s->n_inf += b.n_inf;
 done:
+    free(acc);
+    scratch_free(&ps);
+    free(g.tables);
     if (numels != numel) free(numels);
     return st;
 }
@@ -844,7 +1074,7 @@ enum qp_status qp_stats_channel_absmax(const struct qp_array *w, int axis, float
                                        int64_t n_out, uint64_t *n_nonfinite_out,
                                        struct qp_error *err) {
     if (!w || !out) return qp_error_set(err, QP_ERR_USAGE, "stats: NULL argument");
-    uint64_t numel;
+    uint64_t numel = 0;
     enum qp_status st = check_array(w, &numel, err);
     if (st != QP_OK) return st;
     int ax = axis < 0 ? axis + w->rank : axis;

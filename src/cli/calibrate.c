@@ -1,16 +1,13 @@
 /* qplace calibrate: activation ranges for a model, as JSON and as a TensorRT calibration cache. */
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 
 #include "calib/collect.h"
-#include "calib/image.h"
+#include "calib/data.h"
 #include "calib/provider.h"
 #include "calib/provider_npz.h"
 #include "calib/ranges.h"
@@ -22,22 +19,15 @@
 
 const struct cli_opt cli_calibrate_opts[] = {
     {"onnx_path", CLI_VALUE, "MODEL", "the float model (required unless --trt_cache_in)"},
-    {"calibration_data_path", CLI_VALUE, "FILE|DIR",
-     ".npz/.npy file, folder of .npz/.npy shards, or folder of images (default: synthetic)"},
+    CLI_DATA_OPTS,
     {"calibration_method", CLI_VALUE, "max|entropy|percentile", "calibrator (default entropy)"},
     {"percentile", CLI_VALUE, "P", "percentile for --calibration_method percentile (99.999)"},
-    {"calibration_shapes", CLI_VALUE, "NAME:1x3x224x224,...", "batch shape per input"},
     {"placement_in", CLI_VALUE, "FILE", "calibrate only the activation edges of this placement"},
-    {"max_calibration_bytes", CLI_VALUE, "N",
-     "cap on calibration data (bytes, K/M/G suffixes; 16G)"},
     {"output_path", CLI_VALUE, "RANGES.json",
      "where to write the ranges (<model stem>.ranges.json)"},
     {"trt_cache_out", CLI_VALUE, "FILE", "also write a TensorRT calibration cache"},
     {"trt_cache_in", CLI_VALUE, "FILE", "convert this TensorRT calibration cache to JSON, no run"},
     {"no_group_concat", CLI_BOOL, NULL, "do not share one range across each Concat's tensors"},
-    {"image_mean", CLI_VALUE, "R,G,B", "image folders: mean after scaling to 0..1 (0,0,0)"},
-    {"image_std", CLI_VALUE, "R,G,B", "image folders: std after scaling to 0..1 (1,1,1)"},
-    {"image_bgr", CLI_BOOL, NULL, "image folders: channel order B,G,R"},
     {"threads", CLI_VALUE, "N", "engine threads (0: all cores)"},
     {"quiet", CLI_BOOL, NULL, "no progress and no summary (warnings and errors still print)"},
     {0},
@@ -62,47 +52,6 @@ static int bad_usage(const char *fmt, const char *a) {
     return 1;
 }
 
-static int parse_u64_size(const char *s, uint64_t *out) {
-    errno = 0;
-    char *end;
-    if (!s || !isdigit((unsigned char)s[0])) return 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno) return 0;
-    uint64_t mul = 1;
-    if (*end) {
-        char c = (char)toupper((unsigned char)*end++);
-        if (c == 'K')
-            mul = 1ULL << 10;
-        else if (c == 'M')
-            mul = 1ULL << 20;
-        else if (c == 'G')
-            mul = 1ULL << 30;
-        else if (c == 'T')
-            mul = 1ULL << 40;
-        else
-            return 0;
-        if (*end == 'i' || *end == 'I') end++;
-        if (*end == 'b' || *end == 'B') end++;
-        if (*end) return 0;
-    }
-    if (v > UINT64_MAX / mul) return 0;
-    *out = v * mul;
-    return *out > 0;
-}
-
-static int parse_triple(const char *s, float out[3]) {
-    char *end;
-    for (int i = 0; i < 3; i++) {
-        errno = 0;
-        double v = strtod(s, &end);
-        if (end == s || errno || !(v == v) || v > 1e30 || v < -1e30) return 0;
-        out[i] = (float)v;
-        if (i < 2 && *end != ',') return 0;
-        s = end + 1;
-    }
-    return *end == '\0';
-}
-
 /* "<dir>/<stem>.ranges.json" for "<dir>/<stem>.onnx" (or any other suffix kept). */
 static char *default_output(const char *in) {
     size_t n = strlen(in);
@@ -114,27 +63,6 @@ static char *default_output(const char *in) {
     memcpy(out, in, n);
     memcpy(out + n, ".ranges.json", sizeof ".ranges.json");
     return out;
-}
-
-static int has_suffix(const char *s, const char *suf) {
-    size_t n = strlen(s), k = strlen(suf);
-    return n >= k && strcasecmp(s + n - k, suf) == 0;
-}
-
-/* 1 when the folder holds images and no .npz/.npy shards. */
-static int folder_is_images(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int images = 0, arrays = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        arrays += has_suffix(e->d_name, ".npz") || has_suffix(e->d_name, ".npy");
-        images += has_suffix(e->d_name, ".png") || has_suffix(e->d_name, ".jpg") ||
-                  has_suffix(e->d_name, ".jpeg");
-    }
-    closedir(d);
-    return images > 0 && arrays == 0;
 }
 
 /* 1 when a and b name the same existing file. */
@@ -181,74 +109,6 @@ static enum qp_status model_inputs(const struct qp_graph *g, const struct qp_cal
     }
     *out = in;
     return QP_OK;
-}
-
-static enum qp_status make_provider(const struct cli_args *args, const char *data_path,
-                                    const struct qp_npz_provider_input *in, size_t n,
-                                    uint64_t max_bytes, struct qp_provider **out,
-                                    struct qp_error *err) {
-    if (!data_path) {
-        struct qp_synthetic_input *s = calloc(n ? n : 1, sizeof *s);
-        if (!s) return qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
-        for (size_t i = 0; i < n; i++) {
-            s[i].name = in[i].name;
-            s[i].dtype = in[i].dtype;
-            s[i].rank = in[i].rank;
-            memcpy(s[i].dims, in[i].batch_dims, sizeof s[i].dims);
-        }
-        enum qp_status st = qp_provider_synthetic_create(s, n, 0, 1, out, err);
-        free(s);
-        return st;
-    }
-    struct stat sb;
-    if (stat(data_path, &sb) != 0)
-        return qp_error_set(err, QP_ERR_IO, "%s: %s", data_path, strerror(errno));
-    if (S_ISDIR(sb.st_mode) && folder_is_images(data_path)) {
-        if (n != 1 || in[0].rank != 4 || in[0].dtype != QP_DTYPE_FLOAT)
-            return qp_error_set(err, QP_ERR_BAD_INPUT,
-                                "%s: an image folder needs a model with one float input of rank 4",
-                                data_path);
-        const int64_t *d = in[0].batch_dims;
-        struct qp_image_options o;
-        qp_image_options_default(&o);
-        int nhwc = d[1] != 3 && d[3] == 3;
-        if (!nhwc && d[1] != 3)
-            return qp_error_set(err, QP_ERR_BAD_INPUT,
-                                "%s: model input '%s' has no 3-channel axis (NCHW or NHWC) for "
-                                "images",
-                                data_path, in[0].name);
-        o.layout = nhwc ? QP_IMAGE_NHWC : QP_IMAGE_NCHW;
-        o.resize_h = nhwc ? d[1] : d[2];
-        o.resize_w = nhwc ? d[2] : d[3];
-        o.batch = d[0];
-        o.drop_last = 1;
-        o.scale = 1.0f / 255;
-        o.bgr = cli_has(args, "image_bgr");
-        const char *mean = cli_value(args, "image_mean", NULL);
-        const char *sd = cli_value(args, "image_std", NULL);
-        if (mean && !parse_triple(mean, o.mean))
-            return qp_error_set(err, QP_ERR_USAGE, "--image_mean '%s' is not three numbers R,G,B",
-                                mean);
-        if (sd && !parse_triple(sd, o.std))
-            return qp_error_set(err, QP_ERR_USAGE, "--image_std '%s' is not three numbers R,G,B",
-                                sd);
-        for (int c = 0; c < 3; c++)
-            if (!(o.std[c] != 0))
-                return qp_error_set(err, QP_ERR_USAGE, "--image_std has a zero entry");
-        return qp_provider_images_create(data_path, in[0].name, &o, out, err);
-    }
-    struct qp_npz_provider_input *pi = calloc(n ? n : 1, sizeof *pi);
-    if (!pi) return qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
-    for (size_t i = 0; i < n; i++) {
-        pi[i].name = in[i].name;
-        pi[i].dtype = in[i].dtype;
-        pi[i].rank = in[i].rank;
-        memcpy(pi[i].model_dims, in[i].model_dims, sizeof pi[i].model_dims);
-        memcpy(pi[i].batch_dims, in[i].batch_dims, sizeof pi[i].batch_dims);
-    }
-    enum qp_status st = qp_provider_npz_create(data_path, pi, n, max_bytes, out, err);
-    free(pi);
-    return st;
 }
 
 /* --trt_cache_in: no run, just a conversion. */
@@ -339,10 +199,8 @@ int cli_calibrate_run(const struct cli_args *args) {
             return bad_usage("%s", "--percentile needs --calibration_method percentile");
         o.calib.percentile = p;
     }
-    uint64_t max_bytes = QP_CALIB_DEFAULT_MAX_BYTES;
-    const char *mb = cli_value(args, "max_calibration_bytes", NULL);
-    if (mb && !parse_u64_size(mb, &max_bytes))
-        return bad_usage("--max_calibration_bytes '%s' is not a positive byte count", mb);
+    struct qp_data_options dopt;
+    if (cli_data_options(args, "calibrate", &dopt)) return 1;
     const char *ts = cli_value(args, "threads", NULL);
     if (ts) {
         char *end;
@@ -386,7 +244,7 @@ int cli_calibrate_run(const struct cli_args *args) {
         o.placement = pl;
     }
     if (model_inputs(g, ss ? &shapes : NULL, &in, &n_in, &err) != QP_OK) goto fail;
-    if (make_provider(args, data_path, in, n_in, max_bytes, &prov, &err) != QP_OK) goto fail;
+    if (qp_provider_open(data_path, &dopt, in, n_in, &prov, &err) != QP_OK) goto fail;
     int synthetic = qp_provider_is_synthetic(prov);
     if (synthetic)
         qp_log(QP_LOG_WARN,

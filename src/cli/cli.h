@@ -24,6 +24,27 @@ struct cli_command {
 /* Prints "qplace: <err->msg>" on stderr and returns qp_status_exit_code(err->status). */
 int cli_fail(const struct qp_error *err);
 
+/* ---- calibration data flags, shared by calibrate, quantize and sensitivity ------------------
+ * One row set in each command's flag table and one parser (data_flags.c); which provider a
+ * path means is decided in src/calib/data.h. */
+/* clang-format off */
+#define CLI_DATA_OPTS                                                                              \
+    {"calibration_data_path", CLI_VALUE, "FILE|DIR",                                               \
+     ".npz/.npy file, folder of .npz/.npy shards, or folder of PNG/JPEG images (default: "         \
+     "synthetic)"},                                                                                \
+    {"calibration_shapes", CLI_VALUE, "NAME:1x3x224x224,...", "batch shape per input"},            \
+    {"max_calibration_bytes", CLI_VALUE, "N",                                                      \
+     "cap on .npz/.npy calibration data (bytes, K/M/G suffixes; 16G)"},                            \
+    {"image_mean", CLI_VALUE, "R,G,B", "image folders: mean after scaling to 0..1 (0,0,0)"},       \
+    {"image_std", CLI_VALUE, "R,G,B", "image folders: std after scaling to 0..1 (1,1,1)"},         \
+    {"image_bgr", CLI_BOOL, NULL, "image folders: channel order B,G,R"}
+/* clang-format on */
+
+struct qp_data_options;
+/* Fills `o` (defaults first) from the data flags of `a`. A bad value prints
+ * "qplace CMD: ..." with a hint on stderr and returns 1 (the exit code); 0 on success. */
+int cli_data_options(const struct cli_args *a, const char *cmd, struct qp_data_options *o);
+
 /* ---- subcommands ------------------------------------------------------------------------- */
 
 extern const struct cli_opt cli_info_opts[];

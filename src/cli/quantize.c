@@ -3,17 +3,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calib/data.h"
 #include "cli.h"
 #include "quant/quantize.h"
 
 const struct cli_opt cli_quantize_opts[] = {
     {"onnx_path", CLI_VALUE, "MODEL", "the float ONNX model (required)"},
+    CLI_DATA_OPTS,
     {"quantize_mode", CLI_VALUE, "int8|fp8", "quantized type (default int8)"},
-    {"calibration_data_path", CLI_VALUE, "FILE",
-     ".npz/.npy calibration inputs (default: synthetic)"},
-    {"eval_data_path", CLI_VALUE, "FILE", ".npz/.npy held-out inputs for the drift summary"},
+    {"eval_data_path", CLI_VALUE, "FILE|DIR",
+     "held-out inputs for the drift summary (as --calibration_data_path)"},
     {"calibration_method", CLI_VALUE, "max|entropy|percentile", "calibrator (default entropy)"},
-    {"calibration_shapes", CLI_VALUE, "NAME:1x3x224x224,...", "input shapes for calibration"},
     {"op_types_to_quantize", CLI_LIST, "OP", "only these op types (repeatable, comma lists)"},
     {"op_types_to_exclude", CLI_LIST, "OP", "never these op types"},
     {"nodes_to_quantize", CLI_LIST, "REGEX", "only nodes whose name matches"},
@@ -164,6 +164,9 @@ int cli_quantize_run(const struct cli_args *a) {
         }
         o.n_threads = (int)t;
     }
+    struct qp_data_options data;
+    if (cli_data_options(a, "quantize", &data)) return 1;
+    o.data = &data;
     o.calibration_data_path = cli_value(a, "calibration_data_path", NULL);
     o.eval_data_path = cli_value(a, "eval_data_path", NULL);
     o.calibration_shapes = cli_value(a, "calibration_shapes", NULL);

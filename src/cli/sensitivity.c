@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "calib/data.h"
 #include "calib/npy.h"
 #include "calib/provider.h"
 #include "calib/provider_npz.h"
@@ -30,12 +31,9 @@
 
 const struct cli_opt cli_sensitivity_opts[] = {
     {"onnx_path", CLI_VALUE, "MODEL", "the float model (required)"},
-    {"calibration_data_path", CLI_VALUE, "FILE|DIR",
-     ".npz/.npy file or folder of shards; calibration and evaluation samples (default: "
-     "synthetic)"},
+    CLI_DATA_OPTS,
     {"num_synthetic_samples", CLI_VALUE, "N", "synthetic samples without data (32)"},
     {"calibration_method", CLI_VALUE, "max|entropy|percentile", "calibrator (default entropy)"},
-    {"calibration_shapes", CLI_VALUE, "NAME:1x3x224x224,...", "batch shape per input"},
     {"placement_in", CLI_VALUE, "FILE", "the placement to analyse (default: the trt policy)"},
     {"granularity", CLI_VALUE, "op_type|node", "targets (default op_type)"},
     {"metric", CLI_VALUE, "kl_div|mse|cos", "distance to the float outputs (default kl_div)"},
@@ -390,30 +388,20 @@ int cli_sensitivity_run(const struct cli_args *args) {
                                        SENS_CLI_MAX_INPUTS, &n_inputs, &err)) != QP_OK)
         goto fail;
     const char *data = cli_value(args, "calibration_data_path", NULL);
-    if (data) {
-        if ((st = qp_provider_npz_create(data, inputs, n_inputs, 0, &prov, &err)) != QP_OK)
-            goto fail;
-    } else {
-        struct qp_synthetic_input syn[SENS_CLI_MAX_INPUTS];
-        for (size_t i = 0; i < n_inputs; i++) {
-            memset(&syn[i], 0, sizeof syn[i]);
-            syn[i].name = inputs[i].name;
-            syn[i].dtype = inputs[i].dtype;
-            syn[i].rank = inputs[i].rank;
-            memcpy(syn[i].dims, inputs[i].batch_dims, sizeof syn[i].dims);
-        }
-        /* Samples, not batches: a batch of --calibration_shapes rows holds several. */
-        uint64_t rows = n_inputs && inputs[0].rank > 0 && inputs[0].batch_dims[0] > 0
-                            ? (uint64_t)inputs[0].batch_dims[0]
-                            : 1;
-        uint64_t n_batches = n_syn / rows ? n_syn / rows : 1;
-        if ((st = qp_provider_synthetic_create(syn, n_inputs, 0, n_batches, &prov, &err)) != QP_OK)
-            goto fail;
+    /* Calibration and scoring data: the one data module (calib/data.h). */
+    struct qp_data_options dopt;
+    if ((rc = cli_data_options(args, "sensitivity", &dopt)) != 0) goto done;
+    /* Synthetic: samples, not batches (a batch of --calibration_shapes rows holds several). */
+    uint64_t rows = n_inputs && inputs[0].rank > 0 && inputs[0].batch_dims[0] > 0
+                        ? (uint64_t)inputs[0].batch_dims[0]
+                        : 1;
+    dopt.synthetic_batches = n_syn / rows ? n_syn / rows : 1;
+    if ((st = qp_provider_open(data, &dopt, inputs, n_inputs, &prov, &err)) != QP_OK) goto fail;
+    if (!data)
         qp_log(QP_LOG_WARN,
                "sensitivity: no --calibration_data_path: calibrating and scoring on synthetic "
                "data (uniform [0, 1)); the scores are directional only (calibration_source: "
                "synthetic)");
-    }
     double t0 = now_s();
     uint64_t n_cal = 0;
     if ((st = qp_sens_calibrate(m, pl, prov, method, so.n_threads, &ranges, &n_cal, &err)) != QP_OK)

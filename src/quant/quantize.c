@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "calib/collect.h"
+#include "calib/data.h"
 #include "calib/provider.h"
 #include "calib/provider_npz.h"
 #include "calib/ranges.h"
@@ -55,19 +56,19 @@ static int amax_from_ranges(void *user, const char *tensor, float *amax_out) {
     return 1;
 }
 
-static enum qp_status make_provider(const char *path, const struct qp_npz_provider_input *in,
-                                    size_t n, uint64_t seed, struct qp_provider **out,
-                                    struct qp_error *err) {
-    if (path) return qp_provider_npz_create(path, in, n, 0, out, err);
-    struct qp_synthetic_input syn[QP_QUANTIZE_MAX_INPUTS];
-    for (size_t i = 0; i < n; i++) {
-        memset(&syn[i], 0, sizeof syn[i]);
-        syn[i].name = in[i].name;
-        syn[i].dtype = in[i].dtype;
-        syn[i].rank = in[i].rank;
-        memcpy(syn[i].dims, in[i].batch_dims, sizeof syn[i].dims);
-    }
-    return qp_provider_synthetic_create(syn, n, seed, 1, out, err);
+/* Calibration or evaluation data through the one data module (calib/data.h): .npz/.npy,
+ * shard folders, image folders, or synthetic data with `seed` when `path` is NULL. */
+static enum qp_status make_provider(const struct qp_quantize_options *o, const char *path,
+                                    const struct qp_npz_provider_input *in, size_t n, uint64_t seed,
+                                    struct qp_provider **out, struct qp_error *err) {
+    struct qp_data_options d;
+    if (o->data)
+        d = *o->data;
+    else
+        qp_data_options_default(&d);
+    d.seed = seed;
+    d.synthetic_batches = 1;
+    return qp_provider_open(path, &d, in, n, out, err);
 }
 
 static void batch_shapes(const struct qp_provider *p, const struct qp_array *b,
@@ -207,16 +208,16 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
              qp_provider_graph_inputs(mf->graph, o->calibration_shapes ? &shapes : NULL, "quantize",
                                       inputs, QP_QUANTIZE_MAX_INPUTS, &n_inputs, err)) != QP_OK)
         goto done;
-    if ((st = make_provider(o->calibration_data_path, inputs, n_inputs, 1, &cal, err)) != QP_OK)
+    if ((st = make_provider(o, o->calibration_data_path, inputs, n_inputs, 1, &cal, err)) != QP_OK)
         goto done;
     r->calibration_source = qp_provider_source(cal);
     r->method = qp_calib_method_name(o->method);
     uint64_t nb = qp_provider_n_batches(cal), n_cal = nb;
     if (o->eval_data_path) {
-        if ((st = make_provider(o->eval_data_path, inputs, n_inputs, 2, &ev, err)) != QP_OK)
+        if ((st = make_provider(o, o->eval_data_path, inputs, n_inputs, 2, &ev, err)) != QP_OK)
             goto done;
     } else if (!o->calibration_data_path) {
-        if ((st = make_provider(NULL, inputs, n_inputs, 2, &ev, err)) != QP_OK) goto done;
+        if ((st = make_provider(o, NULL, inputs, n_inputs, 2, &ev, err)) != QP_OK) goto done;
     } else if (nb >= 2) {
         uint64_t n_eval = nb / 5 ? nb / 5 : 1;
         n_cal = nb - n_eval;

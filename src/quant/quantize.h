@@ -6,7 +6,8 @@
  *   activation tensors (calib/collect.h) -> Q/DQ writer (quant/writer.h) -> atomic save ->
  *   drift of the quantized model against the float model on held-out samples.
  *
- * Calibration data: a .npz/.npy file (inputs by name), or none (seeded synthetic data, as
+ * Calibration data (calib/data.h, also for --eval_data_path): a .npz/.npy file (inputs by
+ * name), a folder of shards or of images, or none (seeded synthetic data, as
  * ModelOpt's RandomDataProvider; the report says so). Held-out samples: --eval_data_path, or the
  * last fifth of the calibration batches (at least one) when there are two or more batches; with
  * a single batch, the drift is measured on the calibration batch itself (the report says so).
@@ -26,6 +27,7 @@
 #include <stdint.h>
 
 #include "calib/calibrator.h"
+#include "calib/data.h"
 #include "quant/placement.h"
 #include "quant/policy_trt.h"
 #include "quant/select.h"
@@ -36,7 +38,7 @@ struct qp_quantize_options {
     const char *onnx_path;   /* required */
     const char *output_path; /* NULL: <model>.quant.onnx */
     enum qp_quant_mode mode;
-    const char *calibration_data_path; /* .npz or .npy; NULL: synthetic */
+    const char *calibration_data_path; /* .npz/.npy, shard or image folder; NULL: synthetic */
     const char *eval_data_path;        /* NULL: a split of the calibration data */
     enum qp_calib_method method;       /* default entropy (ModelOpt) */
     const char *calibration_shapes;    /* "name:1x3x224x224,..." or NULL */
@@ -48,6 +50,8 @@ struct qp_quantize_options {
     int dq_only;
     enum qp_dtype high_precision; /* QP_DTYPE_FLOAT */
     int n_threads;                /* 0: all cores */
+    /* Borrowed: caps and image flags for both data paths (calib/data.h); NULL: defaults. */
+    const struct qp_data_options *data;
 };
 
 void qp_quantize_options_default(struct qp_quantize_options *o);
@@ -66,7 +70,7 @@ struct qp_quantize_report {
     char *output_path;
     char *placement_source; /* "trt policy", "trt policy + rules", "placement file <path>" */
     struct qp_writer_stats writer;
-    const char *calibration_source; /* "npz", "npy", "synthetic" (static) */
+    const char *calibration_source; /* "npz", "npy", "images", "synthetic" (static) */
     const char *method;             /* static */
     uint64_t n_calib_samples, n_calib_batches;
     uint64_t n_eval_samples;

@@ -203,6 +203,99 @@ static void test_placement(void **state) {
     qp_model_free(m);
 }
 
+/* Entropy and percentile pool a Concat group: the members r, x and c share the range that one
+ * histogram over all their values gives (fed as one pooled batch per run, as ORT pools a
+ * batch), not the widest of their own ranges. Checked against qp_stats fed directly with the
+ * same values: one batch against a one-shot histogram of the concatenation, three batches
+ * against pooled updates of each batch's concatenation (growth included). */
+static void test_pooled_groups(void **state) {
+    (void)state;
+    struct qp_error err = {0};
+    enum { ROWS = 64 };
+    static float xb[3][ROWS * 4];
+    uint32_t seed = 11;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < ROWS * 4; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            float u = (float)(seed >> 8) / 16777216.0f;
+            xb[k][i] = (u - 0.3f) * (float)(k + 1) * (i % 7 ? 1.0f : 5.0f); /* grows */
+        }
+    for (int method = QP_CALIB_ENTROPY; method <= QP_CALIB_PERCENTILE; method++) {
+        for (int n_batches = 1; n_batches <= 3; n_batches += 2) {
+            struct qp_model *m = model();
+            struct qp_collect_options o;
+            qp_collect_options_default(&o, (enum qp_calib_method)method);
+            o.n_threads = 1;
+            struct qp_collector *c = NULL;
+            assert_int_equal(qp_collector_create(m, &o, 0, NULL, &c, &err), QP_OK);
+            /* the reference: the same values (x, relu(x), concat) straight into qp_stats */
+            struct qp_stats_config cfg;
+            qp_calib_stats_config(&o.calib, &cfg);
+            cfg.n_threads = 1;
+            struct qp_stats *ref = NULL;
+            assert_int_equal(qp_stats_create(&cfg, &ref, &err), QP_OK);
+            static float all[3][ROWS * 4 * 4];
+            for (int k = 0; k < n_batches; k++) {
+                struct qp_array a;
+                batch(&a, xb[k], ROWS);
+                assert_int_equal(qp_collector_run(c, 1, &a, &err), QP_OK);
+                /* r = relu(x), c = [r, x] row by row; a batch holds all three */
+                float *p = all[k];
+                for (int i = 0; i < ROWS * 4; i++)
+                    p[i] = xb[k][i];
+                for (int i = 0; i < ROWS * 4; i++)
+                    p[ROWS * 4 + i] = xb[k][i] > 0 ? xb[k][i] : 0.0f;
+                for (int r = 0; r < ROWS; r++)
+                    for (int e = 0; e < 8; e++)
+                        p[2 * ROWS * 4 + 8 * r + e] =
+                            e < 4 ? p[ROWS * 4 + 4 * r + e] : xb[k][4 * r + e - 4];
+                struct qp_array one;
+                int64_t d[1] = {ROWS * 4 * 4};
+                assert_int_equal(qp_array_view(&one, QP_DTYPE_FLOAT, 1, d, p, sizeof all[k], &err),
+                                 QP_OK);
+                assert_int_equal(qp_stats_update(ref, &one, &err), QP_OK);
+            }
+            struct qp_calib_range want;
+            assert_int_equal(qp_calib_compute(&o.calib, ref, &want, &err), QP_OK);
+            struct qp_ranges *r = NULL;
+            struct qp_collect_report rep;
+            assert_int_equal(qp_collector_finish(c, &r, &rep, &err), QP_OK);
+            assert_int_equal(rep.n_grouped, 3);
+            const char *members[3] = {"x", "r", "c"};
+            for (int i = 0; i < 3; i++) {
+                const struct qp_range *x = get(r, members[i]);
+                assert_true(x->lo == (float)want.lo && x->hi == (float)want.hi);
+                assert_true(x->amax == (float)want.amax);
+            }
+            assert_true(get(r, "c")->n_values == (uint64_t)(2 * ROWS * 4 * n_batches));
+            /* not what the widest of the members' own ranges gives (the test can tell the
+             * two apart) */
+            o.group_concat = 0;
+            struct qp_collector *c2 = NULL;
+            assert_int_equal(qp_collector_create(m, &o, 0, NULL, &c2, &err), QP_OK);
+            for (int k = 0; k < n_batches; k++) {
+                struct qp_array a;
+                batch(&a, xb[k], ROWS);
+                assert_int_equal(qp_collector_run(c2, 1, &a, &err), QP_OK);
+            }
+            struct qp_ranges *r2 = NULL;
+            assert_int_equal(qp_collector_finish(c2, &r2, NULL, &err), QP_OK);
+            float widest = 0;
+            for (int i = 0; i < 3; i++)
+                if (get(r2, members[i])->amax > widest) widest = get(r2, members[i])->amax;
+            /* (entropy on a single batch is max, the same either way) */
+            if (method != QP_CALIB_ENTROPY || n_batches > 1)
+                assert_true(widest != (float)want.amax);
+            qp_ranges_free(r2);
+            qp_collector_free(c2);
+            qp_ranges_free(r);
+            qp_stats_free(ref);
+            qp_collector_free(c);
+            qp_model_free(m);
+        }
+    }
+}
+
 /* Many batches: the collector's memory does not grow with them. */
 static void test_constant_memory(void **state) {
     (void)state;
@@ -343,9 +436,9 @@ static void test_calibrate_model(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_max_ranges),      cmocka_unit_test(test_nonfinite),
-        cmocka_unit_test(test_placement),       cmocka_unit_test(test_constant_memory),
-        cmocka_unit_test(test_calibrate_model),
+        cmocka_unit_test(test_max_ranges),      cmocka_unit_test(test_pooled_groups),
+        cmocka_unit_test(test_nonfinite),       cmocka_unit_test(test_placement),
+        cmocka_unit_test(test_constant_memory), cmocka_unit_test(test_calibrate_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

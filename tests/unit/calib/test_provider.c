@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "calib/provider.h"
 #include "calib/provider_npz.h"
@@ -276,11 +277,114 @@ static void test_npz_provider_refusals(void **state) {
     assert_null(p);
 }
 
+/* Writes rows [r0, r0 + rows) of the global sequence x[r][c] = 2 r + c as a Fortran-ordered,
+ * big-endian .npy (numpy's '>f4', fortran_order True), by hand. */
+static void write_fortran_be(const char *path, int64_t r0, int64_t rows) {
+    char dict[128];
+    int dl =
+        snprintf(dict, sizeof dict, "{'descr': '>f4', 'fortran_order': True, 'shape': (%lld, 2), }",
+                 (long long)rows);
+    size_t hlen = (size_t)dl + 1;
+    while ((10 + hlen) % 64)
+        hlen++;
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    uint8_t hl[2] = {(uint8_t)(hlen & 0xff), (uint8_t)(hlen >> 8)};
+    fwrite(hl, 1, 2, f);
+    fwrite(dict, 1, (size_t)dl, f);
+    for (size_t i = (size_t)dl; i + 1 < hlen; i++)
+        fputc(' ', f);
+    fputc('\n', f);
+    for (int c = 0; c < 2; c++)
+        for (int64_t r = 0; r < rows; r++) {
+            float v = (float)(2 * (r0 + r) + c);
+            uint8_t b[4];
+            memcpy(b, &v, 4);
+            uint8_t be[4] = {b[3], b[2], b[1], b[0]};
+            fwrite(be, 1, 4, f);
+        }
+    fclose(f);
+}
+
+static void write_x_rows(const char *path, int64_t r0, int64_t rows, int deflate) {
+    static float x[64];
+    for (int64_t i = 0; i < rows * 2; i++)
+        x[i] = (float)(2 * r0 + i);
+    struct qp_array a;
+    struct qp_error err = {0};
+    int64_t d[2] = {rows, 2};
+    assert_int_equal(qp_array_view(&a, QP_DTYPE_FLOAT, 2, d, x, (size_t)rows * 8, &err), QP_OK);
+    const char *name = "x";
+    if (deflate < 0)
+        assert_int_equal(qp_npy_write_file(path, &a, &err), QP_OK);
+    else
+        assert_int_equal(
+            qp_npz_write_file(path, &name, &a, 1, deflate ? QP_NPZ_DEFLATE : QP_NPZ_STORE, &err),
+            QP_OK);
+}
+
+/* Shards are streamed: batches cross shard boundaries (4 | 0 | 3 | 5 rows of .npy, an empty
+ * stored .npz, a Fortran-ordered big-endian .npy, a deflated .npz), give exactly the
+ * concatenated rows in array_split chunks, and a reset replays them. A shard that changes
+ * after the provider was made is an error naming it. */
+static void test_npz_provider_streams_shards(void **state) {
+    (void)state;
+    mkdir(TMP, 0755);
+    mkdir(TMP "/stream", 0755);
+    write_x_rows(TMP "/stream/s0.npy", 0, 4, -1);
+    write_x_rows(TMP "/stream/s1.npz", 4, 0, 0);
+    write_fortran_be(TMP "/stream/s2.npy", 4, 3);
+    write_x_rows(TMP "/stream/s3.npz", 7, 5, 1);
+    struct qp_npz_provider_input x1 = xy[0];
+    x1.batch_dims[0] = 5; /* 12 rows -> int(12 / 5) = 2 steps: 6 + 6 rows */
+    struct qp_provider *p = NULL;
+    struct qp_error err = {0};
+    assert_int_equal(qp_provider_npz_create(TMP "/stream", &x1, 1, 0, &p, &err), QP_OK);
+    assert_int_equal(qp_provider_n_samples(p), 12);
+    assert_int_equal(qp_provider_n_batches(p), 2);
+    for (int pass = 0; pass < 2; pass++) {
+        const struct qp_array *b;
+        int end = 0;
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(qp_provider_next(p, &b, &end, &err), QP_OK);
+            assert_false(end);
+            assert_int_equal(b[0].dims[0], 6);
+            assert_int_equal(b[0].dims[1], 2);
+            const float *v = b[0].data;
+            for (int i = 0; i < 12; i++)
+                assert_true(v[i] == (float)(12 * k + i));
+        }
+        assert_int_equal(qp_provider_next(p, &b, &end, &err), QP_OK);
+        assert_true(end);
+        assert_int_equal(qp_provider_reset(p, &err), QP_OK);
+    }
+    /* s3 loses rows after the provider was made */
+    write_x_rows(TMP "/stream/s3.npz", 7, 4, 1);
+    const struct qp_array *b;
+    int end = 0;
+    assert_int_equal(qp_provider_next(p, &b, &end, &err), QP_OK);
+    assert_int_equal(qp_provider_next(p, &b, &end, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "s3.npz: input 'x' changed since"));
+    qp_provider_free(p);
+    p = NULL;
+    /* a shard whose data end early (declared sizes are checked when it is opened) */
+    write_x_rows(TMP "/stream/s3.npz", 7, 5, 1);
+    assert_int_equal(truncate(TMP "/stream/s0.npy", 128 + 20), 0); /* 128-byte header */
+    assert_int_equal(qp_provider_npz_create(TMP "/stream", &x1, 1, 0, &p, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "s0.npy"));
+    assert_null(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shapes_parse),  cmocka_unit_test(test_shapes_errors),
-        cmocka_unit_test(test_shape_resolve), cmocka_unit_test(test_synthetic),
-        cmocka_unit_test(test_npz_provider),  cmocka_unit_test(test_npz_provider_refusals),
+        cmocka_unit_test(test_shapes_parse),
+        cmocka_unit_test(test_shapes_errors),
+        cmocka_unit_test(test_shape_resolve),
+        cmocka_unit_test(test_synthetic),
+        cmocka_unit_test(test_npz_provider),
+        cmocka_unit_test(test_npz_provider_refusals),
+        cmocka_unit_test(test_npz_provider_streams_shards),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

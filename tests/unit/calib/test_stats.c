@@ -449,6 +449,63 @@ static void test_threads_bit_identical(void **state) {
         free(b[i]);
 }
 
+/* Batches that stay inside the first batch's range take the one-pass path (scan and bin on the
+ * standing geometry): ReLU-like halves of zeros, values on and next to every interior bin edge
+ * of both histograms, NaN and Inf. Same results on 1 and 2 threads and as double (the generic
+ * path); with and without zeros in the first batch (|x| below the first edge, or zero binned). */
+static void test_no_growth_one_pass(void **state) {
+    (void)state;
+    for (int variant = 0; variant < 2; variant++) {
+        float *b[4];
+        for (int i = 0; i < 4; i++) {
+            b[i] = malloc(BIG_N * sizeof(float));
+            assert_non_null(b[i]);
+        }
+        fill_big(b[0], BIG_N, 11, 2.0f);
+        if (variant) b[0][40000] = 0.25f; /* no zero: min|x| > 0, later zeros fall below */
+        struct qp_stats *probe = run_big(1, 0, b, 1);
+        struct snap p0;
+        snap_of(probe, &p0);
+        fill_big(b[1], BIG_N, 12, 1.5f);
+        for (int64_t i = 0; i < BIG_N; i += 2)
+            b[1][i] = b[1][i] > 0.0f ? b[1][i] : 0.0f; /* ReLU on every other value */
+        for (int64_t i = 0; i < BIG_N; i++) {          /* interior edges, one ulp either side */
+            int64_t k = i / 3;
+            double e = k % 2 ? qp_stats_hist_edge(&p0.h, 1 + (k / 2) % (p0.h.n - 1))
+                             : qp_stats_abs_hist_edge(&p0.a, 1 + (k / 2) % (p0.a.n - 1));
+            float f = (float)e;
+            b[2][i] = i % 3 == 0 ? f : nextafterf(f, i % 3 == 1 ? -INFINITY : INFINITY);
+        }
+        fill_big(b[3], BIG_N, 13, 0.5f);
+        b[3][5] = -0.0f;
+        struct qp_stats *ref = run_big(1, 0, b, 4);
+        struct snap r;
+        snap_of(ref, &r);
+        assert_int_equal(r.h.n, p0.h.n); /* really no growth */
+        assert_int_equal(r.a.n, p0.a.n);
+        assert_int_equal(r.sum.n_nan, 6); /* batches 0, 1, 3 */
+        assert_true(variant ? r.a.n_below > (uint64_t)BIG_N / 8 : r.a.n_below == 0);
+        uint64_t total = 0, atotal = r.a.n_below;
+        for (int64_t i = 0; i < r.h.n; i++)
+            total += r.h.counts[i];
+        for (int64_t i = 0; i < r.a.n; i++)
+            atotal += r.a.counts[i];
+        assert_int_equal(total, r.sum.n_values);
+        assert_int_equal(atotal, r.sum.n_values);
+        for (int k = 0; k < 2; k++) {
+            struct qp_stats *o = run_big(2, k, b, 4);
+            struct snap os;
+            snap_of(o, &os);
+            assert_same(&r, &os);
+            qp_stats_free(o);
+        }
+        qp_stats_free(ref);
+        qp_stats_free(probe);
+        for (int i = 0; i < 4; i++)
+            free(b[i]);
+    }
+}
+
 /* Values on and next to every bin edge bin the same through the float32 fast path as through
  * the generic (double) path: feeds the same float batches as float and as double. */
 static void test_edges_float_vs_double(void **state) {
@@ -528,6 +585,7 @@ int main(void) {
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_threads_bit_identical),
         cmocka_unit_test(test_edges_float_vs_double),
+        cmocka_unit_test(test_no_growth_one_pass),
         cmocka_unit_test(test_zero_min_sign),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,103 @@
+/* Calibration data for every command: which provider a path means (data.h). */
+#include "calib/data.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "calib/image.h"
+
+void qp_data_options_default(struct qp_data_options *o) {
+    memset(o, 0, sizeof *o);
+    for (int c = 0; c < 3; c++)
+        o->image_std[c] = 1.0f;
+    o->synthetic_batches = 1;
+}
+
+static int has_suffix(const char *s, const char *suf) {
+    size_t n = strlen(s), k = strlen(suf);
+    return n >= k && strcasecmp(s + n - k, suf) == 0;
+}
+
+int qp_data_is_image_folder(const char *dir) {
+    DIR *d = dir ? opendir(dir) : NULL;
+    if (!d) return 0;
+    int images = 0, arrays = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        arrays += has_suffix(e->d_name, ".npz") || has_suffix(e->d_name, ".npy");
+        images += has_suffix(e->d_name, ".png") || has_suffix(e->d_name, ".jpg") ||
+                  has_suffix(e->d_name, ".jpeg");
+    }
+    closedir(d);
+    return images > 0 && arrays == 0;
+}
+
+static enum qp_status open_synthetic(const struct qp_data_options *o,
+                                     const struct qp_npz_provider_input *in, size_t n,
+                                     struct qp_provider **out, struct qp_error *err) {
+    struct qp_synthetic_input *s = calloc(n ? n : 1, sizeof *s);
+    if (!s) return qp_error_set(err, QP_ERR_NOMEM, "calibration data: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        s[i].name = in[i].name;
+        s[i].dtype = in[i].dtype;
+        s[i].rank = in[i].rank;
+        memcpy(s[i].dims, in[i].batch_dims, sizeof s[i].dims);
+    }
+    enum qp_status st = qp_provider_synthetic_create(
+        s, n, o->seed, o->synthetic_batches ? o->synthetic_batches : 1, out, err);
+    free(s);
+    return st;
+}
+
+static enum qp_status open_images(const char *path, const struct qp_data_options *o,
+                                  const struct qp_npz_provider_input *in, size_t n,
+                                  struct qp_provider **out, struct qp_error *err) {
+    if (n != 1 || in[0].rank != 4 || in[0].dtype != QP_DTYPE_FLOAT)
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "%s: an image folder needs a model with one float input of rank 4",
+                            path);
+    const int64_t *d = in[0].batch_dims;
+    int nhwc = d[1] != 3 && d[3] == 3;
+    if (!nhwc && d[1] != 3)
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "%s: model input '%s' has no 3-channel axis (NCHW or NHWC) for images",
+                            path, in[0].name);
+    for (int c = 0; c < 3; c++)
+        if (!(o->image_std[c] != 0.0f))
+            return qp_error_set(err, QP_ERR_USAGE, "%s: --image_std has a zero entry", path);
+    struct qp_image_options io;
+    qp_image_options_default(&io);
+    io.layout = nhwc ? QP_IMAGE_NHWC : QP_IMAGE_NCHW;
+    io.resize_h = nhwc ? d[1] : d[2];
+    io.resize_w = nhwc ? d[2] : d[3];
+    io.batch = d[0];
+    io.drop_last = 1;
+    io.scale = 1.0f / 255;
+    io.bgr = o->image_bgr;
+    memcpy(io.mean, o->image_mean, sizeof io.mean);
+    memcpy(io.std, o->image_std, sizeof io.std);
+    return qp_provider_images_create(path, in[0].name, &io, out, err);
+}
+
+enum qp_status qp_provider_open(const char *path, const struct qp_data_options *o,
+                                const struct qp_npz_provider_input *in, size_t n,
+                                struct qp_provider **out, struct qp_error *err) {
+    if (!out || (n && !in))
+        return qp_error_set(err, QP_ERR_USAGE, "qp_provider_open: NULL argument");
+    struct qp_data_options def;
+    if (!o) {
+        qp_data_options_default(&def);
+        o = &def;
+    }
+    if (!path) return open_synthetic(o, in, n, out, err);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return qp_error_set(err, QP_ERR_IO, "%s: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode) && qp_data_is_image_folder(path))
+        return open_images(path, o, in, n, out, err);
+    return qp_provider_npz_create(path, in, n, o->max_bytes, out, err);
+}
