@@ -15,10 +15,11 @@
 
 #include "kernels/dnnl_matmul.h"
 #include "kernels/dnnl_util.h"
+#include "kernels/gemm.h"
 #include "kernels/kernels.h"
 
-#define TILE_M 32
-#define TILE_N 256
+#define TILE_M 64
+#define TILE_N 512
 
 struct tiling {
     int64_t nr, nc;   /* row and column tiles */
@@ -56,8 +57,38 @@ static int threads_for(int64_t flops, int n_threads) {
     return flops < 65536 ? 1 : n_threads;
 }
 
+/* The MatMul row's state: the reference state first (the reference run reads it), then, when
+ * B is a plan-time constant shared by every batch, B packed for gemm.c once (`packed` is its
+ * byte offset from the start of the block; 0: B is packed into the scratch at each run). */
+struct mm_fast_state {
+    struct qp_mm_state ref;
+    size_t packed;
+};
+
+/* A constant B larger than this is packed at run instead (plans may be cached 16 at a time). */
+#define MM_PREPACK_MAX ((size_t)64 << 20)
+
 enum qp_status qp_k_dnnl_matmul_prepare(struct qp_kprep *p) {
-    return qp_k_matmul_prepare(p);
+    enum qp_status st = qp_k_matmul_prepare(p);
+    if (st) return st;
+    struct qp_mm_state ref = *(const struct qp_mm_state *)p->state;
+    size_t bytes = qp_gemm_available() ? qp_gemm_pack_bytes(ref.k, ref.n) : 0;
+    int shared_b = 1;
+    for (int d = 0; d < ref.brank; d++)
+        if (ref.bstr[d] != 0) shared_b = 0;
+    int prepack = bytes && bytes <= MM_PREPACK_MAX && shared_b && p->in[1]->is_const &&
+                  p->in[1]->data && ref.k > 0 && ref.n > 0;
+    size_t off = (sizeof(struct mm_fast_state) + 63) / 64 * 64;
+    struct mm_fast_state *fs = malloc(prepack ? off + bytes : sizeof *fs);
+    if (!fs) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    fs->ref = ref;
+    fs->packed = prepack ? off : 0;
+    if (prepack) qp_gemm_pack(ref.k, ref.n, p->in[1]->data, ref.n, (float *)((char *)fs + off));
+    free(p->state);
+    p->state = fs;
+    /* gemm.c packs a non-constant B into the scratch, one matrix at a time. */
+    p->scratch = prepack ? 0 : bytes;
+    return QP_OK;
 }
 
 enum qp_status qp_k_dnnl_matmul_run(const struct qp_krun *r) {
@@ -84,6 +115,27 @@ enum qp_status qp_k_dnnl_matmul_run(const struct qp_krun *r) {
     if (m == 0 || s->n == 0) return QP_OK;
     if (s->k == 0) {
         memset(c, 0, (size_t)(n_mats * m * s->n) * sizeof(float));
+        return QP_OK;
+    }
+    const struct mm_fast_state *fs = r->state;
+    if (qp_gemm_available() && qp_gemm_pack_bytes(s->k, s->n) && (fs->packed || r->scratch)) {
+        /* gemm.c: one GEMM per matrix, B packed at prepare or into the scratch. */
+        for (int64_t bi = 0; bi < n_mats; bi++) {
+            int64_t rem = bi, ao = 0, bo = 0;
+            for (int d = s->brank - 1; d >= 0 && !fold; d--) {
+                int64_t x = rem % s->bdims[d];
+                rem /= s->bdims[d];
+                ao += x * s->astr[d];
+                bo += x * s->bstr[d];
+            }
+            if (fs->packed)
+                qp_gemm_f32_packed(m, s->n, s->k, a + ao * s->m * s->k, s->k,
+                                   (const float *)((const char *)fs + fs->packed),
+                                   c + bi * m * s->n, s->n, r->n_threads);
+            else
+                qp_gemm_f32(m, s->n, s->k, a + ao * s->m * s->k, s->k, b + bo * s->k * s->n, s->n,
+                            c + bi * m * s->n, s->n, r->scratch, r->n_threads);
+        }
         return QP_OK;
     }
     struct tiling t = make_tiling(m, s->n);

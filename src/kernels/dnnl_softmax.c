@@ -6,8 +6,11 @@
  * its availability at run is known. When oneDNN is disabled or cannot take the shape, the
  * reference kernel (norm.c) runs instead, on a copy of the reference's state kept inside ours
  * (the runtime frees states with free(), so ours cannot own a second allocation).
+ * Contiguous rows (inner 1) run vecmath's softmax instead of the primitive when the CPU has
+ * AVX2+FMA: faster on short rows, and each row is still computed by one thread in a fixed order.
  */
 #include <malloc.h>
+#include <omp.h>
 #include <stddef.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -16,6 +19,7 @@
 #include "kernels/dnnl_softmax.h"
 #include "kernels/dnnl_util.h"
 #include "kernels/kernels.h"
+#include "kernels/vecmath.h"
 
 struct sm_key {
     int32_t nthr, pad;
@@ -131,6 +135,41 @@ enum qp_status qp_k_dnnl_softmax_prepare(struct qp_kprep *p) {
     return QP_OK;
 }
 
+/* 1 when every element is finite: an integer test on the exponent bits, which vectorizes (the
+ * NaN-row scan below it does not), in blocks so that a non-finite value stops early. */
+static int all_finite(const float *x, int64_t n) {
+    for (int64_t i0 = 0; i0 < n; i0 += 4096) {
+        int64_t i1 = n - i0 < 4096 ? n : i0 + 4096;
+        uint32_t bad = 0;
+        for (int64_t i = i0; i < i1; i++) {
+            uint32_t b;
+            memcpy(&b, x + i, sizeof b);
+            bad |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u);
+        }
+        if (bad) return 0;
+    }
+    return 1;
+}
+
+/* Softmax over contiguous rows on vecmath (about 3x faster than the primitive on ViT-tiny's
+ * 197-element rows): rows shared out whole among threads, then the NaN-row fix-up. 0 when
+ * vecmath has no fast code here. */
+static int softmax_rows_fast(const struct qp_krun *r, int64_t rows, int64_t n) {
+    const float *x = r->in[0]->data;
+    float *y = r->out[0]->data;
+    int nt = rows * n < 32768 ? 1 : r->n_threads;
+    int ok = 1;
+#pragma omp parallel num_threads(nt) if (nt > 1) reduction(& : ok)
+    {
+        int64_t lo, hi;
+        qp_ksplit(rows, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        ok = qp_vf_softmax_rows(x + lo * n, y + lo * n, hi - lo, n);
+    }
+    if (!ok) return 0;
+    if (!all_finite(x, rows * n)) qp_k_softmax_nan_rows(x, y, rows, n, 1);
+    return 1;
+}
+
 enum qp_status qp_k_dnnl_softmax_run(const struct qp_krun *r) {
     const struct dnnl_sm_state *s = r->state;
     if (!s->entry) {
@@ -138,6 +177,7 @@ enum qp_status qp_k_dnnl_softmax_run(const struct qp_krun *r) {
         rr.state = s->ref;
         return qp_k_softmax_run(&rr);
     }
+    if (s->key.inner == 1 && softmax_rows_fast(r, s->key.outer, s->key.axis)) return QP_OK;
     struct sm_entry *e =
         r->n_threads == s->key.nthr ? s->entry : sm_entry_for(&s->key, r->n_threads);
     if (!e)
@@ -154,8 +194,11 @@ enum qp_status qp_k_dnnl_softmax_run(const struct qp_krun *r) {
     pthread_mutex_unlock(&e->lock);
     if (rc != dnnl_success)
         return qp_error_set(r->err, QP_ERR_INTERNAL, "oneDNN softmax failed (status %d)", (int)rc);
-    /* oneDNN's max reduction drops NaN; give the rows ONNX Runtime gives NaN for NaN. */
-    qp_k_softmax_nan_rows(r->in[0]->data, r->out[0]->data, s->key.outer, s->key.axis, s->key.inner);
+    /* oneDNN's max reduction drops NaN; give the rows ONNX Runtime gives NaN for NaN (rows with
+     * NaN, +inf, or only -inf: none when every input is finite). */
+    if (!all_finite(r->in[0]->data, (int64_t)r->in[0]->numel))
+        qp_k_softmax_nan_rows(r->in[0]->data, r->out[0]->data, s->key.outer, s->key.axis,
+                              s->key.inner);
     return QP_OK;
 }
 

@@ -13,7 +13,9 @@
 #include <string.h>
 
 #include "kernels/bcast.h"
+#include "kernels/fast.h"
 #include "kernels/kernels.h"
+#include "kernels/vecmath.h"
 #include "quant/qparams.h"
 
 /* The type-generic macros below compare unsigned values with 0. */
@@ -704,9 +706,15 @@ static inline float signf_(float x) {
     }
 
 static void un_range(const struct un_state *s, enum qp_dtype dt, const void *in, void *out,
-                     int64_t lo, int64_t hi) {
+                     int64_t lo, int64_t hi, int fast) {
     switch (dt) {
     case QP_DTYPE_FLOAT:
+        if (fast && (s->op == U_EXP || s->op == U_ERF)) {
+            /* vecmath: Exp within 1.0 ulp, Erf 1.2 (vecmath.h); libm where it has no fast code. */
+            if (qp_vf_apply(s->op == U_EXP ? QP_VF_EXP : QP_VF_ERF, (const float *)in + lo,
+                            (float *)out + lo, hi - lo))
+                break;
+        }
         switch (s->op) {
         case U_NEG:
             UN_LOOP(float, float, -x);
@@ -899,10 +907,14 @@ static void un_range(const struct un_state *s, enum qp_dtype dt, const void *in,
     }
 }
 
-enum qp_status qp_k_unary_run(const struct qp_krun *r) {
+static enum qp_status unary_run(const struct qp_krun *r, int fast) {
     const struct un_state *s = r->state;
     int64_t n = (int64_t)r->in[0]->numel;
-    int nt = n < 16384 ? 1 : r->n_threads;
+    /* Below ~40 us of work one thread beats a parallel region (activation.c). */
+    int cheap = s->op == U_NEG || s->op == U_ABS || s->op == U_RECIP || s->op == U_SQRT ||
+                s->op == U_FLOOR || s->op == U_CEIL || s->op == U_ROUND || s->op == U_NOT ||
+                s->op == U_SIGN || s->op == U_ISNAN || s->op == U_ISINF || s->op == U_BITNOT;
+    int nt = n < (cheap ? 131072 : 16384) ? 1 : r->n_threads;
     const void *in = r->in[0]->data;
     void *out = r->out[0]->data;
     enum qp_dtype dt = r->in[0]->dtype;
@@ -910,7 +922,15 @@ enum qp_status qp_k_unary_run(const struct qp_krun *r) {
     {
         int64_t lo, hi;
         qp_ksplit(n, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
-        un_range(s, dt, in, out, lo, hi);
+        un_range(s, dt, in, out, lo, hi, fast);
     }
     return QP_OK;
+}
+
+enum qp_status qp_k_unary_run(const struct qp_krun *r) {
+    return unary_run(r, 1);
+}
+
+enum qp_status qp_k_unary_ref_run(const struct qp_krun *r) {
+    return unary_run(r, 0);
 }

@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/fast.h"
 #include "kernels/kernels.h"
 #include "kernels/spatial.h"
+#include "kernels/vecmath.h"
 
 struct pool_state {
     int is_max, count_pad, storage_order;
@@ -222,6 +224,114 @@ enum qp_status qp_k_maxpool_run(const struct qp_krun *r) {
                         ind[pl * s->out_sz + o] = pl * s->in_sz + gi;
                     }
                 }
+    }
+    return QP_OK;
+}
+
+/* ---- GlobalAveragePool fast path ------------------------------------------------------------
+ * A plane's sum in double over 8 interleaved accumulators (the reference adds one element at a
+ * time, a chain of dependent additions), combined in a fixed order: the same value for any
+ * thread count. Compiled twice, plain and with AVX2 (which vectorizes the 8 accumulators), with
+ * identical arithmetic. */
+
+static inline __attribute__((always_inline)) void
+gap_planes_body(const float *x, float *y, int64_t lo, int64_t hi, int64_t n) {
+    for (int64_t pl = lo; pl < hi; pl++) {
+        const float *xp = x + pl * n;
+        double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int j = 0; j < 8; j++)
+                acc[j] += (double)xp[i + j];
+        double sum =
+            ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        for (; i < n; i++)
+            sum += (double)xp[i];
+        y[pl] = n ? (float)(sum / (double)n) : 0.0f;
+    }
+}
+
+static void gap_planes(const float *x, float *y, int64_t lo, int64_t hi, int64_t n) {
+    gap_planes_body(x, y, lo, hi, n);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2"))) static void gap_planes_avx2(const float *x, float *y, int64_t lo,
+                                                            int64_t hi, int64_t n) {
+    gap_planes_body(x, y, lo, hi, n);
+}
+#endif
+
+enum qp_status qp_k_global_avgpool_run(const struct qp_krun *r) {
+    const struct pool_state *s = r->state;
+    if (s->is_max || s->out_sz != 1 || r->in[0]->dtype != QP_DTYPE_FLOAT) return qp_k_pool_run(r);
+    const float *x = r->in[0]->data;
+    float *y = r->out[0]->data;
+    int64_t n = s->in_sz;
+    int nt = s->planes * n < 131072 ? 1 : r->n_threads;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        qp_ksplit(s->planes, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+#if defined(__x86_64__) || defined(__i386__)
+        if (qp_vf_have_avx2())
+            gap_planes_avx2(x, y, lo, hi, n);
+        else
+#endif
+            gap_planes(x, y, lo, hi, n);
+    }
+    return QP_OK;
+}
+
+/* ---- AveragePool fast path ------------------------------------------------------------------
+ * 1-D and 2-D windows without dilation: each output's in-bounds tap range is computed once
+ * instead of testing every tap, and the taps are summed in the reference's order (rows, then
+ * columns, in double), so the results are bit-identical to it. */
+
+/* Taps [lo, hi) of a window starting at input index `start` that fall inside [0, n); *pad: how
+ * many fall inside the padded range [-pb, n + pe). */
+static void avg_range(int64_t start, int64_t k, int64_t n, int64_t pb, int64_t pe, int64_t *lo,
+                      int64_t *hi, int64_t *pad) {
+    int64_t a = -start > 0 ? -start : 0, b = n - start < k ? n - start : k;
+    *lo = a;
+    *hi = b > a ? b : a;
+    int64_t pa = -pb - start > 0 ? -pb - start : 0, pz = n + pe - start < k ? n + pe - start : k;
+    *pad = pz > pa ? pz - pa : 0;
+}
+
+enum qp_status qp_k_avgpool_run(const struct qp_krun *r) {
+    const struct pool_state *s = r->state;
+    if (s->is_max || r->in[0]->dtype != QP_DTYPE_FLOAT || s->in3[0] != 1 || s->k3[0] != 1 ||
+        s->out3[0] != 1 || s->p3[0] != 0 || s->pe3[0] != 0 || s->d3[1] != 1 || s->d3[2] != 1)
+        return qp_k_pool_run(r);
+    const float *x = r->in[0]->data;
+    float *y = r->out[0]->data;
+    int64_t oh_n = s->out3[1], ow_n = s->out3[2], rows = s->planes * oh_n;
+    int nt = s->planes * s->out_sz < 4096 ? 1 : r->n_threads;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        qp_ksplit(rows, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        for (int64_t row = lo; row < hi; row++) {
+            int64_t pl = row / oh_n, oh = row % oh_n;
+            const float *xp = x + pl * s->in_sz;
+            int64_t h_lo, h_hi, h_pad;
+            avg_range(oh * s->s3[1] - s->p3[1], s->k3[1], s->in3[1], s->p3[1], s->pe3[1], &h_lo,
+                      &h_hi, &h_pad);
+            for (int64_t ow = 0; ow < ow_n; ow++) {
+                int64_t w0 = ow * s->s3[2] - s->p3[2], w_lo, w_hi, w_pad;
+                avg_range(w0, s->k3[2], s->in3[2], s->p3[2], s->pe3[2], &w_lo, &w_hi, &w_pad);
+                double sum = 0;
+                int64_t h0 = oh * s->s3[1] - s->p3[1];
+                for (int64_t kh = h_lo; kh < h_hi; kh++) {
+                    const float *xr = xp + (h0 + kh) * s->in3[2] + w0;
+                    for (int64_t kw = w_lo; kw < w_hi; kw++)
+                        sum += xr[kw];
+                }
+                int64_t d = s->count_pad ? h_pad * w_pad : (h_hi - h_lo) * (w_hi - w_lo);
+                y[row * ow_n + ow] = d ? (float)(sum / (double)d) : 0.0f;
+            }
+        }
     }
     return QP_OK;
 }

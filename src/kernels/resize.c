@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/fast.h"
 #include "kernels/kernels.h"
 
 #define RS_TAPS 4
@@ -24,6 +25,10 @@ struct rs_state {
     int64_t *tap_idx;
     float *tap_w;
     unsigned char *ntap;
+    /* Outer dims copied (one tap of weight 1 at the same index), the last two resized without
+     * extrapolation: qp_k_resize_run takes the plane fast path. `copy2d`: every tap of the last
+     * two dims is a single one of weight 1 (nearest, or linear on the grid). */
+    int fast, copy2d;
 };
 
 static float cubic_w(float a, float x) {
@@ -44,6 +49,29 @@ static enum qp_status rs_read_floats(struct qp_kprep *p, int i, double *v, int *
         v[k] = qp_kt_get_f64(p->in[i], k);
     *n = (int)p->in[i]->numel;
     return QP_OK;
+}
+
+/* Sets s->fast and s->copy2d (see struct rs_state). */
+static void rs_classify(struct rs_state *s) {
+    s->fast = s->copy2d = 0;
+    if (s->rank < 2) return;
+    for (int d = 0; d < s->rank - 2; d++) {
+        if (s->in[d] != s->out[d]) return;
+        for (int64_t o = 0; o < s->out[d]; o++) {
+            int64_t t = s->tap_off[d] + o;
+            if (s->ntap[t] != 1 || s->tap_idx[t * RS_TAPS] != o || s->tap_w[t * RS_TAPS] != 1.0f)
+                return;
+        }
+    }
+    int copy = 1;
+    for (int d = s->rank - 2; d < s->rank; d++)
+        for (int64_t o = 0; o < s->out[d]; o++) {
+            int64_t t = s->tap_off[d] + o;
+            if (s->ntap[t] == 0) return;
+            if (s->ntap[t] != 1 || s->tap_w[t * RS_TAPS] != 1.0f) copy = 0;
+        }
+    s->fast = 1;
+    s->copy2d = copy;
 }
 
 enum qp_status qp_k_resize_prepare(struct qp_kprep *p) {
@@ -299,11 +327,88 @@ enum qp_status qp_k_resize_prepare(struct qp_kprep *p) {
     free(s->tap_w);
     free(s->ntap);
     free(s);
+    rs_classify(b);
     p->state = b;
     return QP_OK;
 }
 
+/* One output row (plane `pl`, row `oh`) of the plane fast path. The arithmetic is the general
+ * kernel's, term for term (weights multiplied in dimension order, starting from 1; the sum
+ * starting from 0 in tap order), so the results are bit-identical to it. */
+static void rs_row(const struct rs_state *s, const float *x, float *y, int64_t pl, int64_t oh) {
+    int r = s->rank;
+    int64_t ih_n = s->in[r - 2], iw_n = s->in[r - 1], ow_n = s->out[r - 1];
+    const float *xp = x + pl * ih_n * iw_n;
+    float *yr = y + (pl * s->out[r - 2] + oh) * ow_n;
+    int64_t th = s->tap_off[r - 2] + oh, tw0 = s->tap_off[r - 1];
+    const int64_t *hi = s->tap_idx + th * RS_TAPS;
+    const float *hw = s->tap_w + th * RS_TAPS;
+    if (s->copy2d) {
+        const float *xr = xp + hi[0] * iw_n;
+        const int64_t *wi = s->tap_idx + tw0 * RS_TAPS;
+        /* 0 + 1*v: -0 becomes +0 as in the general kernel. */
+        for (int64_t o = 0; o < ow_n; o++)
+            yr[o] = 0.0f + xr[wi[o * RS_TAPS]];
+        return;
+    }
+    int nh = s->ntap[th];
+    for (int64_t o = 0; o < ow_n; o++) {
+        int64_t tw = tw0 + o;
+        const int64_t *wi = s->tap_idx + tw * RS_TAPS;
+        const float *ww = s->tap_w + tw * RS_TAPS;
+        int nw = s->ntap[tw];
+        float sum = 0.0f;
+        for (int a = 0; a < nh; a++) {
+            const float *xr = xp + hi[a] * iw_n;
+            float wa = 1.0f * hw[a];
+            for (int b = 0; b < nw; b++) {
+                float w = wa * ww[b];
+                sum += w * xr[wi[b]];
+            }
+        }
+        yr[o] = sum;
+    }
+}
+
+/* The plane fast path: rows of N*C*... planes shared out among threads; an output row whose
+ * vertical taps equal the previous row's (nearest upsampling) is a copy of it. */
+static void rs_fast(const struct rs_state *s, const float *x, float *y, int nt) {
+    int r = s->rank;
+    int64_t planes = 1;
+    for (int d = 0; d < r - 2; d++)
+        planes *= s->out[d];
+    int64_t oh_n = s->out[r - 2], ow_n = s->out[r - 1], rows = planes * oh_n;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        qp_ksplit(rows, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        for (int64_t row = lo; row < hi; row++) {
+            int64_t pl = row / oh_n, oh = row % oh_n;
+            if (s->copy2d && row > lo && oh > 0) {
+                int64_t t = s->tap_off[r - 2] + oh;
+                if (s->tap_idx[t * RS_TAPS] == s->tap_idx[(t - 1) * RS_TAPS]) {
+                    memcpy(y + row * ow_n, y + (row - 1) * ow_n, (size_t)ow_n * sizeof(float));
+                    continue;
+                }
+            }
+            rs_row(s, x, y, pl, oh);
+        }
+    }
+}
+
 enum qp_status qp_k_resize_run(const struct qp_krun *r) {
+    const struct rs_state *s = r->state;
+    if (!s->fast) return qp_k_resize_ref_run(r);
+    int64_t n = (int64_t)r->out[0]->numel;
+    rs_fast(s, r->in[0]->data, r->out[0]->data, n < 16384 ? 1 : r->n_threads);
+    return QP_OK;
+}
+
+int qp_k_resize_state_is_fast(const void *state) {
+    return ((const struct rs_state *)state)->fast;
+}
+
+enum qp_status qp_k_resize_ref_run(const struct qp_krun *r) {
     const struct rs_state *s = r->state;
     const float *x = r->in[0]->data;
     float *y = r->out[0]->data;

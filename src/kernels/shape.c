@@ -363,11 +363,64 @@ enum qp_status qp_k_transpose_prepare(struct qp_kprep *p) {
             int64_t j = o % last, len = last - j;                                                  \
             if (len > hi - o) len = hi - o;                                                        \
             int64_t st_ = s->istride[r - 1];                                                       \
-            for (int64_t k = 0; k < len; k++)                                                      \
-                dst[o + k] = src[off + k * st_];                                                   \
+            if (st_ == 1) /* the last axis stays last: whole runs */                               \
+                memcpy(dst + o, src + off, (size_t)len * sizeof(T));                               \
+            else                                                                                   \
+                for (int64_t k = 0; k < len; k++)                                                  \
+                    dst[o + k] = src[off + k * st_];                                               \
             o += len;                                                                              \
         }                                                                                          \
     } while (0)
+
+/* Fast paths. A transpose only moves data, so any split among threads gives the same bytes. */
+
+/* perm swaps the last two axes, the others in order: *batch planes of h x c become c x h. */
+static int perm_is_batched_2d(const struct perm_state *s, int64_t *batch, int64_t *h, int64_t *c) {
+    int r = s->rank;
+    if (r < 2) return 0;
+    int64_t cc = s->odims[r - 2], hh = s->odims[r - 1];
+    if (s->istride[r - 2] != 1 || s->istride[r - 1] != cc) return 0;
+    int64_t acc = cc * hh, b = 1;
+    for (int i = r - 3; i >= 0; i--) {
+        if (s->odims[i] != 1 && s->istride[i] != acc) return 0;
+        acc *= s->odims[i];
+        b *= s->odims[i];
+    }
+    *batch = b;
+    *h = hh;
+    *c = cc;
+    return 1;
+}
+
+#define TR_BLOCK 16
+
+/* Output rows [c0, c1) of plane pl: y[i][j] = x[j][i] in 16x16 blocks (both sides stay in L1). */
+static void tr_rows_u32(const uint32_t *x, uint32_t *y, int64_t h, int64_t c, int64_t pl,
+                        int64_t c0, int64_t c1) {
+    const uint32_t *xp = x + pl * h * c;
+    uint32_t *yp = y + pl * h * c;
+    for (int64_t j0 = 0; j0 < h; j0 += TR_BLOCK) {
+        int64_t j1 = j0 + TR_BLOCK < h ? j0 + TR_BLOCK : h;
+        for (int64_t i = c0; i < c1; i++)
+            for (int64_t j = j0; j < j1; j++)
+                yp[i * h + j] = xp[j * c + i];
+    }
+}
+
+static void transpose_batched_2d(const void *in, void *out, int64_t batch, int64_t h, int64_t c,
+                                 int nt) {
+    int64_t cb = (c + TR_BLOCK - 1) / TR_BLOCK, units = batch * cb;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        qp_ksplit(units, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        for (int64_t u = lo; u < hi; u++) {
+            int64_t pl = u / cb, c0 = (u % cb) * TR_BLOCK;
+            int64_t c1 = c0 + TR_BLOCK < c ? c0 + TR_BLOCK : c;
+            tr_rows_u32(in, out, h, c, pl, c0, c1);
+        }
+    }
+}
 
 enum qp_status qp_k_transpose_run(const struct qp_krun *rr) {
     const struct perm_state *s = rr->state;
@@ -378,10 +431,16 @@ enum qp_status qp_k_transpose_run(const struct qp_krun *rr) {
         memcpy(rr->out[0]->data, rr->in[0]->data, s->es);
         return QP_OK;
     }
+    int64_t batch, h, c;
+    if (s->es == 4 && perm_is_batched_2d(s, &batch, &h, &c)) {
+        transpose_batched_2d(rr->in[0]->data, rr->out[0]->data, batch, h, c,
+                             n < 131072 ? 1 : rr->n_threads);
+        return QP_OK;
+    }
     const void *in = rr->in[0]->data;
     void *out = rr->out[0]->data;
     int64_t last = s->odims[r - 1];
-    int nt = n < 32768 ? 1 : rr->n_threads;
+    int nt = n < 131072 ? 1 : rr->n_threads;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         int64_t lo, hi;

@@ -1,0 +1,219 @@
+/*
+ * gemm.h: packed-B GEMM with a 6x16 AVX2+FMA register tile.
+ *
+ * Blocking: K in blocks of GEMM_KC (a 16-column panel slice of B, KC x 16 floats = 16 KB, stays
+ * in L1 while it meets GEMM_MC rows of A, which stay in L2). Work items are (GEMM_MC rows) x
+ * (GEMM_NG panels); an item runs all K blocks, so each C element's multiply-add chain is
+ * computed in k order by one thread.
+ */
+#include "kernels/gemm.h"
+
+#include <omp.h>
+#include <string.h>
+
+#include "kernels/vecmath.h"
+
+#define GEMM_MR 6
+#define GEMM_NR 16
+#define GEMM_KC 256
+#define GEMM_MC 48
+#define GEMM_NG 4
+
+size_t qp_gemm_pack_bytes(int64_t k, int64_t n) {
+    if (k < 0 || n < 0) return 0;
+    uint64_t panels = (uint64_t)(n + GEMM_NR - 1) / GEMM_NR;
+    uint64_t kk = (uint64_t)(k ? k : 1);
+    if (panels > SIZE_MAX / GEMM_NR / sizeof(float) / kk) return 0;
+    return (size_t)(panels * GEMM_NR * kk * sizeof(float));
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+int qp_gemm_available(void) {
+    return qp_vf_have_avx2();
+}
+
+#define GEMM_ATTR __attribute__((target("avx2,fma")))
+
+/* Panel p: B's columns [16p, 16p + 16) as k rows of 16 floats, zero beyond n. */
+GEMM_ATTR static void pack_panel(const float *b, int64_t ldb, int64_t k, int64_t n, int64_t p,
+                                 float *dst) {
+    int64_t c0 = p * GEMM_NR, w = n - c0 < GEMM_NR ? n - c0 : GEMM_NR;
+    float *d = dst + p * k * GEMM_NR;
+    if (w == GEMM_NR) {
+        for (int64_t kk = 0; kk < k; kk++) {
+            const float *s = b + kk * ldb + c0;
+            _mm256_storeu_ps(d + kk * GEMM_NR, _mm256_loadu_ps(s));
+            _mm256_storeu_ps(d + kk * GEMM_NR + 8, _mm256_loadu_ps(s + 8));
+        }
+        return;
+    }
+    for (int64_t kk = 0; kk < k; kk++) {
+        float *dr = d + kk * GEMM_NR;
+        memcpy(dr, b + kk * ldb + c0, (size_t)w * sizeof(float));
+        memset(dr + w, 0, (size_t)(GEMM_NR - w) * sizeof(float));
+    }
+}
+
+/* C[mr x w] (+)= A[mr x kc] * panel slice [kc x 16]; first: C starts from 0 (not read). The
+ * accumulators are named variables, not arrays, so that they stay in registers. */
+#define GEMM_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+static inline __attribute__((always_inline, target("avx2,fma"))) void
+micro(int mr, int masked, int64_t kc, const float *a, int64_t lda, const float *bp, float *c,
+      int64_t ldc, int first, int64_t w) {
+    __m256i m0 = _mm256_setzero_si256(), m1 = _mm256_setzero_si256();
+    if (masked) {
+        __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w), lane);
+        m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w - 8), lane);
+    }
+#define GEMM_DECL(r) __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();
+    GEMM_ROWS(GEMM_DECL)
+#define GEMM_LOAD(r)                                                                               \
+    if (mr > r && !first) {                                                                        \
+        if (masked) {                                                                              \
+            c##r##0 = _mm256_maskload_ps(c + r * ldc, m0);                                         \
+            c##r##1 = _mm256_maskload_ps(c + r * ldc + 8, m1);                                     \
+        } else {                                                                                   \
+            c##r##0 = _mm256_loadu_ps(c + r * ldc);                                                \
+            c##r##1 = _mm256_loadu_ps(c + r * ldc + 8);                                            \
+        }                                                                                          \
+    }
+    GEMM_ROWS(GEMM_LOAD)
+#pragma GCC unroll 4
+    for (int64_t kk = 0; kk < kc; kk++) {
+        __m256 b0 = _mm256_loadu_ps(bp + kk * GEMM_NR), b1 = _mm256_loadu_ps(bp + kk * GEMM_NR + 8);
+#define GEMM_FMA(r)                                                                                \
+    if (mr > r) {                                                                                  \
+        __m256 av = _mm256_broadcast_ss(a + r * lda + kk);                                         \
+        c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);                                                \
+        c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);                                                \
+    }
+        GEMM_ROWS(GEMM_FMA)
+    }
+#define GEMM_STORE(r)                                                                              \
+    if (mr > r) {                                                                                  \
+        if (masked) {                                                                              \
+            _mm256_maskstore_ps(c + r * ldc, m0, c##r##0);                                         \
+            _mm256_maskstore_ps(c + r * ldc + 8, m1, c##r##1);                                     \
+        } else {                                                                                   \
+            _mm256_storeu_ps(c + r * ldc, c##r##0);                                                \
+            _mm256_storeu_ps(c + r * ldc + 8, c##r##1);                                            \
+        }                                                                                          \
+    }
+    GEMM_ROWS(GEMM_STORE)
+#undef GEMM_DECL
+#undef GEMM_LOAD
+#undef GEMM_FMA
+#undef GEMM_STORE
+}
+
+#define MICRO_CASE(MR)                                                                             \
+    case MR:                                                                                       \
+        if (w == GEMM_NR)                                                                          \
+            micro(MR, 0, kc, a, lda, bp, c, ldc, first, w);                                        \
+        else                                                                                       \
+            micro(MR, 1, kc, a, lda, bp, c, ldc, first, w);                                        \
+        break;
+
+GEMM_ATTR static void micro_any(int mr, int64_t kc, const float *a, int64_t lda, const float *bp,
+                                float *c, int64_t ldc, int first, int64_t w) {
+    switch (mr) {
+        MICRO_CASE(6)
+        MICRO_CASE(5)
+        MICRO_CASE(4)
+        MICRO_CASE(3)
+        MICRO_CASE(2)
+        MICRO_CASE(1)
+    default:
+        break;
+    }
+}
+
+GEMM_ATTR static void gemm_item(int64_t r0, int64_t r1, int64_t p0, int64_t p1, int64_t n,
+                                int64_t k, const float *a, int64_t lda, const float *pack, float *c,
+                                int64_t ldc) {
+    for (int64_t kb = 0; kb < k; kb += GEMM_KC) {
+        int64_t kc = k - kb < GEMM_KC ? k - kb : GEMM_KC;
+        for (int64_t p = p0; p < p1; p++) {
+            int64_t w = n - p * GEMM_NR < GEMM_NR ? n - p * GEMM_NR : GEMM_NR;
+            const float *bp = pack + p * k * GEMM_NR + kb * GEMM_NR;
+            for (int64_t r = r0; r < r1; r += GEMM_MR) {
+                int mr = (int)(r1 - r < GEMM_MR ? r1 - r : GEMM_MR);
+                micro_any(mr, kc, a + r * lda + kb, lda, bp, c + r * ldc + p * GEMM_NR, ldc,
+                          kb == 0, w);
+            }
+        }
+    }
+}
+
+/* b NULL: pack already holds B. */
+static void gemm_run(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                     int64_t ldb, float *c, int64_t ldc, float *pack, int n_threads) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+        for (int64_t i = 0; i < m; i++)
+            memset(c + i * ldc, 0, (size_t)n * sizeof(float));
+        return;
+    }
+    int64_t n_panels = (n + GEMM_NR - 1) / GEMM_NR;
+    int64_t n_groups = (n_panels + GEMM_NG - 1) / GEMM_NG;
+    int64_t n_chunks = (m + GEMM_MC - 1) / GEMM_MC;
+    int64_t items = n_chunks * n_groups;
+    int nt = m * n * k < 65536 ? 1 : n_threads;
+    if (nt > items && nt > n_panels) nt = (int)(items > n_panels ? items : n_panels);
+    if (nt < 1) nt = 1;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < (b ? n_panels : 0); p++)
+            pack_panel(b, ldb, k, n, p, pack);
+            /* Each C element is computed whole by whichever thread takes its item. */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; it++) {
+            int64_t ch = it / n_groups, g = it % n_groups;
+            int64_t r0 = ch * GEMM_MC, r1 = r0 + GEMM_MC < m ? r0 + GEMM_MC : m;
+            int64_t p0 = g * GEMM_NG, p1 = p0 + GEMM_NG < n_panels ? p0 + GEMM_NG : n_panels;
+            gemm_item(r0, r1, p0, p1, n, k, a, lda, pack, c, ldc);
+        }
+    }
+}
+
+void qp_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                 int64_t ldb, float *c, int64_t ldc, float *pack, int n_threads) {
+    gemm_run(m, n, k, a, lda, b, ldb, c, ldc, pack, n_threads);
+}
+
+void qp_gemm_pack(int64_t k, int64_t n, const float *b, int64_t ldb, float *pack) {
+    for (int64_t p = 0; p < (n + GEMM_NR - 1) / GEMM_NR; p++)
+        pack_panel(b, ldb, k, n, p, pack);
+}
+
+void qp_gemm_f32_packed(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                        const float *pack, float *c, int64_t ldc, int n_threads) {
+    gemm_run(m, n, k, a, lda, NULL, 0, c, ldc, (float *)pack, n_threads);
+}
+
+#else
+
+int qp_gemm_available(void) {
+    return 0;
+}
+
+void qp_gemm_pack(int64_t k, int64_t n, const float *b, int64_t ldb, float *pack) {
+    (void)k, (void)n, (void)b, (void)ldb, (void)pack;
+}
+
+void qp_gemm_f32_packed(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                        const float *pack, float *c, int64_t ldc, int n_threads) {
+    (void)m, (void)n, (void)k, (void)a, (void)lda, (void)pack, (void)c, (void)ldc, (void)n_threads;
+}
+
+void qp_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                 int64_t ldb, float *c, int64_t ldc, float *pack, int n_threads) {
+    (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc;
+    (void)pack, (void)n_threads;
+}
+
+#endif

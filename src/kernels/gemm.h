@@ -1,0 +1,35 @@
+/*
+ * A float32 GEMM on AVX2+FMA for MatMul (dnnl_matmul.c): C = A B, row-major.
+ *
+ * B is packed into 16-column panels (in caller-provided memory), then 6x16 register tiles of C
+ * are computed. Every element of C is one chain of fused multiply-adds over k = 0, 1, ..., K-1
+ * in order (K blocks continue the chain through C), whatever the tiling or the thread that
+ * computes it: results do not depend on the thread count, and work can be shared out
+ * dynamically (which helps on a loaded machine).
+ */
+#ifndef QP_KERNELS_GEMM_H
+#define QP_KERNELS_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* 1 when the CPU has AVX2 and FMA (qp_gemm_f32 may only be called then). */
+int qp_gemm_available(void);
+
+/* Bytes of packing memory qp_gemm_f32 needs for a k x n B; 0 on size overflow. */
+size_t qp_gemm_pack_bytes(int64_t k, int64_t n);
+
+/* C[m x n] (row stride ldc) = A[m x k] (row stride lda) * B[k x n] (row stride ldb), with
+ * `pack` (qp_gemm_pack_bytes(k, n) bytes, 32-byte aligned) as scratch, on n_threads OpenMP
+ * threads. k may be 0 (C is zeroed). A, B and C must not overlap. */
+void qp_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                 int64_t ldb, float *c, int64_t ldc, float *pack, int n_threads);
+
+/* Packs a k x n B (row stride ldb) into `pack` (qp_gemm_pack_bytes(k, n) bytes), once, for
+ * qp_gemm_f32_packed: a constant B is packed when the kernel is prepared. */
+void qp_gemm_pack(int64_t k, int64_t n, const float *b, int64_t ldb, float *pack);
+/* qp_gemm_f32 on a B packed by qp_gemm_pack (borrowed for the call; not written). */
+void qp_gemm_f32_packed(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                        const float *pack, float *c, int64_t ldc, int n_threads);
+
+#endif
