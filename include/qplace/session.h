@@ -149,11 +149,13 @@ enum qp_status qp_session_set_observed(struct qp_session *s, size_t n, const cha
  * the plan's arena (an overlay on a constant, such as a weight, is computed once at plan time).
  *
  * Partial re-execution (sensitivity probes): with a cache budget set, every successful
- * qp_session_run keeps its inputs and, in execution order while the budget lasts, the tensors it
- * computes: the *reference*. qp_session_run_partial then runs on the reference inputs with the
- * current overlays and computes only the nodes downstream of edges whose overlay differs from
- * the reference's (plus, when the budget left a gap, the nodes needed to rebuild the uncached
- * tensors those read). Its outputs equal a full run's bit for bit.
+ * qp_session_run keeps its inputs and, while the budget lasts, the tensors it computes (first
+ * those a partial run with the same overlay edges can read, latest first): the *reference*.
+ * qp_session_run_partial then runs on the reference inputs with the current overlays and
+ * computes only the nodes downstream of edges whose overlay differs from the reference's (a
+ * bypass toggle counts as a change; two bypassed overlays are equal whatever their parameters),
+ * plus, when the budget left a gap, the nodes needed to rebuild the uncached tensors those
+ * read. Its outputs equal a full run's bit for bit.
  *
  *     struct qp_overlay ov = {.node = "conv1", .input = 0, .qtype = QP_DTYPE_INT8,
  *                             .n_params = 1, .scale = &scale};
@@ -172,12 +174,20 @@ struct qp_overlay {
     const float *scale;     /* n_params finite positive scales (copied) */
     const void *zero_point; /* n_params elements of qtype (copied), or NULL for 0 */
     int saturate;           /* FP8 only: ONNX `saturate` (1 is ONNX's default) */
+    int bypass;             /* 1: the consumer reads x unchanged, as with no overlay on the edge */
 };
 
 /* Replaces the session's overlays with `ov[0..n)` (n = 0 removes them). Everything is copied.
  * When the set of edges (with their axis and parameter count) changes, cached plans are dropped
- * and the next run plans again (allocates); changing only scales, zero points, qtype or
- * saturate keeps them. The outputs of the last run become unavailable. Returns
+ * and the next run plans again (allocates); changing only scales, zero points, qtype, saturate
+ * or bypass keeps them. So to try many subsets of one set of edges (sensitivity probes), set
+ * every edge once and toggle `bypass`: a bypassed overlay computes nothing and its consumer
+ * reads the original tensor, bit for bit as with no overlay. Exceptions, which drop the plans:
+ * new parameters for an overlay on a plan-time constant (a weight: its fake-quantized copy is
+ * made at plan time), and a bypass toggle on a constant whose consumer was itself evaluated at
+ * plan time. Toggling bypass on a weight keeps the plan but makes the next run prepare the
+ * consumer once for the new combination (a weight reorder; allocates); later toggles back and
+ * forth reuse both preparations. The outputs of the last run become unavailable. Returns
  * QP_ERR_BAD_INPUT (no such node, an input index out of range or omitted, a repeated edge, a
  * non-finite or non-positive scale, n_params 0), QP_ERR_UNSUPPORTED (a qtype other than those
  * listed), QP_ERR_NOMEM, QP_ERR_USAGE (NULL arguments); on failure the previous overlays stay.

@@ -460,6 +460,32 @@ static int member_ok(const struct rt_step *st, const struct rt_step *hs) {
     return 1;
 }
 
+/* The fused step's per-run input choices: the head's overlay on input 0 (fused input 0) and the
+ * residual Add's overlay on the residual (fused input 3); constant overlays are baked. */
+static enum qp_status fused_ovin(const struct qp_session *s, struct rt_plan *p,
+                                 const struct rt_step *hs, const struct rt_step *const *mem_st,
+                                 int len, const struct qp_kt *res, struct rt_step *fs,
+                                 struct qp_error *err) {
+    int n = 0;
+    for (int i = 0; i < len; i++)
+        n += mem_st[i]->n_ovin;
+    if (!n) return QP_OK;
+    fs->ovin = calloc((size_t)n, sizeof *fs->ovin);
+    if (!fs->ovin) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    for (int i = 0; i < len; i++)
+        for (int j = 0; j < mem_st[i]->n_ovin; j++) {
+            const struct rt_ovin *o = &mem_st[i]->ovin[j];
+            if (o->is_const)
+                p->ov_baked[o->ov] |= RT_OV_BYPASS_BAKED;
+            else if (i == 0 && o->input == 0)
+                fs->ovin[fs->n_ovin++] = (struct rt_ovin){0, o->ov, 0, o->orig, o->fq};
+            else if (i > 0 && res && o->fq == res)
+                fs->ovin[fs->n_ovin++] = (struct rt_ovin){3, o->ov, 0, o->orig, o->fq};
+        }
+    (void)s;
+    return QP_OK;
+}
+
 /* Folds members 1..len-1 into fo (reset first); 0 when one cannot be taken. */
 static int fold_prefix(struct folder *fo, const struct qp_session *s, const struct rt_plan *p,
                        const int *mem, const int *role, const int *aux, int len,
@@ -495,6 +521,8 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
         if (node_step[mem[i]] < (int)first) return QP_OK; /* evaluated at plan time */
     const struct rt_step *hs = &p->steps[node_step[mem[0]]];
     if (!member_ok(hs, hs) || !qp_dnnl_conv_state_uses_dnnl(hs->state)) return QP_OK;
+    /* Overlaid constants (weights, BatchNormalization parameters) are in[] as the bypass flags
+     * were at plan time; fusing bakes those flags in (fused_ovin), so toggling them re-plans. */
     const struct qp_kt *x = hs->in[0], *w = hs->in[1];
     const struct qp_kt *b = hs->n_in > 2 ? hs->in[2] : NULL;
     if (!cfloat(w) || (b && !cfloat(b)) || x->dtype != QP_DTYPE_FLOAT || w->rank < 3) return QP_OK;
@@ -586,6 +614,15 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
         goto done;
     }
     memcpy(nodes, mem, (size_t)len * sizeof *nodes);
+    struct rt_step fov;
+    memset(&fov, 0, sizeof fov);
+    {
+        const struct rt_step *mem_st[64];
+        if (len > 64) goto done;
+        for (int i = 0; i < len; i++)
+            mem_st[i] = &p->steps[node_step[mem[i]]];
+        if ((st = fused_ovin(s, p, hs, mem_st, len, fo.res, &fov, err))) goto done;
+    }
     arr[0] = (struct qp_kt *)x;
     arr[1] = wf;
     arr[2] = bf;
@@ -610,7 +647,9 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
             if (tmp[k].kind == RT_STEP_NODE) node_step[tmp[k].node] = (int)j;
             p->steps[j++] = tmp[k];
         } else if (tmp[k].kind != RT_STEP_OVERLAY) {
-            free(tmp[k].state);
+            free(tmp[k].state); /* == var[0].state: variants are only made after planning */
+            free(tmp[k].var);
+            free(tmp[k].ovin);
             free(tmp[k].in);
             free(tmp[k].conv_in);
             free(tmp[k].dep);
@@ -630,6 +669,8 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
     fs->scratch = (pr.scratch + 63) / 64 * 64;
     fs->n_nodes = len;
     fs->nodes = nodes;
+    fs->ovin = fov.ovin;
+    fs->n_ovin = fov.n_ovin;
     if (fs->scratch > p->scratch_bytes) p->scratch_bytes = fs->scratch;
     for (int i = 0; i < len; i++)
         node_step[mem[i]] = (int)fused_at;

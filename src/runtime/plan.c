@@ -57,12 +57,29 @@ struct qp_kt *rt_plan_temp(struct rt_plan *p) {
     return new_temp(p);
 }
 
+/* Frees a step's kernel state(s) and overlay inputs. */
+static void step_free_state(struct rt_step *st) {
+    if (st->var) {
+        for (int j = 0; j < st->n_var; j++)
+            free(st->var[j].state);
+        free(st->var);
+    } else {
+        free(st->state);
+    }
+    st->var = NULL;
+    st->n_var = 0;
+    st->state = NULL;
+    free(st->ovin);
+    st->ovin = NULL;
+    st->n_ovin = 0;
+}
+
 void rt_plan_free(struct rt_plan *p, size_t n_inputs) {
     (void)n_inputs;
     if (!p) return;
     for (size_t i = 0; i < p->n_steps; i++) {
         struct rt_step *st = &p->steps[i];
-        free(st->state);
+        step_free_state(st);
         free(st->in);
         free(st->conv_in);
         free(st->dep);
@@ -74,6 +91,8 @@ void rt_plan_free(struct rt_plan *p, size_t n_inputs) {
         }
     }
     free(p->steps);
+    free(p->ov_baked);
+    free(p->cov_steps);
     free(p->outer_v);
     free(p->outer_src);
     for (size_t i = 0; i < p->n_owned; i++)
@@ -159,8 +178,12 @@ enum qp_status rt_step_run(const struct qp_session *s, struct rt_plan *p, struct
                            void *scratch, struct qp_error *err) {
     (void)p;
     if (st->kind == RT_STEP_OVERLAY) {
-        overlay_run(s, st);
+        if (!s->ov[st->ov].bypass) overlay_run(s, st);
         return QP_OK;
+    }
+    for (int j = 0; j < st->n_ovin; j++) {
+        const struct rt_ovin *o = &st->ovin[j];
+        st->in[o->input] = s->ov[o->ov].bypass ? o->orig : o->fq;
     }
     if (st->kind == RT_STEP_IF) {
         enum qp_status rc = if_run(s, st, err);
@@ -184,7 +207,8 @@ enum qp_status rt_step_run(const struct qp_session *s, struct rt_plan *p, struct
     return QP_OK;
 }
 
-/* ---- edge overlays ------------------------------------------------------------------------ */
+/* ---- edge overlays ------------------------------------------------------------------------
+ */
 
 /* The [outer, axis_len, inner] view of `x` for overlay `ov`. */
 static enum qp_status overlay_geometry(const struct qp_session *s, const struct rt_overlay *ov,
@@ -225,7 +249,8 @@ static int find_overlay(const struct qp_session *s, int node, int input) {
     return -1;
 }
 
-/* ---- If ----------------------------------------------------------------------------------- */
+/* ---- If -----------------------------------------------------------------------------------
+ */
 
 /* The tensor `name` resolves to in the enclosing scopes of branch session `s`. */
 static struct qp_kt *outer_lookup(const struct qp_session *s, const char *name) {
@@ -420,6 +445,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
     struct qp_kt **req_kt = NULL;
     int *node_step = NULL, *last_extra = NULL;
     struct qp_kt **ovin = NULL;
+    struct rt_ovin *pend = NULL;
     unsigned char *mark = NULL;
     void *fold_scratch = NULL;
     struct rt_fuse fz;
@@ -450,9 +476,12 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
     for (size_t k = 0; k < g->n_topo; k++)
         if (g->nodes[g->topo[k]].n_inputs > max_in) max_in = g->nodes[g->topo[k]].n_inputs;
     ovin = calloc((size_t)max_in, sizeof *ovin);
+    pend = calloc((size_t)max_in, sizeof *pend);
+    p->ov_baked = calloc(s->n_ov + 1, 1);
+    p->cov_steps = calloc(g->n_topo + 1, sizeof *p->cov_steps);
     last_extra = malloc((g->n_values ? g->n_values : 1) * sizeof *last_extra);
     mark = calloc(g->n_values ? g->n_values : 1, 1);
-    if (!ovin || !last_extra || !mark) {
+    if (!ovin || !pend || !p->ov_baked || !p->cov_steps || !last_extra || !mark) {
         st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
         goto fail;
     }
@@ -522,6 +551,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
         if (fz.order && fz.grp[ni_] >= 0 && fz.members[fz.start[fz.grp[ni_]]] == ni_)
             fuse_first = n_steps; /* a group's first node: its steps start here */
         /* Overlays on this node's inputs: a step each (or computed now for a constant). */
+        int n_pend = 0;
         for (int i = 0; s->n_ov && i < n->n_inputs; i++) {
             int oi = find_overlay(s, ni_, i);
             if (oi < 0 || n->inputs[i] < 0) continue;
@@ -553,16 +583,28 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
                     memset(os, 0, sizeof *os);
                     goto fail;
                 }
-                overlay_run(s, os);
+                overlay_run(s, os); /* even when bypassed: a later toggle reads it */
                 t->is_const = 1;
                 free(os->in);
                 memset(os, 0, sizeof *os);
+                p->ov_baked[oi] |= RT_OV_PARAMS_BAKED;
             } else {
                 n_steps++;
                 p->n_steps = n_steps;
             }
             ovin[i] = t;
+            pend[n_pend++] = (struct rt_ovin){i, oi, src->is_const, src, t};
         }
+        /* The constant overlays this node is prepared with: bit j for the j-th, when applied.
+         */
+        unsigned cmask = 0;
+        int n_const_ov = 0;
+        for (int j = 0; j < n_pend; j++)
+            if (pend[j].is_const) {
+                if (!s->ov[pend[j].ov].bypass && n_const_ov < RT_MAX_CONST_OVIN)
+                    cmask |= 1u << n_const_ov;
+                n_const_ov++;
+            }
         struct rt_step *stp = &p->steps[n_steps];
         memset(stp, 0, sizeof *stp);
         stp->node = ni_;
@@ -587,6 +629,11 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
             int v = n->inputs[i];
             if (v < 0) continue;
             struct qp_kt *kt = ovin[i] ? ovin[i] : &p->vals[v];
+            if (ovin[i] && kt->is_const) {
+                /* A bypassed constant overlay: the kernel is prepared with the original. */
+                for (int j = 0; j < n_pend; j++)
+                    if (pend[j].input == i && s->ov[pend[j].ov].bypass) kt = pend[j].orig;
+            }
             ovin[i] = NULL;
             if (kt->dtype == QP_DTYPE_UNDEFINED) {
                 st = qp_error_set(err, QP_ERR_UNSUPPORTED,
@@ -696,7 +743,20 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
                 co[stp->n_conv_out++] = (struct rt_conv){t, o};
             }
         }
-        if (all_const || (kr->flags & QP_KF_SHAPE_ONLY)) {
+        if (n_pend) {
+            stp->ovin = malloc((size_t)n_pend * sizeof *stp->ovin);
+            if (!stp->ovin) {
+                st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+                goto fail_step;
+            }
+            memcpy(stp->ovin, pend, (size_t)n_pend * sizeof *stp->ovin);
+            stp->n_ovin = n_pend;
+        }
+        int folded = all_const || (kr->flags & QP_KF_SHAPE_ONLY);
+        if (n_const_ov && (folded || n_const_ov > RT_MAX_CONST_OVIN || stp->kind == RT_STEP_IF))
+            for (int j = 0; j < n_pend; j++)
+                p->ov_baked[pend[j].ov] |= RT_OV_BYPASS_BAKED;
+        if (folded) {
             /* Evaluate now; outputs become constants. */
             for (int i = 0; i < stp->n_conv_in; i++)
                 if ((st = own(p, stp->conv_in[i].dst->nbytes, &stp->conv_in[i].dst->data, err)))
@@ -719,7 +779,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
                 if (stp->out[i]) stp->out[i]->is_const = 1;
                 if (stp->val_out[i]) stp->val_out[i]->is_const = 1;
             }
-            free(stp->state);
+            step_free_state(stp);
             free(stp->in);
             free(stp->conv_in);
             if (stp->rif) {
@@ -729,6 +789,23 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
             }
             memset(stp, 0, sizeof *stp);
             continue;
+        }
+        if (n_const_ov && n_const_ov <= RT_MAX_CONST_OVIN && stp->kind != RT_STEP_IF) {
+            stp->var = malloc(sizeof *stp->var);
+            if (!stp->var) {
+                st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+                goto fail_step;
+            }
+            stp->var[0] = (struct rt_variant){cmask, stp->state, stp->scratch};
+            stp->n_var = 1;
+            stp->cur_var = 0;
+            p->cov_steps[p->n_cov_steps++] = (int)n_steps;
+        }
+        /* Dependencies (below) follow the overlay outputs, whatever the bypass flags. */
+        /* (a constant overlay's input is its current choice, which fusion may bake in) */
+        for (int j = 0; j < stp->n_ovin; j++) {
+            const struct rt_ovin *o = &stp->ovin[j];
+            stp->in[o->input] = o->is_const && s->ov[o->ov].bypass ? o->orig : o->fq;
         }
         node_step[ni_] = (int)n_steps;
         if (stp->scratch > p->scratch_bytes) p->scratch_bytes = stp->scratch;
@@ -740,7 +817,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
         }
         continue;
     fail_step:
-        free(stp->state);
+        step_free_state(stp);
         free(stp->in);
         free(stp->conv_in);
         if (stp->rif) {
@@ -752,6 +829,10 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
         goto fail;
     }
     p->n_steps = n_steps;
+    /* Fusion moved steps: the steps with bypass variants, by their final indices. */
+    p->n_cov_steps = 0;
+    for (size_t k = 0; k < n_steps; k++)
+        if (p->steps[k].n_var) p->cov_steps[p->n_cov_steps++] = (int)k;
     if ((st = rt_layout_apply(s, p, node_step, err))) goto fail;
 
     /* Dependencies between steps (partial re-execution) and reads by If branches. */
@@ -843,6 +924,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
     free(node_step);
     free(fold_scratch);
     free(ovin);
+    free(pend);
     free(last_extra);
     free(mark);
     rt_fuse_free(&fz);
@@ -854,9 +936,110 @@ fail:
     free(node_step);
     free(fold_scratch);
     free(ovin);
+    free(pend);
     free(last_extra);
     free(mark);
     rt_fuse_free(&fz);
     rt_plan_free(p, s->n_inputs);
     return st;
+}
+
+/* Prepares the kernel of node step `stp` once more, with its constant overlay inputs applied
+ * per `mask` (bypassed ones read the original constant), into a new variant. */
+static enum qp_status prepare_variant(const struct qp_session *s, struct rt_plan *p,
+                                      struct rt_step *stp, unsigned mask, struct qp_error *err) {
+    const struct qp_node *n = &s->g->nodes[stp->node];
+    enum qp_status st = QP_OK;
+    struct rt_variant *nv = realloc(stp->var, ((size_t)stp->n_var + 1) * sizeof *nv);
+    if (!nv) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    stp->var = nv;
+    const struct qp_kt **in = calloc((size_t)stp->n_in + 1, sizeof *in);
+    struct qp_kt *outs = calloc((size_t)stp->n_out + 1, sizeof *outs);
+    struct qp_kt **out = calloc((size_t)stp->n_out + 1, sizeof *out);
+    if (!in || !outs || !out) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < stp->n_in; i++)
+        in[i] = stp->in[i];
+    for (int j = 0, c = 0; j < stp->n_ovin; j++) {
+        const struct rt_ovin *o = &stp->ovin[j];
+        if (!o->is_const) continue;
+        in[o->input] = mask >> c & 1u ? o->fq : o->orig;
+        c++;
+    }
+    for (int i = 0; i < stp->n_out; i++)
+        if (stp->out[i]) {
+            outs[i] = *stp->out[i];
+            out[i] = &outs[i];
+        }
+    struct qp_kprep pr = {.node = n,
+                          .opset = s->opsets[stp->node],
+                          .n_in = stp->n_in,
+                          .n_out = stp->n_out,
+                          .in = in,
+                          .out = out,
+                          .err = err,
+                          .missing_const = -1};
+    if ((st = stp->k->prepare(&pr)) != QP_OK) {
+        free(pr.state);
+        node_err(err, s->g, stp->node, NULL);
+        goto done;
+    }
+    for (int i = 0; i < stp->n_out; i++)
+        if (out[i] &&
+            (out[i]->dtype != stp->out[i]->dtype || out[i]->rank != stp->out[i]->rank ||
+             memcmp(out[i]->dims, stp->out[i]->dims, sizeof(int64_t) * (size_t)out[i]->rank))) {
+            free(pr.state);
+            st = qp_error_set(err, QP_ERR_INTERNAL,
+                              "session: node '%s' (%s): output %d changes with the bypass of a "
+                              "constant overlay",
+                              n->name ? n->name : "", n->op_type, i);
+            goto done;
+        }
+    size_t scratch = (pr.scratch + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN;
+    if (scratch > p->scratch_bytes) {
+        void *ns = aligned_alloc(RT_ALIGN, scratch);
+        if (!ns) {
+            free(pr.state);
+            st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory for scratch");
+            goto done;
+        }
+        free(p->scratch);
+        p->scratch = ns;
+        p->scratch_bytes = scratch;
+    }
+    stp->var[stp->n_var] = (struct rt_variant){mask, pr.state, scratch};
+    stp->cur_var = stp->n_var++;
+    stp->state = pr.state;
+done:
+    free(in);
+    free(outs);
+    free(out);
+    return st;
+}
+
+enum qp_status rt_plan_sync_overlays(const struct qp_session *s, struct rt_plan *p,
+                                     struct qp_error *err) {
+    for (size_t i = 0; i < p->n_cov_steps; i++) {
+        struct rt_step *stp = &p->steps[p->cov_steps[i]];
+        unsigned mask = 0;
+        for (int j = 0, c = 0; j < stp->n_ovin; j++) {
+            if (!stp->ovin[j].is_const) continue;
+            if (!s->ov[stp->ovin[j].ov].bypass) mask |= 1u << c;
+            c++;
+        }
+        if (stp->var[stp->cur_var].mask == mask) continue;
+        int found = -1;
+        for (int j = 0; j < stp->n_var && found < 0; j++)
+            if (stp->var[j].mask == mask) found = j;
+        if (found >= 0) {
+            stp->cur_var = found;
+            stp->state = stp->var[found].state;
+            continue;
+        }
+        enum qp_status st = prepare_variant(s, p, stp, mask, err);
+        if (st != QP_OK) return st;
+    }
+    return QP_OK;
 }

@@ -24,6 +24,26 @@ struct rt_if {
     struct rt_plan *plan[2];
 };
 
+/* An input of a node step that an overlay feeds: the consumer reads `fq` (the overlay's output)
+ * or, when the overlay is bypassed, `orig` (the tensor itself). */
+struct rt_ovin {
+    int input, ov;
+    int is_const; /* `fq` was computed at plan time (an overlay on a constant) */
+    struct qp_kt *orig, *fq;
+};
+
+/* A kernel preparation of a node step for one combination of its constant overlays (bit j of
+ * `mask`: constant overlay input j is applied, not bypassed). */
+struct rt_variant {
+    unsigned mask;
+    void *state;
+    size_t scratch;
+};
+
+/* Constant overlay inputs of one node beyond this many are planned for one combination only
+ * (a bypass toggle among them drops the plans). */
+#define RT_MAX_CONST_OVIN 8
+
 struct rt_step {
     int kind;
     int node; /* the node; for an overlay step, the consumer node */
@@ -50,6 +70,12 @@ struct rt_step {
      * val_out are the last node's outputs. */
     int n_nodes;
     int *nodes;
+    /* Node steps reading overlays: which inputs, and (with constant overlays) the kernel
+     * preparations made so far; `state` is that of var[cur_var]. */
+    int n_ovin;
+    struct rt_ovin *ovin;
+    int n_var, cur_var;
+    struct rt_variant *var;
 };
 
 /* The node whose outputs a step's val_out are. */
@@ -66,7 +92,7 @@ static inline size_t rt_step_count(const struct rt_step *st) {
 struct rt_overlay {
     int node, input;
     enum qp_dtype qtype;
-    int axis, saturate;
+    int axis, saturate, bypass;
     size_t n_params;
     float *scale;
     void *zero_point; /* NULL: 0 */
@@ -107,6 +133,13 @@ struct rt_plan {
     unsigned char *blocked; /* per value: kept in a oneDNN blocked layout (rt_layout_apply) */
     size_t n_blocked;
     int stale; /* made for another observer setting: kept only for the last run's outputs */
+    /* Per overlay of the session (n_ov when planned): RT_OV_PARAMS_BAKED when its parameters
+     * were applied at plan time (an overlay on a constant), RT_OV_BYPASS_BAKED when its bypass
+     * flag was (its consumer was evaluated at plan time, or has too many constant overlays). */
+    unsigned char *ov_baked;
+    /* Node steps with constant overlay inputs (their preparation depends on the bypass flags). */
+    size_t n_cov_steps;
+    int *cov_steps;
     /* A branch plan: values bound to the enclosing plans' tensors (data refreshed per run). */
     size_t n_outer;
     int *outer_v;
@@ -183,6 +216,11 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
                              const int64_t (*dims)[QP_MAX_RANK], const struct qp_array *inputs,
                              struct rt_plan **plan_out, int *retry_out, struct qp_error *err);
 void rt_plan_free(struct rt_plan *p, size_t n_inputs);
+enum { RT_OV_PARAMS_BAKED = 1, RT_OV_BYPASS_BAKED = 2 };
+/* Brings the node steps with constant overlay inputs to the session's current bypass flags,
+ * preparing a kernel for a combination not seen before (allocates then). */
+enum qp_status rt_plan_sync_overlays(const struct qp_session *s, struct rt_plan *p,
+                                     struct qp_error *err);
 /* Runs the steps of `p` in order (a branch plan run by an If step). */
 enum qp_status rt_plan_run_all(const struct qp_session *s, struct rt_plan *p, struct qp_error *err);
 enum qp_status rt_step_run(const struct qp_session *s, struct rt_plan *p, struct rt_step *st,

@@ -628,6 +628,7 @@ static enum qp_status run_setup(struct qp_session *s, size_t n_inputs,
         static unsigned char empty[64];
         if (!s->keyed[i]) p->vals[s->inputs[i]].data = inputs[i].nbytes ? inputs[i].data : empty;
     }
+    if ((st = rt_plan_sync_overlays(s, p, err))) goto done;
     *plan_out = p;
 done:
     if (ranks != ranks_buf) free(ranks);
@@ -636,6 +637,56 @@ done:
 }
 
 #define CACHE_ALIGN 64
+
+/* Steps whose outputs a partial run may read from the cache while the overlays keep their
+ * edges: those read by a step that some overlay change can make recompute while the producer
+ * stays (a step's "edge set" is the overlays at or upstream of it; a reader with an edge set
+ * other than its producer's), and producers of graph outputs. *rel_out is NULL (no preference)
+ * without overlays or when the bit sets would be too large. */
+static enum qp_status cache_relevant(const struct qp_session *s, const struct rt_plan *p,
+                                     unsigned char **rel_out, struct qp_error *err) {
+    *rel_out = NULL;
+    size_t words = (s->n_ov + 63) / 64, ns = p->n_steps;
+    if (!s->n_ov || !ns || words > ((size_t)1 << 22) / ns) return QP_OK;
+    uint64_t *up = calloc(ns * words, sizeof *up);
+    unsigned char *rel = calloc(ns, 1);
+    if (!up || !rel) {
+        free(up);
+        free(rel);
+        return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory (cache)");
+    }
+    for (size_t k = 0; k < ns; k++) {
+        const struct rt_step *stp = &p->steps[k];
+        uint64_t *a = up + k * words;
+        for (int i = 0; i < stp->n_dep; i++)
+            if (stp->dep[i] >= 0)
+                for (size_t w = 0; w < words; w++)
+                    a[w] |= up[(size_t)stp->dep[i] * words + w];
+        if (stp->kind == RT_STEP_OVERLAY) a[stp->ov / 64] |= (uint64_t)1 << (stp->ov % 64);
+    }
+    for (size_t k = 0; k < ns; k++) {
+        const struct rt_step *stp = &p->steps[k];
+        for (int i = 0; i < stp->n_dep; i++) {
+            int d = stp->dep[i];
+            if (d >= 0 && memcmp(up + k * words, up + (size_t)d * words, words * sizeof *up))
+                rel[d] = 1;
+        }
+    }
+    /* An overlay step's output is not cached: what it reads is. */
+    for (size_t k = 0; k < ns; k++)
+        if (p->steps[k].kind == RT_STEP_OVERLAY && rel[k])
+            for (int i = 0; i < p->steps[k].n_dep; i++)
+                if (p->steps[k].dep[i] >= 0) rel[p->steps[k].dep[i]] = 1;
+    for (size_t i = 0; i < s->n_outputs; i++) {
+        int pn = s->g->values[s->outputs[i]].producer;
+        for (size_t k = 0; pn >= 0 && k < ns; k++)
+            if (p->steps[k].kind != RT_STEP_OVERLAY && rt_step_onode(&p->steps[k]) == pn)
+                rel[k] = 1;
+    }
+    free(up);
+    *rel_out = rel;
+    return QP_OK;
+}
 
 /* Starts recording a reference run: copies of the inputs and overlays, room for the values. */
 static enum qp_status cache_begin(struct qp_session *s, const struct rt_plan *p, size_t n_inputs,
@@ -674,42 +725,66 @@ static enum qp_status cache_begin(struct qp_session *s, const struct rt_plan *p,
             if (d->zp_bytes) memcpy(d->zero_point, s->ov[i].zero_point, d->zp_bytes);
         }
     }
+    /* Which step outputs to keep: first those a partial run can read (see cache_relevant),
+     * latest first, then the others, latest first, while the budget lasts. Late tensors first
+     * because they are the cheap ones per byte in convolutional networks (small maps) and a
+     * gap early in the graph costs only the targets there, which recompute most of it anyway. */
+    unsigned char *rel = NULL;
+    enum qp_status st = cache_relevant(s, p, &rel, err);
+    if (st != QP_OK) return st;
     size_t need = 0;
-    for (size_t k = 0; k < p->n_steps; k++)
-        for (int i = 0; p->steps[k].kind != RT_STEP_OVERLAY && i < p->steps[k].n_out; i++)
-            if (p->steps[k].val_out[i]) {
-                size_t b = (p->steps[k].val_out[i]->nbytes + CACHE_ALIGN - 1) / CACHE_ALIGN;
-                need += b * CACHE_ALIGN;
-            }
-    if (need > c->budget) need = c->budget;
-    if (need > c->buf_bytes) {
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t k = p->n_steps; k-- > 0;) {
+            const struct rt_step *stp = &p->steps[k];
+            if (stp->kind == RT_STEP_OVERLAY || (rel && rel[k] != (pass == 0))) continue;
+            if (!rel && pass == 1) continue;
+            size_t b = 0;
+            for (int i = 0; i < stp->n_out; i++)
+                if (stp->val_out[i])
+                    b += (stp->val_out[i]->nbytes + CACHE_ALIGN - 1) / CACHE_ALIGN * CACHE_ALIGN;
+            if (b > c->budget - need) continue;
+            const struct qp_node *n = &s->g->nodes[rt_step_onode(stp)];
+            for (int i = 0; i < stp->n_out; i++)
+                if (stp->val_out[i]) {
+                    /* offset + 1 until the buffer exists */
+                    c->val[n->outputs[i]] = (void *)(uintptr_t)(need + 1);
+                    need += (stp->val_out[i]->nbytes + CACHE_ALIGN - 1) / CACHE_ALIGN * CACHE_ALIGN;
+                }
+        }
+    free(rel);
+    if (need > c->buf_bytes || !c->buf) {
         free(c->buf);
         c->buf_bytes = 0;
-        c->buf = malloc(need);
-        if (!c->buf)
+        c->buf = malloc(need > CACHE_ALIGN ? need : CACHE_ALIGN);
+        if (!c->buf) {
+            memset(c->val, 0, (s->g->n_values ? s->g->n_values : 1) * sizeof *c->val);
             return qp_error_set(err, QP_ERR_NOMEM, "session: cannot allocate a %zu-byte cache",
                                 need);
-        c->buf_bytes = need;
+        }
+        c->buf_bytes = need > CACHE_ALIGN ? need : CACHE_ALIGN;
     }
-    c->used = 0;
+    for (size_t k = 0; k < p->n_steps; k++) {
+        const struct rt_step *stp = &p->steps[k];
+        if (stp->kind == RT_STEP_OVERLAY) continue;
+        const struct qp_node *n = &s->g->nodes[rt_step_onode(stp)];
+        for (int i = 0; i < stp->n_out; i++)
+            if (stp->val_out[i] && c->val[n->outputs[i]])
+                c->val[n->outputs[i]] = c->buf + ((uintptr_t)c->val[n->outputs[i]] - 1);
+    }
+    c->used = need;
     return QP_OK;
 }
 
-/* Copies a step's values into the cache while room is left. */
+/* Copies a step's values into their cache slots (cache_begin chose them), with their layout. */
 static void cache_store(struct qp_session *s, const struct rt_plan *p, const struct rt_step *stp) {
     struct rt_cache *c = &s->cache;
     if (stp->kind == RT_STEP_OVERLAY) return;
     const struct qp_node *n = &s->g->nodes[rt_step_onode(stp)];
     for (int i = 0; i < stp->n_out; i++) {
         const struct qp_kt *t = stp->val_out[i];
-        if (!t) continue;
-        size_t b = (t->nbytes + CACHE_ALIGN - 1) / CACHE_ALIGN * CACHE_ALIGN;
-        if (b > c->buf_bytes - c->used) continue;
-        void *dst = c->buf + c->used;
-        if (t->nbytes) memcpy(dst, t->data, t->nbytes);
-        c->val[n->outputs[i]] = dst;
+        if (!t || !c->val[n->outputs[i]]) continue;
+        if (t->nbytes) memcpy(c->val[n->outputs[i]], t->data, t->nbytes);
         c->lay[n->outputs[i]] = p->blocked[n->outputs[i]];
-        c->used += b;
     }
 }
 
@@ -742,11 +817,18 @@ fail:
     return st;
 }
 
-static int overlay_equal(const struct rt_overlay *a, const struct rt_overlay *b) {
+/* Same parameters (the bypass flag aside). */
+static int overlay_params_equal(const struct rt_overlay *a, const struct rt_overlay *b) {
     return a->qtype == b->qtype && a->axis == b->axis && a->saturate == b->saturate &&
            a->n_params == b->n_params && a->zp_bytes == b->zp_bytes &&
            memcmp(a->scale, b->scale, a->n_params * sizeof *a->scale) == 0 &&
            (!a->zp_bytes || memcmp(a->zero_point, b->zero_point, a->zp_bytes) == 0);
+}
+
+/* Whether the two overlays make the consumer read the same values. */
+static int overlay_equal(const struct rt_overlay *a, const struct rt_overlay *b) {
+    if (a->bypass || b->bypass) return a->bypass && b->bypass;
+    return overlay_params_equal(a, b);
 }
 
 static const struct rt_overlay *overlay_find(const struct rt_overlay *ov, size_t n, int node,
@@ -946,6 +1028,7 @@ enum qp_status qp_session_set_overlays(struct qp_session *s, size_t n, const str
         d->qtype = o->qtype;
         d->axis = o->axis;
         d->saturate = o->saturate;
+        d->bypass = o->bypass != 0;
         d->n_params = o->n_params;
         d->zp_bytes = o->zero_point ? o->n_params * (size_t)(tr->bits / 8) : 0;
         d->scale = malloc(o->n_params * sizeof *d->scale);
@@ -959,11 +1042,18 @@ enum qp_status qp_session_set_overlays(struct qp_session *s, size_t n, const str
         if (d->zp_bytes) memcpy(d->zero_point, o->zero_point, d->zp_bytes);
     }
     qsort(nov, n, sizeof *nov, cmp_overlay);
-    /* Plans depend on the edges, axes and parameter counts only. */
+    /* Plans depend on the edges, axes and parameter counts, and on what a plan applied at plan
+     * time: the parameters of overlays on constants, bypass flags it marked baked. */
     int same = n == s->n_ov;
     for (size_t i = 0; same && i < n; i++)
         same = nov[i].node == s->ov[i].node && nov[i].input == s->ov[i].input &&
                nov[i].axis == s->ov[i].axis && nov[i].n_params == s->ov[i].n_params;
+    for (size_t k = 0; same && k < s->n_plans; k++)
+        for (size_t i = 0; same && i < n; i++) {
+            unsigned char b = s->plans[k]->ov_baked[i];
+            if ((b & RT_OV_PARAMS_BAKED) && !overlay_params_equal(&nov[i], &s->ov[i])) same = 0;
+            if ((b & RT_OV_BYPASS_BAKED) && nov[i].bypass != s->ov[i].bypass) same = 0;
+        }
     if (!same) {
         for (size_t k = 0; k < s->n_plans; k++)
             rt_plan_free(s->plans[k], s->n_inputs);

@@ -183,6 +183,13 @@ struct sens_ctx {
     float **scales;         /* per entry */
     char **entry_err;       /* per entry: why it cannot be overlaid, or NULL */
     struct qp_overlay *buf; /* a probe's overlays */
+    unsigned char *apply;   /* per entry: quantized by the current probe */
+    /* Every entry that can be overlaid is set on the session once, and probes toggle bypass
+     * flags (the plan is kept). 0 when planning with all of them failed: then each probe sets
+     * only its own overlays, so only the probes holding the bad edge fail. */
+    int all_mode;
+    size_t n_all;
+    size_t *all_entry; /* entry of c->buf[k] in all_mode */
     size_t n_out;
     int *out_float;  /* 1: a float output that is scored */
     float **ref;     /* reference values of the current batch, per output */
@@ -202,6 +209,8 @@ static void ctx_free(struct sens_ctx *c) {
     free(c->scales);
     free(c->entry_err);
     free(c->buf);
+    free(c->apply);
+    free(c->all_entry);
     for (size_t i = 0; c->ref && i < c->n_out; i++)
         free(c->ref[i]);
     free(c->ref);
@@ -229,7 +238,10 @@ static enum qp_status build_overlays(struct sens_ctx *c, const struct qp_ranges 
     c->scales = calloc(ne + 1, sizeof *c->scales);
     c->entry_err = calloc(ne + 1, sizeof *c->entry_err);
     c->buf = calloc(ne + 1, sizeof *c->buf);
-    if (!c->ov || !c->scales || !c->entry_err || !c->buf) return nomem(err);
+    c->apply = calloc(ne + 1, 1);
+    c->all_entry = calloc(ne + 1, sizeof *c->all_entry);
+    if (!c->ov || !c->scales || !c->entry_err || !c->buf || !c->apply || !c->all_entry)
+        return nomem(err);
     enum qp_dtype qt = c->o->qtype;
     for (size_t e = 0; e < ne; e++) {
         struct qp_overlay *ov = &c->ov[e];
@@ -365,6 +377,21 @@ static enum qp_status ctx_init(struct sens_ctx *c, const struct qp_model *model,
                                 "sensitivity: the data has no input named '%s'", name);
         c->in_map[i] = k;
     }
+    /* Every entry that can be overlaid, bypassed, planned once for the first batch's shapes. */
+    c->n_all = 0;
+    for (size_t e = 0; e < c->n_entries; e++) {
+        if (c->entry_err[e]) continue;
+        c->buf[c->n_all] = c->ov[e];
+        c->buf[c->n_all].bypass = 1;
+        c->all_entry[c->n_all++] = e;
+    }
+    struct qp_error perr = {0};
+    c->all_mode = qp_session_set_overlays(c->s, c->n_all, c->buf, &perr) == QP_OK &&
+                  qp_session_plan(c->s, np, shapes, &perr) == QP_OK;
+    if (!c->all_mode) {
+        if (perr.status == QP_ERR_NOMEM) return qp_error_set(err, QP_ERR_NOMEM, "%s", perr.msg);
+        if ((st = qp_session_set_overlays(c->s, 0, NULL, err)) != QP_OK) return st;
+    }
     c->n_out = qp_session_n_outputs(c->s);
     size_t no = c->n_out + 1;
     c->out_float = calloc(no, sizeof *c->out_float);
@@ -376,13 +403,28 @@ static enum qp_status ctx_init(struct sens_ctx *c, const struct qp_model *model,
     return qp_provider_reset(prov, err);
 }
 
+/* Puts the entries marked in c->apply on the session: bypass flags over every entry in
+ * all_mode, else exactly the applied overlays. */
+static enum qp_status ctx_set_overlays(struct sens_ctx *c, struct qp_error *err) {
+    if (c->all_mode) {
+        for (size_t k = 0; k < c->n_all; k++)
+            c->buf[k].bypass = !c->apply[c->all_entry[k]];
+        return qp_session_set_overlays(c->s, c->n_all, c->buf, err);
+    }
+    size_t n = 0;
+    for (size_t e = 0; e < c->n_entries; e++)
+        if (c->apply[e]) c->buf[n++] = c->ov[e];
+    return qp_session_set_overlays(c->s, n, c->buf, err);
+}
+
 /* Full float run of `batch` (the reference; cached by the engine when `cache`), outputs copied. */
 static enum qp_status ctx_reference(struct sens_ctx *c, const struct qp_array *batch, int cache,
                                     struct qp_error *err) {
     for (size_t i = 0; i < c->n_in; i++)
         c->in[i] = batch[c->in_map[i]];
     c->rows = c->n_in && c->in[0].rank > 0 && c->in[0].dims[0] > 0 ? (uint64_t)c->in[0].dims[0] : 1;
-    enum qp_status st = qp_session_set_overlays(c->s, 0, NULL, err);
+    memset(c->apply, 0, c->n_entries);
+    enum qp_status st = ctx_set_overlays(c, err);
     if (st != QP_OK) return st;
     qp_session_set_cache(c->s, cache ? c->o->cache_bytes : 0);
     if ((st = qp_session_run(c->s, c->n_in, c->in, err)) != QP_OK) return st;
@@ -411,11 +453,11 @@ static enum qp_status ctx_reference(struct sens_ctx *c, const struct qp_array *b
     return QP_OK;
 }
 
-/* Runs with overlays buf[0..n) (partial re-execution when `partial`) and fills c->acc with the
- * metric summed over the batch's samples, per output. */
-static enum qp_status ctx_probe(struct sens_ctx *c, size_t n, int partial, uint64_t *nodes,
+/* Runs with the entries of c->apply quantized (partial re-execution when `partial`) and fills
+ * c->acc with the metric summed over the batch's samples, per output. */
+static enum qp_status ctx_probe(struct sens_ctx *c, int partial, uint64_t *nodes,
                                 struct qp_error *err) {
-    enum qp_status st = qp_session_set_overlays(c->s, n, c->buf, err);
+    enum qp_status st = ctx_set_overlays(c, err);
     if (st != QP_OK) return st;
     st = partial ? qp_session_run_partial(c->s, err) : qp_session_run(c->s, c->n_in, c->in, err);
     if (st != QP_OK) return st;
@@ -437,25 +479,15 @@ static enum qp_status ctx_probe(struct sens_ctx *c, size_t n, int partial, uint6
     return QP_OK;
 }
 
-/* The overlays of a probe into c->buf: the target's entries (quantize_one) or all others. On an
- * entry that cannot be overlaid returns its index + 1 (the probe fails), else 0. */
-static size_t probe_overlays(struct sens_ctx *c, const struct qp_sens_target *t, int exclude,
-                             const unsigned char *mask, size_t *n_out) {
-    size_t n = 0;
-    if (!exclude) {
-        for (size_t k = 0; k < t->n_edges + t->n_weights; k++) {
-            size_t e = t->entries[k];
-            if (c->entry_err[e]) return e + 1;
-            c->buf[n++] = c->ov[e];
-        }
-    } else {
-        for (size_t e = 0; e < c->n_entries; e++) {
-            if (mask[e]) continue;
-            if (c->entry_err[e]) return e + 1;
-            c->buf[n++] = c->ov[e];
-        }
-    }
-    *n_out = n;
+/* Marks in c->apply the entries a probe quantizes: the target's (quantize_one) or all others
+ * (exclude_one). On an applied entry that cannot be overlaid returns its index + 1 (the probe
+ * fails), else 0. */
+static size_t probe_apply(struct sens_ctx *c, const struct qp_sens_target *t, int exclude) {
+    memset(c->apply, exclude ? 1 : 0, c->n_entries);
+    for (size_t k = 0; k < t->n_edges + t->n_weights; k++)
+        c->apply[t->entries[k]] = !exclude;
+    for (size_t e = 0; e < c->n_entries; e++)
+        if (c->apply[e] && c->entry_err[e]) return e + 1;
     return 0;
 }
 
@@ -476,7 +508,6 @@ enum qp_status qp_sens_score(const struct qp_model *model, const struct qp_place
     struct sens_ctx c;
     struct qp_sens_result *r = calloc(1, sizeof *r);
     double *sums = NULL, *counts = NULL;
-    unsigned char *mask = NULL;
     if (!r) return nomem(err);
     enum qp_status st = ctx_init(&c, model, pl, prov, ranges, o, err);
     if (st != QP_OK) goto done;
@@ -484,8 +515,7 @@ enum qp_status qp_sens_score(const struct qp_model *model, const struct qp_place
     size_t nt = r->n_targets;
     sums = calloc((nt + 1) * (c.n_out + 1), sizeof *sums);
     counts = calloc(c.n_out + 1, sizeof *counts);
-    mask = calloc(c.n_entries + 1, 1);
-    if (!sums || !counts || !mask) {
+    if (!sums || !counts) {
         st = nomem(err);
         goto done;
     }
@@ -509,11 +539,7 @@ enum qp_status qp_sens_score(const struct qp_model *model, const struct qp_place
                 goto done;
             continue;
         }
-        for (size_t k = 0; k < ne; k++)
-            mask[tg->entries[k]] = 1;
-        size_t n = 0, bad = probe_overlays(&c, tg, o->probe == QP_SENS_EXCLUDE_ONE, mask, &n);
-        for (size_t k = 0; k < ne; k++)
-            mask[tg->entries[k]] = 0;
+        size_t bad = probe_apply(&c, tg, o->probe == QP_SENS_EXCLUDE_ONE);
         if (bad) {
             snprintf(msg, sizeof msg, "%s", c.entry_err[bad - 1]);
             if ((st = set_target_error(tg, QP_SENS_FAILED, msg, err)) != QP_OK) goto done;
@@ -540,14 +566,9 @@ enum qp_status qp_sens_score(const struct qp_model *model, const struct qp_place
         for (size_t t = 0; t < nt; t++) {
             struct qp_sens_target *tg = &r->targets[t];
             if (tg->state != QP_SENS_SCORED) continue;
-            size_t ne = tg->n_edges + tg->n_weights, n = 0;
-            for (size_t k = 0; k < ne; k++)
-                mask[tg->entries[k]] = 1;
-            probe_overlays(&c, tg, o->probe == QP_SENS_EXCLUDE_ONE, mask, &n);
-            for (size_t k = 0; k < ne; k++)
-                mask[tg->entries[k]] = 0;
+            probe_apply(&c, tg, o->probe == QP_SENS_EXCLUDE_ONE);
             struct qp_error perr = {0};
-            enum qp_status ps = ctx_probe(&c, n, o->incremental, &r->nodes_executed, &perr);
+            enum qp_status ps = ctx_probe(&c, o->incremental, &r->nodes_executed, &perr);
             if (ps == QP_ERR_NOMEM) {
                 st = qp_error_set(err, ps, "%s", perr.msg);
                 goto done;
@@ -585,7 +606,6 @@ done:
     ctx_free(&c);
     free(sums);
     free(counts);
-    free(mask);
     if (st == QP_OK)
         *out = r;
     else
@@ -598,7 +618,6 @@ done:
 /* Drift of the full placement minus the masked entries, over every batch. */
 static enum qp_status measure_drift(struct sens_ctx *c, const unsigned char *mask, double *out,
                                     struct qp_error *err) {
-    size_t n = 0;
     for (size_t e = 0; e < c->n_entries; e++) {
         if (mask[e]) continue;
         if (c->entry_err[e])
@@ -616,10 +635,9 @@ static enum qp_status measure_drift(struct sens_ctx *c, const unsigned char *mas
     while (st == QP_OK) {
         if ((st = qp_provider_next(c->prov, &batch, &end, err)) != QP_OK || end) break;
         if ((st = ctx_reference(c, batch, 0, err)) != QP_OK) break;
-        n = 0;
         for (size_t e = 0; e < c->n_entries; e++)
-            if (!mask[e]) c->buf[n++] = c->ov[e];
-        if ((st = ctx_probe(c, n, 0, NULL, err)) != QP_OK) break;
+            c->apply[e] = !mask[e];
+        if ((st = ctx_probe(c, 0, NULL, err)) != QP_OK) break;
         for (size_t i = 0; i < c->n_out; i++)
             if (c->out_float[i]) {
                 sums[i] += c->acc[i];

@@ -419,6 +419,40 @@ static void overlay_set(struct ovp *o) {
     make_ov(&o[5], "bn2", 1, QP_DTYPE_UINT8, 1, 0.004f); /* a folded BatchNormalization scale */
 }
 
+/* Bypass flags toggled on a planned session with fused steps (whose input 0 and residual
+ * choose the overlay output or the original per run, and whose overlaid constants are baked in,
+ * so toggling those re-plans) equal a fresh session planned with the same flags, bit for bit,
+ * in full and in partial runs. */
+static void test_fuse_bypass_toggles(void **state) {
+    (void)state;
+    struct ovp o[N_OV];
+    overlay_set(o);
+    struct qp_overlay ov[N_OV];
+    struct qp_model *m = conv_model();
+    struct qp_error err = {0};
+    fill_x(7);
+    struct qp_session *a = session(m, 2);
+    qp_session_set_cache(a, (size_t)1 << 26);
+    for (int mask = 0; mask < (1 << N_OV); mask++) {
+        for (int i = 0; i < N_OV; i++) {
+            ov[i] = o[i].ov;
+            ov[i].bypass = mask >> i & 1;
+        }
+        assert_int_equal(qp_session_set_overlays(a, N_OV, ov, &err), QP_OK);
+        run3(a, mask != 0, out_f);
+        struct qp_session *b = session(m, 2);
+        assert_int_equal(qp_session_set_overlays(b, N_OV, ov, &err), QP_OK);
+        run3(b, 0, out_t);
+        if (memcmp(out_f, out_t, sizeof out_f) != 0)
+            fail_msg("bypass mask 0x%x: toggled session differs from a fresh plan", mask);
+        assert_int_equal(fused_steps(a), fused_steps(b));
+        assert_true(fused_steps(b) > 0);
+        qp_session_free(b);
+    }
+    qp_session_free(a);
+    qp_model_free(m);
+}
+
 static void test_fuse_overlay_equals_qdq(void **state) {
     (void)state;
     struct ovp o[N_OV];
@@ -738,7 +772,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fused_close_to_unfused),  cmocka_unit_test(test_fuse_observer),
         cmocka_unit_test(test_fuse_overlay_equals_qdq), cmocka_unit_test(test_fuse_partial),
-        cmocka_unit_test(test_fuse_random_graphs),
+        cmocka_unit_test(test_fuse_random_graphs),      cmocka_unit_test(test_fuse_bypass_toggles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,9 @@
  *    per tensor and per channel, on activations and on weights);
  *  - partial re-execution equals a full run bit for bit over a sequence of overlay sets, with a
  *    large and a tiny cache budget, and computes only the nodes downstream of changed edges;
+ *  - bypass: a bypassed overlay equals no overlay bit for bit (full and partial runs), toggling
+ *    flags keeps the plan (weights: one kernel preparation per combination, reused), and the
+ *    cases that must re-plan do (new parameters on a weight, a toggle on a folded constant);
  *  - If: the taken branch runs, outer values are read, constant conditions plan one branch,
  *    branches whose output shapes differ are refused at creation. */
 #include <setjmp.h>
@@ -19,6 +22,7 @@
 
 #include "ir/ir.h"
 #include "qplace/session.h"
+#include "runtime/runtime.h"
 
 #define D 8 /* every activation is [2, D]; weights are [D, D] */
 
@@ -446,6 +450,265 @@ static void test_partial_counts(void **state) {
     qp_model_free(m);
 }
 
+/* ---- bypass ------------------------------------------------------------------------------- */
+
+/* One session holds every overlay and toggles bypass flags; another is given exactly the
+ * applied overlays each time; a third runs partially from an all-bypassed reference. All three
+ * agree bit for bit, the first two sessions keep their one plan, and the partial runs compute
+ * exactly the nodes downstream of the toggled edges. */
+static void test_bypass_equals_subset(void **state) {
+    (void)state;
+    int n_differ = 0;
+    for (uint32_t seed = 200; seed < 230; seed++) {
+        const int n_nodes = 6 + (int)(seed % 7);
+        struct qp_model *m = random_model(seed, n_nodes);
+        rng_state = seed * 104729u;
+        struct ovp ovs[6];
+        int n_ov = pick_overlays(m->graph, n_nodes, ovs, 2 + (int)(seed % 5));
+        struct qp_error err = {0};
+        struct qp_session *s = NULL, *sub = NULL, *part = NULL;
+        assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
+        assert_int_equal(qp_session_create(m, NULL, 0, NULL, &sub, &err), QP_OK);
+        assert_int_equal(qp_session_create(m, NULL, 0, NULL, &part, &err), QP_OK);
+        struct qp_overlay all[6], some[6];
+        overlays_of(ovs, n_ov, all);
+        for (int i = 0; i < n_ov; i++)
+            all[i].bypass = 1;
+        float x[2 * D], a[2][2 * D], b[2][2 * D], c[2][2 * D], plain[2][2 * D];
+        fill_input(x, seed);
+        run_outputs(sub, x, 0, plain); /* no overlays at all */
+        assert_int_equal(qp_session_set_overlays(s, (size_t)n_ov, all, &err), QP_OK);
+        run_outputs(s, x, 0, a);
+        assert_memory_equal(a, plain, sizeof a); /* all bypassed == none */
+        assert_int_equal(s->n_plans, 1);
+        const struct rt_plan *planned = s->plans[0];
+        qp_session_set_cache(part, (size_t)64 << 20);
+        assert_int_equal(qp_session_set_overlays(part, (size_t)n_ov, all, &err), QP_OK);
+        run_outputs(part, x, 0, c);
+        /* Every pattern twice (the second time reuses the weight preparations). */
+        for (int rep = 0; rep < 2; rep++)
+            for (unsigned pat = 0; pat < (1u << n_ov); pat++) {
+                int n_some = 0;
+                const char *changed[6];
+                for (int i = 0; i < n_ov; i++) {
+                    all[i].bypass = !(pat >> i & 1u);
+                    if (!all[i].bypass) {
+                        some[n_some++] = ovs[i].ov;
+                        changed[n_some - 1] = ovs[i].node;
+                    }
+                }
+                assert_int_equal(qp_session_set_overlays(s, (size_t)n_ov, all, &err), QP_OK);
+                assert_int_equal(qp_session_set_overlays(part, (size_t)n_ov, all, &err), QP_OK);
+                assert_int_equal(qp_session_set_overlays(sub, (size_t)n_some, some, &err), QP_OK);
+                run_outputs(s, x, 0, a);
+                run_outputs(sub, x, 0, b);
+                run_outputs(part, x, 1, c);
+                assert_memory_equal(a, b, sizeof a);
+                assert_memory_equal(c, b, sizeof c);
+                assert_int_equal(qp_session_nodes_executed(part),
+                                 downstream(m->graph, changed, n_some));
+                assert_int_equal(s->n_plans, 1);
+                assert_ptr_equal(s->plans[0], planned);
+                n_differ += memcmp(a, plain, sizeof a) != 0;
+            }
+        qp_session_free(s);
+        qp_session_free(sub);
+        qp_session_free(part);
+        qp_model_free(m);
+    }
+    assert_true(n_differ > 100);
+}
+
+/* y = Gemm(x, W, C) + MatMul(x, Transpose(V)): weight overlays on W and C (two constants of one
+ * node: four preparations), and one on V, whose consumer Transpose is evaluated at plan time. */
+static struct qp_model *weights_model(void) {
+    struct qp_model *m = qp_model_create();
+    assert_non_null(m);
+    m->opsets = &opset19;
+    m->n_opsets = 1;
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    int x = qp_graph_value(g, "x");
+    g->values[x].dtype = QP_DTYPE_FLOAT;
+    g->values[x].rank = 2;
+    g->values[x].dims = act_dims;
+    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
+    rng_state = 77;
+    float w[D * D], v[D * D], cb[D];
+    for (int i = 0; i < D * D; i++) {
+        w[i] = frand();
+        v[i] = frand();
+    }
+    for (int i = 0; i < D; i++)
+        cb[i] = frand();
+    int64_t cd = D;
+    add_init(m, g, "W", QP_DTYPE_FLOAT, 2, w_dims, w, sizeof w);
+    add_init(m, g, "V", QP_DTYPE_FLOAT, 2, w_dims, v, sizeof v);
+    add_init(m, g, "C", QP_DTYPE_FLOAT, 1, &cd, cb, sizeof cb);
+    const char *gin[3] = {"x", "W", "C"}, *gout = "g";
+    assert_int_equal(qp_graph_add_node(g, "gemm", "Gemm", "", 3, gin, 1, &gout, NULL, &err), QP_OK);
+    add(g, "tr", "Transpose", 1, "V", NULL, "vt");
+    add(g, "mm", "MatMul", 2, "x", "vt", "h");
+    add(g, "sum", "Add", 2, "g", "h", "y");
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "y"), &err), QP_OK);
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "h"), &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    return m;
+}
+
+static void test_bypass_weights(void **state) {
+    (void)state;
+    struct qp_model *m = weights_model();
+    struct qp_error err = {0};
+    float sw[D], sc = 0.02f, sv = 0.01f;
+    for (int i = 0; i < D; i++)
+        sw[i] = 0.004f + 0.001f * (float)i;
+    struct qp_overlay all[3] = {
+        {.node = "gemm", .input = 1, .qtype = QP_DTYPE_INT8, .axis = 1, .n_params = D, .scale = sw},
+        {.node = "gemm", .input = 2, .qtype = QP_DTYPE_INT8, .n_params = 1, .scale = &sc},
+        {.node = "tr", .input = 0, .qtype = QP_DTYPE_INT8, .n_params = 1, .scale = &sv},
+    };
+    struct qp_session *s = NULL;
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
+    float x[2 * D], a[2][2 * D], b[2][2 * D], first[8][2][2 * D];
+    fill_input(x, 3);
+    /* W and C: every combination twice, against fresh sessions with exactly those overlays. */
+    all[2].bypass = 1;
+    const struct rt_plan *planned = NULL;
+    for (int rep = 0; rep < 2; rep++)
+        for (unsigned pat = 0; pat < 4; pat++) {
+            struct qp_overlay some[2];
+            size_t n_some = 0;
+            for (int i = 0; i < 2; i++) {
+                all[i].bypass = !(pat >> i & 1u);
+                if (!all[i].bypass) some[n_some++] = all[i];
+            }
+            assert_int_equal(qp_session_set_overlays(s, 3, all, &err), QP_OK);
+            run_outputs(s, x, 0, a);
+            if (!planned) planned = s->plans[0];
+            assert_int_equal(s->n_plans, 1);
+            assert_ptr_equal(s->plans[0], planned);
+            struct qp_session *f = NULL;
+            assert_int_equal(qp_session_create(m, NULL, 0, NULL, &f, &err), QP_OK);
+            assert_int_equal(qp_session_set_overlays(f, n_some, some, &err), QP_OK);
+            run_outputs(f, x, 0, b);
+            qp_session_free(f);
+            assert_memory_equal(a, b, sizeof a);
+            if (rep == 0) memcpy(first[pat], a, sizeof a);
+            assert_memory_equal(first[pat], a, sizeof a);
+        }
+    assert_memory_not_equal(first[0], first[3], sizeof first[0]);
+    /* The Gemm step holds one preparation per combination. */
+    const struct rt_plan *p = s->plans[0];
+    int found = 0;
+    for (size_t k = 0; k < p->n_steps; k++)
+        if (p->steps[k].kind == RT_STEP_NODE && p->steps[k].n_var) {
+            assert_int_equal(p->steps[k].n_var, 4);
+            found++;
+        }
+    assert_int_equal(found, 1);
+    /* New parameters on a weight re-plan (its fake-quantized copy is made at plan time). */
+    all[0].bypass = all[1].bypass = 0;
+    sw[0] *= 3.0f;
+    assert_int_equal(qp_session_set_overlays(s, 3, all, &err), QP_OK);
+    run_outputs(s, x, 0, a);
+    struct qp_session *f = NULL;
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &f, &err), QP_OK);
+    assert_int_equal(qp_session_set_overlays(f, 2, all, &err), QP_OK);
+    run_outputs(f, x, 0, b);
+    assert_memory_equal(a, b, sizeof a);
+    assert_memory_not_equal(a, first[3], sizeof a);
+    /* A toggle on V, whose consumer Transpose is folded at plan time, re-plans too. */
+    for (int on = 1; on >= 0; on--) {
+        all[2].bypass = !on;
+        assert_int_equal(qp_session_set_overlays(s, 3, all, &err), QP_OK);
+        assert_int_equal(qp_session_set_overlays(f, on ? 3 : 2, all, &err), QP_OK);
+        run_outputs(s, x, 0, a);
+        run_outputs(f, x, 0, b);
+        assert_memory_equal(a, b, sizeof a);
+        assert_true(s->plans[0]->ov_baked[2] & RT_OV_BYPASS_BAKED);
+    }
+    /* Partial runs from an all-bypassed reference: toggling W recomputes gemm and sum only. */
+    for (int i = 0; i < 3; i++)
+        all[i].bypass = 1;
+    qp_session_set_cache(s, 1 << 20);
+    assert_int_equal(qp_session_set_overlays(s, 3, all, &err), QP_OK);
+    run_outputs(s, x, 0, a);
+    all[0].bypass = 0;
+    assert_int_equal(qp_session_set_overlays(s, 3, all, &err), QP_OK);
+    assert_int_equal(qp_session_set_overlays(f, 1, all, &err), QP_OK);
+    run_outputs(s, x, 1, a);
+    run_outputs(f, x, 0, b);
+    assert_memory_equal(a, b, sizeof a);
+    assert_int_equal(qp_session_nodes_executed(s), 2);
+    qp_session_free(f);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
+/* x -> A(Relu) -> B(Sigmoid) -> C(Relu) -> E(Sigmoid) -> F(Relu) -> y, an overlay on E's input,
+ * a cache of two [2, D] tensors: the reference keeps c (what E reads) and y (the output), so
+ * toggling the overlay computes E and F only. Keeping the first two tensors would recompute C
+ * too, keeping the last two (y, e) all five. */
+static void test_cache_keeps_relevant(void **state) {
+    (void)state;
+    struct qp_model *m = qp_model_create();
+    assert_non_null(m);
+    m->opsets = &opset19;
+    m->n_opsets = 1;
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    int x = qp_graph_value(g, "x");
+    g->values[x].dtype = QP_DTYPE_FLOAT;
+    g->values[x].rank = 2;
+    g->values[x].dims = act_dims;
+    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
+    add(g, "A", "Relu", 1, "x", NULL, "a");
+    add(g, "B", "Sigmoid", 1, "a", NULL, "b");
+    add(g, "C", "Relu", 1, "b", NULL, "c");
+    add(g, "E", "Sigmoid", 1, "c", NULL, "e");
+    add(g, "F", "Relu", 1, "e", NULL, "y");
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "y"), &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    struct qp_session *s = NULL, *f = NULL;
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &f, &err), QP_OK);
+    float scale = 0.05f;
+    struct qp_overlay ov = {.node = "E",
+                            .input = 0,
+                            .qtype = QP_DTYPE_INT8,
+                            .n_params = 1,
+                            .scale = &scale,
+                            .bypass = 1};
+    float xv[2 * D], a[2 * D], b[2 * D];
+    fill_input(xv, 9);
+    struct qp_array in, o;
+    int64_t dims[2] = {2, D};
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 2, dims, xv, sizeof xv, &err), QP_OK);
+    qp_session_set_cache(s, 2 * sizeof(float) * 2 * D);
+    assert_int_equal(qp_session_set_overlays(s, 1, &ov, &err), QP_OK);
+    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    ov.bypass = 0;
+    assert_int_equal(qp_session_set_overlays(s, 1, &ov, &err), QP_OK);
+    assert_int_equal(qp_session_set_overlays(f, 1, &ov, &err), QP_OK);
+    assert_int_equal(qp_session_run_partial(s, &err), QP_OK);
+    assert_int_equal(qp_session_nodes_executed(s), 2);
+    assert_int_equal(qp_session_output(s, 0, &o, &err), QP_OK);
+    memcpy(a, o.data, sizeof a);
+    assert_int_equal(qp_session_run(f, 1, &in, &err), QP_OK);
+    assert_int_equal(qp_session_output(f, 0, &o, &err), QP_OK);
+    memcpy(b, o.data, sizeof b);
+    assert_memory_equal(a, b, sizeof a);
+    /* Back to bypassed: nothing changed since the reference, nothing computed. */
+    ov.bypass = 1;
+    assert_int_equal(qp_session_set_overlays(s, 1, &ov, &err), QP_OK);
+    assert_int_equal(qp_session_run_partial(s, &err), QP_OK);
+    assert_int_equal(qp_session_nodes_executed(s), 0);
+    qp_session_free(s);
+    qp_session_free(f);
+    qp_model_free(m);
+}
+
 /* ---- If ----------------------------------------------------------------------------------- */
 
 /* y = If(c) then Relu(x) * 2 else Neg(x) [else_shape_differs: Flatten of a [2,D,1] reshape ->
@@ -685,6 +948,9 @@ int main(void) {
         cmocka_unit_test(test_partial_equals_full),
         cmocka_unit_test(test_partial_small_budget),
         cmocka_unit_test(test_partial_counts),
+        cmocka_unit_test(test_bypass_equals_subset),
+        cmocka_unit_test(test_bypass_weights),
+        cmocka_unit_test(test_cache_keeps_relevant),
         cmocka_unit_test(test_if_runs_taken_branch),
         cmocka_unit_test(test_if_const_cond),
         cmocka_unit_test(test_if_shape_mismatch),
