@@ -4,29 +4,17 @@ roughly natural-image statistics) into a folder, for bench/calib.sh:
 
     /usr/bin/python3 bench/calib_images.py OUT_DIR N [SIZE]
 
-PNGs are written with zlib only (no imaging library needed).
+PNGs are written with zlib only (no imaging library needed), by tests/integration/qp_testlib.py.
 """
 import os
-import struct
 import sys
-import zlib
 
 import numpy as np
 
-
-def png(path, rgb):
-    h, w, _ = rgb.shape
-    raw = b"".join(b"\x00" + rgb[y].tobytes() for y in range(h))
-
-    def chunk(kind, data):
-        c = struct.pack(">I", len(data)) + kind + data
-        return c + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n")
-        f.write(chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)))
-        f.write(chunk(b"IDAT", zlib.compress(raw, 6)))
-        f.write(chunk(b"IEND", b""))
+# The PNG writer is the integration tests' (tests/integration/qp_testlib.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "integration"))
+from qp_testlib import write_png  # noqa: E402
 
 
 def main(argv):
@@ -45,7 +33,7 @@ def main(argv):
             mask = (xx - cx) ** 2 + (yy - cy) ** 2 < r * r
             img[mask] = rng.uniform(0, 255, 3)
         img += rng.normal(0, 6, img.shape)
-        png(os.path.join(out, f"img{k:04d}.png"), np.clip(img, 0, 255).astype(np.uint8))
+        write_png(os.path.join(out, f"img{k:04d}.png"), np.clip(img, 0, 255).astype(np.uint8))
 
 
 if __name__ == "__main__":

@@ -13,22 +13,6 @@
 #include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 
-static enum qp_status need_f32(const struct qp_kprep *p, int i) {
-    enum qp_status st = qp_kneed(p, i);
-    if (st) return st;
-    if (p->in[i]->dtype != QP_DTYPE_FLOAT)
-        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "input %d is %s (float only)", i,
-                            qp_dtype_name(p->in[i]->dtype));
-    return QP_OK;
-}
-
-static enum qp_status save(struct qp_kprep *p, const void *s, size_t n) {
-    p->state = malloc(n);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, s, n);
-    return QP_OK;
-}
-
 /* ---- LRN (opset 1, 13) ---------------------------------------------------------------------
  * y = x / (bias + alpha / size * sum of x^2 over channels [c - (size-1)/2, c + size/2])^beta,
  * the window clipped to the channels that exist. */
@@ -41,7 +25,7 @@ struct lrn_state {
 
 enum qp_status qp_k_lrn_prepare(struct qp_kprep *p) {
     if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
-    enum qp_status st = need_f32(p, 0);
+    enum qp_status st = qp_kneed_f32(p, 0);
     if (st) return st;
     const struct qp_kt *x = p->in[0];
     if (x->rank < 3)
@@ -66,7 +50,7 @@ enum qp_status qp_k_lrn_prepare(struct qp_kprep *p) {
     for (int i = 2; i < x->rank; i++)
         s.inner *= x->dims[i];
     if ((st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err))) return st;
-    return save(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_lrn_run(const struct qp_krun *r) {
@@ -106,8 +90,8 @@ struct prelu6_state {
 
 enum qp_status qp_k_prelu_legacy_prepare(struct qp_kprep *p) {
     if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
-    enum qp_status st = need_f32(p, 0);
-    if (!st) st = need_f32(p, 1);
+    enum qp_status st = qp_kneed_f32(p, 0);
+    if (!st) st = qp_kneed_f32(p, 1);
     if (st) return st;
     const struct qp_kt *x = p->in[0], *sl = p->in[1];
     struct prelu6_state s;
@@ -137,7 +121,7 @@ enum qp_status qp_k_prelu_legacy_prepare(struct qp_kprep *p) {
         }
     }
     if ((st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err))) return st;
-    return save(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_prelu_legacy_run(const struct qp_krun *r) {

@@ -14,15 +14,6 @@
 #include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 
-static enum qp_status need_f32(const struct qp_kprep *p, int i) {
-    enum qp_status st = qp_kneed(p, i);
-    if (st) return st;
-    if (p->in[i]->dtype != QP_DTYPE_FLOAT)
-        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "input %d is %s (float only)", i,
-                            qp_dtype_name(p->in[i]->dtype));
-    return QP_OK;
-}
-
 /* ---- NonMaxSuppression (opset 10, 11) ------------------------------------------------------
  * Per batch and class: the boxes whose score is above score_threshold, by descending score
  * (ties: lower box index first), each kept unless its IoU with a box already kept exceeds
@@ -118,8 +109,8 @@ static int64_t nms_select(const struct nms_params *s, const float *boxes, const 
 
 enum qp_status qp_k_nms_prepare(struct qp_kprep *p) {
     if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
-    enum qp_status st = need_f32(p, 0);
-    if (!st) st = need_f32(p, 1);
+    enum qp_status st = qp_kneed_f32(p, 0);
+    if (!st) st = qp_kneed_f32(p, 1);
     if (!st) st = qp_kneed_const(p, 0, "boxes (the output size depends on them)");
     if (!st) st = qp_kneed_const(p, 1, "scores (the output size depends on them)");
     if (st) return st;
@@ -174,10 +165,7 @@ enum qp_status qp_k_nms_prepare(struct qp_kprep *p) {
     int64_t od[2] = {n, 3};
     if ((st = qp_kt_set(p->out[0], QP_DTYPE_INT64, 2, od, p->err))) return st;
     p->scratch = work_bytes;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_nms_run(const struct qp_krun *r) {
@@ -208,8 +196,8 @@ struct roi_state {
 
 enum qp_status qp_k_roialign_prepare(struct qp_kprep *p) {
     if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
-    enum qp_status st = need_f32(p, 0);
-    if (!st) st = need_f32(p, 1);
+    enum qp_status st = qp_kneed_f32(p, 0);
+    if (!st) st = qp_kneed_f32(p, 1);
     if (!st) st = qp_kneed(p, 2);
     if (st) return st;
     const struct qp_kt *x = p->in[0], *rois = p->in[1], *bi = p->in[2];
@@ -255,10 +243,7 @@ enum qp_status qp_k_roialign_prepare(struct qp_kprep *p) {
     s.half_pixel = strcmp(buf, "half_pixel") == 0;
     int64_t od[4] = {s.n_rois, s.c, s.oh, s.ow};
     if ((st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, 4, od, p->err))) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 /* Bilinear sample of plane at (y, x); 0 outside [-1, size]. */

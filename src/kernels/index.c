@@ -18,15 +18,6 @@ static size_t esize(enum qp_dtype dt) {
     return (size_t)qp_dtype_traits(dt)->bits / 8;
 }
 
-static enum qp_status need_bytes(const struct qp_kprep *p, int i) {
-    enum qp_status st = qp_kneed(p, i);
-    if (st) return st;
-    if (qp_dtype_traits(p->in[i]->dtype)->bits < 8 || p->in[i]->dtype == QP_DTYPE_STRING)
-        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "input %d has dtype %s", i,
-                            qp_dtype_name(p->in[i]->dtype));
-    return QP_OK;
-}
-
 static enum qp_status need_indices(const struct qp_kprep *p, int i) {
     enum qp_status st = qp_kneed(p, i);
     if (st) return st;
@@ -36,10 +27,17 @@ static enum qp_status need_indices(const struct qp_kprep *p, int i) {
     return QP_OK;
 }
 
-static enum qp_status save(struct qp_kprep *p, const void *s, size_t n) {
-    p->state = malloc(n ? n : 1);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, s, n);
+/* The inputs every gather and scatter starts from: sane shapes, data (0) of whole bytes and
+ * integer indices (1); with `updates`, also updates (2) of the data's dtype. */
+static enum qp_status data_and_indices(const struct qp_kprep *p, int updates) {
+    if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
+    enum qp_status st = qp_kneed_bytes(p, 0);
+    if (!st) st = need_indices(p, 1);
+    if (!st && updates) st = qp_kneed(p, 2);
+    if (st || !updates) return st;
+    if (p->in[2]->dtype != p->in[0]->dtype)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "updates are %s, data is %s",
+                            qp_dtype_name(p->in[2]->dtype), qp_dtype_name(p->in[0]->dtype));
     return QP_OK;
 }
 
@@ -57,6 +55,22 @@ static int wrap_index(int64_t v, int64_t n, int64_t *out) {
     if (v < 0 || v >= n) return 0;
     *out = v;
     return 1;
+}
+
+/* off += the element offset of index tuple t (entries t*last .. t*last+last-1 of idx) over
+ * dims/strides; an entry out of range (after negative wrap) is QP_ERR_BAD_INPUT. */
+static enum qp_status tuple_offset(const struct qp_kt *idx, int64_t t, int64_t last,
+                                   const int64_t *dims, const int64_t *strides, int64_t *off,
+                                   struct qp_error *err) {
+    for (int64_t k = 0; k < last; k++) {
+        int64_t raw = qp_kt_get_i64(idx, (uint64_t)(t * last + k)), v;
+        if (!wrap_index(raw, dims[k], &v))
+            return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                "index %lld out of range for a dim of size %lld", (long long)raw,
+                                (long long)dims[k]);
+        *off += v * strides[k];
+    }
+    return QP_OK;
 }
 
 /* ---- scatter reductions ---------------------------------------------------------------- */
@@ -142,9 +156,7 @@ struct gnd_state {
 };
 
 enum qp_status qp_k_gathernd_prepare(struct qp_kprep *p) {
-    if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
-    enum qp_status st = need_bytes(p, 0);
-    if (!st) st = need_indices(p, 1);
+    enum qp_status st = data_and_indices(p, 0);
     if (st) return st;
     const struct qp_kt *x = p->in[0], *idx = p->in[1];
     int64_t b = p->opset >= 12 ? qp_kattr_int(p->node, "batch_dims", 0) : 0;
@@ -198,7 +210,7 @@ enum qp_status qp_k_gathernd_prepare(struct qp_kprep *p) {
         od[r++] = x->dims[i];
     }
     if ((st = qp_kt_set(p->out[0], x->dtype, r, od, p->err))) return st;
-    return save(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_gathernd_run(const struct qp_krun *r) {
@@ -210,14 +222,8 @@ enum qp_status qp_k_gathernd_run(const struct qp_krun *r) {
     for (int64_t bt = 0; bt < s->batch; bt++)
         for (int64_t g = 0; g < s->per_batch; g++) {
             int64_t t = bt * s->per_batch + g, off = bt * s->data_batch;
-            for (int64_t k = 0; k < s->last; k++) {
-                int64_t raw = qp_kt_get_i64(idx, (uint64_t)(t * s->last + k)), v;
-                if (!wrap_index(raw, s->dims[k], &v))
-                    return qp_error_set(r->err, QP_ERR_BAD_INPUT,
-                                        "index %lld out of range for a dim of size %lld",
-                                        (long long)raw, (long long)s->dims[k]);
-                off += v * s->strides[k];
-            }
+            enum qp_status st = tuple_offset(idx, t, s->last, s->dims, s->strides, &off, r->err);
+            if (st) return st;
             if (slice_bytes)
                 memcpy(y + (size_t)t * slice_bytes, x + (size_t)off * s->es, slice_bytes);
         }
@@ -235,15 +241,9 @@ struct sel_state {
 };
 
 enum qp_status qp_k_scatter_elements_prepare(struct qp_kprep *p) {
-    if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
-    enum qp_status st = need_bytes(p, 0);
-    if (!st) st = need_indices(p, 1);
-    if (!st) st = qp_kneed(p, 2);
+    enum qp_status st = data_and_indices(p, 1);
     if (st) return st;
     const struct qp_kt *x = p->in[0], *idx = p->in[1], *u = p->in[2];
-    if (u->dtype != x->dtype)
-        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "updates are %s, data is %s",
-                            qp_dtype_name(u->dtype), qp_dtype_name(x->dtype));
     if (x->rank < 1 || idx->rank != x->rank || u->rank != x->rank)
         return qp_error_set(p->err, QP_ERR_BAD_INPUT,
                             "data, indices and updates need one rank >= 1 (%d, %d, %d)", x->rank,
@@ -269,7 +269,7 @@ enum qp_status qp_k_scatter_elements_prepare(struct qp_kprep *p) {
         s.idims[i] = idx->dims[i];
     }
     if ((st = qp_kt_set(p->out[0], x->dtype, x->rank, x->dims, p->err))) return st;
-    return save(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_scatter_elements_run(const struct qp_krun *r) {
@@ -307,15 +307,9 @@ struct snd_state {
 };
 
 enum qp_status qp_k_scatternd_prepare(struct qp_kprep *p) {
-    if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
-    enum qp_status st = need_bytes(p, 0);
-    if (!st) st = need_indices(p, 1);
-    if (!st) st = qp_kneed(p, 2);
+    enum qp_status st = data_and_indices(p, 1);
     if (st) return st;
     const struct qp_kt *x = p->in[0], *idx = p->in[1], *u = p->in[2];
-    if (u->dtype != x->dtype)
-        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "updates are %s, data is %s",
-                            qp_dtype_name(u->dtype), qp_dtype_name(x->dtype));
     if (x->rank < 1 || idx->rank < 1)
         return qp_error_set(p->err, QP_ERR_BAD_INPUT,
                             "data rank %d and indices rank %d must be "
@@ -356,7 +350,7 @@ enum qp_status qp_k_scatternd_prepare(struct qp_kprep *p) {
     }
     s.es = esize(x->dtype);
     if ((st = qp_kt_set(p->out[0], x->dtype, x->rank, x->dims, p->err))) return st;
-    return save(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_scatternd_run(const struct qp_krun *r) {
@@ -366,14 +360,8 @@ enum qp_status qp_k_scatternd_run(const struct qp_krun *r) {
     if (y->data != x->data && x->nbytes) memcpy(y->data, x->data, x->nbytes);
     for (int64_t t = 0; t < s->n_tuples; t++) {
         int64_t off = 0;
-        for (int64_t k = 0; k < s->last; k++) {
-            int64_t raw = qp_kt_get_i64(idx, (uint64_t)(t * s->last + k)), v;
-            if (!wrap_index(raw, s->dims[k], &v))
-                return qp_error_set(r->err, QP_ERR_BAD_INPUT,
-                                    "index %lld out of range for a dim of size %lld",
-                                    (long long)raw, (long long)s->dims[k]);
-            off += v * s->strides[k];
-        }
+        enum qp_status st = tuple_offset(idx, t, s->last, s->dims, s->strides, &off, r->err);
+        if (st) return st;
         for (int64_t e = 0; e < s->slice; e++)
             scatter_one(y, (uint64_t)(off + e), u, (uint64_t)(t * s->slice + e), s->red, s->es);
     }
@@ -395,7 +383,7 @@ enum qp_status qp_k_onehot_prepare(struct qp_kprep *p) {
     if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
     enum qp_status st = qp_kneed(p, 0);
     if (!st) st = qp_kneed_const(p, 1, "depth");
-    if (!st) st = need_bytes(p, 2);
+    if (!st) st = qp_kneed_bytes(p, 2);
     if (st) return st;
     const struct qp_kt *idx = p->in[0], *dep = p->in[1], *val = p->in[2];
     enum qp_dtype it = idx->dtype;
@@ -436,7 +424,7 @@ enum qp_status qp_k_onehot_prepare(struct qp_kprep *p) {
     s.es = esize(val->dtype);
     s.wrap_negative = p->opset >= 11;
     if ((st = qp_kt_set(p->out[0], val->dtype, idx->rank + 1, od, p->err))) return st;
-    return save(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_onehot_run(const struct qp_krun *r) {
@@ -476,7 +464,7 @@ static int nonzero_at(const struct qp_kt *x, uint64_t i) {
 enum qp_status qp_k_nonzero_prepare(struct qp_kprep *p) {
     if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
     enum qp_status st = qp_kneed_const(p, 0, "data (the output shape depends on its values)");
-    if (!st) st = need_bytes(p, 0);
+    if (!st) st = qp_kneed_bytes(p, 0);
     if (st) return st;
     const struct qp_kt *x = p->in[0];
     int64_t nnz = 0;
@@ -515,7 +503,7 @@ struct compress_state {
 
 enum qp_status qp_k_compress_prepare(struct qp_kprep *p) {
     if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
-    enum qp_status st = need_bytes(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (!st) st = qp_kneed_const(p, 1, "condition (the output shape depends on its values)");
     if (st) return st;
     const struct qp_kt *x = p->in[0], *c = p->in[1];
@@ -558,7 +546,7 @@ enum qp_status qp_k_compress_prepare(struct qp_kprep *p) {
         od[0] = s.kept;
     }
     if ((st = qp_kt_set(p->out[0], x->dtype, orank, od, p->err))) return st;
-    return save(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_compress_run(const struct qp_krun *r) {
@@ -599,9 +587,7 @@ struct revseq_state {
 };
 
 enum qp_status qp_k_reverse_sequence_prepare(struct qp_kprep *p) {
-    if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
-    enum qp_status st = need_bytes(p, 0);
-    if (!st) st = need_indices(p, 1);
+    enum qp_status st = data_and_indices(p, 0);
     if (st) return st;
     const struct qp_kt *x = p->in[0], *sl = p->in[1];
     if (x->rank < 2) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "input rank %d < 2", x->rank);
@@ -625,7 +611,7 @@ enum qp_status qp_k_reverse_sequence_prepare(struct qp_kprep *p) {
                             "sequence_lens must be 1-D with %lld entries (the batch)",
                             (long long)s.nb);
     if ((st = qp_kt_set(p->out[0], x->dtype, x->rank, x->dims, p->err))) return st;
-    return save(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_reverse_sequence_run(const struct qp_krun *r) {
@@ -666,9 +652,7 @@ struct unpool_state {
 };
 
 enum qp_status qp_k_maxunpool_prepare(struct qp_kprep *p) {
-    if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
-    enum qp_status st = need_bytes(p, 0);
-    if (!st) st = need_indices(p, 1);
+    enum qp_status st = data_and_indices(p, 0);
     if (st) return st;
     const struct qp_kt *x = p->in[0], *idx = p->in[1];
     if (x->rank < 3 || idx->rank != x->rank ||
@@ -721,7 +705,7 @@ enum qp_status qp_k_maxunpool_prepare(struct qp_kprep *p) {
         }
     }
     if ((st = qp_kt_set(p->out[0], x->dtype, x->rank, od, p->err))) return st;
-    return save(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_maxunpool_run(const struct qp_krun *r) {
@@ -838,7 +822,7 @@ static int64_t unique_groups(const struct qp_kt *x, const struct unique_state *s
 
 enum qp_status qp_k_unique_prepare(struct qp_kprep *p) {
     if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
-    enum qp_status st = need_bytes(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (!st) st = qp_kneed_const(p, 0, "X (the output size depends on its values)");
     if (st) return st;
     const struct qp_kt *x = p->in[0];
@@ -889,7 +873,7 @@ enum qp_status qp_k_unique_prepare(struct qp_kprep *p) {
         (st = qp_kt_set(p->out[3], QP_DTYPE_INT64, 1, &s.n_unique, p->err)))
         return st;
     p->scratch = work_bytes;
-    return save(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_unique_run(const struct qp_krun *r) {

@@ -17,13 +17,6 @@ static size_t esize(enum qp_dtype dt) {
     return (size_t)qp_dtype_traits(dt)->bits / 8;
 }
 
-static enum qp_status save(struct qp_kprep *p, const void *s, size_t n) {
-    p->state = malloc(n);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, s, n);
-    return QP_OK;
-}
-
 /* A scalar (or one-element) integer input, as int64. */
 static enum qp_status scalar_int(const struct qp_kt *t, int i, const char *what,
                                  struct qp_error *err) {
@@ -47,12 +40,9 @@ struct trilu_state {
 
 enum qp_status qp_k_trilu_prepare(struct qp_kprep *p) {
     if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
-    enum qp_status st = qp_kneed(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (st) return st;
     const struct qp_kt *x = p->in[0];
-    if (qp_dtype_traits(x->dtype)->bits < 8 || x->dtype == QP_DTYPE_STRING)
-        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "input 0 has dtype %s",
-                            qp_dtype_name(x->dtype));
     if (x->rank < 2) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "input rank %d < 2", x->rank);
     if (p->n_in > 1 && p->in[1] && (st = scalar_int(p->in[1], 1, "k", p->err))) return st;
     struct trilu_state s;
@@ -69,7 +59,7 @@ enum qp_status qp_k_trilu_prepare(struct qp_kprep *p) {
         s.mats *= x->dims[i];
     s.es = esize(x->dtype);
     if ((st = qp_kt_set(p->out[0], x->dtype, x->rank, x->dims, p->err))) return st;
-    return save(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_trilu_run(const struct qp_krun *r) {
@@ -129,7 +119,7 @@ enum qp_status qp_k_eyelike_prepare(struct qp_kprep *p) {
         return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "output dtype %s", qp_dtype_name(odt));
     struct eye_state s = {qp_kattr_int(p->node, "k", 0)};
     if ((st = qp_kt_set(p->out[0], odt, 2, x->dims, p->err))) return st;
-    return save(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_eyelike_run(const struct qp_krun *r) {
@@ -188,7 +178,7 @@ enum qp_status qp_k_cumsum_prepare(struct qp_kprep *p) {
     s.exclusive = qp_kattr_int(p->node, "exclusive", 0) != 0;
     s.reverse = qp_kattr_int(p->node, "reverse", 0) != 0;
     if ((st = qp_kt_set(p->out[0], x->dtype, x->rank, x->dims, p->err))) return st;
-    return save(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_cumsum_run(const struct qp_krun *r) {
@@ -251,7 +241,7 @@ enum qp_status qp_k_det_prepare(struct qp_kprep *p) {
         return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "matrix of %lld rows", (long long)s.m);
     if ((st = qp_kt_set(p->out[0], x->dtype, x->rank - 2, x->dims, p->err))) return st;
     p->scratch = (size_t)(s.m * s.m) * sizeof(double);
-    return save(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_det_run(const struct qp_krun *r) {

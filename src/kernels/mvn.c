@@ -59,10 +59,7 @@ enum qp_status qp_k_mvn_prepare(struct qp_kprep *p) {
     if ((st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err))) return st;
     if (!x->numel) s.n_groups = 0; /* nothing to normalize; other dims may be huge */
     p->scratch = (size_t)s.n_groups * 2 * sizeof(double);
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 static int64_t mvn_group(const struct mvn_state *s, uint64_t i) {

@@ -72,6 +72,61 @@ static enum qp_status check_scale(const struct qp_kprep *p, int i, int64_t per, 
     return QP_OK;
 }
 
+/* Where the two operands are. MatMulInteger/ConvInteger: a, b, a's zero point, b's = inputs 0,
+ * 1, 2, 3. QLinearMatMul/QLinearConv: a, a_scale, a_zero_point, b, b_scale, b_zero_point,
+ * y_scale, y_zero_point = inputs 0 to 7. */
+struct qio {
+    int qlinear;
+    int a_ix, b_ix, azp_ix, bzp_ix;
+};
+
+/* Sane shapes, the layout of node p (qlinear_op names the QLinear form) and both operands
+ * present and 8-bit (names for messages). */
+static enum qp_status q_operands(const struct qp_kprep *p, const char *qlinear_op,
+                                 const char *a_name, const char *b_name, struct qio *io) {
+    if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
+    io->qlinear = strcmp(p->node->op_type, qlinear_op) == 0;
+    io->a_ix = 0;
+    io->b_ix = io->qlinear ? 3 : 1;
+    io->azp_ix = 2;
+    io->bzp_ix = io->qlinear ? 5 : 3;
+    enum qp_status st = need_q8(p, io->a_ix, a_name);
+    if (!st) st = need_q8(p, io->b_ix, b_name);
+    return st;
+}
+
+/* The zero points of both operands (of the operand's dtype, with 1 or per[o] values) and, for
+ * the QLinear forms, their scales (inputs 1 and 4, as many values), y_scale (6) and
+ * y_zero_point (7), whose dtype is the output's. names: the zero points', then the scales'. */
+static enum qp_status check_qparams(const struct qp_kprep *p, const struct qio *io,
+                                    const int64_t per[2], const char *const names[4],
+                                    enum qp_dtype *ydt_out) {
+    enum qp_status st;
+    if ((st = check_zp(p, io->azp_ix, p->in[io->a_ix]->dtype, per[0], names[0])) ||
+        (st = check_zp(p, io->bzp_ix, p->in[io->b_ix]->dtype, per[1], names[1])))
+        return st;
+    *ydt_out = QP_DTYPE_INT32;
+    if (!io->qlinear) return QP_OK;
+    if ((st = check_scale(p, 1, per[0], names[2])) || (st = check_scale(p, 4, per[1], names[3])) ||
+        (st = check_scale(p, 6, 1, "y_scale")) || (st = qp_kneed(p, 7)))
+        return st;
+    *ydt_out = p->in[7]->dtype;
+    if (!is_q8(*ydt_out) || p->in[7]->numel != 1)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "y_zero_point must be one int8/uint8 value");
+    return QP_OK;
+}
+
+/* dst[0..2] = src[0..nsp-1] right-aligned, the leading dims (3 - nsp of them) set to `fill`. */
+static void to3(int64_t dst[3], const int64_t *src, int nsp, int64_t fill) {
+    for (int i = 0; i < 3; i++)
+        dst[i] = i >= 3 - nsp ? src[i - (3 - nsp)] : fill;
+}
+
+/* Input i of a run, NULL when the node has fewer inputs. */
+static const struct qp_kt *opt_in(const struct qp_krun *r, int i) {
+    return i < r->n_in ? r->in[i] : NULL;
+}
+
 /* Value j of a per-tensor-or-per-index parameter (absent: 0). */
 static int32_t zp_at(const struct qp_kt *z, int64_t j) {
     if (!z) return 0;
@@ -80,6 +135,12 @@ static int32_t zp_at(const struct qp_kt *z, int64_t j) {
 
 static float scale_at(const struct qp_kt *s, int64_t j) {
     return ((const float *)s->data)[s->numel == 1 ? 0 : j];
+}
+
+/* The QLinear requantization multiplier of output row i, column j: a_scale * b_scale / y_scale
+ * (inputs 1, 4 and 6 of both QLinearMatMul and QLinearConv). */
+static float qmult(const struct qp_krun *r, int64_t i, int64_t j) {
+    return scale_at(r->in[1], i) * scale_at(r->in[4], j) / ((const float *)r->in[6]->data)[0];
 }
 
 /* saturate(round_half_even(acc * mult) + zp) into the 8-bit output type. */
@@ -147,27 +208,19 @@ enum qp_status qp_k_dynquant_run(const struct qp_krun *r) {
 /* ---- MatMulInteger (opset 10), QLinearMatMul (opset 10, 21) -------------------------------- */
 
 struct qmm_state {
-    int qlinear;
+    struct qio io;
     int64_t m, k, n, batch;
     int brank;
     int64_t bdims[QP_MAX_RANK], astr[QP_MAX_RANK], bstr[QP_MAX_RANK]; /* batch strides, in
                                                                          matrices (0: broadcast) */
-    int a_ix, b_ix, azp_ix, bzp_ix;                                   /* input indices */
 };
 
 enum qp_status qp_k_qmatmul_prepare(struct qp_kprep *p) {
-    if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
     struct qmm_state s;
     memset(&s, 0, sizeof s);
-    s.qlinear = strcmp(p->node->op_type, "QLinearMatMul") == 0;
-    s.a_ix = 0;
-    s.b_ix = s.qlinear ? 3 : 1;
-    s.azp_ix = s.qlinear ? 2 : 2;
-    s.bzp_ix = s.qlinear ? 5 : 3;
-    enum qp_status st = need_q8(p, s.a_ix, "A");
-    if (!st) st = need_q8(p, s.b_ix, "B");
+    enum qp_status st = q_operands(p, "QLinearMatMul", "A", "B", &s.io);
     if (st) return st;
-    const struct qp_kt *a = p->in[s.a_ix], *b = p->in[s.b_ix];
+    const struct qp_kt *a = p->in[s.io.a_ix], *b = p->in[s.io.b_ix];
     if (a->rank < 1 || b->rank < 1)
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "A and B must have rank >= 1");
     /* numpy matmul: a 1-D A is a row, a 1-D B a column; both are squeezed from the output */
@@ -193,19 +246,9 @@ enum qp_status qp_k_qmatmul_prepare(struct qp_kprep *p) {
         if (ib >= 0) sb *= b->dims[ib];
         s.batch *= s.bdims[i];
     }
-    if ((st = check_zp(p, s.azp_ix, a->dtype, s.m, "A's zero point"))) return st;
-    if ((st = check_zp(p, s.bzp_ix, b->dtype, s.n, "B's zero point"))) return st;
-    enum qp_dtype ydt = QP_DTYPE_INT32;
-    if (s.qlinear) {
-        if ((st = check_scale(p, 1, s.m, "a_scale")) || (st = check_scale(p, 4, s.n, "b_scale")) ||
-            (st = check_scale(p, 6, 1, "y_scale")))
-            return st;
-        if ((st = qp_kneed(p, 7))) return st;
-        ydt = p->in[7]->dtype;
-        if (!is_q8(ydt) || p->in[7]->numel != 1)
-            return qp_error_set(p->err, QP_ERR_BAD_INPUT,
-                                "y_zero_point must be one int8/uint8 value");
-    }
+    static const char *const qnames[4] = {"A's zero point", "B's zero point", "a_scale", "b_scale"};
+    enum qp_dtype ydt;
+    if ((st = check_qparams(p, &s.io, (const int64_t[2]){s.m, s.n}, qnames, &ydt))) return st;
     int64_t od[QP_MAX_RANK];
     int orank = 0;
     for (int i = 0; i < r; i++)
@@ -213,17 +256,13 @@ enum qp_status qp_k_qmatmul_prepare(struct qp_kprep *p) {
     if (ar >= 2) od[orank++] = s.m;
     if (br >= 2) od[orank++] = s.n;
     if ((st = qp_kt_set(p->out[0], ydt, orank, od, p->err))) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_qmatmul_run(const struct qp_krun *r) {
     const struct qmm_state *s = r->state;
-    const struct qp_kt *a = r->in[s->a_ix], *b = r->in[s->b_ix];
-    const struct qp_kt *azp = s->azp_ix < r->n_in ? r->in[s->azp_ix] : NULL;
-    const struct qp_kt *bzp = s->bzp_ix < r->n_in ? r->in[s->bzp_ix] : NULL;
+    const struct qp_kt *a = r->in[s->io.a_ix], *b = r->in[s->io.b_ix];
+    const struct qp_kt *azp = opt_in(r, s->io.azp_ix), *bzp = opt_in(r, s->io.bzp_ix);
     struct qp_kt *y = r->out[0];
     int64_t rows = s->batch * s->m;
     int nt = rows * s->n * s->k < 65536 ? 1 : r->n_threads;
@@ -245,10 +284,9 @@ enum qp_status qp_k_qmatmul_run(const struct qp_krun *r) {
                 acc +=
                     (int64_t)(q8_get(a, abase + q) - za) * (q8_get(b, bbase + q * s->n + j) - zb);
             int64_t o = row * s->n + j;
-            if (s->qlinear) {
-                float mult = scale_at(r->in[1], i) * scale_at(r->in[4], j) /
-                             ((const float *)r->in[6]->data)[0];
-                requant(y, o, (int32_t)(uint32_t)(uint64_t)acc, mult, q8_get(r->in[7], 0));
+            if (s->io.qlinear) {
+                requant(y, o, (int32_t)(uint32_t)(uint64_t)acc, qmult(r, i, j),
+                        q8_get(r->in[7], 0));
             } else {
                 ((int32_t *)y->data)[o] = (int32_t)(uint32_t)(uint64_t)acc;
             }
@@ -260,25 +298,17 @@ enum qp_status qp_k_qmatmul_run(const struct qp_krun *r) {
 /* ---- ConvInteger (opset 10), QLinearConv (opset 10) --------------------------------------- */
 
 struct qconv_state {
-    int qlinear;
+    struct qio io;
     int64_t n, c, m, group, cg, mg;
     int64_t in3[3], out3[3], k3[3], s3[3], d3[3], p3[3];
-    int x_ix, w_ix, xzp_ix, wzp_ix;
 };
 
 enum qp_status qp_k_qconv_prepare(struct qp_kprep *p) {
-    if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
     struct qconv_state s;
     memset(&s, 0, sizeof s);
-    s.qlinear = strcmp(p->node->op_type, "QLinearConv") == 0;
-    s.x_ix = 0;
-    s.w_ix = s.qlinear ? 3 : 1;
-    s.xzp_ix = 2;
-    s.wzp_ix = s.qlinear ? 5 : 3;
-    enum qp_status st = need_q8(p, s.x_ix, "x");
-    if (!st) st = need_q8(p, s.w_ix, "w");
+    enum qp_status st = q_operands(p, "QLinearConv", "x", "w", &s.io);
     if (st) return st;
-    const struct qp_kt *x = p->in[s.x_ix], *w = p->in[s.w_ix];
+    const struct qp_kt *x = p->in[s.io.a_ix], *w = p->in[s.io.b_ix];
     if (x->rank < 3 || w->rank != x->rank)
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "x rank %d and w rank %d (need equal, >= 3)",
                             x->rank, w->rank);
@@ -300,27 +330,16 @@ enum qp_status qp_k_qconv_prepare(struct qp_kprep *p) {
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "kernel_shape disagrees with w");
     struct qp_window win;
     if ((st = qp_window_init(&win, p->node, nsp, x->dims + 2, w->dims + 2, 0, p->err))) return st;
-    for (int i = 0; i < 3; i++) {
-        int j = i - (3 - nsp);
-        s.in3[i] = j >= 0 ? win.in[j] : 1;
-        s.out3[i] = j >= 0 ? win.out[j] : 1;
-        s.k3[i] = j >= 0 ? win.k[j] : 1;
-        s.s3[i] = j >= 0 ? win.stride[j] : 1;
-        s.d3[i] = j >= 0 ? win.dil[j] : 1;
-        s.p3[i] = j >= 0 ? win.pad_begin[j] : 0;
-    }
-    if ((st = check_zp(p, s.xzp_ix, x->dtype, 1, "x's zero point"))) return st;
-    if ((st = check_zp(p, s.wzp_ix, w->dtype, s.m, "w's zero point"))) return st;
-    enum qp_dtype ydt = QP_DTYPE_INT32;
-    if (s.qlinear) {
-        if ((st = check_scale(p, 1, 1, "x_scale")) || (st = check_scale(p, 4, s.m, "w_scale")) ||
-            (st = check_scale(p, 6, 1, "y_scale")))
-            return st;
-        if ((st = qp_kneed(p, 7))) return st;
-        ydt = p->in[7]->dtype;
-        if (!is_q8(ydt) || p->in[7]->numel != 1)
-            return qp_error_set(p->err, QP_ERR_BAD_INPUT,
-                                "y_zero_point must be one int8/uint8 value");
+    to3(s.in3, win.in, nsp, 1);
+    to3(s.out3, win.out, nsp, 1);
+    to3(s.k3, win.k, nsp, 1);
+    to3(s.s3, win.stride, nsp, 1);
+    to3(s.d3, win.dil, nsp, 1);
+    to3(s.p3, win.pad_begin, nsp, 0);
+    static const char *const qnames[4] = {"x's zero point", "w's zero point", "x_scale", "w_scale"};
+    enum qp_dtype ydt;
+    if ((st = check_qparams(p, &s.io, (const int64_t[2]){1, s.m}, qnames, &ydt))) return st;
+    if (s.io.qlinear) {
         if (p->n_in > 8 && p->in[8] &&
             (p->in[8]->dtype != QP_DTYPE_INT32 || (int64_t)p->in[8]->numel != s.m))
             return qp_error_set(p->err, QP_ERR_BAD_INPUT, "B must be int32 with %lld values",
@@ -332,18 +351,14 @@ enum qp_status qp_k_qconv_prepare(struct qp_kprep *p) {
     for (int i = 0; i < nsp; i++)
         od[i + 2] = win.out[i];
     if ((st = qp_kt_set(p->out[0], ydt, x->rank, od, p->err))) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_qconv_run(const struct qp_krun *r) {
     const struct qconv_state *s = r->state;
-    const struct qp_kt *x = r->in[s->x_ix], *w = r->in[s->w_ix];
-    const struct qp_kt *xzp = s->xzp_ix < r->n_in ? r->in[s->xzp_ix] : NULL;
-    const struct qp_kt *wzp = s->wzp_ix < r->n_in ? r->in[s->wzp_ix] : NULL;
-    const struct qp_kt *bias = s->qlinear && r->n_in > 8 ? r->in[8] : NULL;
+    const struct qp_kt *x = r->in[s->io.a_ix], *w = r->in[s->io.b_ix];
+    const struct qp_kt *xzp = opt_in(r, s->io.azp_ix), *wzp = opt_in(r, s->io.bzp_ix);
+    const struct qp_kt *bias = s->io.qlinear && r->n_in > 8 ? r->in[8] : NULL;
     struct qp_kt *y = r->out[0];
     int64_t in_sz = s->in3[0] * s->in3[1] * s->in3[2];
     int64_t out_sz = s->out3[0] * s->out3[1] * s->out3[2];
@@ -356,9 +371,7 @@ enum qp_status qp_k_qconv_run(const struct qp_krun *r) {
         int64_t nn = pl / s->m, m = pl % s->m, g = m / s->mg;
         int32_t zw = zp_at(wzp, m);
         float mult = 0;
-        if (s->qlinear)
-            mult =
-                scale_at(r->in[1], 0) * scale_at(r->in[4], m) / ((const float *)r->in[6]->data)[0];
+        if (s->io.qlinear) mult = qmult(r, 0, m);
         for (int64_t o0 = 0; o0 < s->out3[0]; o0++)
             for (int64_t o1 = 0; o1 < s->out3[1]; o1++)
                 for (int64_t o2 = 0; o2 < s->out3[2]; o2++) {
@@ -384,7 +397,7 @@ enum qp_status qp_k_qconv_run(const struct qp_krun *r) {
                     }
                     int64_t o = pl * out_sz + (o0 * s->out3[1] + o1) * s->out3[2] + o2;
                     int32_t acc32 = (int32_t)(uint32_t)(uint64_t)acc;
-                    if (s->qlinear) {
+                    if (s->io.qlinear) {
                         if (bias)
                             acc32 = (int32_t)((uint32_t)acc32 +
                                               (uint32_t)((const int32_t *)bias->data)[m]);

@@ -252,10 +252,7 @@ enum qp_status qp_k_rnn_prepare(struct qp_kprep *p) {
     }
     /* scratch per (direction, batch) job: H, C, gate sums (double), H R^T buffer */
     p->scratch = (size_t)(s.n_dirs * s.batch) * (size_t)(2 * s.hidden + 2 * gh) * sizeof(double);
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 static double rnn_clip(const struct rnn_state *s, double v) {

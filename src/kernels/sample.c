@@ -74,10 +74,7 @@ enum qp_status qp_k_gridsample_prepare(struct qp_kprep *p) {
     s.ow = g->dims[2];
     int64_t od[4] = {s.n, s.c, s.oh, s.ow};
     if ((st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, 4, od, p->err))) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 static double gs_reflect(double x, double lo, double hi) {

@@ -23,12 +23,9 @@ struct space_state {
 
 static enum qp_status space_prepare(struct qp_kprep *p, int to_space) {
     if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
-    enum qp_status st = qp_kneed(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (st) return st;
     const struct qp_kt *x = p->in[0];
-    if (qp_dtype_traits(x->dtype)->bits < 8 || x->dtype == QP_DTYPE_STRING)
-        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "input 0 has dtype %s",
-                            qp_dtype_name(x->dtype));
     if (x->rank != 4)
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "input rank %d, expected 4 (NCHW)", x->rank);
     if (!qp_kattr(p->node, "blocksize"))
@@ -75,10 +72,7 @@ static enum qp_status space_prepare(struct qp_kprep *p, int to_space) {
         od[3] = s.w / b;
     }
     if ((st = qp_kt_set(p->out[0], x->dtype, 4, od, p->err))) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_depth_to_space_prepare(struct qp_kprep *p) {

@@ -51,10 +51,7 @@ enum qp_status qp_k_window_prepare(struct qp_kprep *p) {
     }
     s.den = qp_kattr_int(p->node, "periodic", 1) ? (float)n : (float)n - 1.0f;
     if ((st = qp_kt_set(p->out[0], dt, 1, &n, p->err))) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_window_run(const struct qp_krun *r) {

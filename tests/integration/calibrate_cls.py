@@ -14,12 +14,13 @@ or ONNX Runtime skips (exit 77), or fails when QP_REQUIRE_REAL_MODELS=1.
 import json
 import os
 import struct
-import subprocess
 import sys
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
+
+from qp_testlib import Tally, load_json, run
 
 QPLACE, MODELS, NPM, DATA, WORK = sys.argv[1:6]
 MODEL = os.path.join(MODELS, "ch_ppocr_mobile_v2.0_cls_infer.onnx")
@@ -30,30 +31,20 @@ for need in (MODEL, ORT, NODE):
         print(f"{need} missing (run scripts/setup.sh)")
         sys.exit(1 if os.environ.get("QP_REQUIRE_REAL_MODELS") == "1" else 77)
 os.makedirs(WORK, exist_ok=True)
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL: {what}", flush=True)
+T = Tally()
+check = T.check
 
 
 x = np.load(os.path.join(DATA, "cls.npz"))["x"]
 shapes = ["--calibration_shapes", "x:2x3x48x192"]
 out = os.path.join(WORK, "cls.max.json")
-p = subprocess.run([QPLACE, "calibrate", "--onnx_path", MODEL, "--calibration_data_path",
-                    os.path.join(DATA, "cls.npz"), "--calibration_method", "max",
-                    "--no_group_concat", *shapes, "--output_path", out, "--quiet"],
-                   capture_output=True, text=True)
-check(p.returncode == 0, f"calibrate max: exit {p.returncode}: {p.stderr}")
-if p.returncode:
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1)
-mine = {t["name"]: t for t in json.load(open(out))["tensors"]}
+rc, _, err = run(QPLACE, "calibrate", "--onnx_path", MODEL, "--calibration_data_path",
+                 os.path.join(DATA, "cls.npz"), "--calibration_method", "max", "--no_group_concat",
+                 *shapes, "--output_path", out, "--quiet")
+check(rc == 0, f"calibrate max: exit {rc}: {err}")
+if rc:
+    T.finish()
+mine = {t["name"]: t for t in load_json(out)["tensors"]}
 
 # Every float intermediate as a graph output, for ORT.
 m = onnx.load(MODEL)
@@ -76,11 +67,10 @@ all_path = os.path.join(WORK, "cls_all_outputs.onnx")
 onnx.save(m, all_path)
 bin_path = os.path.join(WORK, "cls_x.bin")
 x.astype("<f4").tofile(bin_path)
-p = subprocess.run([NODE, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                       "calibrate_ort.js"), NPM, all_path, bin_path, "x",
-                    ",".join(map(str, x.shape)), "2"], capture_output=True, text=True)
-check(p.returncode == 0, f"ORT run: {p.stderr}")
-ort = json.loads(p.stdout) if p.returncode == 0 else {}
+ort_js = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calibrate_ort.js")
+rc, so, err = run(NODE, ort_js, NPM, all_path, bin_path, "x", ",".join(map(str, x.shape)), "2")
+check(rc == 0, f"ORT run: {err}")
+ort = json.loads(so) if rc == 0 else {}
 ort["x"] = [float(x.min()), float(x.max())]
 
 compared = 0
@@ -101,12 +91,11 @@ check(mine["x"]["n_values"] == x.size, "input value count")
 
 # Entropy + TensorRT cache on the same data.
 jo, co = os.path.join(WORK, "cls.entropy.json"), os.path.join(WORK, "cls.entropy.cache")
-p = subprocess.run([QPLACE, "calibrate", "--onnx_path", MODEL, "--calibration_data_path",
-                    os.path.join(DATA, "cls.npz"), *shapes, "--output_path", jo,
-                    "--trt_cache_out", co], capture_output=True, text=True)
-check(p.returncode == 0, f"calibrate entropy: {p.stderr}")
-if p.returncode == 0:
-    ent = json.load(open(jo))
+rc, _, err = run(QPLACE, "calibrate", "--onnx_path", MODEL, "--calibration_data_path",
+                 os.path.join(DATA, "cls.npz"), *shapes, "--output_path", jo, "--trt_cache_out", co)
+check(rc == 0, f"calibrate entropy: {err}")
+if rc == 0:
+    ent = load_json(jo)
     lines = open(co).read().splitlines()
     check(lines[0] == "TRT-8601-EntropyCalibration2", f"header {lines[0]}")
     check(len(lines) == len(ent["tensors"]) + 1, "one cache line per tensor")
@@ -120,5 +109,4 @@ if p.returncode == 0:
             check(t["amax"] > 0, f"entropy {t['name']} amax {t['amax']}")
     print(f"cls: {compared} ranges equal to ORT's, {len(ent['tensors'])} entropy ranges")
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+T.finish()

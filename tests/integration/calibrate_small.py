@@ -14,43 +14,27 @@ TensorRT cache round trip, progress lines and --quiet, synthetic data marking. P
 import json
 import os
 import struct
-import subprocess
 import sys
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from qp_testlib import Tally, fresh, load_json as load, run as run_cmd
+
 QPLACE, DATA, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(WORK, exist_ok=True)
 MODEL = os.path.join(DATA, "small.onnx")
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL: {what}", flush=True)
+T = Tally()
+check = T.check
 
 
 def run(*args):
-    p = subprocess.run([QPLACE, "calibrate", *args], capture_output=True, text=True)
-    return p.returncode, p.stdout, p.stderr
+    return run_cmd(QPLACE, "calibrate", *args)
 
 
 def out_path(name):
-    p = os.path.join(WORK, name)
-    if os.path.exists(p):
-        os.unlink(p)
-    return p
-
-
-def load(p):
-    with open(p) as f:
-        return json.load(f)
+    return fresh(WORK, name)
 
 
 # ---- the independent reference -------------------------------------------------------------
@@ -269,5 +253,4 @@ if rc == 0:
     # uniform [0, 1) inputs
     check(0 <= j["tensors"][0]["lo"] and j["tensors"][0]["hi"] < 1, "synthetic input range")
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+T.finish()

@@ -13,57 +13,28 @@ MODEL is tests/integration/quantize_models/resnet_like.onnx (input x: 1x3x32x32)
   --image_std entry and a malformed --max_calibration_bytes in every command, no output written.
 Prints "N passed, N failed" and exits 1 on any failure.
 """
-import json
 import os
-import struct
-import subprocess
 import sys
-import zlib
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from qp_testlib import Tally, fresh as fresh_in, load_json, run as run_cmd, write_png
+
 QPLACE, MODEL, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 SMALL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calibrate_data", "small.onnx")
 os.makedirs(WORK, exist_ok=True)
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL: {what}", flush=True)
+T = Tally()
+check = T.check
 
 
 def run(*args):
-    p = subprocess.run([QPLACE, *args], capture_output=True, text=True)
-    return p.returncode, p.stdout, p.stderr
+    return run_cmd(QPLACE, *args)
 
 
 def fresh(name):
-    p = os.path.join(WORK, name)
-    if os.path.exists(p):
-        os.unlink(p)
-    return p
-
-
-def png(path, rgb):
-    h, w, _ = rgb.shape
-    raw = b"".join(b"\x00" + rgb[y].tobytes() for y in range(h))
-
-    def chunk(kind, data):
-        c = struct.pack(">I", len(data)) + kind + data
-        return c + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n")
-        f.write(chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)))
-        f.write(chunk(b"IDAT", zlib.compress(raw, 6)))
-        f.write(chunk(b"IEND", b""))
+    return fresh_in(WORK, name)
 
 
 # Ten 40x48 images (resized to 32x32 by the provider), different colour statistics per channel
@@ -74,7 +45,8 @@ rng = np.random.default_rng(7)
 for i in range(10):
     base = np.array([40 + 10 * i, 120, 220 - 15 * i], np.float64)
     noise = rng.normal(0, [10, 30, 60], (40, 48, 3))
-    png(os.path.join(IMG, f"img{i:02d}.png"), np.clip(base + noise, 0, 255).astype(np.uint8))
+    write_png(os.path.join(IMG, f"img{i:02d}.png"),
+              np.clip(base + noise, 0, 255).astype(np.uint8))
 FLAGS = ["--image_mean", "0.485,0.456,0.406", "--image_std", "0.229,0.224,0.225", "--image_bgr"]
 
 # The trt placement of the model (quantize on synthetic data writes it).
@@ -88,7 +60,7 @@ ranges = fresh("img.ranges.json")
 rc, out, err = run("calibrate", "--onnx_path", MODEL, "--calibration_data_path", IMG,
                    "--placement_in", placement, "--output_path", ranges, "--threads", "1", *FLAGS)
 check(rc == 0, f"calibrate on images: {rc} {err}")
-r = json.load(open(ranges)) if rc == 0 else {"tensors": []}
+r = load_json(ranges) if rc == 0 else {"tensors": []}
 check(r.get("calibration_source") == "images" and r.get("num_samples") == 10,
       f"calibrate source/samples: {r.get('calibration_source')} {r.get('num_samples')}")
 cal_scale = {t["name"]: t["scale"] for t in r["tensors"]}
@@ -99,7 +71,7 @@ rc, _, err = run("calibrate", "--onnx_path", MODEL, "--calibration_data_path", I
                  "--placement_in", placement, "--output_path", plain, "--threads", "1")
 check(rc == 0, f"calibrate on images without flags: {rc} {err}")
 if rc == 0:
-    p = {t["name"]: t["scale"] for t in json.load(open(plain))["tensors"]}
+    p = {t["name"]: t["scale"] for t in load_json(plain)["tensors"]}
     check(p.get("x") != cal_scale.get("x"), "image flags change the input range")
 
 # quantize on the same folder, all batches for calibration (--eval_data_path given).
@@ -132,7 +104,7 @@ rc, out, err = run("sensitivity", "--onnx_path", MODEL, "--calibration_data_path
                    *FLAGS)
 check(rc == 0, f"sensitivity on images: {rc} {err}")
 if rc == 0:
-    j = json.load(open(sj))
+    j = load_json(sj)
     check(j.get("calibration_data") == "images" and j.get("calibration_source") == "real",
           f"sensitivity data: {j.get('calibration_data')} {j.get('calibration_source')}")
 
@@ -152,5 +124,4 @@ for cmd in ("calibrate", "quantize", "sensitivity"):
     check(rc == 1 and "--max_calibration_bytes '12Q' is not a positive byte count" in err
           and not os.path.exists(o), f"{cmd}: bad --max_calibration_bytes: {rc} {err}")
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+T.finish()

@@ -71,39 +71,93 @@ static inline enum qp_status kh_run(struct kh_call *c) {
     return st;
 }
 
-static inline struct qp_attr kh_int(const char *name, int64_t v) {
+/* A call from lists: kh_call_io(op, opset, attrs, n_attrs, KH_INS(&X, ...), KH_OUTS(&Y, ...),
+ * KH_DATA(y, ...)); NULL in KH_INS/KH_OUTS omits an optional input/output. The counts are those
+ * of the lists; fields stay editable afterwards. KH_CALL is the one-output form. */
+#define KH_INS(...)                                                                                \
+    (int)(sizeof((struct qp_kt *[]){__VA_ARGS__}) / sizeof(struct qp_kt *)), (struct qp_kt *[]) {  \
+        __VA_ARGS__                                                                                \
+    }
+#define KH_OUTS(...) KH_INS(__VA_ARGS__)
+#define KH_DATA(...)                                                                               \
+    (int)(sizeof((void *[]){__VA_ARGS__}) / sizeof(void *)), (void *[]) {                          \
+        __VA_ARGS__                                                                                \
+    }
+#define KH_CALL(op, opset, attrs, n_attrs, Y, y, ...)                                              \
+    kh_call_io((op), (opset), (attrs), (n_attrs), KH_INS(__VA_ARGS__), KH_OUTS(Y), KH_DATA(y))
+
+static inline struct kh_call kh_call_io(const char *op, int opset, struct qp_attr *attrs,
+                                        int n_attrs, int n_in, struct qp_kt *const *in, int n_out,
+                                        struct qp_kt *const *out, int n_data,
+                                        void *const *out_data) {
+    struct kh_call c;
+    memset(&c, 0, sizeof c);
+    assert_true(n_in <= KH_MAX_IO && n_out <= KH_MAX_IO);
+    assert_int_equal(n_data, n_out);
+    c.op = op;
+    c.opset = opset;
+    c.attrs = attrs;
+    c.n_attrs = n_attrs;
+    c.n_in = n_in;
+    c.n_out = n_out;
+    for (int i = 0; i < n_in; i++)
+        c.in[i] = in[i];
+    for (int i = 0; i < n_out; i++) {
+        c.out[i] = out[i];
+        c.out_data[i] = out_data[i];
+    }
+    return c;
+}
+
+/* Runs c with 1 thread into y1 and with 2 threads into y2 (output 0); both must succeed and
+ * agree bit for bit over `bytes`. c is left at 2 threads writing y2. */
+static inline void kh_run_threads(struct kh_call *c, void *y1, void *y2, size_t bytes) {
+    c->threads = 1;
+    c->out_data[0] = y1;
+    assert_int_equal(kh_run(c), QP_OK);
+    c->threads = 2;
+    c->out_data[0] = y2;
+    assert_int_equal(kh_run(c), QP_OK);
+    assert_memory_equal(y1, y2, bytes);
+}
+
+/* malloc that fails the test instead of returning NULL. */
+static inline void *kh_alloc(size_t bytes) {
+    void *p = malloc(bytes);
+    assert_non_null(p);
+    return p;
+}
+
+/* Attributes: a zeroed attribute of the type, then its value. */
+static inline struct qp_attr kh_attr(const char *name, enum qp_attr_type type) {
     struct qp_attr a;
     memset(&a, 0, sizeof a);
     a.name = name;
-    a.type = QP_ATTR_INT;
+    a.type = type;
+    return a;
+}
+
+static inline struct qp_attr kh_int(const char *name, int64_t v) {
+    struct qp_attr a = kh_attr(name, QP_ATTR_INT);
     a.i = v;
     return a;
 }
 
 static inline struct qp_attr kh_float(const char *name, float v) {
-    struct qp_attr a;
-    memset(&a, 0, sizeof a);
-    a.name = name;
-    a.type = QP_ATTR_FLOAT;
+    struct qp_attr a = kh_attr(name, QP_ATTR_FLOAT);
     a.f = v;
     return a;
 }
 
 static inline struct qp_attr kh_str(const char *name, const char *v) {
-    struct qp_attr a;
-    memset(&a, 0, sizeof a);
-    a.name = name;
-    a.type = QP_ATTR_STRING;
+    struct qp_attr a = kh_attr(name, QP_ATTR_STRING);
     a.s.data = (const uint8_t *)v;
     a.s.len = strlen(v);
     return a;
 }
 
 static inline struct qp_attr kh_ints(const char *name, const int64_t *v, size_t n) {
-    struct qp_attr a;
-    memset(&a, 0, sizeof a);
-    a.name = name;
-    a.type = QP_ATTR_INTS;
+    struct qp_attr a = kh_attr(name, QP_ATTR_INTS);
     a.ints = v;
     a.n = n;
     return a;

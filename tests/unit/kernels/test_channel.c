@@ -23,15 +23,7 @@ static void test_lrn(void **state) {
     for (int size = 1; size <= 4; size++) {
         struct qp_attr a[4] = {kh_int("size", size), kh_float("alpha", 0.01f),
                                kh_float("beta", 0.6f), kh_float("bias", 1.5f)};
-        struct kh_call c = {.op = "LRN",
-                            .opset = 13,
-                            .attrs = a,
-                            .n_attrs = 4,
-                            .n_in = 1,
-                            .n_out = 1,
-                            .in = {&X},
-                            .out = {&Y},
-                            .out_data = {y}};
+        struct kh_call c = KH_CALL("LRN", 13, a, 4, &Y, y, &X);
         assert_int_equal(kh_run(&c), QP_OK);
         for (int n = 0; n < N; n++)
             for (int ch = 0; ch < C; ch++)
@@ -48,15 +40,7 @@ static void test_lrn(void **state) {
                 }
     }
     struct qp_attr bad = kh_int("size", 0);
-    struct kh_call c = {.op = "LRN",
-                        .opset = 13,
-                        .attrs = &bad,
-                        .n_attrs = 1,
-                        .n_in = 1,
-                        .n_out = 1,
-                        .in = {&X},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("LRN", 13, &bad, 1, &Y, y, &X);
     assert_int_equal(kh_run(&c), QP_ERR_BAD_INPUT);
     c.n_attrs = 0; /* size is required */
     assert_int_equal(kh_run(&c), QP_ERR_BAD_INPUT);
@@ -72,31 +56,15 @@ static void test_lrn(void **state) {
 static void test_lrn_threads(void **state) {
     (void)state;
     enum { BC = 16, BS = 64 * 64 };
-    float *x = malloc(sizeof(float) * BC * BS), *y1 = malloc(sizeof(float) * BC * BS),
-          *y2 = malloc(sizeof(float) * BC * BS);
-    assert_non_null(x);
-    assert_non_null(y1);
-    assert_non_null(y2);
+    float *x = kh_alloc(sizeof(float) * BC * BS), *y1 = kh_alloc(sizeof(float) * BC * BS),
+          *y2 = kh_alloc(sizeof(float) * BC * BS);
     for (int i = 0; i < BC * BS; i++)
         x[i] = (float)((i * 7919) % 101) / 50.0f - 1.0f;
     int64_t dx[4] = {1, BC, 64, 64};
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 4, dx, x), Y = {0};
     struct qp_attr a = kh_int("size", 5);
-    struct kh_call c = {.op = "LRN",
-                        .opset = 13,
-                        .attrs = &a,
-                        .n_attrs = 1,
-                        .n_in = 1,
-                        .n_out = 1,
-                        .in = {&X},
-                        .out = {&Y},
-                        .out_data = {y1},
-                        .threads = 1};
-    assert_int_equal(kh_run(&c), QP_OK);
-    c.out_data[0] = y2;
-    c.threads = 2;
-    assert_int_equal(kh_run(&c), QP_OK);
-    assert_memory_equal(y1, y2, sizeof(float) * BC * BS);
+    struct kh_call c = KH_CALL("LRN", 13, &a, 1, &Y, y1, &X);
+    kh_run_threads(&c, y1, y2, sizeof(float) * BC * BS);
     free(x);
     free(y1);
     free(y2);
@@ -110,13 +78,7 @@ static void test_prelu_opset6(void **state) {
     int64_t dx[3] = {N, C, S}, ds[1] = {C};
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 3, dx, x), SL = kh_t(QP_DTYPE_FLOAT, 1, ds, slope),
                  Y = {0};
-    struct kh_call c = {.op = "PRelu",
-                        .opset = 6,
-                        .n_in = 2,
-                        .n_out = 1,
-                        .in = {&X, &SL},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("PRelu", 6, NULL, 0, &Y, y, &X, &SL);
     assert_int_equal(kh_run(&c), QP_OK);
     for (int n = 0; n < N; n++)
         for (int ch = 0; ch < C; ch++)

@@ -23,13 +23,7 @@ static void test_nms(void **state) {
     struct qp_kt B = kh_t(QP_DTYPE_FLOAT, 3, db, boxes), S = kh_t(QP_DTYPE_FLOAT, 3, ds, scores),
                  M = kh_t(QP_DTYPE_INT64, 1, d1, &maxo), I = kh_t(QP_DTYPE_FLOAT, 1, d1, &iou),
                  T = kh_t(QP_DTYPE_FLOAT, 1, d1, &thr), Y = {0};
-    struct kh_call c = {.op = "NonMaxSuppression",
-                        .opset = 11,
-                        .n_in = 5,
-                        .n_out = 1,
-                        .in = {&B, &S, &M, &I, &T},
-                        .out = {&Y},
-                        .out_data = {out}};
+    struct kh_call c = KH_CALL("NonMaxSuppression", 11, NULL, 0, &Y, out, &B, &S, &M, &I, &T);
     assert_int_equal(kh_run(&c), QP_OK);
     /* class 0: 3 (0.99, no area: never suppresses), 1 (0.95) suppresses 0, then 2;
      * class 1: ties at 0.3 in index order 0, 1 (suppressed by 0), 3; 2 is below 0.2 */
@@ -87,15 +81,7 @@ static void test_roialign(void **state) {
     struct qp_attr a[4] = {kh_int("output_height", 3), kh_int("output_width", 3),
                            kh_int("sampling_ratio", 2),
                            kh_str("coordinate_transformation_mode", "output_half_pixel")};
-    struct kh_call c = {.op = "RoiAlign",
-                        .opset = 16,
-                        .attrs = a,
-                        .n_attrs = 4,
-                        .n_in = 3,
-                        .n_out = 1,
-                        .in = {&X, &R, &BI},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("RoiAlign", 16, a, 4, &Y, y, &X, &R, &BI);
     assert_int_equal(kh_run(&c), QP_OK);
     assert_int_equal(Y.dims[0], 2);
     assert_int_equal(Y.dims[2], 3);
@@ -124,15 +110,7 @@ static void test_gridsample(void **state) {
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 4, dx, x), G = kh_t(QP_DTYPE_FLOAT, 4, dg, g), Y = {0};
     struct qp_attr a[3] = {kh_int("align_corners", 1), kh_str("mode", "bilinear"),
                            kh_str("padding_mode", "zeros")};
-    struct kh_call c = {.op = "GridSample",
-                        .opset = 16,
-                        .attrs = a,
-                        .n_attrs = 3,
-                        .n_in = 2,
-                        .n_out = 1,
-                        .in = {&X, &G},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("GridSample", 16, a, 3, &Y, y, &X, &G);
     assert_int_equal(kh_run(&c), QP_OK);
     assert_true(fabsf(y[0] - 1) < 1e-6 && fabsf(y[1] - 6) < 1e-6 && fabsf(y[2] - 2) < 1e-6);
     /* x = 3 -> column 4: two columns beyond the last; zeros padding reads 0 there */
@@ -165,9 +143,8 @@ static void test_gridsample(void **state) {
 static void test_gridsample_threads(void **state) {
     (void)state;
     enum { C = 8, H = 32, W = 32, OH = 24, OW = 24 };
-    float *x = malloc(sizeof(float) * C * H * W), *g = malloc(sizeof(float) * OH * OW * 2);
-    float *y1 = malloc(sizeof(float) * C * OH * OW), *y2 = malloc(sizeof(float) * C * OH * OW);
-    assert_true(x && g && y1 && y2);
+    float *x = kh_alloc(sizeof(float) * C * H * W), *g = kh_alloc(sizeof(float) * OH * OW * 2);
+    float *y1 = kh_alloc(sizeof(float) * C * OH * OW), *y2 = kh_alloc(sizeof(float) * C * OH * OW);
     for (int i = 0; i < C * H * W; i++)
         x[i] = (float)((i * 7919) % 1009) / 500.0f - 1.0f;
     for (int i = 0; i < OH * OW * 2; i++)
@@ -175,21 +152,8 @@ static void test_gridsample_threads(void **state) {
     int64_t dx[4] = {1, C, H, W}, dg[4] = {1, OH, OW, 2};
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 4, dx, x), G = kh_t(QP_DTYPE_FLOAT, 4, dg, g), Y = {0};
     struct qp_attr a = kh_str("mode", "bicubic");
-    struct kh_call c = {.op = "GridSample",
-                        .opset = 16,
-                        .attrs = &a,
-                        .n_attrs = 1,
-                        .n_in = 2,
-                        .n_out = 1,
-                        .in = {&X, &G},
-                        .out = {&Y},
-                        .out_data = {y1},
-                        .threads = 1};
-    assert_int_equal(kh_run(&c), QP_OK);
-    c.out_data[0] = y2;
-    c.threads = 2;
-    assert_int_equal(kh_run(&c), QP_OK);
-    assert_memory_equal(y1, y2, sizeof(float) * C * OH * OW);
+    struct kh_call c = KH_CALL("GridSample", 16, &a, 1, &Y, y1, &X, &G);
+    kh_run_threads(&c, y1, y2, sizeof(float) * C * OH * OW);
     free(x);
     free(g);
     free(y1);

@@ -90,12 +90,8 @@ static void test_einsum_double_diag(void **state) {
 static void test_einsum_threads(void **state) {
     (void)state;
     enum { M = 48, K = 64, N = 40 };
-    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
-    float *y1 = malloc(sizeof(float) * M * N), *y2 = malloc(sizeof(float) * M * N);
-    assert_non_null(a);
-    assert_non_null(b);
-    assert_non_null(y1);
-    assert_non_null(y2);
+    float *a = kh_alloc(sizeof(float) * M * K), *b = kh_alloc(sizeof(float) * K * N);
+    float *y1 = kh_alloc(sizeof(float) * M * N), *y2 = kh_alloc(sizeof(float) * M * N);
     for (int i = 0; i < M * K; i++)
         a[i] = (float)((i * 31) % 17) / 8.0f - 1.0f;
     for (int i = 0; i < K * N; i++)

@@ -18,13 +18,7 @@ static void test_gathernd(void **state) {
     int64_t idx[4] = {0, 1, 1, 0};
     int64_t dx[3] = {2, 2, 2}, di[3] = {2, 1, 2};
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 3, dx, x), I = kh_t(QP_DTYPE_INT64, 3, di, idx), Y = {0};
-    struct kh_call c = {.op = "GatherND",
-                        .opset = 13,
-                        .n_in = 2,
-                        .n_out = 1,
-                        .in = {&X, &I},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("GatherND", 13, NULL, 0, &Y, y, &X, &I);
     assert_int_equal(kh_run(&c), QP_OK);
     assert_int_equal(Y.rank, 3);
     assert_int_equal(Y.dims[2], 2);
@@ -41,15 +35,7 @@ static void test_gathernd(void **state) {
     int64_t ib[2] = {1, 0}, dib[2] = {2, 1};
     struct qp_kt IB = kh_t(QP_DTYPE_INT64, 2, dib, ib);
     struct qp_attr bd = kh_int("batch_dims", 1);
-    struct kh_call cb = {.op = "GatherND",
-                         .opset = 13,
-                         .attrs = &bd,
-                         .n_attrs = 1,
-                         .n_in = 2,
-                         .n_out = 1,
-                         .in = {&X, &IB},
-                         .out = {&Y},
-                         .out_data = {y}};
+    struct kh_call cb = KH_CALL("GatherND", 13, &bd, 1, &Y, y, &X, &IB);
     assert_int_equal(kh_run(&cb), QP_OK);
     assert_int_equal(Y.rank, 2);
     const float wantb[4] = {2, 3, 4, 5};
@@ -73,15 +59,7 @@ static void test_scatter_elements(void **state) {
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 2, dx, x), I = kh_t(QP_DTYPE_INT64, 2, di, idx),
                  U = kh_t(QP_DTYPE_FLOAT, 2, di, u), Y = {0};
     struct qp_attr a[2] = {kh_int("axis", 1), kh_str("reduction", "none")};
-    struct kh_call c = {.op = "ScatterElements",
-                        .opset = 18,
-                        .attrs = a,
-                        .n_attrs = 2,
-                        .n_in = 3,
-                        .n_out = 1,
-                        .in = {&X, &I, &U},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("ScatterElements", 18, a, 2, &Y, y, &X, &I, &U);
     assert_int_equal(kh_run(&c), QP_OK);
     const float w_none[5] = {1, 20, 3, 4, 30}; /* duplicates: the last write wins */
     assert_memory_equal(y, w_none, sizeof w_none);
@@ -117,44 +95,20 @@ static void test_scatter_elements(void **state) {
     struct qp_kt XI = kh_t(QP_DTYPE_INT64, 2, dx, xi), UI = kh_t(QP_DTYPE_INT64, 2, di, ui),
                  I2 = kh_t(QP_DTYPE_INT64, 2, di, idx2);
     a[1] = kh_str("reduction", "add");
-    struct kh_call ci = {.op = "ScatterElements",
-                         .opset = 18,
-                         .attrs = a,
-                         .n_attrs = 2,
-                         .n_in = 3,
-                         .n_out = 1,
-                         .in = {&XI, &I2, &UI},
-                         .out = {&Y},
-                         .out_data = {yi}};
+    struct kh_call ci = KH_CALL("ScatterElements", 18, a, 2, &Y, yi, &XI, &I2, &UI);
     assert_int_equal(kh_run(&ci), QP_OK);
     assert_true(yi[0] == INT64_MIN);
     /* reductions need numbers */
     uint8_t xb[5] = {0}, ub[3] = {1, 1, 1}, yb[5];
     struct qp_kt XB = kh_t(QP_DTYPE_BOOL, 2, dx, xb), UB = kh_t(QP_DTYPE_BOOL, 2, di, ub);
-    struct kh_call cbool = {.op = "ScatterElements",
-                            .opset = 18,
-                            .attrs = a,
-                            .n_attrs = 2,
-                            .n_in = 3,
-                            .n_out = 1,
-                            .in = {&XB, &I2, &UB},
-                            .out = {&Y},
-                            .out_data = {yb}};
+    struct kh_call cbool = KH_CALL("ScatterElements", 18, a, 2, &Y, yb, &XB, &I2, &UB);
     assert_int_equal(kh_run(&cbool), QP_ERR_UNSUPPORTED);
     /* updates of another dtype */
     c.in[2] = &UI;
     assert_int_equal(kh_run(&c), QP_ERR_BAD_INPUT);
     /* opset-10 Scatter: same kernel, no reduction attribute */
     struct qp_attr ax = kh_int("axis", 1);
-    struct kh_call cs = {.op = "Scatter",
-                         .opset = 10,
-                         .attrs = &ax,
-                         .n_attrs = 1,
-                         .n_in = 3,
-                         .n_out = 1,
-                         .in = {&X, &I2, &U},
-                         .out = {&Y},
-                         .out_data = {y}};
+    struct kh_call cs = KH_CALL("Scatter", 10, &ax, 1, &Y, y, &X, &I2, &U);
     u[1] = 20;
     assert_int_equal(kh_run(&cs), QP_OK);
     const float w_s[5] = {10, 20, 30, 4, 5};
@@ -169,15 +123,7 @@ static void test_scatternd(void **state) {
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 2, dx, x), I = kh_t(QP_DTYPE_INT64, 2, di, idx),
                  U = kh_t(QP_DTYPE_FLOAT, 2, du, u), Y = {0};
     struct qp_attr red = kh_str("reduction", "none");
-    struct kh_call c = {.op = "ScatterND",
-                        .opset = 18,
-                        .attrs = &red,
-                        .n_attrs = 1,
-                        .n_in = 3,
-                        .n_out = 1,
-                        .in = {&X, &I, &U},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("ScatterND", 18, &red, 1, &Y, y, &X, &I, &U);
     assert_int_equal(kh_run(&c), QP_OK);
     const float w1[6] = {1, 2, 3, 7, 8, 9};
     assert_memory_equal(y, w1, sizeof w1);
@@ -204,15 +150,7 @@ static void test_onehot(void **state) {
     struct qp_kt I = kh_t(QP_DTYPE_INT64, 1, di, idx), D = kh_t(QP_DTYPE_FLOAT, 0, dd, &depth),
                  V = kh_t(QP_DTYPE_FLOAT, 1, dv, vals), Y = {0};
     struct qp_attr ax = kh_int("axis", 0);
-    struct kh_call c = {.op = "OneHot",
-                        .opset = 11,
-                        .attrs = &ax,
-                        .n_attrs = 1,
-                        .n_in = 3,
-                        .n_out = 1,
-                        .in = {&I, &D, &V},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("OneHot", 11, &ax, 1, &Y, y, &I, &D, &V);
     assert_int_equal(kh_run(&c), QP_OK);
     assert_int_equal(Y.rank, 2);
     assert_int_equal(Y.dims[0], 3);
@@ -243,13 +181,7 @@ static void test_nonzero(void **state) {
     float x[6] = {0, 1, -0.0f, NAN, 0, 2};
     int64_t dx[2] = {2, 3}, y[6];
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 2, dx, x), Y = {0};
-    struct kh_call c = {.op = "NonZero",
-                        .opset = 13,
-                        .n_in = 1,
-                        .n_out = 1,
-                        .in = {&X},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("NonZero", 13, NULL, 0, &Y, y, &X);
     assert_int_equal(kh_run(&c), QP_OK);
     assert_int_equal(Y.dims[0], 2);
     assert_int_equal(Y.dims[1], 3); /* 1, NaN and 2; -0.0 is zero */
@@ -266,15 +198,7 @@ static void test_compress(void **state) {
     int64_t dx[2] = {3, 2}, dc[1] = {3};
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 2, dx, x), C = kh_t(QP_DTYPE_BOOL, 1, dc, cond), Y = {0};
     struct qp_attr ax = kh_int("axis", 0);
-    struct kh_call c = {.op = "Compress",
-                        .opset = 11,
-                        .attrs = &ax,
-                        .n_attrs = 1,
-                        .n_in = 2,
-                        .n_out = 1,
-                        .in = {&X, &C},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("Compress", 11, &ax, 1, &Y, y, &X, &C);
     assert_int_equal(kh_run(&c), QP_OK);
     assert_int_equal(Y.dims[0], 2);
     const float want[4] = {3, 4, 5, 6};
@@ -308,15 +232,7 @@ static void test_reverse_sequence(void **state) {
     int64_t lens[2] = {3, 2}, dx[3] = {3, 2, 2}, dl[1] = {2};
     struct qp_kt X = kh_t(QP_DTYPE_INT16, 3, dx, x), L = kh_t(QP_DTYPE_INT64, 1, dl, lens), Y = {0};
     struct qp_attr a[2] = {kh_int("batch_axis", 1), kh_int("time_axis", 0)};
-    struct kh_call c = {.op = "ReverseSequence",
-                        .opset = 10,
-                        .attrs = a,
-                        .n_attrs = 2,
-                        .n_in = 2,
-                        .n_out = 1,
-                        .in = {&X, &L},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("ReverseSequence", 10, a, 2, &Y, y, &X, &L);
     assert_int_equal(kh_run(&c), QP_OK);
     /* element (t, b, k) = t*4 + b*2 + k */
     const int16_t want[12] = {8, 9, 6, 7, 4, 5, 2, 3, 0, 1, 10, 11};
@@ -338,15 +254,8 @@ static void test_maxunpool(void **state) {
     struct qp_attr a[2] = {kh_ints("kernel_shape", ks, 2), kh_ints("strides", st, 2)};
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 4, dx, x), I = kh_t(QP_DTYPE_INT64, 4, dx, idx),
                  OS = kh_t(QP_DTYPE_INT64, 1, d4, os), Y = {0};
-    struct kh_call c = {.op = "MaxUnpool",
-                        .opset = 11,
-                        .attrs = a,
-                        .n_attrs = 2,
-                        .n_in = 2,
-                        .n_out = 1,
-                        .in = {&X, &I, &OS},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("MaxUnpool", 11, a, 2, &Y, y, &X, &I, &OS);
+    c.n_in = 2;
     assert_int_equal(kh_run(&c), QP_OK);
     assert_int_equal(Y.dims[2], 4);
     for (int i = 0; i < 16; i++)
@@ -374,13 +283,8 @@ static void test_unique(void **state) {
     float x[7] = {2, 1, NAN, 2, -3, NAN, 1}, y[7];
     int64_t first[7], inv[7], cnt[7], dx[1] = {7};
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 1, dx, x), Y = {0}, F = {0}, V = {0}, C = {0};
-    struct kh_call c = {.op = "Unique",
-                        .opset = 11,
-                        .n_in = 1,
-                        .n_out = 4,
-                        .in = {&X},
-                        .out = {&Y, &F, &V, &C},
-                        .out_data = {y, first, inv, cnt}};
+    struct kh_call c = kh_call_io("Unique", 11, NULL, 0, KH_INS(&X), KH_OUTS(&Y, &F, &V, &C),
+                                  KH_DATA(y, first, inv, cnt));
     assert_int_equal(kh_run(&c), QP_OK);
     /* sorted: -3, 1, 2, NaN (NaNs collapse and go last) */
     assert_int_equal(Y.dims[0], 4);
@@ -402,15 +306,7 @@ static void test_unique(void **state) {
     int64_t dm[2] = {3, 2};
     struct qp_kt XM = kh_t(QP_DTYPE_INT32, 2, dm, m);
     struct qp_attr ax = kh_int("axis", 0);
-    struct kh_call cm = {.op = "Unique",
-                         .opset = 11,
-                         .attrs = &ax,
-                         .n_attrs = 1,
-                         .n_in = 1,
-                         .n_out = 1,
-                         .in = {&XM},
-                         .out = {&Y},
-                         .out_data = {ym}};
+    struct kh_call cm = KH_CALL("Unique", 11, &ax, 1, &Y, ym, &XM);
     assert_int_equal(kh_run(&cm), QP_OK);
     assert_int_equal(Y.dims[0], 2);
     const int32_t wm[4] = {0, 5, 1, 2};

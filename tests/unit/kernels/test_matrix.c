@@ -18,15 +18,7 @@ static void check_trilu(int upper, int64_t k) {
     int64_t dx[3] = {B, R, C}, dk[1] = {1};
     struct qp_kt X = kh_t(QP_DTYPE_INT32, 3, dx, x), K = kh_t(QP_DTYPE_INT64, 0, dk, &k), Y = {0};
     struct qp_attr up = kh_int("upper", upper);
-    struct kh_call c = {.op = "Trilu",
-                        .opset = 14,
-                        .attrs = &up,
-                        .n_attrs = 1,
-                        .n_in = 2,
-                        .n_out = 1,
-                        .in = {&X, &K},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("Trilu", 14, &up, 1, &Y, y, &X, &K);
     assert_int_equal(kh_run(&c), QP_OK);
     for (int b = 0; b < B; b++)
         for (int i = 0; i < R; i++)
@@ -51,13 +43,7 @@ static void test_trilu(void **state) {
     float kf = 1;
     int64_t dx[2] = {2, 2}, d1[1] = {2};
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 2, dx, x), K = kh_t(QP_DTYPE_FLOAT, 0, d1, &kf), Y = {0};
-    struct kh_call c = {.op = "Trilu",
-                        .opset = 14,
-                        .n_in = 2,
-                        .n_out = 1,
-                        .in = {&X, &K},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("Trilu", 14, NULL, 0, &Y, y, &X, &K);
     assert_int_equal(kh_run(&c), QP_ERR_BAD_INPUT);
     c.n_in = 1;
     struct qp_attr up = kh_int("upper", 2);
@@ -77,15 +63,7 @@ static void test_eyelike(void **state) {
     float y[12];
     struct qp_kt X = kh_t(QP_DTYPE_INT32, 2, dx, x), Y = {0};
     struct qp_attr a[2] = {kh_int("dtype", QP_DTYPE_FLOAT), kh_int("k", -1)};
-    struct kh_call c = {.op = "EyeLike",
-                        .opset = 9,
-                        .attrs = a,
-                        .n_attrs = 2,
-                        .n_in = 1,
-                        .n_out = 1,
-                        .in = {&X},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("EyeLike", 9, a, 2, &Y, y, &X);
     assert_int_equal(kh_run(&c), QP_OK);
     assert_int_equal(Y.dtype, QP_DTYPE_FLOAT);
     for (int i = 0; i < 3; i++)
@@ -133,15 +111,7 @@ static void test_cumsum(void **state) {
     struct qp_kt X = kh_t(QP_DTYPE_DOUBLE, 2, dx, x), A = kh_t(QP_DTYPE_INT32, 0, da, &axis),
                  Y = {0};
     struct qp_attr a[2] = {kh_int("exclusive", 1), kh_int("reverse", 1)};
-    struct kh_call c = {.op = "CumSum",
-                        .opset = 14,
-                        .attrs = a,
-                        .n_attrs = 0,
-                        .n_in = 2,
-                        .n_out = 1,
-                        .in = {&X, &A},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("CumSum", 14, a, 0, &Y, y, &X, &A);
     assert_int_equal(kh_run(&c), QP_OK);
     const double w[6] = {1, 3, 6, 4, 9, 15};
     assert_memory_equal(y, w, sizeof w);
@@ -159,13 +129,7 @@ static void test_cumsum(void **state) {
     int64_t d1[1] = {2};
     axis = 0;
     struct qp_kt XI = kh_t(QP_DTYPE_INT32, 1, d1, xi);
-    struct kh_call ci = {.op = "CumSum",
-                         .opset = 14,
-                         .n_in = 2,
-                         .n_out = 1,
-                         .in = {&XI, &A},
-                         .out = {&Y},
-                         .out_data = {yi}};
+    struct kh_call ci = KH_CALL("CumSum", 14, NULL, 0, &Y, yi, &XI, &A);
     assert_int_equal(kh_run(&ci), QP_OK);
     assert_true(yi[0] == INT32_MAX && yi[1] == INT32_MIN);
     /* refusals: axis out of range, axis not constant, axis not integer, int8 data */
@@ -189,30 +153,16 @@ static void test_cumsum(void **state) {
 static void test_cumsum_threads(void **state) {
     (void)state;
     enum { N = 64, L = 2048 };
-    float *x = malloc(sizeof(float) * N * L), *y1 = malloc(sizeof(float) * N * L),
-          *y2 = malloc(sizeof(float) * N * L);
-    assert_non_null(x);
-    assert_non_null(y1);
-    assert_non_null(y2);
+    float *x = kh_alloc(sizeof(float) * N * L), *y1 = kh_alloc(sizeof(float) * N * L),
+          *y2 = kh_alloc(sizeof(float) * N * L);
     srand(3);
     for (int i = 0; i < N * L; i++)
         x[i] = (float)rand() / RAND_MAX - 0.5f;
     int64_t axis = 1, dx[2] = {N, L}, da[1] = {1};
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 2, dx, x), A = kh_t(QP_DTYPE_INT64, 1, da, &axis),
                  Y = {0};
-    struct kh_call c = {.op = "CumSum",
-                        .opset = 14,
-                        .n_in = 2,
-                        .n_out = 1,
-                        .in = {&X, &A},
-                        .out = {&Y},
-                        .out_data = {y1},
-                        .threads = 1};
-    assert_int_equal(kh_run(&c), QP_OK);
-    c.out_data[0] = y2;
-    c.threads = 2;
-    assert_int_equal(kh_run(&c), QP_OK);
-    assert_memory_equal(y1, y2, sizeof(float) * N * L);
+    struct kh_call c = KH_CALL("CumSum", 14, NULL, 0, &Y, y1, &X, &A);
+    kh_run_threads(&c, y1, y2, sizeof(float) * N * L);
     double acc = 0;
     for (int j = 0; j < L; j++) {
         acc += x[5 * L + j];
@@ -231,8 +181,7 @@ static void test_det(void **state) {
     double y[3];
     int64_t dx[3] = {3, 3, 3};
     struct qp_kt X = kh_t(QP_DTYPE_DOUBLE, 3, dx, x), Y = {0};
-    struct kh_call c = {
-        .op = "Det", .opset = 11, .n_in = 1, .n_out = 1, .in = {&X}, .out = {&Y}, .out_data = {y}};
+    struct kh_call c = KH_CALL("Det", 11, NULL, 0, &Y, y, &X);
     assert_int_equal(kh_run(&c), QP_OK);
     assert_int_equal(Y.rank, 1);
     /* 2(3*-2 - 4*5) + 1(1*-2 - 4*0) = -52 - 2 = -54 */
@@ -256,13 +205,7 @@ static void test_empty_huge_dims(void **state) {
     int64_t dx[3] = {0, (int64_t)1 << 40, (int64_t)1 << 40}, k = 0, d1[1] = {1};
     float y[1];
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 3, dx, y), K = kh_t(QP_DTYPE_INT64, 0, d1, &k), Y = {0};
-    struct kh_call c = {.op = "Trilu",
-                        .opset = 14,
-                        .n_in = 2,
-                        .n_out = 1,
-                        .in = {&X, &K},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("Trilu", 14, NULL, 0, &Y, y, &X, &K);
     assert_int_equal(kh_run(&c), QP_ERR_BAD_INPUT);
     assert_non_null(strstr(c.err.msg, "2^62"));
     c.op = "CumSum";
@@ -289,15 +232,7 @@ static void test_windows(void **state) {
         for (int periodic = 0; periodic < 2; periodic++) {
             struct qp_attr at[2] = {kh_int("periodic", periodic),
                                     kh_int("output_datatype", QP_DTYPE_DOUBLE)};
-            struct kh_call c = {.op = ops[o],
-                                .opset = 17,
-                                .attrs = at,
-                                .n_attrs = 1,
-                                .n_in = 1,
-                                .n_out = 1,
-                                .in = {&N},
-                                .out = {&Y},
-                                .out_data = {y}};
+            struct kh_call c = KH_CALL(ops[o], 17, at, 1, &Y, y, &N);
             assert_int_equal(kh_run(&c), QP_OK);
             assert_int_equal(Y.dims[0], 8);
             double den = periodic ? 8 : 7;
@@ -313,13 +248,7 @@ static void test_windows(void **state) {
             assert_int_equal(Y.dtype, QP_DTYPE_DOUBLE);
             assert_true(fabs(yd[3] - y[3]) < 1e-7);
         }
-    struct kh_call c = {.op = "HannWindow",
-                        .opset = 17,
-                        .n_in = 1,
-                        .n_out = 1,
-                        .in = {&N},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("HannWindow", 17, NULL, 0, &Y, y, &N);
     n = -1;
     assert_int_equal(kh_run(&c), QP_ERR_BAD_INPUT);
     n = 8;

@@ -25,15 +25,8 @@ static void test_batchnorm_training(void **state) {
                  V = kh_t(QP_DTYPE_FLOAT, 1, dc, var), Y = {0}, RM = {0}, RV = {0};
     struct qp_attr a[3] = {kh_int("training_mode", 1), kh_float("epsilon", 1e-3f),
                            kh_float("momentum", 0.8f)};
-    struct kh_call c = {.op = "BatchNormalization",
-                        .opset = 15,
-                        .attrs = a,
-                        .n_attrs = 3,
-                        .n_in = 5,
-                        .n_out = 3,
-                        .in = {&X, &SC, &B, &M, &V},
-                        .out = {&Y, &RM, &RV},
-                        .out_data = {y, rm, rv}};
+    struct kh_call c = kh_call_io("BatchNormalization", 15, a, 3, KH_INS(&X, &SC, &B, &M, &V),
+                                  KH_OUTS(&Y, &RM, &RV), KH_DATA(y, rm, rv));
     assert_int_equal(kh_run(&c), QP_OK);
     assert_int_equal(RM.rank, 1);
     assert_int_equal(RM.dims[0], C);
@@ -82,13 +75,8 @@ static void test_dropout_training(void **state) {
     int64_t dx[2] = {2, 3}, d1[1] = {1};
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 2, dx, x), R = kh_t(QP_DTYPE_FLOAT, 0, d1, &ratio),
                  T = kh_t(QP_DTYPE_BOOL, 0, d1, &training), Y = {0}, MK = {0};
-    struct kh_call c = {.op = "Dropout",
-                        .opset = 13,
-                        .n_in = 3,
-                        .n_out = 2,
-                        .in = {&X, &R, &T},
-                        .out = {&Y, &MK},
-                        .out_data = {y, mask}};
+    struct kh_call c =
+        kh_call_io("Dropout", 13, NULL, 0, KH_INS(&X, &R, &T), KH_OUTS(&Y, &MK), KH_DATA(y, mask));
     memset(mask, 0, sizeof mask);
     assert_int_equal(kh_run(&c), QP_OK);
     assert_memory_equal(y, x, sizeof x);
@@ -130,15 +118,8 @@ static void test_maxpool_int8(void **state) {
     struct qp_attr a[3] = {kh_ints("kernel_shape", ks, 2), kh_ints("pads", pads, 4),
                            kh_ints("strides", strides, 2)};
     struct qp_kt X = kh_t(QP_DTYPE_INT8, 4, dx, x), Y = {0}, I = {0};
-    struct kh_call c = {.op = "MaxPool",
-                        .opset = 12,
-                        .attrs = a,
-                        .n_attrs = 3,
-                        .n_in = 1,
-                        .n_out = 2,
-                        .in = {&X},
-                        .out = {&Y, &I},
-                        .out_data = {y, ind}};
+    struct kh_call c =
+        kh_call_io("MaxPool", 12, a, 3, KH_INS(&X), KH_OUTS(&Y, &I), KH_DATA(y, ind));
     assert_int_equal(kh_run(&c), QP_OK);
     assert_int_equal(Y.dtype, QP_DTYPE_INT8);
     assert_int_equal(Y.dims[2], 2);

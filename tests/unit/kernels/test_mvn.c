@@ -47,13 +47,7 @@ static void test_mvn(void **state) {
         x[i] = (float)((i * 13) % 17) * 0.5f - 3.0f + (float)(i / 24);
     int64_t dx[4] = {N, C, H, W};
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 4, dx, x), Y = {0};
-    struct kh_call c = {.op = "MeanVarianceNormalization",
-                        .opset = 13,
-                        .n_in = 1,
-                        .n_out = 1,
-                        .in = {&X},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("MeanVarianceNormalization", 13, NULL, 0, &Y, y, &X);
     assert_int_equal(kh_run(&c), QP_OK);
     const int def[4] = {1, 0, 1, 1};
     check(x, y, def);

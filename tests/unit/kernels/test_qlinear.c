@@ -18,13 +18,8 @@ static void test_dynquant(void **state) {
     uint8_t y[5], zp;
     int64_t dx[1] = {5};
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 1, dx, x), Y = {0}, S = {0}, Z = {0};
-    struct kh_call c = {.op = "DynamicQuantizeLinear",
-                        .opset = 11,
-                        .n_in = 1,
-                        .n_out = 3,
-                        .in = {&X},
-                        .out = {&Y, &S, &Z},
-                        .out_data = {y, &scale, &zp}};
+    struct kh_call c = kh_call_io("DynamicQuantizeLinear", 11, NULL, 0, KH_INS(&X),
+                                  KH_OUTS(&Y, &S, &Z), KH_DATA(y, &scale, &zp));
     assert_int_equal(kh_run(&c), QP_OK);
     /* range [-1, 3]: scale 4/255, zero point round(255/4) = 64 */
     assert_true(scale == 4.0f / 255.0f);
@@ -51,13 +46,7 @@ static void test_matmul_integer(void **state) {
     struct qp_kt A = kh_t(QP_DTYPE_UINT8, 3, da, a), B = kh_t(QP_DTYPE_INT8, 2, db, b),
                  ZA = kh_t(QP_DTYPE_UINT8, 1, dza, azp), ZB = kh_t(QP_DTYPE_INT8, 1, dzb, bzp),
                  Y = {0};
-    struct kh_call c = {.op = "MatMulInteger",
-                        .opset = 10,
-                        .n_in = 4,
-                        .n_out = 1,
-                        .in = {&A, &B, &ZA, &ZB},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("MatMulInteger", 10, NULL, 0, &Y, y, &A, &B, &ZA, &ZB);
     assert_int_equal(kh_run(&c), QP_OK);
     assert_int_equal(Y.dtype, QP_DTYPE_INT32);
     assert_int_equal(Y.rank, 3);
@@ -102,13 +91,8 @@ static void test_qlinear_matmul(void **state) {
                  BS = kh_t(QP_DTYPE_FLOAT, 1, d2, bs), BZ = kh_t(QP_DTYPE_UINT8, 0, d1, &bzp),
                  YS = kh_t(QP_DTYPE_FLOAT, 0, d1, &ys), YZ = kh_t(QP_DTYPE_UINT8, 0, d1, &yzp),
                  Y = {0};
-    struct kh_call c = {.op = "QLinearMatMul",
-                        .opset = 10,
-                        .n_in = 8,
-                        .n_out = 1,
-                        .in = {&A, &AS, &AZ, &B, &BS, &BZ, &YS, &YZ},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c =
+        KH_CALL("QLinearMatMul", 10, NULL, 0, &Y, y, &A, &AS, &AZ, &B, &BS, &BZ, &YS, &YZ);
     assert_int_equal(kh_run(&c), QP_OK);
     assert_int_equal(Y.dtype, QP_DTYPE_UINT8);
     for (int i = 0; i < 2; i++)
@@ -158,15 +142,7 @@ static void test_conv_integer(void **state) {
                  XZ = kh_t(QP_DTYPE_UINT8, 0, d1, &xzp), WZ = kh_t(QP_DTYPE_INT8, 1, dm, wzp),
                  Y = {0};
     int32_t y[N * M * 3 * 6];
-    struct kh_call c = {.op = "ConvInteger",
-                        .opset = 10,
-                        .attrs = a,
-                        .n_attrs = 3,
-                        .n_in = 4,
-                        .n_out = 1,
-                        .in = {&X, &Wt, &XZ, &WZ},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("ConvInteger", 10, a, 3, &Y, y, &X, &Wt, &XZ, &WZ);
     assert_int_equal(kh_run(&c), QP_OK);
     int oh = (H + 2 - KH) / 2 + 1, ow = (W + 1 - KW) + 1;
     assert_int_equal(Y.dims[2], oh);
@@ -194,15 +170,8 @@ static void test_conv_integer(void **state) {
     struct qp_kt XS = kh_t(QP_DTYPE_FLOAT, 0, d1, &xs), WS = kh_t(QP_DTYPE_FLOAT, 1, dm, ws),
                  YS = kh_t(QP_DTYPE_FLOAT, 0, d1, &ys), YZ = kh_t(QP_DTYPE_INT8, 0, d1, &yzp),
                  BI = kh_t(QP_DTYPE_INT32, 1, dm, bias), YQ = {0};
-    struct kh_call q = {.op = "QLinearConv",
-                        .opset = 10,
-                        .attrs = a,
-                        .n_attrs = 3,
-                        .n_in = 9,
-                        .n_out = 1,
-                        .in = {&X, &XS, &XZ, &Wt, &WS, &WZ, &YS, &YZ, &BI},
-                        .out = {&YQ},
-                        .out_data = {yq}};
+    struct kh_call q =
+        KH_CALL("QLinearConv", 10, a, 3, &YQ, yq, &X, &XS, &XZ, &Wt, &WS, &WZ, &YS, &YZ, &BI);
     assert_int_equal(kh_run(&q), QP_OK);
     assert_int_equal(YQ.dtype, QP_DTYPE_INT8);
     for (int m = 0; m < M; m++)

@@ -40,15 +40,8 @@ static void test_rnn_reverse_seqlens(void **state) {
                  R = kh_t(QP_DTYPE_FLOAT, 3, dr, r), Bb = kh_t(QP_DTYPE_FLOAT, 2, db, b),
                  L = kh_t(QP_DTYPE_INT32, 1, dl, lens), Y = {0}, YH = {0};
     struct qp_attr a[2] = {kh_int("hidden_size", H), kh_str("direction", "reverse")};
-    struct kh_call c = {.op = "RNN",
-                        .opset = 14,
-                        .attrs = a,
-                        .n_attrs = 2,
-                        .n_in = 5,
-                        .n_out = 2,
-                        .in = {&X, &W, &R, &Bb, &L},
-                        .out = {&Y, &YH},
-                        .out_data = {y, yh}};
+    struct kh_call c =
+        kh_call_io("RNN", 14, a, 2, KH_INS(&X, &W, &R, &Bb, &L), KH_OUTS(&Y, &YH), KH_DATA(y, yh));
     assert_int_equal(kh_run(&c), QP_OK);
     assert_int_equal(Y.rank, 4);
     assert_int_equal(Y.dims[1], 1);
@@ -97,15 +90,7 @@ static void test_gru_lstm_step(void **state) {
                  H0 = kh_t(QP_DTYPE_FLOAT, 3, dh, h0), Y = {0};
     for (int lbr = 0; lbr < 2; lbr++) {
         struct qp_attr a = kh_int("linear_before_reset", lbr);
-        struct kh_call c = {.op = "GRU",
-                            .opset = 14,
-                            .attrs = &a,
-                            .n_attrs = 1,
-                            .n_in = 6,
-                            .n_out = 1,
-                            .in = {&X, &W, &R, &Bb, NULL, &H0},
-                            .out = {&Y},
-                            .out_data = {y}};
+        struct kh_call c = KH_CALL("GRU", 14, &a, 1, &Y, y, &X, &W, &R, &Bb, NULL, &H0);
         assert_int_equal(kh_run(&c), QP_OK);
         double xw[3 * H], hr[3 * H], z[H], rr[H];
         for (int j = 0; j < 3 * H; j++) {
@@ -145,15 +130,8 @@ static void test_gru_lstm_step(void **state) {
                  BL = kh_t(QP_DTYPE_FLOAT, 2, dbl, bl), C0 = kh_t(QP_DTYPE_FLOAT, 3, dh, c0),
                  P = kh_t(QP_DTYPE_FLOAT, 2, dp, p), YH = {0}, YC = {0};
     struct qp_attr a = kh_int("input_forget", 1);
-    struct kh_call c = {.op = "LSTM",
-                        .opset = 14,
-                        .attrs = &a,
-                        .n_attrs = 1,
-                        .n_in = 8,
-                        .n_out = 3,
-                        .in = {&X, &WL, &RL, &BL, NULL, &H0, &C0, &P},
-                        .out = {&Y, &YH, &YC},
-                        .out_data = {yl, y, yc}};
+    struct kh_call c = kh_call_io("LSTM", 14, &a, 1, KH_INS(&X, &WL, &RL, &BL, NULL, &H0, &C0, &P),
+                                  KH_OUTS(&Y, &YH, &YC), KH_DATA(yl, y, yc));
     assert_int_equal(kh_run(&c), QP_OK);
     double g[4 * H];
     for (int j = 0; j < 4 * H; j++) {
@@ -183,15 +161,7 @@ static void test_gru_lstm_step(void **state) {
     acts.n = 2;
     c.attrs = &acts;
     assert_int_equal(kh_run(&c), QP_ERR_BAD_INPUT); /* LSTM needs 3 */
-    struct kh_call cg = {.op = "GRU",
-                         .opset = 14,
-                         .attrs = &acts,
-                         .n_attrs = 1,
-                         .n_in = 6,
-                         .n_out = 1,
-                         .in = {&X, &W, &R, &Bb, NULL, &H0},
-                         .out = {&Y},
-                         .out_data = {y}};
+    struct kh_call cg = KH_CALL("GRU", 14, &acts, 1, &Y, y, &X, &W, &R, &Bb, NULL, &H0);
     assert_int_equal(kh_run(&cg), QP_ERR_UNSUPPORTED); /* Cosine */
     /* R of the wrong shape */
     cg.n_attrs = 0;
@@ -202,13 +172,12 @@ static void test_gru_lstm_step(void **state) {
 static void test_layout_and_threads(void **state) {
     (void)state;
     enum { LS = 16, LB = 8, LI = 32, LH = 48, D = 2 };
-    float *x = malloc(sizeof(float) * LS * LB * LI), *xt = malloc(sizeof(float) * LS * LB * LI);
-    float *w = malloc(sizeof(float) * D * 4 * LH * LI),
-          *r = malloc(sizeof(float) * D * 4 * LH * LH);
-    float *y1 = malloc(sizeof(float) * LS * D * LB * LH),
-          *y2 = malloc(sizeof(float) * LS * D * LB * LH);
-    float *y3 = malloc(sizeof(float) * LS * D * LB * LH);
-    assert_true(x && xt && w && r && y1 && y2 && y3);
+    float *x = kh_alloc(sizeof(float) * LS * LB * LI), *xt = kh_alloc(sizeof(float) * LS * LB * LI);
+    float *w = kh_alloc(sizeof(float) * D * 4 * LH * LI),
+          *r = kh_alloc(sizeof(float) * D * 4 * LH * LH);
+    float *y1 = kh_alloc(sizeof(float) * LS * D * LB * LH),
+          *y2 = kh_alloc(sizeof(float) * LS * D * LB * LH);
+    float *y3 = kh_alloc(sizeof(float) * LS * D * LB * LH);
     fill(x, LS * LB * LI, 13);
     fill(w, D * 4 * LH * LI, 14);
     fill(r, D * 4 * LH * LH, 15);
@@ -221,21 +190,8 @@ static void test_layout_and_threads(void **state) {
                  W = kh_t(QP_DTYPE_FLOAT, 3, dw, w), R = kh_t(QP_DTYPE_FLOAT, 3, dr, r), Y = {0};
     struct qp_attr a[3] = {kh_str("direction", "bidirectional"), kh_float("clip", 0.8f),
                            kh_int("layout", 1)};
-    struct kh_call c = {.op = "LSTM",
-                        .opset = 14,
-                        .attrs = a,
-                        .n_attrs = 2,
-                        .n_in = 3,
-                        .n_out = 1,
-                        .in = {&X, &W, &R},
-                        .out = {&Y},
-                        .out_data = {y1},
-                        .threads = 1};
-    assert_int_equal(kh_run(&c), QP_OK);
-    c.out_data[0] = y2;
-    c.threads = 2;
-    assert_int_equal(kh_run(&c), QP_OK);
-    assert_memory_equal(y1, y2, sizeof(float) * LS * D * LB * LH);
+    struct kh_call c = KH_CALL("LSTM", 14, a, 2, &Y, y1, &X, &W, &R);
+    kh_run_threads(&c, y1, y2, sizeof(float) * LS * D * LB * LH);
     /* layout 1: X [batch, seq, in], Y [batch, seq, dirs, hidden] */
     c.n_attrs = 3;
     c.in[0] = &XT;

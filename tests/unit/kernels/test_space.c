@@ -20,15 +20,7 @@ static void test_depth_to_space(void **state) {
     struct qp_kt X = kh_t(QP_DTYPE_INT16, 4, dx, x), Y = {0};
     for (int crd = 0; crd < 2; crd++) {
         struct qp_attr a[2] = {kh_int("blocksize", B), kh_str("mode", crd ? "CRD" : "DCR")};
-        struct kh_call c = {.op = "DepthToSpace",
-                            .opset = 13,
-                            .attrs = a,
-                            .n_attrs = 2,
-                            .n_in = 1,
-                            .n_out = 1,
-                            .in = {&X},
-                            .out = {&Y},
-                            .out_data = {y}};
+        struct kh_call c = KH_CALL("DepthToSpace", 13, a, 2, &Y, y, &X);
         assert_int_equal(kh_run(&c), QP_OK);
         assert_int_equal(Y.dims[1], CO);
         assert_int_equal(Y.dims[2], H * B);
@@ -55,27 +47,11 @@ static void test_space_to_depth_inverts(void **state) {
     int64_t dx[4] = {N, C, H, W};
     struct qp_kt X = kh_t(QP_DTYPE_INT16, 4, dx, x), Y = {0}, Z = {0};
     struct qp_attr bs = kh_int("blocksize", B);
-    struct kh_call c = {.op = "DepthToSpace",
-                        .opset = 13,
-                        .attrs = &bs,
-                        .n_attrs = 1,
-                        .n_in = 1,
-                        .n_out = 1,
-                        .in = {&X},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("DepthToSpace", 13, &bs, 1, &Y, y, &X);
     assert_int_equal(kh_run(&c), QP_OK);
     Y.data = y;
     Y.is_const = 1;
-    struct kh_call d = {.op = "SpaceToDepth",
-                        .opset = 13,
-                        .attrs = &bs,
-                        .n_attrs = 1,
-                        .n_in = 1,
-                        .n_out = 1,
-                        .in = {&Y},
-                        .out = {&Z},
-                        .out_data = {z}};
+    struct kh_call d = KH_CALL("SpaceToDepth", 13, &bs, 1, &Z, z, &Y);
     assert_int_equal(kh_run(&d), QP_OK);
     assert_int_equal(Z.dims[1], C);
     assert_int_equal(Z.dims[2], H);
@@ -88,15 +64,7 @@ static void test_space_refusals(void **state) {
     int64_t dx[4] = {N, C, H, W};
     struct qp_kt X = kh_t(QP_DTYPE_FLOAT, 4, dx, x), Y = {0};
     struct qp_attr a[2] = {kh_int("blocksize", 3), kh_str("mode", "DCR")};
-    struct kh_call c = {.op = "DepthToSpace",
-                        .opset = 13,
-                        .attrs = a,
-                        .n_attrs = 2,
-                        .n_in = 1,
-                        .n_out = 1,
-                        .in = {&X},
-                        .out = {&Y},
-                        .out_data = {y}};
+    struct kh_call c = KH_CALL("DepthToSpace", 13, a, 2, &Y, y, &X);
     assert_int_equal(kh_run(&c), QP_ERR_BAD_INPUT); /* 8 channels, 3x3 blocks */
     assert_non_null(strstr(c.err.msg, "blocksize"));
     a[0] = kh_int("blocksize", 0);
