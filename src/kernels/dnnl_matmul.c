@@ -59,10 +59,12 @@ static int threads_for(int64_t flops, int n_threads) {
 
 /* The MatMul row's state: the reference state first (the reference run reads it), then, when
  * B is a plan-time constant shared by every batch, B packed for gemm.c once (`packed` is its
- * byte offset from the start of the block; 0: B is packed into the scratch at each run). */
+ * byte offset from the start of the block; 0: B is packed into the scratch at each run, every
+ * batch's at once when that fits in MM_PREPACK_MAX, so a batched MatMul is one OpenMP region). */
 struct mm_fast_state {
     struct qp_mm_state ref;
     size_t packed;
+    int pack_all; /* the scratch holds every batch's packed B (else one at a time) */
 };
 
 /* A constant B larger than this is packed at run instead (plans may be cached 16 at a time). */
@@ -83,12 +85,39 @@ enum qp_status qp_k_dnnl_matmul_prepare(struct qp_kprep *p) {
     if (!fs) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     fs->ref = ref;
     fs->packed = prepack ? off : 0;
+    fs->pack_all = !prepack && !shared_b && bytes && ref.batch > 1 &&
+                   (uint64_t)ref.batch <= MM_PREPACK_MAX / bytes;
     if (prepack) qp_gemm_pack(ref.k, ref.n, p->in[1]->data, ref.n, (float *)((char *)fs + off));
     free(p->state);
     p->state = fs;
-    /* gemm.c packs a non-constant B into the scratch, one matrix at a time. */
-    p->scratch = prepack ? 0 : bytes;
+    /* gemm.c packs a non-constant B into the scratch. */
+    p->scratch = prepack ? 0 : fs->pack_all ? bytes * (size_t)ref.batch : bytes;
     return QP_OK;
+}
+
+/* A MatMul's matrices for gemm.c: matrix bi's A, B and C by the broadcast strides (folded:
+ * one tall matrix). */
+struct mm_mats {
+    const struct qp_mm_state *s;
+    const float *a, *b;
+    float *c;
+    int64_t m; /* rows of each C (all batches' when folded) */
+    int fold;
+};
+
+static void mm_locate(const void *ctx, int64_t bi, const float **a, const float **b, float **c) {
+    const struct mm_mats *mm = ctx;
+    const struct qp_mm_state *s = mm->s;
+    int64_t rem = bi, ao = 0, bo = 0;
+    for (int d = s->brank - 1; d >= 0 && !mm->fold; d--) {
+        int64_t x = rem % s->bdims[d];
+        rem /= s->bdims[d];
+        ao += x * s->astr[d];
+        bo += x * s->bstr[d];
+    }
+    *a = mm->a + ao * s->m * s->k;
+    *b = mm->b + bo * s->k * s->n;
+    *c = mm->c + bi * mm->m * s->n;
 }
 
 enum qp_status qp_k_dnnl_matmul_run(const struct qp_krun *r) {
@@ -119,22 +148,20 @@ enum qp_status qp_k_dnnl_matmul_run(const struct qp_krun *r) {
     }
     const struct mm_fast_state *fs = r->state;
     if (qp_gemm_available() && qp_gemm_pack_bytes(s->k, s->n) && (fs->packed || r->scratch)) {
-        /* gemm.c: one GEMM per matrix, B packed at prepare or into the scratch. */
+        /* gemm.c: B packed at prepare or into the scratch; the whole batch in one region when
+         * B is packed at prepare or the scratch holds every batch's B. */
+        struct mm_mats mats = {s, a, b, c, m, fold};
+        const float *packed = fs->packed ? (const float *)((const char *)fs + fs->packed) : NULL;
+        if (packed || fs->pack_all) {
+            qp_gemm_f32_batch(n_mats, m, s->n, s->k, mm_locate, &mats, s->k, s->n, s->n, r->scratch,
+                              packed, r->n_threads);
+            return QP_OK;
+        }
         for (int64_t bi = 0; bi < n_mats; bi++) {
-            int64_t rem = bi, ao = 0, bo = 0;
-            for (int d = s->brank - 1; d >= 0 && !fold; d--) {
-                int64_t x = rem % s->bdims[d];
-                rem /= s->bdims[d];
-                ao += x * s->astr[d];
-                bo += x * s->bstr[d];
-            }
-            if (fs->packed)
-                qp_gemm_f32_packed(m, s->n, s->k, a + ao * s->m * s->k, s->k,
-                                   (const float *)((const char *)fs + fs->packed),
-                                   c + bi * m * s->n, s->n, r->n_threads);
-            else
-                qp_gemm_f32(m, s->n, s->k, a + ao * s->m * s->k, s->k, b + bo * s->k * s->n, s->n,
-                            c + bi * m * s->n, s->n, r->scratch, r->n_threads);
+            const float *am, *bm;
+            float *cm;
+            mm_locate(&mats, bi, &am, &bm, &cm);
+            qp_gemm_f32(m, s->n, s->k, am, s->k, bm, s->n, cm, s->n, r->scratch, r->n_threads);
         }
         return QP_OK;
     }

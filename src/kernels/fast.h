@@ -20,6 +20,10 @@ int qp_k_resize_state_is_fast(const void *state);
 enum qp_status qp_k_unary_ref_run(const struct qp_krun *r);
 enum qp_status qp_k_act_ref_run(const struct qp_krun *r);
 
+/* MaxPool (pool.c): the general kernel (float, int8, uint8, Indices), where the registry row
+ * runs 1-D and 2-D float windows without dilation or Indices on a fast path. */
+enum qp_status qp_k_maxpool_run(const struct qp_krun *r);
+
 /* LayerNormalization (norm.c): row statistics summed one element at a time. */
 enum qp_status qp_k_layernorm_ref_run(const struct qp_krun *r);
 

@@ -2,9 +2,9 @@
  * gemm.h: packed-B GEMM with a 6x16 AVX2+FMA register tile.
  *
  * Blocking: K in blocks of GEMM_KC (a 16-column panel slice of B, KC x 16 floats = 16 KB, stays
- * in L1 while it meets GEMM_MC rows of A, which stay in L2). Work items are (GEMM_MC rows) x
- * (GEMM_NG panels); an item runs all K blocks, so each C element's multiply-add chain is
- * computed in k order by one thread.
+ * in L1 while it meets GEMM_MC rows of A, which stay in L2). Work items are (GEMM_MC rows, or
+ * half that when items would be few) x (GEMM_NG panels) of one matrix of a batch; an item runs
+ * all K blocks, so each C element's multiply-add chain is computed in k order by one thread.
  */
 #include "kernels/gemm.h"
 
@@ -148,41 +148,83 @@ GEMM_ATTR static void gemm_item(int64_t r0, int64_t r1, int64_t p0, int64_t p1, 
     }
 }
 
-/* b NULL: pack already holds B. */
-static void gemm_run(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
-                     int64_t ldb, float *c, int64_t ldc, float *pack, int n_threads) {
-    if (m <= 0 || n <= 0) return;
+/* The matrices of a batch: `locate` finds matrix i's A, B and C; with `packed`, every matrix
+ * uses that packed B (locate's B is ignored), otherwise matrix i's B is packed into
+ * pack + i * (qp_gemm_pack_bytes / 4). One OpenMP region for the whole batch: the packing,
+ * then the (matrix, row chunk, panel group) items, shared out dynamically. */
+static void gemm_run(int64_t n_mats, int64_t m, int64_t n, int64_t k, qp_gemm_locate_fn locate,
+                     const void *ctx, int64_t lda, int64_t ldb, int64_t ldc, float *pack,
+                     const float *packed, int n_threads) {
+    if (n_mats <= 0 || m <= 0 || n <= 0) return;
     if (k <= 0) {
-        for (int64_t i = 0; i < m; i++)
-            memset(c + i * ldc, 0, (size_t)n * sizeof(float));
+        for (int64_t bi = 0; bi < n_mats; bi++) {
+            const float *a, *b;
+            float *c;
+            locate(ctx, bi, &a, &b, &c);
+            for (int64_t i = 0; i < m; i++)
+                memset(c + i * ldc, 0, (size_t)n * sizeof(float));
+        }
         return;
     }
     int64_t n_panels = (n + GEMM_NR - 1) / GEMM_NR;
     int64_t n_groups = (n_panels + GEMM_NG - 1) / GEMM_NG;
-    int64_t n_chunks = (m + GEMM_MC - 1) / GEMM_MC;
-    int64_t items = n_chunks * n_groups;
-    int nt = m * n * k < 65536 ? 1 : n_threads;
-    if (nt > items && nt > n_panels) nt = (int)(items > n_panels ? items : n_panels);
+    int nt = (double)n_mats * (double)m * (double)n * (double)k < 65536.0 ? 1 : n_threads;
+    /* Half-height chunks when there would be few items per thread (ViT's 197 x 64 outputs make
+     * 5 items of 48 rows: 3 and 2 on 2 threads); the tiling does not change any result. */
+    int64_t mc = GEMM_MC;
+    if (nt > 1 && (m + mc - 1) / mc * n_groups * n_mats < 8 * (int64_t)nt) mc = GEMM_MC / 2;
+    int64_t n_chunks = (m + mc - 1) / mc;
+    int64_t per = n_chunks * n_groups, items = per * n_mats;
+    int64_t stride = n_panels * GEMM_NR * k; /* floats of one packed B */
+    int64_t to_pack = packed ? 0 : n_mats * n_panels;
+    if (nt > items && nt > to_pack) nt = (int)(items > to_pack ? items : to_pack);
     if (nt < 1) nt = 1;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
+        /* Barriers cost most when the machine is loaded (a descheduled thread holds up the
+         * others): one after the packing only when there is packing, none after the items (the
+         * end of the region joins the threads). */
+        if (to_pack > 0) {
 #pragma omp for schedule(static)
-        for (int64_t p = 0; p < (b ? n_panels : 0); p++)
-            pack_panel(b, ldb, k, n, p, pack);
-            /* Each C element is computed whole by whichever thread takes its item. */
-#pragma omp for schedule(dynamic, 1)
+            for (int64_t t = 0; t < to_pack; t++) {
+                const float *a, *b;
+                float *c;
+                locate(ctx, t / n_panels, &a, &b, &c);
+                pack_panel(b, ldb, k, n, t % n_panels, pack + t / n_panels * stride);
+            }
+        }
+        /* Each C element is computed whole by whichever thread takes its item. */
+#pragma omp for schedule(dynamic, 1) nowait
         for (int64_t it = 0; it < items; it++) {
-            int64_t ch = it / n_groups, g = it % n_groups;
-            int64_t r0 = ch * GEMM_MC, r1 = r0 + GEMM_MC < m ? r0 + GEMM_MC : m;
+            int64_t bi = it / per, ch = it % per / n_groups, g = it % n_groups;
+            int64_t r0 = ch * mc, r1 = r0 + mc < m ? r0 + mc : m;
             int64_t p0 = g * GEMM_NG, p1 = p0 + GEMM_NG < n_panels ? p0 + GEMM_NG : n_panels;
-            gemm_item(r0, r1, p0, p1, n, k, a, lda, pack, c, ldc);
+            const float *a, *b;
+            float *c;
+            locate(ctx, bi, &a, &b, &c);
+            gemm_item(r0, r1, p0, p1, n, k, a, lda, packed ? packed : pack + bi * stride, c, ldc);
         }
     }
 }
 
+/* One matrix: A, B and C as given. */
+struct one_mat {
+    const float *a, *b;
+    float *c;
+};
+
+static void locate_one(const void *ctx, int64_t i, const float **a, const float **b, float **c) {
+    const struct one_mat *o = ctx;
+    (void)i;
+    *a = o->a;
+    *b = o->b;
+    *c = o->c;
+}
+
 void qp_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                  int64_t ldb, float *c, int64_t ldc, float *pack, int n_threads) {
-    gemm_run(m, n, k, a, lda, b, ldb, c, ldc, pack, n_threads);
+    struct one_mat o = {a, b, c};
+    gemm_run(1, m, n, k, locate_one, &o, lda, ldb, ldc, pack, NULL, n_threads);
 }
 
 void qp_gemm_pack(int64_t k, int64_t n, const float *b, int64_t ldb, float *pack) {
@@ -192,7 +234,14 @@ void qp_gemm_pack(int64_t k, int64_t n, const float *b, int64_t ldb, float *pack
 
 void qp_gemm_f32_packed(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                         const float *pack, float *c, int64_t ldc, int n_threads) {
-    gemm_run(m, n, k, a, lda, NULL, 0, c, ldc, (float *)pack, n_threads);
+    struct one_mat o = {a, NULL, c};
+    gemm_run(1, m, n, k, locate_one, &o, lda, 0, ldc, NULL, pack, n_threads);
+}
+
+void qp_gemm_f32_batch(int64_t n_mats, int64_t m, int64_t n, int64_t k, qp_gemm_locate_fn locate,
+                       const void *ctx, int64_t lda, int64_t ldb, int64_t ldc, float *pack,
+                       const float *packed, int n_threads) {
+    gemm_run(n_mats, m, n, k, locate, ctx, lda, ldb, ldc, pack, packed, n_threads);
 }
 
 #else
@@ -214,6 +263,13 @@ void qp_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, c
                  int64_t ldb, float *c, int64_t ldc, float *pack, int n_threads) {
     (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc;
     (void)pack, (void)n_threads;
+}
+
+void qp_gemm_f32_batch(int64_t n_mats, int64_t m, int64_t n, int64_t k, qp_gemm_locate_fn locate,
+                       const void *ctx, int64_t lda, int64_t ldb, int64_t ldc, float *pack,
+                       const float *packed, int n_threads) {
+    (void)n_mats, (void)m, (void)n, (void)k, (void)locate, (void)ctx, (void)lda, (void)ldb;
+    (void)ldc, (void)pack, (void)packed, (void)n_threads;
 }
 
 #endif

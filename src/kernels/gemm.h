@@ -32,4 +32,19 @@ void qp_gemm_pack(int64_t k, int64_t n, const float *b, int64_t ldb, float *pack
 void qp_gemm_f32_packed(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                         const float *pack, float *c, int64_t ldc, int n_threads);
 
+/* Finds matrix i of a batch: its A, B and C (B unused when the batch's B is packed). */
+typedef void (*qp_gemm_locate_fn)(const void *ctx, int64_t i, const float **a, const float **b,
+                                  float **c);
+
+/* n_mats products C_i[m x n] = A_i[m x k] B_i[k x n] (row strides lda, ldb, ldc), located by
+ * `locate(ctx, i, ...)`, in one OpenMP region on n_threads threads (small batches of large
+ * matrices and large batches of small ones alike share out evenly). With `packed` (a B packed
+ * by qp_gemm_pack, borrowed for the call) every product uses it; otherwise each B_i is packed
+ * into `pack`, which holds n_mats * qp_gemm_pack_bytes(k, n) bytes (32-byte aligned). Each
+ * element of C is the same multiply-add chain as in qp_gemm_f32. The A_i, B_i and C_i must not
+ * overlap each other's C. */
+void qp_gemm_f32_batch(int64_t n_mats, int64_t m, int64_t n, int64_t k, qp_gemm_locate_fn locate,
+                       const void *ctx, int64_t lda, int64_t ldb, int64_t ldc, float *pack,
+                       const float *packed, int n_threads);
+
 #endif

@@ -335,3 +335,126 @@ enum qp_status qp_k_avgpool_run(const struct qp_krun *r) {
     }
     return QP_OK;
 }
+
+/* ---- MaxPool fast path ----------------------------------------------------------------------
+ * float, 1-D and 2-D windows without dilation, no Indices output: each output's in-bounds tap
+ * range is computed once, and the taps are visited in the reference's order (rows, then
+ * columns) with the reference's rule (the first tap, then any strictly greater one), so NaN,
+ * -0 and +0 come out as in the reference. Outputs whose window lies inside the row are computed
+ * 8 at a time with AVX2 for strides 1 and 2: _mm256_max_ps(v, best) is `v > best ? v : best`,
+ * the same rule lane by lane. OpenMP over output rows of all planes. */
+
+/* Outputs [*lo, *hi) of a row whose window [o * s - p, o * s - p + k) lies inside [0, n). */
+static void max_inner(int64_t n_out, int64_t k, int64_t st, int64_t p, int64_t n, int64_t *lo,
+                      int64_t *hi) {
+    int64_t a = (p + st - 1) / st, b = n - k + p >= 0 ? (n - k + p) / st + 1 : 0;
+    if (b > n_out) b = n_out;
+    if (a > b) a = b;
+    *lo = a;
+    *hi = b;
+}
+
+/* One output: rows [h_lo, h_hi) and columns [w_lo, w_hi) of the window at (h0, w0). */
+static inline float max_one(const float *xp, int64_t in_w, int64_t h0, int64_t h_lo, int64_t h_hi,
+                            int64_t w0, int64_t w_lo, int64_t w_hi) {
+    float best = -INFINITY;
+    int first = 1;
+    for (int64_t kh = h_lo; kh < h_hi; kh++) {
+        const float *xr = xp + (h0 + kh) * in_w + w0;
+        for (int64_t kw = w_lo; kw < w_hi; kw++)
+            if (first || xr[kw] > best) {
+                best = xr[kw];
+                first = 0;
+            }
+    }
+    return best;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+/* 8 outputs at columns w0, w0 + st, ... (st 1 or 2), all window columns in bounds. */
+__attribute__((target("avx2"))) static void max8_avx2(const float *xp, int64_t in_w, int64_t h0,
+                                                      int64_t h_lo, int64_t h_hi, int64_t w0,
+                                                      int64_t kw_n, int64_t st, float *y) {
+    __m256 best = _mm256_setzero_ps();
+    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    int first = 1;
+    for (int64_t kh = h_lo; kh < h_hi; kh++) {
+        const float *xr = xp + (h0 + kh) * in_w + w0;
+        for (int64_t kw = 0; kw < kw_n; kw++) {
+            __m256 v;
+            if (st == 1) {
+                v = _mm256_loadu_ps(xr + kw);
+            } else {
+                /* even lanes of 16 floats: the last one read is xr[kw + 14] */
+                __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(xr + kw), even);
+                __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(xr + kw + 8), even);
+                v = _mm256_permute2f128_ps(lo, hi, 0x20);
+            }
+            best = first ? v : _mm256_max_ps(v, best);
+            first = 0;
+        }
+    }
+    _mm256_storeu_ps(y, best);
+}
+#endif
+
+enum qp_status qp_k_maxpool_fast_run(const struct qp_krun *r) {
+    const struct pool_state *s = r->state;
+    int has_ind = r->n_out > 1 && r->out[1];
+    if (!s->is_max || has_ind || r->in[0]->dtype != QP_DTYPE_FLOAT || s->in3[0] != 1 ||
+        s->k3[0] != 1 || s->out3[0] != 1 || s->p3[0] != 0 || s->pe3[0] != 0 || s->d3[1] != 1 ||
+        s->d3[2] != 1)
+        return qp_k_maxpool_run(r);
+    const float *x = r->in[0]->data;
+    float *y = r->out[0]->data;
+    int64_t oh_n = s->out3[1], ow_n = s->out3[2], rows = s->planes * oh_n;
+    int64_t in_h = s->in3[1], in_w = s->in3[2], kh_n = s->k3[1], kw_n = s->k3[2];
+    int64_t sh = s->s3[1], sw = s->s3[2], ph = s->p3[1], pw = s->p3[2];
+    int64_t in_lo, in_hi;
+    max_inner(ow_n, kw_n, sw, pw, in_w, &in_lo, &in_hi);
+    int vec = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    vec = (sw == 1 || sw == 2) && kw_n >= 1 && qp_vf_have_avx2();
+#endif
+    int nt = s->planes * s->out_sz < 4096 ? 1 : r->n_threads;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        qp_ksplit(rows, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        for (int64_t row = lo; row < hi; row++) {
+            int64_t pl = row / oh_n, oh = row % oh_n;
+            const float *xp = x + pl * s->in_sz;
+            float *yr = y + row * ow_n;
+            int64_t h0 = oh * sh - ph, h_lo, h_hi, h_pad;
+            avg_range(h0, kh_n, in_h, ph, s->pe3[1], &h_lo, &h_hi, &h_pad);
+            int64_t ow = 0;
+            for (; ow < ow_n; ow++) {
+                if (vec && ow >= in_lo && ow + 8 <= in_hi - (sw == 2) && h_hi > h_lo) break;
+                int64_t w0 = ow * sw - pw, w_lo, w_hi, w_pad;
+                avg_range(w0, kw_n, in_w, pw, s->pe3[2], &w_lo, &w_hi, &w_pad);
+                yr[ow] = max_one(xp, in_w, h0, h_lo, h_hi, w0, w_lo, w_hi);
+            }
+#if defined(__x86_64__) || defined(__i386__)
+            /* with stride 2 a vector reads one float past its last window, so it also needs
+             * the next output's window inside the row */
+            int64_t v_hi = in_hi - (sw == 2);
+            for (; vec && ow + 8 <= v_hi; ow += 8)
+                max8_avx2(xp, in_w, h0, h_lo, h_hi, ow * sw - pw, kw_n, sw, yr + ow);
+            /* the rest of the inner outputs: one more vector, overlapping the last one (the
+             * outputs it recomputes get the same values) */
+            if (vec && ow < v_hi && v_hi - 8 >= in_lo && h_hi > h_lo) {
+                max8_avx2(xp, in_w, h0, h_lo, h_hi, (v_hi - 8) * sw - pw, kw_n, sw, yr + v_hi - 8);
+                ow = v_hi;
+            }
+#endif
+            for (; ow < ow_n; ow++) {
+                int64_t w0 = ow * sw - pw, w_lo, w_hi, w_pad;
+                avg_range(w0, kw_n, in_w, pw, s->pe3[2], &w_lo, &w_hi, &w_pad);
+                yr[ow] = max_one(xp, in_w, h0, h_lo, h_hi, w0, w_lo, w_hi);
+            }
+        }
+    }
+    return QP_OK;
+}

@@ -4,10 +4,11 @@
  *   plain-C code bit-identical, results independent of an element's position; the Exp, Erf,
  *   Sigmoid, Tanh and Gelu rows against their libm reference;
  *   gemm.c (MatMul) against a double-precision product on edge shapes, 1, 2 and 3 threads bit
- *   for bit, and equal to a sequential float fused multiply-add chain;
+ *   for bit, and equal to a sequential float fused multiply-add chain; MatMul's batched paths
+ *   (B packed at prepare, every batch's B packed in one region) likewise;
  *   LayerNormalization and GlobalAveragePool (sums over 8 accumulators) against their
  *   references;
- *   AveragePool's 1-D/2-D path, bit-identical to the general kernel;
+ *   AveragePool's and MaxPool's 1-D/2-D paths, bit-identical to the general kernel;
  *   Softmax on vecmath (AVX2 and plain C bit for bit, against double precision) and its
  *   finite pre-check (skips the NaN-row scan) on large tensors, against the reference;
  *   Transpose's batched 2-D and whole-run paths against a naive permutation;
@@ -372,6 +373,89 @@ static void test_gemm(void **state) {
     free(pack);
 }
 
+/* MatMul's row on gemm.c with batches: B packed at prepare (shared constant B), every batch's
+ * B packed into the scratch in one region (per-batch or broadcast B), and a shared non-constant
+ * B; 1, 2 and 3 threads bit for bit, every element the in-order fused multiply-add chain. */
+static void test_matmul_batched(void **state) {
+    (void)state;
+    if (!qp_gemm_available()) return;
+    static const struct {
+        int ra, rb;
+        int64_t da[4], db[4];
+        int b_const;
+    } cases[] = {
+        {4, 4, {1, 3, 197, 64}, {1, 3, 64, 197}, 0},  /* ViT attention scores */
+        {4, 4, {1, 3, 197, 197}, {1, 3, 197, 64}, 0}, /* attention times V */
+        {4, 3, {2, 1, 5, 33}, {3, 33, 17}, 1},        /* broadcast batch, constant B */
+        {3, 2, {4, 40, 64}, {64, 70}, 1},             /* folded, B packed at prepare */
+        {3, 2, {3, 7, 20}, {20, 9}, 0},               /* folded, non-constant B */
+        {3, 3, {1, 5, 8}, {6, 8, 3}, 0},              /* A broadcast over B's batch */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        uint64_t na = 1, nb = 1;
+        for (int i = 0; i < cases[c].ra; i++)
+            na *= (uint64_t)cases[c].da[i];
+        for (int i = 0; i < cases[c].rb; i++)
+            nb *= (uint64_t)cases[c].db[i];
+        float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b);
+        assert_non_null(a);
+        assert_non_null(b);
+        for (uint64_t i = 0; i < na; i++)
+            a[i] = frand();
+        for (uint64_t i = 0; i < nb; i++)
+            b[i] = frand();
+        struct qp_kt in[2] = {kt(QP_DTYPE_FLOAT, cases[c].ra, cases[c].da, a),
+                              kt(QP_DTYPE_FLOAT, cases[c].rb, cases[c].db, b)};
+        in[0].is_const = 0;
+        in[1].is_const = cases[c].b_const;
+        struct prepared pp;
+        prep_node(&pp, "MatMul", 13, NULL, 0, 2, in);
+        const struct qp_kernel *k = qp_kernel_find("", "MatMul", 13);
+        float *y1 = run_prepared(&pp, k->run, 1);
+        float *y2 = run_prepared(&pp, k->run, 2);
+        float *y3 = run_prepared(&pp, k->run, 3);
+        assert_memory_equal(y1, y2, pp.out.nbytes);
+        assert_memory_equal(y1, y3, pp.out.nbytes);
+        /* C[bi] = A[bi] B[bi] with numpy broadcasting of the batch dims (rank <= 4 here) */
+        int ro = pp.out.rank;
+        int64_t m = pp.out.dims[ro - 2], n = pp.out.dims[ro - 1],
+                kk = cases[c].db[cases[c].rb - 1 - 1];
+        int64_t ob[2] = {1, 1}, ab[2] = {1, 1}, bb[2] = {1, 1};
+        for (int d = 0; d < ro - 2; d++)
+            ob[2 - (ro - 2) + d] = pp.out.dims[d];
+        for (int d = 0; d < cases[c].ra - 2; d++)
+            ab[2 - (cases[c].ra - 2) + d] = cases[c].da[d];
+        for (int d = 0; d < cases[c].rb - 2; d++)
+            bb[2 - (cases[c].rb - 2) + d] = cases[c].db[d];
+        for (int64_t i0 = 0; i0 < ob[0]; i0++)
+            for (int64_t i1 = 0; i1 < ob[1]; i1++) {
+                int64_t ai = (ab[0] > 1 ? i0 : 0) * ab[1] + (ab[1] > 1 ? i1 : 0);
+                int64_t bi = (bb[0] > 1 ? i0 : 0) * bb[1] + (bb[1] > 1 ? i1 : 0);
+                const float *am = a + ai * m * kk, *bm = b + bi * kk * n;
+                const float *cm = y1 + (i0 * ob[1] + i1) * m * n;
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++) {
+                        float chain = 0.0f;
+                        for (int64_t q = 0; q < kk; q++)
+                            chain = fmaf(am[i * kk + q], bm[q * n + j], chain);
+                        if (memcmp(&chain, &cm[i * n + j], sizeof chain)) {
+                            fprintf(stderr,
+                                    "MatMul case %zu batch %lld: C[%lld,%lld] %.9g vs %.9g\n", c,
+                                    (long long)(i0 * ob[1] + i1), (long long)i, (long long)j,
+                                    cm[i * n + j], chain);
+                            fail();
+                        }
+                    }
+            }
+        free(y1);
+        free(y2);
+        free(y3);
+        free(pp.p.state);
+        free(a);
+        free(b);
+    }
+}
+
 /* ---- LayerNormalization, GlobalAveragePool ------------------------------------------------- */
 
 /* got vs reference: NaN where the reference has NaN, else close (the sums are reordered). */
@@ -513,6 +597,84 @@ static void test_avgpool_fast(void **state) {
         free(want);
         free(y1);
         free(y2);
+        free(pp.p.state);
+        free(x);
+    }
+}
+
+/* ---- MaxPool ------------------------------------------------------------------------------ */
+
+/* The float 1-D/2-D path (AVX2 for strides 1 and 2) against the general kernel, bit for bit
+ * (NaN, -inf, -0 and +0 included: the first tap wins ties), and int8/uint8 through the same
+ * row. */
+static void test_maxpool_fast(void **state) {
+    (void)state;
+    static const struct {
+        int rank;
+        int64_t dims[5], k[3], stride[3], pads[6], dil[3];
+        int ceil;
+        enum qp_dtype dt;
+    } cases[] = {
+        {4, {1, 64, 112, 112}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 0, QP_DTYPE_FLOAT}, /* ResNet
+                                                                                          */
+        {4, {2, 3, 9, 41}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 0, QP_DTYPE_FLOAT},
+        {4, {1, 4, 10, 37}, {2, 3}, {2, 2}, {0, 1, 1, 2}, {1, 1}, 1, QP_DTYPE_FLOAT},
+        {4, {1, 4, 10, 38}, {2, 3}, {2, 2}, {0, 1, 1, 2}, {1, 1}, 0, QP_DTYPE_FLOAT},
+        {4, {1, 2, 5, 40}, {5, 5}, {1, 1}, {2, 2, 2, 2}, {1, 1}, 0, QP_DTYPE_FLOAT},
+        {4, {1, 3, 20, 50}, {2, 4}, {3, 3}, {1, 1, 1, 1}, {1, 1}, 1, QP_DTYPE_FLOAT}, /* scalar */
+        {4, {1, 3, 8, 34}, {1, 1}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 0, QP_DTYPE_FLOAT},
+        {3, {2, 5, 67}, {4}, {2}, {2, 1}, {1}, 1, QP_DTYPE_FLOAT},
+        {3, {2, 5, 67}, {3}, {1}, {1, 1}, {1}, 0, QP_DTYPE_FLOAT},
+        {4, {1, 3, 12, 12}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {2, 2}, 0, QP_DTYPE_FLOAT}, /* dilated */
+        {5,
+         {1, 2, 4, 5, 6},
+         {2, 2, 2},
+         {1, 2, 2},
+         {0, 0, 0, 1, 1, 1},
+         {1, 1, 1},
+         0,
+         QP_DTYPE_FLOAT}, /* 3-D: general */
+        {4, {1, 8, 30, 30}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 0, QP_DTYPE_INT8},
+        {4, {1, 8, 30, 30}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 1, QP_DTYPE_UINT8},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int nsp = cases[c].rank - 2;
+        uint64_t n = 1;
+        for (int i = 0; i < cases[c].rank; i++)
+            n *= (uint64_t)cases[c].dims[i];
+        float *x = malloc(n * sizeof *x);
+        assert_non_null(x);
+        fill_special(x, n);
+        if (c == 1) /* a plane of -inf, and zeros of both signs competing */
+            for (uint64_t i = 0; i < n; i++)
+                x[i] = i < 9 * 41 ? -INFINITY : (urand() % 2 ? -0.0f : 0.0f);
+        if (cases[c].dt != QP_DTYPE_FLOAT)
+            for (uint64_t i = 0; i < n; i++)
+                ((uint8_t *)x)[i] = (uint8_t)urand();
+        struct qp_kt in[1] = {kt(cases[c].dt, cases[c].rank, cases[c].dims, x)};
+        in[0].is_const = 0;
+        struct qp_attr attrs[5] = {
+            {.name = "kernel_shape", .type = QP_ATTR_INTS, .n = (size_t)nsp, .ints = cases[c].k},
+            {.name = "strides", .type = QP_ATTR_INTS, .n = (size_t)nsp, .ints = cases[c].stride},
+            {.name = "pads", .type = QP_ATTR_INTS, .n = (size_t)(2 * nsp), .ints = cases[c].pads},
+            {.name = "dilations", .type = QP_ATTR_INTS, .n = (size_t)nsp, .ints = cases[c].dil},
+            {.name = "ceil_mode", .type = QP_ATTR_INT, .i = cases[c].ceil}};
+        struct prepared pp;
+        prep_node(&pp, "MaxPool", 12, attrs, 5, 1, in);
+        const struct qp_kernel *k = qp_kernel_find("", "MaxPool", 12);
+        float *want = run_prepared(&pp, qp_k_maxpool_run, 1);
+        float *y1 = run_prepared(&pp, k->run, 1);
+        float *y2 = run_prepared(&pp, k->run, 2);
+        float *y3 = run_prepared(&pp, k->run, 3);
+        if (memcmp(y1, want, pp.out.nbytes) || memcmp(y2, want, pp.out.nbytes) ||
+            memcmp(y3, want, pp.out.nbytes)) {
+            fprintf(stderr, "MaxPool case %zu differs from the general kernel\n", c);
+            fail();
+        }
+        free(want);
+        free(y1);
+        free(y2);
+        free(y3);
         free(pp.p.state);
         free(x);
     }
@@ -789,10 +951,12 @@ int main(void) {
         cmocka_unit_test(test_vecmath_avx2_equals_portable),
         cmocka_unit_test(test_vecmath_rows),
         cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_matmul_batched),
         cmocka_unit_test(test_transpose_fast),
         cmocka_unit_test(test_softmax_rows),
         cmocka_unit_test(test_softmax_finite_check),
         cmocka_unit_test(test_avgpool_fast),
+        cmocka_unit_test(test_maxpool_fast),
         cmocka_unit_test(test_layernorm_fast),
         cmocka_unit_test(test_global_avgpool_fast),
         cmocka_unit_test(test_resize_fast),
