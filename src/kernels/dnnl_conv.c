@@ -16,6 +16,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,7 +63,18 @@ struct dnnl_conv_state {
      * primitive's blocked layouts already, not NCHW. */
     int src_blocked, dst_blocked, res_blocked;
     int small; /* fewer multiply-adds than QP_CONV_SMALL_MACS: one thread */
+    /* qp_dnnl_conv_defer_prepare: geometry only, no primitive, no weights; the runtime
+     * replaces it by a full state (fused or plain) before anything runs. */
+    int deferred;
+    /* ConvTranspose: the bias and the post-operations run in C on the primitive's destination
+     * (epilogue), whose layout is channel blocks of `blk` (1: plain) with outer strides
+     * ep_sn (batch) and ep_sc (channel block), spatial positions `blk` apart. */
+    int epilogue;
+    int64_t blk, ep_sn, ep_sc;
 };
+
+/* Weight reorders done by prepare, process-wide (qp_dnnl_conv_weight_reorders). */
+static atomic_size_t n_weight_reorders;
 
 /* Below this many multiply-adds (about 20 us on one AVX2 core) a convolution runs on one
  * thread. */
@@ -272,6 +284,91 @@ static size_t entry_scratch(const struct conv_entry *e, size_t *off_dst, size_t 
     return a + b + qp_dnnl_align(e->scr_bytes);
 }
 
+/* The epilogue's view of a destination layout: 0 unless channels come in blocks of one size
+ * (or none) and the spatial positions are dense, in order, `blk` elements apart. */
+static int epilogue_layout(const dnnl_memory_desc_t *md, int64_t *blk, int64_t *sn, int64_t *sc) {
+    if (md->format_kind != dnnl_blocked || md->ndims < 3) return 0;
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    if (b->inner_nblks > 1 || (b->inner_nblks == 1 && b->inner_idxs[0] != 1)) return 0;
+    int64_t k = b->inner_nblks ? b->inner_blks[0] : 1;
+    int nd = md->ndims;
+    if (b->strides[nd - 1] != k) return 0;
+    for (int i = nd - 2; i >= 2; i--)
+        if (b->strides[i] != b->strides[i + 1] * md->padded_dims[i + 1]) return 0;
+    *blk = k;
+    *sn = b->strides[0];
+    *sc = b->strides[1];
+    return 1;
+}
+
+/* Pixels per epilogue task. */
+#define EP_CHUNK 1024
+
+/* bias + post-operations on a destination laid out as epilogue_layout describes, in memory
+ * order, one operation at a time over a chunk (the same float operations, in the same order, as
+ * qp_conv_post_ref), channels of a partial last block (padding) left alone. Every element is
+ * computed alike whatever the thread count. */
+static void run_epilogue(const struct dnnl_conv_state *s, float *y, const float *bias,
+                         int n_threads) {
+    int64_t n = s->ref.n, m = s->ref.m, sp = s->ref.out_sz, blk = s->blk;
+    int64_t nb = (m + blk - 1) / blk, nch = (sp + EP_CHUNK - 1) / EP_CHUNK, tasks = n * nb * nch;
+    int nt = n * m * sp < 65536 ? 1 : n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t ch = t % nch, cb = t / nch % nb, b = t / nch / nb, c0 = cb * blk;
+        int64_t p0 = ch * EP_CHUNK, p1 = p0 + EP_CHUNK < sp ? p0 + EP_CHUNK : sp;
+        float *v = y + b * s->ep_sn + cb * s->ep_sc + p0 * blk;
+        int64_t len = (p1 - p0) * blk;
+        if (m - c0 < blk) { /* the partial last block */
+            for (int64_t i = 0; i < len; i += blk)
+                for (int64_t j = 0; j < m - c0; j++)
+                    v[i + j] = qp_conv_post_ref(s->n_post, s->post,
+                                                v[i + j] + (bias ? bias[c0 + j] : 0.0f), 0.0f);
+            continue;
+        }
+        if (bias && blk == 1) {
+            float a = bias[c0];
+#pragma omp simd
+            for (int64_t i = 0; i < len; i++)
+                v[i] = v[i] + a;
+        } else if (bias) {
+            const float *bb = bias + c0;
+            for (int64_t i = 0; i < len; i += blk)
+#pragma omp simd
+                for (int64_t j = 0; j < blk; j++)
+                    v[i + j] = v[i + j] + bb[j];
+        }
+        for (int k = 0; k < s->n_post; k++) {
+            const struct qp_conv_post *q = &s->post[k];
+            float al = q->alpha, be = q->beta;
+            switch (q->kind) {
+            case QP_CONV_POST_LINEAR:
+#pragma omp simd
+                for (int64_t i = 0; i < len; i++)
+                    v[i] = al * v[i] + be;
+                break;
+            case QP_CONV_POST_RELU:
+                /* x > 0 ? x : al * x as a bit select: GCC does not vectorize the conditional
+                 * ("control flow in loop"), and a max would change -0 and NaN. */
+#pragma omp simd
+                for (int64_t i = 0; i < len; i++) {
+                    float x = v[i], neg = al * x;
+                    uint32_t xb, negb, keep = 0u - (uint32_t)(x > 0);
+                    memcpy(&xb, &x, sizeof xb);
+                    memcpy(&negb, &neg, sizeof negb);
+                    uint32_t r = (xb & keep) | (negb & ~keep);
+                    memcpy(&v[i], &r, sizeof r);
+                }
+                break;
+            default: /* the rest, one operation at a time through the reference */
+                for (int64_t i = 0; i < len; i++)
+                    v[i] = qp_conv_post_ref(1, q, v[i], 0.0f);
+                break;
+            }
+        }
+    }
+}
+
 static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
                               const struct qp_conv_post *post) {
     struct qp_conv_state ref;
@@ -291,13 +388,25 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
         key.post_beta[i] = post[i].beta;
     }
     key.n_post = n_post;
+    /* oneDNN 2.6 computes a deconvolution as a backward-data convolution and adds the bias and
+     * post-ops with reference loops (PaddleOCR det's 320x320x24 layer: 250 ms instead of
+     * 2.5 ms), so a ConvTranspose gives neither to oneDNN: the epilogue does both in C. A
+     * residual (SUM) is not taken there. */
+    if (transpose) {
+        if (has_sum)
+            return qp_error_set(p->err, QP_ERR_INTERNAL, "ConvTranspose: no residual post-op");
+        memset(key.post_kind, 0, sizeof key.post_kind);
+        memset(key.post_alpha, 0, sizeof key.post_alpha);
+        memset(key.post_beta, 0, sizeof key.post_beta);
+        key.n_post = 0;
+    }
     int usable = qp_dnnl_enabled() && p->in[1]->is_const && (!ref.has_bias || p->in[2]->is_const);
     struct conv_entry *e = NULL;
     if (usable) {
         key.transpose = transpose;
         key.nthr = qp_dnnl_default_threads();
         key.nsp = ref.w.nsp;
-        key.has_bias = ref.has_bias;
+        key.has_bias = transpose ? 0 : ref.has_bias;
         key.n = ref.n;
         key.c = ref.c;
         key.m = ref.m;
@@ -318,6 +427,10 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
         }
         e = entry_for(&key, key.nthr);
     }
+    int64_t blk = 1, ep_sn = 0, ep_sc = 0;
+    if (e && transpose && (ref.has_bias || n_post) &&
+        !epilogue_layout(&e->dst, &blk, &ep_sn, &ep_sc))
+        e = NULL; /* reference kernel */
     size_t off_dst = 0, off_scr = 0, scratch = 0, wei_bytes = 0;
     struct conv_entry *e1 = NULL;
     if (e) {
@@ -341,6 +454,10 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
                    (double)ref.k_sz <
                (double)QP_CONV_SMALL_MACS;
     if (n_post) memcpy(s->post, post, (size_t)n_post * sizeof *post);
+    s->epilogue = transpose && (ref.has_bias || n_post);
+    s->blk = blk;
+    s->ep_sn = ep_sn;
+    s->ep_sc = ep_sc;
     p->state = s;
     if (!e) return QP_OK;
     s->key = key;
@@ -356,6 +473,7 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
     dnnl_memory_set_data_handle(e->m_uwei, p->in[1]->data);
     dnnl_memory_set_data_handle(e->m_wei, (char *)s + head);
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, e->m_uwei}, {DNNL_ARG_TO, e->m_wei}};
+    atomic_fetch_add(&n_weight_reorders, 1);
     dnnl_status_t rc = dnnl_primitive_execute(e->rwei, e->stream, 2, args);
     if (rc == dnnl_success) rc = dnnl_stream_wait(e->stream);
     qp_dnnl_threads_pop(saved);
@@ -374,10 +492,27 @@ enum qp_status qp_k_dnnl_conv_transpose_prepare(struct qp_kprep *p) {
     return prepare(p, 1, 0, NULL);
 }
 
-enum qp_status qp_dnnl_conv_fused_prepare(struct qp_kprep *p, int n_post,
+enum qp_status qp_dnnl_conv_fused_prepare(struct qp_kprep *p, int transpose, int n_post,
                                           const struct qp_conv_post *post) {
     if (n_post && !post) return qp_error_set(p->err, QP_ERR_INTERNAL, "no post-operations");
-    return prepare(p, 0, n_post, post);
+    return prepare(p, transpose ? 1 : 0, n_post, post);
+}
+
+enum qp_status qp_dnnl_conv_defer_prepare(struct qp_kprep *p, int transpose) {
+    struct qp_conv_state ref;
+    enum qp_status st = qp_conv_geometry(p, transpose ? 1 : 0, &ref);
+    if (st) return st;
+    struct dnnl_conv_state *s = calloc(1, sizeof *s);
+    if (!s) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    s->ref = ref;
+    s->deferred = 1;
+    p->state = s;
+    p->scratch = 0;
+    return QP_OK;
+}
+
+int qp_dnnl_conv_state_deferred(const void *state) {
+    return state && ((const struct dnnl_conv_state *)state)->deferred;
 }
 
 float qp_conv_post_ref(int n_post, const struct qp_conv_post *post, float x, float residual) {
@@ -429,6 +564,9 @@ static enum qp_status run_ref(const struct qp_krun *r, int transpose) {
 
 static enum qp_status run(const struct qp_krun *r, int transpose) {
     const struct dnnl_conv_state *s = r->state;
+    if (s->deferred)
+        return qp_error_set(r->err, QP_ERR_INTERNAL, "%s run before it was prepared",
+                            transpose ? "ConvTranspose" : "Conv");
     struct conv_entry *e = NULL;
     int blocked = s->src_blocked || s->dst_blocked || s->res_blocked;
     /* A small convolution runs on one thread whatever the session's count: a parallel region
@@ -454,7 +592,7 @@ static enum qp_status run(const struct qp_krun *r, int transpose) {
     dnnl_memory_set_data_handle(e->m_usrc, x);
     dnnl_memory_set_data_handle(e->m_src, rsrc ? scratch : x);
     dnnl_memory_set_data_handle(e->m_wei, (char *)s + s->wei_off);
-    if (s->ref.has_bias) dnnl_memory_set_data_handle(e->m_bias, r->in[2]->data);
+    if (s->key.has_bias) dnnl_memory_set_data_handle(e->m_bias, r->in[2]->data);
     dnnl_memory_set_data_handle(e->m_dst, dbuf);
     dnnl_memory_set_data_handle(e->m_udst, y);
     if (e->scr_bytes) dnnl_memory_set_data_handle(e->m_scr, scratch + s->off_scr);
@@ -482,7 +620,13 @@ static enum qp_status run(const struct qp_krun *r, int transpose) {
                                {DNNL_ARG_SCRATCHPAD, e->m_scr},
                                {DNNL_ARG_BIAS, e->m_bias}};
     if (rc == dnnl_success)
-        rc = dnnl_primitive_execute(e->prim, e->stream, s->ref.has_bias ? 5 : 4, args);
+        rc = dnnl_primitive_execute(e->prim, e->stream, s->key.has_bias ? 5 : 4, args);
+    if (rc == dnnl_success && s->epilogue) {
+        rc = dnnl_stream_wait(e->stream);
+        /* The primitive ran with e->nthr threads; the epilogue's split cannot change results. */
+        if (rc == dnnl_success)
+            run_epilogue(s, dbuf, s->ref.has_bias ? r->in[2]->data : NULL, e->nthr);
+    }
     if (rc == dnnl_success && rdst) {
         dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, e->m_dst}, {DNNL_ARG_TO, e->m_udst}};
         rc = dnnl_primitive_execute(e->rdst, e->stream, 2, a);
@@ -502,6 +646,10 @@ enum qp_status qp_k_dnnl_conv_run(const struct qp_krun *r) {
 
 enum qp_status qp_k_dnnl_conv_transpose_run(const struct qp_krun *r) {
     return run(r, 1);
+}
+
+size_t qp_dnnl_conv_weight_reorders(void) {
+    return atomic_load(&n_weight_reorders);
 }
 
 int qp_dnnl_conv_state_uses_dnnl(const void *state) {

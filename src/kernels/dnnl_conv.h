@@ -41,15 +41,22 @@ struct qp_conv_post {
     float alpha, beta;
 };
 
-/* Prepares a fused Conv: p->node is the Conv node, p->in[0..2] its input, weights and bias
- * (both plan-time constants: BatchNormalization and per-channel scales already folded in, by
- * the caller), p->n_in 3; `post` (n_post <= QP_CONV_MAX_POST, at most one SUM) follows. The
- * run (qp_k_dnnl_conv_run) then takes 4 inputs, the 4th the residual of a SUM (NULL without
- * one). When oneDNN cannot take the node, the state runs the reference convolution and the
- * post-operations in C (qp_dnnl_conv_state_uses_dnnl tells which: the fusion pass only fuses
- * onto oneDNN). */
-enum qp_status qp_dnnl_conv_fused_prepare(struct qp_kprep *p, int n_post,
+/* Prepares a fused Conv (transpose 0) or ConvTranspose (1): p->node is the node, p->in[0..2]
+ * its input, weights and bias (both plan-time constants: BatchNormalization and per-channel
+ * scales already folded in, by the caller), p->n_in 3; `post` (n_post <= QP_CONV_MAX_POST, at
+ * most one SUM) follows. The run (qp_k_dnnl_conv_run / qp_k_dnnl_conv_transpose_run) then takes
+ * 4 inputs, the 4th the residual of a SUM (NULL without one). When oneDNN cannot take the node,
+ * the state runs the reference convolution and the post-operations in C
+ * (qp_dnnl_conv_state_uses_dnnl tells which: the fusion pass only fuses onto oneDNN). */
+enum qp_status qp_dnnl_conv_fused_prepare(struct qp_kprep *p, int transpose, int n_post,
                                           const struct qp_conv_post *post);
+
+/* Validates the node and sets output 0's dtype and shape like the registry row's prepare, but
+ * makes no primitive and reorders no weights: the state (qp_dnnl_conv_state_deferred 1) must
+ * be replaced, by a fused state or by the row's prepare, before the step runs (running it is
+ * an error). The fusion pass uses it so that a convolution it fuses is prepared once. */
+enum qp_status qp_dnnl_conv_defer_prepare(struct qp_kprep *p, int transpose);
+int qp_dnnl_conv_state_deferred(const void *state);
 
 /* The reference meaning of `post` on one value (residual: the SUM operand). */
 float qp_conv_post_ref(int n_post, const struct qp_conv_post *post, float x, float residual);
@@ -66,6 +73,10 @@ float qp_conv_post_ref(int n_post, const struct qp_conv_post *post, float x, flo
 const void *qp_dnnl_conv_blocked_dst(const void *state, size_t *bytes_out);
 int qp_dnnl_conv_accepts(const void *state, int input, const void *md);
 void qp_dnnl_conv_set_blocked(void *state, int input, int on);
+
+/* Weight reorders the prepares of this process have done, one per prepared convolution on
+ * oneDNN (tests: a fused convolution is prepared once). */
+size_t qp_dnnl_conv_weight_reorders(void);
 
 /* 1 when a state made by the Conv/ConvTranspose registry rows runs on oneDNN (tests). */
 int qp_dnnl_conv_state_uses_dnnl(const void *state);

@@ -246,8 +246,8 @@ enum qp_status rt_fuse_find(const struct qp_session *s, struct rt_fuse *out, str
     for (size_t k = 0; k < g->n_topo; k++) {
         int h = g->topo[k];
         const struct qp_node *n = &g->nodes[h];
-        if (taken[h] || !is_op(n, "Conv") || n->n_inputs < 2 || n->inputs[0] < 0 ||
-            cst[n->inputs[0]] || n->inputs[1] < 0 || !cst[n->inputs[1]] ||
+        if (taken[h] || !(is_op(n, "Conv") || is_op(n, "ConvTranspose")) || n->n_inputs < 2 ||
+            n->inputs[0] < 0 || cst[n->inputs[0]] || n->inputs[1] < 0 || !cst[n->inputs[1]] ||
             (n->n_inputs > 2 && n->inputs[2] >= 0 && !cst[n->inputs[2]]) || out0(n) < 0)
             continue;
         int m = grow(&f, h, mem, role, aux);
@@ -314,6 +314,63 @@ static int scalar_is(const struct qp_kt *t, float x) {
 
 static const struct qp_kernel fused_conv_kernel = {
     "", "Conv", 1, 21, QP_DT_F32, 0, 0, NULL, qp_k_dnnl_conv_run};
+static const struct qp_kernel fused_convt_kernel = {
+    "", "ConvTranspose", 1, 21, QP_DT_F32, 0, 0, NULL, qp_k_dnnl_conv_transpose_run};
+
+/* ---- preparing a group's convolution once ------------------------------------------------ */
+
+/* A group's Conv/ConvTranspose is prepared without primitive or weights (deferred): the fused
+ * prepare makes them, and rt_fuse_settle the plain ones for the convolutions left unfused, so
+ * each convolution's weights are reordered once and no unused primitive stays in the cache. */
+static int deferrable(const struct rt_fuse *f, int node, const struct qp_kernel *kr,
+                      const struct qp_kprep *pr) {
+    return f->order && f->grp[node] >= 0 && f->members[f->start[f->grp[node]]] == node &&
+           (kr->prepare == qp_k_dnnl_conv_prepare ||
+            kr->prepare == qp_k_dnnl_conv_transpose_prepare) &&
+           pr->n_in >= 1 && pr->in[0] && !pr->in[0]->is_const;
+}
+
+enum qp_status rt_fuse_prepare(const struct rt_fuse *f, int node, const struct qp_kernel *kr,
+                               struct qp_kprep *pr) {
+    if (!deferrable(f, node, kr, pr)) return kr->prepare(pr);
+    return qp_dnnl_conv_defer_prepare(pr, kr->prepare == qp_k_dnnl_conv_transpose_prepare);
+}
+
+enum qp_status rt_fuse_settle(const struct qp_session *s, struct rt_plan *p, struct qp_error *err) {
+    for (size_t k = 0; k < p->n_steps; k++) {
+        struct rt_step *st = &p->steps[k];
+        /* Only the convolution rows' states are dnnl_conv states. */
+        if (st->kind != RT_STEP_NODE || !st->k ||
+            (st->k->prepare != qp_k_dnnl_conv_prepare &&
+             st->k->prepare != qp_k_dnnl_conv_transpose_prepare) ||
+            !qp_dnnl_conv_state_deferred(st->state))
+            continue;
+        const struct qp_node *n = &s->g->nodes[st->node];
+        struct qp_kprep pr = {.node = n,
+                              .opset = s->opsets[st->node],
+                              .n_in = st->n_in,
+                              .n_out = st->n_out,
+                              .in = (const struct qp_kt *const *)st->in,
+                              .out = st->out,
+                              .err = err,
+                              .missing_const = -1};
+        enum qp_status rc = st->k->prepare(&pr);
+        if (rc != QP_OK) {
+            free(pr.state);
+            return qp_error_prefix(err, "session: node '%s' (%s)", n->name ? n->name : "",
+                                   n->op_type);
+        }
+        free(st->state);
+        st->state = pr.state;
+        st->scratch = (pr.scratch + 63) / 64 * 64;
+        if (st->var) { /* bypass variants: the deferred state was the current one */
+            st->var[st->cur_var].state = pr.state;
+            st->var[st->cur_var].scratch = st->scratch;
+        }
+        if (st->scratch > p->scratch_bytes) p->scratch_bytes = st->scratch;
+    }
+    return QP_OK;
+}
 
 struct folder {
     int64_t m;
@@ -486,6 +543,29 @@ static enum qp_status fused_ovin(const struct qp_session *s, struct rt_plan *p,
     return QP_OK;
 }
 
+/* w1 = w scaled per output channel by mul: Conv weights [M, C/group, k...] have channel m at
+ * axis 0, ConvTranspose weights [C, M/group, k...] channel (c / (C/group)) * M/group + j at
+ * (c, j). */
+static void fold_weights(const struct qp_kt *w, float *w1, int64_t m, int transpose, int64_t group,
+                         const double *mul) {
+    const float *w0 = w->data;
+    if (!transpose) {
+        uint64_t per = w->numel / (uint64_t)m;
+        for (int64_t c = 0; c < m; c++)
+            for (uint64_t i = 0; i < per; i++)
+                w1[(uint64_t)c * per + i] = (float)(w0[(uint64_t)c * per + i] * mul[c]);
+        return;
+    }
+    int64_t cin = w->dims[0], mg = w->dims[1], cg = cin / group;
+    uint64_t per = w->numel / (uint64_t)(cin * mg), at = 0;
+    for (int64_t ci = 0; ci < cin; ci++)
+        for (int64_t j = 0; j < mg; j++) {
+            double k = mul[(ci / cg) * mg + j];
+            for (uint64_t i = 0; i < per; i++, at++)
+                w1[at] = (float)(w0[at] * k);
+        }
+}
+
 /* Folds members 1..len-1 into fo (reset first); 0 when one cannot be taken. */
 static int fold_prefix(struct folder *fo, const struct qp_session *s, const struct rt_plan *p,
                        const int *mem, const int *role, const int *aux, int len,
@@ -520,14 +600,22 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
     for (int i = 0; i < n_mem; i++)
         if (node_step[mem[i]] < (int)first) return QP_OK; /* evaluated at plan time */
     const struct rt_step *hs = &p->steps[node_step[mem[0]]];
-    if (!member_ok(hs, hs) || !qp_dnnl_conv_state_uses_dnnl(hs->state)) return QP_OK;
+    if (!member_ok(hs, hs) ||
+        !(qp_dnnl_conv_state_uses_dnnl(hs->state) || qp_dnnl_conv_state_deferred(hs->state)))
+        return QP_OK;
     /* Overlaid constants (weights, BatchNormalization parameters) are in[] as the bypass flags
      * were at plan time; fusing bakes those flags in (fused_ovin), so toggling them re-plans. */
     const struct qp_kt *x = hs->in[0], *w = hs->in[1];
     const struct qp_kt *b = hs->n_in > 2 ? hs->in[2] : NULL;
     if (!cfloat(w) || (b && !cfloat(b)) || x->dtype != QP_DTYPE_FLOAT || w->rank < 3) return QP_OK;
-    int64_t m = w->dims[0];
-    if (m <= 0 || hs->out[0]->rank < 2 || hs->out[0]->dims[1] != m) return QP_OK;
+    int transpose = is_op(&g->nodes[mem[0]], "ConvTranspose");
+    int64_t group = qp_kattr_int(&g->nodes[mem[0]], "group", 1);
+    /* Output channels: Conv weights are [M, C/group, k...], ConvTranspose's [C, M/group, k...]
+     * (the geometry checked both against the input). */
+    int64_t m = transpose ? w->dims[1] * group : w->dims[0];
+    if (group <= 0 || m <= 0 || (transpose && w->dims[0] % group) || hs->out[0]->rank < 2 ||
+        hs->out[0]->dims[1] != m)
+        return QP_OK;
 
     enum qp_status st = QP_OK;
     struct folder fo = {.m = m, .folding = 1};
@@ -572,15 +660,12 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
         }
         wf = fold ? wt : (struct qp_kt *)w;
         bf = fold || !b ? bt : (struct qp_kt *)b;
+        if (fold) fold_weights(w, wf->data, m, transpose, group, fo.mul);
         if (fold || bf != b) {
-            const float *w0 = w->data, *b0 = b ? b->data : NULL;
-            float *w1 = wf->data, *b1 = bf->data;
-            uint64_t per = w->numel / (uint64_t)m;
-            for (int64_t c = 0; c < m; c++) {
-                for (uint64_t i = 0; fold && i < per; i++)
-                    w1[(uint64_t)c * per + i] = (float)(w0[(uint64_t)c * per + i] * fo.mul[c]);
+            const float *b0 = b ? b->data : NULL;
+            float *b1 = bf->data;
+            for (int64_t c = 0; c < m; c++)
                 b1[c] = (float)((b0 ? b0[c] : 0.0) * fo.mul[c] + fo.add[c]);
-            }
         }
         /* The fused Conv. */
         y = p->steps[node_step[mem[len - 1]]].out[0];
@@ -596,7 +681,7 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
                                .out = pout,
                                .err = &e2,
                                .missing_const = -1};
-        if (qp_dnnl_conv_fused_prepare(&pr, fo.n_post, fo.post) == QP_OK &&
+        if (qp_dnnl_conv_fused_prepare(&pr, transpose, fo.n_post, fo.post) == QP_OK &&
             qp_dnnl_conv_state_uses_dnnl(pr.state)) {
             state = pr.state;
             break;
@@ -659,7 +744,7 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
     memset(fs, 0, sizeof *fs);
     fs->kind = RT_STEP_NODE;
     fs->node = conv;
-    fs->k = &fused_conv_kernel;
+    fs->k = transpose ? &fused_convt_kernel : &fused_conv_kernel;
     fs->state = state;
     fs->n_in = 4;
     fs->n_out = 1;
@@ -695,7 +780,8 @@ done:
 /* ---- blocked layouts between convolutions ------------------------------------------------- */
 
 static int is_conv_step(const struct rt_step *st) {
-    return st->kind == RT_STEP_NODE && st->k && st->k->run == qp_k_dnnl_conv_run &&
+    return st->kind == RT_STEP_NODE && st->k &&
+           (st->k->run == qp_k_dnnl_conv_run || st->k->run == qp_k_dnnl_conv_transpose_run) &&
            !st->n_conv_in && !st->n_conv_out && st->out[0] && st->out[0] == st->val_out[0] &&
            qp_dnnl_conv_state_uses_dnnl(st->state);
 }

@@ -709,7 +709,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
             st = if_plan(s, p, stp, ni_, &fold, err);
             all_const = fold;
         } else {
-            st = kr->prepare(&pr);
+            st = rt_fuse_prepare(&fz, ni_, kr, &pr);
         }
         stp->state = pr.state;
         if (st != QP_OK && pr.missing_const >= 0 && pr.missing_const < n->n_inputs &&
@@ -829,6 +829,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
         goto fail;
     }
     p->n_steps = n_steps;
+    if ((st = rt_fuse_settle(s, p, err))) goto fail;
     /* Fusion moved steps: the steps with bypass variants, by their final indices. */
     p->n_cov_steps = 0;
     for (size_t k = 0; k < n_steps; k++)

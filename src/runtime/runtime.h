@@ -192,6 +192,15 @@ struct rt_fuse {
  * is a branch). QP_ERR_NOMEM only. rt_fuse_free is NULL-safe on a zeroed struct. */
 enum qp_status rt_fuse_find(const struct qp_session *s, struct rt_fuse *out, struct qp_error *err);
 void rt_fuse_free(struct rt_fuse *f);
+/* Prepares node `node` with row `kr` (pr as the row's prepare takes it). The first node of a
+ * group, a Conv or ConvTranspose on oneDNN, gets a deferred state instead (geometry only):
+ * rt_fuse_apply fuses it, or rt_fuse_settle, which the plan calls once every node has its step,
+ * prepares it plainly. */
+enum qp_status rt_fuse_prepare(const struct rt_fuse *f, int node, const struct qp_kernel *kr,
+                               struct qp_kprep *pr);
+/* Replaces every deferred state left in p by the row's prepare (updating the step's and the
+ * plan's scratch). QP_ERR_NOMEM only. */
+enum qp_status rt_fuse_settle(const struct qp_session *s, struct rt_plan *p, struct qp_error *err);
 /* 1 when the environment variable QP_NO_FUSE is set (non-empty, not "0"). */
 int rt_fuse_disabled(void);
 /* Called after group tail `tail` got its step: replaces the steps of the longest prefix of the

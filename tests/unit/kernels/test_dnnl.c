@@ -387,14 +387,17 @@ static void test_conv_nonconst_weights(void **state) {
     free(w);
 }
 
-/* Prepares a fused Conv (3x3, pads 1) with `post` and runs it on x (and residual r) with
- * `threads`; returns the output (malloc'd) and whether oneDNN ran it. */
-static float *fused_run(struct qp_kt *in, const struct qp_kt *res, int n_post,
+/* Prepares a fused Conv or ConvTranspose (transpose 1; 3x3, pads 1) with `post` and runs it on
+ * x (and residual r) with `threads`; returns the output (malloc'd) and whether oneDNN ran it. */
+static float *fused_run(int transpose, struct qp_kt *in, const struct qp_kt *res, int n_post,
                         const struct qp_conv_post *post, int threads, int *uses_out) {
     int64_t pads[4] = {1, 1, 1, 1};
     struct qp_attr attrs[1] = {{.name = "pads", .type = QP_ATTR_INTS, .n = 4, .ints = pads}};
-    struct qp_node node = {
-        .name = "n", .op_type = "Conv", .domain = "", .n_attrs = 1, .attrs = attrs};
+    struct qp_node node = {.name = "n",
+                           .op_type = transpose ? "ConvTranspose" : "Conv",
+                           .domain = "",
+                           .n_attrs = 1,
+                           .attrs = attrs};
     const struct qp_kt *ins[4] = {&in[0], &in[1], &in[2], res};
     struct qp_kt out;
     memset(&out, 0, sizeof out);
@@ -408,7 +411,7 @@ static float *fused_run(struct qp_kt *in, const struct qp_kt *res, int n_post,
                          .out = outs,
                          .err = &err,
                          .missing_const = -1};
-    assert_int_equal(qp_dnnl_conv_fused_prepare(&p, n_post, post), QP_OK);
+    assert_int_equal(qp_dnnl_conv_fused_prepare(&p, transpose, n_post, post), QP_OK);
     float *y = malloc(out.nbytes);
     assert_non_null(y);
     memset(y, 0xCD, out.nbytes);
@@ -423,18 +426,17 @@ static float *fused_run(struct qp_kt *in, const struct qp_kt *res, int n_post,
                         .scratch = scratch,
                         .n_threads = threads,
                         .err = &err};
-    assert_int_equal(qp_k_dnnl_conv_run(&r), QP_OK);
+    assert_int_equal(transpose ? qp_k_dnnl_conv_transpose_run(&r) : qp_k_dnnl_conv_run(&r), QP_OK);
     *uses_out = qp_dnnl_conv_state_uses_dnnl(p.state);
     free(scratch);
     free(p.state);
     return y;
 }
 
-/* Fused Conv post-operations (the runtime's fusion pass): oneDNN's post-ops against the
- * reference convolution followed by qp_conv_post_ref (rtol 1e-4), 1 == 2 threads bit for bit,
- * and the C fallback (weights not constant) equal to the reference exactly. */
-static void test_conv_fused_post(void **state) {
-    (void)state;
+/* Fused Conv and ConvTranspose post-operations (the runtime's fusion pass): oneDNN's post-ops
+ * against the reference convolution followed by qp_conv_post_ref (rtol 1e-4), 1 == 2 threads bit
+ * for bit, and the C fallback (weights not constant) equal to the reference exactly. */
+static void conv_fused_post(int transpose) {
     int64_t dx[4] = {1, 16, 7, 9}, dw[4] = {16, 16, 3, 3}, db[1] = {16};
     uint64_t nx = 16 * 7 * 9;
     float *x = rand_buf(nx), *w = rand_buf(16 * 16 * 9), *b = rand_buf(16), *res = rand_buf(nx);
@@ -453,25 +455,52 @@ static void test_conv_fused_post(void **state) {
         for (int i = 0; i < counts[l]; i++)
             has_sum |= lists[l][i].kind == QP_CONV_POST_SUM;
         struct qp_kt in[3] = {kt(4, dx, x, 0), kt(4, dw, w, 1), kt(1, db, b, 1)};
+        if (transpose && has_sum) {
+            /* A ConvTranspose takes no residual: the fusion pass then fuses a shorter chain. */
+            struct qp_node node = {.name = "n", .op_type = "ConvTranspose", .domain = ""};
+            const struct qp_kt *ins[3] = {&in[0], &in[1], &in[2]};
+            struct qp_kt out;
+            memset(&out, 0, sizeof out);
+            struct qp_kt *outs[1] = {&out};
+            struct qp_error err = {0};
+            struct qp_kprep p = {.node = &node,
+                                 .opset = test_opset,
+                                 .n_in = 3,
+                                 .n_out = 1,
+                                 .in = ins,
+                                 .out = outs,
+                                 .err = &err,
+                                 .missing_const = -1};
+            assert_int_equal(qp_dnnl_conv_fused_prepare(&p, 1, counts[l], lists[l]),
+                             QP_ERR_INTERNAL);
+            assert_null(p.state);
+            continue;
+        }
         float *want;
         uint64_t n;
         int64_t pads[4] = {1, 1, 1, 1};
         struct qp_attr attrs[1] = {{.name = "pads", .type = QP_ATTR_INTS, .n = 4, .ints = pads}};
-        run_kernel(qp_k_conv_prepare, qp_k_conv_run, "Conv", attrs, 1, 3, in, 1, &want, &n, NULL);
+        if (transpose)
+            run_kernel(qp_k_conv_transpose_prepare, qp_k_conv_transpose_run, "ConvTranspose", attrs,
+                       1, 3, in, 1, &want, &n, NULL);
+        else
+            run_kernel(qp_k_conv_prepare, qp_k_conv_run, "Conv", attrs, 1, 3, in, 1, &want, &n,
+                       NULL);
         assert_int_equal(n, nx);
         for (uint64_t i = 0; i < n; i++)
             want[i] = qp_conv_post_ref(counts[l], lists[l], want[i], res[i]);
         int u1, u2, u3;
         const struct qp_kt *r = has_sum ? &resk : NULL;
-        float *y1 = fused_run(in, r, counts[l], lists[l], 1, &u1);
-        float *y2 = fused_run(in, r, counts[l], lists[l], 2, &u2);
+        float *y1 = fused_run(transpose, in, r, counts[l], lists[l], 1, &u1);
+        float *y2 = fused_run(transpose, in, r, counts[l], lists[l], 2, &u2);
         assert_true(u1 && u2);
         char what[64];
-        snprintf(what, sizeof what, "fused Conv, post-op list %zu", l);
+        snprintf(what, sizeof what, "fused %s, post-op list %zu",
+                 transpose ? "ConvTranspose" : "Conv", l);
         assert_close(y1, want, n, 144.0, what);
         assert_memory_equal(y1, y2, n * sizeof *y1);
         in[1].is_const = 0; /* no oneDNN: the reference convolution and the post-ops in C */
-        float *y3 = fused_run(in, r, counts[l], lists[l], 2, &u3);
+        float *y3 = fused_run(transpose, in, r, counts[l], lists[l], 2, &u3);
         assert_false(u3);
         assert_memory_equal(y3, want, n * sizeof *y3);
         free(want);
@@ -485,12 +514,95 @@ static void test_conv_fused_post(void **state) {
     free(res);
 }
 
+static void test_conv_fused_post(void **state) {
+    (void)state;
+    conv_fused_post(0);
+}
+
+static void test_conv_transpose_fused_post(void **state) {
+    (void)state;
+    conv_fused_post(1);
+}
+
+/* A deferred prepare (what the fusion pass gives a convolution it may fuse) validates the node
+ * and sets the output's shape as the full prepare does, but makes nothing to run: running the
+ * state is an error that leaves the output alone. */
+static void test_conv_defer(void **state) {
+    (void)state;
+    int64_t dx[4] = {1, 4, 5, 6}, dw[4] = {4, 2, 3, 3}, strides[2] = {2, 2};
+    float *x = rand_buf(4 * 30), *w = rand_buf(4 * 2 * 9);
+    struct qp_attr attrs[2] = {{.name = "strides", .type = QP_ATTR_INTS, .n = 2, .ints = strides},
+                               {.name = "group", .type = QP_ATTR_INT, .i = 2}};
+    for (int t = 0; t < 2; t++) {
+        struct qp_node node = {.name = "n",
+                               .op_type = t ? "ConvTranspose" : "Conv",
+                               .domain = "",
+                               .n_attrs = 2,
+                               .attrs = attrs};
+        struct qp_kt in[2] = {kt(4, dx, x, 0), kt(4, dw, w, 1)};
+        const struct qp_kt *ins[2] = {&in[0], &in[1]};
+        struct qp_kt out[2];
+        memset(out, 0, sizeof out);
+        struct qp_kt *o0[1] = {&out[0]}, *o1[1] = {&out[1]};
+        struct qp_error err = {0};
+        struct qp_kprep p = {.node = &node,
+                             .opset = test_opset,
+                             .n_in = 2,
+                             .n_out = 1,
+                             .in = ins,
+                             .out = o0,
+                             .err = &err,
+                             .missing_const = -1};
+        assert_int_equal(qp_dnnl_conv_defer_prepare(&p, t), QP_OK);
+        assert_true(qp_dnnl_conv_state_deferred(p.state));
+        assert_false(qp_dnnl_conv_state_uses_dnnl(p.state));
+        assert_int_equal(p.scratch, 0);
+        struct qp_kprep q = p;
+        q.out = o1;
+        q.state = NULL;
+        assert_int_equal(t ? qp_k_dnnl_conv_transpose_prepare(&q) : qp_k_dnnl_conv_prepare(&q),
+                         QP_OK);
+        assert_false(qp_dnnl_conv_state_deferred(q.state));
+        assert_int_equal(out[0].rank, 4);
+        assert_memory_equal(out[0].dims, out[1].dims, sizeof(int64_t) * 4);
+        /* 4 output channels both ways (Conv: W's dim 0; ConvTranspose: dim 1 times group). */
+        assert_int_equal(out[0].dims[1], 4);
+        assert_int_equal(out[0].dims[2], t ? 11 : 2);
+        assert_int_equal(out[0].dims[3], t ? 13 : 2);
+        float y[4 * 11 * 13];
+        y[0] = 42.0f;
+        out[0].data = y;
+        struct qp_krun r = {.node = &node,
+                            .state = p.state,
+                            .n_in = 2,
+                            .n_out = 1,
+                            .in = ins,
+                            .out = o0,
+                            .n_threads = 1,
+                            .err = &err};
+        assert_int_equal(t ? qp_k_dnnl_conv_transpose_run(&r) : qp_k_dnnl_conv_run(&r),
+                         QP_ERR_INTERNAL);
+        assert_non_null(strstr(err.msg, "before it was prepared"));
+        assert_true(y[0] == 42.0f);
+        free(p.state);
+        free(q.state);
+    }
+    free(x);
+    free(w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conv_shapes),           cmocka_unit_test(test_conv_transpose_shapes),
-        cmocka_unit_test(test_matmul_shapes),         cmocka_unit_test(test_gemm_shapes),
-        cmocka_unit_test(test_conv_nonconst_weights), cmocka_unit_test(test_softmax_shapes),
-        cmocka_unit_test(test_binary_shapes),         cmocka_unit_test(test_conv_fused_post),
+        cmocka_unit_test(test_conv_shapes),
+        cmocka_unit_test(test_conv_transpose_shapes),
+        cmocka_unit_test(test_matmul_shapes),
+        cmocka_unit_test(test_gemm_shapes),
+        cmocka_unit_test(test_conv_nonconst_weights),
+        cmocka_unit_test(test_softmax_shapes),
+        cmocka_unit_test(test_binary_shapes),
+        cmocka_unit_test(test_conv_fused_post),
+        cmocka_unit_test(test_conv_transpose_fused_post),
+        cmocka_unit_test(test_conv_defer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,6 +19,7 @@
 
 #include "ir/ir.h"
 #include "qplace/session.h"
+#include "kernels/dnnl_conv.h"
 #include "runtime/runtime.h"
 
 #define C  8
@@ -530,6 +531,201 @@ static void test_fuse_partial(void **state) {
     qp_model_free(m);
 }
 
+/* ---- ConvTranspose groups (PaddleOCR det's head) ------------------------------------------- */
+
+#define TM 4                   /* y's channels */
+#define TN (TM * 16 * HW * HW) /* y: [1, TM, 4 HW, 4 HW] */
+
+static void convt(struct qp_model *m, const char *name, const char *x, const char *w, const char *b,
+                  int pad, int group, int out_pad, const char *out) {
+    struct qp_graph *g = m->graph;
+    int id = node(g, name, "ConvTranspose", b ? 3 : 2, x, w, b, out);
+    struct qp_attr *a = qp_node_add_attr(g, id, "strides", QP_ATTR_INTS);
+    assert_non_null(a);
+    int64_t *v = model_alloc(m, 4 * sizeof *v);
+    v[0] = v[1] = 2;
+    a->ints = v;
+    a->n = 2;
+    if (pad) {
+        a = qp_node_add_attr(g, id, "pads", QP_ATTR_INTS);
+        assert_non_null(a);
+        v = model_alloc(m, 4 * sizeof *v);
+        v[0] = v[1] = v[2] = v[3] = pad;
+        a->ints = v;
+        a->n = 4;
+    }
+    if (out_pad) {
+        a = qp_node_add_attr(g, id, "output_padding", QP_ATTR_INTS);
+        assert_non_null(a);
+        v = model_alloc(m, 2 * sizeof *v);
+        v[0] = v[1] = out_pad;
+        a->ints = v;
+        a->n = 2;
+    }
+    if (group > 1) {
+        a = qp_node_add_attr(g, id, "group", QP_ATTR_INT);
+        assert_non_null(a);
+        a->i = group;
+    }
+}
+
+/* x [1, 8, 6, 6] -> [ct1 (grouped, 6 outputs) ad1 (per channel) bn1 r1] -> [1, 6, 12, 12]
+ *                -> [ct2 (bias, output_padding) ad2 (per channel, first operand) sg] -> y
+ * [1, 4, 24, 24]: two groups, 7 nodes, as PaddleOCR det's ConvTranspose -> Add -> BN -> Relu
+ * and ConvTranspose -> Add -> Sigmoid. */
+static struct qp_model *convt_model(void) {
+    rng_state = 17;
+    struct qp_model *m = qp_model_create();
+    assert_non_null(m);
+    m->opsets = &opset19;
+    m->n_opsets = 1;
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    int x = qp_graph_value(g, "x");
+    g->values[x].dtype = QP_DTYPE_FLOAT;
+    g->values[x].rank = 4;
+    g->values[x].dims = x_dims;
+    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
+    const int64_t w1[4] = {C, 3, 2, 2}, k1[4] = {1, 6, 1, 1}, d6[1] = {6};
+    const int64_t w2[4] = {6, TM, 3, 3}, b2[1] = {TM}, k2[3] = {TM, 1, 1};
+    rand_init(m, "w1", 4, w1, -0.5f, 0.5f);
+    rand_init(m, "k1", 4, k1, -0.3f, 0.3f);
+    const char *bnn[4] = {"bn1_s", "bn1_b", "bn1_m", "bn1_v"};
+    for (int i = 0; i < 4; i++)
+        rand_init(m, bnn[i], 1, d6, i == 3 ? 0.5f : -0.5f, i == 3 ? 2.0f : 1.5f);
+    rand_init(m, "w2", 4, w2, -0.3f, 0.3f);
+    rand_init(m, "b2", 1, b2, -0.2f, 0.2f);
+    rand_init(m, "k2", 3, k2, -0.3f, 0.3f);
+    convt(m, "ct1", "x", "w1", NULL, 0, 2, 0, "ct1o");
+    node(g, "ad1", "Add", 2, "ct1o", "k1", NULL, "ad1o");
+    const char *bin[5] = {"ad1o", bnn[0], bnn[1], bnn[2], bnn[3]}, *bout = "bn1o";
+    assert_int_equal(
+        qp_graph_add_node(g, "bn1", "BatchNormalization", "", 5, bin, 1, &bout, NULL, &err), QP_OK);
+    node(g, "r1", "Relu", 1, "bn1o", NULL, NULL, "r1o");
+    convt(m, "ct2", "r1o", "w2", "b2", 1, 1, 1, "ct2o");
+    node(g, "ad2", "Add", 2, "k2", "ct2o", NULL, "ad2o");
+    node(g, "sg", "Sigmoid", 1, "ad2o", NULL, NULL, "y");
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "y"), &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    return m;
+}
+
+static float ty_a[TN], ty_b[TN];
+
+static void run_t(struct qp_session *s, int partial, float *y) {
+    struct qp_error err = {0};
+    struct qp_array in, a;
+    int64_t dims[4] = {1, C, HW, HW};
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 4, dims, xin, sizeof xin, &err), QP_OK);
+    if (partial)
+        assert_int_equal(qp_session_run_partial(s, &err), QP_OK);
+    else
+        assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    assert_int_equal(qp_session_output(s, 0, &a, &err), QP_OK);
+    assert_int_equal(a.nbytes, sizeof(float) * TN);
+    assert_int_equal(a.rank, 4);
+    assert_int_equal(a.dims[1], TM);
+    assert_int_equal(a.dims[2], 4 * HW);
+    memcpy(y, a.data, a.nbytes);
+}
+
+/* Fused steps computing a ConvTranspose. */
+static int convt_steps(const struct qp_session *s) {
+    int n = 0;
+    for (size_t k = 0; s->last && k < s->last->n_steps; k++) {
+        const struct rt_step *st = &s->last->steps[k];
+        n += st->nodes && strcmp(s->g->nodes[st->node].op_type, "ConvTranspose") == 0;
+    }
+    return n;
+}
+
+static void test_fuse_convt(void **state) {
+    (void)state;
+    struct qp_model *m = convt_model();
+    for (uint32_t seed = 1; seed <= 3; seed++) {
+        fill_x(seed);
+        /* A fused convolution is prepared once: one weight reorder per ConvTranspose, none
+         * for a plain variant. */
+        size_t reorders = qp_dnnl_conv_weight_reorders();
+        struct qp_session *f = session(m, 2);
+        run_t(f, 0, ty_a);
+        assert_int_equal(qp_dnnl_conv_weight_reorders() - reorders, 2);
+        struct qp_session *f1 = session(m, 1);
+        setenv("QP_NO_FUSE", "1", 1);
+        struct qp_session *u = session(m, 2);
+        unsetenv("QP_NO_FUSE");
+        assert_int_equal(fused_steps(f), 2);
+        assert_int_equal(convt_steps(f), 2);
+        assert_int_equal(qp_session_nodes_executed(f), 7);
+        run_t(u, 0, ty_b);
+        assert_int_equal(fused_steps(u), 0);
+        for (int i = 0; i < TN; i++)
+            if (!(fabsf(ty_a[i] - ty_b[i]) <= 1e-5f + 1e-4f * fabsf(ty_b[i])))
+                fail_msg("element %d: fused %.9g, unfused %.9g", i, (double)ty_a[i],
+                         (double)ty_b[i]);
+        assert_true(memcmp(ty_a, ty_b, sizeof ty_a) != 0); /* folding rounds differently */
+        run_t(f1, 0, ty_b);
+        assert_memory_equal(ty_a, ty_b, sizeof ty_a);
+        qp_session_free(f);
+        qp_session_free(f1);
+        qp_session_free(u);
+    }
+    qp_model_free(m);
+}
+
+static void convt_overlays(struct ovp *o) {
+    make_ov(&o[0], "ct1", 0, QP_DTYPE_INT8, 1, 0.02f);   /* the first group's input */
+    make_ov(&o[1], "ct2", 1, QP_DTYPE_INT8, 6, 0.003f);  /* weights, per input channel */
+    make_ov(&o[2], "bn1", 1, QP_DTYPE_UINT8, 1, 0.004f); /* a folded BatchNormalization scale */
+    make_ov(&o[3], "sg", 0, QP_DTYPE_INT8, 1, 0.03f);    /* a chain edge: splits group 2 */
+}
+
+static void test_fuse_convt_overlay_partial(void **state) {
+    (void)state;
+    struct ovp o[4];
+    convt_overlays(o);
+    struct qp_overlay ov[4];
+    for (int i = 0; i < 4; i++)
+        ov[i] = o[i].ov;
+    struct qp_model *m = convt_model(), *mq = convt_model();
+    rewrite_qdq(mq, o, 4);
+    struct qp_error err = {0};
+    fill_x(9);
+    for (int nt = 1; nt <= 2; nt++) {
+        struct qp_session *s = session(m, nt), *q = session(mq, nt);
+        assert_int_equal(qp_session_set_overlays(s, 4, ov, &err), QP_OK);
+        run_t(s, 0, ty_a);
+        run_t(q, 0, ty_b);
+        assert_memory_equal(ty_a, ty_b, sizeof ty_a);
+        /* Group 2 split at sg's overlaid input: ct2 + ad2 still fuse. */
+        assert_int_equal(fused_steps(s), 2);
+        assert_int_equal(fused_steps(q), 2);
+        assert_int_equal(convt_steps(s), 2);
+        qp_session_free(s);
+        qp_session_free(q);
+    }
+    /* Partial runs from a reference with the first overlay == full runs. */
+    struct qp_session *s = session(m, 2), *full = session(m, 2);
+    qp_session_set_cache(s, (size_t)16 << 20);
+    assert_int_equal(qp_session_set_overlays(s, 1, ov, &err), QP_OK);
+    run_t(s, 0, ty_a);
+    for (int k = 1; k < 4; k++) {
+        struct qp_overlay two[2] = {ov[0], ov[k]};
+        assert_int_equal(qp_session_set_overlays(s, 2, two, &err), QP_OK);
+        assert_int_equal(qp_session_set_overlays(full, 2, two, &err), QP_OK);
+        run_t(s, 1, ty_a);
+        run_t(full, 0, ty_b);
+        assert_memory_equal(ty_a, ty_b, sizeof ty_a);
+        /* ct2's weights: group 2 (3 nodes, sg inside it); bn1's scale: both groups (7). */
+        if (k == 1) assert_int_equal(qp_session_nodes_executed(s), 3);
+        if (k == 2) assert_int_equal(qp_session_nodes_executed(s), 7);
+    }
+    qp_session_free(s);
+    qp_session_free(full);
+    qp_model_free(m);
+    qp_model_free(mq);
+}
+
 /* ---- random graphs ------------------------------------------------------------------------ */
 
 static uint32_t rnd(void) {
@@ -538,10 +734,10 @@ static uint32_t rnd(void) {
 }
 
 /* A random graph of n steps on [1, C, HW, HW] tensors: Conv (1x1, 3x3, grouped), Batch-
- * Normalization, Mul/Add by scalar or per-channel constants, residual Add, Relu, LeakyRelu, Clip,
- * Sigmoid, HardSigmoid, HardSwish and its decomposed form; each step reads the latest tensor
- * mostly (chains), sometimes an earlier one (branches, several readers). Outputs: the last
- * tensor and one from the middle. Same seed, same graph. */
+ * Normalization, Mul/Add by scalar or per-channel constants, ConvTranspose (stride 1), residual
+ * Add, Relu, LeakyRelu, Clip, Sigmoid, HardSigmoid, HardSwish and its decomposed form; each step
+ * reads the latest tensor mostly (chains), sometimes an earlier one (branches, several readers).
+ * Outputs: the last tensor and one from the middle. Same seed, same graph. */
 static struct qp_model *random_conv_model(uint32_t seed, int n) {
     rng_state = seed;
     struct qp_model *m = qp_model_create();
@@ -580,6 +776,23 @@ static struct qp_model *random_conv_model(uint32_t seed, int n) {
             snprintf(bn_, sizeof bn_, "b%d", k);
             int bias = rnd() % 2;
             if (bias) rand_init(m, bn_, 1, bd, -0.2f, 0.2f);
+            if (k % 4 == 3) { /* ConvTranspose, same shape (stride 1); no rnd(): same graphs */
+                int id = node(g, nm, "ConvTranspose", bias ? 3 : 2, in, c1, bias ? bn_ : NULL, o);
+                if (kk > 1) {
+                    struct qp_attr *a = qp_node_add_attr(g, id, "pads", QP_ATTR_INTS);
+                    assert_non_null(a);
+                    int64_t *pads = model_alloc(m, 4 * sizeof *pads);
+                    pads[0] = pads[1] = pads[2] = pads[3] = kk / 2;
+                    a->ints = pads;
+                    a->n = 4;
+                }
+                if (grp > 1) {
+                    struct qp_attr *a = qp_node_add_attr(g, id, "group", QP_ATTR_INT);
+                    assert_non_null(a);
+                    a->i = grp;
+                }
+                break;
+            }
             conv(m, nm, in, c1, bias ? bn_ : NULL, kk, grp, o);
             break;
         }
@@ -693,7 +906,7 @@ static float big_a[4 * NX], big_b[4 * NX];
 static void test_fuse_random_graphs(void **state) {
     (void)state;
     struct qp_error err = {0};
-    size_t total_fused = 0;
+    size_t total_fused = 0, total_convt = 0;
     for (uint32_t seed = 1; seed <= SEEDS; seed++) {
         int n = 6 + (int)(seed % 9);
         struct qp_model *m = random_conv_model(seed, n);
@@ -705,6 +918,7 @@ static void test_fuse_random_graphs(void **state) {
         unsetenv("QP_NO_FUSE");
         size_t no = run_all(f, 0, big_a);
         total_fused += fused_steps(f);
+        total_convt += (size_t)convt_steps(f);
         run_all(u, 0, big_b);
         for (size_t i = 0; i < no * NX; i++)
             if (!(fabsf(big_a[i] - big_b[i]) <= 1e-5f + 1e-4f * fabsf(big_b[i])))
@@ -766,13 +980,19 @@ static void test_fuse_random_graphs(void **state) {
         qp_model_free(m);
     }
     assert_true(total_fused >= 40); /* the graphs do fuse */
+    assert_true(total_convt >= 5);  /* ConvTranspose groups too */
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fused_close_to_unfused),  cmocka_unit_test(test_fuse_observer),
-        cmocka_unit_test(test_fuse_overlay_equals_qdq), cmocka_unit_test(test_fuse_partial),
-        cmocka_unit_test(test_fuse_random_graphs),      cmocka_unit_test(test_fuse_bypass_toggles),
+        cmocka_unit_test(test_fused_close_to_unfused),
+        cmocka_unit_test(test_fuse_observer),
+        cmocka_unit_test(test_fuse_overlay_equals_qdq),
+        cmocka_unit_test(test_fuse_partial),
+        cmocka_unit_test(test_fuse_convt),
+        cmocka_unit_test(test_fuse_convt_overlay_partial),
+        cmocka_unit_test(test_fuse_random_graphs),
+        cmocka_unit_test(test_fuse_bypass_toggles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
