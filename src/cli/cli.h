@@ -79,4 +79,16 @@ extern const struct cli_opt cli_qdq_to_dq_opts[];
 extern const char cli_qdq_to_dq_details[];
 int cli_qdq_to_dq_run(const struct cli_args *args);
 
+/* ---- OpenMP waiting (src/cli/omp_wait.c) ----
+ * libgomp's threads spin between parallel regions by default, and a run has dozens to hundreds
+ * of regions: on an idle machine spinning is 20-45% faster than sleeping (bench/README.md), on a
+ * machine with other load it made runs 4-20x slower. libgomp reads its policy once, when it is
+ * loaded, so cli_choose_omp_wait (first thing in main) sets it and executes qplace again: when
+ * the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, nothing; when /proc/loadavg shows an idle
+ * machine, GOMP_SPINCOUNT=300000 (libgomp's own default, bounded spinning); otherwise
+ * OMP_WAIT_POLICY=passive. */
+void cli_choose_omp_wait(char **argv);
+/* The idle test: no other runnable task and a 1-minute load average of at most half the CPUs. */
+int cli_omp_spin_ok(double load1, int running_others, long n_cpus);
+
 #endif

@@ -117,20 +117,8 @@ static int run_command(const struct cli_command *c, int argc, char **argv) {
     return rc;
 }
 
-/* The engine's OpenMP threads (libgomp) spin between parallel regions by default, and a run
- * has hundreds of regions: on a machine with any other load that made `qplace bench` 4-7x
- * slower and calibration 6x slower than with passive waiting (bench/README.md). libgomp reads
- * OMP_WAIT_POLICY once, when it is loaded, before main, so the only way to change it is to set
- * it and execute ourselves again. A policy (or GOMP_SPINCOUNT) the user set is left alone. */
-static void prefer_passive_omp_wait(char **argv) {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
-    execv("/proc/self/exe", argv);
-    /* exec failed (no /proc, say): carry on with libgomp's default policy. */
-}
-
 int main(int argc, char **argv) {
-    prefer_passive_omp_wait(argv);
+    cli_choose_omp_wait(argv);
     static int verbose;
     const char *env = getenv("QPLACE_VERBOSE");
     verbose = env && env[0] && strcmp(env, "0") != 0;

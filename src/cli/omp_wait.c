@@ -1,0 +1,35 @@
+/* Choosing libgomp's waiting policy for the qplace process (see cli.h). */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+int cli_omp_spin_ok(double load1, int running_others, long n_cpus) {
+    if (n_cpus < 1 || load1 < 0 || running_others < 0) return 0;
+    return running_others == 0 && load1 <= 0.5 * (double)n_cpus;
+}
+
+/* 1 when /proc/loadavg says the machine is idle (cli_omp_spin_ok), 0 otherwise or unreadable. */
+static int machine_idle(void) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (!f) return 0;
+    double l1 = -1, l5, l15;
+    int running = -1, total;
+    int n = fscanf(f, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &running, &total);
+    fclose(f);
+    if (n != 5) return 0;
+    /* `running` counts this process itself */
+    return cli_omp_spin_ok(l1, running - 1, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+void cli_choose_omp_wait(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    /* Idle machine: libgomp's default (spin ~300000 iterations, then sleep), set explicitly so
+     * that the process executed again keeps it and does not ask again. Otherwise passive. */
+    int idle = machine_idle();
+    if (setenv(idle ? "GOMP_SPINCOUNT" : "OMP_WAIT_POLICY", idle ? "300000" : "passive", 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+    /* exec failed (no /proc, say): carry on with libgomp's default policy. */
+}
