@@ -7,7 +7,7 @@
 
 int cli_omp_spin_ok(double load1, int running_others, long n_cpus) {
     if (n_cpus < 1 || load1 < 0 || running_others < 0) return 0;
-    return running_others == 0 && load1 <= 0.5 * (double)n_cpus;
+    return running_others == 0 && load1 < (double)n_cpus;
 }
 
 /* 1 when /proc/loadavg says the machine is idle (cli_omp_spin_ok), 0 otherwise or unreadable. */
