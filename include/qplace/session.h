@@ -65,6 +65,10 @@ struct qp_session;
 struct qp_session_options {
     /* Threads for kernels; 0 (default): all cores. */
     int n_threads;
+    /* 1: run every node as its own step (no Conv-chain fusion, as with QP_NO_FUSE=1). Fusion
+     * folds overlaid weights into one kernel state, so toggling a weight overlay's `bypass`
+     * re-plans a fused session; a session that toggles many (sensitivity) plans once without. */
+    int no_fusion;
 };
 
 /* The shape of one graph input, by name. */

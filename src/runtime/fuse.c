@@ -208,7 +208,8 @@ static int grow(const struct finder *f, int head, int *mem, int *role, int *aux)
 enum qp_status rt_fuse_find(const struct qp_session *s, struct rt_fuse *out, struct qp_error *err) {
     const struct qp_graph *g = s->g;
     memset(out, 0, sizeof *out);
-    if (rt_fuse_disabled() || !qp_dnnl_enabled() || s->parent || s->ifs || g->n_topo == 0)
+    if (rt_fuse_disabled() || s->no_fusion || !qp_dnnl_enabled() || s->parent || s->ifs ||
+        g->n_topo == 0)
         return QP_OK;
     size_t nn = g->n_nodes, nv = g->n_values ? g->n_values : 1;
     unsigned char *cst = calloc(nv, 1), *taken = calloc(nn, 1);
@@ -790,7 +791,8 @@ enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, co
                                struct qp_error *err) {
     const struct qp_graph *g = s->g;
     (void)err;
-    if (rt_fuse_disabled() || !qp_dnnl_enabled() || s->parent || s->ifs) return QP_OK;
+    if (rt_fuse_disabled() || s->no_fusion || !qp_dnnl_enabled() || s->parent || s->ifs)
+        return QP_OK;
     for (size_t k = 0; k < p->n_steps; k++) {
         struct rt_step *st = &p->steps[k];
         if (!is_conv_step(st)) continue;

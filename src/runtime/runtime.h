@@ -150,6 +150,7 @@ struct qp_session {
     const struct qp_model *model;
     const struct qp_graph *g;
     int n_threads;
+    int no_fusion;                    /* qp_session_options.no_fusion */
     const struct qp_kernel **kernels; /* per node index; NULL for dead nodes */
     int *opsets;                      /* per node index */
     size_t n_inputs, n_outputs;

@@ -288,6 +288,7 @@ enum qp_status qp_session_create(const struct qp_model *model,
     s->model = model;
     s->g = g;
     qp_session_set_threads(s, opts ? opts->n_threads : 0);
+    s->no_fusion = opts ? opts->no_fusion : 0;
     size_t nn = g->n_nodes ? g->n_nodes : 1;
     s->kernels = calloc(nn, sizeof *s->kernels);
     s->opsets = calloc(nn, sizeof *s->opsets);

@@ -361,7 +361,9 @@ static enum qp_status ctx_init(struct sens_ctx *c, const struct qp_model *model,
         shapes[i].rank = batch[i].rank;
         memcpy(shapes[i].dims, batch[i].dims, sizeof shapes[i].dims);
     }
-    struct qp_session_options so = {.n_threads = o->n_threads};
+    /* Unfused: every probe toggles weight overlays, which a fused Conv bakes into its state
+     * (a toggle would re-plan); the unfused ONNX semantics are the engine's reference anyway. */
+    struct qp_session_options so = {.n_threads = o->n_threads, .no_fusion = 1};
     if ((st = qp_session_create(model, &so, np, shapes, &c->s, err)) != QP_OK) return st;
     c->n_in = qp_session_n_inputs(c->s);
     if (c->n_in != np)

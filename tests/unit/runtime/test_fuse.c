@@ -420,6 +420,31 @@ static void overlay_set(struct ovp *o) {
     make_ov(&o[5], "bn2", 1, QP_DTYPE_UINT8, 1, 0.004f); /* a folded BatchNormalization scale */
 }
 
+/* qp_session_options.no_fusion: nothing fuses, and the results are QP_NO_FUSE=1's bit for bit. */
+static void test_no_fusion_option(void **state) {
+    (void)state;
+    struct qp_model *m = conv_model();
+    struct qp_error err = {0};
+    fill_x(3);
+    struct qp_session_options opts = {.n_threads = 2, .no_fusion = 1};
+    struct qp_session *a = NULL;
+    assert_int_equal(qp_session_create(m, &opts, 0, NULL, &a, &err), QP_OK);
+    setenv("QP_NO_FUSE", "1", 1);
+    struct qp_session *u = session(m, 2);
+    unsetenv("QP_NO_FUSE");
+    struct qp_session *f = session(m, 2);
+    run3(a, 0, out_f);
+    run3(u, 0, out_u);
+    run3(f, 0, out_t);
+    assert_int_equal(fused_steps(a), 0);
+    assert_int_equal(fused_steps(f), N_GROUPS);
+    assert_memory_equal(out_f, out_u, sizeof out_f);
+    qp_session_free(a);
+    qp_session_free(u);
+    qp_session_free(f);
+    qp_model_free(m);
+}
+
 /* Bypass flags toggled on a planned session with fused steps (whose input 0 and residual
  * choose the overlay output or the original per run, and whose overlaid constants are baked in,
  * so toggling those re-plans) equal a fresh session planned with the same flags, bit for bit,
@@ -993,6 +1018,7 @@ int main(void) {
         cmocka_unit_test(test_fuse_convt_overlay_partial),
         cmocka_unit_test(test_fuse_random_graphs),
         cmocka_unit_test(test_fuse_bypass_toggles),
+        cmocka_unit_test(test_no_fusion_option),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
