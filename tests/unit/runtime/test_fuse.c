@@ -22,6 +22,8 @@
 #include "kernels/dnnl_conv.h"
 #include "runtime/runtime.h"
 
+#include "rt_testmodel.h"
+
 #define C  8
 #define HW 6
 #define NX (C * HW * HW)
@@ -35,35 +37,6 @@ static float frand(void) {
     return (float)((rng_state >> 8) % 20001) / 10000.0f - 1.0f;
 }
 
-static void *model_alloc(struct qp_model *m, size_t n) {
-    void *p = calloc(1, n);
-    assert_non_null(p);
-    struct qp_error err = {0};
-    assert_int_equal(qp_model_own(m, p, &err), QP_OK);
-    return p;
-}
-
-static void add_init(struct qp_model *m, const char *name, enum qp_dtype dt, int rank,
-                     const int64_t *dims, const void *data, size_t nbytes) {
-    struct qp_error err = {0};
-    void *copy = model_alloc(m, nbytes ? nbytes : 1);
-    memcpy(copy, data, nbytes);
-    int64_t *dcopy = model_alloc(m, sizeof(int64_t) * (rank ? (size_t)rank : 1));
-    uint64_t numel = 1;
-    for (int i = 0; i < rank; i++) {
-        dcopy[i] = dims[i];
-        numel *= (uint64_t)dims[i];
-    }
-    struct qp_tensor t = {.name = name,
-                          .dtype = dt,
-                          .rank = rank,
-                          .dims = dcopy,
-                          .numel = numel,
-                          .data = copy,
-                          .nbytes = nbytes};
-    assert_int_equal(qp_graph_add_initializer(m->graph, &t, NULL, &err), QP_OK);
-}
-
 /* A random float initializer: values in [lo, hi). */
 static void rand_init(struct qp_model *m, const char *name, int rank, const int64_t *dims, float lo,
                       float hi) {
@@ -74,12 +47,12 @@ static void rand_init(struct qp_model *m, const char *name, int rank, const int6
     assert_non_null(v);
     for (size_t i = 0; i < n; i++)
         v[i] = lo + (hi - lo) * (frand() + 1.0f) * 0.5f;
-    add_init(m, name, QP_DTYPE_FLOAT, rank, dims, v, n * sizeof *v);
+    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, rank, dims, v, n * sizeof *v);
     free(v);
 }
 
 static void scalar(struct qp_model *m, const char *name, float v) {
-    add_init(m, name, QP_DTYPE_FLOAT, 0, NULL, &v, sizeof v);
+    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 0, NULL, &v, sizeof v);
 }
 
 static int node(struct qp_graph *g, const char *name, const char *op, int ni, const char *a,
@@ -374,39 +347,10 @@ static void make_ov(struct ovp *o, const char *node_name, int input, enum qp_dty
 
 /* Rewrites m with QuantizeLinear -> DequantizeLinear on every overlay's edge. */
 static void rewrite_qdq(struct qp_model *m, const struct ovp *ovs, int n) {
-    struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    for (int i = 0; i < n; i++) {
-        const struct qp_overlay *o = &ovs[i].ov;
-        int consumer = qp_graph_find_node(g, o->node);
-        assert_true(consumer >= 0);
-        char *sname = model_alloc(m, 16), *zname = model_alloc(m, 16);
-        snprintf(sname, 16, "qs%d", i);
-        snprintf(zname, 16, "qz%d", i);
-        int64_t pd = (int64_t)o->n_params;
-        int rank = o->n_params > 1 ? 1 : 0;
-        add_init(m, sname, QP_DTYPE_FLOAT, rank, &pd, o->scale, o->n_params * sizeof(float));
-        add_init(m, zname, o->qtype, rank, &pd, o->zero_point, o->n_params);
-        const char *extra[2] = {sname, zname};
-        int qn, dqn;
-        assert_int_equal(qp_graph_insert_on_edge(g, consumer, o->input, "QuantizeLinear", "q", 2,
-                                                 extra, &qn, &err),
-                         QP_OK);
-        g->values[g->nodes[qn].outputs[0]].dtype = o->qtype;
-        assert_int_equal(qp_graph_insert_on_edge(g, consumer, o->input, "DequantizeLinear", "dq", 2,
-                                                 extra, &dqn, &err),
-                         QP_OK);
-        g->values[g->nodes[dqn].outputs[0]].dtype = QP_DTYPE_FLOAT;
-        if (o->n_params > 1) {
-            struct qp_attr *a = qp_node_add_attr(g, qn, "axis", QP_ATTR_INT);
-            assert_non_null(a);
-            a->i = o->axis;
-            a = qp_node_add_attr(g, dqn, "axis", QP_ATTR_INT);
-            assert_non_null(a);
-            a->i = o->axis;
-        }
-    }
-    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    for (int i = 0; i < n; i++)
+        insert_qdq(m, &ovs[i].ov, i);
+    assert_int_equal(qp_graph_toposort(m->graph, &err), QP_OK);
 }
 
 #define N_OV 6

@@ -24,6 +24,8 @@
 #include "qplace/session.h"
 #include "runtime/runtime.h"
 
+#include "rt_testmodel.h"
+
 #define D 8 /* every activation is [2, D]; weights are [D, D] */
 
 static struct qp_opset opset19 = {"", 19};
@@ -37,35 +39,6 @@ static uint32_t rnd(void) {
 }
 static float frand(void) {
     return (float)(rnd() % 20001) / 10000.0f - 1.0f;
-}
-
-static void *model_alloc(struct qp_model *m, size_t n) {
-    void *p = calloc(1, n);
-    assert_non_null(p);
-    struct qp_error err = {0};
-    assert_int_equal(qp_model_own(m, p, &err), QP_OK);
-    return p;
-}
-
-static void add_init(struct qp_model *m, struct qp_graph *g, const char *name, enum qp_dtype dt,
-                     int rank, const int64_t *dims, const void *data, size_t nbytes) {
-    struct qp_error err = {0};
-    void *copy = model_alloc(m, nbytes ? nbytes : 1);
-    memcpy(copy, data, nbytes);
-    int64_t *dcopy = model_alloc(m, sizeof(int64_t) * (rank ? (size_t)rank : 1));
-    uint64_t numel = 1;
-    for (int i = 0; i < rank; i++) {
-        dcopy[i] = dims[i];
-        numel *= (uint64_t)dims[i];
-    }
-    struct qp_tensor t = {.name = name,
-                          .dtype = dt,
-                          .rank = rank,
-                          .dims = dcopy,
-                          .numel = numel,
-                          .data = copy,
-                          .nbytes = nbytes};
-    assert_int_equal(qp_graph_add_initializer(g, &t, NULL, &err), QP_OK);
 }
 
 static void add(struct qp_graph *g, const char *name, const char *op, int ni, const char *a,
@@ -116,7 +89,7 @@ static struct qp_model *random_model(uint32_t seed, int n) {
             for (int i = 0; i < D * D; i++)
                 wv[i] = frand() * 0.5f;
             snprintf(w, sizeof w, "w%d", k);
-            add_init(m, g, w, QP_DTYPE_FLOAT, 2, w_dims, wv, sizeof wv);
+            graph_add_init(m, g, w, QP_DTYPE_FLOAT, 2, w_dims, wv, sizeof wv);
             add(g, node, "MatMul", 2, p, w, names[k]);
         }
         }
@@ -161,41 +134,10 @@ static void random_overlay(const struct qp_graph *g, struct ovp *o, int n_nodes)
 
 /* Rewrites `m` with QuantizeLinear -> DequantizeLinear on every overlay's edge. */
 static void rewrite_qdq(struct qp_model *m, const struct ovp *ovs, int n) {
-    struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    for (int i = 0; i < n; i++) {
-        const struct qp_overlay *o = &ovs[i].ov;
-        int consumer = qp_graph_find_node(g, o->node);
-        assert_true(consumer >= 0);
-        char sname[32], zname[32];
-        snprintf(sname, sizeof sname, "qs%d", i);
-        snprintf(zname, sizeof zname, "qz%d", i);
-        int64_t pd = (int64_t)o->n_params;
-        int rank = o->n_params > 1 ? 1 : 0;
-        add_init(m, g, sname, QP_DTYPE_FLOAT, rank, &pd, o->scale, o->n_params * sizeof(float));
-        uint8_t zeros[D] = {0};
-        add_init(m, g, zname, o->qtype, rank, &pd, o->zero_point ? o->zero_point : zeros,
-                 o->n_params);
-        const char *extra[2] = {sname, zname};
-        int qn, dqn;
-        assert_int_equal(qp_graph_insert_on_edge(g, consumer, o->input, "QuantizeLinear", "q", 2,
-                                                 extra, &qn, &err),
-                         QP_OK);
-        g->values[g->nodes[qn].outputs[0]].dtype = o->qtype;
-        assert_int_equal(qp_graph_insert_on_edge(g, consumer, o->input, "DequantizeLinear", "dq", 2,
-                                                 extra, &dqn, &err),
-                         QP_OK);
-        g->values[g->nodes[dqn].outputs[0]].dtype = QP_DTYPE_FLOAT;
-        if (o->n_params > 1) {
-            struct qp_attr *a = qp_node_add_attr(g, qn, "axis", QP_ATTR_INT);
-            assert_non_null(a);
-            a->i = o->axis;
-            a = qp_node_add_attr(g, dqn, "axis", QP_ATTR_INT);
-            assert_non_null(a);
-            a->i = o->axis;
-        }
-    }
-    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    for (int i = 0; i < n; i++)
+        insert_qdq(m, &ovs[i].ov, i);
+    assert_int_equal(qp_graph_toposort(m->graph, &err), QP_OK);
 }
 
 static void fill_input(float *x, uint32_t seed) {
@@ -542,9 +484,9 @@ static struct qp_model *weights_model(void) {
     for (int i = 0; i < D; i++)
         cb[i] = frand();
     int64_t cd = D;
-    add_init(m, g, "W", QP_DTYPE_FLOAT, 2, w_dims, w, sizeof w);
-    add_init(m, g, "V", QP_DTYPE_FLOAT, 2, w_dims, v, sizeof v);
-    add_init(m, g, "C", QP_DTYPE_FLOAT, 1, &cd, cb, sizeof cb);
+    graph_add_init(m, g, "W", QP_DTYPE_FLOAT, 2, w_dims, w, sizeof w);
+    graph_add_init(m, g, "V", QP_DTYPE_FLOAT, 2, w_dims, v, sizeof v);
+    graph_add_init(m, g, "C", QP_DTYPE_FLOAT, 1, &cd, cb, sizeof cb);
     const char *gin[3] = {"x", "W", "C"}, *gout = "g";
     assert_int_equal(qp_graph_add_node(g, "gemm", "Gemm", "", 3, gin, 1, &gout, NULL, &err), QP_OK);
     add(g, "tr", "Transpose", 1, "V", NULL, "vt");
@@ -726,7 +668,7 @@ static struct qp_model *if_model(int const_cond, int cond_value, int mismatch) {
     assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
     if (const_cond) {
         uint8_t c = (uint8_t)cond_value;
-        add_init(m, g, "c", QP_DTYPE_BOOL, 0, NULL, &c, 1);
+        graph_add_init(m, g, "c", QP_DTYPE_BOOL, 0, NULL, &c, 1);
     } else {
         int c = qp_graph_value(g, "c");
         g->values[c].dtype = QP_DTYPE_BOOL;
@@ -734,7 +676,7 @@ static struct qp_model *if_model(int const_cond, int cond_value, int mismatch) {
         assert_int_equal(qp_graph_add_input(g, c, &err), QP_OK);
     }
     float two = 2.0f;
-    add_init(m, g, "two", QP_DTYPE_FLOAT, 0, NULL, &two, sizeof two);
+    graph_add_init(m, g, "two", QP_DTYPE_FLOAT, 0, NULL, &two, sizeof two);
     add(g, "pre", "Relu", 1, "x", NULL, "rx");
     const char *in = "c", *out = "y";
     int ifn;
@@ -746,7 +688,7 @@ static struct qp_model *if_model(int const_cond, int cond_value, int mismatch) {
     assert_int_equal(qp_graph_add_output(tb, qp_graph_value(tb, "t_out"), &err), QP_OK);
     if (mismatch) {
         int64_t shp[1] = {2 * D};
-        add_init(m, eb, "shp", QP_DTYPE_INT64, 1, (int64_t[]){1}, shp, sizeof shp);
+        graph_add_init(m, eb, "shp", QP_DTYPE_INT64, 1, (int64_t[]){1}, shp, sizeof shp);
         add(eb, "e_rs", "Reshape", 2, "x", "shp", "e_out");
     } else {
         add(eb, "e_neg", "Neg", 1, "x", NULL, "e_out");
@@ -890,7 +832,7 @@ static void test_if_nested(void **state) {
     g->values[c].rank = 0;
     assert_int_equal(qp_graph_add_input(g, c, &err), QP_OK);
     float two = 2.0f;
-    add_init(m, g, "two", QP_DTYPE_FLOAT, 0, NULL, &two, sizeof two);
+    graph_add_init(m, g, "two", QP_DTYPE_FLOAT, 0, NULL, &two, sizeof two);
     add(g, "pre", "Relu", 1, "x", NULL, "rx");
     const char *in = "c", *out = "y", *mid_out = "m_out";
     int ifn, inner;

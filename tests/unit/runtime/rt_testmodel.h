@@ -1,0 +1,83 @@
+/* Model-building helpers shared by the runtime tests (include after <cmocka.h> and the IR):
+ * owned allocations, initializers, and the rewrite of an overlay's edge into a real
+ * QuantizeLinear -> DequantizeLinear pair (what overlay runs must equal bit for bit). */
+#ifndef QP_TESTS_RT_TESTMODEL_H
+#define QP_TESTS_RT_TESTMODEL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/ir.h"
+#include "qplace/session.h"
+
+/* n zeroed bytes owned by m. */
+static void *model_alloc(struct qp_model *m, size_t n) {
+    void *p = calloc(1, n);
+    assert_non_null(p);
+    struct qp_error err = {0};
+    assert_int_equal(qp_model_own(m, p, &err), QP_OK);
+    return p;
+}
+
+/* An initializer of graph g (m's top-level graph or a branch) with a copy of `data`. */
+static void graph_add_init(struct qp_model *m, struct qp_graph *g, const char *name,
+                           enum qp_dtype dt, int rank, const int64_t *dims, const void *data,
+                           size_t nbytes) {
+    struct qp_error err = {0};
+    void *copy = model_alloc(m, nbytes ? nbytes : 1);
+    memcpy(copy, data, nbytes);
+    int64_t *dcopy = model_alloc(m, sizeof(int64_t) * (rank ? (size_t)rank : 1));
+    uint64_t numel = 1;
+    for (int i = 0; i < rank; i++) {
+        dcopy[i] = dims[i];
+        numel *= (uint64_t)dims[i];
+    }
+    struct qp_tensor t = {.name = name,
+                          .dtype = dt,
+                          .rank = rank,
+                          .dims = dcopy,
+                          .numel = numel,
+                          .data = copy,
+                          .nbytes = nbytes};
+    assert_int_equal(qp_graph_add_initializer(g, &t, NULL, &err), QP_OK);
+}
+
+/* Inserts QuantizeLinear -> DequantizeLinear on overlay o's edge of m's graph, with o's scale,
+ * zero point (zeros when NULL; one byte per parameter) and axis; initializers qs<k>, qz<k>.
+ * The caller toposorts once all are inserted. */
+static void insert_qdq(struct qp_model *m, const struct qp_overlay *o, int k) {
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    int consumer = qp_graph_find_node(g, o->node);
+    assert_true(consumer >= 0);
+    char sname[32], zname[32];
+    snprintf(sname, sizeof sname, "qs%d", k);
+    snprintf(zname, sizeof zname, "qz%d", k);
+    int64_t pd = (int64_t)o->n_params;
+    int rank = o->n_params > 1 ? 1 : 0;
+    graph_add_init(m, g, sname, QP_DTYPE_FLOAT, rank, &pd, o->scale, o->n_params * sizeof(float));
+    uint8_t *zeros = model_alloc(m, o->n_params ? o->n_params : 1);
+    graph_add_init(m, g, zname, o->qtype, rank, &pd, o->zero_point ? o->zero_point : zeros,
+                   o->n_params);
+    const char *extra[2] = {sname, zname};
+    int qn, dqn;
+    assert_int_equal(
+        qp_graph_insert_on_edge(g, consumer, o->input, "QuantizeLinear", "q", 2, extra, &qn, &err),
+        QP_OK);
+    g->values[g->nodes[qn].outputs[0]].dtype = o->qtype;
+    assert_int_equal(qp_graph_insert_on_edge(g, consumer, o->input, "DequantizeLinear", "dq", 2,
+                                             extra, &dqn, &err),
+                     QP_OK);
+    g->values[g->nodes[dqn].outputs[0]].dtype = QP_DTYPE_FLOAT;
+    if (o->n_params > 1) {
+        struct qp_attr *a = qp_node_add_attr(g, qn, "axis", QP_ATTR_INT);
+        assert_non_null(a);
+        a->i = o->axis;
+        a = qp_node_add_attr(g, dqn, "axis", QP_ATTR_INT);
+        assert_non_null(a);
+        a->i = o->axis;
+    }
+}
+
+#endif
