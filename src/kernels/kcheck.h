@@ -1,5 +1,5 @@
-/* Input checks shared by the index, space, matrix, channel, mvn, detect, sample, qlinear, rnn,
- * window and Einsum kernels.
+/* Input checks shared by the shape, index, space, matrix, channel, mvn, detect, sample, qlinear,
+ * rnn, window and Einsum kernels.
  *
  * qp_kinputs_sane: a tensor with a zero dimension has no elements whatever its other
  * dimensions are, so products of those (strides, plane counts, loop bounds) are not bounded

@@ -11,26 +11,11 @@
 #include <string.h>
 
 #include "kernels/bcast.h"
+#include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 
 static size_t esize(enum qp_dtype dt) {
     return (size_t)qp_dtype_traits(dt)->bits / 8;
-}
-
-static enum qp_status need_bytes(const struct qp_kprep *p, int i) {
-    enum qp_status st = qp_kneed(p, i);
-    if (st) return st;
-    if (qp_dtype_traits(p->in[i]->dtype)->bits < 8 || p->in[i]->dtype == QP_DTYPE_STRING)
-        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "input %d has dtype %s", i,
-                            qp_dtype_name(p->in[i]->dtype));
-    return QP_OK;
-}
-
-static enum qp_status set_state(struct qp_kprep *p, const void *s, size_t n) {
-    p->state = malloc(n ? n : 1);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, s, n);
-    return QP_OK;
 }
 
 static enum qp_status need_int_vector(struct qp_kprep *p, int i, const char *what) {
@@ -70,7 +55,7 @@ enum qp_status qp_k_shape_prepare(struct qp_kprep *p) {
     int64_t n = end - start;
     st = qp_kt_set(p->out[0], QP_DTYPE_INT64, 1, &n, p->err);
     if (st) return st;
-    return set_state(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_shape_run(const struct qp_krun *r) {
@@ -103,7 +88,7 @@ enum qp_status qp_k_copy_run(const struct qp_krun *r) {
 }
 
 enum qp_status qp_k_identity_prepare(struct qp_kprep *p) {
-    enum qp_status st = need_bytes(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (st) return st;
     return qp_kt_set(p->out[0], p->in[0]->dtype, p->in[0]->rank, p->in[0]->dims, p->err);
 }
@@ -145,7 +130,7 @@ enum qp_status qp_k_dropout_prepare(struct qp_kprep *p) {
 }
 
 enum qp_status qp_k_reshape_prepare(struct qp_kprep *p) {
-    enum qp_status st = need_bytes(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (!st) st = need_int_vector(p, 1, "shape");
     if (st) return st;
     const struct qp_kt *x = p->in[0], *sh = p->in[1];
@@ -197,7 +182,7 @@ enum qp_status qp_k_reshape_prepare(struct qp_kprep *p) {
 }
 
 enum qp_status qp_k_flatten_prepare(struct qp_kprep *p) {
-    enum qp_status st = need_bytes(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (st) return st;
     const struct qp_kt *x = p->in[0];
     int64_t axis = qp_kattr_int(p->node, "axis", 1);
@@ -238,7 +223,7 @@ static enum qp_status get_axes(struct qp_kprep *p, int from_input, int input, in
 }
 
 enum qp_status qp_k_squeeze_prepare(struct qp_kprep *p) {
-    enum qp_status st = need_bytes(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (st) return st;
     const struct qp_kt *x = p->in[0];
     int64_t axes[QP_MAX_RANK * 2];
@@ -269,7 +254,7 @@ enum qp_status qp_k_squeeze_prepare(struct qp_kprep *p) {
 }
 
 enum qp_status qp_k_unsqueeze_prepare(struct qp_kprep *p) {
-    enum qp_status st = need_bytes(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (st) return st;
     const struct qp_kt *x = p->in[0];
     int64_t axes[QP_MAX_RANK * 2];
@@ -306,7 +291,7 @@ struct perm_state {
 };
 
 enum qp_status qp_k_transpose_prepare(struct qp_kprep *p) {
-    enum qp_status st = need_bytes(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (st) return st;
     const struct qp_kt *x = p->in[0];
     int r = x->rank;
@@ -346,7 +331,7 @@ enum qp_status qp_k_transpose_prepare(struct qp_kprep *p) {
     }
     st = qp_kt_set(p->out[0], x->dtype, r, s.odims, p->err);
     if (st) return st;
-    return set_state(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 #define PERM_COPY(T)                                                                               \
@@ -473,7 +458,7 @@ struct cat_state {
 enum qp_status qp_k_concat_prepare(struct qp_kprep *p) {
     if (p->n_in < 1) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "needs an input");
     for (int i = 0; i < p->n_in; i++) {
-        enum qp_status st = need_bytes(p, i);
+        enum qp_status st = qp_kneed_bytes(p, i);
         if (st) return st;
     }
     const struct qp_kt *x0 = p->in[0];
@@ -503,7 +488,7 @@ enum qp_status qp_k_concat_prepare(struct qp_kprep *p) {
         s.outer *= x0->dims[k];
     st = qp_kt_set(p->out[0], x0->dtype, x0->rank, d, p->err);
     if (st) return st;
-    return set_state(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_concat_run(const struct qp_krun *r) {
@@ -527,7 +512,7 @@ struct split_state {
 };
 
 enum qp_status qp_k_split_prepare(struct qp_kprep *p) {
-    enum qp_status st = need_bytes(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (st) return st;
     const struct qp_kt *x = p->in[0];
     int64_t axis;
@@ -594,7 +579,7 @@ enum qp_status qp_k_split_prepare(struct qp_kprep *p) {
     struct split_state s = {axis, 1, esize(x->dtype)};
     for (int k = 0; k < axis; k++)
         s.outer *= x->dims[k];
-    return set_state(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_split_run(const struct qp_krun *r) {
@@ -631,7 +616,7 @@ static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {
 }
 
 enum qp_status qp_k_slice_prepare(struct qp_kprep *p) {
-    enum qp_status st = need_bytes(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (st) return st;
     const struct qp_kt *x = p->in[0];
     int64_t starts[QP_MAX_RANK * 2], ends[QP_MAX_RANK * 2], axes[QP_MAX_RANK * 2],
@@ -726,7 +711,7 @@ enum qp_status qp_k_slice_prepare(struct qp_kprep *p) {
     }
     st = qp_kt_set(p->out[0], x->dtype, x->rank, s.odims, p->err);
     if (st) return st;
-    return set_state(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_slice_run(const struct qp_krun *r) {
@@ -769,7 +754,7 @@ struct gather_state {
 };
 
 enum qp_status qp_k_gather_prepare(struct qp_kprep *p) {
-    enum qp_status st = need_bytes(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (!st) st = qp_kneed(p, 1);
     if (st) return st;
     const struct qp_kt *x = p->in[0], *idx = p->in[1];
@@ -796,7 +781,7 @@ enum qp_status qp_k_gather_prepare(struct qp_kprep *p) {
         s.inner *= x->dims[i];
     st = qp_kt_set(p->out[0], x->dtype, r, d, p->err);
     if (st) return st;
-    return set_state(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_gather_run(const struct qp_krun *r) {
@@ -833,7 +818,7 @@ struct gel_state {
 };
 
 enum qp_status qp_k_gather_elements_prepare(struct qp_kprep *p) {
-    enum qp_status st = need_bytes(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (!st) st = qp_kneed(p, 1);
     if (st) return st;
     const struct qp_kt *x = p->in[0], *idx = p->in[1];
@@ -858,7 +843,7 @@ enum qp_status qp_k_gather_elements_prepare(struct qp_kprep *p) {
     }
     st = qp_kt_set(p->out[0], x->dtype, idx->rank, idx->dims, p->err);
     if (st) return st;
-    return set_state(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_gather_elements_run(const struct qp_krun *r) {
@@ -907,7 +892,7 @@ static void bcopy_row(void *ctx, const int64_t *off, const int64_t *step, int64_
 }
 
 enum qp_status qp_k_expand_prepare(struct qp_kprep *p) {
-    enum qp_status st = need_bytes(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (!st) st = need_int_vector(p, 1, "shape");
     if (st) return st;
     const struct qp_kt *x = p->in[0];
@@ -941,7 +926,7 @@ enum qp_status qp_k_expand_run(const struct qp_krun *r) {
 }
 
 enum qp_status qp_k_tile_prepare(struct qp_kprep *p) {
-    enum qp_status st = need_bytes(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (!st) st = need_int_vector(p, 1, "repeats");
     if (st) return st;
     const struct qp_kt *x = p->in[0];
@@ -994,7 +979,7 @@ struct pad_state {
 };
 
 enum qp_status qp_k_pad_prepare(struct qp_kprep *p) {
-    enum qp_status st = need_bytes(p, 0);
+    enum qp_status st = qp_kneed_bytes(p, 0);
     if (st) return st;
     const struct qp_kt *x = p->in[0];
     struct pad_state s;
@@ -1068,7 +1053,7 @@ enum qp_status qp_k_pad_prepare(struct qp_kprep *p) {
     }
     st = qp_kt_set(p->out[0], x->dtype, r, d, p->err);
     if (st) return st;
-    return set_state(p, &s, sizeof s);
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 static int64_t pad_src(enum pad_mode m, int64_t i, int64_t n) {
