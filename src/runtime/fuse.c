@@ -518,29 +518,35 @@ static int member_ok(const struct rt_step *st, const struct rt_step *hs) {
     return 1;
 }
 
-/* The fused step's per-run input choices: the head's overlay on input 0 (fused input 0) and the
- * residual Add's overlay on the residual (fused input 3); constant overlays are baked. */
-static enum qp_status fused_ovin(const struct qp_session *s, struct rt_plan *p,
-                                 const struct rt_step *hs, const struct rt_step *const *mem_st,
-                                 int len, const struct qp_kt *res, struct rt_step *fs,
+/* The fused step's per-run input choices (*ovin_out, *n_out): the head's overlay on input 0
+ * (fused input 0) and the residual Add's overlay on the residual (fused input 3); constant
+ * overlays of the members are baked. */
+static enum qp_status fused_ovin(struct rt_plan *p, const int *mem, int len, const int *node_step,
+                                 const struct qp_kt *res, struct rt_ovin **ovin_out, int *n_out,
                                  struct qp_error *err) {
+    *ovin_out = NULL;
+    *n_out = 0;
     int n = 0;
     for (int i = 0; i < len; i++)
-        n += mem_st[i]->n_ovin;
+        n += p->steps[node_step[mem[i]]].n_ovin;
     if (!n) return QP_OK;
-    fs->ovin = calloc((size_t)n, sizeof *fs->ovin);
-    if (!fs->ovin) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-    for (int i = 0; i < len; i++)
-        for (int j = 0; j < mem_st[i]->n_ovin; j++) {
-            const struct rt_ovin *o = &mem_st[i]->ovin[j];
+    struct rt_ovin *ovin = calloc((size_t)n, sizeof *ovin);
+    if (!ovin) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    int k = 0;
+    for (int i = 0; i < len; i++) {
+        const struct rt_step *ms = &p->steps[node_step[mem[i]]];
+        for (int j = 0; j < ms->n_ovin; j++) {
+            const struct rt_ovin *o = &ms->ovin[j];
             if (o->is_const)
                 p->ov_baked[o->ov] |= RT_OV_BYPASS_BAKED;
             else if (i == 0 && o->input == 0)
-                fs->ovin[fs->n_ovin++] = (struct rt_ovin){0, o->ov, 0, o->orig, o->fq};
+                ovin[k++] = (struct rt_ovin){0, o->ov, 0, o->orig, o->fq};
             else if (i > 0 && res && o->fq == res)
-                fs->ovin[fs->n_ovin++] = (struct rt_ovin){3, o->ov, 0, o->orig, o->fq};
+                ovin[k++] = (struct rt_ovin){3, o->ov, 0, o->orig, o->fq};
         }
-    (void)s;
+    }
+    *ovin_out = ovin;
+    *n_out = k;
     return QP_OK;
 }
 
@@ -700,15 +706,9 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
         goto done;
     }
     memcpy(nodes, mem, (size_t)len * sizeof *nodes);
-    struct rt_step fov;
-    memset(&fov, 0, sizeof fov);
-    {
-        const struct rt_step *mem_st[64];
-        if (len > 64) goto done;
-        for (int i = 0; i < len; i++)
-            mem_st[i] = &p->steps[node_step[mem[i]]];
-        if ((st = fused_ovin(s, p, hs, mem_st, len, fo.res, &fov, err))) goto done;
-    }
+    struct rt_ovin *fovin;
+    int n_fovin;
+    if ((st = fused_ovin(p, mem, len, node_step, fo.res, &fovin, &n_fovin, err))) goto done;
     arr[0] = (struct qp_kt *)x;
     arr[1] = wf;
     arr[2] = bf;
@@ -755,8 +755,8 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
     fs->scratch = (pr.scratch + 63) / 64 * 64;
     fs->n_nodes = len;
     fs->nodes = nodes;
-    fs->ovin = fov.ovin;
-    fs->n_ovin = fov.n_ovin;
+    fs->ovin = fovin;
+    fs->n_ovin = n_fovin;
     if (fs->scratch > p->scratch_bytes) p->scratch_bytes = fs->scratch;
     for (int i = 0; i < len; i++)
         node_step[mem[i]] = (int)fused_at;
