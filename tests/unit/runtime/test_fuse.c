@@ -28,7 +28,6 @@
 #define HW 6
 #define NX (C * HW * HW)
 
-static struct qp_opset opset19 = {"", 19};
 static struct qp_dim x_dims[4] = {{1, NULL}, {C, NULL}, {HW, NULL}, {HW, NULL}};
 
 static uint32_t rng_state;
@@ -104,17 +103,9 @@ static void bn(struct qp_model *m, const char *name, const char *x, const char *
  * Six groups, 24 nodes. */
 static struct qp_model *conv_model(void) {
     rng_state = 7;
-    struct qp_model *m = qp_model_create();
-    assert_non_null(m);
-    m->opsets = &opset19;
-    m->n_opsets = 1;
+    struct qp_model *m = model_with_x(4, x_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    int x = qp_graph_value(g, "x");
-    g->values[x].dtype = QP_DTYPE_FLOAT;
-    g->values[x].rank = 4;
-    g->values[x].dims = x_dims;
-    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
     const int64_t w3[4] = {C, C, 3, 3}, w1[4] = {C, C, 1, 1}, wg[4] = {C, C / 2, 3, 3};
     const int64_t bd[1] = {C}, pc[4] = {1, C, 1, 1};
     rand_init(m, "w1", 4, w3, -0.3f, 0.3f);
@@ -544,17 +535,9 @@ static void convt(struct qp_model *m, const char *name, const char *x, const cha
  * and ConvTranspose -> Add -> Sigmoid. */
 static struct qp_model *convt_model(void) {
     rng_state = 17;
-    struct qp_model *m = qp_model_create();
-    assert_non_null(m);
-    m->opsets = &opset19;
-    m->n_opsets = 1;
+    struct qp_model *m = model_with_x(4, x_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    int x = qp_graph_value(g, "x");
-    g->values[x].dtype = QP_DTYPE_FLOAT;
-    g->values[x].rank = 4;
-    g->values[x].dims = x_dims;
-    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
     const int64_t w1[4] = {C, 3, 2, 2}, k1[4] = {1, 6, 1, 1}, d6[1] = {6};
     const int64_t w2[4] = {6, TM, 3, 3}, b2[1] = {TM}, k2[3] = {TM, 1, 1};
     rand_init(m, "w1", 4, w1, -0.5f, 0.5f);
@@ -709,17 +692,9 @@ static uint32_t rnd(void) {
  * Outputs: the last tensor and one from the middle. Same seed, same graph. */
 static struct qp_model *random_conv_model(uint32_t seed, int n) {
     rng_state = seed;
-    struct qp_model *m = qp_model_create();
-    assert_non_null(m);
-    m->opsets = &opset19;
-    m->n_opsets = 1;
+    struct qp_model *m = model_with_x(4, x_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    int xv = qp_graph_value(g, "x");
-    g->values[xv].dtype = QP_DTYPE_FLOAT;
-    g->values[xv].rank = 4;
-    g->values[xv].dims = x_dims;
-    assert_int_equal(qp_graph_add_input(g, xv, &err), QP_OK);
     scalar(m, "three", 3.0f);
     scalar(m, "zero", 0.0f);
     scalar(m, "six", 6.0f);

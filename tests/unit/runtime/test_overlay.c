@@ -28,7 +28,6 @@
 
 #define D 8 /* every activation is [2, D]; weights are [D, D] */
 
-static struct qp_opset opset19 = {"", 19};
 static struct qp_dim act_dims[2] = {{2, NULL}, {D, NULL}};
 static const int64_t w_dims[2] = {D, D};
 
@@ -52,17 +51,9 @@ static void add(struct qp_graph *g, const char *name, const char *op, int ni, co
  * earlier activations; the last two activations are outputs. Same seed, same graph. */
 static struct qp_model *random_model(uint32_t seed, int n) {
     rng_state = seed;
-    struct qp_model *m = qp_model_create();
-    assert_non_null(m);
-    m->opsets = &opset19;
-    m->n_opsets = 1;
+    struct qp_model *m = model_with_x(2, act_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    int x = qp_graph_value(g, "x");
-    g->values[x].dtype = QP_DTYPE_FLOAT;
-    g->values[x].rank = 2;
-    g->values[x].dims = act_dims;
-    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
     char names[64][16];
     snprintf(names[0], sizeof names[0], "x");
     for (int k = 1; k <= n; k++) {
@@ -329,16 +320,9 @@ static void test_partial_small_budget(void **state) {
  * recomputes C and D only. */
 static void test_partial_counts(void **state) {
     (void)state;
-    struct qp_model *m = qp_model_create();
-    m->opsets = &opset19;
-    m->n_opsets = 1;
+    struct qp_model *m = model_with_x(2, act_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    int x = qp_graph_value(g, "x");
-    g->values[x].dtype = QP_DTYPE_FLOAT;
-    g->values[x].rank = 2;
-    g->values[x].dims = act_dims;
-    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
     add(g, "A", "Relu", 1, "x", NULL, "a");
     add(g, "B", "Sigmoid", 1, "a", NULL, "b");
     add(g, "C", "Mul", 2, "a", "a", "c");
@@ -464,17 +448,9 @@ static void test_bypass_equals_subset(void **state) {
 /* y = Gemm(x, W, C) + MatMul(x, Transpose(V)): weight overlays on W and C (two constants of one
  * node: four preparations), and one on V, whose consumer Transpose is evaluated at plan time. */
 static struct qp_model *weights_model(void) {
-    struct qp_model *m = qp_model_create();
-    assert_non_null(m);
-    m->opsets = &opset19;
-    m->n_opsets = 1;
+    struct qp_model *m = model_with_x(2, act_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    int x = qp_graph_value(g, "x");
-    g->values[x].dtype = QP_DTYPE_FLOAT;
-    g->values[x].rank = 2;
-    g->values[x].dims = act_dims;
-    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
     rng_state = 77;
     float w[D * D], v[D * D], cb[D];
     for (int i = 0; i < D * D; i++) {
@@ -594,17 +570,9 @@ static void test_bypass_weights(void **state) {
  * too, keeping the last two (y, e) all five. */
 static void test_cache_keeps_relevant(void **state) {
     (void)state;
-    struct qp_model *m = qp_model_create();
-    assert_non_null(m);
-    m->opsets = &opset19;
-    m->n_opsets = 1;
+    struct qp_model *m = model_with_x(2, act_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    int x = qp_graph_value(g, "x");
-    g->values[x].dtype = QP_DTYPE_FLOAT;
-    g->values[x].rank = 2;
-    g->values[x].dims = act_dims;
-    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
     add(g, "A", "Relu", 1, "x", NULL, "a");
     add(g, "B", "Sigmoid", 1, "a", NULL, "b");
     add(g, "C", "Relu", 1, "b", NULL, "c");
@@ -656,16 +624,9 @@ static void test_cache_keeps_relevant(void **state) {
 /* y = If(c) then Relu(x) * 2 else Neg(x) [else_shape_differs: Flatten of a [2,D,1] reshape ->
  * different shape]. x and c are graph inputs, or c is a constant. */
 static struct qp_model *if_model(int const_cond, int cond_value, int mismatch) {
-    struct qp_model *m = qp_model_create();
-    m->opsets = &opset19;
-    m->n_opsets = 1;
+    struct qp_model *m = model_with_x(2, act_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    int x = qp_graph_value(g, "x");
-    g->values[x].dtype = QP_DTYPE_FLOAT;
-    g->values[x].rank = 2;
-    g->values[x].dims = act_dims;
-    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
     if (const_cond) {
         uint8_t c = (uint8_t)cond_value;
         graph_add_init(m, g, "c", QP_DTYPE_BOOL, 0, NULL, &c, 1);
@@ -817,16 +778,9 @@ static void test_if_partial(void **state) {
 /* An If inside a branch whose own branches read tensors of the top graph (two levels up). */
 static void test_if_nested(void **state) {
     (void)state;
-    struct qp_model *m = qp_model_create();
-    m->opsets = &opset19;
-    m->n_opsets = 1;
+    struct qp_model *m = model_with_x(2, act_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    int x = qp_graph_value(g, "x");
-    g->values[x].dtype = QP_DTYPE_FLOAT;
-    g->values[x].rank = 2;
-    g->values[x].dims = act_dims;
-    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
     int c = qp_graph_value(g, "c");
     g->values[c].dtype = QP_DTYPE_BOOL;
     g->values[c].rank = 0;
