@@ -799,7 +799,6 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
             stp->var[0] = (struct rt_variant){cmask, stp->state, stp->scratch};
             stp->n_var = 1;
             stp->cur_var = 0;
-            p->cov_steps[p->n_cov_steps++] = (int)n_steps;
         }
         /* Dependencies (below) follow the overlay outputs, whatever the bypass flags. */
         /* (a constant overlay's input is its current choice, which fusion may bake in) */
@@ -830,7 +829,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
     }
     p->n_steps = n_steps;
     if ((st = rt_fuse_settle(s, p, err))) goto fail;
-    /* Fusion moved steps: the steps with bypass variants, by their final indices. */
+    /* The steps with bypass variants, by their final indices (fusion moves steps). */
     p->n_cov_steps = 0;
     for (size_t k = 0; k < n_steps; k++)
         if (p->steps[k].n_var) p->cov_steps[p->n_cov_steps++] = (int)k;
