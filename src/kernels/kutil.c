@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/elem.h"
 #include "kernels/kernel.h"
 
 const struct qp_attr *qp_kattr(const struct qp_node *n, const char *name) {
@@ -84,28 +85,9 @@ enum qp_status qp_kt_set(struct qp_kt *t, enum qp_dtype dt, int rank, const int6
 }
 
 int64_t qp_kt_get_i64(const struct qp_kt *t, uint64_t i) {
-    const void *p = t->data;
-    switch (t->dtype) {
-    case QP_DTYPE_INT8:
-        return ((const int8_t *)p)[i];
-    case QP_DTYPE_UINT8:
-    case QP_DTYPE_BOOL:
-        return ((const uint8_t *)p)[i];
-    case QP_DTYPE_INT16:
-        return ((const int16_t *)p)[i];
-    case QP_DTYPE_UINT16:
-        return ((const uint16_t *)p)[i];
-    case QP_DTYPE_INT32:
-        return ((const int32_t *)p)[i];
-    case QP_DTYPE_UINT32:
-        return ((const uint32_t *)p)[i];
-    case QP_DTYPE_INT64:
-        return ((const int64_t *)p)[i];
-    case QP_DTYPE_UINT64:
-        return (int64_t)((const uint64_t *)p)[i];
-    default:
-        return (int64_t)qp_kt_get_f64(t, i);
-    }
+    int64_t v;
+    if (qp_elem_get_int(t->dtype, t->data, i, &v)) return v;
+    return (int64_t)qp_kt_get_f64(t, i);
 }
 
 double qp_kt_get_f64(const struct qp_kt *t, uint64_t i) {
@@ -171,39 +153,7 @@ void qp_kt_set_f64(struct qp_kt *t, uint64_t i, double v) {
 }
 
 void qp_kt_set_i64(struct qp_kt *t, uint64_t i, int64_t v) {
-    void *p = t->data;
-    switch (t->dtype) {
-    case QP_DTYPE_INT8:
-        ((int8_t *)p)[i] = (int8_t)v;
-        break;
-    case QP_DTYPE_UINT8:
-        ((uint8_t *)p)[i] = (uint8_t)v;
-        break;
-    case QP_DTYPE_BOOL:
-        ((uint8_t *)p)[i] = v != 0;
-        break;
-    case QP_DTYPE_INT16:
-        ((int16_t *)p)[i] = (int16_t)v;
-        break;
-    case QP_DTYPE_UINT16:
-        ((uint16_t *)p)[i] = (uint16_t)v;
-        break;
-    case QP_DTYPE_INT32:
-        ((int32_t *)p)[i] = (int32_t)v;
-        break;
-    case QP_DTYPE_UINT32:
-        ((uint32_t *)p)[i] = (uint32_t)v;
-        break;
-    case QP_DTYPE_INT64:
-        ((int64_t *)p)[i] = v;
-        break;
-    case QP_DTYPE_UINT64:
-        ((uint64_t *)p)[i] = (uint64_t)v;
-        break;
-    default:
-        qp_kt_set_f64(t, i, (double)v);
-        break;
-    }
+    if (!qp_elem_set_int(t->dtype, t->data, i, v)) qp_kt_set_f64(t, i, (double)v);
 }
 
 enum qp_status qp_kaxis(int64_t axis, int rank, int64_t *out, const char *what,

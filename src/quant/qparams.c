@@ -51,73 +51,19 @@ int qp_qtype_supported(enum qp_dtype dt) {
 }
 
 float qp_qvalue_get(enum qp_dtype dt, const void *p, uint64_t i) {
-    switch (dt) {
-    case QP_DTYPE_INT8:
-        return (float)((const int8_t *)p)[i];
-    case QP_DTYPE_UINT8:
-        return (float)((const uint8_t *)p)[i];
-    case QP_DTYPE_INT16:
-        return (float)((const int16_t *)p)[i];
-    case QP_DTYPE_UINT16:
-        return (float)((const uint16_t *)p)[i];
-    case QP_DTYPE_INT32:
-        return (float)((const int32_t *)p)[i];
-    case QP_DTYPE_INT4:
-        return (float)qp_int4_get(p, i, 1);
-    case QP_DTYPE_UINT4:
-        return (float)qp_int4_get(p, i, 0);
-    default:
-        if (is_fp8(dt)) return qp_fp8_to_f32(dt, ((const uint8_t *)p)[i]);
-        return 0.0f;
-    }
+    int64_t v;
+    if (qp_elem_get_int(dt, p, i, &v)) return (float)v;
+    return is_fp8(dt) ? qp_fp8_to_f32(dt, ((const uint8_t *)p)[i]) : 0.0f;
 }
 
 /* Integer value of element i (zero points, integer data); 0 for fp8. */
 static int64_t qint_get(enum qp_dtype dt, const void *p, uint64_t i) {
-    switch (dt) {
-    case QP_DTYPE_INT8:
-        return ((const int8_t *)p)[i];
-    case QP_DTYPE_UINT8:
-        return ((const uint8_t *)p)[i];
-    case QP_DTYPE_INT16:
-        return ((const int16_t *)p)[i];
-    case QP_DTYPE_UINT16:
-        return ((const uint16_t *)p)[i];
-    case QP_DTYPE_INT32:
-        return ((const int32_t *)p)[i];
-    case QP_DTYPE_INT4:
-        return qp_int4_get(p, i, 1);
-    case QP_DTYPE_UINT4:
-        return qp_int4_get(p, i, 0);
-    default:
-        return 0;
-    }
+    int64_t v = 0;
+    return qp_elem_get_int(dt, p, i, &v) ? v : 0;
 }
 
 static void qint_set(enum qp_dtype dt, void *p, uint64_t i, int64_t v) {
-    switch (dt) {
-    case QP_DTYPE_INT8:
-        ((int8_t *)p)[i] = (int8_t)v;
-        break;
-    case QP_DTYPE_UINT8:
-        ((uint8_t *)p)[i] = (uint8_t)v;
-        break;
-    case QP_DTYPE_INT16:
-        ((int16_t *)p)[i] = (int16_t)v;
-        break;
-    case QP_DTYPE_UINT16:
-        ((uint16_t *)p)[i] = (uint16_t)v;
-        break;
-    case QP_DTYPE_INT32:
-        ((int32_t *)p)[i] = (int32_t)v;
-        break;
-    case QP_DTYPE_INT4:
-    case QP_DTYPE_UINT4:
-        qp_int4_set(p, i, (int)v);
-        break;
-    default:
-        break;
-    }
+    (void)qp_elem_set_int(dt, p, i, v);
 }
 
 enum qp_status qp_qspec_check(const struct qp_qspec *s, struct qp_error *err) {

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/elem.h" /* qp_int4_get / qp_int4_set */
 #include "qplace/dtype.h"
 #include "qplace/status.h"
 
@@ -35,18 +36,6 @@ int qp_qtype_supported(enum qp_dtype dt);
 /* Integer range of an integer quantized type (int4: -8..7, uint8: 0..255, ...). Returns 0 for a
  * non-integer type. */
 int qp_qtype_int_range(enum qp_dtype dt, int64_t *lo, int64_t *hi);
-
-/* Element `i` of a packed 4-bit buffer (two per byte, element 0 in the low nibble), sign-extended
- * when `is_signed`. */
-static inline int qp_int4_get(const uint8_t *p, uint64_t i, int is_signed) {
-    int v = (p[i >> 1] >> ((i & 1) * 4)) & 0xF;
-    return is_signed && v >= 8 ? v - 16 : v;
-}
-/* Stores the low 4 bits of `v` as element `i`; the other nibble of the byte is kept. */
-static inline void qp_int4_set(uint8_t *p, uint64_t i, int v) {
-    unsigned sh = (unsigned)(i & 1) * 4;
-    p[i >> 1] = (uint8_t)((p[i >> 1] & ~(0xFu << sh)) | ((unsigned)(v & 0xF) << sh));
-}
 
 /* Reads element `i` of a quantized buffer as float (integers exactly; fp8 decoded). */
 float qp_qvalue_get(enum qp_dtype dt, const void *p, uint64_t i);
