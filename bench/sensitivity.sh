@@ -13,7 +13,8 @@
 #     incremental run's own reference also fills the activation cache, so it is slower);
 #   - the floor: the mean share of the multiply-accumulates downstream of each target's edges
 #     (what re-running only the downstream nodes must still compute);
-#   - the scores of both paths agree (relative difference <= 1e-9).
+#   - the scores of both paths agree (relative difference <= 1e-9);
+#   - the two ratios again in process CPU time, which a shared machine's load disturbs less.
 # Writes into build/bench/sensitivity/.
 set -euo pipefail
 
@@ -57,6 +58,15 @@ print(f"speed-up incremental vs naive    {tb['probes_s'] / ta['probes_s']:.2f}x 
 print(f"total / (targets x ref pass)     {ta['total_s'] / (n * tb['reference_s']):.2f}x (target <= 0.5x; "
       f"{ta['total_s'] / (n * ta['reference_s']):.2f}x against the caching reference pass)")
 print(f"node runs incremental / naive    {ta['nodes_executed'] / tb['nodes_executed']:.3f}")
+# CPU time (all threads) of the same phases: on a shared machine the wall times follow the other
+# jobs' load, which differs between the two runs; the CPU times follow the work (OpenMP
+# spin-waiting counts in them: compare with OMP_WAIT_POLICY=passive, the CLI's choice on a busy
+# machine).
+print(f"CPU: probes incremental / naive  {ta['probes_cpu_s'] / tb['probes_cpu_s']:.3f} "
+      f"({ta['probes_cpu_s']:.2f} s / {tb['probes_cpu_s']:.2f} s; speed-up "
+      f"{tb['probes_cpu_s'] / ta['probes_cpu_s']:.2f}x)")
+print(f"CPU: total / (targets x ref)     {ta['total_cpu_s'] / (n * tb['reference_cpu_s']):.3f} "
+      f"(reference pass {tb['reference_cpu_s']:.2f} s CPU)")
 print(f"max relative score difference    {worst:.3g} (must be <= 1e-9)")
 try:  # the floor of incremental / naive: MACs downstream of each target (Conv and Gemm)
     import math, onnx

@@ -218,6 +218,17 @@ size_t qp_session_nodes_executed(const struct qp_session *s);
 /* Bytes of the current shape set's activation arena (after a plan), for memory reports. */
 size_t qp_session_arena_bytes(const struct qp_session *s);
 
+/* What the current plan (the last run's, else the newest) knows of graph value `name` without
+ * running: its dtype (QP_DTYPE_UNDEFINED when nothing gives it one) and *computed_out = 1 when
+ * a run computes or receives it (a step's output, a graph input), 0 for a plan-time constant
+ * (an initializer, a folded subgraph) or a value no step produces. So a caller learns which
+ * tensors are float at run time from planning alone. QP_ERR_USAGE when no plan exists yet (the
+ * shapes were not all known, or a value-keyed input needs its bytes) or the graph has no value
+ * `name`. */
+enum qp_status qp_session_value_info(const struct qp_session *s, const char *name,
+                                     enum qp_dtype *dtype_out, int *computed_out,
+                                     struct qp_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -93,6 +93,12 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int parse_double(const char *s, double *out) {
     if (!s || !*s) return 0;
     char *end;
@@ -318,7 +324,7 @@ int cli_sensitivity_run(const struct cli_args *args) {
     so.scope = scope;
     so.n_scope = n_scope;
 
-    double t_start = now_s();
+    double t_start = now_s(), c_start = cpu_s();
     int rc = 0;
     enum qp_status st = QP_OK;
     struct qp_model *m = NULL;
@@ -629,6 +635,9 @@ int cli_sensitivity_run(const struct cli_args *args) {
     cJSON_AddNumberToObject(tim, "reference_s", r->reference_seconds);
     cJSON_AddNumberToObject(tim, "probes_s", r->probe_seconds);
     cJSON_AddNumberToObject(tim, "total_s", now_s() - t_start);
+    cJSON_AddNumberToObject(tim, "reference_cpu_s", r->reference_cpu_seconds);
+    cJSON_AddNumberToObject(tim, "probes_cpu_s", r->probe_cpu_seconds);
+    cJSON_AddNumberToObject(tim, "total_cpu_s", cpu_s() - c_start);
     cJSON_AddNumberToObject(tim, "nodes_executed", (double)r->nodes_executed);
     cJSON_AddNumberToObject(tim, "nodes_full_pass", (double)r->nodes_full_pass);
     if (picking) {

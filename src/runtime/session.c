@@ -499,6 +499,23 @@ size_t qp_session_arena_bytes(const struct qp_session *s) {
     return s->n_plans ? s->plans[s->n_plans - 1]->arena_bytes : 0;
 }
 
+enum qp_status qp_session_value_info(const struct qp_session *s, const char *name,
+                                     enum qp_dtype *dtype_out, int *computed_out,
+                                     struct qp_error *err) {
+    if (!s || !name || !dtype_out || !computed_out)
+        return qp_error_set(err, QP_ERR_USAGE, "session: NULL argument");
+    const struct rt_plan *p = s->last ? s->last : s->n_plans ? s->plans[s->n_plans - 1] : NULL;
+    if (!p)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "session: no plan yet (give every input a shape, or run first)");
+    int v = qp_graph_find_value(s->g, name);
+    if (v < 0) return qp_error_set(err, QP_ERR_USAGE, "session: the graph has no value '%s'", name);
+    const struct qp_kt *t = &p->vals[v];
+    *dtype_out = t->dtype;
+    *computed_out = t->dtype != QP_DTYPE_UNDEFINED && !t->is_const;
+    return QP_OK;
+}
+
 enum qp_status qp_session_plan(struct qp_session *s, size_t n_shapes, const struct qp_shape *shapes,
                                struct qp_error *err) {
     if (!s || (n_shapes && !shapes))
@@ -641,8 +658,9 @@ done:
 
 /* Steps whose outputs a partial run may read from the cache while the overlays keep their
  * edges: those read by a step that some overlay change can make recompute while the producer
- * stays (a step's "edge set" is the overlays at or upstream of it; a reader with an edge set
- * other than its producer's), and producers of graph outputs. *rel_out is NULL (no preference)
+ * stays (a step's "edge set" is the overlays at or upstream of it, its own constant overlays
+ * included; a reader with an edge set other than its producer's), and producers of graph
+ * outputs. *rel_out is NULL (no preference)
  * without overlays or when the bit sets would be too large. */
 static enum qp_status cache_relevant(const struct qp_session *s, const struct rt_plan *p,
                                      unsigned char **rel_out, struct qp_error *err) {
@@ -664,6 +682,11 @@ static enum qp_status cache_relevant(const struct qp_session *s, const struct rt
                 for (size_t w = 0; w < words; w++)
                     a[w] |= up[(size_t)stp->dep[i] * words + w];
         if (stp->kind == RT_STEP_OVERLAY) a[stp->ov / 64] |= (uint64_t)1 << (stp->ov % 64);
+        /* An overlay on a constant (a weight) has no step: its consumer toggles it itself, so
+         * what the consumer reads may have to come from the cache. */
+        for (int j = 0; j < stp->n_ovin; j++)
+            if (stp->ovin[j].is_const)
+                a[stp->ovin[j].ov / 64] |= (uint64_t)1 << (stp->ovin[j].ov % 64);
     }
     for (size_t k = 0; k < ns; k++) {
         const struct rt_step *stp = &p->steps[k];

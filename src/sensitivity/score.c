@@ -28,6 +28,12 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void target_release(struct qp_sens_target *t) {
     free(t->name);
     free(t->op_type);
@@ -364,7 +370,9 @@ static enum qp_status ctx_init(struct sens_ctx *c, const struct qp_model *model,
     /* Unfused: every probe toggles weight overlays, which a fused Conv bakes into its state
      * (a toggle would re-plan); the unfused ONNX semantics are the engine's reference anyway. */
     struct qp_session_options so = {.n_threads = o->n_threads, .no_fusion = 1};
-    if ((st = qp_session_create(model, &so, np, shapes, &c->s, err)) != QP_OK) return st;
+    /* Created without the shapes, so that it is planned once, below, with its overlays (a
+     * model whose input shapes are all static is planned at creation anyway). */
+    if ((st = qp_session_create(model, &so, 0, NULL, &c->s, err)) != QP_OK) return st;
     c->n_in = qp_session_n_inputs(c->s);
     if (c->n_in != np)
         return qp_error_set(err, QP_ERR_BAD_INPUT,
@@ -556,15 +564,17 @@ enum qp_status qp_sens_score(const struct qp_model *model, const struct qp_place
     for (;;) {
         if ((st = qp_provider_next(prov, &batch, &end, err)) != QP_OK) goto done;
         if (end) break;
-        double t0 = now_s();
+        double t0 = now_s(), c0 = cpu_s();
         if ((st = ctx_reference(&c, batch, o->incremental, err)) != QP_OK) goto done;
         r->reference_seconds += now_s() - t0;
+        r->reference_cpu_seconds += cpu_s() - c0;
         r->nodes_full_pass = qp_session_nodes_executed(c.s);
         r->n_batches++;
         r->n_samples += c.rows;
         for (size_t i = 0; i < c.n_out; i++)
             counts[i] += c.out_float[i] ? (double)c.samples[i] : 0;
         t0 = now_s();
+        c0 = cpu_s();
         for (size_t t = 0; t < nt; t++) {
             struct qp_sens_target *tg = &r->targets[t];
             if (tg->state != QP_SENS_SCORED) continue;
@@ -584,6 +594,7 @@ enum qp_status qp_sens_score(const struct qp_model *model, const struct qp_place
             if (o->progress) o->progress(++done_steps, total, o->progress_user);
         }
         r->probe_seconds += now_s() - t0;
+        r->probe_cpu_seconds += cpu_s() - c0;
     }
     r->n_float_outputs = 0;
     for (size_t i = 0; i < c.n_out; i++)
@@ -764,7 +775,7 @@ enum qp_status qp_sens_calibrate(const struct qp_model *model, const struct qp_p
         shapes[i].rank = batch[i].rank;
         memcpy(shapes[i].dims, batch[i].dims, sizeof shapes[i].dims);
     }
-    /* Which placement tensors are float at run time: one observed run of the first batch. */
+    /* Which placement tensors are float at run time (the others cannot be calibrated). */
     struct qp_session_options so = {.n_threads = n_threads};
     if ((st = qp_session_create(model, &so, np, shapes, &s, err)) != QP_OK) goto done;
     size_t ns = qp_session_n_inputs(s);
@@ -792,8 +803,23 @@ enum qp_status qp_sens_calibrate(const struct qp_model *model, const struct qp_p
             if (vi >= 0) fs.is_float[vi] = 1;
         }
     }
-    qp_session_set_observer(s, observe_float, &fs);
-    if ((st = qp_session_run(s, ns, in, err)) != QP_OK) goto done;
+    /* The plan made at creation has every value's dtype: no run needed. Without one (a
+     * value-keyed input waits for its bytes), an observed run of the first batch tells. */
+    int planned = 1;
+    for (size_t e = 0; e < pl->n_edges && planned; e++) {
+        int vi = qp_graph_find_value(g, pl->edges[e].tensor), computed = 0;
+        enum qp_dtype dt = QP_DTYPE_UNDEFINED;
+        struct qp_error ierr = {0};
+        if (vi < 0) continue;
+        if (qp_session_value_info(s, pl->edges[e].tensor, &dt, &computed, &ierr) != QP_OK)
+            planned = 0;
+        else if (computed && dt == QP_DTYPE_FLOAT)
+            fs.is_float[vi] = 1;
+    }
+    if (!planned) {
+        qp_session_set_observer(s, observe_float, &fs);
+        if ((st = qp_session_run(s, ns, in, err)) != QP_OK) goto done;
+    }
     qp_session_free(s);
     s = NULL;
     if ((st = qp_placement_copy(pl, &cal, err)) != QP_OK) goto done;

@@ -106,6 +106,9 @@ struct qp_sens_result {
     size_t n_float_outputs;
     double reference_seconds; /* float reference runs over all samples (one pass) */
     double probe_seconds;     /* every probe over every sample */
+    /* The same two as CPU time of the process (all threads): on a shared machine the wall times
+     * follow the other jobs, the CPU times the work done (OpenMP spin-waiting counts in them). */
+    double reference_cpu_seconds, probe_cpu_seconds;
     uint64_t nodes_executed;  /* node computations of the probes */
     uint64_t nodes_full_pass; /* node computations of one full run (per batch) */
 };

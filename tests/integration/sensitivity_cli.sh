@@ -49,6 +49,8 @@ assert [f['name'] for f in d['failed']] == ['cast_idx'] and 'no calibrated range
 assert d['unprobed'] == []
 assert 'cast_idx' not in d['scores']
 assert d['timings']['probes_s'] >= 0 and d['timings']['nodes_executed'] > 0
+tm = d['timings']
+assert 0 < tm['probes_cpu_s'] and 0 < tm['reference_cpu_s'] and tm['probes_cpu_s'] + tm['reference_cpu_s'] <= tm['total_cpu_s'], tm
 assert 'exclusions' not in d
 "
 # 2. Incremental and full-pass probes give the same scores.

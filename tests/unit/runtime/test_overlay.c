@@ -619,6 +619,60 @@ static void test_cache_keeps_relevant(void **state) {
     qp_model_free(m);
 }
 
+/* x -> A(Relu) -> M(MatMul by the constant W) -> C(Relu) -> E(Sigmoid) -> y, an overlay on W
+ * only (no overlay step: M toggles it itself), a cache of two [2, D] tensors: the reference
+ * keeps a (what M reads) and y, so toggling W computes M, C and E. Keeping the latest tensors
+ * instead (y, c) would recompute A too. */
+static void test_cache_keeps_weight_readers(void **state) {
+    (void)state;
+    struct qp_model *m = model_with_x(2, act_dims);
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    float w[D * D];
+    for (int i = 0; i < D * D; i++)
+        w[i] = 0.05f * (float)((i * 7) % 13) - 0.3f;
+    int64_t wd[2] = {D, D};
+    graph_add_init(m, g, "W", QP_DTYPE_FLOAT, 2, wd, w, sizeof w);
+    add(g, "A", "Relu", 1, "x", NULL, "a");
+    add(g, "M", "MatMul", 2, "a", "W", "mm");
+    add(g, "C", "Relu", 1, "mm", NULL, "c");
+    add(g, "E", "Sigmoid", 1, "c", NULL, "y");
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "y"), &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    struct qp_session *s = NULL, *f = NULL;
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &f, &err), QP_OK);
+    float scale = 0.004f;
+    struct qp_overlay ov = {.node = "M",
+                            .input = 1,
+                            .qtype = QP_DTYPE_INT8,
+                            .n_params = 1,
+                            .scale = &scale,
+                            .bypass = 1};
+    float xv[2 * D], a[2 * D], b[2 * D];
+    fill_input(xv, 5);
+    struct qp_array in, o;
+    int64_t dims[2] = {2, D};
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 2, dims, xv, sizeof xv, &err), QP_OK);
+    qp_session_set_cache(s, 2 * sizeof(float) * 2 * D);
+    assert_int_equal(qp_session_set_overlays(s, 1, &ov, &err), QP_OK);
+    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    ov.bypass = 0;
+    assert_int_equal(qp_session_set_overlays(s, 1, &ov, &err), QP_OK);
+    assert_int_equal(qp_session_set_overlays(f, 1, &ov, &err), QP_OK);
+    assert_int_equal(qp_session_run_partial(s, &err), QP_OK);
+    assert_int_equal(qp_session_nodes_executed(s), 3);
+    assert_int_equal(qp_session_output(s, 0, &o, &err), QP_OK);
+    memcpy(a, o.data, sizeof a);
+    assert_int_equal(qp_session_run(f, 1, &in, &err), QP_OK);
+    assert_int_equal(qp_session_output(f, 0, &o, &err), QP_OK);
+    memcpy(b, o.data, sizeof b);
+    assert_memory_equal(a, b, sizeof a);
+    qp_session_free(s);
+    qp_session_free(f);
+    qp_model_free(m);
+}
+
 /* ---- If ----------------------------------------------------------------------------------- */
 
 /* y = If(c) then Relu(x) * 2 else Neg(x) [else_shape_differs: Flatten of a [2,D,1] reshape ->
@@ -847,6 +901,7 @@ int main(void) {
         cmocka_unit_test(test_bypass_equals_subset),
         cmocka_unit_test(test_bypass_weights),
         cmocka_unit_test(test_cache_keeps_relevant),
+        cmocka_unit_test(test_cache_keeps_weight_readers),
         cmocka_unit_test(test_if_runs_taken_branch),
         cmocka_unit_test(test_if_const_cond),
         cmocka_unit_test(test_if_shape_mismatch),

@@ -118,6 +118,42 @@ static void test_plan_at_create(void **state) {
     qp_model_free(m);
 }
 
+/* qp_session_value_info: what the plan knows without a run (dtype; computed at run time or a
+ * plan-time constant); usage errors before a plan and for unknown names. */
+static void test_value_info(void **state) {
+    (void)state;
+    struct qp_model *m = model(NULL);
+    struct qp_session *s = NULL;
+    struct qp_error err = {0};
+    enum qp_dtype dt = QP_DTYPE_UNDEFINED;
+    int computed = -1;
+    /* the batch is symbolic: no plan yet */
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
+    assert_int_equal(qp_session_value_info(s, "r", &dt, &computed, &err), QP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "no plan"));
+    struct qp_shape shape = {.name = "x", .rank = 2, .dims = {2, 3}};
+    assert_int_equal(qp_session_plan(s, 1, &shape, &err), QP_OK);
+    static const struct {
+        const char *name;
+        enum qp_dtype dt;
+        int computed;
+    } want[] = {{"x", QP_DTYPE_FLOAT, 1},
+                {"r", QP_DTYPE_FLOAT, 1},
+                {"s", QP_DTYPE_INT64, 0}, /* Shape: evaluated at plan time */
+                {"y", QP_DTYPE_FLOAT, 1},
+                {"z", QP_DTYPE_FLOAT, 1}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        assert_int_equal(qp_session_value_info(s, want[i].name, &dt, &computed, &err), QP_OK);
+        assert_int_equal(dt, want[i].dt);
+        assert_int_equal(computed, want[i].computed);
+    }
+    assert_int_equal(qp_session_value_info(s, "nope", &dt, &computed, &err), QP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "'nope'"));
+    assert_int_equal(qp_session_value_info(s, "r", NULL, &computed, &err), QP_ERR_USAGE);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
 /* qp_session_set_observed: only the named tensors reach the observer; bad names are refused
  * and keep the previous set; n = 0 restores every tensor. */
 static void test_observed_set(void **state) {
@@ -172,6 +208,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_dynamic_shapes),
         cmocka_unit_test(test_plan_at_create),
+        cmocka_unit_test(test_value_info),
         cmocka_unit_test(test_observed_set),
         cmocka_unit_test(test_unsupported_op_at_create),
     };

@@ -447,6 +447,83 @@ static void test_bad_options(void **state) {
     fixture_free(&f);
 }
 
+/* A provider of one batch: x (1x3 float) and shp (the int64 shape {1, 3}). */
+static enum qp_status keyed_next(struct qp_provider *p, int *end_out, struct qp_error *err) {
+    static float x[3] = {0.5f, -2.0f, 1.0f};
+    static int64_t shp[2] = {1, 3};
+    int64_t dx[2] = {1, 3}, ds[1] = {2};
+    int *done = p->impl;
+    *end_out = *done;
+    if (*done) return QP_OK;
+    *done = 1;
+    enum qp_status st = qp_array_view(&p->batch[0], QP_DTYPE_FLOAT, 2, dx, x, sizeof x, err);
+    return st != QP_OK ? st
+                       : qp_array_view(&p->batch[1], QP_DTYPE_INT64, 1, ds, shp, sizeof shp, err);
+}
+static enum qp_status keyed_reset(struct qp_provider *p, struct qp_error *err) {
+    (void)err;
+    *(int *)p->impl = 0;
+    return QP_OK;
+}
+static void keyed_destroy(struct qp_provider *p) {
+    (void)p;
+}
+
+/* Calibration learns which placement tensors are float from the session's plan; a model whose
+ * input feeds a Reshape's shape (value-keyed: no plan before the bytes are known) takes the
+ * observed run of the first batch instead, and its tensors still get their ranges. */
+static void test_calibrate_value_keyed(void **state) {
+    (void)state;
+    static struct qp_opset op19 = {"", 19};
+    static struct qp_dim dx[2] = {{1, NULL}, {3, NULL}}, ds[1] = {{2, NULL}};
+    struct qp_error err = {0};
+    struct qp_model *m = qp_model_create();
+    assert_non_null(m);
+    m->opsets = &op19;
+    m->n_opsets = 1;
+    struct qp_graph *g = m->graph;
+    int x = qp_graph_value(g, "x"), sh = qp_graph_value(g, "shp");
+    g->values[x].dtype = QP_DTYPE_FLOAT;
+    g->values[x].rank = 2;
+    g->values[x].dims = dx;
+    g->values[sh].dtype = QP_DTYPE_INT64;
+    g->values[sh].rank = 1;
+    g->values[sh].dims = ds;
+    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
+    assert_int_equal(qp_graph_add_input(g, sh, &err), QP_OK);
+    const char *rin[2] = {"x", "shp"}, *rout = "y", *ain = "y", *aout = "z";
+    assert_int_equal(qp_graph_add_node(g, "reshape", "Reshape", "", 2, rin, 1, &rout, NULL, &err),
+                     QP_OK);
+    assert_int_equal(qp_graph_add_node(g, "relu", "Relu", "", 1, &ain, 1, &aout, NULL, &err),
+                     QP_OK);
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "z"), &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    struct qp_placement *pl = qp_placement_create();
+    assert_non_null(pl);
+    assert_int_equal(qp_placement_add_edge(pl, "y", "relu", 0, "test", &err), QP_OK);
+    assert_int_equal(qp_placement_validate(pl, g, &err), QP_OK);
+    static const struct qp_provider_ops ops = {keyed_next, keyed_reset, keyed_destroy};
+    static const char *const names[2] = {"x", "shp"};
+    static int done;
+    struct qp_provider *prov = NULL;
+    assert_int_equal(qp_provider_alloc(&ops, "test", names, 2, &prov, &err), QP_OK);
+    done = 0;
+    prov->impl = &done;
+    prov->n_samples = 1;
+    prov->n_batches = 1;
+    struct qp_ranges *ranges = NULL;
+    uint64_t ns = 0;
+    if (qp_sens_calibrate(m, pl, prov, QP_CALIB_MAX, 1, &ranges, &ns, &err) != QP_OK)
+        fail_msg("%s", err.msg);
+    const struct qp_range *rg = qp_ranges_find(ranges, "y");
+    assert_non_null(rg);
+    assert_true(rg->amax == 2.0f);
+    qp_ranges_free(ranges);
+    qp_provider_free(prov);
+    qp_placement_free(pl);
+    qp_model_free(m);
+}
+
 int main(void) {
     snprintf(data_dir, sizeof data_dir, "%s", __FILE__);
     char *slash = strrchr(data_dir, '/');
@@ -462,6 +539,7 @@ int main(void) {
         cmocka_unit_test(test_unprobed),
         cmocka_unit_test(test_failed),
         cmocka_unit_test(test_plan_failure_falls_back),
+        cmocka_unit_test(test_calibrate_value_keyed),
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_bad_options),
     };

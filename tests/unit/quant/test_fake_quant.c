@@ -1,0 +1,180 @@
+/* qp_fake_quantize_f32's integer path (parameters read once per run of elements, rounding
+ * inline) against quantize then dequantize, bit for bit: every integer qtype, per tensor and per
+ * axis, with and without zero points (negative ones too), on ties, near-ties, signed zeros and
+ * random values (blocks that take the branch-free path), and with NaN, infinities and values
+ * past 2^23 and 4e9 mixed in (blocks that go element by element); sub-ranges that start and end
+ * inside a run of one parameter and inside a block; and y aliasing x. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "quant/qparams.h"
+
+#define N_AXIS 3
+#define INNER  200
+#define N      (2 * N_AXIS * INNER)
+
+static uint32_t rng = 12345u;
+static uint32_t next_u32(void) {
+    rng = rng * 1664525u + 1013904223u;
+    return rng;
+}
+
+/* Values around the quantization grid of `sc`, plus (with `with_special`) NaN, infinities and
+ * values past 2^23 and 4e9, which send the block holding them down the per-element path. */
+static void fill(float *x, const float *sc, int per_axis, int with_special) {
+    static const float special[] = {0.0f,        -0.0f,      NAN,    INFINITY,
+                                    -INFINITY,   1e10f,      -1e10f, 8388608.0f,
+                                    -8388608.0f, 8388607.5f, 4.5e9f, -4.5e9f};
+    size_t ns = sizeof special / sizeof special[0];
+    for (int i = 0; i < N; i++) {
+        float s = sc[per_axis ? (i / INNER) % N_AXIS : 0];
+        uint32_t r = next_u32();
+        int k = (int)(r % 600) - 300; /* beyond every 8-bit range, inside 16 bits */
+        switch (with_special || r >> 29 != 2 ? r >> 29 : 1) {
+        case 0: /* a tie: (k + 0.5) * scale, exact for these power-of-two scales */
+            x[i] = ((float)k + 0.5f) * s;
+            break;
+        case 1: /* just below / above a tie */
+            x[i] = nextafterf(((float)k + 0.5f) * s, (r & 1) ? INFINITY : -INFINITY);
+            break;
+        case 2:
+            x[i] = special[r % ns];
+            break;
+        case 3: /* large multiples: 16-bit and 32-bit saturation */
+            x[i] = (float)k * 300.0f * s;
+            break;
+        default:
+            x[i] = ((float)(int32_t)(r & 0xffff) - 32768.0f) / 64.0f * s;
+        }
+    }
+}
+
+/* Reference: quantize the whole tensor, dequantize it. */
+static void reference(const struct qp_qspec *s, const float *x, float *y) {
+    int64_t q[N];
+    qp_quantize_f32(s, x, q, 0, N);
+    qp_dequantize_f32(s, q, y, 0, N);
+}
+
+static void check_type(enum qp_dtype qt, int with_zp, int per_axis) {
+    /* Power-of-two scales make the ties exact; 0.3 makes the divisions inexact. */
+    const float sc[N_AXIS] = {0.25f, 0.3f, 2.0f};
+    unsigned char zp[N_AXIS * 4];
+    memset(zp, 0, sizeof zp);
+    if (with_zp) {
+        switch (qt) {
+        case QP_DTYPE_INT8: {
+            const int8_t z[N_AXIS] = {-5, 0, 100};
+            memcpy(zp, z, sizeof z);
+            break;
+        }
+        case QP_DTYPE_UINT8: {
+            const uint8_t z[N_AXIS] = {128, 0, 255};
+            memcpy(zp, z, sizeof z);
+            break;
+        }
+        case QP_DTYPE_INT16: {
+            const int16_t z[N_AXIS] = {-300, 7, 32000};
+            memcpy(zp, z, sizeof z);
+            break;
+        }
+        case QP_DTYPE_UINT16: {
+            const uint16_t z[N_AXIS] = {32768, 1, 65535};
+            memcpy(zp, z, sizeof z);
+            break;
+        }
+        case QP_DTYPE_INT32: {
+            const int32_t z[N_AXIS] = {-7, 0, 1000};
+            memcpy(zp, z, sizeof z);
+            break;
+        }
+        case QP_DTYPE_INT4:
+            zp[0] = 0xd3; /* 3, -3 */
+            zp[1] = 0x07; /* 7 */
+            break;
+        case QP_DTYPE_UINT4:
+            zp[0] = 0xf8; /* 8, 15 */
+            zp[1] = 0x01;
+            break;
+        default:
+            fail();
+        }
+    }
+    struct qp_qspec s = {.qtype = qt,
+                         .outer = per_axis ? 2 : 1,
+                         .axis_len = per_axis ? N_AXIS : 1,
+                         .inner = per_axis ? INNER : N,
+                         .n_params = per_axis ? N_AXIS : 1,
+                         .scale = sc,
+                         .zero_point = with_zp ? zp : NULL};
+    assert_int_equal(qp_qspec_check(&s, NULL), QP_OK);
+    float x[N], want[N], got[N];
+    for (int round = 0; round < 20; round++) {
+        fill(x, sc, per_axis, round % 2);
+        reference(&s, x, want);
+        /* Sub-ranges starting and ending inside runs of one parameter. */
+        memset(got, 0x7f, sizeof got);
+        int64_t cut1 = (int64_t)(next_u32() % N), cut2 = (int64_t)(next_u32() % N);
+        int64_t a = cut1 < cut2 ? cut1 : cut2, b = cut1 < cut2 ? cut2 : cut1;
+        qp_fake_quantize_f32(&s, x, got, 0, a);
+        qp_fake_quantize_f32(&s, x, got, a, b);
+        qp_fake_quantize_f32(&s, x, got, b, N);
+        for (int i = 0; i < N; i++)
+            if (memcmp(&got[i], &want[i], sizeof got[i]) != 0)
+                fail_msg("%s zp=%d per_axis=%d: x[%d] = %a gives %a, quantize+dequantize %a",
+                         qp_dtype_name(qt), with_zp, per_axis, i, (double)x[i], (double)got[i],
+                         (double)want[i]);
+        /* In place. */
+        memcpy(got, x, sizeof got);
+        qp_fake_quantize_f32(&s, got, got, 0, N);
+        assert_memory_equal(got, want, sizeof got);
+    }
+}
+
+static void test_integer_types(void **state) {
+    (void)state;
+    static const enum qp_dtype types[] = {QP_DTYPE_INT8,   QP_DTYPE_UINT8, QP_DTYPE_INT16,
+                                          QP_DTYPE_UINT16, QP_DTYPE_INT32, QP_DTYPE_INT4,
+                                          QP_DTYPE_UINT4};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (int zp = 0; zp < 2; zp++)
+            for (int axis = 0; axis < 2; axis++)
+                check_type(types[t], zp, axis);
+}
+
+/* Hand-checked values: the ties round to even on both signs, saturation with a negative zero
+ * point keeps quantize's order (clamp after adding the zero point). */
+static void test_known_values(void **state) {
+    (void)state;
+    float sc = 1.0f;
+    int8_t zp = -10;
+    struct qp_qspec s = {.qtype = QP_DTYPE_INT8,
+                         .outer = 1,
+                         .axis_len = 1,
+                         .inner = 8,
+                         .n_params = 1,
+                         .scale = &sc,
+                         .zero_point = &zp};
+    const float x[8] = {2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 200.0f, -200.0f};
+    /* q + zp clamped to [-128, 127], minus zp: 200 -> 127 - (-10) = 137; -200 -> -118 */
+    const float want[8] = {2.0f, 4.0f, -2.0f, -4.0f, 0.0f, 0.0f, 137.0f, -118.0f};
+    float y[8];
+    qp_fake_quantize_f32(&s, x, y, 0, 8);
+    for (int i = 0; i < 8; i++)
+        assert_true(y[i] == want[i]);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_integer_types),
+        cmocka_unit_test(test_known_values),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
