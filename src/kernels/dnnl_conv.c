@@ -13,6 +13,10 @@
  * destination layouts, so every variant reads the same reordered weights; the unit tests check
  * 1 vs 2 threads bit for bit. Whatever oneDNN cannot do (non-constant weights, an asymmetric
  * padding it rejects, a full cache) runs the reference kernel with the same geometry.
+ *
+ * 3x3 stride-1 convolutions that qp_wino_takes accepts run Winograd F(2x2, 3x3) (winograd.c)
+ * instead of the primitive, inside the same state: its weights are transformed at prepare, and
+ * the primitive's descriptor only tells the blocked layouts the state reads and writes.
  */
 #include <math.h>
 #include <pthread.h>
@@ -23,6 +27,7 @@
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_util.h"
 #include "kernels/kernels.h"
+#include "kernels/winograd.h"
 
 struct conv_key {
     int32_t transpose, nthr, nsp, has_bias;
@@ -71,6 +76,12 @@ struct dnnl_conv_state {
      * ep_sn (batch) and ep_sc (channel block), spatial positions `blk` apart. */
     int epilogue;
     int64_t blk, ep_sn, ep_sc;
+    /* The Winograd path (winograd.h) instead of the primitive: `entry`, when not NULL, then
+     * only gives the blocked layouts (no reordered weights: the transformed ones are at
+     * wei_off), whose source and destination forms are wl_src and wl_dst. */
+    int wino;
+    struct qp_wino wp;
+    struct qp_wino_layout wl_src, wl_dst;
 };
 
 /* Weight reorders done by prepare, process-wide (qp_dnnl_conv_weight_reorders). */
@@ -301,6 +312,17 @@ static int epilogue_layout(const dnnl_memory_desc_t *md, int64_t *blk, int64_t *
     return 1;
 }
 
+/* A source or destination layout the Winograd path reads and writes: plain NCHW or channel
+ * blocks of 8, spatial positions dense. */
+static int wino_layout(const dnnl_memory_desc_t *md, struct qp_wino_layout *l) {
+    int64_t blk, sn, sc;
+    if (md->ndims != 4 || !epilogue_layout(md, &blk, &sn, &sc) || (blk != 1 && blk != 8)) return 0;
+    l->blk = blk;
+    l->sn = sn;
+    l->sc = sc;
+    return 1;
+}
+
 /* Pixels per epilogue task. */
 #define EP_CHUNK 1024
 
@@ -431,9 +453,22 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
     if (e && transpose && (ref.has_bias || n_post) &&
         !epilogue_layout(&e->dst, &blk, &ep_sn, &ep_sc))
         e = NULL; /* reference kernel */
+    /* Winograd: chosen from the shapes alone (and QP_NO_WINOGRAD), never from timings, so that
+     * every run of the node, fused or not, overlaid or not, computes alike. It joins the
+     * runtime's blocked chain when it can read and write the layouts oneDNN picked (with an
+     * eltwise post-op before the sum, oneDNN 2.6 picks NHWC, which it does not read): else it
+     * advertises none and works on NCHW only. */
+    struct qp_wino wp = {0};
+    struct qp_wino_layout wl_src = {0, 0, 0}, wl_dst = {0, 0, 0};
+    int wino = usable && !transpose && !qp_wino_disabled() && qp_wino_takes(&ref);
+    int wino_blocked = wino && e && wino_layout(&e->src, &wl_src) && wino_layout(&e->dst, &wl_dst);
     size_t off_dst = 0, off_scr = 0, scratch = 0, wei_bytes = 0;
     struct conv_entry *e1 = NULL;
-    if (e) {
+    if (wino) {
+        qp_wino_plan(&ref, qp_dnnl_default_threads(), &wp);
+        scratch = qp_wino_scratch_bytes(&wp);
+        wei_bytes = qp_wino_weight_bytes(&wp);
+    } else if (e) {
         scratch = entry_scratch(e, &off_dst, &off_scr);
         /* The 1-thread variant (the common other count) is made now too, so its scratchpad is
          * known; it has the primary's layouts, hence the same reorders and offsets. Counts whose
@@ -442,7 +477,7 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
         if (e1 && qp_dnnl_align(e1->scr_bytes) > qp_dnnl_align(e->scr_bytes))
             scratch = off_scr + qp_dnnl_align(e1->scr_bytes);
     }
-    if (e) wei_bytes = e->wei_bytes;
+    if (e && !wino) wei_bytes = e->wei_bytes;
     size_t head = qp_dnnl_align(sizeof(struct dnnl_conv_state));
     struct dnnl_conv_state *s = aligned_alloc(64, head + qp_dnnl_align(wei_bytes));
     if (!s) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
@@ -459,6 +494,20 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
     s->ep_sn = ep_sn;
     s->ep_sc = ep_sc;
     p->state = s;
+    if (wino) {
+        s->wino = 1;
+        s->wp = wp;
+        s->entry = wino_blocked ? e : NULL; /* the layouts only */
+        s->wl_src = wl_src;
+        s->wl_dst = wl_dst;
+        s->wei_off = head;
+        s->scratch = scratch;
+        atomic_fetch_add(&n_weight_reorders, 1);
+        qp_wino_weights(&wp, p->in[1]->data, (float *)((char *)s + head));
+        s->use_dnnl = 1;
+        p->scratch = scratch;
+        return QP_OK;
+    }
     if (!e) return QP_OK;
     s->key = key;
     s->entry = e;
@@ -562,11 +611,36 @@ static enum qp_status run_ref(const struct qp_krun *r, int transpose) {
     return QP_OK;
 }
 
+static struct qp_wino_layout plain_layout(int64_t channels, int64_t size) {
+    struct qp_wino_layout l = {1, channels * size, size};
+    return l;
+}
+
+static enum qp_status run_wino(const struct qp_krun *r) {
+    const struct dnnl_conv_state *s = r->state;
+    const struct qp_wino *wp = &s->wp;
+    struct qp_wino_io io = {
+        .x = r->in[0]->data,
+        .bias = s->ref.has_bias ? r->in[2]->data : NULL,
+        .res = s->has_sum ? r->in[3]->data : NULL,
+        .y = r->out[0]->data,
+        .lx = s->src_blocked ? s->wl_src : plain_layout(wp->c, wp->h * wp->w),
+        .lres = s->res_blocked ? s->wl_dst : plain_layout(wp->m, wp->ho * wp->wo),
+        .ly = s->dst_blocked ? s->wl_dst : plain_layout(wp->m, wp->ho * wp->wo),
+        .n_post = s->n_post,
+        .post = s->post,
+    };
+    qp_wino_run(wp, (const float *)((const char *)s + s->wei_off), &io, r->scratch,
+                s->small ? 1 : r->n_threads);
+    return QP_OK;
+}
+
 static enum qp_status run(const struct qp_krun *r, int transpose) {
     const struct dnnl_conv_state *s = r->state;
     if (s->deferred)
         return qp_error_set(r->err, QP_ERR_INTERNAL, "%s run before it was prepared",
                             transpose ? "ConvTranspose" : "Conv");
+    if (s->wino) return run_wino(r);
     struct conv_entry *e = NULL;
     int blocked = s->src_blocked || s->dst_blocked || s->res_blocked;
     /* A small convolution runs on one thread whatever the session's count: a parallel region
@@ -656,16 +730,20 @@ int qp_dnnl_conv_state_uses_dnnl(const void *state) {
     return state && ((const struct dnnl_conv_state *)state)->use_dnnl;
 }
 
+int qp_dnnl_conv_state_uses_winograd(const void *state) {
+    return state && ((const struct dnnl_conv_state *)state)->wino;
+}
+
 const void *qp_dnnl_conv_blocked_dst(const void *state, size_t *bytes_out) {
     const struct dnnl_conv_state *s = state;
-    if (!s || !s->use_dnnl || !s->entry->rdst) return NULL;
+    if (!s || !s->use_dnnl || !s->entry || !s->entry->rdst) return NULL;
     *bytes_out = s->entry->dst_bytes;
     return &s->entry->dst;
 }
 
 int qp_dnnl_conv_accepts(const void *state, int input, const void *md) {
     const struct dnnl_conv_state *s = state;
-    if (!s || !s->use_dnnl || !md) return 0;
+    if (!s || !s->use_dnnl || !s->entry || !md) return 0;
     if (input == 0) return s->entry->rsrc && dnnl_memory_desc_equal(&s->entry->src, md);
     if (input == 3)
         return s->has_sum && s->entry->rdst && dnnl_memory_desc_equal(&s->entry->dst, md);

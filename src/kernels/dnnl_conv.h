@@ -78,8 +78,12 @@ void qp_dnnl_conv_set_blocked(void *state, int input, int on);
  * oneDNN (tests: a fused convolution is prepared once). */
 size_t qp_dnnl_conv_weight_reorders(void);
 
-/* 1 when a state made by the Conv/ConvTranspose registry rows runs on oneDNN (tests). */
+/* 1 when a state made by the Conv/ConvTranspose registry rows runs on oneDNN (tests); also for
+ * one on the Winograd path (winograd.h), which keeps oneDNN's layouts. */
 int qp_dnnl_conv_state_uses_dnnl(const void *state);
+
+/* 1 when the state runs the Winograd path instead of the oneDNN primitive (tests). */
+int qp_dnnl_conv_state_uses_winograd(const void *state);
 
 /* The reference kernels (conv.c): the oracle the oneDNN rows are tested against, and their
  * fallback. The registry rows use qp_k_dnnl_conv_* / qp_k_dnnl_conv_transpose_*. */
