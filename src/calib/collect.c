@@ -1,6 +1,7 @@
 /* Calibration through the engine's observer (collect.h). */
 #include "calib/collect.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -541,6 +542,124 @@ done:
 
 /* ---- all in one ---------------------------------------------------------------------------- */
 
+/* Reads the provider's next batch on a thread of its own while the engine runs the current
+ * one, so that decoding images or inflating .npz members overlaps the run: one batch ahead at
+ * most. The provider's arrays are valid only until its next call, so each batch is copied
+ * before the next read starts (a copy is cheap next to the run); memory is thus two batches. */
+struct prefetch {
+    struct qp_provider *p;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started, want, ready, quit;
+    /* the read's result, valid once ready */
+    enum qp_status st;
+    struct qp_error err;
+    const struct qp_array *batch;
+    int end;
+};
+
+static void *prefetch_main(void *arg) {
+    struct prefetch *pf = arg;
+    pthread_mutex_lock(&pf->mu);
+    for (;;) {
+        while (!pf->want && !pf->quit)
+            pthread_cond_wait(&pf->cv, &pf->mu);
+        if (pf->quit) break;
+        pf->want = 0;
+        pthread_mutex_unlock(&pf->mu);
+        const struct qp_array *batch = NULL;
+        int end = 0;
+        struct qp_error err = {0};
+        enum qp_status st = qp_provider_next(pf->p, &batch, &end, &err);
+        pthread_mutex_lock(&pf->mu);
+        pf->st = st;
+        pf->err = err;
+        pf->batch = batch;
+        pf->end = end;
+        pf->ready = 1;
+        pthread_cond_broadcast(&pf->cv);
+    }
+    pthread_mutex_unlock(&pf->mu);
+    return NULL;
+}
+
+/* Starts the reader thread. When no thread can be made, batches are read on the caller's
+ * thread instead (pf->started stays 0). */
+static void prefetch_start(struct prefetch *pf, struct qp_provider *p) {
+    memset(pf, 0, sizeof *pf);
+    pf->p = p;
+    if (pthread_mutex_init(&pf->mu, NULL) != 0) return;
+    if (pthread_cond_init(&pf->cv, NULL) != 0) {
+        pthread_mutex_destroy(&pf->mu);
+        return;
+    }
+    if (pthread_create(&pf->thread, NULL, prefetch_main, pf) != 0) {
+        pthread_cond_destroy(&pf->cv);
+        pthread_mutex_destroy(&pf->mu);
+        return;
+    }
+    pf->started = 1;
+}
+
+/* Asks for the next batch (read in the background when the thread runs). */
+static void prefetch_request(struct prefetch *pf) {
+    if (!pf->started) return;
+    pthread_mutex_lock(&pf->mu);
+    pf->want = 1;
+    pf->ready = 0;
+    pthread_cond_broadcast(&pf->cv);
+    pthread_mutex_unlock(&pf->mu);
+}
+
+/* The batch asked for with prefetch_request: waits for the thread (or reads it now). */
+static enum qp_status prefetch_take(struct prefetch *pf, const struct qp_array **batch_out,
+                                    int *end_out, struct qp_error *err) {
+    if (!pf->started) return qp_provider_next(pf->p, batch_out, end_out, err);
+    pthread_mutex_lock(&pf->mu);
+    while (!pf->ready)
+        pthread_cond_wait(&pf->cv, &pf->mu);
+    pf->ready = 0;
+    enum qp_status st = pf->st;
+    *batch_out = pf->batch;
+    *end_out = pf->end;
+    if (st != QP_OK && err) *err = pf->err;
+    pthread_mutex_unlock(&pf->mu);
+    return st;
+}
+
+/* Lets a read in progress finish, then ends the thread. */
+static void prefetch_stop(struct prefetch *pf) {
+    if (!pf->started) return;
+    pthread_mutex_lock(&pf->mu);
+    pf->quit = 1;
+    pthread_cond_broadcast(&pf->cv);
+    pthread_mutex_unlock(&pf->mu);
+    pthread_join(pf->thread, NULL);
+    pthread_cond_destroy(&pf->cv);
+    pthread_mutex_destroy(&pf->mu);
+    pf->started = 0;
+}
+
+/* Copies the n arrays of `from` into `to` (buffers in caps[], grown as needed and kept). */
+static enum qp_status copy_batch(struct qp_array *to, size_t *caps, const struct qp_array *from,
+                                 size_t n, struct qp_error *err) {
+    for (size_t i = 0; i < n; i++) {
+        if (from[i].nbytes > caps[i]) {
+            void *d = realloc(to[i].data, from[i].nbytes);
+            if (!d) return qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory for a batch");
+            to[i].data = d;
+            caps[i] = from[i].nbytes;
+        }
+        void *d = to[i].data;
+        if (from[i].nbytes) memcpy(d, from[i].data, from[i].nbytes);
+        to[i] = from[i];
+        to[i].data = d;
+        to[i].owned = 0; /* the buffer belongs to the loop */
+    }
+    return QP_OK;
+}
+
 enum qp_status qp_calibrate_model(const struct qp_model *model, struct qp_provider *provider,
                                   const struct qp_collect_options *o, struct qp_ranges **out,
                                   struct qp_collect_report *report, struct qp_error *err) {
@@ -564,6 +683,9 @@ enum qp_status qp_calibrate_model(const struct qp_model *model, struct qp_provid
         memcpy(shapes[i].dims, batch[i].dims, sizeof shapes[i].dims);
     }
     struct qp_collector *c = NULL;
+    struct prefetch pf = {0};
+    struct qp_array cur[QP_MAX_CALIB_INPUTS] = {0}; /* the batch being run (a copy) */
+    size_t caps[QP_MAX_CALIB_INPUTS] = {0};
     if ((st = qp_collector_create(model, o, np, shapes, &c, err)) != QP_OK) return st;
     /* Provider order -> session order, by name. */
     size_t ns = qp_session_n_inputs(c->session);
@@ -588,18 +710,24 @@ enum qp_status qp_calibrate_model(const struct qp_model *model, struct qp_provid
         map[i] = j;
     }
     uint64_t total = qp_provider_n_samples(provider);
+    prefetch_start(&pf, provider);
     while (!end) {
+        if ((st = copy_batch(cur, caps, batch, np, err)) != QP_OK) goto done;
+        prefetch_request(&pf);
         for (size_t i = 0; i < ns; i++)
-            feed_arrays[i] = batch[map[i]];
+            feed_arrays[i] = cur[map[i]];
         if ((st = qp_collector_run(c, ns, feed_arrays, err)) != QP_OK) {
             qp_error_prefix(err, "calibrate: batch %llu", (unsigned long long)c->n_batches + 1);
             goto done;
         }
         if (o->progress) o->progress(c->n_samples, total, o->progress_user);
-        if ((st = qp_provider_next(provider, &batch, &end, err)) != QP_OK) goto done;
+        if ((st = prefetch_take(&pf, &batch, &end, err)) != QP_OK) goto done;
     }
     st = qp_collector_finish(c, out, report, err);
 done:
+    prefetch_stop(&pf);
+    for (size_t i = 0; i < np; i++)
+        free(cur[i].data);
     qp_collector_free(c);
     return st;
 }

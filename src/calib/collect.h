@@ -115,7 +115,10 @@ enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **ou
 /* Calibrates `model` on every batch of `provider` (both borrowed; the provider is reset first
  * and its inputs are matched to the model's by name — a model input the provider lacks, or a
  * provider input the model lacks, is QP_ERR_BAD_INPUT). The session is created with the first
- * batch's shapes. *out owns the ranges; `report` may be NULL. */
+ * batch's shapes. The provider is read one batch ahead on a thread of its own while the engine
+ * runs a copy of the current batch (two batches of input in memory); it is never used by two
+ * threads at once, and the thread has ended when this returns. Errors of the provider are
+ * returned as they are. *out owns the ranges; `report` may be NULL. */
 enum qp_status qp_calibrate_model(const struct qp_model *model, struct qp_provider *provider,
                                   const struct qp_collect_options *o, struct qp_ranges **out,
                                   struct qp_collect_report *report, struct qp_error *err);

@@ -240,9 +240,11 @@ static void abs_coarsen(struct qp_stats *s) {
 #endif
 
 /* The unit of parallel work: a fixed number of elements, so how an array is cut does not depend
- * on the thread count. Arrays below PAR_MIN elements are done on the calling thread. */
-#define BLOCK    32768
-#define PAR_MIN  (1u << 17)
+ * on the thread count. Arrays below PAR_MIN elements (some 25 us of binning, about what waking
+ * the other threads costs) are done on the calling thread; the blocks are small enough that
+ * mid-sized arrays (ResNet's 50176-value tensors) still split evenly between two threads. */
+#define BLOCK    8192
+#define PAR_MIN  (1u << 15)
 #define MAX_PART 64
 
 struct batch_scan {
@@ -679,6 +681,223 @@ static void flush_lanes(uint32_t *sh, int64_t n, uint64_t *h) {
     }
 }
 
+/* ---- the AVX2 kernel: estimate, scan and compaction in one vector loop ------------------ */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define QP_STATS_X86 1
+
+/* Byte k of entry m is the position of the k-th set bit of m (the rest 0): the vpermd pattern
+ * that packs the lanes of an 8-lane vector selected by mask m to its front. */
+static const uint64_t keep_lanes[256] = {
+    0x0000000000000000u, 0x0000000000000000u, 0x0000000000000001u, 0x0000000000000100u,
+    0x0000000000000002u, 0x0000000000000200u, 0x0000000000000201u, 0x0000000000020100u,
+    0x0000000000000003u, 0x0000000000000300u, 0x0000000000000301u, 0x0000000000030100u,
+    0x0000000000000302u, 0x0000000000030200u, 0x0000000000030201u, 0x0000000003020100u,
+    0x0000000000000004u, 0x0000000000000400u, 0x0000000000000401u, 0x0000000000040100u,
+    0x0000000000000402u, 0x0000000000040200u, 0x0000000000040201u, 0x0000000004020100u,
+    0x0000000000000403u, 0x0000000000040300u, 0x0000000000040301u, 0x0000000004030100u,
+    0x0000000000040302u, 0x0000000004030200u, 0x0000000004030201u, 0x0000000403020100u,
+    0x0000000000000005u, 0x0000000000000500u, 0x0000000000000501u, 0x0000000000050100u,
+    0x0000000000000502u, 0x0000000000050200u, 0x0000000000050201u, 0x0000000005020100u,
+    0x0000000000000503u, 0x0000000000050300u, 0x0000000000050301u, 0x0000000005030100u,
+    0x0000000000050302u, 0x0000000005030200u, 0x0000000005030201u, 0x0000000503020100u,
+    0x0000000000000504u, 0x0000000000050400u, 0x0000000000050401u, 0x0000000005040100u,
+    0x0000000000050402u, 0x0000000005040200u, 0x0000000005040201u, 0x0000000504020100u,
+    0x0000000000050403u, 0x0000000005040300u, 0x0000000005040301u, 0x0000000504030100u,
+    0x0000000005040302u, 0x0000000504030200u, 0x0000000504030201u, 0x0000050403020100u,
+    0x0000000000000006u, 0x0000000000000600u, 0x0000000000000601u, 0x0000000000060100u,
+    0x0000000000000602u, 0x0000000000060200u, 0x0000000000060201u, 0x0000000006020100u,
+    0x0000000000000603u, 0x0000000000060300u, 0x0000000000060301u, 0x0000000006030100u,
+    0x0000000000060302u, 0x0000000006030200u, 0x0000000006030201u, 0x0000000603020100u,
+    0x0000000000000604u, 0x0000000000060400u, 0x0000000000060401u, 0x0000000006040100u,
+    0x0000000000060402u, 0x0000000006040200u, 0x0000000006040201u, 0x0000000604020100u,
+    0x0000000000060403u, 0x0000000006040300u, 0x0000000006040301u, 0x0000000604030100u,
+    0x0000000006040302u, 0x0000000604030200u, 0x0000000604030201u, 0x0000060403020100u,
+    0x0000000000000605u, 0x0000000000060500u, 0x0000000000060501u, 0x0000000006050100u,
+    0x0000000000060502u, 0x0000000006050200u, 0x0000000006050201u, 0x0000000605020100u,
+    0x0000000000060503u, 0x0000000006050300u, 0x0000000006050301u, 0x0000000605030100u,
+    0x0000000006050302u, 0x0000000605030200u, 0x0000000605030201u, 0x0000060503020100u,
+    0x0000000000060504u, 0x0000000006050400u, 0x0000000006050401u, 0x0000000605040100u,
+    0x0000000006050402u, 0x0000000605040200u, 0x0000000605040201u, 0x0000060504020100u,
+    0x0000000006050403u, 0x0000000605040300u, 0x0000000605040301u, 0x0000060504030100u,
+    0x0000000605040302u, 0x0000060504030200u, 0x0000060504030201u, 0x0006050403020100u,
+    0x0000000000000007u, 0x0000000000000700u, 0x0000000000000701u, 0x0000000000070100u,
+    0x0000000000000702u, 0x0000000000070200u, 0x0000000000070201u, 0x0000000007020100u,
+    0x0000000000000703u, 0x0000000000070300u, 0x0000000000070301u, 0x0000000007030100u,
+    0x0000000000070302u, 0x0000000007030200u, 0x0000000007030201u, 0x0000000703020100u,
+    0x0000000000000704u, 0x0000000000070400u, 0x0000000000070401u, 0x0000000007040100u,
+    0x0000000000070402u, 0x0000000007040200u, 0x0000000007040201u, 0x0000000704020100u,
+    0x0000000000070403u, 0x0000000007040300u, 0x0000000007040301u, 0x0000000704030100u,
+    0x0000000007040302u, 0x0000000704030200u, 0x0000000704030201u, 0x0000070403020100u,
+    0x0000000000000705u, 0x0000000000070500u, 0x0000000000070501u, 0x0000000007050100u,
+    0x0000000000070502u, 0x0000000007050200u, 0x0000000007050201u, 0x0000000705020100u,
+    0x0000000000070503u, 0x0000000007050300u, 0x0000000007050301u, 0x0000000705030100u,
+    0x0000000007050302u, 0x0000000705030200u, 0x0000000705030201u, 0x0000070503020100u,
+    0x0000000000070504u, 0x0000000007050400u, 0x0000000007050401u, 0x0000000705040100u,
+    0x0000000007050402u, 0x0000000705040200u, 0x0000000705040201u, 0x0000070504020100u,
+    0x0000000007050403u, 0x0000000705040300u, 0x0000000705040301u, 0x0000070504030100u,
+    0x0000000705040302u, 0x0000070504030200u, 0x0000070504030201u, 0x0007050403020100u,
+    0x0000000000000706u, 0x0000000000070600u, 0x0000000000070601u, 0x0000000007060100u,
+    0x0000000000070602u, 0x0000000007060200u, 0x0000000007060201u, 0x0000000706020100u,
+    0x0000000000070603u, 0x0000000007060300u, 0x0000000007060301u, 0x0000000706030100u,
+    0x0000000007060302u, 0x0000000706030200u, 0x0000000706030201u, 0x0000070603020100u,
+    0x0000000000070604u, 0x0000000007060400u, 0x0000000007060401u, 0x0000000706040100u,
+    0x0000000007060402u, 0x0000000706040200u, 0x0000000706040201u, 0x0000070604020100u,
+    0x0000000007060403u, 0x0000000706040300u, 0x0000000706040301u, 0x0000070604030100u,
+    0x0000000706040302u, 0x0000070604030200u, 0x0000070604030201u, 0x0007060403020100u,
+    0x0000000000070605u, 0x0000000007060500u, 0x0000000007060501u, 0x0000000706050100u,
+    0x0000000007060502u, 0x0000000706050200u, 0x0000000706050201u, 0x0000070605020100u,
+    0x0000000007060503u, 0x0000000706050300u, 0x0000000706050301u, 0x0000070605030100u,
+    0x0000000706050302u, 0x0000070605030200u, 0x0000070605030201u, 0x0007060503020100u,
+    0x0000000007060504u, 0x0000000706050400u, 0x0000000706050401u, 0x0000070605040100u,
+    0x0000000706050402u, 0x0000070605040200u, 0x0000070605040201u, 0x0007060504020100u,
+    0x0000000706050403u, 0x0000070605040300u, 0x0000070605040301u, 0x0007060504030100u,
+    0x0000070605040302u, 0x0007060504030200u, 0x0007060504030201u, 0x0706050403020100u,
+};
+
+/* The exact path for values [k, k + n) of a chunk: bins and scans one value at a time. */
+static void fast_chunk_slow(const struct fast_hist *f, const float *p, size_t k, size_t n,
+                            uint32_t *lanes, struct batch_scan *b) {
+    for (size_t j = k; j < k + n; j++) {
+        scan_add(b, p[j]);
+        int32_t bin = fast_slow(f, p[j]);
+        if (bin >= 0) lanes[4 * bin]++;
+    }
+}
+
+/* Bins m <= FAST_CHUNK float32 values into the 4-lane sub-histograms and scans them
+ * (min/max/NaN/Inf into `b`), with the same results as fast_index(_scan) + fast_count +
+ * scan_block_f32; returns the number of zeros seen. Per 8 values, with one well-predicted
+ * branch: when every lane is either ±0 or has a proven estimate (the usual case), the bins go
+ * to a buffer that a plain loop then counts. With `compact` (for data with many zeros, such
+ * as a ReLU output) the zeros are instead counted in a vector register (bin zbin, added once
+ * per chunk) and only the other lanes' bins are packed into the buffer (a table-driven
+ * vpermd), so a zero costs no scattered increment; without it (for data with few zeros,
+ * where the packing would cost more than it saves) all 8 bins are stored, zeros as zbin. Any
+ * other vector (a value near an edge, outside the range, or non-finite) is only noted, and
+ * binned and scanned one value at a time by the exact path after the loop, which keeps the
+ * loop small. The scan of the fast vectors is exact (min/max of finite floats). */
+__attribute__((target("avx2,popcnt"))) static size_t fast_chunk_avx2(const struct fast_hist *f,
+                                                                     const float *p, size_t m,
+                                                                     int compact, uint32_t *lanes,
+                                                                     struct batch_scan *b) {
+    const __m256 lo = _mm256_set1_ps(f->lo), norm = _mm256_set1_ps(f->norm);
+    const __m256 nmax = _mm256_set1_ps(f->nmax), eps = _mm256_set1_ps(f->eps);
+    const __m256 eps1 = _mm256_set1_ps(f->eps1), zero = _mm256_setzero_ps();
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 vmask = f->absval ? absmask : _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    __m256 mn = _mm256_set1_ps(INFINITY), mx = _mm256_set1_ps(-INFINITY);
+    __m256 amn = _mm256_set1_ps(INFINITY);
+    const __m256i zbin4 = _mm256_set1_epi32(4 * f->zbin);
+    __m256i zc = _mm256_setzero_si256();
+    _Alignas(32) int32_t buf[FAST_CHUNK + 8];
+    uint16_t slow_at[FAST_CHUNK / 8];
+    size_t nb = 0, n_slow = 0, k = 0, n_zeros = 0, m_all = m;
+    if (m > FAST_CHUNK) m = FAST_CHUNK; /* callers cut chunks; the buffers hold one */
+    for (; k + 8 <= m; k += 8) {
+        __m256 x = _mm256_loadu_ps(p + k);
+        __m256 e = _mm256_mul_ps(_mm256_sub_ps(_mm256_and_ps(x, vmask), lo), norm);
+        e = _mm256_max_ps(e, zero); /* NaN (and -Inf) land on 0, +Inf on n: fraction 0 */
+        e = _mm256_min_ps(e, nmax);
+        __m256i i = _mm256_cvttps_epi32(e);
+        __m256 fr = _mm256_sub_ps(e, _mm256_cvtepi32_ps(i));
+        __m256 ok =
+            _mm256_and_ps(_mm256_cmp_ps(fr, eps, _CMP_GT_OQ), _mm256_cmp_ps(fr, eps1, _CMP_LT_OQ));
+        __m256 z = _mm256_cmp_ps(x, zero, _CMP_EQ_OQ);
+        int mz = _mm256_movemask_ps(z);
+        if (__builtin_expect((_mm256_movemask_ps(ok) | mz) != 0xff, 0)) {
+            slow_at[n_slow++] = (uint16_t)k;
+            continue;
+        }
+        /* Every lane is finite here. */
+        mn = _mm256_min_ps(x, mn);
+        mx = _mm256_max_ps(x, mx);
+        amn = _mm256_min_ps(_mm256_and_ps(x, absmask), amn);
+        __m256i b4 = _mm256_slli_epi32(i, 2);
+        n_zeros += (size_t)__builtin_popcount((unsigned)mz);
+        if (compact) {
+            zc = _mm256_sub_epi32(zc, _mm256_castps_si256(z));
+            unsigned keep = (unsigned)~mz & 0xffu;
+            __m256i perm =
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&keep_lanes[keep]));
+            _mm256_storeu_si256((__m256i *)(buf + nb), _mm256_permutevar8x32_epi32(b4, perm));
+            nb += (size_t)__builtin_popcount(keep);
+        } else {
+            b4 = _mm256_blendv_epi8(b4, zbin4, _mm256_castps_si256(z));
+            _mm256_store_si256((__m256i *)(buf + nb), b4);
+            nb += 8;
+        }
+    }
+    size_t n_fast = k - 8 * n_slow;
+    /* buf holds 4 * bin; consecutive entries go to the 4 lanes in turn. */
+    size_t j = 0;
+    for (; j + 4 <= nb; j += 4) {
+        lanes[buf[j]]++;
+        lanes[buf[j + 1] + 1]++;
+        lanes[buf[j + 2] + 2]++;
+        lanes[buf[j + 3] + 3]++;
+    }
+    for (; j < nb; j++)
+        lanes[buf[j]]++;
+    if (n_fast) {
+        int32_t zl[8];
+        float v[3][8];
+        _mm256_storeu_si256((__m256i *)zl, zc);
+        _mm256_storeu_ps(v[0], mn);
+        _mm256_storeu_ps(v[1], mx);
+        _mm256_storeu_ps(v[2], amn);
+        uint32_t zeros = 0;
+        struct batch_scan blk = {
+            .n_finite = n_fast, .min = v[0][0], .max = v[1][0], .amin = v[2][0]};
+        for (int l = 0; l < 8; l++) {
+            zeros += (uint32_t)zl[l];
+            if (v[0][l] < blk.min) blk.min = v[0][l];
+            if (v[1][l] > blk.max) blk.max = v[1][l];
+            if (v[2][l] < blk.amin) blk.amin = v[2][l];
+        }
+        blk.amax = fmax(-blk.min, blk.max); /* exact: the largest |x| is -min or max */
+        lanes[4 * f->zbin] += zeros;
+        scan_merge(b, &blk);
+    }
+    for (size_t q = 0; q < n_slow; q++)
+        fast_chunk_slow(f, p, slow_at[q], 8, lanes, b);
+    fast_chunk_slow(f, p, k, m_all - k, lanes, b); /* the tail (and anything past a chunk) */
+    return n_zeros;
+}
+
+/* 1 when fast_chunk_avx2 may run (the CPU has AVX2 and POPCNT, and tests did not turn it
+ * off). Read from OpenMP threads: relaxed atomics, every writer stores the same. */
+static int simd_allowed = 1;
+
+static int use_avx2(void) {
+    static int have = -1;
+    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+    if (h < 0) {
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
+    }
+    return h && __atomic_load_n(&simd_allowed, __ATOMIC_RELAXED);
+}
+#else
+static int simd_allowed = 1;
+static int use_avx2(void) {
+    return 0;
+}
+static size_t fast_chunk_avx2(const struct fast_hist *f, const float *p, size_t m, int compact,
+                              uint32_t *lanes, struct batch_scan *b) {
+    (void)f, (void)p, (void)m, (void)compact, (void)lanes, (void)b;
+    return 0;
+}
+#endif
+
+int qp_stats_set_simd(int allow) {
+    int prev = __atomic_load_n(&simd_allowed, __ATOMIC_RELAXED);
+    __atomic_store_n(&simd_allowed, allow != 0, __ATOMIC_RELAXED);
+    return prev;
+}
+
 /* The geometry of the collector's current histograms, with float32 tables when `tables`
  * (they are then malloc'd into g->th / g->ta; free g->tables). */
 static void geom_prepare(const struct qp_stats *s, int tables, struct bin_geom *g) {
@@ -763,6 +982,7 @@ static void run_pass(const struct qp_array *arrays, const uint64_t *numels, size
     int nt = g ? ps->nt : ps->nt > 0 ? ps->nt : 1;
     int64_t hn = g ? g->hn : 0, an = g ? g->an : 0;
     int fast_geom = g && (g->fh.on || !g->do_h) && (g->fa.on || !g->do_a);
+    int avx2 = fast_geom && use_avx2();
     struct batch_scan part[MAX_PART];
     memset(part, 0, sizeof part);
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -772,6 +992,7 @@ static void run_pass(const struct qp_array *arrays, const uint64_t *numels, size
         uint32_t *lanes = g ? (uint32_t *)(void *)(acc + ps->per) : NULL;
         int32_t idx[FAST_CHUNK];
         uint64_t since_flush = 0;
+        int compact = 0;
         for (size_t ai = 0; ai < n; ai++) {
             const struct qp_array *a = &arrays[ai];
             int is_f32 = a->dtype == QP_DTYPE_FLOAT;
@@ -784,6 +1005,22 @@ static void run_pass(const struct qp_array *arrays, const uint64_t *numels, size
                     const float *p = (const float *)a->data + off;
                     for (uint64_t c = 0; c < m; c += FAST_CHUNK) {
                         size_t cm = m - c < FAST_CHUNK ? (size_t)(m - c) : FAST_CHUNK;
+                        if (fast && avx2) {
+                            /* The scan goes with the first histogram binned. Whether to pack
+                             * out the zeros follows the share of zeros in the previous chunk
+                             * (the counts are the same either way). */
+                            struct batch_scan unused = {0};
+                            size_t zeros = 0;
+                            if (g->do_h)
+                                zeros = fast_chunk_avx2(&g->fh, p + c, cm, compact, lanes,
+                                                        scan_out ? &part[t] : &unused);
+                            if (g->do_a)
+                                zeros = fast_chunk_avx2(&g->fa, p + c, cm, compact,
+                                                        lanes + 4 * (size_t)hn,
+                                                        scan_out && !g->do_h ? &part[t] : &unused);
+                            compact = 4 * zeros > cm; /* measured break-even: ~30% */
+                            continue;
+                        }
                         if (scan_out && g && g->do_h) {
                             fast_index_scan(&g->fh, p + c, cm, idx, &part[t]);
                             fast_count(&g->fh, p + c, idx, cm, lanes);

@@ -147,4 +147,9 @@ enum qp_status qp_stats_channel_absmax(const struct qp_array *w, int axis, float
                                        int64_t n_out, uint64_t *n_nonfinite_out,
                                        struct qp_error *err);
 
+/* For tests: 0 keeps the float32 fast path off its AVX2 kernel (the portable vector loops
+ * are taken instead), 1 allows it again on CPUs that have AVX2. Results are the same either
+ * way. Returns the previous setting. Process-wide; do not call during an update. */
+int qp_stats_set_simd(int allow);
+
 #endif

@@ -434,11 +434,95 @@ static void test_calibrate_model(void **state) {
     qp_model_free(m);
 }
 
+/* A provider that gives batch j (j = 0 .. n-1) of COUNT_ROWS rows filled with the value j - 1,
+ * always in the same buffer, and fails at batch `fail_at` (when < n). The calibration loop
+ * reads ahead on another thread, so it must have copied batch j before the provider overwrites
+ * it: the batches are large, so that the overwrite usually lands while batch j is still being
+ * run (the graph input's statistics are taken after the run). */
+#define COUNT_ROWS 40000
+struct counting {
+    int n, fail_at, done, reads_after_end;
+};
+
+static enum qp_status counting_next(struct qp_provider *p, int *end_out, struct qp_error *err) {
+    struct counting *c = p->impl;
+    if (c->done == c->n) {
+        c->reads_after_end++;
+        *end_out = 1;
+        return QP_OK;
+    }
+    if (c->done == c->fail_at)
+        return qp_error_set(err, QP_ERR_BAD_INPUT, "counting: batch %d is broken", c->done);
+    struct qp_array *a = &p->batch[0];
+    if (!a->data) {
+        int64_t dims[2] = {COUNT_ROWS, 4};
+        enum qp_status st = qp_array_alloc(a, QP_DTYPE_FLOAT, 2, dims, err);
+        if (st != QP_OK) return st;
+    }
+    for (int i = 0; i < 4 * COUNT_ROWS; i++)
+        ((float *)a->data)[i] = (float)(c->done - 1);
+    c->done++;
+    *end_out = 0;
+    return QP_OK;
+}
+
+static enum qp_status counting_reset(struct qp_provider *p, struct qp_error *err) {
+    (void)err;
+    ((struct counting *)p->impl)->done = 0;
+    return QP_OK;
+}
+
+static void counting_destroy(struct qp_provider *p) {
+    (void)p;
+}
+
+static const struct qp_provider_ops counting_ops = {counting_next, counting_reset,
+                                                    counting_destroy};
+
+static void test_read_ahead(void **state) {
+    (void)state;
+    struct qp_model *m = model();
+    struct qp_error err = {0};
+    const char *names[1] = {"x"};
+    struct qp_collect_options o;
+    qp_collect_options_default(&o, QP_CALIB_MAX);
+    o.group_concat = 0;
+    o.pin_softmax = 0;
+    for (int rep = 0; rep < 10; rep++) { /* timing varies from run to run: repeat */
+        struct counting cnt = {.n = 6, .fail_at = 99};
+        struct qp_provider *p = NULL;
+        assert_int_equal(qp_provider_alloc(&counting_ops, "npy", names, 1, &p, &err), QP_OK);
+        p->impl = &cnt;
+        struct qp_ranges *r = NULL;
+        struct qp_collect_report rep_out;
+        assert_int_equal(qp_calibrate_model(m, p, &o, &r, &rep_out, &err), QP_OK);
+        assert_true(rep_out.n_batches == 6 && rep_out.n_samples == 6 * COUNT_ROWS);
+        const struct qp_range *x = get(r, "x");
+        /* every batch was seen once, as it was: -1 .. 4 */
+        assert_true(x->lo == -1.0f && x->hi == 4.0f && x->n_values == 6 * 4 * COUNT_ROWS);
+        assert_true(get(r, "r")->lo == 0.0f); /* Relu of -1 and 0 */
+        assert_int_equal(cnt.reads_after_end, 1);
+        qp_ranges_free(r);
+
+        /* a read that fails mid-way: its error, no ranges, nothing read after it */
+        struct counting bad = {.n = 6, .fail_at = 3};
+        p->impl = &bad;
+        r = NULL;
+        assert_int_equal(qp_calibrate_model(m, p, &o, &r, NULL, &err), QP_ERR_BAD_INPUT);
+        assert_non_null(strstr(err.msg, "batch 3 is broken"));
+        assert_null(r);
+        assert_int_equal(bad.done, 3);
+        qp_provider_free(p);
+    }
+    qp_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_max_ranges),      cmocka_unit_test(test_pooled_groups),
         cmocka_unit_test(test_nonfinite),       cmocka_unit_test(test_placement),
         cmocka_unit_test(test_constant_memory), cmocka_unit_test(test_calibrate_model),
+        cmocka_unit_test(test_read_ahead),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -557,6 +557,149 @@ static void test_edges_float_vs_double(void **state) {
     free(d);
 }
 
+/* The AVX2 binning kernel against the portable vector loops (qp_stats_set_simd) and against the
+ * generic double path, on adversarial float32 data: values on and one ulp either side of every
+ * edge of both histograms, the outermost edges +-T and just beyond, NaN, +-Inf, +0 and -0 (in
+ * whole vectors, in runs and alone), denormals of both signs, lengths that are not a multiple
+ * of 8 (the tail) nor of a chunk, and a batch that outgrows the histogram in its last values
+ * (the one-pass counts are dropped and the batch is binned again). Every flag combination, on 1
+ * and 2 threads; histograms, ranges and counts must be identical. */
+#define ADV_N 70001 /* > 2 blocks: the 2-thread runs split it; odd: a tail */
+
+static void fill_adversarial(float *x, int64_t n, const struct qp_stats *probe, int kind) {
+    struct qp_stats_hist h;
+    struct qp_stats_abs_hist ah;
+    qp_stats_hist(probe, &h);
+    qp_stats_abs_hist(probe, &ah);
+    uint32_t r = 12345u + (uint32_t)kind;
+    for (int64_t i = 0; i < n; i++) {
+        r = r * 1664525u + 1013904223u;
+        int64_t k = i / 3;
+        double e;
+        /* One 64-value segment in three is adversarial; the others are ordinary values with
+         * zeros in some (whole vectors then take the fast path, packing zeros or not). */
+        unsigned pick = (i / 64) % 3 == 0   ? (r >> 24) % 8
+                        : (i / 64) % 3 == 1 ? 4
+                                            : 2 + 2 * (r >> 31);
+        switch (pick) {
+        case 0: /* a signed edge (including -T, 0 and T) */
+            e = h.n ? qp_stats_hist_edge(&h, k % (h.n + 1)) : 0.5;
+            break;
+        case 1: /* an |x| edge, either sign */
+            e = ah.n ? qp_stats_abs_hist_edge(&ah, k % (ah.n + 1)) : 0.25;
+            if (r & 1) e = -e;
+            break;
+        case 2: /* zeros of both signs */
+            e = (r & 2) ? -0.0 : 0.0;
+            break;
+        case 3: /* denormals of both signs */
+            e = ((r & 2) ? -1.0 : 1.0) * ldexp((double)((r >> 4) % 1000 + 1), -149);
+            break;
+        default: /* ordinary values inside the range */
+            e = ((double)(r >> 8) / 16777216.0 - 0.5) * 1.9;
+            break;
+        }
+        float f = (float)e;
+        int ulp = (int)(i % 3);
+        x[i] = ulp == 0 || f == 0.0f ? f : nextafterf(f, ulp == 1 ? -INFINITY : INFINITY);
+    }
+    /* Whole vectors and runs of zeros, as in a ReLU output. */
+    for (int64_t i = 1024; i < 1024 + 64; i++)
+        x[i] = 0.0f;
+    for (int64_t i = 2048; i < 2048 + 8; i++)
+        x[i] = -0.0f;
+    x[3] = NAN;
+    x[4100] = INFINITY;
+    x[4101] = -INFINITY;
+    x[n - 1] = NAN;
+    if (kind == 1) { /* beyond the standing range, at the very end: the batch grows it */
+        x[n - 2] = 3.5f;
+        x[n - 3] = -2.75f;
+    }
+}
+
+static struct qp_stats *adv_run(int flags, int threads, int simd, int as_double, float **b,
+                                int n_batches) {
+    struct qp_stats_config cfg;
+    qp_stats_config_default(&cfg, flags);
+    cfg.n_threads = threads;
+    struct qp_stats *s = NULL;
+    struct qp_error err = {0};
+    assert_int_equal(qp_stats_create(&cfg, &s, &err), QP_OK);
+    int prev = qp_stats_set_simd(simd);
+    double *d = as_double ? malloc(ADV_N * sizeof *d) : NULL;
+    for (int k = 0; k < n_batches; k++) {
+        struct qp_array a;
+        int64_t dims[1] = {ADV_N};
+        if (as_double) {
+            assert_non_null(d);
+            for (int64_t i = 0; i < ADV_N; i++)
+                d[i] = b[k][i];
+            assert_int_equal(
+                qp_array_view(&a, QP_DTYPE_DOUBLE, 1, dims, d, ADV_N * sizeof *d, &err), QP_OK);
+        } else {
+            assert_int_equal(
+                qp_array_view(&a, QP_DTYPE_FLOAT, 1, dims, b[k], ADV_N * sizeof(float), &err),
+                QP_OK);
+        }
+        assert_int_equal(qp_stats_update(s, &a, &err), QP_OK);
+    }
+    qp_stats_set_simd(prev);
+    free(d);
+    return s;
+}
+
+static void test_simd_kernel_adversarial(void **state) {
+    (void)state;
+    static const int flag_sets[3] = {QP_STATS_HIST, QP_STATS_ABS_HIST,
+                                     QP_STATS_HIST | QP_STATS_ABS_HIST};
+    float *b[4];
+    for (int i = 0; i < 4; i++) {
+        b[i] = malloc(ADV_N * sizeof(float));
+        assert_non_null(b[i]);
+    }
+    for (int fi = 0; fi < 3; fi++) {
+        int flags = flag_sets[fi];
+        /* Batch 0 sets the geometry ([-1.25, 1.25] signed, [2^-20, 1.25] for |x|: no zero, so
+         * later zeros fall below the first |x| edge); the others are built on its edges. */
+        for (int64_t i = 0; i < ADV_N; i++)
+            b[0][i] = (float)(((double)i / (ADV_N - 1) - 0.5) * 2.5);
+        b[0][ADV_N / 2] = 0x1p-20f;
+        struct qp_stats *probe = adv_run(flags, 1, 1, 0, b, 1);
+        fill_adversarial(b[1], ADV_N, probe, 0);
+        fill_adversarial(b[2], ADV_N, probe, 0);
+        for (int64_t i = 0; i < ADV_N; i += 2) /* ReLU on every other value of batch 2 */
+            b[2][i] = b[2][i] > 0.0f ? b[2][i] : 0.0f;
+        fill_adversarial(b[3], ADV_N, probe, 1);
+        struct qp_stats *ref = adv_run(flags, 1, 0, 0, b, 4);
+        struct snap r;
+        snap_of(ref, &r);
+        /* The data does what it should: NaN/Inf seen, the last batch grew the histograms. */
+        assert_int_equal(r.sum.n_nan, 5); /* the ReLU of batch 2 zeroed its last NaN */
+        assert_int_equal(r.sum.n_inf, 6);
+        assert_true(r.sum.min == -2.75 && r.sum.max == 3.5);
+        struct snap p;
+        snap_of(probe, &p);
+        if (flags & QP_STATS_HIST) assert_true(r.h.n > p.h.n);
+        if (flags & QP_STATS_ABS_HIST) {
+            assert_true(r.a.n > p.a.n);
+            assert_true(r.a.n_below > 0);
+        }
+        for (int threads = 1; threads <= 2; threads++)
+            for (int mode = 0; mode < 3; mode++) { /* AVX2, portable, double */
+                struct qp_stats *o = adv_run(flags, threads, mode == 0, mode == 2, b, 4);
+                struct snap os;
+                snap_of(o, &os);
+                assert_same(&r, &os);
+                qp_stats_free(o);
+            }
+        qp_stats_free(ref);
+        qp_stats_free(probe);
+    }
+    for (int i = 0; i < 4; i++)
+        free(b[i]);
+}
+
 /* A batch whose minimum is a zero reports +0 whichever zero comes first. */
 static void test_zero_min_sign(void **state) {
     (void)state;
@@ -587,6 +730,7 @@ int main(void) {
         cmocka_unit_test(test_edges_float_vs_double),
         cmocka_unit_test(test_no_growth_one_pass),
         cmocka_unit_test(test_zero_min_sign),
+        cmocka_unit_test(test_simd_kernel_adversarial),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
