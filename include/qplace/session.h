@@ -69,6 +69,10 @@ struct qp_session_options {
      * folds overlaid weights into one kernel state, so toggling a weight overlay's `bypass`
      * re-plans a fused session; a session that toggles many (sensitivity) plans once without. */
     int no_fusion;
+    /* 1: plan at the first run (or qp_session_plan), not at creation, even when every input
+     * shape is given: a caller that sets an observer, an observed set or overlays first would
+     * otherwise pay for a plan it drops. */
+    int lazy_plan;
 };
 
 /* The shape of one graph input, by name. */

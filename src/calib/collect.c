@@ -326,7 +326,9 @@ enum qp_status qp_collector_create(const struct qp_model *model, const struct qp
     c->member_cfg = c->cfg;
     c->member_cfg.flags = 0;
     if ((st = make_groups(c, err)) != QP_OK) goto fail;
-    struct qp_session_options so = {.n_threads = o->n_threads};
+    /* Planned at the first run: the observer and the observed set below would drop a plan
+     * made now. */
+    struct qp_session_options so = {.n_threads = o->n_threads, .lazy_plan = 1};
     if ((st = qp_session_create(model, &so, n_shapes, shapes, &c->session, err)) != QP_OK)
         goto fail;
     qp_session_set_observer(c->session, observe, c);

@@ -345,7 +345,7 @@ enum qp_status qp_session_create(const struct qp_model *model,
                 s->fixed[i] = shapes[j];
                 s->fixed[i].name = g->values[s->inputs[i]].name;
             }
-    if (complete) {
+    if (complete && !(opts && opts->lazy_plan)) {
         struct rt_plan *p;
         if ((st = get_plan(s, ranks, (const int64_t(*)[QP_MAX_RANK])dims, NULL, &p, err)))
             goto fail;

@@ -118,6 +118,35 @@ static void test_plan_at_create(void **state) {
     qp_model_free(m);
 }
 
+/* lazy_plan: shapes given but no plan until the first run, which then plans and computes as
+ * usual; shapes that name no input are still refused at creation. */
+static void test_lazy_plan(void **state) {
+    (void)state;
+    struct qp_model *m = model(NULL);
+    struct qp_session *s = NULL;
+    struct qp_error err = {0};
+    struct qp_session_options so = {.n_threads = 1, .lazy_plan = 1};
+    struct qp_shape shape = {.name = "x", .rank = 2, .dims = {4, 3}};
+    assert_int_equal(qp_session_create(m, &so, 1, &shape, &s, &err), QP_OK);
+    assert_int_equal(qp_session_arena_bytes(s), 0);
+    enum qp_dtype dt;
+    int computed;
+    assert_int_equal(qp_session_value_info(s, "y", &dt, &computed, &err), QP_ERR_USAGE);
+    float x[12];
+    for (int i = 0; i < 12; i++)
+        x[i] = (float)i - 5.0f;
+    struct qp_array in;
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 2, shape.dims, x, sizeof x, &err), QP_OK);
+    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    assert_true(qp_session_arena_bytes(s) > 0);
+    assert_int_equal(qp_session_value_info(s, "y", &dt, &computed, &err), QP_OK);
+    qp_session_free(s);
+    struct qp_shape wrong = {.name = "nope", .rank = 2, .dims = {4, 3}};
+    assert_int_equal(qp_session_create(m, &so, 1, &wrong, &s, &err), QP_ERR_BAD_INPUT);
+    assert_null(s);
+    qp_model_free(m);
+}
+
 /* qp_session_value_info: what the plan knows without a run (dtype; computed at run time or a
  * plan-time constant); usage errors before a plan and for unknown names. */
 static void test_value_info(void **state) {
@@ -206,11 +235,9 @@ static void test_unsupported_op_at_create(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_run_dynamic_shapes),
-        cmocka_unit_test(test_plan_at_create),
-        cmocka_unit_test(test_value_info),
-        cmocka_unit_test(test_observed_set),
-        cmocka_unit_test(test_unsupported_op_at_create),
+        cmocka_unit_test(test_run_dynamic_shapes), cmocka_unit_test(test_plan_at_create),
+        cmocka_unit_test(test_value_info),         cmocka_unit_test(test_lazy_plan),
+        cmocka_unit_test(test_observed_set),       cmocka_unit_test(test_unsupported_op_at_create),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
