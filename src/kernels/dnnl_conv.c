@@ -323,6 +323,21 @@ static int wino_layout(const dnnl_memory_desc_t *md, struct qp_wino_layout *l) {
     return 1;
 }
 
+/* memcpy split over threads in fixed 64 KB pieces (a plain copy: the result does not depend on
+ * the split). The residual of a fused sum is copied into the destination before every run, up
+ * to 3 MB per convolution on ResNet-50: one thread's copy cost ~2% of the network. */
+#define COPY_PIECE 65536
+
+static void par_copy(void *dst, const void *src, size_t n, int n_threads) {
+    int64_t pieces = (int64_t)((n + COPY_PIECE - 1) / COPY_PIECE);
+    int nt = pieces < 4 ? 1 : n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t k = 0; k < pieces; k++) {
+        size_t off = (size_t)k * COPY_PIECE, len = n - off < COPY_PIECE ? n - off : COPY_PIECE;
+        memcpy((char *)dst + off, (const char *)src + off, len);
+    }
+}
+
 /* Pixels per epilogue task. */
 #define EP_CHUNK 1024
 
@@ -678,14 +693,14 @@ static enum qp_status run(const struct qp_krun *r, int transpose) {
         /* The sum post-op accumulates onto what the destination holds: the residual. */
         const struct qp_kt *res = r->in[3];
         if (s->res_blocked) {
-            memcpy(dbuf, res->data, e->dst_bytes);
+            par_copy(dbuf, res->data, e->dst_bytes, e->nthr);
         } else if (e->rres) {
             dnnl_memory_set_data_handle(e->m_udst, res->data);
             dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, e->m_udst}, {DNNL_ARG_TO, e->m_dst}};
             if (rc == dnnl_success) rc = dnnl_primitive_execute(e->rres, e->stream, 2, a);
             dnnl_memory_set_data_handle(e->m_udst, y);
         } else if (res->nbytes) {
-            memcpy(dbuf, res->data, res->nbytes);
+            par_copy(dbuf, res->data, res->nbytes, e->nthr);
         }
     }
     dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->m_src},
