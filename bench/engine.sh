@@ -8,12 +8,16 @@
 # warm-up and iterations) and the table shows median and min latency, their ratios qplace/ORT,
 # peak RSS (whole process, including load; ORT's includes node itself) and whether the outputs
 # agree (rtol 1e-3, atol 1e-4).
+# ENGINE_BENCH_PAIRS (default 3) repeats each same-run pair: the VM's own speed drifts by up to
+# 25% from minute to minute, so a row shows the median over the pairs of each figure and the
+# latency ratio of every pair.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 QPLACE="${1:-$ROOT/build/qplace}"
 THREADS="${2:-2}"
 ITERS="${3:-20}"
+PAIRS="${ENGINE_BENCH_PAIRS:-3}"
 GEN="$ROOT/.cache/models/generated"
 MODELS="$ROOT/.cache/models"
 mkdir -p "$GEN"
@@ -29,25 +33,35 @@ rows=(
     "PaddleOCR det|$MODELS/ch_PP-OCRv4_det_infer.onnx|x=1x3x640x640"
     "PaddleOCR rec|$MODELS/ch_PP-OCRv4_rec_infer.onnx|x=1x3x48x320"
 )
-printf '| model | input | qplace median / min ms | ORT median / min ms | ratio median (min) | peak RSS qplace / ORT MB | RSS ratio | outputs |\n'
-printf '|---|---|---|---|---|---|---|---|\n'
+printf '| model | input | qplace median / min ms | ORT median / min ms | ratio median (min) | ratio of each pair | peak RSS qplace / ORT MB | RSS ratio | outputs |\n'
+printf '|---|---|---|---|---|---|---|---|---|\n'
 for row in "${rows[@]}"; do
     IFS='|' read -r name model shape <<<"$row"
     if [ ! -s "$model" ]; then
-        printf '| %s | %s | missing %s | | | | | |\n' "$name" "${shape#*=}" "$model"
+        printf '| %s | %s | missing %s | | | | | | |\n' "$name" "${shape#*=}" "$model"
         continue
     fi
-    json=$("$QPLACE" bench "$model" --shape "$shape" --threads "$THREADS" --iterations "$ITERS" \
-        --warmup 3 --compare-ort --json --ort-script "$ROOT/bench/ort_bench.js" \
-        --ort-npm "$ROOT/.cache/npm")
+    runs=()
+    for ((k = 0; k < PAIRS; k++)); do
+        runs+=("$("$QPLACE" bench "$model" --shape "$shape" --threads "$THREADS" \
+            --iterations "$ITERS" --warmup 3 --compare-ort --json \
+            --ort-script "$ROOT/bench/ort_bench.js" --ort-npm "$ROOT/.cache/npm")")
+    done
     /usr/bin/python3 -c '
-import json, sys
-r = json.loads(sys.argv[1]); q = r["qplace"]; o = r["ort"]
-print("| %s | %s | %.1f / %.1f | %.1f / %.1f | %.2f (%.2f) | %.0f / %.0f | %.2f | %s |" % (
-    sys.argv[2], sys.argv[3], q["median_ms"], q["min_ms"], o["median_ms"], o["min_ms"],
-    q["median_ms"] / o["median_ms"], q["min_ms"] / o["min_ms"], q["peak_rss_kb"] / 1024,
-    o["peak_rss_kb"] / 1024, r["ratio"]["rss"], "agree" if r["outputs_match"] else "DIFFER"))
-' "$json" "$name" "${shape#*=}"
+import json, statistics as st, sys
+rs = [json.loads(x) for x in sys.argv[3:]]
+def med(f): return st.median(f(r) for r in rs)
+pairs = ", ".join("%.2f" % (r["qplace"]["median_ms"] / r["ort"]["median_ms"]) for r in rs)
+print("| %s | %s | %.1f / %.1f | %.1f / %.1f | %.2f (%.2f) | %s | %.0f / %.0f | %.2f | %s |" % (
+    sys.argv[1], sys.argv[2], med(lambda r: r["qplace"]["median_ms"]),
+    med(lambda r: r["qplace"]["min_ms"]), med(lambda r: r["ort"]["median_ms"]),
+    med(lambda r: r["ort"]["min_ms"]),
+    med(lambda r: r["qplace"]["median_ms"] / r["ort"]["median_ms"]),
+    med(lambda r: r["qplace"]["min_ms"] / r["ort"]["min_ms"]), pairs,
+    med(lambda r: r["qplace"]["peak_rss_kb"]) / 1024, med(lambda r: r["ort"]["peak_rss_kb"]) / 1024,
+    med(lambda r: r["ratio"]["rss"]),
+    "agree" if all(r["outputs_match"] for r in rs) else "DIFFER"))
+' "$name" "${shape#*=}" "${runs[@]}"
 done
 echo
-echo "threads $THREADS, $ITERS timed runs after 3 warm-up, onnxruntime-node $(node -p "require('$ROOT/.cache/npm/node_modules/onnxruntime-node/package.json').version"), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "threads $THREADS, $PAIRS same-run pairs of $ITERS timed runs after 3 warm-up each, onnxruntime-node $(node -p "require('$ROOT/.cache/npm/node_modules/onnxruntime-node/package.json').version"), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"

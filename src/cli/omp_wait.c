@@ -10,8 +10,9 @@ int cli_omp_spin_ok(double load1, int running_others, long n_cpus) {
     return running_others == 0 && load1 < (double)n_cpus;
 }
 
-/* 1 when /proc/loadavg says the machine is idle (cli_omp_spin_ok), 0 otherwise or unreadable. */
-static int machine_idle(void) {
+/* One reading of /proc/loadavg: the 1-minute load and the runnable tasks other than this
+ * process. 0 when unreadable. */
+static int read_loadavg(double *load1, int *running_others) {
     FILE *f = fopen("/proc/loadavg", "r");
     if (!f) return 0;
     double l1 = -1, l5, l15;
@@ -19,8 +20,29 @@ static int machine_idle(void) {
     int n = fscanf(f, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &running, &total);
     fclose(f);
     if (n != 5) return 0;
-    /* `running` counts this process itself */
-    return cli_omp_spin_ok(l1, running - 1, sysconf(_SC_NPROCESSORS_ONLN));
+    *load1 = l1;
+    *running_others = running - 1; /* `running` counts this process itself */
+    return 1;
+}
+
+/* 1 when /proc/loadavg says the machine is idle (cli_omp_spin_ok), 0 otherwise or unreadable.
+ * The runnable count is a snapshot: a process that has just exited (the previous command of a
+ * script) or a kernel thread waking can show as running for a moment, which made a quiet
+ * machine look busy to one reading in ten. So up to 5 readings 2 ms apart, the fewest others
+ * counting: a machine whose cores are really taken shows them in every reading. */
+static int machine_idle(void) {
+    double l1 = -1;
+    int others = -1;
+    for (int k = 0; k < 5; k++) {
+        double l;
+        int o;
+        if (!read_loadavg(&l, &o)) return 0;
+        if (others < 0 || o < others) others = o;
+        l1 = l;
+        if (others == 0) break;
+        usleep(2000);
+    }
+    return cli_omp_spin_ok(l1, others, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 void cli_choose_omp_wait(char **argv) {
