@@ -51,7 +51,9 @@ for row in "${rows[@]}"; do
 import json, statistics as st, sys
 rs = [json.loads(x) for x in sys.argv[3:]]
 def med(f): return st.median(f(r) for r in rs)
-pairs = ", ".join("%.2f" % (r["qplace"]["median_ms"] / r["ort"]["median_ms"]) for r in rs)
+pairs = ", ".join("%.2f%s" % (r["qplace"]["median_ms"] / r["ort"]["median_ms"],
+                               "" if "passive" not in r.get("omp_wait", "") else " (passive)")
+                  for r in rs)
 print("| %s | %s | %.1f / %.1f | %.1f / %.1f | %.2f (%.2f) | %s | %.0f / %.0f | %.2f | %s |" % (
     sys.argv[1], sys.argv[2], med(lambda r: r["qplace"]["median_ms"]),
     med(lambda r: r["qplace"]["min_ms"]), med(lambda r: r["ort"]["median_ms"]),

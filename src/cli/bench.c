@@ -138,6 +138,18 @@ static void fill_input(struct qp_array *a, size_t index) {
     } /* integers and bool stay zero (qp_array_alloc zeroes) */
 }
 
+/* The OpenMP waiting policy this process runs with (chosen by cli_choose_omp_wait at start or
+ * set by the user): it moves latencies by up to 1.5x, so the report says which. */
+static void omp_wait_desc(char *buf, size_t n) {
+    const char *pol = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
+    if (pol && *pol)
+        snprintf(buf, n, "OMP_WAIT_POLICY=%s", pol);
+    else if (spin && *spin)
+        snprintf(buf, n, "GOMP_SPINCOUNT=%s", spin);
+    else
+        snprintf(buf, n, "libgomp default");
+}
+
 static const char *ort_type(enum qp_dtype dt) {
     switch (dt) {
     case QP_DTYPE_FLOAT:
@@ -528,12 +540,15 @@ int cli_bench_run(const struct cli_args *args) {
             free(ob);
         }
     }
+    char wait_desc[96];
+    omp_wait_desc(wait_desc, sizeof wait_desc);
     if (json) {
         cJSON *r = cJSON_CreateObject();
         cJSON_AddStringToObject(r, "model", path);
         cJSON_AddNumberToObject(r, "threads", n_threads_used);
         cJSON_AddNumberToObject(r, "iterations", (double)iters);
         cJSON_AddNumberToObject(r, "warmup", (double)warm);
+        cJSON_AddStringToObject(r, "omp_wait", wait_desc);
         cJSON *qj = cJSON_AddObjectToObject(r, "qplace");
         cJSON_AddNumberToObject(qj, "median_ms", q.median_ms);
         cJSON_AddNumberToObject(qj, "min_ms", q.min_ms);
@@ -563,8 +578,8 @@ int cli_bench_run(const struct cli_args *args) {
         if (text) printf("%s\n", text);
         free(text);
     } else {
-        printf("model       %s\nthreads     %d\niterations  %ld (warm-up %ld)\n", path,
-               n_threads_used, iters, warm);
+        printf("model       %s\nthreads     %d\niterations  %ld (warm-up %ld)\nomp wait    %s\n",
+               path, n_threads_used, iters, warm, wait_desc);
         printf("%-8s %11s %11s %11s %12s %13s\n", "engine", "median_ms", "min_ms", "mean_ms",
                "items/s", "peak_rss_MB");
         printf("%-8s %11.2f %11.2f %11.2f %12.2f %13.1f\n", "qplace", q.median_ms, q.min_ms,
