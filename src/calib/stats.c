@@ -563,52 +563,42 @@ static void fast_setup(struct fast_hist *f, int absval, const float *t, int64_t 
     f->on = 1;
 }
 
+/* The counter of value x at position k (v: what is binned, x or |x|): 4 * bin + k % 4 when
+ * the float estimate proves the bin of v (or x is +-0), else -1. Branch-free, so the loops
+ * calling it vectorise. */
+static inline int32_t fast_estimate(const struct fast_hist *f, float x, float v, size_t k) {
+    float e = (v - f->lo) * f->norm;
+    e = e > 0.0f ? e : 0.0f; /* NaN and -Inf land on 0, +Inf on n: fraction 0 */
+    e = e < f->nmax ? e : f->nmax;
+    int32_t i = (int32_t)e;
+    float fr = e - (float)i;
+    int ok = (fr > f->eps) & (fr < f->eps1); /* & keeps it vectorisable */
+    int32_t lane = (int32_t)(k & 3u);
+    int32_t r = ok ? 4 * i + lane : -1;
+    return x == 0.0f ? 4 * f->zbin + lane : r;
+}
+
 /* idx[k] = 4 * bin + k % 4 (its counter in the lanes, see fast_count) when the float estimate
  * proves the bin of p[k] (or p[k] is +-0), else -1. */
 QP_SIMD_CLONES static void fast_index(const struct fast_hist *f, const float *p, size_t m,
                                       int32_t *idx) {
-    const float lo = f->lo, norm = f->norm, nmax = f->nmax, eps = f->eps, eps1 = f->eps1;
-    const int32_t zbin = f->zbin;
-    if (f->absval) {
+    const struct fast_hist g = *f; /* a local copy: idx's stores cannot alias its fields */
+    if (g.absval) {
 #pragma omp simd
-        for (size_t k = 0; k < m; k++) {
-            float x = p[k], v = fabsf(x);
-            float e = (v - lo) * norm;
-            e = e > 0.0f ? e : 0.0f; /* NaN and -Inf land on 0, +Inf on n: fraction 0 */
-            e = e < nmax ? e : nmax;
-            int32_t i = (int32_t)e;
-            float fr = e - (float)i;
-            int ok = (fr > eps) & (fr < eps1); /* & keeps it vectorisable */
-            int32_t lane = (int32_t)(k & 3u);
-            int32_t r = ok ? 4 * i + lane : -1;
-            idx[k] = x == 0.0f ? 4 * zbin + lane : r;
-        }
+        for (size_t k = 0; k < m; k++)
+            idx[k] = fast_estimate(&g, p[k], fabsf(p[k]), k);
     } else {
 #pragma omp simd
-        for (size_t k = 0; k < m; k++) {
-            float x = p[k];
-            float e = (x - lo) * norm;
-            e = e > 0.0f ? e : 0.0f;
-            e = e < nmax ? e : nmax;
-            int32_t i = (int32_t)e;
-            float fr = e - (float)i;
-            int ok = (fr > eps) & (fr < eps1);
-            int32_t lane = (int32_t)(k & 3u);
-            int32_t r = ok ? 4 * i + lane : -1;
-            idx[k] = x == 0.0f ? 4 * zbin + lane : r;
-        }
+        for (size_t k = 0; k < m; k++)
+            idx[k] = fast_estimate(&g, p[k], p[k], k);
     }
 }
 
-/* Counts the chunk into 4 interleaved 32-bit sub-histograms (element k in lane k % 4 of its
- * bin, lanes[4 * bin + lane]): a run of values in one bin then updates 4 counters in turn
- * instead of waiting on the previous store to the same one. */
 /* fast_index for the signed histogram with the batch scan (scan_block_f32) in the same loop:
  * one read of the chunk instead of two. */
 QP_SIMD_CLONES static void fast_index_scan(const struct fast_hist *f, const float *p, size_t m,
                                            int32_t *idx, struct batch_scan *b) {
-    const float lo = f->lo, norm = f->norm, nmax = f->nmax, eps = f->eps, eps1 = f->eps1;
-    const int32_t zbin = f->zbin;
+    const struct fast_hist g = *f; /* as in fast_index */
     float mn = INFINITY, mx = -INFINITY, amn = INFINITY, amx = 0.0f;
     uint32_t bad = 0;
 #pragma omp simd reduction(min : mn, amn) reduction(max : mx, amx) reduction(+ : bad)
@@ -622,15 +612,7 @@ QP_SIMD_CLONES static void fast_index_scan(const struct fast_hist *f, const floa
         mx = x > mx ? x : mx;
         amn = ax < amn ? ax : amn;
         amx = ax > amx ? ax : amx;
-        float e = (x - lo) * norm;
-        e = e > 0.0f ? e : 0.0f;
-        e = e < nmax ? e : nmax;
-        int32_t i = (int32_t)e;
-        float fr = e - (float)i;
-        int ok = (fr > eps) & (fr < eps1);
-        int32_t lane = (int32_t)(k & 3u);
-        int32_t r = ok ? 4 * i + lane : -1;
-        idx[k] = x == 0.0f ? 4 * zbin + lane : r;
+        idx[k] = fast_estimate(&g, x, x, k);
     }
     if (bad) {
         for (size_t k = 0; k < m; k++)
@@ -653,6 +635,9 @@ static inline void count_one(const struct fast_hist *f, const float *p, const in
     lanes[b]++;
 }
 
+/* Counts the chunk into 4 interleaved 32-bit sub-histograms (element k in lane k % 4 of its
+ * bin, lanes[4 * bin + lane]): a run of values in one bin then updates 4 counters in turn
+ * instead of waiting on the previous store to the same one. */
 static void fast_count(const struct fast_hist *f, const float *p, const int32_t *idx, size_t m,
                        uint32_t *lanes) {
     size_t k = 0;
