@@ -369,10 +369,9 @@ static enum qp_status ctx_init(struct sens_ctx *c, const struct qp_model *model,
     }
     /* Unfused: every probe toggles weight overlays, which a fused Conv bakes into its state
      * (a toggle would re-plan); the unfused ONNX semantics are the engine's reference anyway. */
-    struct qp_session_options so = {.n_threads = o->n_threads, .no_fusion = 1};
-    /* Created without the shapes, so that it is planned once, below, with its overlays (a
-     * model whose input shapes are all static is planned at creation anyway). */
-    if ((st = qp_session_create(model, &so, 0, NULL, &c->s, err)) != QP_OK) return st;
+    /* lazy_plan: planned once, below, with its overlays, not also at creation. */
+    struct qp_session_options so = {.n_threads = o->n_threads, .no_fusion = 1, .lazy_plan = 1};
+    if ((st = qp_session_create(model, &so, np, shapes, &c->s, err)) != QP_OK) return st;
     c->n_in = qp_session_n_inputs(c->s);
     if (c->n_in != np)
         return qp_error_set(err, QP_ERR_BAD_INPUT,
