@@ -238,6 +238,16 @@ void qp_gemm_f32_packed(int64_t m, int64_t n, int64_t k, const float *a, int64_t
     gemm_run(1, m, n, k, locate_one, &o, lda, 0, ldc, NULL, pack, n_threads);
 }
 
+GEMM_ATTR void qp_gemm_panels(int64_t m, int64_t k, const float *a, int64_t lda, const float *b,
+                              int64_t bs, int64_t np, float *c, int64_t ldc) {
+    for (int64_t r = 0; r < m; r += GEMM_MR) {
+        int mr = (int)(m - r < GEMM_MR ? m - r : GEMM_MR);
+        for (int64_t j = 0; j < np; j++)
+            micro_any(mr, k, a + r * lda, lda, b + j * bs, c + r * ldc + j * GEMM_NR, ldc, 1,
+                      GEMM_NR);
+    }
+}
+
 void qp_gemm_f32_batch(int64_t n_mats, int64_t m, int64_t n, int64_t k, qp_gemm_locate_fn locate,
                        const void *ctx, int64_t lda, int64_t ldb, int64_t ldc, float *pack,
                        const float *packed, int n_threads) {
@@ -263,6 +273,11 @@ void qp_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, c
                  int64_t ldb, float *c, int64_t ldc, float *pack, int n_threads) {
     (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc;
     (void)pack, (void)n_threads;
+}
+
+void qp_gemm_panels(int64_t m, int64_t k, const float *a, int64_t lda, const float *b, int64_t bs,
+                    int64_t np, float *c, int64_t ldc) {
+    (void)m, (void)k, (void)a, (void)lda, (void)b, (void)bs, (void)np, (void)c, (void)ldc;
 }
 
 void qp_gemm_f32_batch(int64_t n_mats, int64_t m, int64_t n, int64_t k, qp_gemm_locate_fn locate,

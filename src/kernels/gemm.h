@@ -32,6 +32,13 @@ void qp_gemm_pack(int64_t k, int64_t n, const float *b, int64_t ldb, float *pack
 void qp_gemm_f32_packed(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                         const float *pack, float *c, int64_t ldc, int n_threads);
 
+/* C[m x 16 np] = A[m x k] B on the calling thread (no OpenMP region), B given as np panels of
+ * k rows of 16 floats, `bs` floats apart (qp_gemm_pack's panel layout), C's panel j at column
+ * 16 j. Each element of C is one multiply-add chain over k from zero, as in qp_gemm_f32. For
+ * callers that share out their own work (winograd.c). */
+void qp_gemm_panels(int64_t m, int64_t k, const float *a, int64_t lda, const float *b, int64_t bs,
+                    int64_t np, float *c, int64_t ldc);
+
 /* Finds matrix i of a batch: its A, B and C (B unused when the batch's B is packed). */
 typedef void (*qp_gemm_locate_fn)(const void *ctx, int64_t i, const float **a, const float **b,
                                   float **c);

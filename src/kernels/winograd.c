@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/gemm.h"
 #include "kernels/vecmath.h"
 
 /* Tiles per group: at most WG_TILES (a group's GEMMs read each transformed weight once per
@@ -298,70 +299,6 @@ WG_AVX static void in_tile_avx(const struct qp_wino *wp, const float *x,
     }
 }
 
-/* C[mr x 16] = A[mr x k] B[k x 16] (B: k rows of 16), accumulators in named registers. */
-#define WG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
-static inline __attribute__((always_inline, target("avx2,fma"))) void
-micro(int mr, int64_t k, const float *a, int64_t lda, const float *b, float *c, int64_t ldc) {
-#define WG_DECL(r) __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();
-    WG_ROWS(WG_DECL)
-#pragma GCC unroll 4
-    for (int64_t kk = 0; kk < k; kk++) {
-        __m256 b0 = _mm256_loadu_ps(b + kk * 16), b1 = _mm256_loadu_ps(b + kk * 16 + 8);
-#define WG_FMA(r)                                                                                  \
-    if (mr > r) {                                                                                  \
-        __m256 av = _mm256_broadcast_ss(a + r * lda + kk);                                         \
-        c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);                                                \
-        c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);                                                \
-    }
-        WG_ROWS(WG_FMA)
-    }
-#define WG_STORE(r)                                                                                \
-    if (mr > r) {                                                                                  \
-        _mm256_storeu_ps(c + r * ldc, c##r##0);                                                    \
-        _mm256_storeu_ps(c + r * ldc + 8, c##r##1);                                                \
-    }
-    WG_ROWS(WG_STORE)
-#undef WG_DECL
-#undef WG_FMA
-#undef WG_STORE
-}
-
-/* C[rows x 16 np] = A[rows x k] B for np panels of B (k rows of 16 each, bs floats apart): row
- * blocks outer, so that six rows of A stay in L1 while the panels stream from L2. */
-WG_AVX static void gemm_avx(int64_t rows, int64_t k, const float *a, int64_t lda, const float *b,
-                            int64_t bs, int64_t np, float *c, int64_t ldc) {
-    for (int64_t r = 0; r < rows; r += 6) {
-        const float *ar = a + r * lda;
-        float *cr = c + r * ldc;
-        switch (rows - r < 6 ? rows - r : 6) {
-        case 6:
-            for (int64_t j = 0; j < np; j++)
-                micro(6, k, ar, lda, b + j * bs, cr + j * 16, ldc);
-            break;
-        case 5:
-            for (int64_t j = 0; j < np; j++)
-                micro(5, k, ar, lda, b + j * bs, cr + j * 16, ldc);
-            break;
-        case 4:
-            for (int64_t j = 0; j < np; j++)
-                micro(4, k, ar, lda, b + j * bs, cr + j * 16, ldc);
-            break;
-        case 3:
-            for (int64_t j = 0; j < np; j++)
-                micro(3, k, ar, lda, b + j * bs, cr + j * 16, ldc);
-            break;
-        case 2:
-            for (int64_t j = 0; j < np; j++)
-                micro(2, k, ar, lda, b + j * bs, cr + j * 16, ldc);
-            break;
-        default:
-            for (int64_t j = 0; j < np; j++)
-                micro(1, k, ar, lda, b + j * bs, cr + j * 16, ldc);
-            break;
-        }
-    }
-}
-
 /* The post-operations on 8 channels of one pixel, in qp_conv_post_ref's float operations. */
 WG_AVX static __m256 post_avx(__m256 v, const float *res, int64_t rs, int64_t nl, int n_post,
                               const struct qp_conv_post *post) {
@@ -499,7 +436,7 @@ static void run_item(const struct qp_wino *wp, const float *u, const struct qp_w
         float *c = mbuf + p * ms + j0 * 16;
 #if defined(__x86_64__) || defined(__i386__)
         if (avx) {
-            gemm_avx(cnt, wp->c, a, wp->cp, b, wp->c * 16, j1 - j0, c, wp->mp);
+            qp_gemm_panels(cnt, wp->c, a, wp->cp, b, wp->c * 16, j1 - j0, c, wp->mp);
             continue;
         }
 #endif
