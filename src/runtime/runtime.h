@@ -210,7 +210,7 @@ int rt_fuse_disabled(void);
  * only. */
 enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, const struct rt_fuse *f,
                              int tail, size_t first, int *node_step, struct qp_error *err);
-/* After fusion: keeps a convolution's output in its primitive's blocked layout when every
+/* After fusion (layout.c): keeps a convolution's output in its primitive's blocked layout when every
  * reader is a oneDNN convolution that accepts it there (and it is no graph output, not observed,
  * on no overlaid edge), growing the tensor's bytes to the padded size. QP_OK always. */
 enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, const int *node_step,
