@@ -139,6 +139,13 @@ typedef int (*qp_observer_fn)(const char *tensor_name, const char *node_name,
                               const struct qp_array *value, void *user);
 /* Installs (fn non-NULL) or removes the observer. `user` is borrowed while installed. */
 void qp_session_set_observer(struct qp_session *s, qp_observer_fn fn, void *user);
+/* on = 1: the observer does not depend on the order of the elements it receives (it computes
+ * per-tensor statistics: ranges, histograms). The engine may then hand it a tensor in a oneDNN
+ * blocked layout (the same elements, value->nbytes of them, in another order) instead of
+ * reordering it to plain row-major for the observer, so observing costs no reorders between
+ * convolutions. value->dims stay the logical shape. Off (0) by default; changing it may
+ * re-plan. */
+void qp_session_set_observer_any_order(struct qp_session *s, int on);
 /* Restricts the observer to the named tensors (graph value names; n = 0 restores "every
  * tensor"). Tensors outside the set are not reported, so the engine may fuse across them: a
  * calibrator that names only the tensors it needs runs at (close to) plain inference speed.

@@ -332,6 +332,8 @@ enum qp_status qp_collector_create(const struct qp_model *model, const struct qp
     if ((st = qp_session_create(model, &so, n_shapes, shapes, &c->session, err)) != QP_OK)
         goto fail;
     qp_session_set_observer(c->session, observe, c);
+    /* Ranges and histograms are per tensor: blocked tensors need no reorder for them. */
+    qp_session_set_observer_any_order(c->session, 1);
     if ((st = observe_only_slots(c, err)) != QP_OK) goto fail;
     *out = c;
     return QP_OK;

@@ -765,6 +765,10 @@ int qp_dnnl_conv_accepts(const void *state, int input, const void *md) {
     return 0;
 }
 
+int qp_dnnl_conv_md_equal(const void *a, const void *b) {
+    return a && b && (a == b || dnnl_memory_desc_equal(a, b));
+}
+
 void qp_dnnl_conv_set_blocked(void *state, int input, int on) {
     struct dnnl_conv_state *s = state;
     if (!s) return;

@@ -73,6 +73,8 @@ float qp_conv_post_ref(int n_post, const struct qp_conv_post *post, float x, flo
 const void *qp_dnnl_conv_blocked_dst(const void *state, size_t *bytes_out);
 int qp_dnnl_conv_accepts(const void *state, int input, const void *md);
 void qp_dnnl_conv_set_blocked(void *state, int input, int on);
+/* 1 when two descriptors qp_dnnl_conv_blocked_dst returned describe the same layout. */
+int qp_dnnl_conv_md_equal(const void *a, const void *b);
 
 /* Weight reorders the prepares of this process have done, one per prepared convolution on
  * oneDNN (tests: a fused convolution is prepared once). */

@@ -1,19 +1,35 @@
 /*
- * The layout pass: after fusion, keeps tensors that only oneDNN convolutions read in the
- * primitives' blocked layouts, so no reorder runs between them.
+ * The layout pass: after fusion, keeps tensors between oneDNN convolutions in the primitives'
+ * blocked layouts (nChw8c on AVX2), so no reorder runs between them.
+ *
+ * A tensor is kept blocked when it comes from a oneDNN convolution that writes a blocked layout,
+ * or from a layout-transparent step (an elementwise activation, or Add/Sub/Mul/Div of
+ * same-shape tensors or a scalar) all of whose full-shape inputs are kept blocked in one layout,
+ * and when every reader takes it that way:
+ *   - a oneDNN convolution that accepts the layout as its source (input 0) or residual (3);
+ *   - a layout-transparent step whose output is kept blocked too;
+ *   - a per-tensor edge overlay (fake quantization is elementwise with one scale) in front of
+ *     such a reader: its output is then in the same layout;
+ *   - the observer, when the session's observer declared itself order-agnostic
+ *     (qp_session_set_observer_any_order): it then sees the elements in blocked order.
+ * Elementwise readers, overlays and observers see the bytes as a flat array, so those three need
+ * a layout without padding (channels a multiple of the block); convolutions read padded tensors.
+ * Graph outputs stay plain. The pass starts from every candidate and drops, until nothing
+ * changes, any whose readers or (for transparent steps) inputs do not qualify.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_util.h"
 #include "kernels/kernels.h"
 #include "runtime/runtime.h"
 
-/* The overlay on (node, input), if any. */
-static int has_overlay(const struct qp_session *s, int node, int input) {
+/* The overlay on (node, input), or -1. */
+static int find_overlay(const struct qp_session *s, int node, int input) {
     for (size_t i = 0; i < s->n_ov; i++)
-        if (s->ov[i].node == node && s->ov[i].input == input) return 1;
-    return 0;
+        if (s->ov[i].node == node && s->ov[i].input == input) return (int)i;
+    return -1;
 }
 
 static int is_conv_step(const struct rt_step *st) {
@@ -23,51 +39,179 @@ static int is_conv_step(const struct rt_step *st) {
            qp_dnnl_conv_state_uses_dnnl(st->state);
 }
 
+static int same_dims(const struct qp_kt *a, const struct qp_kt *b) {
+    return a->rank == b->rank && memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
+}
+
+/* An elementwise step over float tensors that computes each output element from the elements
+ * at the same offset (or a scalar), whatever order those offsets stand for. */
+static int is_transparent(const struct rt_step *st) {
+    if (st->kind != RT_STEP_NODE || st->nodes || !st->k || st->n_conv_in || st->n_conv_out ||
+        st->n_out != 1 || !st->out[0] || st->out[0] != st->val_out[0] ||
+        st->out[0]->dtype != QP_DTYPE_FLOAT)
+        return 0;
+    const struct qp_kt *y = st->out[0];
+    if (st->k->run == qp_k_act_run)
+        return st->in[0] && st->in[0]->dtype == QP_DTYPE_FLOAT && same_dims(st->in[0], y);
+    if (st->k->run != qp_k_dnnl_binary_run || st->n_in != 2) return 0;
+    for (int i = 0; i < 2; i++) {
+        const struct qp_kt *x = st->in[i];
+        if (!x || x->dtype != QP_DTYPE_FLOAT || (!same_dims(x, y) && x->numel != 1)) return 0;
+    }
+    return 1;
+}
+
+/* Inputs of a transparent step that carry the layout (not the scalars, nor Clip's bounds). */
+static int carries(const struct rt_step *st, int i) {
+    const struct qp_kt *x = st->in[i];
+    if (!x) return 0;
+    if (st->k->run == qp_k_act_run) return i == 0;
+    return same_dims(x, st->out[0]);
+}
+
+struct pass {
+    const struct qp_session *s;
+    struct rt_plan *p;
+    const int *node_step;
+    int *prod;           /* per value: producing step, -1 */
+    const void **md;     /* per value: its blocked layout (candidates) */
+    unsigned char *cand; /* per value: still a candidate */
+    unsigned char *flat; /* per value: the blocked layout has no padding */
+};
+
+/* The value step input `i` reads (through an overlay when there is one), or -1. */
+static int read_value(const struct pass *ps, const struct rt_step *st, int i) {
+    for (int j = 0; j < st->n_ovin; j++)
+        if (st->ovin[j].input == i) {
+            const struct qp_kt *o = st->ovin[j].orig;
+            return o >= ps->p->vals && o < ps->p->vals + ps->s->g->n_values ? (int)(o - ps->p->vals)
+                                                                            : -1;
+        }
+    const struct qp_kt *t = st->in[i];
+    return t && t >= ps->p->vals && t < ps->p->vals + ps->s->g->n_values ? (int)(t - ps->p->vals)
+                                                                         : -1;
+}
+
+/* 1 when candidate v may stay blocked given the other candidates. */
+static int keeps(const struct pass *ps, int v) {
+    const struct qp_session *s = ps->s;
+    const struct qp_value *val = &s->g->values[v];
+    if (val->is_graph_output || val->n_uses == 0) return 0;
+    if (s->observer && (!s->observed || s->observed[v]) && !(s->observer_any_order && ps->flat[v]))
+        return 0;
+    const struct rt_step *ps_st = &ps->p->steps[ps->prod[v]];
+    if (is_transparent(ps_st))
+        for (int i = 0; i < ps_st->n_in; i++)
+            if (carries(ps_st, i)) {
+                int x = read_value(ps, ps_st, i);
+                if (x < 0 || !ps->cand[x]) return 0;
+            }
+    for (size_t u = 0; u < val->n_uses; u++) {
+        int c = val->uses[u].node, kc = ps->node_step[c];
+        if (kc < 0) return 0;
+        int oi = find_overlay(s, c, val->uses[u].input);
+        if (oi >= 0 && (s->ov[oi].n_params != 1 || !ps->flat[v])) return 0;
+        const struct rt_step *sc = &ps->p->steps[kc];
+        int reads = 0;
+        for (int i = 0; i < sc->n_in; i++) {
+            if (read_value(ps, sc, i) != v) continue;
+            reads = 1;
+            if (is_conv_step(sc)) {
+                if ((i != 0 && i != 3) || !qp_dnnl_conv_accepts(sc->state, i, ps->md[v])) return 0;
+            } else if (is_transparent(sc) && carries(sc, i)) {
+                int w = (int)(sc->out[0] - ps->p->vals);
+                if (!ps->cand[w]) return 0;
+            } else {
+                return 0;
+            }
+        }
+        if (!reads) return 0;
+    }
+    return 1;
+}
+
 enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, const int *node_step,
                                struct qp_error *err) {
     const struct qp_graph *g = s->g;
-    (void)err;
     if (rt_fuse_disabled() || s->no_fusion || !qp_dnnl_enabled() || s->parent || s->ifs)
         return QP_OK;
+    size_t nv = g->n_values ? g->n_values : 1;
+    struct pass ps = {.s = s, .p = p, .node_step = node_step};
+    ps.prod = malloc(nv * sizeof *ps.prod);
+    ps.md = calloc(nv, sizeof *ps.md);
+    ps.cand = calloc(nv, 1);
+    ps.flat = calloc(nv, 1);
+    size_t *bytes = calloc(nv, sizeof *bytes);
+    enum qp_status st = QP_OK;
+    if (!ps.prod || !ps.md || !ps.cand || !ps.flat || !bytes) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory (layout pass)");
+        goto done;
+    }
+    for (size_t v = 0; v < nv; v++)
+        ps.prod[v] = -1;
+    /* Candidates, in step order (a transparent step's inputs come before it). */
     for (size_t k = 0; k < p->n_steps; k++) {
-        struct rt_step *st = &p->steps[k];
-        if (!is_conv_step(st)) continue;
-        size_t bytes = 0;
-        const void *md = qp_dnnl_conv_blocked_dst(st->state, &bytes);
-        if (!md || st->out[0] < p->vals || st->out[0] >= p->vals + g->n_values) continue;
-        int v = (int)(st->out[0] - p->vals);
-        const struct qp_value *val = &g->values[v];
-        if (val->is_graph_output || val->n_uses == 0 ||
-            (s->observer && (!s->observed || s->observed[v])))
+        const struct rt_step *stp = &p->steps[k];
+        const struct qp_kt *y = stp->kind == RT_STEP_NODE ? stp->out[0] : NULL;
+        if (!y || y < p->vals || y >= p->vals + g->n_values) continue;
+        int v = (int)(y - p->vals);
+        if (is_conv_step(stp)) {
+            const void *md = qp_dnnl_conv_blocked_dst(stp->state, &bytes[v]);
+            if (!md) continue;
+            ps.md[v] = md;
+            ps.flat[v] = bytes[v] == y->nbytes;
+        } else if (is_transparent(stp)) {
+            const void *md = NULL;
+            int ok = 1;
+            for (int i = 0; ok && i < stp->n_in; i++) {
+                if (!carries(stp, i)) continue;
+                int x = read_value(&ps, stp, i);
+                ok = x >= 0 && ps.cand[x] && ps.flat[x] &&
+                     (!md || qp_dnnl_conv_md_equal(md, ps.md[x]));
+                if (ok) md = ps.md[x];
+            }
+            if (!ok || !md) continue;
+            ps.md[v] = md;
+            ps.flat[v] = 1;
+            bytes[v] = y->nbytes;
+        } else {
             continue;
-        /* Every reader is a oneDNN convolution that takes this layout where it reads v. */
-        int ok = 1;
-        for (size_t u = 0; ok && u < val->n_uses; u++) {
-            int c = val->uses[u].node;
-            int kc = node_step[c];
-            if (has_overlay(s, c, val->uses[u].input) || kc < 0 || !is_conv_step(&p->steps[kc])) {
-                ok = 0;
-                break;
-            }
-            const struct rt_step *sc = &p->steps[kc];
-            int reads = 0;
-            for (int i = 0; i < sc->n_in; i++) {
-                if (sc->in[i] != st->out[0]) continue;
-                reads = 1;
-                if ((i != 0 && i != 3) || !qp_dnnl_conv_accepts(sc->state, i, md)) ok = 0;
-            }
-            if (!reads) ok = 0;
         }
-        if (!ok) continue;
-        qp_dnnl_conv_set_blocked(st->state, -1, 1);
+        ps.prod[v] = (int)k;
+        ps.cand[v] = 1;
+    }
+    /* Drop what does not qualify until nothing changes. */
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (size_t v = 0; v < g->n_values; v++)
+            if (ps.cand[v] && !keeps(&ps, (int)v)) {
+                ps.cand[v] = 0;
+                changed = 1;
+            }
+    }
+    for (size_t v = 0; v < g->n_values; v++) {
+        if (!ps.cand[v]) continue;
+        struct rt_step *pr = &p->steps[ps.prod[v]];
+        if (is_conv_step(pr)) {
+            qp_dnnl_conv_set_blocked(pr->state, -1, 1);
+            if (bytes[v] > pr->out[0]->nbytes) pr->out[0]->nbytes = bytes[v];
+        }
+        const struct qp_value *val = &g->values[v];
         for (size_t u = 0; u < val->n_uses; u++) {
             struct rt_step *sc = &p->steps[node_step[val->uses[u].node]];
+            if (!is_conv_step(sc)) continue;
             for (int i = 0; i < sc->n_in; i++)
-                if (sc->in[i] == st->out[0]) qp_dnnl_conv_set_blocked(sc->state, i, 1);
+                if (read_value(&ps, sc, i) == (int)v) qp_dnnl_conv_set_blocked(sc->state, i, 1);
         }
-        if (bytes > st->out[0]->nbytes) st->out[0]->nbytes = bytes;
         p->blocked[v] = 1;
         p->n_blocked++;
     }
-    return QP_OK;
+    if (p->n_blocked) qp_log(QP_LOG_DEBUG, "session: %zu tensors kept blocked", p->n_blocked);
+done:
+    free(ps.prod);
+    free(ps.md);
+    free(ps.cand);
+    free(ps.flat);
+    free(bytes);
+    return st;
 }

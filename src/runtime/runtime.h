@@ -166,6 +166,7 @@ struct qp_session {
     void *observer_user;
     /* Per value index: 1 when the observer reports it; NULL: every computed tensor. */
     unsigned char *observed;
+    int observer_any_order; /* qp_session_set_observer_any_order */
     /* If nodes: per node index, the branch sessions (NULL for other nodes). */
     struct rt_if **ifs;
     /* A branch session: the enclosing session, and the plan being built or run there (what
@@ -210,9 +211,10 @@ int rt_fuse_disabled(void);
  * only. */
 enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, const struct rt_fuse *f,
                              int tail, size_t first, int *node_step, struct qp_error *err);
-/* After fusion (layout.c): keeps a convolution's output in its primitive's blocked layout when every
- * reader is a oneDNN convolution that accepts it there (and it is no graph output, not observed,
- * on no overlaid edge), growing the tensor's bytes to the padded size. QP_OK always. */
+/* After fusion (layout.c): keeps convolution outputs, and what elementwise steps compute from
+ * them, in the primitives' blocked layouts where every reader takes them so (see layout.c),
+ * growing a tensor's bytes to the padded size where only convolutions read it. QP_ERR_NOMEM
+ * only. */
 enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, const int *node_step,
                                struct qp_error *err);
 /* Plan-owned memory (freed with the plan) and a plan temp (NULL when none is left). */

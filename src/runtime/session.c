@@ -464,6 +464,12 @@ void qp_session_set_observer(struct qp_session *s, qp_observer_fn fn, void *user
     s->observer_user = fn ? user : NULL;
 }
 
+void qp_session_set_observer_any_order(struct qp_session *s, int on) {
+    if (!s || s->observer_any_order == !!on) return;
+    if (s->observer) drop_plans(s);
+    s->observer_any_order = !!on;
+}
+
 enum qp_status qp_session_set_observed(struct qp_session *s, size_t n, const char *const *names,
                                        struct qp_error *err) {
     if (!s || (n && !names)) return qp_error_set(err, QP_ERR_USAGE, "session: NULL argument");

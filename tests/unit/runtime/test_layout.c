@@ -1,0 +1,407 @@
+/* The layout pass (src/runtime/layout.c) on a small residual graph:
+ *  - with an order-agnostic observer on every tensor (nothing fuses), convolution outputs and
+ *    the Relu/Add/Mul steps between them stay blocked; the observer sees each tensor's values
+ *    (as a multiset) and the outputs are bit-identical to the plain run's;
+ *  - a reader that cannot take the layout (MaxPool) turns its tensor and, back through the
+ *    elementwise steps, their inputs plain;
+ *  - channels that do not fill the block (padding) keep elementwise steps, overlays and
+ *    observers on plain tensors;
+ *  - per-tensor overlays keep their edge blocked, per-channel ones do not; both equal the graph
+ *    rewritten with real Q/DQ nodes bit for bit, in full and partial runs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ir/ir.h"
+#include "kernels/dnnl_util.h"
+#include "qplace/session.h"
+#include "runtime/runtime.h"
+
+#include "rt_testmodel.h"
+
+#define HW    8
+#define MAXC  16
+#define MAXNX (MAXC * HW * HW)
+
+static uint32_t rng_state;
+static float frand(void) {
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)((rng_state >> 8) % 20001) / 10000.0f - 1.0f;
+}
+
+static void rand_init(struct qp_model *m, const char *name, int rank, const int64_t *dims,
+                      float amp) {
+    size_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= (size_t)dims[i];
+    float *v = malloc(n * sizeof *v);
+    assert_non_null(v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = amp * frand();
+    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, rank, dims, v, n * sizeof *v);
+    free(v);
+}
+
+static void node(struct qp_graph *g, const char *name, const char *op, int ni, const char *a,
+                 const char *b, const char *out) {
+    const char *ins[2] = {a, b};
+    struct qp_error err = {0};
+    assert_int_equal(qp_graph_add_node(g, name, op, "", ni, ins, 1, &out, NULL, &err), QP_OK);
+}
+
+static void conv3(struct qp_model *m, const char *name, const char *x, const char *w,
+                  const char *out) {
+    const char *ins[2] = {x, w};
+    struct qp_error err = {0};
+    int id;
+    assert_int_equal(qp_graph_add_node(m->graph, name, "Conv", "", 2, ins, 1, &out, &id, &err),
+                     QP_OK);
+    struct qp_attr *a = qp_node_add_attr(m->graph, id, "pads", QP_ATTR_INTS);
+    assert_non_null(a);
+    int64_t *pads = model_alloc(m, 4 * sizeof *pads);
+    pads[0] = pads[1] = pads[2] = pads[3] = 1;
+    a->ints = pads;
+    a->n = 4;
+}
+
+static int n_ch;
+static struct qp_dim x_dims[4] = {{1, NULL}, {MAXC, NULL}, {HW, NULL}, {HW, NULL}};
+
+/* x -> c0 -> c0o -> r0 (Relu) -> r0o -> c1 -> c1o -> a1 = Add(c1o, r0o) -> r1 (Relu) -> r1o
+ *   r1o -> c2 -> y0
+ *   r1o -> m2 = Mul(r1o, k) -> m2o -> c3 -> y1
+ *   (with_pool) r1o -> MaxPool -> y2
+ * c channels throughout; c0 reads the plain input. */
+static struct qp_model *res_model(int c, int with_pool) {
+    n_ch = c;
+    x_dims[1].value = c;
+    rng_state = 3;
+    struct qp_model *m = model_with_x(4, x_dims);
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    const int64_t w3[4] = {c, c, 3, 3};
+    const char *ws[4] = {"w0", "w1", "w2", "w3"};
+    for (int i = 0; i < 4; i++)
+        rand_init(m, ws[i], 4, w3, 0.25f);
+    float k = 0.75f;
+    graph_add_init(m, g, "k", QP_DTYPE_FLOAT, 0, NULL, &k, sizeof k);
+    conv3(m, "c0", "x", "w0", "c0o");
+    node(g, "r0", "Relu", 1, "c0o", NULL, "r0o");
+    conv3(m, "c1", "r0o", "w1", "c1o");
+    node(g, "a1", "Add", 2, "c1o", "r0o", "a1o");
+    node(g, "r1", "Relu", 1, "a1o", NULL, "r1o");
+    conv3(m, "c2", "r1o", "w2", "y0");
+    node(g, "m2", "Mul", 2, "r1o", "k", "m2o");
+    conv3(m, "c3", "m2o", "w3", "y1");
+    const char *outs[3] = {"y0", "y1", "y2"};
+    if (with_pool) {
+        int id;
+        const char *in = "r1o", *out = "y2";
+        assert_int_equal(qp_graph_add_node(g, "p", "MaxPool", "", 1, &in, 1, &out, &id, &err),
+                         QP_OK);
+        struct qp_attr *a = qp_node_add_attr(g, id, "kernel_shape", QP_ATTR_INTS);
+        assert_non_null(a);
+        int64_t *ks = model_alloc(m, 2 * sizeof *ks);
+        ks[0] = ks[1] = 2;
+        a->ints = ks;
+        a->n = 2;
+    }
+    for (int i = 0; i < 2 + with_pool; i++)
+        assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, outs[i]), &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    return m;
+}
+
+static float xin[MAXNX];
+
+static void fill_x(uint32_t seed) {
+    rng_state = seed;
+    for (int i = 0; i < MAXNX; i++)
+        xin[i] = frand();
+}
+
+static struct qp_session *session(const struct qp_model *m) {
+    struct qp_session_options opts = {.n_threads = 2};
+    struct qp_session *s = NULL;
+    struct qp_error err = {0};
+    assert_int_equal(qp_session_create(m, &opts, 0, NULL, &s, &err), QP_OK);
+    return s;
+}
+
+/* Runs s (fully or partially); out gets outputs 0 and 1 (c * HW * HW floats each). */
+static void run2(struct qp_session *s, int partial, float out[2][MAXNX]) {
+    struct qp_error err = {0};
+    struct qp_array in;
+    int64_t dims[4] = {1, n_ch, HW, HW};
+    size_t nx = (size_t)n_ch * HW * HW;
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 4, dims, xin, nx * sizeof(float), &err),
+                     QP_OK);
+    if (partial)
+        assert_int_equal(qp_session_run_partial(s, &err), QP_OK);
+    else
+        assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    memset(out, 0, sizeof(float) * 2 * MAXNX);
+    for (size_t o = 0; o < 2; o++) {
+        struct qp_array a;
+        assert_int_equal(qp_session_output(s, o, &a, &err), QP_OK);
+        assert_int_equal(a.nbytes, nx * sizeof(float));
+        memcpy(out[o], a.data, a.nbytes);
+    }
+}
+
+/* 1 when the last plan keeps tensor `name` blocked. */
+static int blocked(const struct qp_session *s, const char *name) {
+    int v = qp_graph_find_value(s->g, name);
+    assert_true(v >= 0);
+    assert_non_null(s->last);
+    return s->last->blocked[v];
+}
+
+/* Every observed tensor's values, sorted (the order depends on the layout; the multiset not). */
+#define N_SEEN 32
+struct seen {
+    int n;
+    char name[N_SEEN][8];
+    size_t count[N_SEEN];
+    float *vals[N_SEEN];
+};
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static int observer(const char *tensor, const char *node_name, const struct qp_array *v,
+                    void *user) {
+    (void)node_name;
+    struct seen *s = user;
+    assert_true(s->n < N_SEEN);
+    if (v->dtype != QP_DTYPE_FLOAT) return 0; /* the Q/DQ graph's quantized tensors */
+    size_t n = v->nbytes / sizeof(float), numel = 1;
+    for (int i = 0; i < v->rank; i++)
+        numel *= (size_t)v->dims[i];
+    assert_int_equal(v->rank, 4);
+    assert_int_equal(v->dims[1], n_ch); /* the logical shape, whatever the layout */
+    assert_int_equal(n, numel);         /* no padding */
+    snprintf(s->name[s->n], sizeof s->name[0], "%s", tensor);
+    s->vals[s->n] = malloc(v->nbytes);
+    assert_non_null(s->vals[s->n]);
+    memcpy(s->vals[s->n], v->data, v->nbytes);
+    qsort(s->vals[s->n], n, sizeof(float), cmp_float);
+    s->count[s->n++] = n;
+    return 0;
+}
+
+static void seen_free(struct seen *s) {
+    for (int i = 0; i < s->n; i++)
+        free(s->vals[i]);
+    memset(s, 0, sizeof *s);
+}
+
+static float out_a[2][MAXNX], out_b[2][MAXNX];
+
+/* Every tensor observed: nothing fuses. Order-agnostic: the chain stays blocked. */
+static void test_layout_observer_any_order(void **state) {
+    (void)state;
+    if (!qp_dnnl_enabled()) skip();
+    struct qp_model *m = res_model(MAXC, 0);
+    fill_x(1);
+    struct qp_session *plain = session(m), *any = session(m);
+    struct seen sp = {0}, sa = {0};
+    qp_session_set_observer(plain, observer, &sp);
+    qp_session_set_observer(any, observer, &sa);
+    qp_session_set_observer_any_order(any, 1);
+    run2(plain, 0, out_a);
+    run2(any, 0, out_b);
+    assert_int_equal(plain->last->n_fused, 0);
+    assert_int_equal(any->last->n_fused, 0);
+    assert_int_equal(plain->last->n_blocked, 0);
+    /* c0o, r0o, c1o, a1o, r1o, m2o: between convolutions, through Relu, Add and Mul. */
+    const char *chain[6] = {"c0o", "r0o", "c1o", "a1o", "r1o", "m2o"};
+    for (int i = 0; i < 6; i++)
+        if (!blocked(any, chain[i])) fail_msg("%s is not kept blocked", chain[i]);
+    assert_false(blocked(any, "y0"));
+    assert_memory_equal(out_a, out_b, sizeof out_a);
+    /* The layout changed what the observer got (element order), not the values. */
+    assert_int_equal(sa.n, sp.n);
+    assert_int_equal(sa.n, 8);
+    for (int i = 0; i < sa.n; i++) {
+        assert_string_equal(sa.name[i], sp.name[i]);
+        assert_int_equal(sa.count[i], sp.count[i]);
+        assert_memory_equal(sa.vals[i], sp.vals[i], sa.count[i] * sizeof(float));
+    }
+    /* Turning it off re-plans plain. */
+    seen_free(&sa);
+    qp_session_set_observer_any_order(any, 0);
+    run2(any, 0, out_b);
+    assert_int_equal(any->last->n_blocked, 0);
+    assert_memory_equal(out_a, out_b, sizeof out_a);
+    seen_free(&sp);
+    seen_free(&sa);
+    qp_session_free(plain);
+    qp_session_free(any);
+    qp_model_free(m);
+}
+
+/* A MaxPool reader: r1o plain, and through the elementwise steps a1o, r0o, c0o too (an
+ * elementwise step reads and writes one layout); c1o is read by a1 only, so plain as well.
+ * m2o (Mul -> Conv) cannot be blocked either: its input is plain. */
+static void test_layout_plain_reader(void **state) {
+    (void)state;
+    if (!qp_dnnl_enabled()) skip();
+    struct qp_model *m = res_model(MAXC, 1);
+    fill_x(2);
+    struct qp_session *s = session(m);
+    struct seen sa = {0};
+    qp_session_set_observer(s, observer, &sa);
+    qp_session_set_observer_any_order(s, 1);
+    struct qp_error err = {0};
+    struct qp_array in;
+    int64_t dims[4] = {1, MAXC, HW, HW};
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 4, dims, xin, sizeof xin, &err), QP_OK);
+    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    assert_int_equal(s->last->n_blocked, 0);
+    seen_free(&sa);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
+/* 12 channels: nChw8c pads to 16. Elementwise steps and observers need unpadded tensors, so
+ * with every tensor observed nothing is blocked; unobserved, the fused plan still may keep
+ * conv -> conv edges blocked (padding is fine for convolutions). Results equal plain ones. */
+static void test_layout_padded(void **state) {
+    (void)state;
+    if (!qp_dnnl_enabled()) skip();
+    struct qp_model *m = res_model(12, 0);
+    fill_x(3);
+    struct qp_session *plain = session(m), *any = session(m);
+    struct seen sp = {0}, sa = {0};
+    qp_session_set_observer(plain, observer, &sp);
+    qp_session_set_observer(any, observer, &sa);
+    qp_session_set_observer_any_order(any, 1);
+    run2(plain, 0, out_a);
+    run2(any, 0, out_b);
+    assert_int_equal(any->last->n_blocked, 0);
+    assert_memory_equal(out_a, out_b, sizeof out_a);
+    seen_free(&sp);
+    seen_free(&sa);
+    qp_session_free(plain);
+    qp_session_free(any);
+    qp_model_free(m);
+}
+
+struct ovp {
+    struct qp_overlay ov;
+    float scale[MAXC];
+    int8_t zp[MAXC];
+};
+
+static void make_ov(struct ovp *o, const char *node_name, int input, size_t n_params, float scale) {
+    memset(o, 0, sizeof *o);
+    o->ov.node = node_name;
+    o->ov.input = input;
+    o->ov.qtype = QP_DTYPE_INT8;
+    o->ov.saturate = 1;
+    o->ov.axis = 1;
+    o->ov.n_params = n_params;
+    for (size_t i = 0; i < n_params; i++) {
+        o->scale[i] = scale * (1.0f + 0.05f * (float)i);
+        o->zp[i] = (int8_t)(i % 3) - 1;
+    }
+    o->ov.scale = o->scale;
+    o->ov.zero_point = o->zp;
+}
+
+/* Overlays on blocked edges: per tensor on c1's input (r0o) and on the residual a1 reads
+ * (r0o again), and (second round) per channel on c3's input (m2o). Every tensor is observed
+ * (order-agnostic) so the unfused steps run, then nothing is (fused). Overlay runs equal the
+ * Q/DQ graph bit for bit; the per-tensor overlays keep the chain blocked, the per-channel one
+ * makes m2o plain and with it (through m2, r1, a1 and r0) the whole chain; partial runs after
+ * toggles equal full runs. */
+static void test_layout_overlays(void **state) {
+    (void)state;
+    if (!qp_dnnl_enabled()) skip();
+    struct ovp o[3];
+    make_ov(&o[0], "c1", 0, 1, 0.01f);
+    make_ov(&o[1], "a1", 1, 1, 0.012f);
+    make_ov(&o[2], "c3", 0, MAXC, 0.008f);
+    struct qp_overlay ov[3] = {o[0].ov, o[1].ov, o[2].ov};
+    struct qp_error err = {0};
+    for (int n_ov = 2; n_ov <= 3; n_ov++) {
+        struct qp_model *m = res_model(MAXC, 0), *mq = res_model(MAXC, 0);
+        for (int i = 0; i < n_ov; i++)
+            insert_qdq(mq, &o[i].ov, i);
+        assert_int_equal(qp_graph_toposort(mq->graph, &err), QP_OK);
+        for (int observed = 0; observed <= 1; observed++) {
+            fill_x(4 + (uint32_t)observed);
+            struct qp_session *s = session(m), *q = session(mq);
+            struct seen sa = {0}, sq = {0};
+            if (observed) {
+                qp_session_set_observer(s, observer, &sa);
+                qp_session_set_observer_any_order(s, 1);
+                qp_session_set_observer(q, observer, &sq);
+                qp_session_set_observer_any_order(q, 1);
+            }
+            assert_int_equal(qp_session_set_overlays(s, (size_t)n_ov, ov, &err), QP_OK);
+            run2(s, 0, out_a);
+            run2(q, 0, out_b);
+            assert_memory_equal(out_a, out_b, sizeof out_a);
+            if (observed && n_ov == 2) {
+                const char *chain[6] = {"c0o", "r0o", "c1o", "a1o", "r1o", "m2o"};
+                for (int i = 0; i < 6; i++)
+                    if (!blocked(s, chain[i])) fail_msg("%s is not kept blocked", chain[i]);
+            } else if (observed) {
+                assert_int_equal(s->last->n_blocked, 0);
+            }
+            seen_free(&sa);
+            seen_free(&sq);
+            /* Partial runs: reference with everything bypassed, then each overlay alone. */
+            qp_session_set_cache(s, (size_t)16 << 20);
+            struct qp_overlay t[3] = {ov[0], ov[1], ov[2]};
+            for (int i = 0; i < n_ov; i++)
+                t[i].bypass = 1;
+            assert_int_equal(qp_session_set_overlays(s, (size_t)n_ov, t, &err), QP_OK);
+            run2(s, 0, out_a);
+            for (int k = 0; k < n_ov; k++) {
+                for (int i = 0; i < n_ov; i++)
+                    t[i].bypass = i != k;
+                assert_int_equal(qp_session_set_overlays(s, (size_t)n_ov, t, &err), QP_OK);
+                run2(s, 1, out_a);
+                struct qp_session *f = session(m);
+                if (observed) {
+                    qp_session_set_observer(f, observer, &sq);
+                    qp_session_set_observer_any_order(f, 1);
+                }
+                assert_int_equal(qp_session_set_overlays(f, (size_t)n_ov, t, &err), QP_OK);
+                run2(f, 0, out_b);
+                seen_free(&sa);
+                seen_free(&sq);
+                if (memcmp(out_a, out_b, sizeof out_a) != 0)
+                    fail_msg("%d overlays, observed %d, overlay %d alone: partial run differs "
+                             "from a full one",
+                             n_ov, observed, k);
+                qp_session_free(f);
+            }
+            qp_session_free(s);
+            qp_session_free(q);
+        }
+        qp_model_free(m);
+        qp_model_free(mq);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout_observer_any_order),
+        cmocka_unit_test(test_layout_plain_reader),
+        cmocka_unit_test(test_layout_padded),
+        cmocka_unit_test(test_layout_overlays),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
