@@ -9,8 +9,11 @@
 # Both paths run in one invocation of this script:
 #   - incremental (default) against --no_incremental: probe time ratio, target >= 2x;
 #   - incremental total time against (targets x one reference pass over the samples), target
-#     <= 0.5x; the reference pass is the --no_incremental run's (a plain full pass: the
-#     incremental run's own reference also fills the activation cache, so it is slower);
+#     <= 0.5x; the reference pass is the --no_incremental run's (a plain full pass of the scoring
+#     session, fused like any session, every overlay bypassed: the incremental run's own
+#     reference also fills the activation cache, so it is slower); compare it with a plain fused
+#     pass without overlays (qplace bench MODEL --shape input=Bx3x224x224), which can fuse and
+#     keep blocked more than a session holding every probe's edges;
 #   - the floor: the mean share of the multiply-accumulates downstream of each target's edges
 #     (what re-running only the downstream nodes must still compute);
 #   - the scores of both paths agree (relative difference <= 1e-9);

@@ -65,9 +65,11 @@ struct qp_session;
 struct qp_session_options {
     /* Threads for kernels; 0 (default): all cores. */
     int n_threads;
-    /* 1: run every node as its own step (no Conv-chain fusion, as with QP_NO_FUSE=1). Fusion
-     * folds overlaid weights into one kernel state, so toggling a weight overlay's `bypass`
-     * re-plans a fused session; a session that toggles many (sensitivity) plans once without. */
+    /* 1: run every node as its own step (no Conv-chain fusion, as with QP_NO_FUSE=1): the
+     * unfused ONNX semantics. A fused session keeps one preparation of a fused Conv chain per
+     * combination of `bypass` flags of the overlays on its weights, bias and folded parameters,
+     * so toggling those keeps the plan; only a constant that decides what fuses (a Clip bound,
+     * a post-operation's scalar) re-plans when its overlay is toggled. */
     int no_fusion;
     /* 1: plan at the first run (or qp_session_plan), not at creation, even when every input
      * shape is given: a caller that sets an observer, an observed set or overlays first would

@@ -517,35 +517,114 @@ static int member_ok(const struct rt_step *st, const struct rt_step *hs) {
     return 1;
 }
 
+/* ---- fused steps whose constant overlays switch per run ----------------------------------- */
+
+struct rt_fuse_recipe {
+    int len, transpose;
+    int64_t group, m;
+    int mem[RT_FUSE_MAX], role[RT_FUSE_MAX], aux[RT_FUSE_MAX];
+    int n_in[RT_FUSE_MAX], in_off[RT_FUSE_MAX];
+    struct qp_kt *out[RT_FUSE_MAX]; /* member outputs 0 (their shapes only) */
+    struct qp_kt **in;              /* every member's inputs as planned, concatenated (in_off) */
+};
+
+void rt_fuse_recipe_free(struct rt_fuse_recipe *r) {
+    if (!r) return;
+    free(r->in);
+    free(r);
+}
+
+/* Whether the value of member i's constant input `input` only feeds the folded weights and
+ * bias, so that any value of it fuses into the same primitive: the Conv's weights and bias, a
+ * BatchNormalization's parameters, a per-channel Mul/Add before the first post-operation. The
+ * others (a Clip's bounds, the decomposed HardSwish's 3 and 6, a post-operation's scalar)
+ * decide whether and how the group fuses, so their bypass flags stay baked. */
+static int switchable(const int *role, int i, int input) {
+    if (i == 0) return input == 1 || input == 2;
+    int folding = 1;
+    for (int k = 1; k < i; k++)
+        if (role[k] != R_BN && role[k] != R_MUL_C && role[k] != R_ADD_C && role[k] != R_HS_ADD3 &&
+            role[k] != R_HS_CLIP && role[k] != R_HS_MUL)
+            folding = 0;
+    return role[i] == R_BN || ((role[i] == R_MUL_C || role[i] == R_ADD_C) && folding);
+}
+
 /* The fused step's per-run input choices (*ovin_out, *n_out): the head's overlay on input 0
- * (fused input 0) and the residual Add's overlay on the residual (fused input 3); constant
- * overlays of the members are baked. */
-static enum qp_status fused_ovin(struct rt_plan *p, const int *mem, int len, const int *node_step,
-                                 const struct qp_kt *res, struct rt_ovin **ovin_out, int *n_out,
+ * (fused input 0), the residual Add's overlay on the residual (fused input 3) and, when every
+ * constant overlay of the members is switchable (at most RT_MAX_CONST_OVIN of them), those too
+ * (is_const, `input` indexing the recipe's inputs), with the recipe to prepare variants
+ * (*recipe_out) and the planned combination (*mask_out). Otherwise the constant overlays'
+ * bypass flags are baked into the plan (*recipe_out NULL). */
+static enum qp_status fused_ovin(struct rt_plan *p, const int *mem, const int *role, const int *aux,
+                                 int len, int transpose, int64_t group, int64_t m,
+                                 const int *node_step, const struct qp_kt *res,
+                                 const struct qp_session *s, struct rt_ovin **ovin_out, int *n_out,
+                                 struct rt_fuse_recipe **recipe_out, unsigned *mask_out,
                                  struct qp_error *err) {
     *ovin_out = NULL;
     *n_out = 0;
-    int n = 0;
-    for (int i = 0; i < len; i++)
-        n += p->steps[node_step[mem[i]]].n_ovin;
+    *recipe_out = NULL;
+    *mask_out = 0;
+    int n = 0, n_const = 0, ok = 1, n_in = 0;
+    for (int i = 0; i < len; i++) {
+        const struct rt_step *ms = &p->steps[node_step[mem[i]]];
+        n += ms->n_ovin;
+        n_in += ms->n_in;
+        for (int j = 0; j < ms->n_ovin; j++) {
+            const struct rt_ovin *o = &ms->ovin[j];
+            if (!o->is_const) continue;
+            n_const++;
+            ok &= switchable(role, i, o->input) && !(p->ov_baked[o->ov] & RT_OV_BYPASS_BAKED);
+        }
+    }
     if (!n) return QP_OK;
+    ok &= n_const > 0 && n_const <= RT_MAX_CONST_OVIN;
     struct rt_ovin *ovin = calloc((size_t)n, sizeof *ovin);
-    if (!ovin) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-    int k = 0;
+    struct rt_fuse_recipe *r = ok ? calloc(1, sizeof *r) : NULL;
+    if (r) r->in = malloc((size_t)n_in * sizeof *r->in);
+    if (!ovin || (ok && (!r || !r->in))) {
+        free(ovin);
+        rt_fuse_recipe_free(r);
+        return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    }
+    if (r) {
+        r->len = len;
+        r->transpose = transpose;
+        r->group = group;
+        r->m = m;
+        for (int i = 0, at = 0; i < len; i++) {
+            const struct rt_step *ms = &p->steps[node_step[mem[i]]];
+            r->mem[i] = mem[i];
+            r->role[i] = role[i];
+            r->aux[i] = aux[i];
+            r->n_in[i] = ms->n_in;
+            r->in_off[i] = at;
+            r->out[i] = ms->out[0];
+            memcpy(r->in + at, ms->in, (size_t)ms->n_in * sizeof *r->in);
+            at += ms->n_in;
+        }
+    }
+    int k = 0, c = 0;
     for (int i = 0; i < len; i++) {
         const struct rt_step *ms = &p->steps[node_step[mem[i]]];
         for (int j = 0; j < ms->n_ovin; j++) {
             const struct rt_ovin *o = &ms->ovin[j];
-            if (o->is_const)
+            if (o->is_const && r) {
+                ovin[k++] = (struct rt_ovin){r->in_off[i] + o->input, o->ov, 1, o->orig, o->fq};
+                if (!s->ov[o->ov].bypass) *mask_out |= 1u << c;
+                c++;
+            } else if (o->is_const) {
                 p->ov_baked[o->ov] |= RT_OV_BYPASS_BAKED;
-            else if (i == 0 && o->input == 0)
+            } else if (i == 0 && o->input == 0) {
                 ovin[k++] = (struct rt_ovin){0, o->ov, 0, o->orig, o->fq};
-            else if (i > 0 && res && o->fq == res)
+            } else if (i > 0 && res && o->fq == res) {
                 ovin[k++] = (struct rt_ovin){3, o->ov, 0, o->orig, o->fq};
+            }
         }
     }
     *ovin_out = ovin;
     *n_out = k;
+    *recipe_out = r;
     return QP_OK;
 }
 
@@ -572,10 +651,10 @@ static void fold_weights(const struct qp_kt *w, float *w1, int64_t m, int transp
         }
 }
 
-/* Folds members 1..len-1 into fo (reset first); 0 when one cannot be taken. */
-static int fold_prefix(struct folder *fo, const struct qp_session *s, const struct rt_plan *p,
-                       const int *mem, const int *role, const int *aux, int len,
-                       const int *node_step) {
+/* Folds members 1..len-1 (steps ms[i]) into fo (reset first); 0 when one cannot be taken. */
+static int fold_prefix(struct folder *fo, const struct qp_session *s,
+                       const struct rt_step *const *ms, const int *mem, const int *role,
+                       const int *aux, int len) {
     fo->folding = 1;
     fo->n_post = 0;
     fo->res = NULL;
@@ -584,8 +663,23 @@ static int fold_prefix(struct folder *fo, const struct qp_session *s, const stru
         fo->add[c] = 0;
     }
     for (int i = 1; i < len; i++)
-        if (!take(fo, s, mem[i], &p->steps[node_step[mem[i]]], role[i], aux[i])) return 0;
+        if (!take(fo, s, mem[i], ms[i], role[i], aux[i])) return 0;
     return 1;
+}
+
+/* Whether folding made new weights (else the fused Conv takes the model's). */
+static int folds(const struct folder *fo) {
+    int fold = 0;
+    for (int64_t c = 0; c < fo->m; c++)
+        fold |= fo->mul[c] != 1 || fo->add[c] != 0;
+    return fold;
+}
+
+/* b1 = the bias after folding (b: the Conv's bias, NULL for none). */
+static void fold_bias(const struct folder *fo, const struct qp_kt *b, float *b1) {
+    const float *b0 = b ? b->data : NULL;
+    for (int64_t c = 0; c < fo->m; c++)
+        b1[c] = (float)((b0 ? b0[c] : 0.0) * fo->mul[c] + fo->add[c]);
 }
 
 /*
@@ -605,12 +699,25 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
     if (mem[n_mem - 1] != tail || first > p->n_steps) return QP_OK;
     for (int i = 0; i < n_mem; i++)
         if (node_step[mem[i]] < (int)first) return QP_OK; /* evaluated at plan time */
+    /* A constant overlay whose value decides what fuses bakes the flags of the whole group
+     * (whatever part of it fuses now, another value may fuse another part). */
+    int baked = 0;
+    for (int i = 0; i < n_mem; i++) {
+        const struct rt_step *ms = &p->steps[node_step[mem[i]]];
+        for (int j = 0; j < ms->n_ovin; j++)
+            baked |= ms->ovin[j].is_const && !switchable(role, i, ms->ovin[j].input);
+    }
+    for (int i = 0; baked && i < n_mem; i++) {
+        const struct rt_step *ms = &p->steps[node_step[mem[i]]];
+        for (int j = 0; j < ms->n_ovin; j++)
+            if (ms->ovin[j].is_const) p->ov_baked[ms->ovin[j].ov] |= RT_OV_BYPASS_BAKED;
+    }
     const struct rt_step *hs = &p->steps[node_step[mem[0]]];
     if (!member_ok(hs, hs) ||
         !(qp_dnnl_conv_state_uses_dnnl(hs->state) || qp_dnnl_conv_state_deferred(hs->state)))
         return QP_OK;
     /* Overlaid constants (weights, BatchNormalization parameters) are in[] as the bypass flags
-     * were at plan time; fusing bakes those flags in (fused_ovin), so toggling them re-plans. */
+     * are at plan time; other flags get variants of the fused step (fused_ovin). */
     const struct qp_kt *x = hs->in[0], *w = hs->in[1];
     const struct qp_kt *b = hs->n_in > 2 ? hs->in[2] : NULL;
     if (!cfloat(w) || (b && !cfloat(b)) || x->dtype != QP_DTYPE_FLOAT || w->rank < 3) return QP_OK;
@@ -631,25 +738,27 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
     struct qp_kt **arr = NULL;
     int *nodes = NULL;
     struct rt_step *tmp = NULL;
+    struct rt_fuse_recipe *recipe = NULL;
+    struct rt_variant *var = NULL;
     if (!fo.mul || !fo.add) {
         st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
         goto done;
     }
+    const struct rt_step *ms[RT_FUSE_MAX];
+    for (int i = 0; i < n_mem; i++)
+        ms[i] = &p->steps[node_step[mem[i]]];
     /* The members that pass the checks, one by one. */
     int len = 1;
-    while (len < n_mem && member_ok(&p->steps[node_step[mem[len]]], hs) &&
-           fold_prefix(&fo, s, p, mem, role, aux, len + 1, node_step))
+    while (len < n_mem && member_ok(ms[len], hs) &&
+           fold_prefix(&fo, s, ms, mem, role, aux, len + 1))
         len++;
     struct qp_kprep pr;
     struct qp_kt *wf = NULL, *bf = NULL, *y = NULL, *wt = NULL, *bt = NULL;
     for (; len >= 2; len--) {
-        if (!can_end(role[len - 1]) || !fold_prefix(&fo, s, p, mem, role, aux, len, node_step))
-            continue;
+        if (!can_end(role[len - 1]) || !fold_prefix(&fo, s, ms, mem, role, aux, len)) continue;
         /* Folded weights and bias: plan-owned constants (the model's when nothing folds), two
          * temps per group at most whatever the retries, so groups never compete for them. */
-        int fold = 0;
-        for (int64_t c = 0; c < m; c++)
-            fold |= fo.mul[c] != 1 || fo.add[c] != 0;
+        int fold = folds(&fo);
         if (fold && !wt) {
             if (!(wt = rt_plan_temp(p))) goto done; /* no room: stay unfused */
             *wt = *w;
@@ -667,12 +776,7 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
         wf = fold ? wt : (struct qp_kt *)w;
         bf = fold || !b ? bt : (struct qp_kt *)b;
         if (fold) fold_weights(w, wf->data, m, transpose, group, fo.mul);
-        if (fold || bf != b) {
-            const float *b0 = b ? b->data : NULL;
-            float *b1 = bf->data;
-            for (int64_t c = 0; c < m; c++)
-                b1[c] = (float)((b0 ? b0[c] : 0.0) * fo.mul[c] + fo.add[c]);
-        }
+        if (fold || bf != b) fold_bias(&fo, b, bf->data);
         /* The fused Conv. */
         y = p->steps[node_step[mem[len - 1]]].out[0];
         const struct qp_kt *pin[3] = {x, wf, bf};
@@ -707,7 +811,15 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
     memcpy(nodes, mem, (size_t)len * sizeof *nodes);
     struct rt_ovin *fovin;
     int n_fovin;
-    if ((st = fused_ovin(p, mem, len, node_step, fo.res, &fovin, &n_fovin, err))) goto done;
+    unsigned mask;
+    if ((st = fused_ovin(p, mem, role, aux, len, transpose, group, m, node_step, fo.res, s, &fovin,
+                         &n_fovin, &recipe, &mask, err)))
+        goto done;
+    if (recipe && !(var = malloc(sizeof *var))) {
+        free(fovin);
+        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        goto done;
+    }
     arr[0] = (struct qp_kt *)x;
     arr[1] = wf;
     arr[2] = bf;
@@ -756,6 +868,15 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
     fs->nodes = nodes;
     fs->ovin = fovin;
     fs->n_ovin = n_fovin;
+    if (recipe) {
+        var[0] = (struct rt_variant){mask, state, fs->scratch, bf, NULL};
+        fs->var = var;
+        fs->n_var = 1;
+        fs->cur_var = 0;
+        fs->fuse = recipe;
+        var = NULL;
+        recipe = NULL;
+    }
     if (fs->scratch > p->scratch_bytes) p->scratch_bytes = fs->scratch;
     for (int i = 0; i < len; i++)
         node_step[mem[i]] = (int)fused_at;
@@ -772,7 +893,121 @@ done:
     free(arr);
     free(nodes);
     free(tmp);
+    free(var);
+    rt_fuse_recipe_free(recipe);
     free(fo.mul);
     free(fo.add);
     return st;
+}
+
+enum qp_status rt_fuse_prepare_variant(const struct qp_session *s, const struct rt_plan *p,
+                                       const struct rt_step *st, unsigned mask,
+                                       struct rt_variant *var_out, struct qp_error *err) {
+    const struct rt_fuse_recipe *r = st->fuse;
+    const struct qp_node *n = &s->g->nodes[r->mem[0]];
+    memset(var_out, 0, sizeof *var_out);
+    size_t n_all = (size_t)r->in_off[r->len - 1] + (size_t)r->n_in[r->len - 1];
+    size_t bias_at = (sizeof(struct qp_kt) + 63) / 64 * 64;
+    struct folder fo = {.m = r->m};
+    struct qp_kt **in = malloc((n_all ? n_all : 1) * sizeof *in);
+    fo.mul = malloc((size_t)r->m * sizeof *fo.mul);
+    fo.add = malloc((size_t)r->m * sizeof *fo.add);
+    void *own = NULL, *state = NULL;
+    float *wbuf = NULL;
+    enum qp_status rc = QP_OK;
+    if (!in || !fo.mul || !fo.add) {
+        rc = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        goto done;
+    }
+    /* The members' inputs with the constant overlays applied per mask. */
+    memcpy(in, r->in, n_all * sizeof *in);
+    for (int j = 0, c = 0; j < st->n_ovin; j++) {
+        const struct rt_ovin *o = &st->ovin[j];
+        if (!o->is_const) continue;
+        in[o->input] = mask >> c & 1u ? o->fq : o->orig;
+        c++;
+    }
+    struct rt_step fk[RT_FUSE_MAX];
+    const struct rt_step *ms[RT_FUSE_MAX];
+    for (int i = 0; i < r->len; i++) {
+        memset(&fk[i], 0, sizeof fk[i]);
+        fk[i].kind = RT_STEP_NODE;
+        fk[i].node = r->mem[i];
+        fk[i].n_in = r->n_in[i];
+        fk[i].in = in + r->in_off[i];
+        fk[i].out = (struct qp_kt **)&r->out[i];
+        fk[i].n_out = 1;
+        ms[i] = &fk[i];
+    }
+    /* What rt_fuse_apply does for this prefix, with these constants. The switchable inputs
+     * (fused_ovin) only change values, never whether a member can be taken. */
+    if (!fold_prefix(&fo, s, ms, r->mem, r->role, r->aux, r->len)) {
+        rc = qp_error_set(err, QP_ERR_INTERNAL,
+                          "session: fused step from node '%s': a constant overlay's bypass "
+                          "changes what fuses",
+                          n->name ? n->name : "");
+        goto done;
+    }
+    const struct qp_kt *x = in[r->in_off[0]], *w = in[r->in_off[0] + 1];
+    const struct qp_kt *b = r->n_in[0] > 2 ? in[r->in_off[0] + 2] : NULL;
+    int fold = folds(&fo);
+    struct qp_kt wk = *w, *bf = (struct qp_kt *)b;
+    if (fold) {
+        wbuf = aligned_alloc(64, (w->nbytes + 63) / 64 * 64 + 64);
+        if (!wbuf) {
+            rc = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory for %zu bytes", w->nbytes);
+            goto done;
+        }
+        fold_weights(w, wbuf, r->m, r->transpose, r->group, fo.mul);
+        wk.data = wbuf;
+    }
+    if (fold || !b) {
+        int64_t bd[1] = {r->m};
+        own = aligned_alloc(64, bias_at + ((size_t)r->m * sizeof(float) + 63) / 64 * 64);
+        if (!own) {
+            rc = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+            goto done;
+        }
+        bf = own;
+        memset(bf, 0, sizeof *bf);
+        if ((rc = qp_kt_set(bf, QP_DTYPE_FLOAT, 1, bd, err))) goto done;
+        bf->data = (unsigned char *)own + bias_at;
+        bf->is_const = 1;
+        fold_bias(&fo, b, bf->data);
+    }
+    struct qp_kt yk = *r->out[r->len - 1];
+    const struct qp_kt *pin[3] = {x, &wk, bf};
+    struct qp_kt *pout[1] = {&yk};
+    struct qp_kprep pr = {.node = n,
+                          .opset = s->opsets[r->mem[0]],
+                          .n_in = 3,
+                          .n_out = 1,
+                          .in = pin,
+                          .out = pout,
+                          .err = err,
+                          .missing_const = -1};
+    rc = qp_dnnl_conv_fused_prepare(&pr, r->transpose, fo.n_post, fo.post);
+    state = pr.state;
+    if (rc != QP_OK) {
+        qp_error_prefix(err, "session: node '%s' (%s)", n->name ? n->name : "", n->op_type);
+        goto done;
+    }
+    if (!qp_dnnl_conv_state_uses_dnnl(state)) {
+        rc = qp_error_set(err, QP_ERR_INTERNAL,
+                          "session: fused step from node '%s': oneDNN refuses a variant",
+                          n->name ? n->name : "");
+        goto done;
+    }
+    rt_layout_state(st, state);
+    *var_out = (struct rt_variant){mask, state, (pr.scratch + 63) / 64 * 64, bf, own};
+    state = NULL;
+    own = NULL;
+done:
+    free(state);
+    free(own);
+    free(wbuf);
+    free(in);
+    free(fo.mul);
+    free(fo.add);
+    return rc;
 }

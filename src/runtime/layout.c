@@ -193,6 +193,7 @@ enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, co
         if (!ps.cand[v]) continue;
         struct rt_step *pr = &p->steps[ps.prod[v]];
         if (is_conv_step(pr)) {
+            pr->layout |= RT_LAYOUT_DST;
             qp_dnnl_conv_set_blocked(pr->state, -1, 1);
             if (bytes[v] > pr->out[0]->nbytes) pr->out[0]->nbytes = bytes[v];
         }
@@ -201,7 +202,10 @@ enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, co
             struct rt_step *sc = &p->steps[node_step[val->uses[u].node]];
             if (!is_conv_step(sc)) continue;
             for (int i = 0; i < sc->n_in; i++)
-                if (read_value(&ps, sc, i) == (int)v) qp_dnnl_conv_set_blocked(sc->state, i, 1);
+                if (read_value(&ps, sc, i) == (int)v) {
+                    sc->layout |= i == 0 ? RT_LAYOUT_SRC : RT_LAYOUT_RES;
+                    qp_dnnl_conv_set_blocked(sc->state, i, 1);
+                }
         }
         p->blocked[v] = 1;
         p->n_blocked++;
@@ -214,4 +218,11 @@ done:
     free(ps.flat);
     free(bytes);
     return st;
+}
+
+void rt_layout_state(const struct rt_step *st, void *state) {
+    if (!st->layout || !qp_dnnl_conv_state_uses_dnnl(state)) return;
+    if (st->layout & RT_LAYOUT_SRC) qp_dnnl_conv_set_blocked(state, 0, 1);
+    if (st->layout & RT_LAYOUT_RES) qp_dnnl_conv_set_blocked(state, 3, 1);
+    if (st->layout & RT_LAYOUT_DST) qp_dnnl_conv_set_blocked(state, -1, 1);
 }

@@ -60,8 +60,10 @@ struct qp_kt *rt_plan_temp(struct rt_plan *p) {
 /* Frees a step's kernel state(s) and overlay inputs. */
 static void step_free_state(struct rt_step *st) {
     if (st->var) {
-        for (int j = 0; j < st->n_var; j++)
+        for (int j = 0; j < st->n_var; j++) {
             free(st->var[j].state);
+            free(st->var[j].own);
+        }
         free(st->var);
     } else {
         free(st->state);
@@ -72,6 +74,8 @@ static void step_free_state(struct rt_step *st) {
     free(st->ovin);
     st->ovin = NULL;
     st->n_ovin = 0;
+    rt_fuse_recipe_free(st->fuse);
+    st->fuse = NULL;
 }
 
 void rt_plan_free(struct rt_plan *p, size_t n_inputs) {
@@ -183,6 +187,7 @@ enum qp_status rt_step_run(const struct qp_session *s, struct rt_plan *p, struct
     }
     for (int j = 0; j < st->n_ovin; j++) {
         const struct rt_ovin *o = &st->ovin[j];
+        if (o->is_const && st->fuse) continue; /* folded into the variant's state */
         st->in[o->input] = s->ov[o->ov].bypass ? o->orig : o->fq;
     }
     if (st->kind == RT_STEP_IF) {
@@ -796,7 +801,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
                 st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
                 goto fail_step;
             }
-            stp->var[0] = (struct rt_variant){cmask, stp->state, stp->scratch};
+            stp->var[0] = (struct rt_variant){cmask, stp->state, stp->scratch, NULL, NULL};
             stp->n_var = 1;
             stp->cur_var = 0;
         }
@@ -928,6 +933,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
     free(last_extra);
     free(mark);
     rt_fuse_free(&fz);
+    s->n_plans_built++;
     *plan_out = p;
     return QP_OK;
 fail:
@@ -942,6 +948,17 @@ fail:
     rt_fuse_free(&fz);
     rt_plan_free(p, s->n_inputs);
     return st;
+}
+
+/* Makes the plan's scratch at least `bytes` long. */
+static enum qp_status grow_scratch(struct rt_plan *p, size_t bytes, struct qp_error *err) {
+    if (bytes <= p->scratch_bytes) return QP_OK;
+    void *ns = aligned_alloc(RT_ALIGN, bytes);
+    if (!ns) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory for scratch");
+    free(p->scratch);
+    p->scratch = ns;
+    p->scratch_bytes = bytes;
+    return QP_OK;
 }
 
 /* Prepares the kernel of node step `stp` once more, with its constant overlay inputs applied
@@ -998,18 +1015,12 @@ static enum qp_status prepare_variant(const struct qp_session *s, struct rt_plan
             goto done;
         }
     size_t scratch = (pr.scratch + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN;
-    if (scratch > p->scratch_bytes) {
-        void *ns = aligned_alloc(RT_ALIGN, scratch);
-        if (!ns) {
-            free(pr.state);
-            st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory for scratch");
-            goto done;
-        }
-        free(p->scratch);
-        p->scratch = ns;
-        p->scratch_bytes = scratch;
+    if ((st = grow_scratch(p, scratch, err))) {
+        free(pr.state);
+        goto done;
     }
-    stp->var[stp->n_var] = (struct rt_variant){mask, pr.state, scratch};
+    rt_layout_state(stp, pr.state);
+    stp->var[stp->n_var] = (struct rt_variant){mask, pr.state, scratch, NULL, NULL};
     stp->cur_var = stp->n_var++;
     stp->state = pr.state;
 done:
@@ -1033,9 +1044,25 @@ enum qp_status rt_plan_sync_overlays(const struct qp_session *s, struct rt_plan 
         int found = -1;
         for (int j = 0; j < stp->n_var && found < 0; j++)
             if (stp->var[j].mask == mask) found = j;
+        if (found < 0 && stp->fuse) {
+            struct rt_variant nv;
+            struct rt_variant *grown =
+                realloc(stp->var, ((size_t)stp->n_var + 1) * sizeof *stp->var);
+            if (!grown) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+            stp->var = grown;
+            enum qp_status st = rt_fuse_prepare_variant(s, p, stp, mask, &nv, err);
+            if (st == QP_OK && (st = grow_scratch(p, nv.scratch, err))) {
+                free(nv.state);
+                free(nv.own);
+            }
+            if (st != QP_OK) return st;
+            stp->var[stp->n_var] = nv;
+            found = stp->n_var++;
+        }
         if (found >= 0) {
             stp->cur_var = found;
             stp->state = stp->var[found].state;
+            if (stp->var[found].in2) stp->in[2] = stp->var[found].in2;
             continue;
         }
         enum qp_status st = prepare_variant(s, p, stp, mask, err);

@@ -27,18 +27,28 @@ struct rt_if {
 /* An input of a node step that an overlay feeds: the consumer reads `fq` (the overlay's output)
  * or, when the overlay is bypassed, `orig` (the tensor itself). */
 struct rt_ovin {
-    int input, ov;
-    int is_const; /* `fq` was computed at plan time (an overlay on a constant) */
+    int input, ov; /* a fused step's constant overlay: `input` indexes its recipe's inputs */
+    int is_const;  /* `fq` was computed at plan time (an overlay on a constant) */
     struct qp_kt *orig, *fq;
 };
 
 /* A kernel preparation of a node step for one combination of its constant overlays (bit j of
- * `mask`: constant overlay input j is applied, not bypassed). */
+ * `mask`: constant overlay input j is applied, not bypassed). A fused step's variant also has
+ * its own bias tensor (`in2`, the step's input 2 while the variant is current: folding makes it
+ * from the members' constants), owned by the variant when `own` is set (one block). */
 struct rt_variant {
     unsigned mask;
     void *state;
     size_t scratch;
+    struct qp_kt *in2;
+    void *own;
 };
+
+/* What a fused step keeps to prepare itself again for other bypass flags of its members'
+ * constant overlays (fuse.c; NULL when those flags are baked into the plan). */
+struct rt_fuse_recipe;
+
+enum { RT_LAYOUT_SRC = 1, RT_LAYOUT_RES = 2, RT_LAYOUT_DST = 4 };
 
 /* Constant overlay inputs of one node beyond this many are planned for one combination only
  * (a bypass toggle among them drops the plans). */
@@ -70,6 +80,9 @@ struct rt_step {
      * val_out are the last node's outputs. */
     int n_nodes;
     int *nodes;
+    struct rt_fuse_recipe *fuse; /* a fused step whose constant overlays switch per run */
+    /* A oneDNN convolution step: what the layout pass keeps blocked (RT_LAYOUT_*). */
+    unsigned char layout;
     /* Node steps reading overlays: which inputs, and (with constant overlays) the kernel
      * preparations made so far; `state` is that of var[cur_var]. */
     int n_ovin;
@@ -176,7 +189,8 @@ struct qp_session {
     size_t n_ov;
     struct rt_overlay *ov;
     struct rt_cache cache;
-    size_t n_executed; /* node steps computed by the last run */
+    size_t n_executed;    /* node steps computed by the last run */
+    size_t n_plans_built; /* plans rt_plan_build made for this session (tests: no re-plan) */
 };
 
 /* Fusion groups of a session's graph for its current overlays and observer (fuse.c). */
@@ -217,6 +231,16 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
  * only. */
 enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, const int *node_step,
                                struct qp_error *err);
+/* Prepares fused step `st` (st->fuse set) again with its constant overlays applied per `mask`
+ * (same convention as rt_variant), into *var_out (its state, scratch, bias and owned block;
+ * blocked layouts as the plan's). Allocates. */
+enum qp_status rt_fuse_prepare_variant(const struct qp_session *s, const struct rt_plan *p,
+                                       const struct rt_step *st, unsigned mask,
+                                       struct rt_variant *var_out, struct qp_error *err);
+void rt_fuse_recipe_free(struct rt_fuse_recipe *r);
+/* Marks a oneDNN convolution state made after planning (a variant of step `st`) with the blocked
+ * layouts the layout pass chose for the step (st->layout). */
+void rt_layout_state(const struct rt_step *st, void *state);
 /* Plan-owned memory (freed with the plan) and a plan temp (NULL when none is left). */
 enum qp_status rt_plan_own(struct rt_plan *p, size_t bytes, void **out, struct qp_error *err);
 struct qp_kt *rt_plan_temp(struct rt_plan *p);

@@ -367,10 +367,10 @@ static enum qp_status ctx_init(struct sens_ctx *c, const struct qp_model *model,
         shapes[i].rank = batch[i].rank;
         memcpy(shapes[i].dims, batch[i].dims, sizeof shapes[i].dims);
     }
-    /* Unfused: every probe toggles weight overlays, which a fused Conv bakes into its state
-     * (a toggle would re-plan); the unfused ONNX semantics are the engine's reference anyway. */
-    /* lazy_plan: planned once, below, with its overlays, not also at creation. */
-    struct qp_session_options so = {.n_threads = o->n_threads, .no_fusion = 1, .lazy_plan = 1};
+    /* Fused like any session: a fused Conv chain keeps one preparation per combination of its
+     * weight overlays' bypass flags (made on first use), so probes toggling them keep the plan.
+     * lazy_plan: planned once, below, with its overlays, not also at creation. */
+    struct qp_session_options so = {.n_threads = o->n_threads, .lazy_plan = 1};
     if ((st = qp_session_create(model, &so, np, shapes, &c->s, err)) != QP_OK) return st;
     c->n_in = qp_session_n_inputs(c->s);
     if (c->n_in != np)

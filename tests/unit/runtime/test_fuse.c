@@ -5,7 +5,10 @@
  *    tensors, which then stay materialized; removing it fuses again;
  *  - overlay runs equal runs of the graph rewritten with real Q/DQ nodes, bit for bit, with
  *    overlays on a group's first input, on its weights, on a residual and on a chain edge;
- *  - partial re-execution equals a full run bit for bit and computes whole fused steps. */
+ *  - partial re-execution equals a full run bit for bit and computes whole fused steps;
+ *  - bypass toggles of constant overlays inside fused groups (weights, bias, BatchNormalization
+ *    parameters, folded Mul/Add) switch variants of the fused steps without re-planning and
+ *    equal fresh plans bit for bit in any order; a constant that decides what fuses re-plans. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,6 +34,7 @@
 static struct qp_dim x_dims[4] = {{1, NULL}, {C, NULL}, {HW, NULL}, {HW, NULL}};
 
 static uint32_t rng_state;
+static uint32_t rnd(void); /* next value of rng_state's generator (below) */
 static float frand(void) {
     rng_state = rng_state * 1664525u + 1013904223u;
     return (float)((rng_state >> 8) % 20001) / 10000.0f - 1.0f;
@@ -414,6 +418,149 @@ static void test_fuse_bypass_toggles(void **state) {
     qp_model_free(m);
 }
 
+/* The step computing node `name` in the last run's plan. */
+static const struct rt_step *step_of(const struct qp_session *s, const char *name) {
+    for (size_t k = 0; s->last && k < s->last->n_steps; k++) {
+        const struct rt_step *st = &s->last->steps[k];
+        if (st->kind == RT_STEP_OVERLAY) continue;
+        for (int i = 0; i < (st->nodes ? st->n_nodes : 1); i++)
+            if (strcmp(s->g->nodes[st->nodes ? st->nodes[i] : st->node].name, name) == 0) return st;
+    }
+    fail_msg("no step computes node '%s'", name);
+    return NULL;
+}
+
+#define N_WV 8
+
+/* Overlays on fused groups' constants: weights, a bias, BatchNormalization parameters and
+ * per-channel/scalar multipliers folded into the weights, plus a group input and a residual. */
+static void weight_overlays(struct ovp *o) {
+    make_ov(&o[0], "c1", 0, QP_DTYPE_INT8, 1, 0.02f);   /* a group's input (per run) */
+    make_ov(&o[1], "c1", 1, QP_DTYPE_INT8, C, 0.003f);  /* weights, per output channel */
+    make_ov(&o[2], "c1", 2, QP_DTYPE_INT8, C, 0.002f);  /* the bias */
+    make_ov(&o[3], "bn1", 4, QP_DTYPE_UINT8, C, 0.01f); /* a BatchNormalization variance */
+    make_ov(&o[4], "c2", 1, QP_DTYPE_INT8, 1, 0.004f);  /* weights, per tensor */
+    make_ov(&o[5], "bn2", 1, QP_DTYPE_UINT8, 1, 0.004f);
+    make_ov(&o[6], "m3", 1, QP_DTYPE_INT8, 1, 0.03f);   /* a scalar Mul folded into c3 */
+    make_ov(&o[7], "a2", 1, QP_DTYPE_UINT8, 1, 0.015f); /* the residual (per run) */
+}
+
+static float wv_fresh[1 << N_WV][3][NX];
+
+/* Toggling the bypass flags of constant overlays inside fused groups switches variants of the
+ * fused steps (prepared on first use) instead of re-planning: in every order (ascending,
+ * descending, Gray code, random with revisits), full and partial runs equal a fresh session
+ * planned with the same flags bit for bit, the session builds no plan after the first run, and each
+ * fused step has at most one variant per combination of its constant overlays. */
+static void test_fuse_weight_variants(void **state) {
+    (void)state;
+    struct ovp o[N_WV];
+    weight_overlays(o);
+    struct qp_overlay ov[N_WV];
+    struct qp_model *m = conv_model();
+    struct qp_error err = {0};
+    fill_x(13);
+    const int n_mask = 1 << N_WV;
+    for (int mask = 0; mask < n_mask; mask++) {
+        for (int i = 0; i < N_WV; i++) {
+            ov[i] = o[i].ov;
+            ov[i].bypass = mask >> i & 1;
+        }
+        struct qp_session *b = session(m, 1 + (mask & 1));
+        assert_int_equal(qp_session_set_overlays(b, N_WV, ov, &err), QP_OK);
+        run3(b, 0, wv_fresh[mask]);
+        assert_int_equal(fused_steps(b), N_GROUPS);
+        qp_session_free(b);
+    }
+    /* The weights matter: applying c1's weight overlay alone changes the outputs. */
+    assert_true(memcmp(wv_fresh[0xff], wv_fresh[0xff & ~2], sizeof wv_fresh[0]) != 0);
+    assert_true(memcmp(wv_fresh[0xff], wv_fresh[0xff & ~8], sizeof wv_fresh[0]) != 0);
+    assert_true(memcmp(wv_fresh[0xff], wv_fresh[0xff & ~64], sizeof wv_fresh[0]) != 0);
+
+    int seq[4 * (1 << N_WV) + 300], n_seq = 0;
+    for (int i = 0; i < n_mask; i++)
+        seq[n_seq++] = i;
+    for (int i = n_mask; i-- > 0;)
+        seq[n_seq++] = i;
+    for (int i = 0; i < n_mask; i++)
+        seq[n_seq++] = i ^ (i >> 1);
+    rng_state = 99;
+    for (int i = 0; i < 300; i++)
+        seq[n_seq++] = (int)(rnd() % (unsigned)n_mask);
+    for (int nt = 1; nt <= 2; nt++) {
+        struct qp_session *a = session(m, nt);
+        size_t built = 0;
+        qp_session_set_cache(a, (size_t)1 << 26);
+        for (int k = 0; k < n_seq; k++) {
+            int mask = seq[k];
+            for (int i = 0; i < N_WV; i++) {
+                ov[i] = o[i].ov;
+                ov[i].bypass = mask >> i & 1;
+            }
+            assert_int_equal(qp_session_set_overlays(a, N_WV, ov, &err), QP_OK);
+            run3(a, k > 0 && k % 3 != 0, out_f); /* every third a full run (a new reference) */
+            if (memcmp(out_f, wv_fresh[mask], sizeof out_f) != 0)
+                fail_msg("%d threads, step %d, bypass mask 0x%x: differs from a fresh plan", nt, k,
+                         mask);
+            assert_int_equal(fused_steps(a), N_GROUPS);
+            if (k == 0) built = a->n_plans_built; /* planned at creation, then for the overlays */
+            assert_int_equal(a->n_plans_built, built);
+        }
+        /* c1's group: weights, bias, variance (8 combinations); c2's: weights, scale (4);
+         * c3's: the folded Mul (2). */
+        const struct rt_step *g1 = step_of(a, "c1"), *g2 = step_of(a, "c2"), *g3 = step_of(a, "c3");
+        assert_non_null(g1->fuse);
+        assert_int_equal(g1->n_nodes, 3); /* c1 bn1 r1 */
+        assert_int_equal(g1->n_var, 8);
+        assert_int_equal(g2->n_var, 4);
+        assert_int_equal(g3->n_var, 2);
+        assert_null(step_of(a, "c5")->fuse); /* no constant overlay: no variants */
+        qp_session_free(a);
+    }
+    qp_model_free(m);
+}
+
+/* Constant overlays whose value decides what fuses (here the decomposed HardSwish's 6, which
+ * the overlay moves to 6.02 so the HardSwish no longer fuses) keep the bypass flags of their
+ * whole group baked: toggling one of them re-plans, and results still equal a fresh plan. */
+static void test_fuse_baked_constants(void **state) {
+    (void)state;
+    struct ovp o[3];
+    make_ov(&o[0], "h4", 1, QP_DTYPE_UINT8, 1, 0.07f); /* the Div's 6 */
+    make_ov(&o[1], "c3", 1, QP_DTYPE_INT8, 1, 0.004f); /* c3's weights: same group */
+    make_ov(&o[2], "c6", 1, QP_DTYPE_INT8, 1, 0.004f); /* another group: switches */
+    struct qp_overlay ov[3];
+    struct qp_model *m = conv_model();
+    struct qp_error err = {0};
+    fill_x(17);
+    struct qp_session *a = session(m, 2);
+    static const int masks[] = {0, 1, 3, 2, 6, 7, 5, 4, 0, 4, 0, 2, 3, 1, 5, 7, 6};
+    size_t plans = 0;
+    for (size_t k = 0; k < sizeof masks / sizeof masks[0]; k++) {
+        int mask = masks[k];
+        for (int i = 0; i < 3; i++) {
+            ov[i] = o[i].ov;
+            ov[i].bypass = mask >> i & 1;
+        }
+        assert_int_equal(qp_session_set_overlays(a, 3, ov, &err), QP_OK);
+        run3(a, 0, out_f);
+        struct qp_session *b = session(m, 2);
+        assert_int_equal(qp_session_set_overlays(b, 3, ov, &err), QP_OK);
+        run3(b, 0, out_t);
+        assert_memory_equal(out_f, out_t, sizeof out_f);
+        assert_int_equal(fused_steps(a), fused_steps(b));
+        qp_session_free(b);
+        assert_null(step_of(a, "c3")->fuse);
+        assert_non_null(step_of(a, "c6")->fuse);
+        if (k > 0) assert_int_equal(a->n_plans_built, plans + (((masks[k - 1] ^ mask) & 3) != 0));
+        plans = a->n_plans_built;
+    }
+    /* The 6.02 (applied last) splits c3's group before the HardSwish; 9 nodes without it. */
+    assert_int_equal(step_of(a, "c3")->n_nodes, 3);
+    qp_session_free(a);
+    qp_model_free(m);
+}
+
 static void test_fuse_overlay_equals_qdq(void **state) {
     (void)state;
     struct ovp o[N_OV];
@@ -678,6 +825,54 @@ static void test_fuse_convt_overlay_partial(void **state) {
     qp_model_free(mq);
 }
 
+/* ConvTranspose groups: the weights, a folded per-channel Add and BatchNormalization scale
+ * switch per run too, in any order, equal to fresh plans, one plan built. */
+static void test_fuse_convt_variants(void **state) {
+    (void)state;
+    struct ovp o[4];
+    make_ov(&o[0], "ct1", 1, QP_DTYPE_INT8, 1, 0.004f);  /* weights */
+    make_ov(&o[1], "ad1", 1, QP_DTYPE_INT8, 1, 0.003f);  /* the per-channel Add's constant */
+    make_ov(&o[2], "bn1", 1, QP_DTYPE_UINT8, 1, 0.004f); /* a BatchNormalization scale */
+    make_ov(&o[3], "ct2", 1, QP_DTYPE_INT8, 6, 0.003f);  /* weights, per input channel */
+    struct qp_overlay ov[4];
+    struct qp_model *m = convt_model();
+    struct qp_error err = {0};
+    fill_x(21);
+    static float fresh[16][TN];
+    for (int mask = 0; mask < 16; mask++) {
+        for (int i = 0; i < 4; i++) {
+            ov[i] = o[i].ov;
+            ov[i].bypass = mask >> i & 1;
+        }
+        struct qp_session *b = session(m, 2);
+        assert_int_equal(qp_session_set_overlays(b, 4, ov, &err), QP_OK);
+        run_t(b, 0, fresh[mask]);
+        assert_int_equal(convt_steps(b), 2);
+        qp_session_free(b);
+    }
+    for (int i = 0; i < 4; i++)
+        assert_true(memcmp(fresh[15], fresh[15 & ~(1 << i)], sizeof fresh[0]) != 0);
+    struct qp_session *a = session(m, 2);
+    qp_session_set_cache(a, (size_t)16 << 20);
+    size_t built = 0;
+    rng_state = 5;
+    for (int k = 0; k < 80; k++) {
+        int mask = k < 16 ? k ^ (k >> 1) : (int)(rnd() % 16u);
+        for (int i = 0; i < 4; i++) {
+            ov[i] = o[i].ov;
+            ov[i].bypass = mask >> i & 1;
+        }
+        assert_int_equal(qp_session_set_overlays(a, 4, ov, &err), QP_OK);
+        run_t(a, k % 2, ty_a);
+        if (memcmp(ty_a, fresh[mask], sizeof ty_a) != 0)
+            fail_msg("step %d, bypass mask 0x%x: differs from a fresh plan", k, mask);
+        if (k == 0) built = a->n_plans_built;
+        assert_int_equal(a->n_plans_built, built);
+    }
+    qp_session_free(a);
+    qp_model_free(m);
+}
+
 /* ---- random graphs ------------------------------------------------------------------------ */
 
 static uint32_t rnd(void) {
@@ -850,7 +1045,7 @@ static float big_a[4 * NX], big_b[4 * NX];
 static void test_fuse_random_graphs(void **state) {
     (void)state;
     struct qp_error err = {0};
-    size_t total_fused = 0, total_convt = 0;
+    size_t total_fused = 0, total_convt = 0, total_fvar = 0;
     for (uint32_t seed = 1; seed <= SEEDS; seed++) {
         int n = 6 + (int)(seed % 9);
         struct qp_model *m = random_conv_model(seed, n);
@@ -917,6 +1112,25 @@ static void test_fuse_random_graphs(void **state) {
             if (memcmp(big_a, big_b, no * NX * sizeof(float)) != 0)
                 fail_msg("seed %u: partial run without the last %d overlays differs", seed, k);
         }
+        /* Bypass flags toggled in random order (fused steps switching variants, or re-planning
+         * where a constant decides what fuses) == a fresh session with the same flags. */
+        for (int k = 0; k < 12; k++) {
+            unsigned mask = rnd() % (1u << n_ov);
+            for (int j = 0; j < n_ov; j++) {
+                ov[j] = o[j].ov;
+                ov[j].bypass = (int)(mask >> j & 1u);
+            }
+            assert_int_equal(qp_session_set_overlays(s, (size_t)n_ov, ov, &err), QP_OK);
+            run_all(s, k % 2, big_a);
+            struct qp_session *b = session(m, 2);
+            assert_int_equal(qp_session_set_overlays(b, (size_t)n_ov, ov, &err), QP_OK);
+            run_all(b, 0, big_b);
+            if (memcmp(big_a, big_b, no * NX * sizeof(float)) != 0)
+                fail_msg("seed %u: bypass mask 0x%x toggled differs from a fresh plan", seed, mask);
+            qp_session_free(b);
+        }
+        for (size_t k = 0; s->last && k < s->last->n_steps; k++)
+            total_fvar += s->last->steps[k].fuse && s->last->steps[k].n_var >= 2;
         qp_session_free(s);
         qp_session_free(q);
         qp_session_free(full);
@@ -925,6 +1139,7 @@ static void test_fuse_random_graphs(void **state) {
     }
     assert_true(total_fused >= 40); /* the graphs do fuse */
     assert_true(total_convt >= 5);  /* ConvTranspose groups too */
+    assert_true(total_fvar >= 5);   /* fused steps that switched constant overlays (8) */
 }
 
 int main(void) {
@@ -938,6 +1153,9 @@ int main(void) {
         cmocka_unit_test(test_fuse_random_graphs),
         cmocka_unit_test(test_fuse_bypass_toggles),
         cmocka_unit_test(test_no_fusion_option),
+        cmocka_unit_test(test_fuse_weight_variants),
+        cmocka_unit_test(test_fuse_baked_constants),
+        cmocka_unit_test(test_fuse_convt_variants),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

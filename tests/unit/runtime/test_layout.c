@@ -308,7 +308,7 @@ static void make_ov(struct ovp *o, const char *node_name, int input, size_t n_pa
     o->ov.input = input;
     o->ov.qtype = QP_DTYPE_INT8;
     o->ov.saturate = 1;
-    o->ov.axis = 1;
+    o->ov.axis = input == 1 ? 0 : 1; /* weights per output channel, activations per channel */
     o->ov.n_params = n_params;
     for (size_t i = 0; i < n_params; i++) {
         o->scale[i] = scale * (1.0f + 0.05f * (float)i);
@@ -396,12 +396,70 @@ static void test_layout_overlays(void **state) {
     }
 }
 
+/* Weight overlays toggled next to blocked activations: a convolution whose weights switch to
+ * another variant (a state prepared after planning, fused or not) reads and writes the layouts
+ * the layout pass chose. Every bypass pattern, in partial runs, equals a fresh plan. */
+static void test_layout_weight_variants(void **state) {
+    (void)state;
+    if (!qp_dnnl_enabled()) skip();
+    struct ovp o[5];
+    make_ov(&o[0], "c1", 0, 1, 0.01f);
+    make_ov(&o[1], "c1", 1, MAXC, 0.002f);
+    make_ov(&o[2], "a1", 1, 1, 0.012f);
+    make_ov(&o[3], "c2", 1, MAXC, 0.002f);
+    make_ov(&o[4], "c3", 1, MAXC, 0.002f);
+    struct qp_model *m = res_model(MAXC, 0);
+    struct qp_error err = {0};
+    for (int observed = 0; observed <= 1; observed++) {
+        fill_x(9 + (uint32_t)observed);
+        struct qp_session *s = session(m);
+        struct seen sa = {0}, sf = {0};
+        if (observed) {
+            qp_session_set_observer(s, observer, &sa);
+            qp_session_set_observer_any_order(s, 1);
+        }
+        qp_session_set_cache(s, (size_t)16 << 20);
+        struct qp_overlay t[5];
+        for (int i = 0; i < 5; i++) {
+            t[i] = o[i].ov;
+            t[i].bypass = 1;
+        }
+        assert_int_equal(qp_session_set_overlays(s, 5, t, &err), QP_OK);
+        run2(s, 0, out_a);
+        assert_true(s->last->n_blocked > 0);
+        size_t plans = s->n_plans_built;
+        for (int mask = 1; mask < 32; mask++) {
+            for (int i = 0; i < 5; i++)
+                t[i].bypass = !(mask >> i & 1);
+            assert_int_equal(qp_session_set_overlays(s, 5, t, &err), QP_OK);
+            run2(s, 1, out_a);
+            struct qp_session *f = session(m);
+            if (observed) {
+                qp_session_set_observer(f, observer, &sf);
+                qp_session_set_observer_any_order(f, 1);
+            }
+            assert_int_equal(qp_session_set_overlays(f, 5, t, &err), QP_OK);
+            run2(f, 0, out_b);
+            if (memcmp(out_a, out_b, sizeof out_a) != 0)
+                fail_msg("observed %d, bypass mask 0x%x: partial run differs from a fresh plan",
+                         observed, mask);
+            qp_session_free(f);
+            seen_free(&sa);
+            seen_free(&sf);
+        }
+        assert_int_equal(s->n_plans_built, plans); /* variants switched, no re-plan */
+        qp_session_free(s);
+    }
+    qp_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_observer_any_order),
         cmocka_unit_test(test_layout_plain_reader),
         cmocka_unit_test(test_layout_padded),
         cmocka_unit_test(test_layout_overlays),
+        cmocka_unit_test(test_layout_weight_variants),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -316,7 +316,8 @@ static void test_failed(void **state) {
 /* A range for the int64 edge into cast_idx gets past calibration, so the session cannot be
  * planned with every entry's overlay (fake quantization needs float): scoring falls back to one
  * overlay set per probe, cast_idx fails with the engine's message, the others score as without
- * that edge, at both granularities' node level and incrementally or not. */
+ * that edge (up to the rounding of a different fusion), at both granularities' node level and
+ * incrementally or not. */
 static void test_plan_failure_falls_back(void **state) {
     (void)state;
     struct fixture good, f;
@@ -337,7 +338,11 @@ static void test_plan_failure_falls_back(void **state) {
         for (size_t i = 0; i < rg->n_targets; i++) {
             const struct qp_sens_target *a = find(r, rg->targets[i].name);
             assert_int_equal(a->state, QP_SENS_SCORED);
-            assert_true(fabs(a->score - rg->targets[i].score) <= 1e-12 * rg->targets[i].score);
+            /* Each fallback probe's plan holds only that probe's edges, so fusion takes chains
+             * the all-entries plan keeps apart (conv1 + sig1 when sig1's input has no overlay):
+             * fused Sigmoid and folding round differently, by up to 4e-4 relative on these
+             * 1e-7-sized scores (1e-12 when the session was unfused). */
+            assert_true(fabs(a->score - rg->targets[i].score) <= 1e-3 * rg->targets[i].score);
         }
         qp_sens_result_free(r);
         qp_sens_result_free(rg);
