@@ -33,16 +33,8 @@ MODEL="$GEN/resnet50.onnx"
 mkdir -p "$WORK" "$GEN"
 [ -x "$QPLACE" ] || { echo "bench: $QPLACE missing (bash scripts/build.sh)" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "bench: /usr/bin/time missing (scripts/setup.sh)" >&2; exit 1; }
-# The model is shared by worktrees (.cache): regenerate it (the generator replaces it
-# atomically) only when the generator's content changed, not because a fresh checkout gave the
-# generator a newer mtime.
-GEN_SUM=$(sha256sum "$ROOT/tests/models/gen_resnet50.py" | cut -d' ' -f1)
-if [ ! -s "$MODEL" ] || [ "$(cat "$MODEL.gen.sha256" 2>/dev/null)" != "$GEN_SUM" ]; then
-    echo "bench: generating $MODEL" >&2
-    /usr/bin/python3 "$ROOT/tests/models/gen_resnet50.py" "$MODEL"
-    echo "$GEN_SUM" >"$MODEL.gen.sha256.tmp.$$"
-    mv -f "$MODEL.gen.sha256.tmp.$$" "$MODEL.gen.sha256"
-fi
+. "$ROOT/bench/lib.sh"
+generate "$ROOT/tests/models/gen_resnet50.py" "$MODEL"
 for n in 20 "$NBIG"; do
     if [ ! -s "$WORK/img$n/img$(printf %04d $((n - 1))).png" ]; then
         rm -rf "$WORK/img$n"

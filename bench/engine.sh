@@ -21,10 +21,9 @@ PAIRS="${ENGINE_BENCH_PAIRS:-3}"
 GEN="$ROOT/.cache/models/generated"
 MODELS="$ROOT/.cache/models"
 mkdir -p "$GEN"
+. "$ROOT/bench/lib.sh"
 for m in resnet50 vit_tiny; do
-    if [ ! -s "$GEN/$m.onnx" ] || [ "$ROOT/tests/models/gen_$m.py" -nt "$GEN/$m.onnx" ]; then
-        /usr/bin/python3 "$ROOT/tests/models/gen_$m.py" "$GEN/$m.onnx"
-    fi
+    generate "$ROOT/tests/models/gen_$m.py" "$GEN/$m.onnx"
 done
 
 rows=(

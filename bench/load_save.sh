@@ -29,10 +29,8 @@ fi
 model="${1:-}"
 if [ -z "$model" ]; then
     model="$WORK/mlp-100mb.onnx"
-    if [ ! -s "$model" ] || [ "$ROOT/bench/gen_big_model.py" -nt "$model" ]; then
-        echo "bench: generating $model" >&2
-        /usr/bin/python3 "$ROOT/bench/gen_big_model.py" "$model"
-    fi
+    . "$ROOT/bench/lib.sh"
+    generate "$ROOT/bench/gen_big_model.py" "$model"
 fi
 size=$(stat -c %s "$model")
 out="$WORK/out.onnx"

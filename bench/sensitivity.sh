@@ -32,10 +32,8 @@ GEN="$ROOT/.cache/models/generated"
 MODEL="$GEN/resnet50.onnx"
 mkdir -p "$WORK" "$GEN"
 [ -x "$QPLACE" ] || { echo "bench: $QPLACE missing (bash scripts/build.sh)" >&2; exit 1; }
-if [ ! -s "$MODEL" ] || [ "$ROOT/tests/models/gen_resnet50.py" -nt "$MODEL" ]; then
-    echo "bench: generating $MODEL" >&2
-    /usr/bin/python3 "$ROOT/tests/models/gen_resnet50.py" "$MODEL"
-fi
+. "$ROOT/bench/lib.sh"
+generate "$ROOT/tests/models/gen_resnet50.py" "$MODEL"
 common=(sensitivity --onnx_path "$MODEL" --granularity node --calibration_method max
         --num_synthetic_samples "$N" --calibration_shapes "input:${B}x3x224x224"
         --threads "$THREADS" --cache_bytes "$CACHE" --quiet)

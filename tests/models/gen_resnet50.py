@@ -10,6 +10,7 @@ down (like zero-initialised residual BatchNorm gammas), so activations neither e
 over the 16 residual blocks. Input "input" [N,3,224,224] (N symbolic unless --batch), output
 "logits" [N,1000]. Opset 17.
 """
+import os
 import sys
 
 import numpy as np
@@ -81,9 +82,8 @@ def main(argv):
                               producer_name='qplace-tests')
     model.ir_version = 8
     onnx.checker.check_model(model)
-    tmp = out + '.tmp'
+    tmp = '%s.tmp.%d' % (out, os.getpid())  # concurrent runs each write their own
     onnx.save(model, tmp)
-    import os
     os.replace(tmp, out)
     return 0
 

@@ -111,7 +111,7 @@ def main(argv):
                               producer_name='qplace-tests')
     model.ir_version = 8
     onnx.checker.check_model(model)
-    tmp = out + '.tmp'
+    tmp = '%s.tmp.%d' % (out, os.getpid())  # concurrent runs each write their own
     onnx.save(model, tmp)
     os.replace(tmp, out)
     return 0

@@ -2,7 +2,7 @@
 # run_real.sh QPLACE MODEL_NAME SHAPE
 #
 # Generates .cache/models/generated/MODEL_NAME.onnx with tests/models/gen_MODEL_NAME.py (again
-# when the generator is newer than the model), then runs it through qplace and ONNX Runtime
+# when the generator's content changed), then runs it through qplace and ONNX Runtime
 # (`qplace bench --compare-ort --check`: same inputs, outputs within rtol 1e-3, atol 1e-4).
 # Without /usr/bin/python3 + onnx, node or onnxruntime-node: skipped (exit 77), unless
 # QP_REQUIRE_REAL_MODELS=1, then failed.
@@ -30,11 +30,9 @@ command -v "${QP_NODE:-node}" >/dev/null || missing "node"
 [ -d "$npm/node_modules/onnxruntime-node" ] || missing "onnxruntime-node in $npm"
 
 mkdir -p "$out_dir" || exit 1
-if [ ! -s "$model" ] || [ "$here/gen_$name.py" -nt "$model" ]; then
-    # Concurrent tests may race to generate: each writes its own file, then renames.
-    tmp=$out_dir/.$name.$$.onnx
-    /usr/bin/python3 "$here/gen_$name.py" "$tmp" || { rm -f "$tmp"; exit 1; }
-    mv -f "$tmp" "$model" || exit 1
-fi
+# Again when the generator's content changed (bench/lib.sh; concurrent tests may race to
+# generate: the generators and the stamp replace their files atomically).
+. "$root/bench/lib.sh"
+generate "$here/gen_$name.py" "$model" || exit 1
 exec "$qplace" bench "$model" --shape "$shape" --iterations 1 --warmup 0 --threads 2 \
     --compare-ort --check --ort-script "$root/bench/ort_bench.js" --ort-npm "$npm"
