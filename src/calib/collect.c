@@ -102,7 +102,7 @@ static enum qp_status select_tensors(struct qp_collector *c, struct qp_error *er
                 return qp_error_set(err, QP_ERR_BAD_INPUT,
                                     "calibrate: placement edge tensor '%s' is an initializer",
                                     p->edges[i].tensor);
-            add_slot(c, v, 1, err);
+            add_slot(c, v, !c->o.placement_float_only, err);
         }
         return QP_OK;
     }

@@ -61,6 +61,9 @@ struct qp_collect_options {
     /* Only the activation tensors of this placement (borrowed; validated against the model's
      * top-level graph by the caller with qp_placement_validate). NULL: every float activation. */
     const struct qp_placement *placement;
+    /* 1: a placement tensor the engine never hands over as a float tensor (a constant-folded
+     * one, an integer one) gets no range instead of failing qp_collector_finish. Default 0. */
+    int placement_float_only;
     qp_collect_progress_fn progress; /* may be NULL */
     void *progress_user;
 };

@@ -727,31 +727,39 @@ done:
 
 /* ---- calibration ----------------------------------------------------------------------------- */
 
-struct float_seen {
-    const struct qp_graph *g;
-    unsigned char *is_float; /* per value */
-};
-
-static int observe_float(const char *tensor, const char *node, const struct qp_array *v,
-                         void *user) {
-    struct float_seen *fs = user;
-    int vi = qp_graph_find_value(fs->g, tensor);
-    if (vi >= 0 && v->dtype == QP_DTYPE_FLOAT) fs->is_float[vi] = 1;
-    return 0;
+/* The ranges of `all` whose tensors the collector's session has as float32 (what an overlay
+ * takes), into a new table with the same meta. */
+static enum qp_status keep_f32(const struct qp_ranges *all, const struct qp_session *s,
+                               struct qp_ranges **out, struct qp_error *err) {
+    struct qp_ranges *r = qp_ranges_create();
+    if (!r) return nomem(err);
+    enum qp_status st = qp_ranges_set_meta(r, qp_ranges_get_meta(all), err);
+    for (size_t i = 0; st == QP_OK && i < qp_ranges_count(all); i++) {
+        const struct qp_range *rg = qp_ranges_at(all, i);
+        enum qp_dtype dt = QP_DTYPE_UNDEFINED;
+        int computed = 0;
+        struct qp_error ierr = {0};
+        if (qp_session_value_info(s, rg->tensor, &dt, &computed, &ierr) == QP_OK && computed &&
+            dt == QP_DTYPE_FLOAT)
+            st = qp_ranges_set(r, rg, err);
+    }
+    if (st != QP_OK) {
+        qp_ranges_free(r);
+        return st;
+    }
+    *out = r;
+    return QP_OK;
 }
 
 enum qp_status qp_sens_calibrate(const struct qp_model *model, const struct qp_placement *pl,
                                  struct qp_provider *prov, enum qp_calib_method method,
                                  int n_threads, struct qp_ranges **out, uint64_t *n_samples_out,
                                  struct qp_error *err) {
-    const struct qp_graph *g = model->graph;
-    struct float_seen fs = {g, calloc(g->n_values + 1, 1)};
-    struct qp_session *s = NULL;
     struct qp_placement *cal = NULL;
     struct qp_collector *col = NULL;
+    struct qp_ranges *all = NULL;
     const struct qp_array *batch = NULL;
     int end = 0;
-    if (!fs.is_float) return nomem(err);
     enum qp_status st = qp_provider_reset(prov, err);
     if (st != QP_OK) goto done;
     if ((st = qp_provider_next(prov, &batch, &end, err)) != QP_OK) goto done;
@@ -774,10 +782,19 @@ enum qp_status qp_sens_calibrate(const struct qp_model *model, const struct qp_p
         shapes[i].rank = batch[i].rank;
         memcpy(shapes[i].dims, batch[i].dims, sizeof shapes[i].dims);
     }
-    /* Which placement tensors are float at run time (the others cannot be calibrated). */
-    struct qp_session_options so = {.n_threads = n_threads};
-    if ((st = qp_session_create(model, &so, np, shapes, &s, err)) != QP_OK) goto done;
-    size_t ns = qp_session_n_inputs(s);
+    /* The activation edges only; tensors that turn out not to be float get no range (the
+     * collector skips them, keep_f32 below drops float16/double ones). */
+    if ((st = qp_placement_copy(pl, &cal, err)) != QP_OK) goto done;
+    while (cal->n_weights > 0)
+        qp_placement_remove(cal, cal->weights[0].node, cal->weights[0].input);
+    struct qp_collect_options co;
+    qp_collect_options_default(&co, method);
+    co.placement = cal;
+    co.placement_float_only = 1;
+    co.n_threads = n_threads;
+    if ((st = qp_collector_create(model, &co, np, shapes, &col, err)) != QP_OK) goto done;
+    const struct qp_session *cs = qp_collector_session(col);
+    size_t ns = qp_session_n_inputs(cs);
     if (ns != np) {
         st = qp_error_set(err, QP_ERR_BAD_INPUT,
                           "sensitivity: the model has %zu inputs, the "
@@ -785,9 +802,9 @@ enum qp_status qp_sens_calibrate(const struct qp_model *model, const struct qp_p
                           ns, np);
         goto done;
     }
-    struct qp_array in[SENS_MAX_INPUTS];
+    size_t map[SENS_MAX_INPUTS];
     for (size_t i = 0; i < ns; i++) {
-        const char *name = qp_session_input_name(s, i);
+        const char *name = qp_session_input_name(cs, i);
         size_t k = 0;
         while (k < np && strcmp(qp_provider_input_name(prov, k), name) != 0)
             k++;
@@ -796,65 +813,25 @@ enum qp_status qp_sens_calibrate(const struct qp_model *model, const struct qp_p
                               "sensitivity: the data has no input named '%s'", name);
             goto done;
         }
-        in[i] = batch[k];
-        if (batch[k].dtype == QP_DTYPE_FLOAT) {
-            int vi = qp_graph_find_value(g, name);
-            if (vi >= 0) fs.is_float[vi] = 1;
-        }
+        map[i] = k;
     }
-    /* The plan made at creation has every value's dtype: no run needed. Without one (a
-     * value-keyed input waits for its bytes), an observed run of the first batch tells. */
-    int planned = 1;
-    for (size_t e = 0; e < pl->n_edges && planned; e++) {
-        int vi = qp_graph_find_value(g, pl->edges[e].tensor), computed = 0;
-        enum qp_dtype dt = QP_DTYPE_UNDEFINED;
-        struct qp_error ierr = {0};
-        if (vi < 0) continue;
-        if (qp_session_value_info(s, pl->edges[e].tensor, &dt, &computed, &ierr) != QP_OK)
-            planned = 0;
-        else if (computed && dt == QP_DTYPE_FLOAT)
-            fs.is_float[vi] = 1;
-    }
-    if (!planned) {
-        qp_session_set_observer(s, observe_float, &fs);
-        if ((st = qp_session_run(s, ns, in, err)) != QP_OK) goto done;
-    }
-    qp_session_free(s);
-    s = NULL;
-    if ((st = qp_placement_copy(pl, &cal, err)) != QP_OK) goto done;
-    for (size_t e = 0; e < pl->n_edges; e++) {
-        int vi = qp_graph_find_value(g, pl->edges[e].tensor);
-        if (vi < 0 || !fs.is_float[vi])
-            qp_placement_remove(cal, pl->edges[e].node, pl->edges[e].input);
-    }
-    while (cal->n_weights > 0)
-        qp_placement_remove(cal, cal->weights[0].node, cal->weights[0].input);
-    struct qp_collect_options co;
-    qp_collect_options_default(&co, method);
-    co.placement = cal;
-    co.n_threads = n_threads;
-    if ((st = qp_collector_create(model, &co, np, shapes, &col, err)) != QP_OK) goto done;
     if ((st = qp_provider_reset(prov, err)) != QP_OK) goto done;
     uint64_t n_samples = 0;
+    struct qp_array in[SENS_MAX_INPUTS];
     for (;;) {
         if ((st = qp_provider_next(prov, &batch, &end, err)) != QP_OK) goto done;
         if (end) break;
-        for (size_t i = 0; i < ns; i++) {
-            const char *name = qp_session_input_name(qp_collector_session(col), i);
-            size_t k = 0;
-            while (k < np && strcmp(qp_provider_input_name(prov, k), name) != 0)
-                k++;
-            in[i] = batch[k < np ? k : 0];
-        }
+        for (size_t i = 0; i < ns; i++)
+            in[i] = batch[map[i]];
         if ((st = qp_collector_run(col, ns, in, err)) != QP_OK) goto done;
         n_samples += ns && in[0].rank > 0 && in[0].dims[0] > 0 ? (uint64_t)in[0].dims[0] : 1;
     }
-    if ((st = qp_collector_finish(col, out, NULL, err)) != QP_OK) goto done;
+    if ((st = qp_collector_finish(col, &all, NULL, err)) != QP_OK) goto done;
+    if ((st = keep_f32(all, cs, out, err)) != QP_OK) goto done;
     if (n_samples_out) *n_samples_out = n_samples;
 done:
+    qp_ranges_free(all);
     qp_collector_free(col);
     qp_placement_free(cal);
-    qp_session_free(s);
-    free(fs.is_float);
     return st;
 }

@@ -203,6 +203,67 @@ static void test_placement(void **state) {
     qp_model_free(m);
 }
 
+/* x[batch, 4] -> ArgMax (int64 am) -> Cast to float -> y. */
+static struct qp_model *int_model(void) {
+    struct qp_model *m = qp_model_create();
+    assert_non_null(m);
+    m->opsets = &opset17;
+    m->n_opsets = 1;
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    int x = qp_graph_value(g, "x");
+    g->values[x].dtype = QP_DTYPE_FLOAT;
+    g->values[x].rank = 2;
+    g->values[x].dims = x_dims;
+    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
+    add(g, "argmax", "ArgMax", 1, "x", NULL, "am");
+    int cast = add(g, "cast", "Cast", 1, "am", NULL, "y");
+    struct qp_attr *a = qp_node_add_attr(g, cast, "to", QP_ATTR_INT);
+    assert_non_null(a);
+    a->i = QP_DTYPE_FLOAT;
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "y"), &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    return m;
+}
+
+/* A placement tensor the engine computes as int64: an error naming it, unless
+ * placement_float_only, which leaves it without a range. */
+static void test_placement_float_only(void **state) {
+    (void)state;
+    struct qp_model *m = int_model();
+    struct qp_error err = {0};
+    struct qp_placement *p = qp_placement_create();
+    assert_int_equal(qp_placement_add_edge(p, "x", "argmax", 0, "test", &err), QP_OK);
+    assert_int_equal(qp_placement_add_edge(p, "am", "cast", 0, "test", &err), QP_OK);
+    assert_int_equal(qp_placement_validate(p, m->graph, &err), QP_OK);
+    float b[8] = {-2, 3, 0, 1, 4, -1, 0.5f, 2};
+    struct qp_array a;
+    batch(&a, b, 2);
+    for (int float_only = 0; float_only <= 1; float_only++) {
+        struct qp_collect_options o;
+        qp_collect_options_default(&o, QP_CALIB_MAX);
+        o.placement = p;
+        o.placement_float_only = float_only;
+        struct qp_collector *c = NULL;
+        assert_int_equal(qp_collector_create(m, &o, 0, NULL, &c, &err), QP_OK);
+        assert_int_equal(qp_collector_run(c, 1, &a, &err), QP_OK);
+        struct qp_ranges *r = NULL;
+        if (!float_only) {
+            assert_int_equal(qp_collector_finish(c, &r, NULL, &err), QP_ERR_BAD_INPUT);
+            assert_non_null(strstr(err.msg, "'am'"));
+            assert_null(r);
+        } else {
+            assert_int_equal(qp_collector_finish(c, &r, NULL, &err), QP_OK);
+            assert_int_equal(qp_ranges_count(r), 1);
+            assert_true(get(r, "x")->amax == 4);
+            qp_ranges_free(r);
+        }
+        qp_collector_free(c);
+    }
+    qp_placement_free(p);
+    qp_model_free(m);
+}
+
 /* Entropy and percentile pool a Concat group: the members r, x and c share the range that one
  * histogram over all their values gives (fed as one pooled batch per run, as ORT pools a
  * batch), not the widest of their own ranges. Checked against qp_stats fed directly with the
@@ -519,9 +580,13 @@ static void test_read_ahead(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_max_ranges),      cmocka_unit_test(test_pooled_groups),
-        cmocka_unit_test(test_nonfinite),       cmocka_unit_test(test_placement),
-        cmocka_unit_test(test_constant_memory), cmocka_unit_test(test_calibrate_model),
+        cmocka_unit_test(test_max_ranges),
+        cmocka_unit_test(test_pooled_groups),
+        cmocka_unit_test(test_nonfinite),
+        cmocka_unit_test(test_placement),
+        cmocka_unit_test(test_placement_float_only),
+        cmocka_unit_test(test_constant_memory),
+        cmocka_unit_test(test_calibrate_model),
         cmocka_unit_test(test_read_ahead),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
