@@ -681,11 +681,7 @@ enum qp_status qp_calibrate_model(const struct qp_model *model, struct qp_provid
         return qp_error_set(err, QP_ERR_UNSUPPORTED, "calibrate: %zu inputs (at most %d)", np,
                             QP_MAX_CALIB_INPUTS);
     struct qp_shape shapes[QP_MAX_CALIB_INPUTS];
-    for (size_t i = 0; i < np; i++) {
-        shapes[i].name = qp_provider_input_name(provider, i);
-        shapes[i].rank = batch[i].rank;
-        memcpy(shapes[i].dims, batch[i].dims, sizeof shapes[i].dims);
-    }
+    qp_provider_shapes(provider, batch, shapes);
     struct qp_collector *c = NULL;
     struct prefetch pf = {0};
     struct qp_array cur[QP_MAX_CALIB_INPUTS] = {0}; /* the batch being run (a copy) */
@@ -695,24 +691,8 @@ enum qp_status qp_calibrate_model(const struct qp_model *model, struct qp_provid
     size_t ns = qp_session_n_inputs(c->session);
     size_t map[QP_MAX_CALIB_INPUTS];
     struct qp_array feed_arrays[QP_MAX_CALIB_INPUTS];
-    if (ns != np) {
-        st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                          "calibrate: the model has %zu inputs, the calibration data %zu", ns, np);
+    if ((st = qp_provider_map_inputs(provider, c->session, "calibrate", map, err)) != QP_OK)
         goto done;
-    }
-    for (size_t i = 0; i < ns; i++) {
-        const char *name = qp_session_input_name(c->session, i);
-        size_t j = 0;
-        while (j < np && strcmp(qp_provider_input_name(provider, j), name) != 0)
-            j++;
-        if (j == np) {
-            st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                              "calibrate: model input '%s' is missing from the calibration data",
-                              name);
-            goto done;
-        }
-        map[i] = j;
-    }
     uint64_t total = qp_provider_n_samples(provider);
     prefetch_start(&pf, provider);
     while (!end) {

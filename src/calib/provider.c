@@ -58,6 +58,35 @@ size_t qp_provider_n_inputs(const struct qp_provider *p) {
 const char *qp_provider_input_name(const struct qp_provider *p, size_t i) {
     return p && i < p->n_inputs ? p->names[i] : NULL;
 }
+void qp_provider_shapes(const struct qp_provider *p, const struct qp_array *batch,
+                        struct qp_shape *shapes) {
+    for (size_t i = 0; i < p->n_inputs; i++) {
+        memset(&shapes[i], 0, sizeof shapes[i]);
+        shapes[i].name = p->names[i];
+        shapes[i].rank = batch[i].rank;
+        memcpy(shapes[i].dims, batch[i].dims, sizeof shapes[i].dims);
+    }
+}
+
+enum qp_status qp_provider_map_inputs(const struct qp_provider *p, const struct qp_session *s,
+                                      const char *what, size_t *map, struct qp_error *err) {
+    size_t ns = qp_session_n_inputs(s), np = p->n_inputs;
+    if (ns != np)
+        return qp_error_set(err, QP_ERR_BAD_INPUT, "%s: the model has %zu inputs, the data %zu",
+                            what, ns, np);
+    for (size_t i = 0; i < ns; i++) {
+        const char *name = qp_session_input_name(s, i);
+        size_t k = 0;
+        while (k < np && strcmp(p->names[k], name) != 0)
+            k++;
+        if (k == np)
+            return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                "%s: model input '%s' is missing from the data", what, name);
+        map[i] = k;
+    }
+    return QP_OK;
+}
+
 uint64_t qp_provider_n_samples(const struct qp_provider *p) {
     return p ? p->n_samples : 0;
 }

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "qplace/array.h"
+#include "qplace/session.h"
 #include "qplace/status.h"
 
 struct qp_provider;
@@ -63,6 +64,15 @@ enum qp_status qp_provider_next(struct qp_provider *p, const struct qp_array **a
 enum qp_status qp_provider_reset(struct qp_provider *p, struct qp_error *err);
 size_t qp_provider_n_inputs(const struct qp_provider *p);
 const char *qp_provider_input_name(const struct qp_provider *p, size_t i);
+/* shapes[i] = the name and dims of batch[i] (a batch of p, n_inputs arrays), as
+ * qp_session_create takes them; the names are borrowed from p. */
+void qp_provider_shapes(const struct qp_provider *p, const struct qp_array *batch,
+                        struct qp_shape *shapes);
+/* map[i] = the index of the provider input that session input i reads (by name). Errors are
+ * QP_ERR_BAD_INPUT prefixed with `what` ("calibrate", ...): the model and the data have
+ * different input counts, or a model input has no data. */
+enum qp_status qp_provider_map_inputs(const struct qp_provider *p, const struct qp_session *s,
+                                      const char *what, size_t *map, struct qp_error *err);
 uint64_t qp_provider_n_samples(const struct qp_provider *p);
 uint64_t qp_provider_n_batches(const struct qp_provider *p);
 const char *qp_provider_source(const struct qp_provider *p);

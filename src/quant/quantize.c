@@ -71,16 +71,6 @@ static enum qp_status make_provider(const struct qp_quantize_options *o, const c
     return qp_provider_open(path, &d, in, n, out, err);
 }
 
-static void batch_shapes(const struct qp_provider *p, const struct qp_array *b,
-                         struct qp_shape *shapes) {
-    for (size_t i = 0; i < p->n_inputs; i++) {
-        memset(&shapes[i], 0, sizeof shapes[i]);
-        shapes[i].name = qp_provider_input_name(p, i);
-        shapes[i].rank = b[i].rank;
-        memcpy(shapes[i].dims, b[i].dims, sizeof shapes[i].dims);
-    }
-}
-
 /* Running sums for one output. */
 struct drift_acc {
     double dot, na, nb, max_abs;
@@ -237,7 +227,7 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
         if ((st = qp_provider_next(cal, &batch, &end, err)) != QP_OK) goto done;
         if (end) break;
         if (!col) {
-            batch_shapes(cal, batch, bshapes);
+            qp_provider_shapes(cal, batch, bshapes);
             if ((st = qp_collector_create(mf, &co, n_inputs, bshapes, &col, err)) != QP_OK)
                 goto done;
         }

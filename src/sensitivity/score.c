@@ -361,31 +361,15 @@ static enum qp_status ctx_init(struct sens_ctx *c, const struct qp_model *model,
         return qp_error_set(err, QP_ERR_UNSUPPORTED, "sensitivity: more than %d model inputs",
                             SENS_MAX_INPUTS);
     struct qp_shape shapes[SENS_MAX_INPUTS];
-    for (size_t i = 0; i < np; i++) {
-        memset(&shapes[i], 0, sizeof shapes[i]);
-        shapes[i].name = qp_provider_input_name(prov, i);
-        shapes[i].rank = batch[i].rank;
-        memcpy(shapes[i].dims, batch[i].dims, sizeof shapes[i].dims);
-    }
+    qp_provider_shapes(prov, batch, shapes);
     /* Fused like any session: a fused Conv chain keeps one preparation per combination of its
      * weight overlays' bypass flags (made on first use), so probes toggling them keep the plan.
      * lazy_plan: planned once, below, with its overlays, not also at creation. */
     struct qp_session_options so = {.n_threads = o->n_threads, .lazy_plan = 1};
     if ((st = qp_session_create(model, &so, np, shapes, &c->s, err)) != QP_OK) return st;
     c->n_in = qp_session_n_inputs(c->s);
-    if (c->n_in != np)
-        return qp_error_set(err, QP_ERR_BAD_INPUT,
-                            "sensitivity: the model has %zu inputs, the data %zu", c->n_in, np);
-    for (size_t i = 0; i < c->n_in; i++) {
-        const char *name = qp_session_input_name(c->s, i);
-        size_t k = 0;
-        while (k < np && strcmp(qp_provider_input_name(prov, k), name) != 0)
-            k++;
-        if (k == np)
-            return qp_error_set(err, QP_ERR_BAD_INPUT,
-                                "sensitivity: the data has no input named '%s'", name);
-        c->in_map[i] = k;
-    }
+    if ((st = qp_provider_map_inputs(prov, c->s, "sensitivity", c->in_map, err)) != QP_OK)
+        return st;
     /* Every entry that can be overlaid, bypassed, planned once for the first batch's shapes. */
     c->n_all = 0;
     for (size_t e = 0; e < c->n_entries; e++) {
@@ -776,12 +760,7 @@ enum qp_status qp_sens_calibrate(const struct qp_model *model, const struct qp_p
         goto done;
     }
     struct qp_shape shapes[SENS_MAX_INPUTS];
-    for (size_t i = 0; i < np; i++) {
-        memset(&shapes[i], 0, sizeof shapes[i]);
-        shapes[i].name = qp_provider_input_name(prov, i);
-        shapes[i].rank = batch[i].rank;
-        memcpy(shapes[i].dims, batch[i].dims, sizeof shapes[i].dims);
-    }
+    qp_provider_shapes(prov, batch, shapes);
     /* The activation edges only; tensors that turn out not to be float get no range (the
      * collector skips them, keep_f32 below drops float16/double ones). */
     if ((st = qp_placement_copy(pl, &cal, err)) != QP_OK) goto done;
@@ -794,27 +773,8 @@ enum qp_status qp_sens_calibrate(const struct qp_model *model, const struct qp_p
     co.n_threads = n_threads;
     if ((st = qp_collector_create(model, &co, np, shapes, &col, err)) != QP_OK) goto done;
     const struct qp_session *cs = qp_collector_session(col);
-    size_t ns = qp_session_n_inputs(cs);
-    if (ns != np) {
-        st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                          "sensitivity: the model has %zu inputs, the "
-                          "data %zu",
-                          ns, np);
-        goto done;
-    }
-    size_t map[SENS_MAX_INPUTS];
-    for (size_t i = 0; i < ns; i++) {
-        const char *name = qp_session_input_name(cs, i);
-        size_t k = 0;
-        while (k < np && strcmp(qp_provider_input_name(prov, k), name) != 0)
-            k++;
-        if (k == np) {
-            st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                              "sensitivity: the data has no input named '%s'", name);
-            goto done;
-        }
-        map[i] = k;
-    }
+    size_t ns = qp_session_n_inputs(cs), map[SENS_MAX_INPUTS];
+    if ((st = qp_provider_map_inputs(prov, cs, "sensitivity", map, err)) != QP_OK) goto done;
     if ((st = qp_provider_reset(prov, err)) != QP_OK) goto done;
     uint64_t n_samples = 0;
     struct qp_array in[SENS_MAX_INPUTS];

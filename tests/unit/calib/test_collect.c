@@ -264,6 +264,42 @@ static void test_placement_float_only(void **state) {
     qp_model_free(m);
 }
 
+/* qp_provider_shapes and qp_provider_map_inputs: provider order -> session order by name. */
+static void test_provider_map_inputs(void **state) {
+    (void)state;
+    struct qp_model *m = model();
+    struct qp_error err = {0};
+    struct qp_synthetic_input in[2] = {
+        {.name = "y", .dtype = QP_DTYPE_FLOAT, .rank = 2, .dims = {3, 4}},
+        {.name = "x", .dtype = QP_DTYPE_FLOAT, .rank = 2, .dims = {3, 4}}};
+    struct qp_provider *both = NULL, *only_x = NULL, *only_y = NULL;
+    assert_int_equal(qp_provider_synthetic_create(in, 2, 1, 1, &both, &err), QP_OK);
+    assert_int_equal(qp_provider_synthetic_create(in + 1, 1, 1, 1, &only_x, &err), QP_OK);
+    assert_int_equal(qp_provider_synthetic_create(in, 1, 1, 1, &only_y, &err), QP_OK);
+    const struct qp_array *b = NULL;
+    int end = 0;
+    assert_int_equal(qp_provider_next(only_x, &b, &end, &err), QP_OK);
+    struct qp_shape sh[1];
+    qp_provider_shapes(only_x, b, sh);
+    assert_string_equal(sh[0].name, "x");
+    assert_int_equal(sh[0].rank, 2);
+    assert_true(sh[0].dims[0] == 3 && sh[0].dims[1] == 4);
+    struct qp_session *s = NULL;
+    assert_int_equal(qp_session_create(m, NULL, 1, sh, &s, &err), QP_OK);
+    size_t map[2] = {9, 9};
+    assert_int_equal(qp_provider_map_inputs(only_x, s, "calibrate", map, &err), QP_OK);
+    assert_int_equal(map[0], 0);
+    assert_int_equal(qp_provider_map_inputs(only_y, s, "calibrate", map, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "calibrate: model input 'x' is missing from the data"));
+    assert_int_equal(qp_provider_map_inputs(both, s, "sensitivity", map, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "sensitivity: the model has 1 inputs, the data 2"));
+    qp_session_free(s);
+    qp_provider_free(both);
+    qp_provider_free(only_x);
+    qp_provider_free(only_y);
+    qp_model_free(m);
+}
+
 /* Entropy and percentile pool a Concat group: the members r, x and c share the range that one
  * histogram over all their values gives (fed as one pooled batch per run, as ORT pools a
  * batch), not the widest of their own ranges. Checked against qp_stats fed directly with the
@@ -585,6 +621,7 @@ int main(void) {
         cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_placement),
         cmocka_unit_test(test_placement_float_only),
+        cmocka_unit_test(test_provider_map_inputs),
         cmocka_unit_test(test_constant_memory),
         cmocka_unit_test(test_calibrate_model),
         cmocka_unit_test(test_read_ahead),
