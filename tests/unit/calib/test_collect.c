@@ -29,9 +29,8 @@ static int add(struct qp_graph *g, const char *name, const char *op, int ni, con
     return n;
 }
 
-/* x[batch, 4] -> Relu -> r; Concat(r, x, axis 1) -> c; Softmax(c) -> s; Neg(s) -> y (output);
- */
-static struct qp_model *model(void) {
+/* An opset-17 model whose graph has one float input x[batch, 4]. */
+static struct qp_model *model_x(void) {
     struct qp_model *m = qp_model_create();
     assert_non_null(m);
     m->opsets = &opset17;
@@ -43,6 +42,15 @@ static struct qp_model *model(void) {
     g->values[x].rank = 2;
     g->values[x].dims = x_dims;
     assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
+    return m;
+}
+
+/* x[batch, 4] -> Relu -> r; Concat(r, x, axis 1) -> c; Softmax(c) -> s; Neg(s) -> y (output);
+ */
+static struct qp_model *model(void) {
+    struct qp_model *m = model_x();
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
     add(g, "relu", "Relu", 1, "x", NULL, "r");
     int cat = add(g, "cat", "Concat", 2, "r", "x", "c");
     struct qp_attr *a = qp_node_add_attr(g, cat, "axis", QP_ATTR_INT);
@@ -205,17 +213,9 @@ static void test_placement(void **state) {
 
 /* x[batch, 4] -> ArgMax (int64 am) -> Cast to float -> y. */
 static struct qp_model *int_model(void) {
-    struct qp_model *m = qp_model_create();
-    assert_non_null(m);
-    m->opsets = &opset17;
-    m->n_opsets = 1;
+    struct qp_model *m = model_x();
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    int x = qp_graph_value(g, "x");
-    g->values[x].dtype = QP_DTYPE_FLOAT;
-    g->values[x].rank = 2;
-    g->values[x].dims = x_dims;
-    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
     add(g, "argmax", "ArgMax", 1, "x", NULL, "am");
     int cast = add(g, "cast", "Cast", 1, "am", NULL, "y");
     struct qp_attr *a = qp_node_add_attr(g, cast, "to", QP_ATTR_INT);

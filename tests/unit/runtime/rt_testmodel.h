@@ -4,6 +4,7 @@
 #ifndef QP_TESTS_RT_TESTMODEL_H
 #define QP_TESTS_RT_TESTMODEL_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,15 @@ static struct qp_model *model_with_x(int rank, struct qp_dim *dims) {
     g->values[x].dims = dims;
     assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
     return m;
+}
+
+/* The runtime tests' deterministic generator (an LCG): rt_rng is its state. */
+static uint32_t rt_rng;
+
+/* The next value in [-1, 1]. */
+static inline float rt_frand(void) {
+    rt_rng = rt_rng * 1664525u + 1013904223u;
+    return (float)((rt_rng >> 8) % 20001) / 10000.0f - 1.0f;
 }
 
 /* n zeroed bytes owned by m. */
@@ -59,6 +69,20 @@ static void graph_add_init(struct qp_model *m, struct qp_graph *g, const char *n
                           .data = copy,
                           .nbytes = nbytes};
     assert_int_equal(qp_graph_add_initializer(g, &t, NULL, &err), QP_OK);
+}
+
+/* A float initializer of m's graph with values from rt_frand in [lo, hi]. */
+static inline void rt_rand_init(struct qp_model *m, const char *name, int rank, const int64_t *dims,
+                                float lo, float hi) {
+    size_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= (size_t)dims[i];
+    float *v = malloc(n * sizeof *v);
+    assert_non_null(v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = lo + (hi - lo) * (rt_frand() + 1.0f) * 0.5f;
+    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, rank, dims, v, n * sizeof *v);
+    free(v);
 }
 
 /* Inserts QuantizeLinear -> DequantizeLinear on overlay o's edge of m's graph, with o's scale,

@@ -33,26 +33,7 @@
 
 static struct qp_dim x_dims[4] = {{1, NULL}, {C, NULL}, {HW, NULL}, {HW, NULL}};
 
-static uint32_t rng_state;
-static uint32_t rnd(void); /* next value of rng_state's generator (below) */
-static float frand(void) {
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return (float)((rng_state >> 8) % 20001) / 10000.0f - 1.0f;
-}
-
-/* A random float initializer: values in [lo, hi). */
-static void rand_init(struct qp_model *m, const char *name, int rank, const int64_t *dims, float lo,
-                      float hi) {
-    size_t n = 1;
-    for (int i = 0; i < rank; i++)
-        n *= (size_t)dims[i];
-    float *v = malloc(n * sizeof *v);
-    assert_non_null(v);
-    for (size_t i = 0; i < n; i++)
-        v[i] = lo + (hi - lo) * (frand() + 1.0f) * 0.5f;
-    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, rank, dims, v, n * sizeof *v);
-    free(v);
-}
+static uint32_t rnd(void); /* next value of rt_rng's generator (below) */
 
 static void scalar(struct qp_model *m, const char *name, float v) {
     graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 0, NULL, &v, sizeof v);
@@ -92,7 +73,7 @@ static void bn(struct qp_model *m, const char *name, const char *x, const char *
     int64_t d = C;
     for (int i = 0; i < 4; i++) {
         snprintf(n[i], sizeof n[i], "%s_%s", name, suffix[i]);
-        rand_init(m, n[i], 1, &d, i == 3 ? 0.5f : -0.5f, i == 3 ? 2.0f : 1.5f);
+        rt_rand_init(m, n[i], 1, &d, i == 3 ? 0.5f : -0.5f, i == 3 ? 2.0f : 1.5f);
     }
     const char *ins[5] = {x, n[0], n[1], n[2], n[3]};
     struct qp_error err = {0};
@@ -106,22 +87,22 @@ static void bn(struct qp_model *m, const char *name, const char *x, const char *
  *                                        -> [c6 m6(per channel) cl] -> y3
  * Six groups, 24 nodes. */
 static struct qp_model *conv_model(void) {
-    rng_state = 7;
+    rt_rng = 7;
     struct qp_model *m = model_with_x(4, x_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
     const int64_t w3[4] = {C, C, 3, 3}, w1[4] = {C, C, 1, 1}, wg[4] = {C, C / 2, 3, 3};
     const int64_t bd[1] = {C}, pc[4] = {1, C, 1, 1};
-    rand_init(m, "w1", 4, w3, -0.3f, 0.3f);
-    rand_init(m, "b1", 1, bd, -0.2f, 0.2f);
-    rand_init(m, "w2", 4, w3, -0.3f, 0.3f);
-    rand_init(m, "b2", 1, bd, -0.2f, 0.2f);
-    rand_init(m, "w3", 4, w1, -0.5f, 0.5f);
-    rand_init(m, "w4", 4, wg, -0.3f, 0.3f);
-    rand_init(m, "w5", 4, w1, -0.5f, 0.5f);
-    rand_init(m, "b5", 1, bd, -0.2f, 0.2f);
-    rand_init(m, "w6", 4, w1, -0.5f, 0.5f);
-    rand_init(m, "k6", 4, pc, 0.5f, 1.5f);
+    rt_rand_init(m, "w1", 4, w3, -0.3f, 0.3f);
+    rt_rand_init(m, "b1", 1, bd, -0.2f, 0.2f);
+    rt_rand_init(m, "w2", 4, w3, -0.3f, 0.3f);
+    rt_rand_init(m, "b2", 1, bd, -0.2f, 0.2f);
+    rt_rand_init(m, "w3", 4, w1, -0.5f, 0.5f);
+    rt_rand_init(m, "w4", 4, wg, -0.3f, 0.3f);
+    rt_rand_init(m, "w5", 4, w1, -0.5f, 0.5f);
+    rt_rand_init(m, "b5", 1, bd, -0.2f, 0.2f);
+    rt_rand_init(m, "w6", 4, w1, -0.5f, 0.5f);
+    rt_rand_init(m, "k6", 4, pc, 0.5f, 1.5f);
     scalar(m, "k_mul", 1.3f);
     scalar(m, "k_add", 0.25f);
     scalar(m, "three", 3.0f);
@@ -174,9 +155,9 @@ static struct qp_model *conv_model(void) {
 static float xin[NX];
 
 static void fill_x(uint32_t seed) {
-    rng_state = seed;
+    rt_rng = seed;
     for (int i = 0; i < NX; i++)
-        xin[i] = frand() * 2.0f;
+        xin[i] = rt_frand() * 2.0f;
 }
 
 /* Runs s (fully or partially) and copies the three outputs into out[3][NX]. */
@@ -484,7 +465,7 @@ static void test_fuse_weight_variants(void **state) {
         seq[n_seq++] = i;
     for (int i = 0; i < n_mask; i++)
         seq[n_seq++] = i ^ (i >> 1);
-    rng_state = 99;
+    rt_rng = 99;
     for (int i = 0; i < 300; i++)
         seq[n_seq++] = (int)(rnd() % (unsigned)n_mask);
     for (int nt = 1; nt <= 2; nt++) {
@@ -681,20 +662,20 @@ static void convt(struct qp_model *m, const char *name, const char *x, const cha
  * [1, 4, 24, 24]: two groups, 7 nodes, as PaddleOCR det's ConvTranspose -> Add -> BN -> Relu
  * and ConvTranspose -> Add -> Sigmoid. */
 static struct qp_model *convt_model(void) {
-    rng_state = 17;
+    rt_rng = 17;
     struct qp_model *m = model_with_x(4, x_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
     const int64_t w1[4] = {C, 3, 2, 2}, k1[4] = {1, 6, 1, 1}, d6[1] = {6};
     const int64_t w2[4] = {6, TM, 3, 3}, b2[1] = {TM}, k2[3] = {TM, 1, 1};
-    rand_init(m, "w1", 4, w1, -0.5f, 0.5f);
-    rand_init(m, "k1", 4, k1, -0.3f, 0.3f);
+    rt_rand_init(m, "w1", 4, w1, -0.5f, 0.5f);
+    rt_rand_init(m, "k1", 4, k1, -0.3f, 0.3f);
     const char *bnn[4] = {"bn1_s", "bn1_b", "bn1_m", "bn1_v"};
     for (int i = 0; i < 4; i++)
-        rand_init(m, bnn[i], 1, d6, i == 3 ? 0.5f : -0.5f, i == 3 ? 2.0f : 1.5f);
-    rand_init(m, "w2", 4, w2, -0.3f, 0.3f);
-    rand_init(m, "b2", 1, b2, -0.2f, 0.2f);
-    rand_init(m, "k2", 3, k2, -0.3f, 0.3f);
+        rt_rand_init(m, bnn[i], 1, d6, i == 3 ? 0.5f : -0.5f, i == 3 ? 2.0f : 1.5f);
+    rt_rand_init(m, "w2", 4, w2, -0.3f, 0.3f);
+    rt_rand_init(m, "b2", 1, b2, -0.2f, 0.2f);
+    rt_rand_init(m, "k2", 3, k2, -0.3f, 0.3f);
     convt(m, "ct1", "x", "w1", NULL, 0, 2, 0, "ct1o");
     node(g, "ad1", "Add", 2, "ct1o", "k1", NULL, "ad1o");
     const char *bin[5] = {"ad1o", bnn[0], bnn[1], bnn[2], bnn[3]}, *bout = "bn1o";
@@ -855,7 +836,7 @@ static void test_fuse_convt_variants(void **state) {
     struct qp_session *a = session(m, 2);
     qp_session_set_cache(a, (size_t)16 << 20);
     size_t built = 0;
-    rng_state = 5;
+    rt_rng = 5;
     for (int k = 0; k < 80; k++) {
         int mask = k < 16 ? k ^ (k >> 1) : (int)(rnd() % 16u);
         for (int i = 0; i < 4; i++) {
@@ -876,8 +857,8 @@ static void test_fuse_convt_variants(void **state) {
 /* ---- random graphs ------------------------------------------------------------------------ */
 
 static uint32_t rnd(void) {
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return rng_state >> 8;
+    rt_rng = rt_rng * 1664525u + 1013904223u;
+    return rt_rng >> 8;
 }
 
 /* A random graph of n steps on [1, C, HW, HW] tensors: Conv (1x1, 3x3, grouped), Batch-
@@ -886,7 +867,7 @@ static uint32_t rnd(void) {
  * reads the latest tensor mostly (chains), sometimes an earlier one (branches, several readers).
  * Outputs: the last tensor and one from the middle. Same seed, same graph. */
 static struct qp_model *random_conv_model(uint32_t seed, int n) {
-    rng_state = seed;
+    rt_rng = seed;
     struct qp_model *m = model_with_x(4, x_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
@@ -910,11 +891,11 @@ static struct qp_model *random_conv_model(uint32_t seed, int n) {
         case 1: {
             int kk = rnd() % 2 ? 3 : 1, grp = rnd() % 4 == 0 ? 2 : 1;
             int64_t wd[4] = {C, C / grp, kk, kk}, bd[1] = {C};
-            rand_init(m, c1, 4, wd, -0.6f / (float)kk, 0.6f / (float)kk);
+            rt_rand_init(m, c1, 4, wd, -0.6f / (float)kk, 0.6f / (float)kk);
             char bn_[16];
             snprintf(bn_, sizeof bn_, "b%d", k);
             int bias = rnd() % 2;
-            if (bias) rand_init(m, bn_, 1, bd, -0.2f, 0.2f);
+            if (bias) rt_rand_init(m, bn_, 1, bd, -0.2f, 0.2f);
             if (k % 4 == 3) { /* ConvTranspose, same shape (stride 1); no rnd(): same graphs */
                 int id = node(g, nm, "ConvTranspose", bias ? 3 : 2, in, c1, bias ? bn_ : NULL, o);
                 if (kk > 1) {
@@ -943,9 +924,9 @@ static struct qp_model *random_conv_model(uint32_t seed, int n) {
             int pc = rnd() % 2;
             int64_t d4[4] = {1, C, 1, 1}, d3[3] = {C, 1, 1};
             if (pc && rnd() % 2)
-                rand_init(m, c1, 4, d4, 0.5f, 1.5f);
+                rt_rand_init(m, c1, 4, d4, 0.5f, 1.5f);
             else if (pc)
-                rand_init(m, c1, 3, d3, -0.5f, 0.5f);
+                rt_rand_init(m, c1, 3, d3, -0.5f, 0.5f);
             else
                 scalar(m, c1, op == 3 ? 0.8f : 0.3f);
             int swap = rnd() % 2;
@@ -1074,7 +1055,7 @@ static void test_fuse_random_graphs(void **state) {
         char names[4][20];
         struct qp_overlay ov[4];
         int n_ov = 0;
-        rng_state = seed * 7919u;
+        rt_rng = seed * 7919u;
         for (int tries = 0; n_ov < 4 && tries < 20; tries++) {
             random_ov(m->graph, &o[n_ov], names[n_ov]);
             int dup = 0;

@@ -29,25 +29,6 @@
 #define MAXC  16
 #define MAXNX (MAXC * HW * HW)
 
-static uint32_t rng_state;
-static float frand(void) {
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return (float)((rng_state >> 8) % 20001) / 10000.0f - 1.0f;
-}
-
-static void rand_init(struct qp_model *m, const char *name, int rank, const int64_t *dims,
-                      float amp) {
-    size_t n = 1;
-    for (int i = 0; i < rank; i++)
-        n *= (size_t)dims[i];
-    float *v = malloc(n * sizeof *v);
-    assert_non_null(v);
-    for (size_t i = 0; i < n; i++)
-        v[i] = amp * frand();
-    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, rank, dims, v, n * sizeof *v);
-    free(v);
-}
-
 static void node(struct qp_graph *g, const char *name, const char *op, int ni, const char *a,
                  const char *b, const char *out) {
     const char *ins[2] = {a, b};
@@ -81,14 +62,14 @@ static struct qp_dim x_dims[4] = {{1, NULL}, {MAXC, NULL}, {HW, NULL}, {HW, NULL
 static struct qp_model *res_model(int c, int with_pool) {
     n_ch = c;
     x_dims[1].value = c;
-    rng_state = 3;
+    rt_rng = 3;
     struct qp_model *m = model_with_x(4, x_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
     const int64_t w3[4] = {c, c, 3, 3};
     const char *ws[4] = {"w0", "w1", "w2", "w3"};
     for (int i = 0; i < 4; i++)
-        rand_init(m, ws[i], 4, w3, 0.25f);
+        rt_rand_init(m, ws[i], 4, w3, -0.25f, 0.25f);
     float k = 0.75f;
     graph_add_init(m, g, "k", QP_DTYPE_FLOAT, 0, NULL, &k, sizeof k);
     conv3(m, "c0", "x", "w0", "c0o");
@@ -121,9 +102,9 @@ static struct qp_model *res_model(int c, int with_pool) {
 static float xin[MAXNX];
 
 static void fill_x(uint32_t seed) {
-    rng_state = seed;
+    rt_rng = seed;
     for (int i = 0; i < MAXNX; i++)
-        xin[i] = frand();
+        xin[i] = rt_frand();
 }
 
 static struct qp_session *session(const struct qp_model *m) {
@@ -198,6 +179,12 @@ static int observer(const char *tensor, const char *node_name, const struct qp_a
     return 0;
 }
 
+/* The recording observer on s, order-agnostic. */
+static void observe_any(struct qp_session *s, struct seen *seen) {
+    qp_session_set_observer(s, observer, seen);
+    qp_session_set_observer_any_order(s, 1);
+}
+
 static void seen_free(struct seen *s) {
     for (int i = 0; i < s->n; i++)
         free(s->vals[i]);
@@ -215,8 +202,7 @@ static void test_layout_observer_any_order(void **state) {
     struct qp_session *plain = session(m), *any = session(m);
     struct seen sp = {0}, sa = {0};
     qp_session_set_observer(plain, observer, &sp);
-    qp_session_set_observer(any, observer, &sa);
-    qp_session_set_observer_any_order(any, 1);
+    observe_any(any, &sa);
     run2(plain, 0, out_a);
     run2(any, 0, out_b);
     assert_int_equal(plain->last->n_fused, 0);
@@ -259,8 +245,7 @@ static void test_layout_plain_reader(void **state) {
     fill_x(2);
     struct qp_session *s = session(m);
     struct seen sa = {0};
-    qp_session_set_observer(s, observer, &sa);
-    qp_session_set_observer_any_order(s, 1);
+    observe_any(s, &sa);
     struct qp_error err = {0};
     struct qp_array in;
     int64_t dims[4] = {1, MAXC, HW, HW};
@@ -283,8 +268,7 @@ static void test_layout_padded(void **state) {
     struct qp_session *plain = session(m), *any = session(m);
     struct seen sp = {0}, sa = {0};
     qp_session_set_observer(plain, observer, &sp);
-    qp_session_set_observer(any, observer, &sa);
-    qp_session_set_observer_any_order(any, 1);
+    observe_any(any, &sa);
     run2(plain, 0, out_a);
     run2(any, 0, out_b);
     assert_int_equal(any->last->n_blocked, 0);
@@ -343,10 +327,8 @@ static void test_layout_overlays(void **state) {
             struct qp_session *s = session(m), *q = session(mq);
             struct seen sa = {0}, sq = {0};
             if (observed) {
-                qp_session_set_observer(s, observer, &sa);
-                qp_session_set_observer_any_order(s, 1);
-                qp_session_set_observer(q, observer, &sq);
-                qp_session_set_observer_any_order(q, 1);
+                observe_any(s, &sa);
+                observe_any(q, &sq);
             }
             assert_int_equal(qp_session_set_overlays(s, (size_t)n_ov, ov, &err), QP_OK);
             run2(s, 0, out_a);
@@ -375,8 +357,7 @@ static void test_layout_overlays(void **state) {
                 run2(s, 1, out_a);
                 struct qp_session *f = session(m);
                 if (observed) {
-                    qp_session_set_observer(f, observer, &sq);
-                    qp_session_set_observer_any_order(f, 1);
+                    observe_any(f, &sq);
                 }
                 assert_int_equal(qp_session_set_overlays(f, (size_t)n_ov, t, &err), QP_OK);
                 run2(f, 0, out_b);
@@ -415,8 +396,7 @@ static void test_layout_weight_variants(void **state) {
         struct qp_session *s = session(m);
         struct seen sa = {0}, sf = {0};
         if (observed) {
-            qp_session_set_observer(s, observer, &sa);
-            qp_session_set_observer_any_order(s, 1);
+            observe_any(s, &sa);
         }
         qp_session_set_cache(s, (size_t)16 << 20);
         struct qp_overlay t[5];
@@ -435,8 +415,7 @@ static void test_layout_weight_variants(void **state) {
             run2(s, 1, out_a);
             struct qp_session *f = session(m);
             if (observed) {
-                qp_session_set_observer(f, observer, &sf);
-                qp_session_set_observer_any_order(f, 1);
+                observe_any(f, &sf);
             }
             assert_int_equal(qp_session_set_overlays(f, 5, t, &err), QP_OK);
             run2(f, 0, out_b);
