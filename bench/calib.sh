@@ -6,8 +6,9 @@
 # generated 224x224 PNG images (bench/calib_images.py; images are decoded one batch at a time):
 #   - throughput: calibration samples/s (whole `qplace calibrate` run: model load, session,
 #     decode, engine, statistics, entropy search, writing) against `qplace bench` throughput
-#     (1000 / median ms; the mean of one bench run before and one after the calibrations) for
-#     the same model, shape and threads. Target >= 0.8x. Two rows, both reported:
+#     (1000 / median ms; the mean of one bench run before and one after the calibrations of a
+#     round, CALIB_BENCH_ROUNDS below) for the same model, shape and threads. Target >= 0.8x.
+#     Two rows, both reported:
 #       all - every float activation (calibrate without a placement),
 #       trt - only the tensors of the default trt placement (--placement_in with the placement
 #             `qplace quantize --placement_out` writes): what quantize calibrates.
@@ -16,17 +17,20 @@
 #     Target <= 1.1x for both.
 # Writes into build/bench/calib/. CALIB_BENCH_NPZ=0 skips the .npz rows (another 220 runs).
 # CALIB_BENCH_N sets the larger sample count (default 200; a smaller one for a busy machine).
+# CALIB_BENCH_ROUNDS (default 3): rounds of bench / calibrate all / calibrate trt / bench, each
+# round's ratios from its own bench runs, medians reported (the machine's speed drifts).
 # The OpenMP environment (OMP_WAIT_POLICY, GOMP_SPINCOUNT) is passed through and printed, and
 # so is the load average (on a shared machine, compare the ratios, not the rates). Because wall
 # times swing on a busy machine, the same ratios are also given in CPU time per sample, from
-# differences that cancel the fixed costs: (CPU of 200 samples - CPU of 20) / 180 for calibrate,
-# (CPU of 43 - CPU of 13 bench iterations) / 30 for bench.
+# differences that cancel the fixed costs: (CPU of 200 samples - CPU of 20) / 180 for calibrate
+# (the last round's 200), (CPU of 43 - CPU of 13 bench iterations) / 30 for bench.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 QPLACE="${1:-$ROOT/build/qplace}"
 THREADS="${2:-2}"
 NBIG="${CALIB_BENCH_N:-200}"
+PAIRS="${CALIB_BENCH_ROUNDS:-3}"
 WORK="$ROOT/build/bench/calib"
 GEN="$ROOT/.cache/models/generated"
 MODEL="$GEN/resnet50.onnx"
@@ -82,14 +86,21 @@ bench_cpu() {
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-bench_ms1=$(bench_ms)
 bcpu10=$(bench_cpu 10)
 read -r rate20 rss20 wall20 cpu20 <<<"$(calibrate "$WORK/img20")"
-read -r rate200 rss200 wall200 cpu200 <<<"$(calibrate "$WORK/img$NBIG")"
 read -r _ _ _ tcpu20 <<<"$(calibrate "$WORK/img20" --placement_in "$PLACEMENT")"
-read -r trate200 _ twall200 tcpu200 <<<"$(calibrate "$WORK/img$NBIG" --placement_in "$PLACEMENT")"
+# Rounds of (bench, calibrate all, calibrate trt, bench): each round's ratios use the mean of
+# its own two bench medians, so a drift of the machine's speed over the minutes of the script
+# moves both sides of a ratio; the medians over the rounds are the figures.
+rounds=""
+for ((r = 0; r < PAIRS; r++)); do
+    b1=$(bench_ms)
+    read -r rate200 rss200 wall200 cpu200 <<<"$(calibrate "$WORK/img$NBIG")"
+    read -r trate200 _ twall200 tcpu200 <<<"$(calibrate "$WORK/img$NBIG" --placement_in "$PLACEMENT")"
+    b2=$(bench_ms)
+    rounds="$rounds($b1, $b2, $rate200, $trate200, $wall200, $twall200),"
+done
 bcpu40=$(bench_cpu 40)
-bench_ms2=$(bench_ms)
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # The same through .npz files (streamed one batch at a time); CALIB_BENCH_NPZ=0 skips it.
@@ -109,17 +120,25 @@ if [ "${CALIB_BENCH_NPZ:-1}" = 1 ]; then
 fi
 
 /usr/bin/python3 - <<PY
-ms = ($bench_ms1 + $bench_ms2) / 2
-br, r20, r200, t200 = 1000.0 / ms, $rate20, $rate200, $trate200
+import statistics
+rounds = [$rounds]
 print(f"model ResNet-50 (generated), 1x3x224x224, threads $THREADS, entropy")
 print("OpenMP: OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset} GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-unset}")
 print("load average before: $load_before, after: $load_after")
-print(f"qplace bench: median $bench_ms1 / $bench_ms2 ms (before / after) -> {br:.2f} samples/s")
-print(f"calibrate  20 images, all: {r20:.2f} samples/s, wall $wall20 s, peak RSS {$rss20/1024:.0f} MB")
-print(f"calibrate $NBIG images, all: {r200:.2f} samples/s, wall $wall200 s, peak RSS {$rss200/1024:.0f} MB")
-print(f"calibrate $NBIG images, trt: {t200:.2f} samples/s, wall $twall200 s")
-print(f"throughput ratio calibrate($NBIG, all activations)/bench: {r200 / br:.2f}x (target >= 0.8x)")
-print(f"throughput ratio calibrate($NBIG, trt placement)/bench:  {t200 / br:.2f}x (target >= 0.8x)")
+print(f"calibrate  20 images, all: {$rate20:.2f} samples/s, wall $wall20 s, peak RSS {$rss20/1024:.0f} MB")
+ra, rt = [], []
+for i, (b1, b2, a, t, wa, wt) in enumerate(rounds):
+    br = 1000.0 / ((b1 + b2) / 2)
+    ra.append(a / br)
+    rt.append(t / br)
+    print(f"round {i + 1}: qplace bench {b1:.1f} / {b2:.1f} ms -> {br:.2f} samples/s; calibrate "
+          f"$NBIG images: all {a:.2f} samples/s ({wa} s) -> {a / br:.2f}x, trt {t:.2f} samples/s "
+          f"({wt} s) -> {t / br:.2f}x")
+print(f"peak RSS of the last $NBIG-image run: {$rss200/1024:.0f} MB")
+print(f"throughput ratio calibrate($NBIG, all activations)/bench: median {statistics.median(ra):.2f}x "
+      f"over {len(ra)} rounds ({', '.join(f'{x:.2f}' for x in ra)}) (target >= 0.8x)")
+print(f"throughput ratio calibrate($NBIG, trt placement)/bench:  median {statistics.median(rt):.2f}x "
+      f"over {len(rt)} rounds ({', '.join(f'{x:.2f}' for x in rt)}) (target >= 0.8x)")
 bc = ($bcpu40 - $bcpu10) / 30
 cc, tc = ($cpu200 - $cpu20) / ($NBIG - 20), ($tcpu200 - $tcpu20) / ($NBIG - 20)
 print(f"CPU per sample: bench {bc * 1000:.0f} ms, calibrate all {cc * 1000:.0f} ms, trt {tc * 1000:.0f} ms")
