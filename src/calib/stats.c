@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/vecmath.h"
 #include "qplace/dtype.h"
 
 struct qp_stats {
@@ -851,19 +852,14 @@ __attribute__((target("avx2,popcnt"))) static size_t fast_chunk_avx2(const struc
     return n_zeros;
 }
 
-/* 1 when fast_chunk_avx2 may run (the CPU has AVX2 and POPCNT, and tests did not turn it
- * off). Read from OpenMP threads: relaxed atomics, every writer stores the same. */
+/* 1 when fast_chunk_avx2 may run (the kernels' AVX2 probe, which also initialises the CPU
+ * model that __builtin_cpu_supports reads, plus POPCNT; and tests did not turn it off). Read
+ * from OpenMP threads: a relaxed atomic, every writer stores the same. */
 static int simd_allowed = 1;
 
 static int use_avx2(void) {
-    static int have = -1;
-    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
-    if (h < 0) {
-        __builtin_cpu_init();
-        h = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
-        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
-    }
-    return h && __atomic_load_n(&simd_allowed, __ATOMIC_RELAXED);
+    return qp_vf_have_avx2() && __builtin_cpu_supports("popcnt") &&
+           __atomic_load_n(&simd_allowed, __ATOMIC_RELAXED);
 }
 #else
 static int simd_allowed = 1;
