@@ -359,6 +359,34 @@ static void fill_big(float *x, int64_t n, unsigned seed, float scale) {
     x[100001] = NAN;
 }
 
+/* Updates s with each of the n_batches float arrays of shape dims (as float64 copies when
+ * as_double). */
+static void feed_batches(struct qp_stats *s, float **batches, int n_batches, int rank,
+                         const int64_t *dims, int as_double) {
+    struct qp_error err = {0};
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    double *d = as_double ? malloc((size_t)n * sizeof *d) : NULL;
+    if (as_double) assert_non_null(d);
+    for (int b = 0; b < n_batches; b++) {
+        struct qp_array a;
+        if (as_double) {
+            for (int64_t i = 0; i < n; i++)
+                d[i] = batches[b][i];
+            assert_int_equal(
+                qp_array_view(&a, QP_DTYPE_DOUBLE, rank, dims, d, (size_t)n * sizeof *d, &err),
+                QP_OK);
+        } else {
+            assert_int_equal(qp_array_view(&a, QP_DTYPE_FLOAT, rank, dims, batches[b],
+                                           (size_t)n * sizeof(float), &err),
+                             QP_OK);
+        }
+        assert_int_equal(qp_stats_update(s, &a, &err), QP_OK);
+    }
+    free(d);
+}
+
 static struct qp_stats *run_big(int threads, int as_double, float **batches, int n_batches) {
     struct qp_stats_config cfg;
     qp_stats_config_default(&cfg, QP_STATS_HIST | QP_STATS_ABS_HIST);
@@ -367,23 +395,8 @@ static struct qp_stats *run_big(int threads, int as_double, float **batches, int
     struct qp_stats *s = NULL;
     struct qp_error err = {0};
     assert_int_equal(qp_stats_create(&cfg, &s, &err), QP_OK);
-    double *d = as_double ? malloc(BIG_N * sizeof *d) : NULL;
-    for (int b = 0; b < n_batches; b++) {
-        struct qp_array a;
-        int64_t dims[2] = {3, BIG_N / 3};
-        if (as_double) {
-            for (int64_t i = 0; i < BIG_N; i++)
-                d[i] = batches[b][i];
-            assert_int_equal(
-                qp_array_view(&a, QP_DTYPE_DOUBLE, 2, dims, d, BIG_N * sizeof *d, &err), QP_OK);
-        } else {
-            assert_int_equal(
-                qp_array_view(&a, QP_DTYPE_FLOAT, 2, dims, batches[b], BIG_N * sizeof(float), &err),
-                QP_OK);
-        }
-        assert_int_equal(qp_stats_update(s, &a, &err), QP_OK);
-    }
-    free(d);
+    int64_t dims[2] = {3, BIG_N / 3};
+    feed_batches(s, batches, n_batches, 2, dims, as_double);
     return s;
 }
 
@@ -627,25 +640,9 @@ static struct qp_stats *adv_run(int flags, int threads, int simd, int as_double,
     struct qp_error err = {0};
     assert_int_equal(qp_stats_create(&cfg, &s, &err), QP_OK);
     int prev = qp_stats_set_simd(simd);
-    double *d = as_double ? malloc(ADV_N * sizeof *d) : NULL;
-    for (int k = 0; k < n_batches; k++) {
-        struct qp_array a;
-        int64_t dims[1] = {ADV_N};
-        if (as_double) {
-            assert_non_null(d);
-            for (int64_t i = 0; i < ADV_N; i++)
-                d[i] = b[k][i];
-            assert_int_equal(
-                qp_array_view(&a, QP_DTYPE_DOUBLE, 1, dims, d, ADV_N * sizeof *d, &err), QP_OK);
-        } else {
-            assert_int_equal(
-                qp_array_view(&a, QP_DTYPE_FLOAT, 1, dims, b[k], ADV_N * sizeof(float), &err),
-                QP_OK);
-        }
-        assert_int_equal(qp_stats_update(s, &a, &err), QP_OK);
-    }
+    int64_t dims[1] = {ADV_N};
+    feed_batches(s, b, n_batches, 1, dims, as_double);
     qp_stats_set_simd(prev);
-    free(d);
     return s;
 }
 
