@@ -564,6 +564,39 @@ static void test_bypass_weights(void **state) {
     qp_model_free(m);
 }
 
+/* A session of m with a cache of two [2, D] tensors: a reference run (input fill_input(seed))
+ * with *ov bypassed, then *ov applied (ov->bypass becomes 0): the partial run computes
+ * `n_nodes` nodes and equals a fresh session's full run bit for bit. Returns the session. */
+static struct qp_session *toggle_partial(const struct qp_model *m, struct qp_overlay *ov,
+                                         uint32_t seed, size_t n_nodes) {
+    struct qp_error err = {0};
+    struct qp_session *s = NULL, *f = NULL;
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &f, &err), QP_OK);
+    float xv[2 * D], a[2 * D], b[2 * D];
+    fill_input(xv, seed);
+    struct qp_array in, o;
+    int64_t dims[2] = {2, D};
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 2, dims, xv, sizeof xv, &err), QP_OK);
+    qp_session_set_cache(s, 2 * sizeof(float) * 2 * D);
+    ov->bypass = 1;
+    assert_int_equal(qp_session_set_overlays(s, 1, ov, &err), QP_OK);
+    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    ov->bypass = 0;
+    assert_int_equal(qp_session_set_overlays(s, 1, ov, &err), QP_OK);
+    assert_int_equal(qp_session_set_overlays(f, 1, ov, &err), QP_OK);
+    assert_int_equal(qp_session_run_partial(s, &err), QP_OK);
+    assert_int_equal(qp_session_nodes_executed(s), n_nodes);
+    assert_int_equal(qp_session_output(s, 0, &o, &err), QP_OK);
+    memcpy(a, o.data, sizeof a);
+    assert_int_equal(qp_session_run(f, 1, &in, &err), QP_OK);
+    assert_int_equal(qp_session_output(f, 0, &o, &err), QP_OK);
+    memcpy(b, o.data, sizeof b);
+    assert_memory_equal(a, b, sizeof a);
+    qp_session_free(f);
+    return s;
+}
+
 /* x -> A(Relu) -> B(Sigmoid) -> C(Relu) -> E(Sigmoid) -> F(Relu) -> y, an overlay on E's input,
  * a cache of two [2, D] tensors: the reference keeps c (what E reads) and y (the output), so
  * toggling the overlay computes E and F only. Keeping the first two tensors would recompute C
@@ -580,9 +613,6 @@ static void test_cache_keeps_relevant(void **state) {
     add(g, "F", "Relu", 1, "e", NULL, "y");
     assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "y"), &err), QP_OK);
     assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
-    struct qp_session *s = NULL, *f = NULL;
-    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
-    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &f, &err), QP_OK);
     float scale = 0.05f;
     struct qp_overlay ov = {.node = "E",
                             .input = 0,
@@ -590,32 +620,13 @@ static void test_cache_keeps_relevant(void **state) {
                             .n_params = 1,
                             .scale = &scale,
                             .bypass = 1};
-    float xv[2 * D], a[2 * D], b[2 * D];
-    fill_input(xv, 9);
-    struct qp_array in, o;
-    int64_t dims[2] = {2, D};
-    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 2, dims, xv, sizeof xv, &err), QP_OK);
-    qp_session_set_cache(s, 2 * sizeof(float) * 2 * D);
-    assert_int_equal(qp_session_set_overlays(s, 1, &ov, &err), QP_OK);
-    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
-    ov.bypass = 0;
-    assert_int_equal(qp_session_set_overlays(s, 1, &ov, &err), QP_OK);
-    assert_int_equal(qp_session_set_overlays(f, 1, &ov, &err), QP_OK);
-    assert_int_equal(qp_session_run_partial(s, &err), QP_OK);
-    assert_int_equal(qp_session_nodes_executed(s), 2);
-    assert_int_equal(qp_session_output(s, 0, &o, &err), QP_OK);
-    memcpy(a, o.data, sizeof a);
-    assert_int_equal(qp_session_run(f, 1, &in, &err), QP_OK);
-    assert_int_equal(qp_session_output(f, 0, &o, &err), QP_OK);
-    memcpy(b, o.data, sizeof b);
-    assert_memory_equal(a, b, sizeof a);
+    struct qp_session *s = toggle_partial(m, &ov, 9, 2);
     /* Back to bypassed: nothing changed since the reference, nothing computed. */
     ov.bypass = 1;
     assert_int_equal(qp_session_set_overlays(s, 1, &ov, &err), QP_OK);
     assert_int_equal(qp_session_run_partial(s, &err), QP_OK);
     assert_int_equal(qp_session_nodes_executed(s), 0);
     qp_session_free(s);
-    qp_session_free(f);
     qp_model_free(m);
 }
 
@@ -639,9 +650,6 @@ static void test_cache_keeps_weight_readers(void **state) {
     add(g, "E", "Sigmoid", 1, "c", NULL, "y");
     assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "y"), &err), QP_OK);
     assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
-    struct qp_session *s = NULL, *f = NULL;
-    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
-    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &f, &err), QP_OK);
     float scale = 0.004f;
     struct qp_overlay ov = {.node = "M",
                             .input = 1,
@@ -649,27 +657,7 @@ static void test_cache_keeps_weight_readers(void **state) {
                             .n_params = 1,
                             .scale = &scale,
                             .bypass = 1};
-    float xv[2 * D], a[2 * D], b[2 * D];
-    fill_input(xv, 5);
-    struct qp_array in, o;
-    int64_t dims[2] = {2, D};
-    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 2, dims, xv, sizeof xv, &err), QP_OK);
-    qp_session_set_cache(s, 2 * sizeof(float) * 2 * D);
-    assert_int_equal(qp_session_set_overlays(s, 1, &ov, &err), QP_OK);
-    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
-    ov.bypass = 0;
-    assert_int_equal(qp_session_set_overlays(s, 1, &ov, &err), QP_OK);
-    assert_int_equal(qp_session_set_overlays(f, 1, &ov, &err), QP_OK);
-    assert_int_equal(qp_session_run_partial(s, &err), QP_OK);
-    assert_int_equal(qp_session_nodes_executed(s), 3);
-    assert_int_equal(qp_session_output(s, 0, &o, &err), QP_OK);
-    memcpy(a, o.data, sizeof a);
-    assert_int_equal(qp_session_run(f, 1, &in, &err), QP_OK);
-    assert_int_equal(qp_session_output(f, 0, &o, &err), QP_OK);
-    memcpy(b, o.data, sizeof b);
-    assert_memory_equal(a, b, sizeof a);
-    qp_session_free(s);
-    qp_session_free(f);
+    qp_session_free(toggle_partial(m, &ov, 5, 3));
     qp_model_free(m);
 }
 
