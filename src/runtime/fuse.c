@@ -998,7 +998,6 @@ enum qp_status rt_fuse_prepare_variant(const struct qp_session *s, const struct 
                           n->name ? n->name : "");
         goto done;
     }
-    rt_layout_state(st, state);
     *var_out = (struct rt_variant){mask, state, (pr.scratch + 63) / 64 * 64, bf, own};
     state = NULL;
     own = NULL;

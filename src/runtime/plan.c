@@ -961,15 +961,13 @@ static enum qp_status grow_scratch(struct rt_plan *p, size_t bytes, struct qp_er
     return QP_OK;
 }
 
-/* Prepares the kernel of node step `stp` once more, with its constant overlay inputs applied
- * per `mask` (bypassed ones read the original constant), into a new variant. */
-static enum qp_status prepare_variant(const struct qp_session *s, struct rt_plan *p,
-                                      struct rt_step *stp, unsigned mask, struct qp_error *err) {
+/* Prepares the kernel of unfused node step `stp` once more, with its constant overlay inputs
+ * applied per `mask` (bypassed ones read the original constant), into *var_out. */
+static enum qp_status prepare_variant(const struct qp_session *s, const struct rt_step *stp,
+                                      unsigned mask, struct rt_variant *var_out,
+                                      struct qp_error *err) {
     const struct qp_node *n = &s->g->nodes[stp->node];
     enum qp_status st = QP_OK;
-    struct rt_variant *nv = realloc(stp->var, ((size_t)stp->n_var + 1) * sizeof *nv);
-    if (!nv) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-    stp->var = nv;
     const struct qp_kt **in = calloc((size_t)stp->n_in + 1, sizeof *in);
     struct qp_kt *outs = calloc((size_t)stp->n_out + 1, sizeof *outs);
     struct qp_kt **out = calloc((size_t)stp->n_out + 1, sizeof *out);
@@ -1014,15 +1012,8 @@ static enum qp_status prepare_variant(const struct qp_session *s, struct rt_plan
                               n->name ? n->name : "", n->op_type, i);
             goto done;
         }
-    size_t scratch = (pr.scratch + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN;
-    if ((st = grow_scratch(p, scratch, err))) {
-        free(pr.state);
-        goto done;
-    }
-    rt_layout_state(stp, pr.state);
-    stp->var[stp->n_var] = (struct rt_variant){mask, pr.state, scratch, NULL, NULL};
-    stp->cur_var = stp->n_var++;
-    stp->state = pr.state;
+    *var_out = (struct rt_variant){mask, pr.state,
+                                   (pr.scratch + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN, NULL, NULL};
 done:
     free(in);
     free(outs);
@@ -1044,29 +1035,26 @@ enum qp_status rt_plan_sync_overlays(const struct qp_session *s, struct rt_plan 
         int found = -1;
         for (int j = 0; j < stp->n_var && found < 0; j++)
             if (stp->var[j].mask == mask) found = j;
-        if (found < 0 && stp->fuse) {
+        if (found < 0) { /* a combination not seen before: prepare it */
             struct rt_variant nv;
             struct rt_variant *grown =
                 realloc(stp->var, ((size_t)stp->n_var + 1) * sizeof *stp->var);
             if (!grown) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
             stp->var = grown;
-            enum qp_status st = rt_fuse_prepare_variant(s, p, stp, mask, &nv, err);
+            enum qp_status st = stp->fuse ? rt_fuse_prepare_variant(s, p, stp, mask, &nv, err)
+                                          : prepare_variant(s, stp, mask, &nv, err);
             if (st == QP_OK && (st = grow_scratch(p, nv.scratch, err))) {
                 free(nv.state);
                 free(nv.own);
             }
             if (st != QP_OK) return st;
+            rt_layout_state(stp, nv.state);
             stp->var[stp->n_var] = nv;
             found = stp->n_var++;
         }
-        if (found >= 0) {
-            stp->cur_var = found;
-            stp->state = stp->var[found].state;
-            if (stp->var[found].in2) stp->in[2] = stp->var[found].in2;
-            continue;
-        }
-        enum qp_status st = prepare_variant(s, p, stp, mask, err);
-        if (st != QP_OK) return st;
+        stp->cur_var = found;
+        stp->state = stp->var[found].state;
+        if (stp->var[found].in2) stp->in[2] = stp->var[found].in2;
     }
     return QP_OK;
 }

@@ -233,7 +233,7 @@ enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, co
                                struct qp_error *err);
 /* Prepares fused step `st` (st->fuse set) again with its constant overlays applied per `mask`
  * (same convention as rt_variant), into *var_out (its state, scratch, bias and owned block;
- * blocked layouts as the plan's). Allocates. */
+ * the caller applies the step's blocked layouts, rt_layout_state). Allocates. */
 enum qp_status rt_fuse_prepare_variant(const struct qp_session *s, const struct rt_plan *p,
                                        const struct rt_step *st, unsigned mask,
                                        struct rt_variant *var_out, struct qp_error *err);
