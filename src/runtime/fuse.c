@@ -70,13 +70,6 @@ struct finder {
     const unsigned char *taken;
 };
 
-/* The overlay on (node, input), if any. */
-static int has_overlay(const struct qp_session *s, int node, int input) {
-    for (size_t i = 0; i < s->n_ov; i++)
-        if (s->ov[i].node == node && s->ov[i].input == input) return 1;
-    return 0;
-}
-
 /* 1 when tensor v may disappear inside a group: no graph output, not observed, exactly
  * `n_uses` readers (checked by the caller to be members), no overlay on any of its edges. */
 static int absorbable(const struct finder *f, int v, size_t n_uses) {
@@ -87,7 +80,7 @@ static int absorbable(const struct finder *f, int v, size_t n_uses) {
     for (size_t u = 0; u < val->n_uses; u++) {
         const struct qp_node *c = &f->g->nodes[val->uses[u].node];
         if (c->dead || f->taken[val->uses[u].node]) return 0;
-        if (has_overlay(s, val->uses[u].node, val->uses[u].input)) return 0;
+        if (rt_overlay_index(s->ov, s->n_ov, val->uses[u].node, val->uses[u].input) >= 0) return 0;
     }
     return 1;
 }

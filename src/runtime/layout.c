@@ -25,13 +25,6 @@
 #include "kernels/kernels.h"
 #include "runtime/runtime.h"
 
-/* The overlay on (node, input), or -1. */
-static int find_overlay(const struct qp_session *s, int node, int input) {
-    for (size_t i = 0; i < s->n_ov; i++)
-        if (s->ov[i].node == node && s->ov[i].input == input) return (int)i;
-    return -1;
-}
-
 static int is_conv_step(const struct rt_step *st) {
     return st->kind == RT_STEP_NODE && st->k &&
            (st->k->run == qp_k_dnnl_conv_run || st->k->run == qp_k_dnnl_conv_transpose_run) &&
@@ -109,7 +102,7 @@ static int keeps(const struct pass *ps, int v) {
     for (size_t u = 0; u < val->n_uses; u++) {
         int c = val->uses[u].node, kc = ps->node_step[c];
         if (kc < 0) return 0;
-        int oi = find_overlay(s, c, val->uses[u].input);
+        int oi = rt_overlay_index(s->ov, s->n_ov, c, val->uses[u].input);
         if (oi >= 0 && (s->ov[oi].n_params != 1 || !ps->flat[v])) return 0;
         const struct rt_step *sc = &ps->p->steps[kc];
         int reads = 0;

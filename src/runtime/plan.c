@@ -248,12 +248,6 @@ static enum qp_status overlay_geometry(const struct qp_session *s, const struct 
     return QP_OK;
 }
 
-static int find_overlay(const struct qp_session *s, int node, int input) {
-    for (size_t i = 0; i < s->n_ov; i++)
-        if (s->ov[i].node == node && s->ov[i].input == input) return (int)i;
-    return -1;
-}
-
 /* ---- If -----------------------------------------------------------------------------------
  */
 
@@ -558,7 +552,7 @@ enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
         /* Overlays on this node's inputs: a step each (or computed now for a constant). */
         int n_pend = 0;
         for (int i = 0; s->n_ov && i < n->n_inputs; i++) {
-            int oi = find_overlay(s, ni_, i);
+            int oi = rt_overlay_index(s->ov, s->n_ov, ni_, i);
             if (oi < 0 || n->inputs[i] < 0) continue;
             struct qp_kt *src = &p->vals[n->inputs[i]];
             struct rt_step *os = &p->steps[n_steps];

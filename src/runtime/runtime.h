@@ -112,6 +112,13 @@ struct rt_overlay {
     size_t zp_bytes;
 };
 
+/* The index in ov[0..n) of the overlay on (node, input), or -1. */
+static inline int rt_overlay_index(const struct rt_overlay *ov, size_t n, int node, int input) {
+    for (size_t i = 0; i < n; i++)
+        if (ov[i].node == node && ov[i].input == input) return (int)i;
+    return -1;
+}
+
 /* Values of the reference run, for partial re-execution. */
 struct rt_cache {
     size_t budget; /* 0: caching off */

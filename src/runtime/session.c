@@ -861,13 +861,6 @@ static int overlay_equal(const struct rt_overlay *a, const struct rt_overlay *b)
     return overlay_params_equal(a, b);
 }
 
-static const struct rt_overlay *overlay_find(const struct rt_overlay *ov, size_t n, int node,
-                                             int input) {
-    for (size_t i = 0; i < n; i++)
-        if (ov[i].node == node && ov[i].input == input) return &ov[i];
-    return NULL;
-}
-
 enum { MODE_SKIP = 0, MODE_RESTORE, MODE_COMPUTE };
 
 enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err) {
@@ -894,14 +887,16 @@ enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err
     /* Nodes reading a changed edge, and everything downstream of them. */
     size_t sp = 0;
     for (size_t i = 0; i < s->n_ov; i++) {
-        const struct rt_overlay *r = overlay_find(c->ov, c->n_ov, s->ov[i].node, s->ov[i].input);
+        int ri = rt_overlay_index(c->ov, c->n_ov, s->ov[i].node, s->ov[i].input);
+        const struct rt_overlay *r = ri >= 0 ? &c->ov[ri] : NULL;
         if ((!r || !overlay_equal(r, &s->ov[i])) && !dirty[s->ov[i].node]) {
             dirty[s->ov[i].node] = 1;
             stack[sp++] = s->ov[i].node;
         }
     }
     for (size_t i = 0; i < c->n_ov; i++)
-        if (!overlay_find(s->ov, s->n_ov, c->ov[i].node, c->ov[i].input) && !dirty[c->ov[i].node]) {
+        if (rt_overlay_index(s->ov, s->n_ov, c->ov[i].node, c->ov[i].input) < 0 &&
+            !dirty[c->ov[i].node]) {
             dirty[c->ov[i].node] = 1;
             stack[sp++] = c->ov[i].node;
         }
