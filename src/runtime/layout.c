@@ -32,10 +32,6 @@ static int is_conv_step(const struct rt_step *st) {
            qp_dnnl_conv_state_uses_dnnl(st->state);
 }
 
-static int same_dims(const struct qp_kt *a, const struct qp_kt *b) {
-    return a->rank == b->rank && memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
-}
-
 /* An elementwise step over float tensors that computes each output element from the elements
  * at the same offset (or a scalar), whatever order those offsets stand for. */
 static int is_transparent(const struct rt_step *st) {
@@ -45,11 +41,11 @@ static int is_transparent(const struct rt_step *st) {
         return 0;
     const struct qp_kt *y = st->out[0];
     if (st->k->run == qp_k_act_run)
-        return st->in[0] && st->in[0]->dtype == QP_DTYPE_FLOAT && same_dims(st->in[0], y);
+        return st->in[0] && rt_same_shape(st->in[0], y); /* y is float */
     if (st->k->run != qp_k_dnnl_binary_run || st->n_in != 2) return 0;
     for (int i = 0; i < 2; i++) {
         const struct qp_kt *x = st->in[i];
-        if (!x || x->dtype != QP_DTYPE_FLOAT || (!same_dims(x, y) && x->numel != 1)) return 0;
+        if (!x || x->dtype != QP_DTYPE_FLOAT || (!rt_same_shape(x, y) && x->numel != 1)) return 0;
     }
     return 1;
 }
@@ -59,7 +55,7 @@ static int carries(const struct rt_step *st, int i) {
     const struct qp_kt *x = st->in[i];
     if (!x) return 0;
     if (st->k->run == qp_k_act_run) return i == 0;
-    return same_dims(x, st->out[0]);
+    return rt_same_shape(x, st->out[0]);
 }
 
 struct pass {

@@ -298,11 +298,6 @@ static void mark_outer_refs(const struct rt_plan *bp, const struct rt_plan *top,
         }
 }
 
-static int same_shape(const struct qp_kt *a, const struct qp_kt *b) {
-    if (a->dtype != b->dtype || a->rank != b->rank) return 0;
-    return memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
-}
-
 /* Plans the branches of If node `node` (only the taken one when the condition is a plan-time
  * constant) and sets the node's outputs. *fold_out = 1 when the outputs are plan-time
  * constants. */
@@ -351,7 +346,7 @@ static enum qp_status if_plan(struct qp_session *s, struct rt_plan *p, struct rt
                                 bname[lo], o);
         if (lo != hi) {
             const struct qp_kt *b = &stp->rif->plan[hi]->vals[sess->sub[hi]->outputs[o]];
-            if (!same_shape(a, b)) {
+            if (!rt_same_shape(a, b)) {
                 char sa[64], sb[64];
                 return qp_error_set(err, QP_ERR_UNSUPPORTED,
                                     "output %d: then_branch gives %s %s, else_branch %s %s; "

@@ -2,6 +2,8 @@
 #ifndef QP_RUNTIME_RUNTIME_H
 #define QP_RUNTIME_RUNTIME_H
 
+#include <string.h>
+
 #include "ir/ir.h"
 #include "kernels/kernel.h"
 #include "qplace/session.h"
@@ -111,6 +113,12 @@ struct rt_overlay {
     void *zero_point; /* NULL: 0 */
     size_t zp_bytes;
 };
+
+/* 1 when a and b have the same dtype and dims. */
+static inline int rt_same_shape(const struct qp_kt *a, const struct qp_kt *b) {
+    return a->dtype == b->dtype && a->rank == b->rank &&
+           memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
+}
 
 /* The index in ov[0..n) of the overlay on (node, input), or -1. */
 static inline int rt_overlay_index(const struct rt_overlay *ov, size_t n, int node, int input) {
