@@ -302,6 +302,24 @@ static void make_ov(struct ovp *o, const char *node_name, int input, size_t n_pa
     o->ov.zero_point = o->zp;
 }
 
+/* Sets overlays t[0..n) on s (a reference run done, its cache on) and runs it partially: 1 when
+ * that equals, bit for bit, a full run of a fresh session of m with the same overlays (with the
+ * recording order-agnostic observer too when `observed`). */
+static int partial_equals_fresh(struct qp_session *s, const struct qp_model *m,
+                                const struct qp_overlay *t, size_t n, int observed) {
+    struct qp_error err = {0};
+    assert_int_equal(qp_session_set_overlays(s, n, t, &err), QP_OK);
+    run2(s, 1, out_a);
+    struct qp_session *f = session(m);
+    struct seen sf = {0};
+    if (observed) observe_any(f, &sf);
+    assert_int_equal(qp_session_set_overlays(f, n, t, &err), QP_OK);
+    run2(f, 0, out_b);
+    qp_session_free(f);
+    seen_free(&sf);
+    return memcmp(out_a, out_b, sizeof out_a) == 0;
+}
+
 /* Overlays on blocked edges: per tensor on c1's input (r0o) and on the residual a1 reads
  * (r0o again), and (second round) per channel on c3's input (m2o). Every tensor is observed
  * (order-agnostic) so the unfused steps run, then nothing is (fused). Overlay runs equal the
@@ -353,21 +371,12 @@ static void test_layout_overlays(void **state) {
             for (int k = 0; k < n_ov; k++) {
                 for (int i = 0; i < n_ov; i++)
                     t[i].bypass = i != k;
-                assert_int_equal(qp_session_set_overlays(s, (size_t)n_ov, t, &err), QP_OK);
-                run2(s, 1, out_a);
-                struct qp_session *f = session(m);
-                if (observed) {
-                    observe_any(f, &sq);
-                }
-                assert_int_equal(qp_session_set_overlays(f, (size_t)n_ov, t, &err), QP_OK);
-                run2(f, 0, out_b);
+                int same = partial_equals_fresh(s, m, t, (size_t)n_ov, observed);
                 seen_free(&sa);
-                seen_free(&sq);
-                if (memcmp(out_a, out_b, sizeof out_a) != 0)
+                if (!same)
                     fail_msg("%d overlays, observed %d, overlay %d alone: partial run differs "
                              "from a full one",
                              n_ov, observed, k);
-                qp_session_free(f);
             }
             qp_session_free(s);
             qp_session_free(q);
@@ -394,7 +403,7 @@ static void test_layout_weight_variants(void **state) {
     for (int observed = 0; observed <= 1; observed++) {
         fill_x(9 + (uint32_t)observed);
         struct qp_session *s = session(m);
-        struct seen sa = {0}, sf = {0};
+        struct seen sa = {0};
         if (observed) {
             observe_any(s, &sa);
         }
@@ -411,20 +420,11 @@ static void test_layout_weight_variants(void **state) {
         for (int mask = 1; mask < 32; mask++) {
             for (int i = 0; i < 5; i++)
                 t[i].bypass = !(mask >> i & 1);
-            assert_int_equal(qp_session_set_overlays(s, 5, t, &err), QP_OK);
-            run2(s, 1, out_a);
-            struct qp_session *f = session(m);
-            if (observed) {
-                observe_any(f, &sf);
-            }
-            assert_int_equal(qp_session_set_overlays(f, 5, t, &err), QP_OK);
-            run2(f, 0, out_b);
-            if (memcmp(out_a, out_b, sizeof out_a) != 0)
+            int same = partial_equals_fresh(s, m, t, 5, observed);
+            seen_free(&sa);
+            if (!same)
                 fail_msg("observed %d, bypass mask 0x%x: partial run differs from a fresh plan",
                          observed, mask);
-            qp_session_free(f);
-            seen_free(&sa);
-            seen_free(&sf);
         }
         assert_int_equal(s->n_plans_built, plans); /* variants switched, no re-plan */
         qp_session_free(s);
