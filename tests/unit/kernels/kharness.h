@@ -3,12 +3,28 @@
 #ifndef QP_TESTS_KHARNESS_H
 #define QP_TESTS_KHARNESS_H
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
 
 #define KH_MAX_IO 12
+
+/* The kernel tests' deterministic generator (an LCG over *state): the next value in [-1, 1). */
+static inline float kh_frand(uint32_t *state) {
+    *state = *state * 1664525u + 1013904223u;
+    return (float)((*state >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+/* n values of kh_frand(state) in a malloc'd buffer. */
+static inline float *kh_rand_buf(uint32_t *state, uint64_t n) {
+    float *b = malloc((size_t)(n ? n : 1) * sizeof *b);
+    assert_non_null(b);
+    for (uint64_t i = 0; i < n; i++)
+        b[i] = kh_frand(state);
+    return b;
+}
 
 /* A kernel tensor over `data` (constant at plan time when data is not NULL). */
 static inline struct qp_kt kh_t(enum qp_dtype dt, int rank, const int64_t *dims, void *data) {

@@ -17,19 +17,9 @@
 #include "kernels/dnnl_softmax.h"
 #include "kernels/kernels.h"
 
-static uint32_t rng_state = 12345u;
-static float frand(void) {
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return (float)((rng_state >> 8) & 0xFFFF) / 32768.0f - 1.0f;
-}
+#include "kharness.h"
 
-static float *rand_buf(uint64_t n) {
-    float *b = malloc((size_t)(n ? n : 1) * sizeof *b);
-    assert_non_null(b);
-    for (uint64_t i = 0; i < n; i++)
-        b[i] = frand();
-    return b;
-}
+static uint32_t rng_state = 12345u;
 
 static int test_opset = 17;
 static int expect_dnnl = 1;  /* the fast rows must really run on oneDNN */
@@ -169,7 +159,8 @@ static void conv_case_run(const struct conv_case *cc, int transpose) {
         pads[cc->nsp + i] = cc->pad_e;
         opad[i] = cc->out_pad;
     }
-    float *x = rand_buf(nx), *w = rand_buf(nw), *b = rand_buf((uint64_t)cc->m);
+    float *x = kh_rand_buf(&rng_state, nx), *w = kh_rand_buf(&rng_state, nw),
+          *b = kh_rand_buf(&rng_state, (uint64_t)cc->m);
     double red = (double)nw / (double)cc->m * (transpose ? (double)cc->m / (double)cc->c : 1.0);
     struct qp_kt in[3] = {kt(2 + cc->nsp, dx, x, 0), kt(2 + cc->nsp, dw, w, 1), kt(1, db, b, 1)};
     struct qp_attr attrs[5] = {
@@ -232,7 +223,7 @@ static void matmul_case(int ra, const int64_t *da, int rb, const int64_t *db) {
         na *= (uint64_t)da[i];
     for (int i = 0; i < rb; i++)
         nb *= (uint64_t)db[i];
-    float *a = rand_buf(na), *b = rand_buf(nb);
+    float *a = kh_rand_buf(&rng_state, na), *b = kh_rand_buf(&rng_state, nb);
     struct qp_kt in[2] = {kt(ra, da, a, 0), kt(rb, db, b, 1)};
     char what[64];
     snprintf(what, sizeof what, "MatMul rank %d x rank %d, k %lld", ra, rb, (long long)da[ra - 1]);
@@ -276,8 +267,9 @@ static void gemm_case(int64_t m, int64_t n, int64_t k, int ta, int tb, float alp
     int64_t da[2] = {ta ? k : m, ta ? m : k}, db[2] = {tb ? n : k, tb ? k : n};
     int64_t dc[2] = {c_rows, n};
     if (c_rank == 1) dc[0] = n;
-    float *a = rand_buf((uint64_t)(m * k)), *b = rand_buf((uint64_t)(k * n)),
-          *c = rand_buf((uint64_t)(m * n));
+    float *a = kh_rand_buf(&rng_state, (uint64_t)(m * k)),
+          *b = kh_rand_buf(&rng_state, (uint64_t)(k * n)),
+          *c = kh_rand_buf(&rng_state, (uint64_t)(m * n));
     struct qp_kt in[3] = {kt(2, da, a, 0), kt(2, db, b, 1), kt(c_rank, dc, c, 1)};
     struct qp_attr attrs[4] = {{.name = "transA", .type = QP_ATTR_INT, .i = ta},
                                {.name = "transB", .type = QP_ATTR_INT, .i = tb},
@@ -305,7 +297,7 @@ static void softmax_case(int rank, const int64_t *dims, int64_t axis, int opset)
     uint64_t n = 1;
     for (int i = 0; i < rank; i++)
         n *= (uint64_t)dims[i];
-    float *x = rand_buf(n);
+    float *x = kh_rand_buf(&rng_state, n);
     for (uint64_t i = 0; i < n; i++)
         x[i] *= 8.0f; /* a wide range, so exp's accuracy matters */
     struct qp_kt in[1] = {kt(rank, dims, x, 0)};
@@ -334,7 +326,7 @@ static void binary_case(const char *op, int ra, const int64_t *da, int rb, const
         na *= (uint64_t)da[i];
     for (int i = 0; i < rb; i++)
         nb *= (uint64_t)db[i];
-    float *a = rand_buf(na), *b = rand_buf(nb);
+    float *a = kh_rand_buf(&rng_state, na), *b = kh_rand_buf(&rng_state, nb);
     for (uint64_t i = 0; i < nb; i++) /* keep divisors away from 0 */
         b[i] += b[i] < 0 ? -0.5f : 0.5f;
     struct qp_kt in[2] = {kt(ra, da, a, 0), kt(rb, db, b, 1)};
@@ -378,7 +370,7 @@ static void test_binary_shapes(void **state) {
 static void test_conv_nonconst_weights(void **state) {
     (void)state;
     int64_t dx[4] = {1, 8, 9, 9}, dw[4] = {4, 8, 3, 3};
-    float *x = rand_buf(8 * 81), *w = rand_buf(4 * 8 * 9);
+    float *x = kh_rand_buf(&rng_state, 8 * 81), *w = kh_rand_buf(&rng_state, 4 * 8 * 9);
     struct qp_kt in[2] = {kt(4, dx, x, 0), kt(4, dw, w, 0)};
     expect_dnnl = 0;
     check(qp_k_conv_prepare, qp_k_conv_run, "Conv", NULL, 0, 2, in, 72.0, "Conv non-const W");
@@ -439,7 +431,8 @@ static float *fused_run(int transpose, struct qp_kt *in, const struct qp_kt *res
 static void conv_fused_post(int transpose) {
     int64_t dx[4] = {1, 16, 7, 9}, dw[4] = {16, 16, 3, 3}, db[1] = {16};
     uint64_t nx = 16 * 7 * 9;
-    float *x = rand_buf(nx), *w = rand_buf(16 * 16 * 9), *b = rand_buf(16), *res = rand_buf(nx);
+    float *x = kh_rand_buf(&rng_state, nx), *w = kh_rand_buf(&rng_state, 16 * 16 * 9),
+          *b = kh_rand_buf(&rng_state, 16), *res = kh_rand_buf(&rng_state, nx);
     struct qp_kt resk = kt(4, dx, res, 0);
     static const struct qp_conv_post lists[][4] = {
         {{QP_CONV_POST_RELU, 0, 0}},
@@ -530,7 +523,7 @@ static void test_conv_transpose_fused_post(void **state) {
 static void test_conv_defer(void **state) {
     (void)state;
     int64_t dx[4] = {1, 4, 5, 6}, dw[4] = {4, 2, 3, 3}, strides[2] = {2, 2};
-    float *x = rand_buf(4 * 30), *w = rand_buf(4 * 2 * 9);
+    float *x = kh_rand_buf(&rng_state, 4 * 30), *w = kh_rand_buf(&rng_state, 4 * 2 * 9);
     struct qp_attr attrs[2] = {{.name = "strides", .type = QP_ATTR_INTS, .n = 2, .ints = strides},
                                {.name = "group", .type = QP_ATTR_INT, .i = 2}};
     for (int t = 0; t < 2; t++) {

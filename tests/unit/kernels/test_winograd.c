@@ -18,19 +18,9 @@
 #include "kernels/kernels.h"
 #include "kernels/winograd.h"
 
-static uint32_t rng_state = 2024u;
-static float frand(void) {
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return (float)((rng_state >> 8) & 0xFFFF) / 32768.0f - 1.0f;
-}
+#include "kharness.h"
 
-static float *rand_buf(uint64_t n) {
-    float *b = malloc((size_t)(n ? n : 1) * sizeof *b);
-    assert_non_null(b);
-    for (uint64_t i = 0; i < n; i++)
-        b[i] = frand();
-    return b;
-}
+static uint32_t rng_state = 2024u;
 
 static struct qp_kt kt(int rank, const int64_t *dims, void *data, int is_const) {
     struct qp_kt t;
@@ -85,10 +75,10 @@ static void conv_init(struct conv *cv, const struct shape *sh, int64_t k, int64_
     cv->nx = (uint64_t)(sh->n * sh->c * sh->h * sh->w);
     cv->ny = (uint64_t)(sh->n * sh->m * cv->ho * cv->wo);
     uint64_t nw = (uint64_t)(sh->m * (sh->c / group) * k * k);
-    cv->x = rand_buf(cv->nx);
-    cv->w = rand_buf(nw);
-    cv->b = rand_buf((uint64_t)sh->m);
-    cv->res = rand_buf(cv->ny);
+    cv->x = kh_rand_buf(&rng_state, cv->nx);
+    cv->w = kh_rand_buf(&rng_state, nw);
+    cv->b = kh_rand_buf(&rng_state, (uint64_t)sh->m);
+    cv->res = kh_rand_buf(&rng_state, cv->ny);
     int64_t dx[4] = {sh->n, sh->c, sh->h, sh->w}, dw[4] = {sh->m, sh->c / group, k, k};
     int64_t db[1] = {sh->m}, dy[4] = {sh->n, sh->m, cv->ho, cv->wo};
     cv->in[0] = kt(4, dx, cv->x, 0);
