@@ -1,8 +1,11 @@
-/* Runs one registry row on raw buffers, as the runtime would: prepare (shapes, validation),
- * then run with `threads` threads. Shared by the kernel unit tests (include after cmocka.h). */
+/* Shared by the kernel unit tests (include after cmocka.h): runs one registry row on raw
+ * buffers, as the runtime would (prepare: shapes, validation; then run with `threads` threads),
+ * a deterministic random generator, and a tolerance check for float results. */
 #ifndef QP_TESTS_KHARNESS_H
 #define QP_TESTS_KHARNESS_H
 
+#include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,22 @@
 static inline float kh_frand(uint32_t *state) {
     *state = *state * 1664525u + 1013904223u;
     return (float)((*state >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+/* got within rtol 1e-4 of want; the absolute floor grows with the reduction length `red`
+ * because sums of many terms of both signs cancel (the error is relative to the terms, not to
+ * the small result). Names `what` and the first element off. */
+static inline void kh_assert_close(const float *got, const float *want, uint64_t n, double red,
+                                   const char *what) {
+    float atol = (float)(1e-6 * sqrt(red > 1 ? red : 1));
+    for (uint64_t i = 0; i < n; i++) {
+        float d = fabsf(got[i] - want[i]);
+        if (!(d <= atol + 1e-4f * fabsf(want[i]))) {
+            fprintf(stderr, "%s: element %llu: %.9g vs reference %.9g\n", what,
+                    (unsigned long long)i, got[i], want[i]);
+            fail();
+        }
+    }
 }
 
 /* n values of kh_frand(state) in a malloc'd buffer. */

@@ -88,21 +88,6 @@ static void run_kernel(qp_kprepare_fn prep, qp_krun_fn run, const char *op, stru
     if (out_shape) *out_shape = out;
 }
 
-/* rtol 1e-4; the absolute floor grows with the reduction length `red` because sums of many
- * terms of both signs cancel (the error is relative to the terms, not to the small result). */
-static void assert_close(const float *got, const float *want, uint64_t n, double red,
-                         const char *what) {
-    float atol = (float)(1e-6 * sqrt(red > 1 ? red : 1));
-    for (uint64_t i = 0; i < n; i++) {
-        float d = fabsf(got[i] - want[i]);
-        if (!(d <= atol + 1e-4f * fabsf(want[i]))) {
-            fprintf(stderr, "%s: element %llu: %.9g vs reference %.9g\n", what,
-                    (unsigned long long)i, got[i], want[i]);
-            fail();
-        }
-    }
-}
-
 /* Reference vs oneDNN (1 and 2 threads; those two bit-identical). */
 static void check(qp_kprepare_fn ref_prep, qp_krun_fn ref_run, const char *op,
                   struct qp_attr *attrs, int n_attrs, int n_in, struct qp_kt *in, double red,
@@ -116,7 +101,7 @@ static void check(qp_kprepare_fn ref_prep, qp_krun_fn ref_run, const char *op,
     run_kernel(k->prepare, k->run, op, attrs, n_attrs, n_in, in, 2, &y2, &n2, NULL);
     assert_int_equal(n0, n1);
     assert_int_equal(n0, n2);
-    assert_close(y1, want, n0, red, what);
+    kh_assert_close(y1, want, n0, red, what);
     if (expect_exact && memcmp(y1, want, n0 * sizeof(float)) != 0) {
         fprintf(stderr, "%s: not bit-identical to the reference\n", what);
         fail();
@@ -490,7 +475,7 @@ static void conv_fused_post(int transpose) {
         char what[64];
         snprintf(what, sizeof what, "fused %s, post-op list %zu",
                  transpose ? "ConvTranspose" : "Conv", l);
-        assert_close(y1, want, n, 144.0, what);
+        kh_assert_close(y1, want, n, 144.0, what);
         assert_memory_equal(y1, y2, n * sizeof *y1);
         in[1].is_const = 0; /* no oneDNN: the reference convolution and the post-ops in C */
         float *y3 = fused_run(transpose, in, r, counts[l], lists[l], 2, &u3);

@@ -142,20 +142,6 @@ static float *reference(struct conv *cv, int n_post, const struct qp_conv_post *
     return y;
 }
 
-/* rtol 1e-4 and an absolute floor growing with the reduction length (as test_dnnl.c). */
-static void assert_close(const float *got, const float *want, uint64_t n, double red,
-                         const char *what) {
-    float atol = (float)(1e-6 * sqrt(red > 1 ? red : 1));
-    for (uint64_t i = 0; i < n; i++) {
-        float d = fabsf(got[i] - want[i]);
-        if (!(d <= atol + 1e-4f * fabsf(want[i]))) {
-            fprintf(stderr, "%s: element %llu: %.9g vs reference %.9g\n", what,
-                    (unsigned long long)i, got[i], want[i]);
-            fail();
-        }
-    }
-}
-
 /* ---- layouts --------------------------------------------------------------------------------- */
 
 static struct qp_wino_layout layout(int blocked, int64_t c, int64_t hw) {
@@ -304,7 +290,7 @@ static void direct_case(const struct shape *sh, int only_l, int only_lay) {
                     fail();
                 }
                 float *got = from_layout(y1, sh->n, sh->m, ohw, &ly);
-                assert_close(got, want, cv.ny, (double)(sh->c * 9), what);
+                kh_assert_close(got, want, cv.ny, (double)(sh->c * 9), what);
                 /* A blocked output's padding channels are zeros (oneDNN's convention). */
                 for (int64_t b = 0; ly.blk == 8 && b < sh->n; b++)
                     for (int64_t ch = sh->m; ch < (sh->m + 7) / 8 * 8; ch++)
@@ -630,7 +616,7 @@ static void test_state_fused(void **state) {
             float *b2 = state_run(&cv, st, scratch, blocked, has_sum, 2);
             char what[80];
             snprintf(what, sizeof what, "state, shape %zu, post list %d", i, l);
-            assert_close(y1, want, cv.ny, (double)(cv.sh.c * 9), what);
+            kh_assert_close(y1, want, cv.ny, (double)(cv.sh.c * 9), what);
             assert_memory_equal(y1, y2, cv.ny * sizeof *y1);
             assert_memory_equal(y1, b1, cv.ny * sizeof *y1);
             assert_memory_equal(y1, b2, cv.ny * sizeof *y1);
@@ -649,7 +635,7 @@ static void test_state_fused(void **state) {
             assert_true(qp_dnnl_conv_state_uses_winograd(st));
             float *want = reference(&cv, 0, NULL);
             float *y1 = state_run(&cv, st, scratch, 0, 0, 2);
-            assert_close(y1, want, cv.ny, (double)(cv.sh.c * 9), "plain Conv row");
+            kh_assert_close(y1, want, cv.ny, (double)(cv.sh.c * 9), "plain Conv row");
             free(want);
             free(y1);
             free(st);
