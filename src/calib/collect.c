@@ -15,6 +15,8 @@ struct slot {
     int member;         /* its index among the group's members */
     struct qp_stats *s; /* made on the first float batch of the tensor; in a pooled group it
                            keeps only the tensor's own counts (no histogram) */
+    uint64_t fed_run;   /* 1 + the index of the last run that fed it (0: none) */
+    int relu_of;        /* the slot of its Relu's input, or -1 (see feed) */
 };
 
 /* A Concat group whose histograms are pooled (entropy, percentile): each batch, copies of the
@@ -44,6 +46,7 @@ struct qp_collector {
     struct qp_stats_config member_cfg;
     uint64_t n_batches, n_samples;
     size_t bytes_max;
+    uint64_t n_derived; /* Relu batches fed from their input's statistics */
     /* An error raised inside the observer, which can only return non-zero. */
     int failed;
     struct qp_error obs_err;
@@ -82,7 +85,8 @@ static enum qp_status add_slot(struct qp_collector *c, int v, int required, stru
         c->slots[c->slot_of_value[v]].required |= required;
         return QP_OK;
     }
-    c->slots[c->n_slots] = (struct slot){.value = v, .required = required, .group = -1};
+    c->slots[c->n_slots] =
+        (struct slot){.value = v, .required = required, .group = -1, .relu_of = -1};
     c->slot_of_value[v] = (int)c->n_slots++;
     (void)err;
     return QP_OK;
@@ -145,7 +149,17 @@ static enum qp_status feed(struct qp_collector *c, struct slot *sl, const struct
         enum qp_status st = qp_stats_create(cfg, &sl->s, err);
         if (st != QP_OK) return st;
     }
-    enum qp_status st = qp_stats_update(sl->s, a, err);
+    enum qp_status st = QP_OK;
+    /* A Relu output whose input was fed in this run: its statistics follow from the input's
+     * (qp_stats_update_relu) when the histograms line up, which saves reading its values. */
+    const struct slot *in = sl->relu_of >= 0 ? &c->slots[sl->relu_of] : NULL;
+    int ok = 0;
+    uint64_t numel = in && in->s && in->fed_run == c->n_batches + 1 ? qp_array_numel(a, &ok) : 0;
+    if (ok && qp_stats_update_relu(sl->s, in->s, numel))
+        c->n_derived++;
+    else
+        st = qp_stats_update(sl->s, a, err);
+    sl->fed_run = c->n_batches + 1;
     if (st == QP_OK && sl->group >= 0) st = keep_copy(&c->groups[sl->group], sl->member, a, err);
     if (st != QP_OK)
         return qp_error_prefix(err, "calibrate: tensor '%s'", c->g->values[sl->value].name);
@@ -291,6 +305,17 @@ static enum qp_status observe_only_slots(struct qp_collector *c, struct qp_error
     return st;
 }
 
+/* Marks the Relu outputs whose input is calibrated too (slot.relu_of). */
+static void link_relus(struct qp_collector *c) {
+    for (size_t i = 0; i < c->n_slots; i++) {
+        const struct qp_value *y = &c->g->values[c->slots[i].value];
+        if (y->producer < 0) continue;
+        const struct qp_node *n = &c->g->nodes[y->producer];
+        if (!is_onnx_op(n, "Relu") || n->n_inputs < 1 || n->inputs[0] < 0) continue;
+        c->slots[i].relu_of = c->slot_of_value[n->inputs[0]];
+    }
+}
+
 enum qp_status qp_collector_create(const struct qp_model *model, const struct qp_collect_options *o,
                                    size_t n_shapes, const struct qp_shape *shapes,
                                    struct qp_collector **out, struct qp_error *err) {
@@ -326,6 +351,7 @@ enum qp_status qp_collector_create(const struct qp_model *model, const struct qp
     c->member_cfg = c->cfg;
     c->member_cfg.flags = 0;
     if ((st = make_groups(c, err)) != QP_OK) goto fail;
+    if (!o->values_only) link_relus(c);
     /* Planned at the first run: the observer and the observed set below would drop a plan
      * made now. */
     struct qp_session_options so = {.n_threads = o->n_threads, .lazy_plan = 1};
@@ -430,8 +456,10 @@ enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **ou
     struct qp_calib_range *tmp = malloc(ns * sizeof *tmp);
     int *members = malloc(ns * sizeof *members);
     struct qp_ranges *r = qp_ranges_create();
-    struct qp_collect_report rep = {
-        .n_batches = c->n_batches, .n_samples = c->n_samples, .collector_bytes_max = c->bytes_max};
+    struct qp_collect_report rep = {.n_batches = c->n_batches,
+                                    .n_samples = c->n_samples,
+                                    .collector_bytes_max = c->bytes_max,
+                                    .n_derived = c->n_derived};
     enum qp_status st = QP_OK;
     if (!rr || !have || !parent || !tmp || !members || !r) {
         st = qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
@@ -485,6 +513,16 @@ enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **ou
                    "range",
                    name, (unsigned long long)rr[i].n_nan, (unsigned long long)rr[i].n_inf);
         }
+    }
+    if (c->n_derived) {
+        size_t linked = 0;
+        for (size_t i = 0; i < c->n_slots; i++)
+            linked += c->slots[i].relu_of >= 0;
+        qp_log(QP_LOG_DEBUG,
+               "calibrate: %llu batches of %zu Relu outputs took their input's statistics "
+               "(qp_stats_update_relu), of %llu",
+               (unsigned long long)c->n_derived, linked,
+               (unsigned long long)(linked * c->n_batches));
     }
     if (c->o.group_concat) {
         /* Pooled groups already have one range; this shares it among the members computed

@@ -8,6 +8,12 @@
 #include "kernels/vecmath.h"
 #include "qplace/dtype.h"
 
+/* min/max/counts of one batch (per thread, then merged). */
+struct batch_scan {
+    uint64_t n_finite, n_nan, n_inf;
+    double min, max, amin, amax;
+};
+
 struct qp_stats {
     struct qp_stats_config cfg;
     uint64_t n_batches, n_values, n_nan, n_inf;
@@ -26,6 +32,15 @@ struct qp_stats {
     double a_lo, a_width;
     uint64_t a_below;
     int64_t a_coarsened;
+
+    /* The last update, for qp_stats_update_relu: valid (last_ok) when it was one array whose
+     * values were binned on the geometry that is still current (no growth), or when there are
+     * no histograms. last_h holds that batch's signed-histogram counts (h_n of them). */
+    int last_ok;
+    uint64_t last_numel;
+    struct batch_scan last_scan;
+    uint64_t *last_h;
+    int64_t last_cap;
 };
 
 void qp_stats_config_default(struct qp_stats_config *cfg, int flags) {
@@ -72,6 +87,7 @@ void qp_stats_free(struct qp_stats *s) {
     if (!s) return;
     free(s->h);
     free(s->a);
+    free(s->last_h);
     free(s);
 }
 
@@ -87,6 +103,7 @@ void qp_stats_reset(struct qp_stats *s) {
     s->a_lo = s->a_width = 0.0;
     s->a_below = 0;
     s->a_coarsened = 0;
+    s->last_ok = 0;
 }
 
 /* ---- reading elements ---------------------------------------------------------------- */
@@ -247,11 +264,6 @@ static void abs_coarsen(struct qp_stats *s) {
 #define BLOCK    8192
 #define PAR_MIN  (1u << 15)
 #define MAX_PART 64
-
-struct batch_scan {
-    uint64_t n_finite, n_nan, n_inf;
-    double min, max, amin, amax;
-};
 
 static void scan_add(struct batch_scan *b, double x) {
     if (isnan(x)) {
@@ -1071,6 +1083,7 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
         total += numels[i];
         any_f32 |= arrays[i].dtype == QP_DTYPE_FLOAT;
     }
+    s->last_ok = 0;
     int nt = n_threads_for(s, total);
     int hists = s->cfg.flags & (QP_STATS_HIST | QP_STATS_ABS_HIST);
     int tables = any_f32 && total >= 4096;
@@ -1091,6 +1104,11 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
                                        ((hists & QP_STATS_ABS_HIST) && b.amax > last));
             if (!grows) {
                 commit_counts(s, &g, acc);
+                /* Kept for qp_stats_update_relu (room made with the histogram's). */
+                if (n == 1 && hists == QP_STATS_HIST && s->last_cap >= g.hn) {
+                    memcpy(s->last_h, acc, (size_t)g.hn * sizeof *acc);
+                    s->last_ok = 1;
+                }
                 goto ranges;
             }
         } else {
@@ -1135,6 +1153,9 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
                     st = reserve(&s->h, &s->h_cap, n_final + 2 * h_k, err);
                 }
             }
+            /* Room for one batch's counts, kept for qp_stats_update_relu. */
+            if (st == QP_OK && hists == QP_STATS_HIST)
+                st = reserve(&s->last_h, &s->last_cap, h_n_new, err);
             if (st != QP_OK) goto done;
         }
         int a_coarsen = 0;
@@ -1232,6 +1253,11 @@ ranges:
     s->n_values += b.n_finite;
     s->n_nan += b.n_nan;
     s->n_inf += b.n_inf;
+    if (n == 1 && !hists) s->last_ok = 1;
+    if (s->last_ok) {
+        s->last_numel = total;
+        s->last_scan = b;
+    }
 done:
     free(acc);
     scratch_free(&ps);
@@ -1243,6 +1269,46 @@ done:
 enum qp_status qp_stats_update(struct qp_stats *s, const struct qp_array *a, struct qp_error *err) {
     if (!a) return qp_error_set(err, QP_ERR_USAGE, "stats: NULL array");
     return qp_stats_update_pooled(s, a, 1, err);
+}
+
+int qp_stats_update_relu(struct qp_stats *y, const struct qp_stats *x, uint64_t numel) {
+    if (!y || !x || x == y || !x->last_ok || !numel || x->last_numel != numel) return 0;
+    const struct batch_scan *b = &x->last_scan;
+    if (b->n_nan || b->n_inf || b->n_finite != numel) return 0;
+    if (memcmp(&y->cfg, &x->cfg, sizeof y->cfg) != 0 || (y->cfg.flags & QP_STATS_ABS_HIST))
+        return 0;
+    int hist = (y->cfg.flags & QP_STATS_HIST) != 0;
+    /* The same signed geometry, and one that the Relu batch cannot grow: its largest |value|
+     * is at most x's, which was within x's threshold. A first batch or an all-zero history
+     * takes the values. */
+    if (hist && !(y->h_n > 0 && y->h_t > 0.0 && y->h_n == x->h_n && y->h_t == x->h_t)) return 0;
+    if (hist) {
+        /* Bins left of 0's bin hold only negatives (0's bin starts at or below 0), which
+         * become 0; the rest keep their values and so their bins. */
+        double T = y->h_t;
+        int64_t n = y->h_n;
+        int64_t z = bin_exact(0.0, -T, T, (2.0 * T) / (double)n, (double)n / (2.0 * T), n);
+        uint64_t zeros = 0;
+        for (int64_t i = 0; i <= z; i++)
+            zeros += x->last_h[i];
+        y->h[z] += zeros;
+        for (int64_t i = z + 1; i < n; i++)
+            y->h[i] += x->last_h[i];
+    }
+    /* min and max of Relu(batch); the zeros are +0. */
+    double mn = b->min > 0.0 ? b->min : 0.0, mx = b->max > 0.0 ? b->max : 0.0;
+    if (!y->has_range) {
+        y->min = mn;
+        y->max = mx;
+        y->has_range = 1;
+    } else {
+        if (mn < y->min) y->min = mn;
+        if (mx > y->max) y->max = mx;
+    }
+    y->n_batches++;
+    y->n_values += numel;
+    y->last_ok = 0;
+    return 1;
 }
 
 /* ---- results ------------------------------------------------------------------------- */
@@ -1283,7 +1349,7 @@ void qp_stats_abs_hist(const struct qp_stats *s, struct qp_stats_abs_hist *out) 
 
 size_t qp_stats_bytes(const struct qp_stats *s) {
     if (!s) return 0;
-    return sizeof *s + (size_t)s->h_cap * sizeof(uint64_t) + (size_t)s->a_cap * sizeof(uint64_t);
+    return sizeof *s + (size_t)(s->h_cap + s->a_cap + s->last_cap) * sizeof(uint64_t);
 }
 
 /* ---- per-channel weights ------------------------------------------------------------- */

@@ -393,6 +393,78 @@ static void test_pooled_groups(void **state) {
     }
 }
 
+/* x -> Neg -> n -> Relu -> r -> Neg -> y (output), plus n -> Sigmoid -> s (output). */
+static struct qp_model *relu_model(void) {
+    struct qp_model *m = model_x();
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    add(g, "neg", "Neg", 1, "x", NULL, "n");
+    add(g, "relu", "Relu", 1, "n", NULL, "r");
+    add(g, "neg2", "Neg", 1, "r", NULL, "y");
+    add(g, "sig", "Sigmoid", 1, "n", NULL, "s");
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "y"), &err), QP_OK);
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "s"), &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    return m;
+}
+
+/* A Relu output whose input is calibrated takes its statistics from the input's
+ * (qp_stats_update_relu) when exact: every method gives the same ranges as reading the values
+ * (values_only), and the derivation really ran (entropy and max) or was refused (percentile).
+ * The batches grow the histograms now and then, so both paths are taken. */
+static void test_relu_derived(void **state) {
+    (void)state;
+    struct qp_error err = {0};
+    enum { ROWS = 2048, BATCHES = 6 };
+    static float xb[BATCHES][ROWS * 4];
+    uint32_t seed = 7;
+    for (int k = 0; k < BATCHES; k++)
+        for (int i = 0; i < ROWS * 4; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            float u = (float)(seed >> 8) / 16777216.0f;
+            xb[k][i] = (0.4f - u) * (k == 3 ? 3.0f : 2.0f); /* n = -x in [-0.8, 1.2] */
+        }
+    for (int method = 0; method < QP_CALIB_METHOD_COUNT; method++) {
+        struct qp_ranges *r[2] = {NULL, NULL};
+        struct qp_collect_report rep[2];
+        for (int values_only = 0; values_only < 2; values_only++) {
+            struct qp_model *m = relu_model();
+            struct qp_collect_options o;
+            qp_collect_options_default(&o, (enum qp_calib_method)method);
+            o.values_only = values_only;
+            o.n_threads = 2;
+            struct qp_collector *c = NULL;
+            assert_int_equal(qp_collector_create(m, &o, 0, NULL, &c, &err), QP_OK);
+            for (int k = 0; k < BATCHES; k++) {
+                struct qp_array a;
+                batch(&a, xb[k], ROWS);
+                assert_int_equal(qp_collector_run(c, 1, &a, &err), QP_OK);
+            }
+            assert_int_equal(qp_collector_finish(c, &r[values_only], &rep[values_only], &err),
+                             QP_OK);
+            qp_collector_free(c);
+            qp_model_free(m);
+        }
+        assert_int_equal(rep[1].n_derived, 0);
+        if (method == QP_CALIB_PERCENTILE)
+            assert_int_equal(rep[0].n_derived, 0);
+        else /* all but the first (entropy) and the growing batch */
+            assert_int_equal(rep[0].n_derived, method == QP_CALIB_MAX ? BATCHES : BATCHES - 2);
+        assert_int_equal(qp_ranges_count(r[0]), qp_ranges_count(r[1]));
+        for (size_t i = 0; i < qp_ranges_count(r[0]); i++) {
+            const struct qp_range *a = qp_ranges_at(r[0], i), *b = get(r[1], a->tensor);
+            assert_memory_equal(&a->lo, &b->lo, sizeof a->lo);
+            assert_memory_equal(&a->hi, &b->hi, sizeof a->hi);
+            assert_memory_equal(&a->amax, &b->amax, sizeof a->amax);
+            assert_int_equal(a->n_values, b->n_values);
+        }
+        const struct qp_range *rr = get(r[0], "r");
+        assert_true(rr->lo == 0.0f && rr->n_values == (uint64_t)BATCHES * ROWS * 4);
+        qp_ranges_free(r[0]);
+        qp_ranges_free(r[1]);
+    }
+}
+
 /* Many batches: the collector's memory does not grow with them. */
 static void test_constant_memory(void **state) {
     (void)state;
@@ -625,6 +697,7 @@ int main(void) {
         cmocka_unit_test(test_constant_memory),
         cmocka_unit_test(test_calibrate_model),
         cmocka_unit_test(test_read_ahead),
+        cmocka_unit_test(test_relu_derived),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -697,6 +697,102 @@ static void test_simd_kernel_adversarial(void **state) {
         free(b[i]);
 }
 
+/* qp_stats_update_relu against feeding the Relu's values: after every batch the derived
+ * statistics equal the fed ones bit for bit, and the derivation is taken or refused where it
+ * should be. x's batches: 0 sets a geometry that Relu shares (max > |min|); 1 and 2 put values
+ * on and one ulp beside every signed edge (zero's bin from both sides, +-0, denormals), 2 also
+ * all-negative runs; 3 holds NaN; 4 is all negative; 5 grows x's histogram by its minimum
+ * (Relu's need not grow), after which the geometries differ; 6 is ordinary again. 7 is a
+ * pooled update of x. */
+#define RELU_N 70001
+
+static void test_relu_from_input(void **state) {
+    (void)state;
+    static const int flag_sets[3] = {QP_STATS_HIST, 0, QP_STATS_ABS_HIST};
+    /* derived (1) or refused (0), batch by batch, per flag set */
+    static const int expect[3][8] = {
+        {0, 1, 1, 0, 1, 0, 0, 0}, {1, 1, 1, 0, 1, 1, 1, 0}, {0, 0, 0, 0, 0, 0, 0, 0}};
+    float *b[8], *r = malloc(2 * RELU_N * sizeof(float));
+    assert_non_null(r);
+    for (int i = 0; i < 8; i++) {
+        b[i] = malloc(2 * RELU_N * sizeof(float));
+        assert_non_null(b[i]);
+    }
+    for (int64_t i = 0; i < RELU_N; i++)
+        b[0][i] = (float)(((double)i / (RELU_N - 1) - 0.4) * 2.5); /* [-1, 1.5] */
+    struct qp_stats *probe = make(QP_STATS_HIST, 0, 0, 0, 0);
+    feed(probe, b[0], RELU_N);
+    for (int k = 1; k <= 2; k++) {
+        fill_adversarial(b[k], RELU_N, probe, 0);
+        for (int64_t i = 0; i < RELU_N; i++) /* inside x's range, NaN/Inf out */
+            if (!isfinite(b[k][i]) || fabsf(b[k][i]) > 1.4f) b[k][i] = 0.5f;
+    }
+    for (int64_t i = 0; i < 4096; i++) /* negatives only, in whole vectors */
+        b[2][i] = -fabsf(b[2][i]) - 0x1p-30f;
+    for (int64_t i = 0; i < RELU_N; i++) {
+        b[3][i] = b[1][RELU_N - 1 - i];
+        b[4][i] = -fabsf(b[2][i]) * 0.5f;
+        b[5][i] = b[1][i];
+        b[6][i] = b[2][(i * 7) % RELU_N];
+    }
+    b[3][100] = NAN;
+    b[5][RELU_N / 2] = -2.75f;
+    memcpy(b[7], b[1], RELU_N * sizeof(float));
+    memcpy(b[7] + RELU_N, b[2], RELU_N * sizeof(float));
+    for (int fi = 0; fi < 3; fi++) {
+        int flags = flag_sets[fi];
+        struct qp_stats *x = make(flags, 0, 0, 0, 0), *fed = make(flags, 0, 0, 0, 0);
+        struct qp_stats *derived = make(flags, 0, 0, 0, 0);
+        for (int k = 0; k < 8; k++) {
+            struct qp_error err = {0};
+            int64_t n = k == 7 ? 2 * RELU_N : RELU_N;
+            if (k == 7) { /* x takes batch 7 as two pooled arrays */
+                struct qp_array parts[2] = {view_f32(b[7], RELU_N),
+                                            view_f32(b[7] + RELU_N, RELU_N)};
+                assert_int_equal(qp_stats_update_pooled(x, parts, 2, &err), QP_OK);
+            } else {
+                feed(x, b[k], n);
+            }
+            for (int64_t i = 0; i < n; i++)
+                r[i] = b[k][i] > 0.0f ? b[k][i] : isnan(b[k][i]) ? b[k][i] : 0.0f;
+            feed(fed, r, n);
+            int took = qp_stats_update_relu(derived, x, (uint64_t)n);
+            if (!took) feed(derived, r, n);
+            assert_int_equal(took, expect[fi][k]);
+            struct snap sf, sd;
+            snap_of(fed, &sf);
+            snap_of(derived, &sd);
+            assert_same(&sf, &sd);
+            /* Wrong element count or itself: refused. */
+            assert_int_equal(qp_stats_update_relu(derived, x, (uint64_t)n + 1), 0);
+            assert_int_equal(qp_stats_update_relu(x, x, (uint64_t)n), 0);
+        }
+        struct qp_stats_summary sum;
+        qp_stats_summary(derived, &sum);
+        assert_true(sum.min == 0.0 && !signbit(sum.min) && sum.max == 1.5);
+        qp_stats_free(x);
+        qp_stats_free(fed);
+        qp_stats_free(derived);
+    }
+    /* A first batch whose minimum dominates: same bin count, other thresholds: refused. */
+    struct qp_stats *x = make(QP_STATS_HIST, 0, 0, 0, 0), *y = make(QP_STATS_HIST, 0, 0, 0, 0);
+    for (int k = 0; k < 2; k++) {
+        for (int64_t i = 0; i < RELU_N; i++) {
+            b[0][i] = (float)(((double)i / (RELU_N - 1) - 0.6) * 2.5); /* [-1.5, 1] */
+            r[i] = b[0][i] > 0.0f ? b[0][i] : 0.0f;
+        }
+        feed(x, b[0], RELU_N);
+        if (k == 0) feed(y, r, RELU_N);
+    }
+    assert_int_equal(qp_stats_update_relu(y, x, RELU_N), 0);
+    qp_stats_free(x);
+    qp_stats_free(y);
+    qp_stats_free(probe);
+    for (int i = 0; i < 8; i++)
+        free(b[i]);
+    free(r);
+}
+
 /* A batch whose minimum is a zero reports +0 whichever zero comes first. */
 static void test_zero_min_sign(void **state) {
     (void)state;
@@ -728,6 +824,7 @@ int main(void) {
         cmocka_unit_test(test_no_growth_one_pass),
         cmocka_unit_test(test_zero_min_sign),
         cmocka_unit_test(test_simd_kernel_adversarial),
+        cmocka_unit_test(test_relu_from_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
