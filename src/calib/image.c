@@ -340,7 +340,9 @@ enum qp_status qp_image_preprocess(const struct qp_image *img, const struct qp_i
     const float *src = img->rgb;
     int64_t H = img->h, W = img->w;
     float *scratch = NULL;
-    if (o->resize_h) {
+    /* A resize to the image's own size is the identity (every sample lands on a pixel centre
+     * with weight 1), so it is skipped. */
+    if (o->resize_h && !(o->resize_h == img->h && o->resize_w == img->w)) {
         H = o->resize_h;
         W = o->resize_w;
         scratch = malloc((size_t)(H * W) * 3 * sizeof *scratch);

@@ -163,6 +163,18 @@ static void test_resize_and_crop(void **state) {
     assert_int_equal(qp_image_preprocess(&img, &o, big, &err), QP_OK);
     /* output (0,0) is resized (1,1): src 1.5*4/6-0.5 = 0.5 in both dims -> R mean of block */
     assert_float_equal(big[0], 16.0f * (4 * 0.5f + 0.5f), 1e-4);
+    /* a resize to the image's own size (plain or keeping the ratio) gives the pixels */
+    for (int keep = 0; keep < 2; keep++) {
+        qp_image_options_default(&o);
+        o.resize_h = o.resize_w = 4;
+        o.keep_ratio = keep;
+        assert_int_equal(qp_image_preprocess(&img, &o, big, &err), QP_OK);
+        for (int y = 0; y < 4; y++)
+            for (int x = 0; x < 4; x++)
+                assert_true(big[(0 * 4 + y) * 4 + x] == R(y, x) &&
+                            big[(1 * 4 + y) * 4 + x] == G(y, x) &&
+                            big[(2 * 4 + y) * 4 + x] == B(y, x));
+    }
     /* a crop larger than the image is refused */
     qp_image_options_default(&o);
     o.crop_h = o.crop_w = 5;
