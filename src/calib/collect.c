@@ -16,7 +16,8 @@ struct slot {
     struct qp_stats *s; /* made on the first float batch of the tensor; in a pooled group it
                            keeps only the tensor's own counts (no histogram) */
     uint64_t fed_run;   /* 1 + the index of the last run that fed it (0: none) */
-    int relu_of;        /* the slot of its Relu's input, or -1 (see feed) */
+    int from;           /* the slot of the input it follows from (see feed), or -1 */
+    enum qp_stats_derive how;
 };
 
 /* A Concat group whose histograms are pooled (entropy, percentile): each batch, copies of the
@@ -46,7 +47,7 @@ struct qp_collector {
     struct qp_stats_config member_cfg;
     uint64_t n_batches, n_samples;
     size_t bytes_max;
-    uint64_t n_derived; /* Relu batches fed from their input's statistics */
+    uint64_t n_derived; /* batches fed from their input's statistics (see feed) */
     /* An error raised inside the observer, which can only return non-zero. */
     int failed;
     struct qp_error obs_err;
@@ -85,8 +86,7 @@ static enum qp_status add_slot(struct qp_collector *c, int v, int required, stru
         c->slots[c->slot_of_value[v]].required |= required;
         return QP_OK;
     }
-    c->slots[c->n_slots] =
-        (struct slot){.value = v, .required = required, .group = -1, .relu_of = -1};
+    c->slots[c->n_slots] = (struct slot){.value = v, .required = required, .group = -1, .from = -1};
     c->slot_of_value[v] = (int)c->n_slots++;
     (void)err;
     return QP_OK;
@@ -150,12 +150,13 @@ static enum qp_status feed(struct qp_collector *c, struct slot *sl, const struct
         if (st != QP_OK) return st;
     }
     enum qp_status st = QP_OK;
-    /* A Relu output whose input was fed in this run: its statistics follow from the input's
-     * (qp_stats_update_relu) when the histograms line up, which saves reading its values. */
-    const struct slot *in = sl->relu_of >= 0 ? &c->slots[sl->relu_of] : NULL;
+    /* The output of a Relu or of a value-preserving op (link_derived) whose input was fed in
+     * this run: its statistics follow from the input's (qp_stats_update_derived) when the
+     * histograms line up, which saves reading its values. */
+    const struct slot *in = sl->from >= 0 ? &c->slots[sl->from] : NULL;
     int ok = 0;
     uint64_t numel = in && in->s && in->fed_run == c->n_batches + 1 ? qp_array_numel(a, &ok) : 0;
-    if (ok && qp_stats_update_relu(sl->s, in->s, numel))
+    if (ok && qp_stats_update_derived(sl->s, in->s, numel, sl->how))
         c->n_derived++;
     else
         st = qp_stats_update(sl->s, a, err);
@@ -305,14 +306,23 @@ static enum qp_status observe_only_slots(struct qp_collector *c, struct qp_error
     return st;
 }
 
-/* Marks the Relu outputs whose input is calibrated too (slot.relu_of). */
-static void link_relus(struct qp_collector *c) {
+/* Marks the calibrated outputs that follow from a calibrated input element for element
+ * (slot.from, slot.how): Relu's, and those of ops that only move values (their output holds
+ * exactly the input's values). */
+static void link_derived(struct qp_collector *c) {
+    static const char *const same[] = {"Identity", "Reshape",   "Flatten",
+                                       "Squeeze",  "Unsqueeze", "Transpose"};
     for (size_t i = 0; i < c->n_slots; i++) {
         const struct qp_value *y = &c->g->values[c->slots[i].value];
         if (y->producer < 0) continue;
         const struct qp_node *n = &c->g->nodes[y->producer];
-        if (!is_onnx_op(n, "Relu") || n->n_inputs < 1 || n->inputs[0] < 0) continue;
-        c->slots[i].relu_of = c->slot_of_value[n->inputs[0]];
+        if (n->n_inputs < 1 || n->inputs[0] < 0 || n->n_outputs != 1) continue;
+        int how = is_onnx_op(n, "Relu") ? QP_STATS_RELU : -1;
+        for (size_t k = 0; how < 0 && k < sizeof same / sizeof *same; k++)
+            if (is_onnx_op(n, same[k])) how = QP_STATS_SAME;
+        if (how < 0) continue;
+        c->slots[i].from = c->slot_of_value[n->inputs[0]];
+        c->slots[i].how = (enum qp_stats_derive)how;
     }
 }
 
@@ -351,7 +361,7 @@ enum qp_status qp_collector_create(const struct qp_model *model, const struct qp
     c->member_cfg = c->cfg;
     c->member_cfg.flags = 0;
     if ((st = make_groups(c, err)) != QP_OK) goto fail;
-    if (!o->values_only) link_relus(c);
+    if (!o->values_only) link_derived(c);
     /* Planned at the first run: the observer and the observed set below would drop a plan
      * made now. */
     struct qp_session_options so = {.n_threads = o->n_threads, .lazy_plan = 1};
@@ -517,10 +527,10 @@ enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **ou
     if (c->n_derived) {
         size_t linked = 0;
         for (size_t i = 0; i < c->n_slots; i++)
-            linked += c->slots[i].relu_of >= 0;
+            linked += c->slots[i].from >= 0;
         qp_log(QP_LOG_DEBUG,
-               "calibrate: %llu batches of %zu Relu outputs took their input's statistics "
-               "(qp_stats_update_relu), of %llu",
+               "calibrate: %llu batches of %zu Relu/Reshape-like outputs took their input's "
+               "statistics (qp_stats_update_derived), of %llu",
                (unsigned long long)c->n_derived, linked,
                (unsigned long long)(linked * c->n_batches));
     }

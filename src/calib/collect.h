@@ -64,9 +64,10 @@ struct qp_collect_options {
     /* 1: a placement tensor the engine never hands over as a float tensor (a constant-folded
      * one, an integer one) gets no range instead of failing qp_collector_finish. Default 0. */
     int placement_float_only;
-    /* 1: every tensor's statistics are read from its values. Default 0: a Relu output whose
-     * input is calibrated too takes them from the input's when that is exact
-     * (qp_stats_update_relu); the results are the same either way. */
+    /* 1: every tensor's statistics are read from its values. Default 0: the output of a Relu,
+     * Identity, Reshape, Flatten, Squeeze, Unsqueeze or Transpose whose input is calibrated too
+     * takes them from the input's when that is exact (qp_stats_update_derived); the results
+     * are the same either way. */
     int values_only;
     qp_collect_progress_fn progress; /* may be NULL */
     void *progress_user;
@@ -82,7 +83,7 @@ struct qp_collect_report {
     uint64_t n_nan, n_inf;         /* over every calibrated tensor */
     size_t n_pinned, n_grouped;    /* Softmax outputs pinned; tensors in shared Concat groups */
     size_t collector_bytes_max;    /* largest qp_collector_bytes seen after a batch */
-    uint64_t n_derived; /* tensor batches whose statistics came from their Relu input's */
+    uint64_t n_derived;            /* tensor batches whose statistics came from their input's */
 };
 
 /* ---- the collector ------------------------------------------------------------------------- */

@@ -33,7 +33,7 @@ struct qp_stats {
     uint64_t a_below;
     int64_t a_coarsened;
 
-    /* The last update, for qp_stats_update_relu: valid (last_ok) when it was one array whose
+    /* The last update, for qp_stats_update_derived: valid (last_ok) when it was one array whose
      * values were binned on the geometry that is still current (no growth), or when there are
      * no histograms. last_h holds that batch's signed-histogram counts (h_n of them). */
     int last_ok;
@@ -1104,7 +1104,7 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
                                        ((hists & QP_STATS_ABS_HIST) && b.amax > last));
             if (!grows) {
                 commit_counts(s, &g, acc);
-                /* Kept for qp_stats_update_relu (room made with the histogram's). */
+                /* Kept for qp_stats_update_derived (room made with the histogram's). */
                 if (n == 1 && hists == QP_STATS_HIST && s->last_cap >= g.hn) {
                     memcpy(s->last_h, acc, (size_t)g.hn * sizeof *acc);
                     s->last_ok = 1;
@@ -1153,7 +1153,7 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
                     st = reserve(&s->h, &s->h_cap, n_final + 2 * h_k, err);
                 }
             }
-            /* Room for one batch's counts, kept for qp_stats_update_relu. */
+            /* Room for one batch's counts, kept for qp_stats_update_derived. */
             if (st == QP_OK && hists == QP_STATS_HIST)
                 st = reserve(&s->last_h, &s->last_cap, h_n_new, err);
             if (st != QP_OK) goto done;
@@ -1271,32 +1271,48 @@ enum qp_status qp_stats_update(struct qp_stats *s, const struct qp_array *a, str
     return qp_stats_update_pooled(s, a, 1, err);
 }
 
-int qp_stats_update_relu(struct qp_stats *y, const struct qp_stats *x, uint64_t numel) {
+int qp_stats_update_derived(struct qp_stats *y, const struct qp_stats *x, uint64_t numel,
+                            enum qp_stats_derive how) {
     if (!y || !x || x == y || !x->last_ok || !numel || x->last_numel != numel) return 0;
+    if (how != QP_STATS_SAME && how != QP_STATS_RELU) return 0;
     const struct batch_scan *b = &x->last_scan;
     if (b->n_nan || b->n_inf || b->n_finite != numel) return 0;
     if (memcmp(&y->cfg, &x->cfg, sizeof y->cfg) != 0 || (y->cfg.flags & QP_STATS_ABS_HIST))
         return 0;
     int hist = (y->cfg.flags & QP_STATS_HIST) != 0;
-    /* The same signed geometry, and one that the Relu batch cannot grow: its largest |value|
-     * is at most x's, which was within x's threshold. A first batch or an all-zero history
-     * takes the values. */
-    if (hist && !(y->h_n > 0 && y->h_t > 0.0 && y->h_n == x->h_n && y->h_t == x->h_t)) return 0;
-    if (hist) {
+    /* The same signed geometry, and one that y's batch cannot grow: its largest |value| is at
+     * most x's, which was within x's threshold. A first batch or an all-zero history takes the
+     * values. */
+    if (hist && !(y->h_n > 0 && y->h_t > 0.0 && y->h_n == x->h_n && y->h_t == x->h_t &&
+                  y->last_cap >= y->h_n))
+        return 0;
+    int64_t z = -1; /* Relu: bins up to 0's fold into it */
+    if (hist && how == QP_STATS_RELU) {
         /* Bins left of 0's bin hold only negatives (0's bin starts at or below 0), which
          * become 0; the rest keep their values and so their bins. */
         double T = y->h_t;
         int64_t n = y->h_n;
-        int64_t z = bin_exact(0.0, -T, T, (2.0 * T) / (double)n, (double)n / (2.0 * T), n);
+        z = bin_exact(0.0, -T, T, (2.0 * T) / (double)n, (double)n / (2.0 * T), n);
         uint64_t zeros = 0;
-        for (int64_t i = 0; i <= z; i++)
+        for (int64_t i = 0; i <= z; i++) {
             zeros += x->last_h[i];
+            y->last_h[i] = 0;
+        }
         y->h[z] += zeros;
-        for (int64_t i = z + 1; i < n; i++)
-            y->h[i] += x->last_h[i];
+        y->last_h[z] = zeros;
     }
-    /* min and max of Relu(batch); the zeros are +0. */
-    double mn = b->min > 0.0 ? b->min : 0.0, mx = b->max > 0.0 ? b->max : 0.0;
+    /* y's own batch counts are kept too (its histogram's room includes them), so that a
+     * tensor derived from y can follow in turn (Reshape then Transpose, say). */
+    if (hist)
+        for (int64_t i = z + 1; i < y->h_n; i++) {
+            y->h[i] += x->last_h[i];
+            y->last_h[i] = x->last_h[i];
+        }
+    double mn = b->min, mx = b->max;
+    if (how == QP_STATS_RELU) { /* the zeros are +0 */
+        mn = mn > 0.0 ? mn : 0.0;
+        mx = mx > 0.0 ? mx : 0.0;
+    }
     if (!y->has_range) {
         y->min = mn;
         y->max = mx;
@@ -1307,7 +1323,13 @@ int qp_stats_update_relu(struct qp_stats *y, const struct qp_stats *x, uint64_t 
     }
     y->n_batches++;
     y->n_values += numel;
-    y->last_ok = 0;
+    y->last_ok = 1;
+    y->last_numel = numel;
+    y->last_scan = (struct batch_scan){.n_finite = numel,
+                                       .min = mn,
+                                       .max = mx,
+                                       .amin = how == QP_STATS_SAME ? b->amin : mn,
+                                       .amax = fmax(fabs(mn), fabs(mx))};
     return 1;
 }
 

@@ -97,14 +97,21 @@ enum qp_status qp_stats_update(struct qp_stats *s, const struct qp_array *a, str
 enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array *arrays, size_t n,
                                       struct qp_error *err);
 
-/* Feeds `y` the batch Relu(v) of the values v that `x` took in its last update, from x's own
- * statistics of that batch (its min/max and histogram counts) instead of the values, when
- * that gives exactly what qp_stats_update(y, Relu(v)) would, bit for bit. `numel` is the
- * element count of the Relu output (it must equal the batch's). Returns 1 when it did; 0 (y
- * unchanged) when the caller must feed the values: x's last update was pooled, grew or
- * coarsened a histogram, or held NaN/Inf; the configurations differ or have the |x|
- * histogram; y has no histogram yet, only zeros so far, or another geometry than x. */
-int qp_stats_update_relu(struct qp_stats *y, const struct qp_stats *x, uint64_t numel);
+/* How a tensor y follows from a tensor x, element for element. */
+enum qp_stats_derive {
+    QP_STATS_SAME, /* the same values, in any order (Reshape, Transpose, ...) */
+    QP_STATS_RELU, /* max(v, 0) */
+};
+
+/* Feeds `y` the batch f(v) of the values v that `x` took in its last update (f as `how`), from
+ * x's own statistics of that batch (its min/max and histogram counts) instead of the values,
+ * when that gives exactly what qp_stats_update(y, f(v)) would, bit for bit. `numel` is the
+ * element count of y's batch (it must equal x's). Returns 1 when it did; 0 (y unchanged) when
+ * the caller must feed the values: x's last update was pooled, grew or coarsened a histogram,
+ * or held NaN/Inf; the configurations differ or have the |x| histogram; y has no histogram yet,
+ * only zeros so far, or another geometry than x. */
+int qp_stats_update_derived(struct qp_stats *y, const struct qp_stats *x, uint64_t numel,
+                            enum qp_stats_derive how);
 
 struct qp_stats_summary {
     uint64_t n_batches; /* update calls (pooled calls count once) */

@@ -393,7 +393,8 @@ static void test_pooled_groups(void **state) {
     }
 }
 
-/* x -> Neg -> n -> Relu -> r -> Neg -> y (output), plus n -> Sigmoid -> s (output). */
+/* x -> Neg -> n -> Relu -> r -> Neg -> y (output), plus n -> Sigmoid -> s (output) and
+ * n -> Transpose -> t -> Neg -> z (output). */
 static struct qp_model *relu_model(void) {
     struct qp_model *m = model_x();
     struct qp_graph *g = m->graph;
@@ -402,17 +403,20 @@ static struct qp_model *relu_model(void) {
     add(g, "relu", "Relu", 1, "n", NULL, "r");
     add(g, "neg2", "Neg", 1, "r", NULL, "y");
     add(g, "sig", "Sigmoid", 1, "n", NULL, "s");
-    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "y"), &err), QP_OK);
-    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "s"), &err), QP_OK);
+    add(g, "tr", "Transpose", 1, "n", NULL, "t");
+    add(g, "neg3", "Neg", 1, "t", NULL, "z");
+    const char *outs[3] = {"y", "s", "z"};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, outs[i]), &err), QP_OK);
     assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
     return m;
 }
 
-/* A Relu output whose input is calibrated takes its statistics from the input's
- * (qp_stats_update_relu) when exact: every method gives the same ranges as reading the values
- * (values_only), and the derivation really ran (entropy and max) or was refused (percentile).
- * The batches grow the histograms now and then, so both paths are taken. */
-static void test_relu_derived(void **state) {
+/* A Relu or Transpose output whose input is calibrated takes its statistics from the input's
+ * (qp_stats_update_derived) when exact: every method gives the same ranges as reading the
+ * values (values_only), and the derivation really ran (entropy and max) or was refused
+ * (percentile). A batch grows the histograms, so both paths are taken. */
+static void test_derived_stats(void **state) {
     (void)state;
     struct qp_error err = {0};
     enum { ROWS = 2048, BATCHES = 6 };
@@ -448,8 +452,9 @@ static void test_relu_derived(void **state) {
         assert_int_equal(rep[1].n_derived, 0);
         if (method == QP_CALIB_PERCENTILE)
             assert_int_equal(rep[0].n_derived, 0);
-        else /* all but the first (entropy) and the growing batch */
-            assert_int_equal(rep[0].n_derived, method == QP_CALIB_MAX ? BATCHES : BATCHES - 2);
+        else /* r and t: all but the first (entropy) and the growing batch */
+            assert_int_equal(rep[0].n_derived,
+                             2 * (method == QP_CALIB_MAX ? BATCHES : BATCHES - 2));
         assert_int_equal(qp_ranges_count(r[0]), qp_ranges_count(r[1]));
         for (size_t i = 0; i < qp_ranges_count(r[0]); i++) {
             const struct qp_range *a = qp_ranges_at(r[0], i), *b = get(r[1], a->tensor);
@@ -458,8 +463,9 @@ static void test_relu_derived(void **state) {
             assert_memory_equal(&a->amax, &b->amax, sizeof a->amax);
             assert_int_equal(a->n_values, b->n_values);
         }
-        const struct qp_range *rr = get(r[0], "r");
+        const struct qp_range *rr = get(r[0], "r"), *rt = get(r[0], "t"), *rn = get(r[0], "n");
         assert_true(rr->lo == 0.0f && rr->n_values == (uint64_t)BATCHES * ROWS * 4);
+        assert_true(rt->lo == rn->lo && rt->hi == rn->hi && rt->amax == rn->amax);
         qp_ranges_free(r[0]);
         qp_ranges_free(r[1]);
     }
@@ -697,7 +703,7 @@ int main(void) {
         cmocka_unit_test(test_constant_memory),
         cmocka_unit_test(test_calibrate_model),
         cmocka_unit_test(test_read_ahead),
-        cmocka_unit_test(test_relu_derived),
+        cmocka_unit_test(test_derived_stats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -697,21 +697,23 @@ static void test_simd_kernel_adversarial(void **state) {
         free(b[i]);
 }
 
-/* qp_stats_update_relu against feeding the Relu's values: after every batch the derived
- * statistics equal the fed ones bit for bit, and the derivation is taken or refused where it
- * should be. x's batches: 0 sets a geometry that Relu shares (max > |min|); 1 and 2 put values
- * on and one ulp beside every signed edge (zero's bin from both sides, +-0, denormals), 2 also
- * all-negative runs; 3 holds NaN; 4 is all negative; 5 grows x's histogram by its minimum
- * (Relu's need not grow), after which the geometries differ; 6 is ordinary again. 7 is a
- * pooled update of x. */
+/* qp_stats_update_derived against feeding y's values (Relu of x's, or x's own): after every
+ * batch the derived statistics equal the fed ones bit for bit, and the derivation is taken or
+ * refused where it should be. x's batches: 0 sets a geometry that Relu shares (max > |min|); 1 and
+ * 2 put values on and one ulp beside every signed edge (zero's bin from both sides, +-0,
+ * denormals), 2 also all-negative runs; 3 holds NaN; 4 is all negative; 5 grows x's histogram by
+ * its minimum (Relu's need not grow), after which the geometries differ; 6 is ordinary again. 7 is
+ * a pooled update of x. */
 #define RELU_N 70001
 
-static void test_relu_from_input(void **state) {
+static void test_derived_from_input(void **state) {
     (void)state;
     static const int flag_sets[3] = {QP_STATS_HIST, 0, QP_STATS_ABS_HIST};
-    /* derived (1) or refused (0), batch by batch, per flag set */
-    static const int expect[3][8] = {
-        {0, 1, 1, 0, 1, 0, 0, 0}, {1, 1, 1, 0, 1, 1, 1, 0}, {0, 0, 0, 0, 0, 0, 0, 0}};
+    /* derived (1) or refused (0), batch by batch, per kind and flag set; after x grows, a
+     * copy (SAME) grows the same way and lines up again, a Relu does not */
+    static const int expect[2][3][8] = {
+        {{0, 1, 1, 0, 1, 0, 1, 0}, {1, 1, 1, 0, 1, 1, 1, 0}, {0, 0, 0, 0, 0, 0, 0, 0}},
+        {{0, 1, 1, 0, 1, 0, 0, 0}, {1, 1, 1, 0, 1, 1, 1, 0}, {0, 0, 0, 0, 0, 0, 0, 0}}};
     float *b[8], *r = malloc(2 * RELU_N * sizeof(float));
     assert_non_null(r);
     for (int i = 0; i < 8; i++) {
@@ -739,41 +741,62 @@ static void test_relu_from_input(void **state) {
     b[5][RELU_N / 2] = -2.75f;
     memcpy(b[7], b[1], RELU_N * sizeof(float));
     memcpy(b[7] + RELU_N, b[2], RELU_N * sizeof(float));
-    for (int fi = 0; fi < 3; fi++) {
-        int flags = flag_sets[fi];
-        struct qp_stats *x = make(flags, 0, 0, 0, 0), *fed = make(flags, 0, 0, 0, 0);
-        struct qp_stats *derived = make(flags, 0, 0, 0, 0);
-        for (int k = 0; k < 8; k++) {
-            struct qp_error err = {0};
-            int64_t n = k == 7 ? 2 * RELU_N : RELU_N;
-            if (k == 7) { /* x takes batch 7 as two pooled arrays */
-                struct qp_array parts[2] = {view_f32(b[7], RELU_N),
-                                            view_f32(b[7] + RELU_N, RELU_N)};
-                assert_int_equal(qp_stats_update_pooled(x, parts, 2, &err), QP_OK);
-            } else {
-                feed(x, b[k], n);
+    for (int how = QP_STATS_SAME; how <= QP_STATS_RELU; how++)
+        for (int fi = 0; fi < 3; fi++) {
+            int flags = flag_sets[fi];
+            struct qp_stats *x = make(flags, 0, 0, 0, 0), *fed = make(flags, 0, 0, 0, 0);
+            struct qp_stats *derived = make(flags, 0, 0, 0, 0);
+            struct qp_stats *chain = make(flags, 0, 0, 0, 0);
+            int chained = 0;
+            for (int k = 0; k < 8; k++) {
+                struct qp_error err = {0};
+                int64_t n = k == 7 ? 2 * RELU_N : RELU_N;
+                if (k == 7) { /* x takes batch 7 as two pooled arrays */
+                    struct qp_array parts[2] = {view_f32(b[7], RELU_N),
+                                                view_f32(b[7] + RELU_N, RELU_N)};
+                    assert_int_equal(qp_stats_update_pooled(x, parts, 2, &err), QP_OK);
+                } else {
+                    feed(x, b[k], n);
+                }
+                for (int64_t i = 0; i < n; i++)
+                    r[i] =
+                        how == QP_STATS_SAME || b[k][i] > 0.0f || isnan(b[k][i]) ? b[k][i] : 0.0f;
+                feed(fed, r, n);
+                int took = qp_stats_update_derived(derived, x, (uint64_t)n, how);
+                if (!took) feed(derived, r, n);
+                assert_int_equal(took, expect[how][fi][k]);
+                /* a copy of the derived tensor (Transpose after Reshape, say) follows in turn */
+                if (qp_stats_update_derived(chain, derived, (uint64_t)n, QP_STATS_SAME))
+                    chained++;
+                else
+                    feed(chain, r, n);
+                struct snap sf, sd, sc;
+                snap_of(fed, &sf);
+                snap_of(derived, &sd);
+                snap_of(chain, &sc);
+                assert_same(&sf, &sd);
+                assert_same(&sf, &sc);
+                /* Wrong element count or itself: refused. */
+                assert_int_equal(qp_stats_update_derived(derived, x, (uint64_t)n + 1, how), 0);
+                assert_int_equal(qp_stats_update_derived(x, x, (uint64_t)n, how), 0);
             }
-            for (int64_t i = 0; i < n; i++)
-                r[i] = b[k][i] > 0.0f ? b[k][i] : isnan(b[k][i]) ? b[k][i] : 0.0f;
-            feed(fed, r, n);
-            int took = qp_stats_update_relu(derived, x, (uint64_t)n);
-            if (!took) feed(derived, r, n);
-            assert_int_equal(took, expect[fi][k]);
-            struct snap sf, sd;
-            snap_of(fed, &sf);
-            snap_of(derived, &sd);
-            assert_same(&sf, &sd);
-            /* Wrong element count or itself: refused. */
-            assert_int_equal(qp_stats_update_relu(derived, x, (uint64_t)n + 1), 0);
-            assert_int_equal(qp_stats_update_relu(x, x, (uint64_t)n), 0);
+            /* the chain refuses the first batch (no histogram yet), the NaN batch and (SAME)
+             * the batch its source grew on; (RELU) it follows its source even where that was
+             * fed values, since those batches did not grow it */
+            static const int want_chained[2][3] = {{5, 7, 0}, {6, 7, 0}};
+            assert_int_equal(chained, want_chained[how][fi]);
+            qp_stats_free(chain);
+            struct qp_stats_summary sum;
+            qp_stats_summary(derived, &sum);
+            assert_true(sum.max == 1.5);
+            if (how == QP_STATS_RELU)
+                assert_true(sum.min == 0.0 && !signbit(sum.min));
+            else
+                assert_true(sum.min == -2.75);
+            qp_stats_free(x);
+            qp_stats_free(fed);
+            qp_stats_free(derived);
         }
-        struct qp_stats_summary sum;
-        qp_stats_summary(derived, &sum);
-        assert_true(sum.min == 0.0 && !signbit(sum.min) && sum.max == 1.5);
-        qp_stats_free(x);
-        qp_stats_free(fed);
-        qp_stats_free(derived);
-    }
     /* A first batch whose minimum dominates: same bin count, other thresholds: refused. */
     struct qp_stats *x = make(QP_STATS_HIST, 0, 0, 0, 0), *y = make(QP_STATS_HIST, 0, 0, 0, 0);
     for (int k = 0; k < 2; k++) {
@@ -784,7 +807,7 @@ static void test_relu_from_input(void **state) {
         feed(x, b[0], RELU_N);
         if (k == 0) feed(y, r, RELU_N);
     }
-    assert_int_equal(qp_stats_update_relu(y, x, RELU_N), 0);
+    assert_int_equal(qp_stats_update_derived(y, x, RELU_N, QP_STATS_RELU), 0);
     qp_stats_free(x);
     qp_stats_free(y);
     qp_stats_free(probe);
@@ -824,7 +847,7 @@ int main(void) {
         cmocka_unit_test(test_no_growth_one_pass),
         cmocka_unit_test(test_zero_min_sign),
         cmocka_unit_test(test_simd_kernel_adversarial),
-        cmocka_unit_test(test_relu_from_input),
+        cmocka_unit_test(test_derived_from_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
