@@ -88,8 +88,9 @@ int cli_qdq_to_dq_run(const struct cli_args *args);
  * machine, GOMP_SPINCOUNT=300000 (libgomp's own default, bounded spinning); otherwise
  * OMP_WAIT_POLICY=passive. */
 void cli_choose_omp_wait(char **argv);
-/* The idle test: no other runnable task and a 1-minute load average below the CPU count (our
- * own previous run raises it by up to the thread count). */
+/* The idle test: no other runnable task (the fewest of a few snapshots) and a 1-minute load
+ * average below twice the CPU count (our own previous run raises it by up to its thread count
+ * for a minute, which must not make a quiet machine look busy). */
 int cli_omp_spin_ok(double load1, int running_others, long n_cpus);
 
 #endif

@@ -7,7 +7,11 @@
 
 int cli_omp_spin_ok(double load1, int running_others, long n_cpus) {
     if (n_cpus < 1 || load1 < 0 || running_others < 0) return 0;
-    return running_others == 0 && load1 < (double)n_cpus;
+    /* Our own previous command (a script's, say) leaves up to its thread count in the 1-minute
+     * average for a minute after it ends, so the average alone must not decide: a machine that
+     * is busy now shows runnable tasks in the snapshots. The average only catches a load of
+     * bursts too short for the snapshots, beyond twice the CPUs. */
+    return running_others == 0 && load1 < 2.0 * (double)n_cpus;
 }
 
 /* One reading of /proc/loadavg: the 1-minute load and the runnable tasks other than this
