@@ -71,6 +71,21 @@ static void batch(struct qp_array *a, float *buf, int64_t rows) {
         QP_OK);
 }
 
+/* A collector made with `o` that ran `n_batches` batches of `rows` rows each, batch k at
+ * xb + k * rows * 4. */
+static struct qp_collector *collect_batches(struct qp_model *m, const struct qp_collect_options *o,
+                                            float *xb, int n_batches, int64_t rows) {
+    struct qp_error err = {0};
+    struct qp_collector *c = NULL;
+    assert_int_equal(qp_collector_create(m, o, 0, NULL, &c, &err), QP_OK);
+    for (int k = 0; k < n_batches; k++) {
+        struct qp_array a;
+        batch(&a, xb + (size_t)k * (size_t)rows * 4, rows);
+        assert_int_equal(qp_collector_run(c, 1, &a, &err), QP_OK);
+    }
+    return c;
+}
+
 static const struct qp_range *get(const struct qp_ranges *r, const char *name) {
     const struct qp_range *x = qp_ranges_find(r, name);
     if (!x) fail_msg("no range for '%s'", name);
@@ -368,13 +383,7 @@ static void test_pooled_groups(void **state) {
             /* not what the widest of the members' own ranges gives (the test can tell the
              * two apart) */
             o.group_concat = 0;
-            struct qp_collector *c2 = NULL;
-            assert_int_equal(qp_collector_create(m, &o, 0, NULL, &c2, &err), QP_OK);
-            for (int k = 0; k < n_batches; k++) {
-                struct qp_array a;
-                batch(&a, xb[k], ROWS);
-                assert_int_equal(qp_collector_run(c2, 1, &a, &err), QP_OK);
-            }
+            struct qp_collector *c2 = collect_batches(m, &o, xb[0], n_batches, ROWS);
             struct qp_ranges *r2 = NULL;
             assert_int_equal(qp_collector_finish(c2, &r2, NULL, &err), QP_OK);
             float widest = 0;
@@ -437,13 +446,7 @@ static void test_derived_stats(void **state) {
             qp_collect_options_default(&o, (enum qp_calib_method)method);
             o.values_only = values_only;
             o.n_threads = 2;
-            struct qp_collector *c = NULL;
-            assert_int_equal(qp_collector_create(m, &o, 0, NULL, &c, &err), QP_OK);
-            for (int k = 0; k < BATCHES; k++) {
-                struct qp_array a;
-                batch(&a, xb[k], ROWS);
-                assert_int_equal(qp_collector_run(c, 1, &a, &err), QP_OK);
-            }
+            struct qp_collector *c = collect_batches(m, &o, xb[0], BATCHES, ROWS);
             assert_int_equal(qp_collector_finish(c, &r[values_only], &rep[values_only], &err),
                              QP_OK);
             qp_collector_free(c);
