@@ -35,12 +35,14 @@ struct qp_stats {
 
     /* The last update, for qp_stats_update_derived: valid (last_ok) when it was one array whose
      * values were binned on the geometry that is still current (no growth), or when there are
-     * no histograms. last_h holds that batch's signed-histogram counts (h_n of them). */
+     * no histograms. last_h holds that batch's signed-histogram counts (h_n of them), last_a
+     * and last_below its |x| counts (a_n of them) and values below the first |x| edge. */
     int last_ok;
     uint64_t last_numel;
     struct batch_scan last_scan;
-    uint64_t *last_h;
-    int64_t last_cap;
+    uint64_t *last_h, *last_a;
+    int64_t last_cap, last_acap;
+    uint64_t last_below;
 };
 
 void qp_stats_config_default(struct qp_stats_config *cfg, int flags) {
@@ -88,6 +90,7 @@ void qp_stats_free(struct qp_stats *s) {
     free(s->h);
     free(s->a);
     free(s->last_h);
+    free(s->last_a);
     free(s);
 }
 
@@ -1105,8 +1108,13 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
             if (!grows) {
                 commit_counts(s, &g, acc);
                 /* Kept for qp_stats_update_derived (room made with the histogram's). */
-                if (n == 1 && hists == QP_STATS_HIST && s->last_cap >= g.hn) {
-                    memcpy(s->last_h, acc, (size_t)g.hn * sizeof *acc);
+                if (n == 1 && (!g.do_h || s->last_cap >= g.hn) &&
+                    (!g.do_a || s->last_acap >= g.an)) {
+                    if (g.do_h) memcpy(s->last_h, acc, (size_t)g.hn * sizeof *acc);
+                    if (g.do_a) {
+                        memcpy(s->last_a, acc + g.hn, (size_t)g.an * sizeof *acc);
+                        s->last_below = acc[g.hn + g.an];
+                    }
                     s->last_ok = 1;
                 }
                 goto ranges;
@@ -1154,8 +1162,7 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
                 }
             }
             /* Room for one batch's counts, kept for qp_stats_update_derived. */
-            if (st == QP_OK && hists == QP_STATS_HIST)
-                st = reserve(&s->last_h, &s->last_cap, h_n_new, err);
+            if (st == QP_OK) st = reserve(&s->last_h, &s->last_cap, h_n_new, err);
             if (st != QP_OK) goto done;
         }
         int a_coarsen = 0;
@@ -1185,6 +1192,7 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
                     st = reserve(&s->a, &s->a_cap, n_cur + a_m, err);
                 }
             }
+            if (st == QP_OK) st = reserve(&s->last_a, &s->last_acap, a_n_new, err);
             if (st != QP_OK) goto done;
         }
         /* The binning scratch too (bin counts only grow, so the planned ones bound it). */
@@ -1277,9 +1285,14 @@ int qp_stats_update_derived(struct qp_stats *y, const struct qp_stats *x, uint64
     if (how != QP_STATS_SAME && how != QP_STATS_RELU) return 0;
     const struct batch_scan *b = &x->last_scan;
     if (b->n_nan || b->n_inf || b->n_finite != numel) return 0;
-    if (memcmp(&y->cfg, &x->cfg, sizeof y->cfg) != 0 || (y->cfg.flags & QP_STATS_ABS_HIST))
+    if (memcmp(&y->cfg, &x->cfg, sizeof y->cfg) != 0) return 0;
+    int hist = (y->cfg.flags & QP_STATS_HIST) != 0,
+        abs_hist = (y->cfg.flags & QP_STATS_ABS_HIST) != 0;
+    /* A Relu's |x| histogram starts at its own smallest |value| (often 0), not its input's. A
+     * copy's has x's geometry (same history), which x's batch did not grow. */
+    if (abs_hist && !(how == QP_STATS_SAME && y->a_n > 0 && y->a_n == x->a_n &&
+                      y->a_lo == x->a_lo && y->a_width == x->a_width && y->last_acap >= y->a_n))
         return 0;
-    int hist = (y->cfg.flags & QP_STATS_HIST) != 0;
     /* The same signed geometry, and one that y's batch cannot grow: its largest |value| is at
      * most x's, which was within x's threshold. A first batch or an all-zero history takes the
      * values. */
@@ -1308,6 +1321,14 @@ int qp_stats_update_derived(struct qp_stats *y, const struct qp_stats *x, uint64
             y->h[i] += x->last_h[i];
             y->last_h[i] = x->last_h[i];
         }
+    if (abs_hist) {
+        for (int64_t i = 0; i < y->a_n; i++) {
+            y->a[i] += x->last_a[i];
+            y->last_a[i] = x->last_a[i];
+        }
+        y->a_below += x->last_below;
+        y->last_below = x->last_below;
+    }
     double mn = b->min, mx = b->max;
     if (how == QP_STATS_RELU) { /* the zeros are +0 */
         mn = mn > 0.0 ? mn : 0.0;
@@ -1371,7 +1392,8 @@ void qp_stats_abs_hist(const struct qp_stats *s, struct qp_stats_abs_hist *out) 
 
 size_t qp_stats_bytes(const struct qp_stats *s) {
     if (!s) return 0;
-    return sizeof *s + (size_t)(s->h_cap + s->a_cap + s->last_cap) * sizeof(uint64_t);
+    return sizeof *s +
+           (size_t)(s->h_cap + s->a_cap + s->last_cap + s->last_acap) * sizeof(uint64_t);
 }
 
 /* ---- per-channel weights ------------------------------------------------------------- */

@@ -108,8 +108,8 @@ enum qp_stats_derive {
  * when that gives exactly what qp_stats_update(y, f(v)) would, bit for bit. `numel` is the
  * element count of y's batch (it must equal x's). Returns 1 when it did; 0 (y unchanged) when
  * the caller must feed the values: x's last update was pooled, grew or coarsened a histogram,
- * or held NaN/Inf; the configurations differ or have the |x| histogram; y has no histogram yet,
- * only zeros so far, or another geometry than x. */
+ * or held NaN/Inf; the configurations differ; y has no histogram yet, only zeros so far, or
+ * another geometry than x; a Relu with the |x| histogram (its first edge is its own). */
 int qp_stats_update_derived(struct qp_stats *y, const struct qp_stats *x, uint64_t numel,
                             enum qp_stats_derive how);
 
@@ -150,8 +150,9 @@ struct qp_stats_abs_hist {
 void qp_stats_abs_hist(const struct qp_stats *s, struct qp_stats_abs_hist *out);
 double qp_stats_abs_hist_edge(const struct qp_stats_abs_hist *h, int64_t i);
 
-/* Bytes the collector holds on the heap (struct plus histograms). Bounded by the caps; does not
- * grow with the number of batches fed. */
+/* Bytes the collector holds on the heap (struct, histograms and the last batch's counts kept
+ * for qp_stats_update_derived). Bounded by twice the caps; does not grow with the number of
+ * batches fed. */
 size_t qp_stats_bytes(const struct qp_stats *s);
 
 /* Per-channel absmax of a weight along `axis` (negative counts from the end): out[c] =

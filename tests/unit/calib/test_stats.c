@@ -270,13 +270,14 @@ static void test_memory_independent_of_batches(void **state) {
     struct qp_stats_summary sum;
     qp_stats_summary(s, &sum);
     assert_int_equal(sum.n_values, 2000 * 256);
-    /* and with ranges that keep growing, memory stays under the caps */
+    /* and with ranges that keep growing, memory stays under the caps (each histogram and the
+     * last batch's counts kept for qp_stats_update_derived) */
     for (int it = 0; it < 200; it++) {
         b[0] = (float)(it + 2) * 10.0f;
         feed(s, b, 256);
     }
     assert_true(qp_stats_bytes(s) <=
-                sizeof(uint64_t) * (QP_STATS_DEFAULT_MAX_BINS + QP_STATS_DEFAULT_MAX_ABS_BINS) +
+                2 * sizeof(uint64_t) * (QP_STATS_DEFAULT_MAX_BINS + QP_STATS_DEFAULT_MAX_ABS_BINS) +
                     4096);
     qp_stats_free(s);
 }
@@ -708,12 +709,18 @@ static void test_simd_kernel_adversarial(void **state) {
 
 static void test_derived_from_input(void **state) {
     (void)state;
-    static const int flag_sets[3] = {QP_STATS_HIST, 0, QP_STATS_ABS_HIST};
+    static const int flag_sets[4] = {QP_STATS_HIST, 0, QP_STATS_ABS_HIST,
+                                     QP_STATS_HIST | QP_STATS_ABS_HIST};
     /* derived (1) or refused (0), batch by batch, per kind and flag set; after x grows, a
      * copy (SAME) grows the same way and lines up again, a Relu does not */
-    static const int expect[2][3][8] = {
-        {{0, 1, 1, 0, 1, 0, 1, 0}, {1, 1, 1, 0, 1, 1, 1, 0}, {0, 0, 0, 0, 0, 0, 0, 0}},
-        {{0, 1, 1, 0, 1, 0, 0, 0}, {1, 1, 1, 0, 1, 1, 1, 0}, {0, 0, 0, 0, 0, 0, 0, 0}}};
+    static const int expect[2][4][8] = {{{0, 1, 1, 0, 1, 0, 1, 0},
+                                         {1, 1, 1, 0, 1, 1, 1, 0},
+                                         {0, 1, 1, 0, 1, 0, 1, 0},
+                                         {0, 1, 1, 0, 1, 0, 1, 0}},
+                                        {{0, 1, 1, 0, 1, 0, 0, 0},
+                                         {1, 1, 1, 0, 1, 1, 1, 0},
+                                         {0, 0, 0, 0, 0, 0, 0, 0},
+                                         {0, 0, 0, 0, 0, 0, 0, 0}}};
     float *b[8], *r = malloc(2 * RELU_N * sizeof(float));
     assert_non_null(r);
     for (int i = 0; i < 8; i++) {
@@ -721,7 +728,8 @@ static void test_derived_from_input(void **state) {
         assert_non_null(b[i]);
     }
     for (int64_t i = 0; i < RELU_N; i++)
-        b[0][i] = (float)(((double)i / (RELU_N - 1) - 0.4) * 2.5); /* [-1, 1.5] */
+        /* [-1, 1.5] shifted off 0: later zeros and denormals fall below the first |x| edge */
+        b[0][i] = (float)(((double)i / (RELU_N - 1) - 0.4) * 2.5 + 0x1p-20);
     struct qp_stats *probe = make(QP_STATS_HIST, 0, 0, 0, 0);
     feed(probe, b[0], RELU_N);
     for (int k = 1; k <= 2; k++) {
@@ -742,7 +750,7 @@ static void test_derived_from_input(void **state) {
     memcpy(b[7], b[1], RELU_N * sizeof(float));
     memcpy(b[7] + RELU_N, b[2], RELU_N * sizeof(float));
     for (int how = QP_STATS_SAME; how <= QP_STATS_RELU; how++)
-        for (int fi = 0; fi < 3; fi++) {
+        for (int fi = 0; fi < 4; fi++) {
             int flags = flag_sets[fi];
             struct qp_stats *x = make(flags, 0, 0, 0, 0), *fed = make(flags, 0, 0, 0, 0);
             struct qp_stats *derived = make(flags, 0, 0, 0, 0);
@@ -780,15 +788,20 @@ static void test_derived_from_input(void **state) {
                 assert_int_equal(qp_stats_update_derived(derived, x, (uint64_t)n + 1, how), 0);
                 assert_int_equal(qp_stats_update_derived(x, x, (uint64_t)n, how), 0);
             }
+            if ((flags & QP_STATS_ABS_HIST) && how == QP_STATS_SAME) { /* |x| below lo seen */
+                struct qp_stats_abs_hist ah;
+                qp_stats_abs_hist(derived, &ah);
+                assert_true(ah.n_below > 0);
+            }
             /* the chain refuses the first batch (no histogram yet), the NaN batch and (SAME)
              * the batch its source grew on; (RELU) it follows its source even where that was
              * fed values, since those batches did not grow it */
-            static const int want_chained[2][3] = {{5, 7, 0}, {6, 7, 0}};
+            static const int want_chained[2][4] = {{5, 7, 5, 5}, {6, 7, 6, 6}};
             assert_int_equal(chained, want_chained[how][fi]);
             qp_stats_free(chain);
             struct qp_stats_summary sum;
             qp_stats_summary(derived, &sum);
-            assert_true(sum.max == 1.5);
+            assert_true(sum.max == (double)(float)(1.5 + 0x1p-20));
             if (how == QP_STATS_RELU)
                 assert_true(sum.min == 0.0 && !signbit(sum.min));
             else
