@@ -1065,6 +1065,31 @@ static void commit_counts(struct qp_stats *s, const struct bin_geom *g, const ui
     s->a_below += acc[g->hn + g->an];
 }
 
+/* Adds a batch's scan to the ranges and counts (a zero min/max as +0), and keeps it as the
+ * last batch when last_ok says that batch's counts were kept (qp_stats_update_derived). */
+static void commit_batch(struct qp_stats *s, struct batch_scan *b, uint64_t numel) {
+    if (b->n_finite) {
+        if (b->min == 0.0) b->min = 0.0;
+        if (b->max == 0.0) b->max = 0.0;
+        if (!s->has_range) {
+            s->min = b->min;
+            s->max = b->max;
+            s->has_range = 1;
+        } else {
+            if (b->min < s->min) s->min = b->min;
+            if (b->max > s->max) s->max = b->max;
+        }
+    }
+    s->n_batches++;
+    s->n_values += b->n_finite;
+    s->n_nan += b->n_nan;
+    s->n_inf += b->n_inf;
+    if (s->last_ok) {
+        s->last_numel = numel;
+        s->last_scan = *b;
+    }
+}
+
 enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array *arrays, size_t n,
                                       struct qp_error *err) {
     if (!s || (n && !arrays)) return qp_error_set(err, QP_ERR_USAGE, "stats: NULL argument");
@@ -1245,27 +1270,8 @@ enum qp_status qp_stats_update_pooled(struct qp_stats *s, const struct qp_array 
         commit_counts(s, &g, acc);
     }
 ranges:
-    if (b.n_finite) {
-        if (b.min == 0.0) b.min = 0.0;
-        if (b.max == 0.0) b.max = 0.0;
-        if (!s->has_range) {
-            s->min = b.min;
-            s->max = b.max;
-            s->has_range = 1;
-        } else {
-            if (b.min < s->min) s->min = b.min;
-            if (b.max > s->max) s->max = b.max;
-        }
-    }
-    s->n_batches++;
-    s->n_values += b.n_finite;
-    s->n_nan += b.n_nan;
-    s->n_inf += b.n_inf;
     if (n == 1 && !hists) s->last_ok = 1;
-    if (s->last_ok) {
-        s->last_numel = total;
-        s->last_scan = b;
-    }
+    commit_batch(s, &b, total);
 done:
     free(acc);
     scratch_free(&ps);
@@ -1334,23 +1340,13 @@ int qp_stats_update_derived(struct qp_stats *y, const struct qp_stats *x, uint64
         mn = mn > 0.0 ? mn : 0.0;
         mx = mx > 0.0 ? mx : 0.0;
     }
-    if (!y->has_range) {
-        y->min = mn;
-        y->max = mx;
-        y->has_range = 1;
-    } else {
-        if (mn < y->min) y->min = mn;
-        if (mx > y->max) y->max = mx;
-    }
-    y->n_batches++;
-    y->n_values += numel;
+    struct batch_scan yb = {.n_finite = numel,
+                            .min = mn,
+                            .max = mx,
+                            .amin = how == QP_STATS_SAME ? b->amin : mn,
+                            .amax = fmax(fabs(mn), fabs(mx))};
     y->last_ok = 1;
-    y->last_numel = numel;
-    y->last_scan = (struct batch_scan){.n_finite = numel,
-                                       .min = mn,
-                                       .max = mx,
-                                       .amin = how == QP_STATS_SAME ? b->amin : mn,
-                                       .amax = fmax(fabs(mn), fabs(mx))};
+    commit_batch(y, &yb, numel);
     return 1;
 }
 
