@@ -1291,7 +1291,11 @@ int qp_stats_update_derived(struct qp_stats *y, const struct qp_stats *x, uint64
     if (how != QP_STATS_SAME && how != QP_STATS_RELU) return 0;
     const struct batch_scan *b = &x->last_scan;
     if (b->n_nan || b->n_inf || b->n_finite != numel) return 0;
-    if (memcmp(&y->cfg, &x->cfg, sizeof y->cfg) != 0) return 0;
+    /* Field by field: a struct's padding bytes need not match. */
+    const struct qp_stats_config *cy = &y->cfg, *cx = &x->cfg;
+    if (cy->flags != cx->flags || cy->n_bins != cx->n_bins || cy->max_bins != cx->max_bins ||
+        cy->n_abs_bins != cx->n_abs_bins || cy->max_abs_bins != cx->max_abs_bins)
+        return 0;
     int hist = (y->cfg.flags & QP_STATS_HIST) != 0,
         abs_hist = (y->cfg.flags & QP_STATS_ABS_HIST) != 0;
     /* A Relu's |x| histogram starts at its own smallest |value| (often 0), not its input's. A
