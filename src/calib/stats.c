@@ -361,12 +361,24 @@ static int n_threads_for(const struct qp_stats *s, uint64_t numel) {
     return nt < 1 ? 1 : nt;
 }
 
-/* Blocks [*b0, *b1) of thread t out of nt: contiguous ranges, as even as possible. */
-static void split_blocks(uint64_t n_blocks, int nt, int t, uint64_t *b0, uint64_t *b1) {
-    uint64_t q = n_blocks / (uint64_t)nt, r = n_blocks % (uint64_t)nt;
-    uint64_t ut = (uint64_t)t;
-    *b0 = ut * q + (ut < r ? ut : r);
-    *b1 = *b0 + q + (ut < r ? 1 : 0);
+/* The next block of a pass for the calling thread: blocks are numbered across the pass's arrays
+ * and handed out in order from a shared counter, so a thread that is held up (another job on
+ * its core, a slower block) leaves the rest to the others instead of making them wait at the
+ * end of the pass. Which thread bins a block changes no result (see run_pass). A thread's
+ * blocks come in increasing order, so its cursor (*ai, with *base blocks before array *ai)
+ * only moves forward. */
+static int next_block(uint64_t *next, const uint64_t *numels, size_t n, size_t *ai, uint64_t *base,
+                      uint64_t *blk) {
+    uint64_t k = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+    for (; *ai < n; ++*ai) {
+        uint64_t nb = (numels[*ai] + BLOCK - 1) / BLOCK;
+        if (k < *base + nb) {
+            *blk = k - *base;
+            return 1;
+        }
+        *base += nb;
+    }
+    return 0;
 }
 
 /* One histogram's fast float32 binning (from struct bin_geom, see geom_prepare). The bin is
@@ -981,67 +993,65 @@ static void run_pass(const struct qp_array *arrays, const uint64_t *numels, size
     int avx2 = fast_geom && use_avx2();
     struct batch_scan part[MAX_PART];
     memset(part, 0, sizeof part);
+    uint64_t next = 0; /* the shared block counter (next_block) */
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-        int t = omp_get_thread_num(), tn = omp_get_num_threads();
+        int t = omp_get_thread_num();
         uint64_t *acc = g ? (uint64_t *)(void *)(ps->mem + (size_t)t * ps->bytes) : NULL;
         uint32_t *lanes = g ? (uint32_t *)(void *)(acc + ps->per) : NULL;
         int32_t idx[FAST_CHUNK];
-        uint64_t since_flush = 0;
+        uint64_t since_flush = 0, k, base = 0;
+        size_t ai = 0;
         int compact = 0;
-        for (size_t ai = 0; ai < n; ai++) {
+        while (next_block(&next, numels, n, &ai, &base, &k)) {
             const struct qp_array *a = &arrays[ai];
             int is_f32 = a->dtype == QP_DTYPE_FLOAT;
             int fast = fast_geom && is_f32;
-            uint64_t b0, b1;
-            split_blocks((numels[ai] + BLOCK - 1) / BLOCK, tn, t, &b0, &b1);
-            for (uint64_t k = b0; k < b1; k++) {
-                uint64_t off = k * BLOCK, m = numels[ai] - off < BLOCK ? numels[ai] - off : BLOCK;
-                if (is_f32 && (fast || !g)) {
-                    const float *p = (const float *)a->data + off;
-                    for (uint64_t c = 0; c < m; c += FAST_CHUNK) {
-                        size_t cm = m - c < FAST_CHUNK ? (size_t)(m - c) : FAST_CHUNK;
-                        if (fast && avx2) {
-                            /* The scan goes with the first histogram binned. Whether to pack
-                             * out the zeros follows the share of zeros in the previous chunk
-                             * (the counts are the same either way). */
-                            struct batch_scan unused = {0};
-                            size_t zeros = 0;
-                            if (g->do_h)
-                                zeros = fast_chunk_avx2(&g->fh, p + c, cm, compact, lanes,
-                                                        scan_out ? &part[t] : &unused);
-                            if (g->do_a)
-                                zeros = fast_chunk_avx2(&g->fa, p + c, cm, compact,
-                                                        lanes + 4 * (size_t)hn,
-                                                        scan_out && !g->do_h ? &part[t] : &unused);
-                            compact = 4 * zeros > cm; /* measured break-even: ~30% */
-                            continue;
-                        }
-                        if (scan_out && g && g->do_h) {
-                            fast_index_scan(&g->fh, p + c, cm, idx, &part[t]);
+            uint64_t off = k * BLOCK, m = numels[ai] - off < BLOCK ? numels[ai] - off : BLOCK;
+            if (is_f32 && (fast || !g)) {
+                const float *p = (const float *)a->data + off;
+                for (uint64_t c = 0; c < m; c += FAST_CHUNK) {
+                    size_t cm = m - c < FAST_CHUNK ? (size_t)(m - c) : FAST_CHUNK;
+                    if (fast && avx2) {
+                        /* The scan goes with the first histogram binned. Whether to pack
+                         * out the zeros follows the share of zeros in the previous chunk
+                         * (the counts are the same either way). */
+                        struct batch_scan unused = {0};
+                        size_t zeros = 0;
+                        if (g->do_h)
+                            zeros = fast_chunk_avx2(&g->fh, p + c, cm, compact, lanes,
+                                                    scan_out ? &part[t] : &unused);
+                        if (g->do_a)
+                            zeros =
+                                fast_chunk_avx2(&g->fa, p + c, cm, compact, lanes + 4 * (size_t)hn,
+                                                scan_out && !g->do_h ? &part[t] : &unused);
+                        compact = 4 * zeros > cm; /* measured break-even: ~30% */
+                        continue;
+                    }
+                    if (scan_out && g && g->do_h) {
+                        fast_index_scan(&g->fh, p + c, cm, idx, &part[t]);
+                        fast_count(&g->fh, p + c, idx, cm, lanes);
+                    } else {
+                        if (scan_out) scan_block_f32(p + c, cm, &part[t]);
+                        if (g && g->do_h) {
+                            fast_index(&g->fh, p + c, cm, idx);
                             fast_count(&g->fh, p + c, idx, cm, lanes);
-                        } else {
-                            if (scan_out) scan_block_f32(p + c, cm, &part[t]);
-                            if (g && g->do_h) {
-                                fast_index(&g->fh, p + c, cm, idx);
-                                fast_count(&g->fh, p + c, idx, cm, lanes);
-                            }
-                        }
-                        if (g && g->do_a) {
-                            fast_index(&g->fa, p + c, cm, idx);
-                            fast_count(&g->fa, p + c, idx, cm, lanes + 4 * (size_t)hn);
                         }
                     }
-                    since_flush += m;
-                    if (g && since_flush > ((uint64_t)1 << 31)) { /* 32-bit lanes */
-                        flush_lanes(lanes, (int64_t)ps->per, acc);
-                        since_flush = 0;
+                    if (g && g->do_a) {
+                        fast_index(&g->fa, p + c, cm, idx);
+                        fast_count(&g->fa, p + c, idx, cm, lanes + 4 * (size_t)hn);
                     }
-                    continue;
                 }
-                if (scan_out) scan_block(a, off, m, &part[t]);
-                if (g) bin_block(g, a, off, m, acc, acc + hn, &acc[hn + an]);
+                since_flush += m;
+                if (g && since_flush > ((uint64_t)1 << 31)) { /* 32-bit lanes */
+                    flush_lanes(lanes, (int64_t)ps->per, acc);
+                    since_flush = 0;
+                }
+                continue;
             }
+            if (scan_out) scan_block(a, off, m, &part[t]);
+            if (g) bin_block(g, a, off, m, acc, acc + hn, &acc[hn + an]);
         }
         if (g && since_flush) flush_lanes(lanes, (int64_t)ps->per, acc);
     }

@@ -463,6 +463,66 @@ static void test_threads_bit_identical(void **state) {
         free(b[i]);
 }
 
+/* A pooled batch of arrays cut unevenly (a piece shorter than a block, one of whole blocks, an
+ * empty one, one element, the rest; float and double mixed) is one batch of all their values:
+ * on 1, 2 and 3 threads the results equal test_threads_bit_identical's single-array ones. The
+ * threads take blocks from one counter across the arrays, so this checks that every block of
+ * every array is binned exactly once. */
+static void test_pooled_threads_bit_identical(void **state) {
+    (void)state;
+    float *b[3];
+    const float scale[3] = {1.0f, 1.5f, 40.0f};
+    for (int i = 0; i < 3; i++) {
+        b[i] = malloc(BIG_N * sizeof(float));
+        assert_non_null(b[i]);
+        fill_big(b[i], BIG_N, (unsigned)i + 1, scale[i]);
+    }
+    struct qp_stats *ref = run_big(1, 0, b, 3);
+    struct snap r;
+    snap_of(ref, &r);
+    const int64_t cut[] = {0,      5000, 5000 + 3 * 8192, 5000 + 3 * 8192, 5000 + 3 * 8192 + 1,
+                           200000, BIG_N};
+    enum { N_PARTS = sizeof cut / sizeof *cut - 1 };
+    double *dpart = malloc((size_t)(cut[6] - cut[5]) * sizeof *dpart);
+    assert_non_null(dpart);
+    for (int threads = 1; threads <= 3; threads++) {
+        struct qp_stats_config cfg;
+        qp_stats_config_default(&cfg, QP_STATS_HIST | QP_STATS_ABS_HIST);
+        cfg.max_bins = 260; /* as run_big */
+        cfg.n_threads = threads;
+        struct qp_stats *s = NULL;
+        struct qp_error err = {0};
+        assert_int_equal(qp_stats_create(&cfg, &s, &err), QP_OK);
+        for (int bi = 0; bi < 3; bi++) {
+            struct qp_array parts[N_PARTS];
+            for (int k = 0; k < N_PARTS; k++) {
+                int64_t dims[1] = {cut[k + 1] - cut[k]};
+                if (k == N_PARTS - 1) { /* the last piece as double */
+                    for (int64_t i = 0; i < dims[0]; i++)
+                        dpart[i] = b[bi][cut[k] + i];
+                    assert_int_equal(qp_array_view(&parts[k], QP_DTYPE_DOUBLE, 1, dims, dpart,
+                                                   (size_t)dims[0] * sizeof *dpart, &err),
+                                     QP_OK);
+                } else {
+                    assert_int_equal(qp_array_view(&parts[k], QP_DTYPE_FLOAT, 1, dims,
+                                                   b[bi] + cut[k], (size_t)dims[0] * sizeof(float),
+                                                   &err),
+                                     QP_OK);
+                }
+            }
+            assert_int_equal(qp_stats_update_pooled(s, parts, N_PARTS, &err), QP_OK);
+        }
+        struct snap o;
+        snap_of(s, &o);
+        assert_same(&r, &o);
+        qp_stats_free(s);
+    }
+    free(dpart);
+    qp_stats_free(ref);
+    for (int i = 0; i < 3; i++)
+        free(b[i]);
+}
+
 /* Batches that stay inside the first batch's range take the one-pass path (scan and bin on the
  * standing geometry): ReLU-like halves of zeros, values on and next to every interior bin edge
  * of both histograms, NaN and Inf. Same results on 1 and 2 threads and as double (the generic
@@ -859,6 +919,7 @@ int main(void) {
         cmocka_unit_test(test_edges_float_vs_double),
         cmocka_unit_test(test_no_growth_one_pass),
         cmocka_unit_test(test_zero_min_sign),
+        cmocka_unit_test(test_pooled_threads_bit_identical),
         cmocka_unit_test(test_simd_kernel_adversarial),
         cmocka_unit_test(test_derived_from_input),
     };
