@@ -399,6 +399,7 @@ void qp_session_free(struct qp_session *s) {
     cache_clear(&s->cache);
     free(s->cache.val);
     free(s->cache.lay);
+    free(s->cache.home);
     free(s->cache.buf);
     free(s);
 }
@@ -718,13 +719,22 @@ static enum qp_status cache_relevant(const struct qp_session *s, const struct rt
     return QP_OK;
 }
 
+/* 1 when graph value v is one of the session's outputs. */
+static int is_session_output(const struct qp_session *s, int v) {
+    for (size_t i = 0; i < s->n_outputs; i++)
+        if (s->outputs[i] == v) return 1;
+    return 0;
+}
+
 /* Starts recording a reference run: copies of the inputs and overlays, room for the values. */
 static enum qp_status cache_begin(struct qp_session *s, const struct rt_plan *p, size_t n_inputs,
                                   const struct qp_array *inputs, struct qp_error *err) {
     struct rt_cache *c = &s->cache;
     cache_clear(c);
     if (!c->lay) c->lay = calloc(s->g->n_values ? s->g->n_values : 1, 1);
-    if (!c->lay) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory (cache)");
+    if (!c->home) c->home = calloc(s->g->n_values ? s->g->n_values : 1, sizeof *c->home);
+    if (!c->lay || !c->home)
+        return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory (cache)");
     if (!c->val) {
         c->val = calloc(s->g->n_values ? s->g->n_values : 1, sizeof *c->val);
         if (!c->val) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory (cache)");
@@ -785,7 +795,8 @@ static enum qp_status cache_begin(struct qp_session *s, const struct rt_plan *p,
     if (need > c->buf_bytes || !c->buf) {
         free(c->buf);
         c->buf_bytes = 0;
-        c->buf = malloc(need > CACHE_ALIGN ? need : CACHE_ALIGN);
+        /* Aligned as the arena: partial runs read cached values where they lie. */
+        c->buf = aligned_alloc(CACHE_ALIGN, need > CACHE_ALIGN ? need : CACHE_ALIGN);
         if (!c->buf) {
             memset(c->val, 0, (s->g->n_values ? s->g->n_values : 1) * sizeof *c->val);
             return qp_error_set(err, QP_ERR_NOMEM, "session: cannot allocate a %zu-byte cache",
@@ -813,8 +824,34 @@ static void cache_store(struct qp_session *s, const struct rt_plan *p, const str
     for (int i = 0; i < stp->n_out; i++) {
         const struct qp_kt *t = stp->val_out[i];
         if (!t || !c->val[n->outputs[i]]) continue;
-        if (t->nbytes) memcpy(c->val[n->outputs[i]], t->data, t->nbytes);
+        if (t->nbytes && t->data != c->val[n->outputs[i]]) /* else written there (cache_aim) */
+            memcpy(c->val[n->outputs[i]], t->data, t->nbytes);
         c->lay[n->outputs[i]] = p->blocked[n->outputs[i]];
+    }
+}
+
+/* Points the tensors of the values cache_begin gave a slot at that slot, so the steps of a
+ * recording run write them there instead of copying them after (cache_store); graph outputs
+ * stay in the arena (qp_session_output reads them after the run). cache_unaim points them back
+ * at their arena bytes, where the next run's plan expects them. */
+static void cache_aim(struct qp_session *s, struct rt_plan *p, int on) {
+    struct rt_cache *c = &s->cache;
+    for (size_t k = 0; k < p->n_steps; k++) {
+        const struct rt_step *stp = &p->steps[k];
+        if (stp->kind == RT_STEP_OVERLAY) continue;
+        const struct qp_node *n = &s->g->nodes[rt_step_onode(stp)];
+        for (int i = 0; i < stp->n_out; i++) {
+            struct qp_kt *t = stp->val_out[i];
+            int v = n->outputs[i];
+            if (!t || !t->nbytes || v < 0 || !c->val[v] || is_session_output(s, v)) continue;
+            if (on) {
+                c->home[v] = t->data;
+                t->data = c->val[v];
+            } else if (c->home[v]) {
+                t->data = c->home[v];
+                c->home[v] = NULL;
+            }
+        }
     }
 }
 
@@ -832,6 +869,7 @@ enum qp_status qp_session_run(struct qp_session *s, size_t n_inputs, const struc
         cache_clear(&s->cache);
         return st;
     }
+    if (record) cache_aim(s, p, 1);
     for (size_t k = 0; k < p->n_steps; k++) {
         struct rt_step *stp = &p->steps[k];
         if ((st = rt_step_run(s, p, stp, p->scratch, err))) goto fail;
@@ -840,10 +878,16 @@ enum qp_status qp_session_run(struct qp_session *s, size_t n_inputs, const struc
         if (s->observer && stp->kind != RT_STEP_OVERLAY && (st = observe(s, stp, err))) goto fail;
     }
     s->last = p;
-    if (record) s->cache.valid = 1;
+    if (record) {
+        cache_aim(s, p, 0);
+        s->cache.valid = 1;
+    }
     return QP_OK;
 fail:
-    if (record) cache_clear(&s->cache);
+    if (record) {
+        cache_aim(s, p, 0);
+        cache_clear(&s->cache);
+    }
     return st;
 }
 
@@ -880,7 +924,12 @@ enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err
     unsigned char *dirty = calloc(nn, 1), *mode = calloc(p->n_steps + 1, 1);
     unsigned char *need = calloc(p->n_steps + 1, 1);
     int *stack = malloc(nn * sizeof *stack), *nstep = malloc(nn * sizeof *nstep);
-    if (!dirty || !mode || !need || !stack || !nstep) {
+    size_t nv = g->n_values ? g->n_values : 1, n_moved = 0;
+    struct {
+        struct qp_kt *t;
+        void *data;
+    } *moved = malloc(nv * sizeof *moved);
+    if (!dirty || !mode || !need || !stack || !nstep || !moved) {
         st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
         goto done;
     }
@@ -948,6 +997,11 @@ enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err
             for (int i = 0; i < stp->n_dep; i++)
                 if (stp->dep[i] >= 0) need[stp->dep[i]] = 1;
     }
+    /* A restored value is read from its cache slot where it lies: its tensor points there
+     * for this run (kernels read their inputs' data at run time and never write them, see
+     * memplan.h), which saves copying it back into the arena. Graph outputs are copied (they
+     * are read through qp_session_output after the run); the rest point back at their arena
+     * bytes at the end. */
     for (size_t k = 0; k < p->n_steps; k++) {
         struct rt_step *stp = &p->steps[k];
         if (mode[k] == MODE_COMPUTE) {
@@ -955,13 +1009,24 @@ enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err
             s->n_executed += rt_step_count(stp);
         } else if (mode[k] == MODE_RESTORE) {
             const struct qp_node *n = &g->nodes[rt_step_onode(stp)];
-            for (int i = 0; i < stp->n_out; i++)
-                if (stp->val_out[i] && stp->val_out[i]->nbytes)
-                    memcpy(stp->val_out[i]->data, c->val[n->outputs[i]], stp->val_out[i]->nbytes);
+            for (int i = 0; i < stp->n_out; i++) {
+                struct qp_kt *t = stp->val_out[i];
+                if (!t || !t->nbytes) continue;
+                if (is_session_output(s, n->outputs[i])) {
+                    memcpy(t->data, c->val[n->outputs[i]], t->nbytes);
+                    continue;
+                }
+                moved[n_moved].t = t;
+                moved[n_moved++].data = t->data;
+                t->data = c->val[n->outputs[i]];
+            }
         }
     }
     s->last = p;
 done:
+    while (n_moved)
+        moved[n_moved - 1].t->data = moved[n_moved - 1].data, n_moved--;
+    free(moved);
     free(dirty);
     free(mode);
     free(need);
