@@ -879,6 +879,72 @@ __attribute__((target("avx2,popcnt"))) static size_t fast_chunk_avx2(const struc
     return n_zeros;
 }
 
+/* fast_chunk_avx2 for the signed histogram of a chunk with no zeros expected (the previous one
+ * had none, as in convolution and Add outputs): nothing to test, pack or count for zeros. A
+ * zero that does come is not proven (its estimate lies on the middle edge, fraction 0), so it
+ * goes to the exact path like any value near an edge: the counts are the same. Returns the
+ * number of values that took the exact path, which tells the caller when to switch back. */
+__attribute__((target("avx2,popcnt"))) static size_t fast_chunk_avx2_nz(const struct fast_hist *f,
+                                                                        const float *p, size_t m,
+                                                                        uint32_t *lanes,
+                                                                        struct batch_scan *b) {
+    const __m256 lo = _mm256_set1_ps(f->lo), norm = _mm256_set1_ps(f->norm);
+    const __m256 nmax = _mm256_set1_ps(f->nmax), eps = _mm256_set1_ps(f->eps);
+    const __m256 eps1 = _mm256_set1_ps(f->eps1), zero = _mm256_setzero_ps();
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 mn = _mm256_set1_ps(INFINITY), mx = _mm256_set1_ps(-INFINITY);
+    __m256 amn = _mm256_set1_ps(INFINITY);
+    _Alignas(32) int32_t buf[FAST_CHUNK + 8];
+    uint16_t slow_at[FAST_CHUNK / 8];
+    size_t nb = 0, n_slow = 0, k = 0, m_all = m;
+    if (m > FAST_CHUNK) m = FAST_CHUNK; /* callers cut chunks; the buffers hold one */
+    for (; k + 8 <= m; k += 8) {
+        __m256 x = _mm256_loadu_ps(p + k);
+        __m256 e = _mm256_mul_ps(_mm256_sub_ps(x, lo), norm);
+        e = _mm256_max_ps(e, zero); /* NaN (and -Inf) land on 0, +Inf on n: fraction 0 */
+        e = _mm256_min_ps(e, nmax);
+        __m256i i = _mm256_cvttps_epi32(e);
+        __m256 fr = _mm256_sub_ps(e, _mm256_cvtepi32_ps(i));
+        __m256 ok =
+            _mm256_and_ps(_mm256_cmp_ps(fr, eps, _CMP_GT_OQ), _mm256_cmp_ps(fr, eps1, _CMP_LT_OQ));
+        if (__builtin_expect(_mm256_movemask_ps(ok) != 0xff, 0)) {
+            slow_at[n_slow++] = (uint16_t)k;
+            continue;
+        }
+        mn = _mm256_min_ps(x, mn);
+        mx = _mm256_max_ps(x, mx);
+        amn = _mm256_min_ps(_mm256_and_ps(x, absmask), amn);
+        _mm256_store_si256((__m256i *)(buf + nb), _mm256_slli_epi32(i, 2));
+        nb += 8;
+    }
+    size_t n_fast = k - 8 * n_slow;
+    for (size_t j = 0; j < nb; j += 4) { /* nb is a multiple of 8 */
+        lanes[buf[j]]++;
+        lanes[buf[j + 1] + 1]++;
+        lanes[buf[j + 2] + 2]++;
+        lanes[buf[j + 3] + 3]++;
+    }
+    if (n_fast) {
+        float v[3][8];
+        _mm256_storeu_ps(v[0], mn);
+        _mm256_storeu_ps(v[1], mx);
+        _mm256_storeu_ps(v[2], amn);
+        struct batch_scan blk = {
+            .n_finite = n_fast, .min = v[0][0], .max = v[1][0], .amin = v[2][0]};
+        for (int l = 1; l < 8; l++) {
+            if (v[0][l] < blk.min) blk.min = v[0][l];
+            if (v[1][l] > blk.max) blk.max = v[1][l];
+            if (v[2][l] < blk.amin) blk.amin = v[2][l];
+        }
+        blk.amax = fmax(-blk.min, blk.max); /* exact: the largest |x| is -min or max */
+        scan_merge(b, &blk);
+    }
+    for (size_t q = 0; q < n_slow; q++)
+        fast_chunk_slow(f, p, slow_at[q], 8, lanes, b);
+    fast_chunk_slow(f, p, k, m_all - k, lanes, b); /* the tail (and anything past a chunk) */
+    return 8 * n_slow + (m_all - k);
+}
+
 /* 1 when fast_chunk_avx2 may run (the kernels' AVX2 probe, which also initialises the CPU
  * model that __builtin_cpu_supports reads, plus POPCNT; and tests did not turn it off). Read
  * from OpenMP threads: a relaxed atomic, every writer stores the same. */
@@ -896,6 +962,11 @@ static int use_avx2(void) {
 static size_t fast_chunk_avx2(const struct fast_hist *f, const float *p, size_t m, int compact,
                               uint32_t *lanes, struct batch_scan *b) {
     (void)f, (void)p, (void)m, (void)compact, (void)lanes, (void)b;
+    return 0;
+}
+static size_t fast_chunk_avx2_nz(const struct fast_hist *f, const float *p, size_t m,
+                                 uint32_t *lanes, struct batch_scan *b) {
+    (void)f, (void)p, (void)m, (void)lanes, (void)b;
     return 0;
 }
 #endif
@@ -1002,7 +1073,7 @@ static void run_pass(const struct qp_array *arrays, const uint64_t *numels, size
         int32_t idx[FAST_CHUNK];
         uint64_t since_flush = 0, k, base = 0;
         size_t ai = 0;
-        int compact = 0;
+        enum { ZERO_NONE, ZERO_FEW, ZERO_MANY } zmode = ZERO_FEW;
         while (next_block(&next, numels, n, &ai, &base, &k)) {
             const struct qp_array *a = &arrays[ai];
             int is_f32 = a->dtype == QP_DTYPE_FLOAT;
@@ -1013,19 +1084,28 @@ static void run_pass(const struct qp_array *arrays, const uint64_t *numels, size
                 for (uint64_t c = 0; c < m; c += FAST_CHUNK) {
                     size_t cm = m - c < FAST_CHUNK ? (size_t)(m - c) : FAST_CHUNK;
                     if (fast && avx2) {
-                        /* The scan goes with the first histogram binned. Whether to pack
-                         * out the zeros follows the share of zeros in the previous chunk
-                         * (the counts are the same either way). */
+                        /* The scan goes with the first histogram binned. How zeros are handled
+                         * follows the previous chunk (the counts are the same either way):
+                         * none seen, the signed histogram alone takes the kernel without zero
+                         * handling (until values start taking its exact path); few, their bins
+                         * are stored like any; many (a ReLU output), they are packed out and
+                         * counted at once, which pays from ~30% zeros (measured). */
                         struct batch_scan unused = {0};
                         size_t zeros = 0;
+                        if (zmode == ZERO_NONE && g->do_h && !g->do_a) {
+                            size_t slow = fast_chunk_avx2_nz(&g->fh, p + c, cm, lanes,
+                                                             scan_out ? &part[t] : &unused);
+                            if (32 * slow > cm) zmode = ZERO_FEW;
+                            continue;
+                        }
                         if (g->do_h)
-                            zeros = fast_chunk_avx2(&g->fh, p + c, cm, compact, lanes,
+                            zeros = fast_chunk_avx2(&g->fh, p + c, cm, zmode == ZERO_MANY, lanes,
                                                     scan_out ? &part[t] : &unused);
                         if (g->do_a)
-                            zeros =
-                                fast_chunk_avx2(&g->fa, p + c, cm, compact, lanes + 4 * (size_t)hn,
-                                                scan_out && !g->do_h ? &part[t] : &unused);
-                        compact = 4 * zeros > cm; /* measured break-even: ~30% */
+                            zeros = fast_chunk_avx2(&g->fa, p + c, cm, zmode == ZERO_MANY,
+                                                    lanes + 4 * (size_t)hn,
+                                                    scan_out && !g->do_h ? &part[t] : &unused);
+                        zmode = zeros == 0 ? ZERO_NONE : 4 * zeros > cm ? ZERO_MANY : ZERO_FEW;
                         continue;
                     }
                     if (scan_out && g && g->do_h) {

@@ -711,8 +711,8 @@ static void test_simd_kernel_adversarial(void **state) {
     (void)state;
     static const int flag_sets[3] = {QP_STATS_HIST, QP_STATS_ABS_HIST,
                                      QP_STATS_HIST | QP_STATS_ABS_HIST};
-    float *b[4];
-    for (int i = 0; i < 4; i++) {
+    float *b[5];
+    for (int i = 0; i < 5; i++) {
         b[i] = malloc(ADV_N * sizeof(float));
         assert_non_null(b[i]);
     }
@@ -729,13 +729,29 @@ static void test_simd_kernel_adversarial(void **state) {
         for (int64_t i = 0; i < ADV_N; i += 2) /* ReLU on every other value of batch 2 */
             b[2][i] = b[2][i] > 0.0f ? b[2][i] : 0.0f;
         fill_adversarial(b[3], ADV_N, probe, 1);
-        struct qp_stats *ref = adv_run(flags, 1, 0, 0, b, 4);
+        /* Batch 4, on the grown edges: whole chunks of ordinary nonzero values (after which
+         * the signed histogram's kernel drops its zero handling) alternate with adversarial
+         * chunks, whose zeros, edges and non-finite values then meet that kernel first. */
+        struct qp_stats *grown = adv_run(flags, 1, 1, 0, b, 4);
+        fill_adversarial(b[4], ADV_N, grown, 0);
+        qp_stats_free(grown);
+        for (int64_t i = 0; i < ADV_N; i++)
+            if ((i / 1024) % 2 == 0) b[4][i] = 0.125f + (float)(i % 1000) * 1e-3f;
+        b[4][1024 + 5] = NAN;
+        b[4][3072 + 9] = INFINITY;
+        struct qp_stats *ref = adv_run(flags, 1, 0, 0, b, 5);
         struct snap r;
         snap_of(ref, &r);
         /* The data does what it should: NaN/Inf seen, the last batch grew the histograms. */
-        assert_int_equal(r.sum.n_nan, 5); /* the ReLU of batch 2 zeroed its last NaN */
-        assert_int_equal(r.sum.n_inf, 6);
-        assert_true(r.sum.min == -2.75 && r.sum.max == 3.5);
+        assert_int_equal(r.sum.n_nan, 6); /* the ReLU of batch 2 zeroed its last NaN */
+        assert_int_equal(r.sum.n_inf, 7);
+        float lo4 = -2.75f, hi4 = 3.5f; /* batch 3's, then batch 4's own */
+        for (int64_t i = 0; i < ADV_N; i++)
+            if (isfinite(b[4][i])) {
+                lo4 = b[4][i] < lo4 ? b[4][i] : lo4;
+                hi4 = b[4][i] > hi4 ? b[4][i] : hi4;
+            }
+        assert_true(r.sum.min == lo4 && r.sum.max == hi4);
         struct snap p;
         snap_of(probe, &p);
         if (flags & QP_STATS_HIST) assert_true(r.h.n > p.h.n);
@@ -745,7 +761,7 @@ static void test_simd_kernel_adversarial(void **state) {
         }
         for (int threads = 1; threads <= 2; threads++)
             for (int mode = 0; mode < 3; mode++) { /* AVX2, portable, double */
-                struct qp_stats *o = adv_run(flags, threads, mode == 0, mode == 2, b, 4);
+                struct qp_stats *o = adv_run(flags, threads, mode == 0, mode == 2, b, 5);
                 struct snap os;
                 snap_of(o, &os);
                 assert_same(&r, &os);
@@ -754,7 +770,7 @@ static void test_simd_kernel_adversarial(void **state) {
         qp_stats_free(ref);
         qp_stats_free(probe);
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         free(b[i]);
 }
 
