@@ -769,6 +769,35 @@ static const uint64_t keep_lanes[256] = {
     0x0000070605040302u, 0x0007060504030200u, 0x0007060504030201u, 0x0706050403020100u,
 };
 
+/* The constants of an 8-lane bin estimate (struct fast_hist's, broadcast). */
+struct est8 {
+    __m256 lo, norm, nmax, eps, eps1, zero;
+};
+
+__attribute__((target("avx2"))) static inline void est8_setup(const struct fast_hist *f,
+                                                              struct est8 *c) {
+    c->lo = _mm256_set1_ps(f->lo);
+    c->norm = _mm256_set1_ps(f->norm);
+    c->nmax = _mm256_set1_ps(f->nmax);
+    c->eps = _mm256_set1_ps(f->eps);
+    c->eps1 = _mm256_set1_ps(f->eps1);
+    c->zero = _mm256_setzero_ps();
+}
+
+/* The estimated bins of 8 values v (x or |x|) and in *ok the lanes whose fraction proves them
+ * (see struct fast_hist). */
+__attribute__((target("avx2"), always_inline)) static inline __m256i
+est8_bins(const struct est8 *c, __m256 v, __m256 *ok) {
+    __m256 e = _mm256_mul_ps(_mm256_sub_ps(v, c->lo), c->norm);
+    e = _mm256_max_ps(e, c->zero); /* NaN (and -Inf) land on 0, +Inf on n: fraction 0 */
+    e = _mm256_min_ps(e, c->nmax);
+    __m256i i = _mm256_cvttps_epi32(e);
+    __m256 fr = _mm256_sub_ps(e, _mm256_cvtepi32_ps(i));
+    *ok = _mm256_and_ps(_mm256_cmp_ps(fr, c->eps, _CMP_GT_OQ),
+                        _mm256_cmp_ps(fr, c->eps1, _CMP_LT_OQ));
+    return i;
+}
+
 /* The exact path for values [k, k + n) of a chunk: bins and scans one value at a time. */
 static void fast_chunk_slow(const struct fast_hist *f, const float *p, size_t k, size_t n,
                             uint32_t *lanes, struct batch_scan *b) {
@@ -795,9 +824,9 @@ __attribute__((target("avx2,popcnt"))) static size_t fast_chunk_avx2(const struc
                                                                      const float *p, size_t m,
                                                                      int compact, uint32_t *lanes,
                                                                      struct batch_scan *b) {
-    const __m256 lo = _mm256_set1_ps(f->lo), norm = _mm256_set1_ps(f->norm);
-    const __m256 nmax = _mm256_set1_ps(f->nmax), eps = _mm256_set1_ps(f->eps);
-    const __m256 eps1 = _mm256_set1_ps(f->eps1), zero = _mm256_setzero_ps();
+    struct est8 c;
+    est8_setup(f, &c);
+    const __m256 zero = c.zero;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 vmask = f->absval ? absmask : _mm256_castsi256_ps(_mm256_set1_epi32(-1));
     __m256 mn = _mm256_set1_ps(INFINITY), mx = _mm256_set1_ps(-INFINITY);
@@ -809,14 +838,8 @@ __attribute__((target("avx2,popcnt"))) static size_t fast_chunk_avx2(const struc
     size_t nb = 0, n_slow = 0, k = 0, n_zeros = 0, m_all = m;
     if (m > FAST_CHUNK) m = FAST_CHUNK; /* callers cut chunks; the buffers hold one */
     for (; k + 8 <= m; k += 8) {
-        __m256 x = _mm256_loadu_ps(p + k);
-        __m256 e = _mm256_mul_ps(_mm256_sub_ps(_mm256_and_ps(x, vmask), lo), norm);
-        e = _mm256_max_ps(e, zero); /* NaN (and -Inf) land on 0, +Inf on n: fraction 0 */
-        e = _mm256_min_ps(e, nmax);
-        __m256i i = _mm256_cvttps_epi32(e);
-        __m256 fr = _mm256_sub_ps(e, _mm256_cvtepi32_ps(i));
-        __m256 ok =
-            _mm256_and_ps(_mm256_cmp_ps(fr, eps, _CMP_GT_OQ), _mm256_cmp_ps(fr, eps1, _CMP_LT_OQ));
+        __m256 x = _mm256_loadu_ps(p + k), ok;
+        __m256i i = est8_bins(&c, _mm256_and_ps(x, vmask), &ok);
         __m256 z = _mm256_cmp_ps(x, zero, _CMP_EQ_OQ);
         int mz = _mm256_movemask_ps(z);
         if (__builtin_expect((_mm256_movemask_ps(ok) | mz) != 0xff, 0)) {
@@ -888,9 +911,8 @@ __attribute__((target("avx2,popcnt"))) static size_t fast_chunk_avx2_nz(const st
                                                                         const float *p, size_t m,
                                                                         uint32_t *lanes,
                                                                         struct batch_scan *b) {
-    const __m256 lo = _mm256_set1_ps(f->lo), norm = _mm256_set1_ps(f->norm);
-    const __m256 nmax = _mm256_set1_ps(f->nmax), eps = _mm256_set1_ps(f->eps);
-    const __m256 eps1 = _mm256_set1_ps(f->eps1), zero = _mm256_setzero_ps();
+    struct est8 c;
+    est8_setup(f, &c);
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     __m256 mn = _mm256_set1_ps(INFINITY), mx = _mm256_set1_ps(-INFINITY);
     __m256 amn = _mm256_set1_ps(INFINITY);
@@ -899,14 +921,8 @@ __attribute__((target("avx2,popcnt"))) static size_t fast_chunk_avx2_nz(const st
     size_t nb = 0, n_slow = 0, k = 0, m_all = m;
     if (m > FAST_CHUNK) m = FAST_CHUNK; /* callers cut chunks; the buffers hold one */
     for (; k + 8 <= m; k += 8) {
-        __m256 x = _mm256_loadu_ps(p + k);
-        __m256 e = _mm256_mul_ps(_mm256_sub_ps(x, lo), norm);
-        e = _mm256_max_ps(e, zero); /* NaN (and -Inf) land on 0, +Inf on n: fraction 0 */
-        e = _mm256_min_ps(e, nmax);
-        __m256i i = _mm256_cvttps_epi32(e);
-        __m256 fr = _mm256_sub_ps(e, _mm256_cvtepi32_ps(i));
-        __m256 ok =
-            _mm256_and_ps(_mm256_cmp_ps(fr, eps, _CMP_GT_OQ), _mm256_cmp_ps(fr, eps1, _CMP_LT_OQ));
+        __m256 x = _mm256_loadu_ps(p + k), ok;
+        __m256i i = est8_bins(&c, x, &ok);
         if (__builtin_expect(_mm256_movemask_ps(ok) != 0xff, 0)) {
             slow_at[n_slow++] = (uint16_t)k;
             continue;
