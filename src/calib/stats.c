@@ -788,8 +788,10 @@ __attribute__((target("avx2"))) static inline void est8_setup(const struct fast_
  * (see struct fast_hist). */
 __attribute__((target("avx2"), always_inline)) static inline __m256i
 est8_bins(const struct est8 *c, __m256 v, __m256 *ok) {
+    /* No clamp at 0: below lo the estimate is negative and so is its fraction (truncation is
+     * toward zero), which fails the proof like NaN (which the clamp at n turns into n,
+     * fraction 0) and -Inf (fraction -Inf); +Inf lands on n. */
     __m256 e = _mm256_mul_ps(_mm256_sub_ps(v, c->lo), c->norm);
-    e = _mm256_max_ps(e, c->zero); /* NaN (and -Inf) land on 0, +Inf on n: fraction 0 */
     e = _mm256_min_ps(e, c->nmax);
     __m256i i = _mm256_cvttps_epi32(e);
     __m256 fr = _mm256_sub_ps(e, _mm256_cvtepi32_ps(i));
