@@ -832,8 +832,9 @@ static void cache_store(struct qp_session *s, const struct rt_plan *p, const str
 
 /* Points the tensors of the values cache_begin gave a slot at that slot, so the steps of a
  * recording run write them there instead of copying them after (cache_store); graph outputs
- * stay in the arena (qp_session_output reads them after the run). cache_unaim points them back
- * at their arena bytes, where the next run's plan expects them. */
+ * stay in the arena (qp_session_output reads them after the run). With `on` 0 it points them
+ * back at their arena bytes, where the next run's plan expects them (If branches read the
+ * enclosing tensors' data at run time, so they follow either way). */
 static void cache_aim(struct qp_session *s, struct rt_plan *p, int on) {
     struct rt_cache *c = &s->cache;
     for (size_t k = 0; k < p->n_steps; k++) {
