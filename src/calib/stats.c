@@ -800,6 +800,39 @@ est8_bins(const struct est8 *c, __m256 v, __m256 *ok) {
     return i;
 }
 
+/* Counts the bins an AVX2 kernel buffered (4 * bin each): consecutive entries go to the 4 lanes
+ * in turn. */
+static inline void count_buffered(uint32_t *lanes, const int32_t *buf, size_t nb) {
+    size_t j = 0;
+    for (; j + 4 <= nb; j += 4) {
+        lanes[buf[j]]++;
+        lanes[buf[j + 1] + 1]++;
+        lanes[buf[j + 2] + 2]++;
+        lanes[buf[j + 3] + 3]++;
+    }
+    for (; j < nb; j++)
+        lanes[buf[j]]++;
+}
+
+/* Merges into b the scan of an AVX2 kernel's proven vectors: n_fast finite values whose lane
+ * minima, maxima and |x| minima are mn, mx and amn. */
+__attribute__((target("avx2"))) static inline void
+merge_lane_scan(__m256 mn, __m256 mx, __m256 amn, size_t n_fast, struct batch_scan *b) {
+    if (!n_fast) return;
+    float v[3][8];
+    _mm256_storeu_ps(v[0], mn);
+    _mm256_storeu_ps(v[1], mx);
+    _mm256_storeu_ps(v[2], amn);
+    struct batch_scan blk = {.n_finite = n_fast, .min = v[0][0], .max = v[1][0], .amin = v[2][0]};
+    for (int l = 1; l < 8; l++) {
+        if (v[0][l] < blk.min) blk.min = v[0][l];
+        if (v[1][l] > blk.max) blk.max = v[1][l];
+        if (v[2][l] < blk.amin) blk.amin = v[2][l];
+    }
+    blk.amax = fmax(-blk.min, blk.max); /* exact: the largest |x| is -min or max */
+    scan_merge(b, &blk);
+}
+
 /* The exact path for values [k, k + n) of a chunk: bins and scans one value at a time. */
 static void fast_chunk_slow(const struct fast_hist *f, const float *p, size_t k, size_t n,
                             uint32_t *lanes, struct batch_scan *b) {
@@ -868,36 +901,16 @@ __attribute__((target("avx2,popcnt"))) static size_t fast_chunk_avx2(const struc
         }
     }
     size_t n_fast = k - 8 * n_slow;
-    /* buf holds 4 * bin; consecutive entries go to the 4 lanes in turn. */
-    size_t j = 0;
-    for (; j + 4 <= nb; j += 4) {
-        lanes[buf[j]]++;
-        lanes[buf[j + 1] + 1]++;
-        lanes[buf[j + 2] + 2]++;
-        lanes[buf[j + 3] + 3]++;
-    }
-    for (; j < nb; j++)
-        lanes[buf[j]]++;
-    if (n_fast) {
+    count_buffered(lanes, buf, nb);
+    if (compact) { /* the zeros counted in zc */
         int32_t zl[8];
-        float v[3][8];
         _mm256_storeu_si256((__m256i *)zl, zc);
-        _mm256_storeu_ps(v[0], mn);
-        _mm256_storeu_ps(v[1], mx);
-        _mm256_storeu_ps(v[2], amn);
         uint32_t zeros = 0;
-        struct batch_scan blk = {
-            .n_finite = n_fast, .min = v[0][0], .max = v[1][0], .amin = v[2][0]};
-        for (int l = 0; l < 8; l++) {
+        for (int l = 0; l < 8; l++)
             zeros += (uint32_t)zl[l];
-            if (v[0][l] < blk.min) blk.min = v[0][l];
-            if (v[1][l] > blk.max) blk.max = v[1][l];
-            if (v[2][l] < blk.amin) blk.amin = v[2][l];
-        }
-        blk.amax = fmax(-blk.min, blk.max); /* exact: the largest |x| is -min or max */
         lanes[4 * f->zbin] += zeros;
-        scan_merge(b, &blk);
     }
+    merge_lane_scan(mn, mx, amn, n_fast, b);
     for (size_t q = 0; q < n_slow; q++)
         fast_chunk_slow(f, p, slow_at[q], 8, lanes, b);
     fast_chunk_slow(f, p, k, m_all - k, lanes, b); /* the tail (and anything past a chunk) */
@@ -936,27 +949,8 @@ __attribute__((target("avx2,popcnt"))) static size_t fast_chunk_avx2_nz(const st
         nb += 8;
     }
     size_t n_fast = k - 8 * n_slow;
-    for (size_t j = 0; j < nb; j += 4) { /* nb is a multiple of 8 */
-        lanes[buf[j]]++;
-        lanes[buf[j + 1] + 1]++;
-        lanes[buf[j + 2] + 2]++;
-        lanes[buf[j + 3] + 3]++;
-    }
-    if (n_fast) {
-        float v[3][8];
-        _mm256_storeu_ps(v[0], mn);
-        _mm256_storeu_ps(v[1], mx);
-        _mm256_storeu_ps(v[2], amn);
-        struct batch_scan blk = {
-            .n_finite = n_fast, .min = v[0][0], .max = v[1][0], .amin = v[2][0]};
-        for (int l = 1; l < 8; l++) {
-            if (v[0][l] < blk.min) blk.min = v[0][l];
-            if (v[1][l] > blk.max) blk.max = v[1][l];
-            if (v[2][l] < blk.amin) blk.amin = v[2][l];
-        }
-        blk.amax = fmax(-blk.min, blk.max); /* exact: the largest |x| is -min or max */
-        scan_merge(b, &blk);
-    }
+    count_buffered(lanes, buf, nb);
+    merge_lane_scan(mn, mx, amn, n_fast, b);
     for (size_t q = 0; q < n_slow; q++)
         fast_chunk_slow(f, p, slow_at[q], 8, lanes, b);
     fast_chunk_slow(f, p, k, m_all - k, lanes, b); /* the tail (and anything past a chunk) */
