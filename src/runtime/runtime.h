@@ -135,8 +135,8 @@ struct rt_cache {
     struct qp_array *inputs; /* owned copies of the reference run's inputs */
     void **val;              /* per graph value: cached bytes (into buf) or NULL */
     unsigned char *lay;      /* per graph value: its plan's `blocked` flag when cached */
-    void **home; /* per graph value: its arena bytes while a recording run writes it in the
-                    cache (cache_aim), else NULL */
+    void **home; /* per graph value: its arena bytes while a run points it at its cache slot
+                    (a recording run writing it, a partial run restoring it), else NULL */
     unsigned char *buf;
     size_t buf_bytes, used;
     size_t n_ov;

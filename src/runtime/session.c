@@ -830,6 +830,12 @@ static void cache_store(struct qp_session *s, const struct rt_plan *p, const str
     }
 }
 
+/* Points tensor t of value v at v's cache slot, keeping its arena bytes in c->home[v]. */
+static void aim_at_slot(struct rt_cache *c, struct qp_kt *t, int v) {
+    c->home[v] = t->data;
+    t->data = c->val[v];
+}
+
 /* Points the tensors of the values cache_begin gave a slot at that slot, so the steps of a
  * recording run write them there instead of copying them after (cache_store); graph outputs
  * stay in the arena (qp_session_output reads them after the run). With `on` 0 it points them
@@ -846,8 +852,7 @@ static void cache_aim(struct qp_session *s, struct rt_plan *p, int on) {
             int v = n->outputs[i];
             if (!t || !t->nbytes || v < 0 || !c->val[v] || is_session_output(s, v)) continue;
             if (on) {
-                c->home[v] = t->data;
-                t->data = c->val[v];
+                aim_at_slot(c, t, v);
             } else if (c->home[v]) {
                 t->data = c->home[v];
                 c->home[v] = NULL;
@@ -925,12 +930,7 @@ enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err
     unsigned char *dirty = calloc(nn, 1), *mode = calloc(p->n_steps + 1, 1);
     unsigned char *need = calloc(p->n_steps + 1, 1);
     int *stack = malloc(nn * sizeof *stack), *nstep = malloc(nn * sizeof *nstep);
-    size_t nv = g->n_values ? g->n_values : 1, n_moved = 0;
-    struct {
-        struct qp_kt *t;
-        void *data;
-    } *moved = malloc(nv * sizeof *moved);
-    if (!dirty || !mode || !need || !stack || !nstep || !moved) {
+    if (!dirty || !mode || !need || !stack || !nstep) {
         st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
         goto done;
     }
@@ -1002,7 +1002,7 @@ enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err
      * for this run (kernels read their inputs' data at run time and never write them, see
      * memplan.h), which saves copying it back into the arena. Graph outputs are copied (they
      * are read through qp_session_output after the run); the rest point back at their arena
-     * bytes at the end. */
+     * bytes at the end (cache_aim, as after a recording run). */
     for (size_t k = 0; k < p->n_steps; k++) {
         struct rt_step *stp = &p->steps[k];
         if (mode[k] == MODE_COMPUTE) {
@@ -1017,17 +1017,13 @@ enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err
                     memcpy(t->data, c->val[n->outputs[i]], t->nbytes);
                     continue;
                 }
-                moved[n_moved].t = t;
-                moved[n_moved++].data = t->data;
-                t->data = c->val[n->outputs[i]];
+                aim_at_slot(c, t, n->outputs[i]);
             }
         }
     }
     s->last = p;
 done:
-    while (n_moved)
-        moved[n_moved - 1].t->data = moved[n_moved - 1].data, n_moved--;
-    free(moved);
+    cache_aim(s, p, 0);
     free(dirty);
     free(mode);
     free(need);
