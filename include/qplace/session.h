@@ -75,7 +75,15 @@ struct qp_session_options {
      * shape is given: a caller that sets an observer, an observed set or overlays first would
      * otherwise pay for a plan it drops. */
     int lazy_plan;
+    /* Which set of oneDNN primitive objects the session's kernels execute on (0, the default,
+     * or 1..QP_SESSION_MAX_LANES-1). Primitives are shared by every session of the process with
+     * the same geometry and thread count, and an execution holds its primitive's lock: sessions
+     * that run at the same time on different threads (parallel sensitivity probes) take
+     * different lanes so they do not wait on each other. Results do not depend on the lane. */
+    int lane;
 };
+
+#define QP_SESSION_MAX_LANES 256
 
 /* The shape of one graph input, by name. */
 struct qp_shape {
@@ -223,6 +231,17 @@ void qp_session_set_cache(struct qp_session *s, size_t budget_bytes);
  * Returns QP_ERR_USAGE when there is no reference run (no budget set or no successful run since),
  * and what qp_session_run returns. */
 enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err);
+
+/* Makes `dst`'s partial runs start from the reference run that `src` recorded (a budget and a
+ * successful qp_session_run), read where `src` keeps it: nothing is copied, and any number of
+ * sessions may read one reference at the same time (partial runs never write it). `dst` must be
+ * a session of the same model (its plan's layouts are checked per value: a value cached in
+ * another layout is computed again). The borrow lasts until `src` records another reference,
+ * changes its budget or is freed, and until `dst` sets a budget, borrows again or is freed;
+ * `dst`'s own full runs record nothing meanwhile. Returns QP_ERR_USAGE (NULL, the same session,
+ * different graphs, `src` holding no reference), QP_ERR_NOMEM. */
+enum qp_status qp_session_borrow_cache(struct qp_session *dst, const struct qp_session *src,
+                                       struct qp_error *err);
 
 /* Node computations in the last run (full or partial); overlays are not counted, nor nodes
  * evaluated at plan time. An If counts once, whatever its branch computes. */

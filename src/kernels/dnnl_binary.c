@@ -22,7 +22,7 @@
 #define BIN_PARALLEL_MIN 65536
 
 struct bin_key {
-    int32_t alg, nthr, rank, pad;
+    int32_t alg, nthr, rank, lane; /* lane: qp_krun.lane (0 for the primary entry) */
     int64_t d0[QP_MAX_RANK], d1[QP_MAX_RANK];
 };
 
@@ -90,9 +90,10 @@ static void *bin_build(const void *key_, void *ctx) {
     return e;
 }
 
-static struct bin_entry *bin_entry_for(const struct bin_key *primary, int nthr) {
+static struct bin_entry *bin_entry_for(const struct bin_key *primary, int nthr, int lane) {
     struct bin_key k = *primary;
     k.nthr = nthr;
+    k.lane = lane;
     return qp_dnnl_cache_get(&k, sizeof k, bin_build, NULL);
 }
 
@@ -146,8 +147,8 @@ enum qp_status qp_k_dnnl_binary_prepare(struct qp_kprep *p) {
         s->swap = 1;
     }
     key.nthr = y->numel < BIN_PARALLEL_MIN ? 1 : qp_dnnl_default_threads();
-    struct bin_entry *e = bin_entry_for(&key, key.nthr);
-    if (e && key.nthr != 1 && !bin_entry_for(&key, 1)) e = NULL;
+    struct bin_entry *e = bin_entry_for(&key, key.nthr, 0);
+    if (e && key.nthr != 1 && !bin_entry_for(&key, 1, 0)) e = NULL;
     s->key = key;
     s->entry = e;
     return QP_OK;
@@ -156,8 +157,8 @@ enum qp_status qp_k_dnnl_binary_prepare(struct qp_kprep *p) {
 enum qp_status qp_k_dnnl_binary_run(const struct qp_krun *r) {
     const struct dnnl_bin_state *s = r->state;
     struct bin_entry *e = s->entry;
-    if (e && s->key.nthr != 1 && r->n_threads != s->key.nthr)
-        e = bin_entry_for(&s->key, r->n_threads);
+    int nthr = s->key.nthr == 1 ? 1 : r->n_threads;
+    if (e && (nthr != s->key.nthr || r->lane)) e = bin_entry_for(&s->key, nthr, r->lane);
     if (!e) {
         if (s->entry)
             return qp_error_set(r->err, QP_ERR_NOMEM, "no oneDNN binary primitive for %d threads",

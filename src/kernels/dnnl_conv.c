@@ -31,6 +31,7 @@
 
 struct conv_key {
     int32_t transpose, nthr, nsp, has_bias;
+    int32_t lane, pad; /* lane: qp_krun.lane (0 for the primary entry) */
     int64_t n, c, m, group;
     int64_t in[3], k[3], out[3], stride[3], dil[3], pb[3], pe[3];
     int32_t n_post, post_kind[QP_CONV_MAX_POST];
@@ -278,11 +279,14 @@ static void *entry_build(const void *key_, void *ctx) {
     return e;
 }
 
-static struct conv_entry *entry_for(const struct conv_key *primary, int nthr) {
+/* The entry for `nthr` threads on `lane`: the primary's layouts, its own primitive objects and
+ * lock (qp_session_options.lane). */
+static struct conv_entry *entry_for(const struct conv_key *primary, int nthr, int lane) {
     struct conv_entry *pe = qp_dnnl_cache_get(primary, sizeof *primary, entry_build, NULL);
-    if (!pe || nthr == primary->nthr) return pe;
+    if (!pe || (nthr == primary->nthr && lane == primary->lane)) return pe;
     struct conv_key k = *primary;
     k.nthr = nthr;
+    k.lane = lane;
     struct conv_force f = {&pe->src, &pe->wei, &pe->dst};
     return qp_dnnl_cache_get(&k, sizeof k, entry_build, &f);
 }
@@ -462,7 +466,7 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
                     ? (ref.w.in[i] - 1) * ref.w.stride[i] + ek - ref.w.pad_begin[i] - ref.w.out[i]
                     : (ref.w.out[i] - 1) * ref.w.stride[i] + ek - ref.w.in[i] - ref.w.pad_begin[i];
         }
-        e = entry_for(&key, key.nthr);
+        e = entry_for(&key, key.nthr, 0);
     }
     int64_t blk = 1, ep_sn = 0, ep_sc = 0;
     if (e && transpose && (ref.has_bias || n_post) &&
@@ -488,7 +492,7 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
         /* The 1-thread variant (the common other count) is made now too, so its scratchpad is
          * known; it has the primary's layouts, hence the same reorders and offsets. Counts whose
          * scratchpad does not fit run the reference kernel. */
-        e1 = key.nthr != 1 ? entry_for(&key, 1) : e;
+        e1 = key.nthr != 1 ? entry_for(&key, 1, 0) : e;
         if (e1 && qp_dnnl_align(e1->scr_bytes) > qp_dnnl_align(e->scr_bytes))
             scratch = off_scr + qp_dnnl_align(e1->scr_bytes);
     }
@@ -662,9 +666,10 @@ static enum qp_status run(const struct qp_krun *r, int transpose) {
      * (wake-up, barrier) would cost more than it saves. Same layouts, same results. */
     int nthr = s->small ? 1 : r->n_threads;
     if (s->use_dnnl) {
-        e = nthr == s->key.nthr      ? s->entry
+        e = r->lane                  ? entry_for(&s->key, nthr, r->lane)
+            : nthr == s->key.nthr    ? s->entry
             : nthr == 1 && s->entry1 ? s->entry1
-                                     : entry_for(&s->key, nthr);
+                                     : entry_for(&s->key, nthr, 0);
         if (e && s->off_scr + qp_dnnl_align(e->scr_bytes) > s->scratch) e = NULL;
         /* Blocked tensors cannot go to the reference kernel: the primary primitive (same
          * layouts, same weights, same results) runs with its own thread count instead. */

@@ -22,7 +22,7 @@
 #include "kernels/vecmath.h"
 
 struct sm_key {
-    int32_t nthr, pad;
+    int32_t nthr, lane; /* lane: qp_krun.lane (0 for the primary entry) */
     int64_t outer, axis, inner;
 };
 
@@ -93,9 +93,10 @@ static void *sm_build(const void *key_, void *ctx) {
     return e;
 }
 
-static struct sm_entry *sm_entry_for(const struct sm_key *primary, int nthr) {
+static struct sm_entry *sm_entry_for(const struct sm_key *primary, int nthr, int lane) {
     struct sm_key k = *primary;
     k.nthr = nthr;
+    k.lane = lane;
     return qp_dnnl_cache_get(&k, sizeof k, sm_build, NULL);
 }
 
@@ -122,8 +123,8 @@ enum qp_status qp_k_dnnl_softmax_prepare(struct qp_kprep *p) {
             key.axis *= x->dims[i];
     }
     key.nthr = qp_dnnl_default_threads();
-    struct sm_entry *e = x->numel ? sm_entry_for(&key, key.nthr) : NULL;
-    if (e && key.nthr != 1 && !sm_entry_for(&key, 1)) e = NULL;
+    struct sm_entry *e = x->numel ? sm_entry_for(&key, key.nthr, 0) : NULL;
+    if (e && key.nthr != 1 && !sm_entry_for(&key, 1, 0)) e = NULL;
     if (!e) return fallback_prepare(p);
     st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
     if (st) return st;
@@ -178,8 +179,9 @@ enum qp_status qp_k_dnnl_softmax_run(const struct qp_krun *r) {
         return qp_k_softmax_run(&rr);
     }
     if (s->key.inner == 1 && softmax_rows_fast(r, s->key.outer, s->key.axis)) return QP_OK;
-    struct sm_entry *e =
-        r->n_threads == s->key.nthr ? s->entry : sm_entry_for(&s->key, r->n_threads);
+    struct sm_entry *e = r->n_threads == s->key.nthr && !r->lane
+                             ? s->entry
+                             : sm_entry_for(&s->key, r->n_threads, r->lane);
     if (!e)
         return qp_error_set(r->err, QP_ERR_NOMEM, "no oneDNN softmax primitive for %d threads",
                             r->n_threads);

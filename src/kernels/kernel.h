@@ -64,6 +64,7 @@ struct qp_krun {
     struct qp_kt *const *out;
     void *scratch;
     int n_threads;
+    int lane; /* the session's qp_session_options.lane: which oneDNN primitive objects to use */
     struct qp_error *err;
 };
 

@@ -204,6 +204,7 @@ enum qp_status rt_step_run(const struct qp_session *s, struct rt_plan *p, struct
                         .out = st->out,
                         .scratch = scratch,
                         .n_threads = s->n_threads,
+                        .lane = s->lane,
                         .err = err};
     enum qp_status rc = st->k->run(&r);
     if (rc != QP_OK) return node_err(err, s->g, st->node, NULL);

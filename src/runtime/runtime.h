@@ -141,6 +141,9 @@ struct rt_cache {
     size_t buf_bytes, used;
     size_t n_ov;
     struct rt_overlay *ov; /* the overlays of the reference run */
+    /* 1: inputs, ov, val, lay and buf are another session's (qp_session_borrow_cache); only
+     * home is this session's. */
+    int borrowed;
 };
 
 struct rt_plan {
@@ -180,6 +183,7 @@ struct qp_session {
     const struct qp_model *model;
     const struct qp_graph *g;
     int n_threads;
+    int lane;                         /* qp_session_options.lane */
     int no_fusion;                    /* qp_session_options.no_fusion */
     const struct qp_kernel **kernels; /* per node index; NULL for dead nodes */
     int *opsets;                      /* per node index */

@@ -79,6 +79,7 @@ static enum qp_status sub_create(struct qp_session *parent, const struct qp_node
     s->g = g;
     s->parent = parent;
     s->n_threads = parent->n_threads;
+    s->lane = parent->lane;
     size_t nn = g->n_nodes ? g->n_nodes : 1;
     s->kernels = calloc(nn, sizeof *s->kernels);
     s->opsets = calloc(nn, sizeof *s->opsets);
@@ -289,6 +290,13 @@ enum qp_status qp_session_create(const struct qp_model *model,
     s->g = g;
     qp_session_set_threads(s, opts ? opts->n_threads : 0);
     s->no_fusion = opts ? opts->no_fusion : 0;
+    s->lane = opts ? opts->lane : 0;
+    if (s->lane < 0 || s->lane >= QP_SESSION_MAX_LANES) {
+        int lane = s->lane;
+        free(s);
+        return qp_error_set(err, QP_ERR_USAGE, "session: lane %d is not in 0..%d", lane,
+                            QP_SESSION_MAX_LANES - 1);
+    }
     size_t nn = g->n_nodes ? g->n_nodes : 1;
     s->kernels = calloc(nn, sizeof *s->kernels);
     s->opsets = calloc(nn, sizeof *s->opsets);
@@ -369,8 +377,22 @@ static void free_overlays(struct rt_overlay *ov, size_t n) {
     free(ov);
 }
 
-/* Drops the reference inputs and overlays (keeps the buffers). */
+/* Drops the reference inputs and overlays (keeps the buffers). A borrowed reference is let go
+ * of: its arrays are the lender's. */
 static void cache_clear(struct rt_cache *c) {
+    if (c->borrowed) {
+        c->inputs = NULL;
+        c->n_inputs = 0;
+        c->ov = NULL;
+        c->n_ov = 0;
+        c->val = NULL;
+        c->lay = NULL;
+        c->buf = NULL;
+        c->buf_bytes = c->used = 0;
+        c->valid = 0;
+        c->borrowed = 0;
+        return;
+    }
     for (size_t i = 0; i < c->n_inputs; i++)
         qp_array_release(&c->inputs[i]);
     free(c->inputs);
@@ -1038,6 +1060,7 @@ size_t qp_session_nodes_executed(const struct qp_session *s) {
 
 void qp_session_set_cache(struct qp_session *s, size_t budget_bytes) {
     if (!s) return;
+    if (s->cache.borrowed) cache_clear(&s->cache);
     s->cache.budget = budget_bytes;
     if (!budget_bytes) {
         cache_clear(&s->cache);
@@ -1045,6 +1068,42 @@ void qp_session_set_cache(struct qp_session *s, size_t budget_bytes) {
         s->cache.buf = NULL;
         s->cache.buf_bytes = 0;
     }
+}
+
+enum qp_status qp_session_borrow_cache(struct qp_session *dst, const struct qp_session *src,
+                                       struct qp_error *err) {
+    if (!dst || !src || dst == src)
+        return qp_error_set(err, QP_ERR_USAGE, "session: borrow_cache needs two sessions");
+    if (dst->g != src->g)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "session: borrow_cache needs sessions of the same model");
+    const struct rt_cache *from = &src->cache;
+    if (!from->valid || from->borrowed)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "session: the lending session holds no reference run of its own");
+    struct rt_cache *c = &dst->cache;
+    cache_clear(c); /* a borrow before lets go; this session's own buffers go below */
+    free(c->val);
+    free(c->lay);
+    free(c->buf);
+    c->val = NULL;
+    c->lay = NULL;
+    c->buf = NULL;
+    if (!c->home && !(c->home = calloc(dst->g->n_values ? dst->g->n_values : 1, sizeof *c->home)))
+        return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory (cache)");
+    c->budget = 0;
+    c->inputs = from->inputs;
+    c->n_inputs = from->n_inputs;
+    c->ov = from->ov;
+    c->n_ov = from->n_ov;
+    c->val = from->val;
+    c->lay = from->lay;
+    c->buf = from->buf;
+    c->buf_bytes = from->buf_bytes;
+    c->used = from->used;
+    c->borrowed = 1;
+    c->valid = 1;
+    return QP_OK;
 }
 
 static int cmp_overlay(const void *a, const void *b) {

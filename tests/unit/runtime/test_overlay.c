@@ -234,9 +234,11 @@ static void partial_sequence(size_t budget) {
         const int n_nodes = 8 + (int)(seed % 5);
         struct qp_model *m = random_model(seed, n_nodes);
         struct qp_error err = {0};
-        struct qp_session *s = NULL, *full = NULL;
+        struct qp_session *s = NULL, *full = NULL, *bor = NULL;
         assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
         assert_int_equal(qp_session_create(m, NULL, 0, NULL, &full, &err), QP_OK);
+        struct qp_session_options lane1 = {.lane = 1};
+        assert_int_equal(qp_session_create(m, &lane1, 0, NULL, &bor, &err), QP_OK);
         float x[2 * D], a[2][2 * D], b[2][2 * D];
         fill_input(x, seed);
         rng_state = seed * 31u;
@@ -249,6 +251,8 @@ static void partial_sequence(size_t budget) {
         assert_int_equal(qp_session_set_overlays(s, (size_t)n_ref, list, &err), QP_OK);
         run_outputs(s, x, 0, a);
         assert_int_equal(qp_session_nodes_executed(s), (size_t)n_nodes);
+        /* A session on another lane reads that reference where s keeps it. */
+        assert_int_equal(qp_session_borrow_cache(bor, s, &err), QP_OK);
         for (int probe = 0; probe < 5; probe++) {
             struct ovp cur[3];
             int n_cur;
@@ -293,6 +297,11 @@ static void partial_sequence(size_t budget) {
             run_outputs(s, x, 1, a);
             run_outputs(full, x, 0, b);
             assert_memory_equal(a, b, sizeof a);
+            float c[2][2 * D];
+            assert_int_equal(qp_session_set_overlays(bor, (size_t)n_cur, cl, &err), QP_OK);
+            run_outputs(bor, x, 1, c);
+            assert_memory_equal(c, b, sizeof c);
+            assert_int_equal(qp_session_nodes_executed(bor), qp_session_nodes_executed(s));
             size_t want = downstream(m->graph, changed, n_changed);
             if (budget > 1000000)
                 assert_int_equal(qp_session_nodes_executed(s), want);
@@ -300,7 +309,8 @@ static void partial_sequence(size_t budget) {
                 assert_true(qp_session_nodes_executed(s) >= want);
             assert_int_equal(qp_session_nodes_executed(full), (size_t)n_nodes);
         }
-        qp_session_free(s);
+        qp_session_free(s); /* before the borrower: it lets go without touching s's arrays */
+        qp_session_free(bor);
         qp_session_free(full);
         qp_model_free(m);
     }
@@ -374,6 +384,90 @@ static void test_partial_counts(void **state) {
     assert_non_null(strstr(err.msg, "'D'"));
     qp_session_free(s);
     qp_model_free(m);
+}
+
+/* qp_session_borrow_cache: what it refuses, how long a borrow lasts, lanes. Graph as in
+ * test_partial_counts. */
+static void test_borrow_cache(void **state) {
+    (void)state;
+    struct qp_model *m = model_with_x(2, act_dims), *m2 = model_with_x(2, act_dims);
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    add(g, "A", "Relu", 1, "x", NULL, "a");
+    add(g, "B", "Sigmoid", 1, "a", NULL, "b");
+    add(g, "C", "Mul", 2, "a", "a", "c");
+    add(g, "D", "Add", 2, "b", "c", "d");
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "d"), &err), QP_OK);
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "b"), &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    add(m2->graph, "A", "Relu", 1, "x", NULL, "a");
+    assert_int_equal(qp_graph_add_output(m2->graph, qp_graph_value(m2->graph, "a"), &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(m2->graph, &err), QP_OK);
+    struct qp_session_options bad = {.lane = QP_SESSION_MAX_LANES};
+    struct qp_session *s = NULL, *b = NULL, *c = NULL, *other = NULL, *full = NULL;
+    assert_int_equal(qp_session_create(m, &bad, 0, NULL, &s, &err), QP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "lane"));
+    bad.lane = -1;
+    assert_int_equal(qp_session_create(m, &bad, 0, NULL, &s, &err), QP_ERR_USAGE);
+    struct qp_session_options lane[3] = {
+        {.lane = 0}, {.lane = 7}, {.lane = QP_SESSION_MAX_LANES - 1}};
+    assert_int_equal(qp_session_create(m, &lane[0], 0, NULL, &s, &err), QP_OK);
+    assert_int_equal(qp_session_create(m, &lane[1], 0, NULL, &b, &err), QP_OK);
+    assert_int_equal(qp_session_create(m, &lane[2], 0, NULL, &c, &err), QP_OK);
+    assert_int_equal(qp_session_create(m2, NULL, 0, NULL, &other, &err), QP_OK);
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &full, &err), QP_OK);
+    assert_int_equal(qp_session_borrow_cache(b, s, &err), QP_ERR_USAGE); /* nothing recorded */
+    assert_non_null(strstr(err.msg, "no reference"));
+    assert_int_equal(qp_session_borrow_cache(s, s, &err), QP_ERR_USAGE);
+    assert_int_equal(qp_session_borrow_cache(NULL, s, &err), QP_ERR_USAGE);
+    float x1[2 * D], x2[2 * D], ref[2][2 * D], got[2][2 * D], want[2][2 * D];
+    fill_input(x1, 11);
+    fill_input(x2, 12);
+    qp_session_set_cache(s, 1 << 20);
+    run_outputs(s, x1, 0, ref);
+    assert_int_equal(qp_session_borrow_cache(other, s, &err), QP_ERR_USAGE); /* another graph */
+    assert_non_null(strstr(err.msg, "same model"));
+    qp_session_set_cache(b, 1 << 20); /* b's own budget and buffers go when it borrows */
+    run_outputs(b, x2, 0, got);
+    assert_int_equal(qp_session_borrow_cache(b, s, &err), QP_OK);
+    assert_int_equal(qp_session_borrow_cache(c, b, &err), QP_ERR_USAGE); /* not b's own */
+    float scale = 0.05f;
+    struct qp_overlay ov = {
+        .node = "C", .input = 1, .qtype = QP_DTYPE_INT8, .n_params = 1, .scale = &scale};
+    assert_int_equal(qp_session_set_overlays(b, 1, &ov, &err), QP_OK);
+    assert_int_equal(qp_session_set_overlays(full, 1, &ov, &err), QP_OK);
+    run_outputs(b, x2, 1, got); /* from s's reference, input x1 (x2 is not read) */
+    assert_int_equal(qp_session_nodes_executed(b), 2);
+    run_outputs(full, x1, 0, want);
+    assert_memory_equal(got, want, sizeof got);
+    /* b's full runs record nothing and leave the borrow (and s's reference) as they were. */
+    run_outputs(b, x2, 0, got);
+    run_outputs(b, x2, 1, got);
+    assert_memory_equal(got, want, sizeof got);
+    run_outputs(s, x2, 1, got); /* s, without overlays, reads its own reference */
+    assert_memory_equal(got, ref, sizeof got);
+    /* s records a new reference: b borrows again to read it. */
+    run_outputs(s, x2, 0, ref);
+    assert_int_equal(qp_session_borrow_cache(b, s, &err), QP_OK);
+    run_outputs(b, x1, 1, got);
+    run_outputs(full, x2, 0, want);
+    assert_memory_equal(got, want, sizeof got);
+    /* Setting a budget ends the borrow. */
+    qp_session_set_cache(b, 1 << 20);
+    assert_int_equal(qp_session_run_partial(b, &err), QP_ERR_USAGE);
+    /* Several borrowers at once. */
+    assert_int_equal(qp_session_borrow_cache(b, s, &err), QP_OK);
+    assert_int_equal(qp_session_borrow_cache(c, s, &err), QP_OK);
+    assert_int_equal(qp_session_set_overlays(c, 1, &ov, &err), QP_OK);
+    run_outputs(c, x1, 1, got);
+    assert_memory_equal(got, want, sizeof got);
+    qp_session_free(s);
+    qp_session_free(b);
+    qp_session_free(c);
+    qp_session_free(other);
+    qp_session_free(full);
+    qp_model_free(m);
+    qp_model_free(m2);
 }
 
 /* ---- bypass ------------------------------------------------------------------------------- */
@@ -886,6 +980,7 @@ int main(void) {
         cmocka_unit_test(test_partial_equals_full),
         cmocka_unit_test(test_partial_small_budget),
         cmocka_unit_test(test_partial_counts),
+        cmocka_unit_test(test_borrow_cache),
         cmocka_unit_test(test_bypass_equals_subset),
         cmocka_unit_test(test_bypass_weights),
         cmocka_unit_test(test_cache_keeps_relevant),
