@@ -60,6 +60,8 @@ const struct cli_opt cli_sensitivity_opts[] = {
      "write the placement minus the exclusions (default with --max_output_drift: "
      "<model stem>.sensitivity.placement.json)"},
     {"threads", CLI_VALUE, "N", "engine threads (0: all cores)"},
+    {"probe_workers", CLI_VALUE, "N",
+     "probes side by side, each on its own session (0: one per thread, memory permitting)"},
     {"quiet", CLI_BOOL, NULL, "no progress bar and no table"},
     {0},
 };
@@ -245,6 +247,11 @@ int cli_sensitivity_run(const struct cli_args *args) {
         if (!parse_u64(s, 4096, &u) || strpbrk(s, "KMGkmg"))
             return bad_usage("--threads: '%s' is not a thread count", s);
         so.n_threads = (int)u;
+    }
+    if ((s = cli_value(args, "probe_workers", NULL))) {
+        if (!parse_u64(s, 4096, &u) || strpbrk(s, "KMGkmg"))
+            return bad_usage("--probe_workers: '%s' is not a worker count", s);
+        so.probe_workers = (int)u;
     }
     uint64_t n_syn = 32;
     if ((s = cli_value(args, "num_synthetic_samples", NULL)) &&
@@ -640,6 +647,7 @@ int cli_sensitivity_run(const struct cli_args *args) {
     cJSON_AddNumberToObject(tim, "total_cpu_s", cpu_s() - c_start);
     cJSON_AddNumberToObject(tim, "nodes_executed", (double)r->nodes_executed);
     cJSON_AddNumberToObject(tim, "nodes_full_pass", (double)r->nodes_full_pass);
+    cJSON_AddNumberToObject(tim, "probe_workers", (double)r->n_probe_workers);
     if (picking) {
         cJSON *ex = cJSON_AddObjectToObject(root, "exclusions");
         if (!ex) goto oom;

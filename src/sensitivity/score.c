@@ -1,5 +1,9 @@
 /* Targets, probes and scoring through engine overlays; the accuracy budget (sensitivity.h). */
 #include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,38 +179,60 @@ static enum qp_status build_targets(const struct qp_graph *g, const struct qp_pl
 
 /* ---- the evaluation context ------------------------------------------------------------------ */
 
+/* What runs probes: a session and a probe's overlays. Worker 0's session runs the reference
+ * passes too (with every thread) and the others, sessions of their own on lanes 1.. with a share
+ * of the threads, read its cached reference (qp_session_borrow_cache). */
+struct sens_worker {
+    struct qp_session *s;
+    struct qp_overlay *buf; /* a probe's overlays */
+    unsigned char *apply;   /* per entry: quantized by the current probe */
+    double *acc;            /* one probe's metric sums, per output */
+    uint64_t nodes;         /* node computations of its probes in this batch */
+    struct qp_error err;    /* a probe error that stops the run */
+};
+
 struct sens_ctx {
     const struct qp_graph *g;
     const struct qp_placement *pl;
     const struct qp_sens_options *o;
     struct qp_provider *prov;
-    struct qp_session *s;
+    const struct qp_model *model;
+    struct sens_worker *wk; /* n_wk >= 1 */
+    size_t n_wk;
     size_t n_in;
+    size_t np; /* provider inputs, and their shapes in the first batch (what sessions plan for) */
+    struct qp_shape shapes[SENS_MAX_INPUTS];
     size_t in_map[SENS_MAX_INPUTS]; /* provider index of session input i */
     struct qp_array in[SENS_MAX_INPUTS];
     size_t n_entries;
-    struct qp_overlay *ov;  /* one per entry */
-    float **scales;         /* per entry */
-    char **entry_err;       /* per entry: why it cannot be overlaid, or NULL */
-    struct qp_overlay *buf; /* a probe's overlays */
-    unsigned char *apply;   /* per entry: quantized by the current probe */
+    struct qp_overlay *ov; /* one per entry */
+    float **scales;        /* per entry */
+    char **entry_err;      /* per entry: why it cannot be overlaid, or NULL */
     /* Every entry that can be overlaid is set on the session once, and probes toggle bypass
      * flags (the plan is kept). 0 when planning with all of them failed: then each probe sets
      * only its own overlays, so only the probes holding the bad edge fail. */
     int all_mode;
     size_t n_all;
-    size_t *all_entry; /* entry of c->buf[k] in all_mode */
+    size_t *all_entry; /* entry of a worker's buf[k] in all_mode */
     size_t n_out;
     int *out_float;  /* 1: a float output that is scored */
     float **ref;     /* reference values of the current batch, per output */
     size_t *ref_n;   /* their element counts */
     size_t *samples; /* samples in the current batch, per output */
-    double *acc;     /* one probe's metric sums, per output */
     uint64_t rows;   /* samples (first input's rows) of the current batch */
 };
 
+static void worker_free(struct sens_worker *w) {
+    qp_session_free(w->s);
+    free(w->buf);
+    free(w->apply);
+    free(w->acc);
+}
+
 static void ctx_free(struct sens_ctx *c) {
-    qp_session_free(c->s);
+    for (size_t k = 0; c->wk && k < c->n_wk; k++)
+        worker_free(&c->wk[k]);
+    free(c->wk);
     for (size_t e = 0; e < c->n_entries; e++) {
         if (c->scales) free(c->scales[e]);
         if (c->entry_err) free(c->entry_err[e]);
@@ -214,15 +240,12 @@ static void ctx_free(struct sens_ctx *c) {
     free(c->ov);
     free(c->scales);
     free(c->entry_err);
-    free(c->buf);
-    free(c->apply);
     free(c->all_entry);
     for (size_t i = 0; c->ref && i < c->n_out; i++)
         free(c->ref[i]);
     free(c->ref);
     free(c->ref_n);
     free(c->samples);
-    free(c->acc);
     free(c->out_float);
 }
 
@@ -243,11 +266,8 @@ static enum qp_status build_overlays(struct sens_ctx *c, const struct qp_ranges 
     c->ov = calloc(ne + 1, sizeof *c->ov);
     c->scales = calloc(ne + 1, sizeof *c->scales);
     c->entry_err = calloc(ne + 1, sizeof *c->entry_err);
-    c->buf = calloc(ne + 1, sizeof *c->buf);
-    c->apply = calloc(ne + 1, 1);
     c->all_entry = calloc(ne + 1, sizeof *c->all_entry);
-    if (!c->ov || !c->scales || !c->entry_err || !c->buf || !c->apply || !c->all_entry)
-        return nomem(err);
+    if (!c->ov || !c->scales || !c->entry_err || !c->all_entry) return nomem(err);
     enum qp_dtype qt = c->o->qtype;
     for (size_t e = 0; e < ne; e++) {
         struct qp_overlay *ov = &c->ov[e];
@@ -332,11 +352,45 @@ static enum qp_status build_overlays(struct sens_ctx *c, const struct qp_ranges 
     return QP_OK;
 }
 
+/* A worker's session on `lane` with `n_threads`, fused like any session: a fused Conv chain
+ * keeps one preparation per combination of its weight overlays' bypass flags (made on first
+ * use), so probes toggling them keep the plan. Planned once (lazy_plan: not also at creation)
+ * for the first batch's shapes with every entry that can be overlaid, bypassed; when that
+ * fails for worker 0, c->all_mode drops to 0 and every probe sets only its own overlays (so
+ * only the probes holding the bad edge fail). */
+static enum qp_status worker_init(struct sens_ctx *c, struct sens_worker *w, int lane,
+                                  int n_threads, struct qp_error *err) {
+    size_t ne = c->n_entries + 1;
+    w->buf = calloc(ne, sizeof *w->buf);
+    w->apply = calloc(ne, 1);
+    if (!w->buf || !w->apply) return nomem(err);
+    struct qp_session_options so = {.n_threads = n_threads, .lazy_plan = 1, .lane = lane};
+    enum qp_status st = qp_session_create(c->model, &so, c->np, c->shapes, &w->s, err);
+    if (st != QP_OK) return st;
+    if (!(w->acc = calloc(qp_session_n_outputs(w->s) + 1, sizeof *w->acc))) return nomem(err);
+    if (lane == 0) c->n_out = qp_session_n_outputs(w->s);
+    if (!c->all_mode) return QP_OK;
+    for (size_t k = 0; k < c->n_all; k++) {
+        w->buf[k] = c->ov[c->all_entry[k]];
+        w->buf[k].bypass = 1;
+    }
+    struct qp_error perr = {0};
+    if (qp_session_set_overlays(w->s, c->n_all, w->buf, &perr) == QP_OK &&
+        qp_session_plan(w->s, c->np, c->shapes, &perr) == QP_OK)
+        return QP_OK;
+    if (perr.status == QP_ERR_NOMEM) return qp_error_set(err, QP_ERR_NOMEM, "%s", perr.msg);
+    if (lane != 0) /* worker 0 planned with them: this one should have */
+        return qp_error_set(err, perr.status ? perr.status : QP_ERR_INTERNAL, "%s", perr.msg);
+    c->all_mode = 0;
+    return qp_session_set_overlays(w->s, 0, NULL, err);
+}
+
 static enum qp_status ctx_init(struct sens_ctx *c, const struct qp_model *model,
                                const struct qp_placement *pl, struct qp_provider *prov,
                                const struct qp_ranges *ranges, const struct qp_sens_options *o,
                                struct qp_error *err) {
     memset(c, 0, sizeof *c);
+    c->model = model;
     c->g = model->graph;
     c->pl = pl;
     c->o = o;
@@ -360,54 +414,41 @@ static enum qp_status ctx_init(struct sens_ctx *c, const struct qp_model *model,
     if (np > SENS_MAX_INPUTS)
         return qp_error_set(err, QP_ERR_UNSUPPORTED, "sensitivity: more than %d model inputs",
                             SENS_MAX_INPUTS);
-    struct qp_shape shapes[SENS_MAX_INPUTS];
-    qp_provider_shapes(prov, batch, shapes);
-    /* Fused like any session: a fused Conv chain keeps one preparation per combination of its
-     * weight overlays' bypass flags (made on first use), so probes toggling them keep the plan.
-     * lazy_plan: planned once, below, with its overlays, not also at creation. */
-    struct qp_session_options so = {.n_threads = o->n_threads, .lazy_plan = 1};
-    if ((st = qp_session_create(model, &so, np, shapes, &c->s, err)) != QP_OK) return st;
-    c->n_in = qp_session_n_inputs(c->s);
-    if ((st = qp_provider_map_inputs(prov, c->s, "sensitivity", c->in_map, err)) != QP_OK)
-        return st;
-    /* Every entry that can be overlaid, bypassed, planned once for the first batch's shapes. */
+    c->np = np;
+    qp_provider_shapes(prov, batch, c->shapes);
+    /* Every entry that can be overlaid, the list each worker sets (bypassed) and plans with. */
     c->n_all = 0;
-    for (size_t e = 0; e < c->n_entries; e++) {
-        if (c->entry_err[e]) continue;
-        c->buf[c->n_all] = c->ov[e];
-        c->buf[c->n_all].bypass = 1;
-        c->all_entry[c->n_all++] = e;
-    }
-    struct qp_error perr = {0};
-    c->all_mode = qp_session_set_overlays(c->s, c->n_all, c->buf, &perr) == QP_OK &&
-                  qp_session_plan(c->s, np, shapes, &perr) == QP_OK;
-    if (!c->all_mode) {
-        if (perr.status == QP_ERR_NOMEM) return qp_error_set(err, QP_ERR_NOMEM, "%s", perr.msg);
-        if ((st = qp_session_set_overlays(c->s, 0, NULL, err)) != QP_OK) return st;
-    }
-    c->n_out = qp_session_n_outputs(c->s);
+    for (size_t e = 0; e < c->n_entries; e++)
+        if (!c->entry_err[e]) c->all_entry[c->n_all++] = e;
+    if (!(c->wk = calloc(1, sizeof *c->wk))) return nomem(err);
+    c->n_wk = 1;
+    c->all_mode = 1;
+    if ((st = worker_init(c, &c->wk[0], 0, o->n_threads, err)) != QP_OK) return st;
+    c->n_in = qp_session_n_inputs(c->wk[0].s);
+    if ((st = qp_provider_map_inputs(prov, c->wk[0].s, "sensitivity", c->in_map, err)) != QP_OK)
+        return st;
     size_t no = c->n_out + 1;
     c->out_float = calloc(no, sizeof *c->out_float);
     c->ref = calloc(no, sizeof *c->ref);
     c->ref_n = calloc(no, sizeof *c->ref_n);
     c->samples = calloc(no, sizeof *c->samples);
-    c->acc = calloc(no, sizeof *c->acc);
-    if (!c->out_float || !c->ref || !c->ref_n || !c->samples || !c->acc) return nomem(err);
+    if (!c->out_float || !c->ref || !c->ref_n || !c->samples) return nomem(err);
     return qp_provider_reset(prov, err);
 }
 
-/* Puts the entries marked in c->apply on the session: bypass flags over every entry in
+/* Puts the entries marked in w->apply on w's session: bypass flags over every entry in
  * all_mode, else exactly the applied overlays. */
-static enum qp_status ctx_set_overlays(struct sens_ctx *c, struct qp_error *err) {
+static enum qp_status ctx_set_overlays(const struct sens_ctx *c, struct sens_worker *w,
+                                       struct qp_error *err) {
     if (c->all_mode) {
         for (size_t k = 0; k < c->n_all; k++)
-            c->buf[k].bypass = !c->apply[c->all_entry[k]];
-        return qp_session_set_overlays(c->s, c->n_all, c->buf, err);
+            w->buf[k].bypass = !w->apply[c->all_entry[k]];
+        return qp_session_set_overlays(w->s, c->n_all, w->buf, err);
     }
     size_t n = 0;
     for (size_t e = 0; e < c->n_entries; e++)
-        if (c->apply[e]) c->buf[n++] = c->ov[e];
-    return qp_session_set_overlays(c->s, n, c->buf, err);
+        if (w->apply[e]) w->buf[n++] = c->ov[e];
+    return qp_session_set_overlays(w->s, n, w->buf, err);
 }
 
 /* Full float run of `batch` (the reference; cached by the engine when `cache`), outputs copied. */
@@ -416,15 +457,17 @@ static enum qp_status ctx_reference(struct sens_ctx *c, const struct qp_array *b
     for (size_t i = 0; i < c->n_in; i++)
         c->in[i] = batch[c->in_map[i]];
     c->rows = c->n_in && c->in[0].rank > 0 && c->in[0].dims[0] > 0 ? (uint64_t)c->in[0].dims[0] : 1;
-    memset(c->apply, 0, c->n_entries);
-    enum qp_status st = ctx_set_overlays(c, err);
+    struct sens_worker *w = &c->wk[0];
+    memset(w->apply, 0, c->n_entries);
+    enum qp_status st = ctx_set_overlays(c, w, err);
     if (st != QP_OK) return st;
-    qp_session_set_cache(c->s, cache ? c->o->cache_bytes : 0);
-    if ((st = qp_session_run(c->s, c->n_in, c->in, err)) != QP_OK) return st;
+    qp_session_set_threads(w->s, c->o->n_threads);
+    qp_session_set_cache(w->s, cache ? c->o->cache_bytes : 0);
+    if ((st = qp_session_run(w->s, c->n_in, c->in, err)) != QP_OK) return st;
     size_t n_float = 0;
     for (size_t i = 0; i < c->n_out; i++) {
         struct qp_array v;
-        if ((st = qp_session_output(c->s, i, &v, err)) != QP_OK) return st;
+        if ((st = qp_session_output(w->s, i, &v, err)) != QP_OK) return st;
         c->out_float[i] = v.dtype == QP_DTYPE_FLOAT;
         if (!c->out_float[i]) continue;
         n_float++;
@@ -446,41 +489,43 @@ static enum qp_status ctx_reference(struct sens_ctx *c, const struct qp_array *b
     return QP_OK;
 }
 
-/* Runs with the entries of c->apply quantized (partial re-execution when `partial`) and fills
- * c->acc with the metric summed over the batch's samples, per output. */
-static enum qp_status ctx_probe(struct sens_ctx *c, int partial, uint64_t *nodes,
+/* Runs w with the entries of w->apply quantized (partial re-execution when `partial`, from the
+ * reference worker 0 recorded) and fills w->acc with the metric summed over the batch's samples,
+ * per output. */
+static enum qp_status ctx_probe(const struct sens_ctx *c, struct sens_worker *w, int partial,
                                 struct qp_error *err) {
-    enum qp_status st = ctx_set_overlays(c, err);
+    enum qp_status st = ctx_set_overlays(c, w, err);
     if (st != QP_OK) return st;
-    st = partial ? qp_session_run_partial(c->s, err) : qp_session_run(c->s, c->n_in, c->in, err);
+    st = partial ? qp_session_run_partial(w->s, err) : qp_session_run(w->s, c->n_in, c->in, err);
     if (st != QP_OK) return st;
-    if (nodes) *nodes += qp_session_nodes_executed(c->s);
+    w->nodes += qp_session_nodes_executed(w->s);
     for (size_t i = 0; i < c->n_out; i++) {
-        c->acc[i] = 0;
+        w->acc[i] = 0;
         if (!c->out_float[i]) continue;
         struct qp_array v;
-        if ((st = qp_session_output(c->s, i, &v, err)) != QP_OK) return st;
+        if ((st = qp_session_output(w->s, i, &v, err)) != QP_OK) return st;
         if (v.dtype != QP_DTYPE_FLOAT || v.nbytes / 4 != c->ref_n[i])
             return qp_error_set(err, QP_ERR_INTERNAL,
                                 "sensitivity: output '%s' changed shape under quantization",
-                                qp_session_output_name(c->s, i));
+                                qp_session_output_name(w->s, i));
         size_t s = c->samples[i], f = c->ref_n[i] / s;
         const float *q = v.data;
         for (size_t k = 0; k < s; k++)
-            c->acc[i] += qp_sens_metric_sample(c->o->metric, c->ref[i] + k * f, q + k * f, f);
+            w->acc[i] += qp_sens_metric_sample(c->o->metric, c->ref[i] + k * f, q + k * f, f);
     }
     return QP_OK;
 }
 
-/* Marks in c->apply the entries a probe quantizes: the target's (quantize_one) or all others
+/* Marks in w->apply the entries a probe quantizes: the target's (quantize_one) or all others
  * (exclude_one). On an applied entry that cannot be overlaid returns its index + 1 (the probe
  * fails), else 0. */
-static size_t probe_apply(struct sens_ctx *c, const struct qp_sens_target *t, int exclude) {
-    memset(c->apply, exclude ? 1 : 0, c->n_entries);
+static size_t probe_apply(const struct sens_ctx *c, struct sens_worker *w,
+                          const struct qp_sens_target *t, int exclude) {
+    memset(w->apply, exclude ? 1 : 0, c->n_entries);
     for (size_t k = 0; k < t->n_edges + t->n_weights; k++)
-        c->apply[t->entries[k]] = !exclude;
+        w->apply[t->entries[k]] = !exclude;
     for (size_t e = 0; e < c->n_entries; e++)
-        if (c->apply[e] && c->entry_err[e]) return e + 1;
+        if (w->apply[e] && c->entry_err[e]) return e + 1;
     return 0;
 }
 
@@ -489,6 +534,262 @@ static enum qp_status set_target_error(struct qp_sens_target *t, enum qp_sens_st
     t->state = state;
     free(t->error);
     if (!(t->error = strdup(msg))) return nomem(err);
+    return QP_OK;
+}
+
+/* ---- probes on parallel workers ------------------------------------------------------------ */
+
+/* The probes of a batch are independent, so workers run whole probes side by side, each on its
+ * own session with a share of the threads, rather than every probe in turn with every thread:
+ * the later layers, which most probes re-run, are small operations whose parallel regions cost
+ * more than they share out. Each probe is computed the same way whichever worker takes it
+ * (kernels give the same results at any thread count), so the scores do not depend on the
+ * number of workers. Targets go out costliest first (estimated from the nodes downstream of
+ * their edges, then from the previous batch's times) from one shared counter. */
+struct probe_pool {
+    struct sens_ctx *c;
+    struct qp_sens_result *r;
+    double *sums; /* per target and output */
+    size_t n_targets;
+    size_t *order; /* live targets, costliest first */
+    size_t n_order;
+    double *cost; /* per target: estimate, then the last batch's seconds */
+    int n_threads_each;
+    uint64_t total, done;
+    atomic_size_t next;
+    atomic_int stop;
+    pthread_mutex_t lock; /* progress */
+    int lock_ok;
+    struct pool_arg *args; /* per worker */
+    pthread_t *th;
+};
+
+static int cmp_cost(const void *a, const void *b, void *u);
+
+struct pool_arg {
+    struct probe_pool *p;
+    struct sens_worker *w;
+};
+
+/* Nodes at or downstream of the consumers of target t's entries. */
+static size_t downstream_nodes(const struct sens_ctx *c, const struct qp_sens_target *t,
+                               unsigned char *mark, int *stack) {
+    const struct qp_graph *g = c->g;
+    memset(mark, 0, g->n_nodes ? g->n_nodes : 1);
+    size_t sp = 0, n = 0;
+    for (size_t k = 0; k < t->n_edges + t->n_weights; k++) {
+        int nd = entry_node(c->pl, t->entries[k]);
+        if (nd >= 0 && !mark[nd]) {
+            mark[nd] = 1;
+            stack[sp++] = nd;
+        }
+    }
+    while (sp) {
+        const struct qp_node *nd = &g->nodes[stack[--sp]];
+        n++;
+        for (int o = 0; o < nd->n_outputs; o++) {
+            if (nd->outputs[o] < 0) continue;
+            const struct qp_value *v = &g->values[nd->outputs[o]];
+            for (size_t u = 0; u < v->n_uses; u++)
+                if (!mark[v->uses[u].node]) {
+                    mark[v->uses[u].node] = 1;
+                    stack[sp++] = v->uses[u].node;
+                }
+        }
+    }
+    return n;
+}
+
+/* Bytes the system can still give (MemAvailable), or 0 when unknown. */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* How many workers: --probe_workers, or (0) one per thread; never more than the threads or the
+ * live targets. Left to choose, extra workers (each a session: its prepared weights and
+ * activation arena) take at most half of the memory still available. */
+static size_t pool_size(const struct sens_ctx *c, size_t n_live, int n_threads) {
+    size_t w = c->o->probe_workers > 0 ? (size_t)c->o->probe_workers : (size_t)n_threads;
+    if (w > (size_t)n_threads) w = (size_t)n_threads;
+    if (w > n_live) w = n_live;
+    if (w < 1) w = 1;
+    if (c->o->probe_workers > 0 || w == 1) return w;
+    uint64_t weights = 0;
+    for (size_t i = 0; i < c->g->n_inits; i++)
+        weights += c->g->inits[i].nbytes;
+    uint64_t each = 2 * weights + qp_session_arena_bytes(c->wk[0].s);
+    uint64_t avail = mem_available();
+    while (w > 1 && avail && (uint64_t)(w - 1) * each > avail / 2)
+        w--;
+    return w;
+}
+
+struct worker_make {
+    struct sens_ctx *c;
+    struct sens_worker *w;
+    int lane, n_threads;
+    enum qp_status st;
+    struct qp_error err;
+    int joined; /* made on the calling thread */
+};
+
+static void *worker_make(void *arg) {
+    struct worker_make *a = arg;
+    a->st = worker_init(a->c, a->w, a->lane, a->n_threads, &a->err);
+    return NULL;
+}
+
+static void pool_free(struct probe_pool *p) {
+    free(p->order);
+    free(p->cost);
+    free(p->args);
+    free(p->th);
+    if (p->lock_ok) pthread_mutex_destroy(&p->lock);
+}
+
+static enum qp_status pool_init(struct probe_pool *p, size_t n_live, struct qp_error *err) {
+    struct sens_ctx *c = p->c;
+    if (pthread_mutex_init(&p->lock, NULL) != 0)
+        return qp_error_set(err, QP_ERR_NOMEM, "sensitivity: cannot create a lock");
+    p->lock_ok = 1;
+    p->order = calloc(p->n_targets + 1, sizeof *p->order);
+    p->cost = calloc(p->n_targets + 1, sizeof *p->cost);
+    unsigned char *mark = malloc(c->g->n_nodes + 1);
+    int *stack = malloc((c->g->n_nodes + 1) * sizeof *stack);
+    if (!p->order || !p->cost || !mark || !stack) {
+        free(mark);
+        free(stack);
+        return nomem(err);
+    }
+    for (size_t t = 0; t < p->n_targets; t++) {
+        const struct qp_sens_target *tg = &p->r->targets[t];
+        if (tg->state != QP_SENS_SCORED) continue;
+        p->order[p->n_order++] = t;
+        p->cost[t] = c->o->incremental ? (double)downstream_nodes(c, tg, mark, stack) : 1.0;
+    }
+    free(mark);
+    free(stack);
+    qsort_r(p->order, p->n_order, sizeof *p->order, cmp_cost, p->cost);
+    int n_threads = c->o->n_threads > 0 ? c->o->n_threads : omp_get_num_procs();
+    if (n_threads < 1) n_threads = 1;
+    size_t w = pool_size(c, n_live, n_threads);
+    p->n_threads_each = n_threads / (int)w > 0 ? n_threads / (int)w : 1;
+    struct sens_worker *wk = realloc(c->wk, w * sizeof *wk);
+    if (!wk) return nomem(err);
+    c->wk = wk;
+    memset(wk + 1, 0, (w - 1) * sizeof *wk);
+    p->args = calloc(w, sizeof *p->args);
+    p->th = calloc(w, sizeof *p->th);
+    if (!p->args || !p->th) return nomem(err);
+    /* The extra workers' sessions are made side by side (each plans and prepares its weights). */
+    struct worker_make *mk = calloc(w, sizeof *mk);
+    if (!mk) return nomem(err);
+    c->n_wk = w; /* zeroed workers free safely */
+    for (size_t k = 1; k < w; k++) {
+        mk[k] = (struct worker_make){c, &wk[k], (int)k, p->n_threads_each, QP_OK, {0}, 0};
+        if (pthread_create(&p->th[k], NULL, worker_make, &mk[k]) != 0) {
+            worker_make(&mk[k]);
+            mk[k].joined = 1;
+        }
+    }
+    enum qp_status st = QP_OK;
+    for (size_t k = 1; k < w; k++) {
+        if (!mk[k].joined) pthread_join(p->th[k], NULL);
+        if (st == QP_OK && mk[k].st != QP_OK) st = qp_error_set(err, mk[k].st, "%s", mk[k].err.msg);
+    }
+    free(mk);
+    return st;
+}
+
+static int cmp_cost(const void *a, const void *b, void *u) {
+    const double *cost = u;
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    if (cost[x] != cost[y]) return cost[x] > cost[y] ? -1 : 1;
+    return x < y ? -1 : (x > y);
+}
+
+static void *pool_work(void *arg_) {
+    struct pool_arg *arg = arg_;
+    struct probe_pool *p = arg->p;
+    struct sens_ctx *c = p->c;
+    struct sens_worker *w = arg->w;
+    int exclude = c->o->probe == QP_SENS_EXCLUDE_ONE;
+    size_t no = c->n_out + 1;
+    while (!atomic_load(&p->stop)) {
+        size_t j = atomic_fetch_add(&p->next, 1);
+        if (j >= p->n_order) break;
+        size_t t = p->order[j];
+        struct qp_sens_target *tg = &p->r->targets[t];
+        if (tg->state != QP_SENS_SCORED) continue; /* failed in an earlier batch */
+        double t0 = now_s();
+        probe_apply(c, w, tg, exclude);
+        struct qp_error perr = {0};
+        enum qp_status ps = ctx_probe(c, w, c->o->incremental, &perr);
+        p->cost[t] = now_s() - t0;
+        if (ps == QP_ERR_NOMEM) {
+            qp_error_set(&w->err, ps, "%s", perr.msg);
+            atomic_store(&p->stop, 1);
+            break;
+        }
+        if (ps != QP_OK) {
+            if (set_target_error(tg, QP_SENS_FAILED, perr.msg, &w->err) != QP_OK) {
+                atomic_store(&p->stop, 1);
+                break;
+            }
+        } else {
+            for (size_t i = 0; i < c->n_out; i++)
+                p->sums[t * no + i] += w->acc[i];
+        }
+        pthread_mutex_lock(&p->lock);
+        p->done++;
+        if (c->o->progress) c->o->progress(p->done, p->total, c->o->progress_user);
+        pthread_mutex_unlock(&p->lock);
+    }
+    return NULL;
+}
+
+/* Every live target's probe on the current batch, spread over the workers. */
+static enum qp_status pool_run_batch(struct probe_pool *p, struct qp_error *err) {
+    struct sens_ctx *c = p->c;
+    size_t n = c->n_wk;
+    for (size_t k = 1; k < n && c->o->incremental; k++) {
+        enum qp_status st = qp_session_borrow_cache(c->wk[k].s, c->wk[0].s, err);
+        if (st != QP_OK) return st;
+    }
+    qp_session_set_threads(c->wk[0].s, n > 1 ? p->n_threads_each : c->o->n_threads);
+    atomic_store(&p->next, 0);
+    atomic_store(&p->stop, 0);
+    struct pool_arg *args = p->args;
+    pthread_t *th = p->th;
+    size_t started = 1;
+    for (size_t k = 0; k < n; k++) {
+        c->wk[k].nodes = 0;
+        c->wk[k].err = (struct qp_error){0};
+        args[k] = (struct pool_arg){p, &c->wk[k]};
+    }
+    for (size_t k = 1; k < n; k++) {
+        if (pthread_create(&th[k], NULL, pool_work, &args[k]) != 0) break;
+        started++;
+    }
+    pool_work(&args[0]); /* the calling thread is worker 0; workers not started leave it more */
+    for (size_t k = 1; k < started; k++)
+        pthread_join(th[k], NULL);
+    enum qp_status st = QP_OK;
+    for (size_t k = 0; k < n; k++) {
+        p->r->nodes_executed += c->wk[k].nodes;
+        if (st == QP_OK && c->wk[k].err.status != QP_OK)
+            st = qp_error_set(err, c->wk[k].err.status, "%s", c->wk[k].err.msg);
+    }
+    if (st != QP_OK) return st;
+    /* The next batch hands out the costliest first by this batch's times. */
+    qsort_r(p->order, p->n_order, sizeof *p->order, cmp_cost, p->cost);
     return QP_OK;
 }
 
@@ -532,7 +833,7 @@ enum qp_status qp_sens_score(const struct qp_model *model, const struct qp_place
                 goto done;
             continue;
         }
-        size_t bad = probe_apply(&c, tg, o->probe == QP_SENS_EXCLUDE_ONE);
+        size_t bad = probe_apply(&c, &c.wk[0], tg, o->probe == QP_SENS_EXCLUDE_ONE);
         if (bad) {
             snprintf(msg, sizeof msg, "%s", c.entry_err[bad - 1]);
             if ((st = set_target_error(tg, QP_SENS_FAILED, msg, err)) != QP_OK) goto done;
@@ -541,44 +842,33 @@ enum qp_status qp_sens_score(const struct qp_model *model, const struct qp_place
     size_t n_live = 0;
     for (size_t t = 0; t < nt; t++)
         n_live += r->targets[t].state == QP_SENS_SCORED;
-    uint64_t total = qp_provider_n_batches(prov) * (uint64_t)n_live, done_steps = 0;
+    struct probe_pool pool = {.c = &c, .r = r, .sums = sums, .n_targets = nt};
+    if ((st = pool_init(&pool, n_live, err)) != QP_OK) goto pool_done;
+    r->n_probe_workers = c.n_wk;
+    pool.total = qp_provider_n_batches(prov) * (uint64_t)n_live;
     const struct qp_array *batch = NULL;
     int end = 0;
     for (;;) {
-        if ((st = qp_provider_next(prov, &batch, &end, err)) != QP_OK) goto done;
+        if ((st = qp_provider_next(prov, &batch, &end, err)) != QP_OK) goto pool_done;
         if (end) break;
         double t0 = now_s(), c0 = cpu_s();
-        if ((st = ctx_reference(&c, batch, o->incremental, err)) != QP_OK) goto done;
+        if ((st = ctx_reference(&c, batch, o->incremental, err)) != QP_OK) goto pool_done;
         r->reference_seconds += now_s() - t0;
         r->reference_cpu_seconds += cpu_s() - c0;
-        r->nodes_full_pass = qp_session_nodes_executed(c.s);
+        r->nodes_full_pass = qp_session_nodes_executed(c.wk[0].s);
         r->n_batches++;
         r->n_samples += c.rows;
         for (size_t i = 0; i < c.n_out; i++)
             counts[i] += c.out_float[i] ? (double)c.samples[i] : 0;
         t0 = now_s();
         c0 = cpu_s();
-        for (size_t t = 0; t < nt; t++) {
-            struct qp_sens_target *tg = &r->targets[t];
-            if (tg->state != QP_SENS_SCORED) continue;
-            probe_apply(&c, tg, o->probe == QP_SENS_EXCLUDE_ONE);
-            struct qp_error perr = {0};
-            enum qp_status ps = ctx_probe(&c, o->incremental, &r->nodes_executed, &perr);
-            if (ps == QP_ERR_NOMEM) {
-                st = qp_error_set(err, ps, "%s", perr.msg);
-                goto done;
-            }
-            if (ps != QP_OK) {
-                if ((st = set_target_error(tg, QP_SENS_FAILED, perr.msg, err)) != QP_OK) goto done;
-            } else {
-                for (size_t i = 0; i < c.n_out; i++)
-                    sums[t * (c.n_out + 1) + i] += c.acc[i];
-            }
-            if (o->progress) o->progress(++done_steps, total, o->progress_user);
-        }
+        if ((st = pool_run_batch(&pool, err)) != QP_OK) goto pool_done;
         r->probe_seconds += now_s() - t0;
         r->probe_cpu_seconds += cpu_s() - c0;
     }
+pool_done:
+    pool_free(&pool);
+    if (st != QP_OK) goto done;
     r->n_float_outputs = 0;
     for (size_t i = 0; i < c.n_out; i++)
         r->n_float_outputs += c.out_float[i] != 0;
@@ -631,12 +921,13 @@ static enum qp_status measure_drift(struct sens_ctx *c, const unsigned char *mas
     while (st == QP_OK) {
         if ((st = qp_provider_next(c->prov, &batch, &end, err)) != QP_OK || end) break;
         if ((st = ctx_reference(c, batch, 0, err)) != QP_OK) break;
+        struct sens_worker *w = &c->wk[0];
         for (size_t e = 0; e < c->n_entries; e++)
-            c->apply[e] = !mask[e];
-        if ((st = ctx_probe(c, 0, NULL, err)) != QP_OK) break;
+            w->apply[e] = !mask[e];
+        if ((st = ctx_probe(c, w, 0, err)) != QP_OK) break;
         for (size_t i = 0; i < c->n_out; i++)
             if (c->out_float[i]) {
-                sums[i] += c->acc[i];
+                sums[i] += w->acc[i];
                 cnt[i] += (double)c->samples[i];
             }
     }

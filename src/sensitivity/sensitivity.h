@@ -77,6 +77,11 @@ struct qp_sens_options {
     int incremental;                      /* default 1 */
     size_t cache_bytes;                   /* reference cache budget; default 1 GiB */
     int n_threads;                        /* 0: all cores */
+    /* Probes run side by side on this many workers, each a session of its own with
+     * n_threads / workers threads (scores do not depend on it). 0 (default): one per thread,
+     * fewer when the extra sessions would take more than half of the available memory;
+     * at most n_threads and the number of targets. */
+    int probe_workers;
     /* Op types targets are limited to (borrowed; n_scope 0: every op type the placement
      * quantizes). A scoped op type with no placement entry is listed as unprobed. */
     const char *const *scope;
@@ -110,6 +115,7 @@ struct qp_sens_result {
      * follow the other jobs, the CPU times the work done (OpenMP spin-waiting counts in them). */
     double reference_cpu_seconds, probe_cpu_seconds;
     uint64_t nodes_executed;  /* node computations of the probes */
+    size_t n_probe_workers;   /* workers the probes ran on */
     uint64_t nodes_full_pass; /* node computations of one full run (per batch) */
 };
 

@@ -224,6 +224,81 @@ static void test_incremental_equals_naive(void **state) {
     fixture_free(&f);
 }
 
+/* Bit for bit the same results: states, errors, scores, work done. */
+static void check_identical(const struct qp_sens_result *a, const struct qp_sens_result *b) {
+    assert_int_equal(a->n_targets, b->n_targets);
+    for (size_t i = 0; i < a->n_targets; i++) {
+        const struct qp_sens_target *x = &a->targets[i], *y = &b->targets[i];
+        assert_string_equal(x->name, y->name);
+        assert_int_equal(x->state, y->state);
+        assert_memory_equal(&x->score, &y->score, sizeof x->score);
+        if (x->error || y->error) {
+            assert_non_null(x->error);
+            assert_non_null(y->error);
+            assert_string_equal(x->error, y->error);
+        }
+    }
+    assert_int_equal(a->nodes_executed, b->nodes_executed);
+    assert_int_equal(a->n_samples, b->n_samples);
+}
+
+/* Probes side by side on several workers (sessions of their own reading worker 0's reference)
+ * give one worker's results bit for bit: every probe mode, granularity, incremental or not,
+ * a cache too small for most tensors, failing targets, and a plan that fails with every entry
+ * (one overlay set per probe on every worker). */
+static void test_workers_same_scores(void **state) {
+    (void)state;
+    struct fixture fx[2];
+    fixture_load(&fx[0], "sens_small.placement.json");
+    fixture_load(&fx[1], "sens_small.failing.placement.json");
+    struct qp_error err = {0};
+    struct qp_range idx = {.tensor = "idx", .lo = 0, .hi = 3, .amax = 3, .n_values = 6};
+    struct fixture planfail;
+    fixture_load(&planfail, "sens_small.failing.placement.json");
+    assert_int_equal(qp_ranges_set(planfail.ranges, &idx, &err), QP_OK);
+    for (int p = 0; p < QP_SENS_PROBE_COUNT; p++)
+        for (int g = 0; g < QP_SENS_GRANULARITY_COUNT; g++)
+            for (int mode = 0; mode < 3; mode++)
+                for (int fi = 0; fi < 3; fi++) {
+                    struct fixture *f = fi < 2 ? &fx[fi] : &planfail;
+                    struct qp_sens_options o;
+                    opts_default(&o);
+                    o.granularity = g;
+                    o.probe = p;
+                    o.incremental = mode != 2;
+                    if (mode == 1) o.cache_bytes = 2048;
+                    struct qp_sens_result *one = score(f, &o);
+                    assert_int_equal(one->n_probe_workers, 1);
+                    o.n_threads = 3;
+                    o.probe_workers = 3;
+                    struct qp_sens_result *three = score(f, &o);
+                    size_t scored = 0; /* live at the start, at least */
+                    for (size_t i = 0; i < three->n_targets; i++)
+                        scored += three->targets[i].state == QP_SENS_SCORED;
+                    assert_true(three->n_probe_workers >= 1 && three->n_probe_workers <= 3);
+                    if (scored >= 3) assert_int_equal(three->n_probe_workers, 3);
+                    check_identical(one, three);
+                    qp_sens_result_free(one);
+                    qp_sens_result_free(three);
+                }
+    /* Never more workers than threads; by default one per thread (memory permitting). */
+    struct qp_sens_options o;
+    opts_default(&o);
+    o.granularity = QP_SENS_NODE;
+    o.n_threads = 2;
+    o.probe_workers = 8;
+    struct qp_sens_result *r = score(&fx[0], &o);
+    assert_int_equal(r->n_probe_workers, 2);
+    qp_sens_result_free(r);
+    o.probe_workers = 0;
+    r = score(&fx[0], &o);
+    assert_true(r->n_probe_workers >= 1 && r->n_probe_workers <= 2);
+    qp_sens_result_free(r);
+    fixture_free(&fx[0]);
+    fixture_free(&fx[1]);
+    fixture_free(&planfail);
+}
+
 static void test_unprobed(void **state) {
     (void)state;
     struct fixture f;
@@ -541,6 +616,7 @@ int main(void) {
         cmocka_unit_test(test_activation_probes),
         cmocka_unit_test(test_op_type_is_union),
         cmocka_unit_test(test_incremental_equals_naive),
+        cmocka_unit_test(test_workers_same_scores),
         cmocka_unit_test(test_unprobed),
         cmocka_unit_test(test_failed),
         cmocka_unit_test(test_plan_failure_falls_back),
