@@ -1089,20 +1089,13 @@ enum qp_status qp_session_borrow_cache(struct qp_session *dst, const struct qp_s
     c->val = NULL;
     c->lay = NULL;
     c->buf = NULL;
-    if (!c->home && !(c->home = calloc(dst->g->n_values ? dst->g->n_values : 1, sizeof *c->home)))
+    void **home = c->home; /* this session's own: where its tensors point back after a run */
+    if (!home && !(home = calloc(dst->g->n_values ? dst->g->n_values : 1, sizeof *home)))
         return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory (cache)");
+    *c = *from; /* inputs, overlays, slots, layouts and buffer: the lender's, by pointer */
+    c->home = home;
     c->budget = 0;
-    c->inputs = from->inputs;
-    c->n_inputs = from->n_inputs;
-    c->ov = from->ov;
-    c->n_ov = from->n_ov;
-    c->val = from->val;
-    c->lay = from->lay;
-    c->buf = from->buf;
-    c->buf_bytes = from->buf_bytes;
-    c->used = from->used;
     c->borrowed = 1;
-    c->valid = 1;
     return QP_OK;
 }
 

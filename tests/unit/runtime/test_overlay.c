@@ -326,10 +326,8 @@ static void test_partial_small_budget(void **state) {
     partial_sequence(300); /* about two cached tensors: the rest is recomputed */
 }
 
-/* x -> A(Relu) -> B(Sigmoid) -> D(Add(B, C)); A -> C(Mul(A, A)) -> D. An overlay on C's input
- * recomputes C and D only. */
-static void test_partial_counts(void **state) {
-    (void)state;
+/* x -> A(Relu) -> B(Sigmoid) -> D(Add(B, C)); A -> C(Mul(A, A)) -> D; outputs d and b. */
+static struct qp_model *abcd_model(void) {
     struct qp_model *m = model_with_x(2, act_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
@@ -340,6 +338,14 @@ static void test_partial_counts(void **state) {
     assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "d"), &err), QP_OK);
     assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "b"), &err), QP_OK);
     assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    return m;
+}
+
+/* An overlay on C's input recomputes C and D only. */
+static void test_partial_counts(void **state) {
+    (void)state;
+    struct qp_model *m = abcd_model();
+    struct qp_error err = {0};
     struct qp_session *s = NULL;
     assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
     float xv[2 * D], a[2][2 * D], b[2][2 * D];
@@ -386,20 +392,11 @@ static void test_partial_counts(void **state) {
     qp_model_free(m);
 }
 
-/* qp_session_borrow_cache: what it refuses, how long a borrow lasts, lanes. Graph as in
- * test_partial_counts. */
+/* qp_session_borrow_cache: what it refuses, how long a borrow lasts, lanes. */
 static void test_borrow_cache(void **state) {
     (void)state;
-    struct qp_model *m = model_with_x(2, act_dims), *m2 = model_with_x(2, act_dims);
-    struct qp_graph *g = m->graph;
+    struct qp_model *m = abcd_model(), *m2 = model_with_x(2, act_dims);
     struct qp_error err = {0};
-    add(g, "A", "Relu", 1, "x", NULL, "a");
-    add(g, "B", "Sigmoid", 1, "a", NULL, "b");
-    add(g, "C", "Mul", 2, "a", "a", "c");
-    add(g, "D", "Add", 2, "b", "c", "d");
-    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "d"), &err), QP_OK);
-    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "b"), &err), QP_OK);
-    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
     add(m2->graph, "A", "Relu", 1, "x", NULL, "a");
     assert_int_equal(qp_graph_add_output(m2->graph, qp_graph_value(m2->graph, "a"), &err), QP_OK);
     assert_int_equal(qp_graph_toposort(m2->graph, &err), QP_OK);
