@@ -903,6 +903,18 @@ static void test_if_partial(void **state) {
     assert_int_equal(qp_session_run(full, 2, in, &err), QP_OK);
     assert_int_equal(qp_session_output(full, 0, &b, &err), QP_OK);
     assert_memory_equal(got, b.data, sizeof got);
+    /* A session on another lane borrowing s's reference (the branch reads outer values from
+     * the borrowed slots) computes the same. */
+    struct qp_session_options lane2 = {.lane = 2};
+    struct qp_session *bor = NULL;
+    assert_int_equal(qp_session_create(m, &lane2, 0, NULL, &bor, &err), QP_OK);
+    assert_int_equal(qp_session_set_overlays(bor, 1, &ov, &err), QP_OK);
+    assert_int_equal(qp_session_borrow_cache(bor, s, &err), QP_OK);
+    assert_int_equal(qp_session_run_partial(bor, &err), QP_OK);
+    assert_int_equal(qp_session_nodes_executed(bor), 3);
+    assert_int_equal(qp_session_output(bor, 0, &a, &err), QP_OK);
+    assert_memory_equal(a.data, b.data, sizeof got);
+    qp_session_free(bor);
     qp_session_free(s);
     qp_session_free(full);
     qp_model_free(m);
