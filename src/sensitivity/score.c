@@ -545,7 +545,9 @@ static enum qp_status set_target_error(struct qp_sens_target *t, enum qp_sens_st
  * more than they share out. Each probe is computed the same way whichever worker takes it
  * (kernels give the same results at any thread count), so the scores do not depend on the
  * number of workers. Targets go out costliest first (estimated from the nodes downstream of
- * their edges, then from the previous batch's times) from one shared counter. */
+ * their edges, then from the previous batch's times). A worker keeps the targets it ran in the
+ * previous batch (its session holds their quantized weight preparations): it takes its own
+ * first, then targets nobody ran yet, then the cheapest left to another worker. */
 struct probe_pool {
     struct sens_ctx *c;
     struct qp_sens_result *r;
@@ -556,9 +558,12 @@ struct probe_pool {
     double *cost; /* per target: estimate, then the last batch's seconds */
     int n_threads_each;
     uint64_t total, done;
-    atomic_size_t next;
+    int *owner;             /* per target: the worker that ran it last, or -1 */
+    unsigned char *taken;   /* per position in order: handed out in this batch */
+    size_t *own_at;         /* per worker: where its scan for its own targets is */
+    size_t new_at, back_at; /* the scans for targets nobody ran, and from the cheapest end */
     atomic_int stop;
-    pthread_mutex_t lock; /* progress */
+    pthread_mutex_t lock; /* handing out targets, progress */
     int lock_ok;
     struct pool_arg *args; /* per worker */
     pthread_t *th;
@@ -654,6 +659,9 @@ static void pool_free(struct probe_pool *p) {
     free(p->cost);
     free(p->args);
     free(p->th);
+    free(p->owner);
+    free(p->taken);
+    free(p->own_at);
     if (p->lock_ok) pthread_mutex_destroy(&p->lock);
 }
 
@@ -664,6 +672,11 @@ static enum qp_status pool_init(struct probe_pool *p, size_t n_live, struct qp_e
     p->lock_ok = 1;
     p->order = calloc(p->n_targets + 1, sizeof *p->order);
     p->cost = calloc(p->n_targets + 1, sizeof *p->cost);
+    p->owner = malloc((p->n_targets + 1) * sizeof *p->owner);
+    p->taken = calloc(p->n_targets + 1, 1);
+    if (!p->owner || !p->taken) return nomem(err);
+    for (size_t t = 0; t < p->n_targets; t++)
+        p->owner[t] = -1;
     unsigned char *mark = malloc(c->g->n_nodes + 1);
     int *stack = malloc((c->g->n_nodes + 1) * sizeof *stack);
     if (!p->order || !p->cost || !mark || !stack) {
@@ -690,7 +703,8 @@ static enum qp_status pool_init(struct probe_pool *p, size_t n_live, struct qp_e
     memset(wk + 1, 0, (w - 1) * sizeof *wk);
     p->args = calloc(w, sizeof *p->args);
     p->th = calloc(w, sizeof *p->th);
-    if (!p->args || !p->th) return nomem(err);
+    p->own_at = calloc(w, sizeof *p->own_at);
+    if (!p->args || !p->th || !p->own_at) return nomem(err);
     /* The extra workers' sessions are made side by side (each plans and prepares its weights). */
     struct worker_make *mk = calloc(w, sizeof *mk);
     if (!mk) return nomem(err);
@@ -718,6 +732,32 @@ static int cmp_cost(const void *a, const void *b, void *u) {
     return x < y ? -1 : (x > y);
 }
 
+/* The next target for worker `me` (its own, else one nobody ran, else the cheapest left), or
+ * SIZE_MAX when the batch is handed out. Called under p->lock. */
+static size_t pool_take(struct probe_pool *p, int me) {
+    size_t n = p->n_order, j = n;
+    size_t *own = &p->own_at[me];
+    while (*own < n && (p->taken[*own] || p->owner[p->order[*own]] != me))
+        (*own)++;
+    if (*own < n) {
+        j = *own;
+    } else {
+        while (p->new_at < n && (p->taken[p->new_at] || p->owner[p->order[p->new_at]] >= 0))
+            p->new_at++;
+        if (p->new_at < n) {
+            j = p->new_at;
+        } else {
+            while (p->back_at > 0 && p->taken[p->back_at - 1])
+                p->back_at--;
+            if (p->back_at > 0) j = p->back_at - 1;
+        }
+    }
+    if (j >= n) return SIZE_MAX;
+    p->taken[j] = 1;
+    p->owner[p->order[j]] = me;
+    return p->order[j];
+}
+
 static void *pool_work(void *arg_) {
     struct pool_arg *arg = arg_;
     struct probe_pool *p = arg->p;
@@ -726,9 +766,10 @@ static void *pool_work(void *arg_) {
     int exclude = c->o->probe == QP_SENS_EXCLUDE_ONE;
     size_t no = c->n_out + 1;
     while (!atomic_load(&p->stop)) {
-        size_t j = atomic_fetch_add(&p->next, 1);
-        if (j >= p->n_order) break;
-        size_t t = p->order[j];
+        pthread_mutex_lock(&p->lock);
+        size_t t = pool_take(p, (int)(w - p->c->wk));
+        pthread_mutex_unlock(&p->lock);
+        if (t == SIZE_MAX) break;
         struct qp_sens_target *tg = &p->r->targets[t];
         if (tg->state != QP_SENS_SCORED) continue; /* failed in an earlier batch */
         double t0 = now_s();
@@ -767,7 +808,10 @@ static enum qp_status pool_run_batch(struct probe_pool *p, struct qp_error *err)
         if (st != QP_OK) return st;
     }
     qp_session_set_threads(c->wk[0].s, n > 1 ? p->n_threads_each : c->o->n_threads);
-    atomic_store(&p->next, 0);
+    memset(p->taken, 0, p->n_order);
+    memset(p->own_at, 0, n * sizeof *p->own_at);
+    p->new_at = 0;
+    p->back_at = p->n_order;
     atomic_store(&p->stop, 0);
     struct pool_arg *args = p->args;
     pthread_t *th = p->th;
