@@ -1,7 +1,8 @@
 #!/bin/bash
 # qplace sensitivity end to end on tests/unit/sensitivity/data/sens_small.onnx: the table and
-# JSON, unprobed and failed targets, incremental == --no_incremental, the exclusions file taken
-# as is by qplace quantize --nodes_to_exclude @FILE, blocks, the accuracy budget, bad input.
+# JSON, unprobed and failed targets, incremental == --no_incremental, probe workers, the
+# exclusions file taken as is by qplace quantize --nodes_to_exclude @FILE, blocks, the accuracy
+# budget, bad input.
 # Usage: sensitivity_cli.sh QPLACE
 set -u
 Q=$1
@@ -64,6 +65,23 @@ import json; a = json.load(open('$T/inc.json'))['scores']; b = json.load(open('$
 assert a.keys() == b.keys() and len(a) == 6
 for k in a: assert abs(a[k] - b[k]) <= 1e-9 * abs(b[k]), (k, a[k], b[k])
 "
+# 2b. Probes on 3 workers (3 threads) give the one-worker scores bit for bit; bad counts are usage
+# errors that name the flag.
+expect 0 "$Q" sensitivity --onnx_path "$M" --placement_in "$D/sens_small.placement.json" \
+    --calibration_data_path "$CAL" --granularity node --output_json "$T/w1.json" --quiet \
+    --threads 3 --probe_workers 1
+expect 0 "$Q" sensitivity --onnx_path "$M" --placement_in "$D/sens_small.placement.json" \
+    --calibration_data_path "$CAL" --granularity node --output_json "$T/w3.json" --quiet \
+    --threads 3 --probe_workers 3
+py "
+import json; a = json.load(open('$T/w1.json')); b = json.load(open('$T/w3.json'))
+assert a['timings']['probe_workers'] == 1 and b['timings']['probe_workers'] == 3, (a['timings'], b['timings'])
+assert a['scores'] == b['scores'], (a['scores'], b['scores'])
+"
+for bad in abc -1 2K; do
+    expect 1 "$Q" sensitivity --onnx_path "$M" --calibration_data_path "$CAL" --probe_workers "$bad"
+    grep -q -- "--probe_workers: '$bad' is not a worker count" "$T/err" || fail "bad --probe_workers $bad"
+done
 # 3. Unprobed (a scoped op type the placement never quantizes), zero scores hidden by default.
 expect 0 "$Q" sensitivity --onnx_path "$M" --placement_in "$D/sens_small.placement.json" \
     --calibration_data_path "$CAL" --op_types_scope Conv,Relu --op_types_scope LayerNormalization \
