@@ -166,6 +166,25 @@ static int node_hash_add(struct qp_graph *g, int i) {
     return 1;
 }
 
+size_t qp_graph_mark_downstream(const struct qp_graph *g, unsigned char *mark, int *stack,
+                                size_t n) {
+    size_t visited = 0;
+    while (n) {
+        const struct qp_node *nd = &g->nodes[stack[--n]];
+        visited++;
+        for (int o = 0; o < nd->n_outputs; o++) {
+            if (nd->outputs[o] < 0) continue;
+            const struct qp_value *v = &g->values[nd->outputs[o]];
+            for (size_t u = 0; u < v->n_uses; u++)
+                if (!mark[v->uses[u].node]) {
+                    mark[v->uses[u].node] = 1;
+                    stack[n++] = v->uses[u].node;
+                }
+        }
+    }
+    return visited;
+}
+
 int qp_graph_find_node(const struct qp_graph *g, const char *name) {
     if (!name || !*name) return -1;
     if (!g->node_hash_cap) return -1;

@@ -263,6 +263,13 @@ enum qp_status qp_graph_add_value_info(struct qp_graph *g, int v, struct qp_erro
  * is QP_ERR_BAD_INPUT naming node and input. */
 enum qp_status qp_graph_toposort(struct qp_graph *g, struct qp_error *err);
 
+/* Marks in `mark` (a byte per node index) every node downstream of the `n` nodes on `stack`,
+ * which the caller has marked already: the readers of their outputs through the use lists,
+ * recursively. `stack` needs room for g->n_nodes entries. Returns the nodes visited, the seeds
+ * included (each once). */
+size_t qp_graph_mark_downstream(const struct qp_graph *g, unsigned char *mark, int *stack,
+                                size_t n);
+
 /* Gives every unnamed node the name `<OpType>_<k>` (k starts at the number of distinct existing
  * node names and is bumped past collisions, as ModelOpt does) and makes duplicate names unique
  * by appending `_<n>`. Recurses into subgraphs; names are unique across the whole model. */

@@ -972,18 +972,7 @@ enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err
             dirty[c->ov[i].node] = 1;
             stack[sp++] = c->ov[i].node;
         }
-    while (sp) {
-        const struct qp_node *n = &g->nodes[stack[--sp]];
-        for (int o = 0; o < n->n_outputs; o++) {
-            if (n->outputs[o] < 0) continue;
-            const struct qp_value *v = &g->values[n->outputs[o]];
-            for (size_t u = 0; u < v->n_uses; u++)
-                if (!dirty[v->uses[u].node]) {
-                    dirty[v->uses[u].node] = 1;
-                    stack[sp++] = v->uses[u].node;
-                }
-        }
-    }
+    qp_graph_mark_downstream(g, dirty, stack, sp);
     for (size_t i = 0; i < nn; i++)
         nstep[i] = -1;
     for (size_t k = 0; k < p->n_steps; k++) {

@@ -581,7 +581,7 @@ static size_t downstream_nodes(const struct sens_ctx *c, const struct qp_sens_ta
                                unsigned char *mark, int *stack) {
     const struct qp_graph *g = c->g;
     memset(mark, 0, g->n_nodes ? g->n_nodes : 1);
-    size_t sp = 0, n = 0;
+    size_t sp = 0;
     for (size_t k = 0; k < t->n_edges + t->n_weights; k++) {
         int nd = entry_node(c->pl, t->entries[k]);
         if (nd >= 0 && !mark[nd]) {
@@ -589,20 +589,7 @@ static size_t downstream_nodes(const struct sens_ctx *c, const struct qp_sens_ta
             stack[sp++] = nd;
         }
     }
-    while (sp) {
-        const struct qp_node *nd = &g->nodes[stack[--sp]];
-        n++;
-        for (int o = 0; o < nd->n_outputs; o++) {
-            if (nd->outputs[o] < 0) continue;
-            const struct qp_value *v = &g->values[nd->outputs[o]];
-            for (size_t u = 0; u < v->n_uses; u++)
-                if (!mark[v->uses[u].node]) {
-                    mark[v->uses[u].node] = 1;
-                    stack[sp++] = v->uses[u].node;
-                }
-        }
-    }
-    return n;
+    return qp_graph_mark_downstream(g, mark, stack, sp);
 }
 
 /* Bytes the system can still give (MemAvailable), or 0 when unknown. */
