@@ -40,6 +40,7 @@ struct conv_key {
 
 struct conv_entry {
     int nthr;
+    char impl[QP_DNNL_IMPL_NAME]; /* oneDNN's implementation (a variant must run the same) */
     dnnl_primitive_t prim, rsrc, rdst, rwei; /* rsrc/rdst NULL: layout already plain */
     dnnl_primitive_t rres;                   /* plain residual into a blocked dst (SUM) */
     dnnl_memory_desc_t usrc, src, uwei, wei, bias, dst, udst, scr;
@@ -49,9 +50,11 @@ struct conv_entry {
     pthread_mutex_t lock;
 };
 
-/* Layouts a secondary (other thread count) entry must use: the primary's. */
+/* Layouts and implementation a secondary (other thread count or lane) entry must use: the
+ * primary's. */
 struct conv_force {
     const dnnl_memory_desc_t *src, *wei, *dst;
+    const char *impl;
 };
 
 struct dnnl_conv_state {
@@ -227,17 +230,20 @@ static void *entry_build(const void *key_, void *ctx) {
             rc = dnnl_dilated_convolution_forward_desc_init(
                 &cd, dnnl_forward_inference, dnnl_convolution_direct, &src_any, &wei_any,
                 k->has_bias ? &e->bias : NULL, &dst_any, strides, dil, pl, pr);
-            if (rc == dnnl_success) rc = dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL);
+            if (rc == dnnl_success)
+                rc = qp_dnnl_pd_create(&pd, &cd, attr, force ? force->impl : NULL);
         } else {
             dnnl_deconvolution_desc_t cd;
             rc = dnnl_dilated_deconvolution_forward_desc_init(
                 &cd, dnnl_forward_inference, dnnl_deconvolution_direct, &src_any, &wei_any,
                 k->has_bias ? &e->bias : NULL, &dst_any, strides, dil, pl, pr);
-            if (rc == dnnl_success) rc = dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL);
+            if (rc == dnnl_success)
+                rc = qp_dnnl_pd_create(&pd, &cd, attr, force ? force->impl : NULL);
         }
         if (rc != dnnl_success) ok = 0;
     }
     if (ok) {
+        qp_dnnl_pd_impl_name(pd, e->impl, sizeof e->impl);
         e->src = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
         e->wei = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         e->dst = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
@@ -287,7 +293,7 @@ static struct conv_entry *entry_for(const struct conv_key *primary, int nthr, in
     struct conv_key k = *primary;
     k.nthr = nthr;
     k.lane = lane;
-    struct conv_force f = {&pe->src, &pe->wei, &pe->dst};
+    struct conv_force f = {&pe->src, &pe->wei, &pe->dst, pe->impl};
     return qp_dnnl_cache_get(&k, sizeof k, entry_build, &f);
 }
 
@@ -316,14 +322,31 @@ static int epilogue_layout(const dnnl_memory_desc_t *md, int64_t *blk, int64_t *
     return 1;
 }
 
-/* A source or destination layout the Winograd path reads and writes: plain NCHW or channel
- * blocks of 8, spatial positions dense. */
+/* A source or destination layout the Winograd path reads and writes (struct qp_wino_layout):
+ * plain NCHW, channel blocks of a multiple of 8 (nChw8c on AVX2, nChw16c on AVX-512) or channels
+ * last (NHWC, which oneDNN's brgemm convolutions pick on AVX-512), spatial positions dense. */
 static int wino_layout(const dnnl_memory_desc_t *md, struct qp_wino_layout *l) {
-    int64_t blk, sn, sc;
-    if (md->ndims != 4 || !epilogue_layout(md, &blk, &sn, &sc) || (blk != 1 && blk != 8)) return 0;
-    l->blk = blk;
-    l->sn = sn;
-    l->sc = sc;
+    if (md->format_kind != dnnl_blocked || md->ndims != 4) return 0;
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    const dnnl_dim_t *st = b->strides;
+    int64_t sp;
+    if (b->inner_nblks == 1 && b->inner_idxs[0] == 1 && b->inner_blks[0] % 8 == 0) {
+        l->blk = b->inner_blks[0];
+        sp = l->blk;
+    } else if (b->inner_nblks == 0 && st[3] == 1) {
+        l->blk = 1;
+        sp = 1;
+    } else if (b->inner_nblks == 0 && st[1] == 1 && st[3] >= md->padded_dims[1]) {
+        l->blk = md->padded_dims[1]; /* one block of every channel */
+        sp = st[3];
+    } else {
+        return 0;
+    }
+    if (st[3] != sp || st[2] != sp * md->padded_dims[3]) return 0;
+    if (l->blk == 1 && st[1] != st[2] * md->padded_dims[2]) return 0;
+    l->sn = st[0];
+    l->sc = st[1]; /* channels last: never used (every channel is in block 0) */
+    l->sp = sp;
     return 1;
 }
 
@@ -478,7 +501,7 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
      * eltwise post-op before the sum, oneDNN 2.6 picks NHWC, which it does not read): else it
      * advertises none and works on NCHW only. */
     struct qp_wino wp = {0};
-    struct qp_wino_layout wl_src = {0, 0, 0}, wl_dst = {0, 0, 0};
+    struct qp_wino_layout wl_src = {0, 0, 0, 0}, wl_dst = {0, 0, 0, 0};
     int wino = usable && !transpose && !qp_wino_disabled() && qp_wino_takes(&ref);
     int wino_blocked = wino && e && wino_layout(&e->src, &wl_src) && wino_layout(&e->dst, &wl_dst);
     size_t off_dst = 0, off_scr = 0, scratch = 0, wei_bytes = 0;
@@ -631,7 +654,7 @@ static enum qp_status run_ref(const struct qp_krun *r, int transpose) {
 }
 
 static struct qp_wino_layout plain_layout(int64_t channels, int64_t size) {
-    struct qp_wino_layout l = {1, channels * size, size};
+    struct qp_wino_layout l = {1, channels * size, size, 1};
     return l;
 }
 
@@ -661,7 +684,6 @@ static enum qp_status run(const struct qp_krun *r, int transpose) {
                             transpose ? "ConvTranspose" : "Conv");
     if (s->wino) return run_wino(r);
     struct conv_entry *e = NULL;
-    int blocked = s->src_blocked || s->dst_blocked || s->res_blocked;
     /* A small convolution runs on one thread whatever the session's count: a parallel region
      * (wake-up, barrier) would cost more than it saves. Same layouts, same results. */
     int nthr = s->small ? 1 : r->n_threads;
@@ -671,9 +693,11 @@ static enum qp_status run(const struct qp_krun *r, int transpose) {
             : nthr == 1 && s->entry1 ? s->entry1
                                      : entry_for(&s->key, nthr, 0);
         if (e && s->off_scr + qp_dnnl_align(e->scr_bytes) > s->scratch) e = NULL;
-        /* Blocked tensors cannot go to the reference kernel: the primary primitive (same
-         * layouts, same weights, same results) runs with its own thread count instead. */
-        if (!e && blocked) e = s->entry;
+        /* No variant for this count (oneDNN's implementation of the primary does not take it,
+         * or its scratchpad does not fit): the primary primitive runs with its own thread count
+         * instead. The reference kernel would sum in another order, so results would depend on
+         * the thread count, and it cannot read blocked tensors. */
+        if (!e) e = s->entry;
     }
     if (!e) return run_ref(r, transpose);
     char *scratch = r->scratch;

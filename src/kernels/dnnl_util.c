@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +41,39 @@ int qp_dnnl_threads_push(int n) {
 
 void qp_dnnl_threads_pop(int saved) {
     if (omp_get_max_threads() != saved) omp_set_num_threads(saved);
+}
+
+void qp_dnnl_pd_impl_name(const_dnnl_primitive_desc_t pd, char *out, size_t size) {
+    const char *name = NULL;
+    if (!size) return;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) != dnnl_success || !name)
+        name = "";
+    snprintf(out, size, "%s", name);
+}
+
+dnnl_status_t qp_dnnl_pd_create(dnnl_primitive_desc_t *pd_out, const_dnnl_op_desc_t desc,
+                                const_dnnl_primitive_attr_t attr, const char *impl) {
+    dnnl_engine_t eng = qp_dnnl_engine();
+    if (!impl) return dnnl_primitive_desc_create(pd_out, desc, attr, eng, NULL);
+    dnnl_primitive_desc_iterator_t it = NULL;
+    dnnl_status_t rc = dnnl_primitive_desc_iterator_create(&it, desc, attr, eng, NULL);
+    if (rc != dnnl_success) return rc;
+    char have[QP_DNNL_IMPL_NAME];
+    for (rc = dnnl_unimplemented;;) {
+        dnnl_primitive_desc_t pd = dnnl_primitive_desc_iterator_fetch(it);
+        if (pd) {
+            qp_dnnl_pd_impl_name(pd, have, sizeof have);
+            if (strcmp(have, impl) == 0) {
+                *pd_out = pd;
+                rc = dnnl_success;
+                break;
+            }
+            dnnl_primitive_desc_destroy(pd);
+        }
+        if (dnnl_primitive_desc_iterator_next(it) != dnnl_success) break;
+    }
+    dnnl_primitive_desc_iterator_destroy(it);
+    return rc;
 }
 
 struct cache_node {

@@ -20,6 +20,7 @@
 #include <stddef.h>
 
 #define QP_DNNL_MAX_ENTRIES 4096
+#define QP_DNNL_IMPL_NAME   64 /* bytes kept of an implementation name */
 
 /* The CPU engine (created once; NULL when oneDNN cannot create one). */
 dnnl_engine_t qp_dnnl_engine(void);
@@ -42,6 +43,20 @@ void qp_dnnl_threads_pop(int saved);
  * Thread-safe; build runs under the cache lock. */
 void *qp_dnnl_cache_get(const void *key, size_t key_size, void *(*build)(const void *, void *),
                         void *ctx);
+
+/* Creates *pd_out for the operation desc and attr on qp_dnnl_engine(): oneDNN's first choice when
+ * impl is NULL, else the implementation named impl (dnnl_query_impl_info_str) from oneDNN's list
+ * of candidates. A primitive made for another thread count or lane with the primary's layouts
+ * must run the primary's implementation: another one (oneDNN falls back to ref:any when the
+ * primary's rejects the thread count) sums in another order, and results would then depend on
+ * the thread count. Returns dnnl_success, dnnl_unimplemented when no candidate has that name,
+ * or oneDNN's status; *pd_out is set only on success (destroy it). */
+dnnl_status_t qp_dnnl_pd_create(dnnl_primitive_desc_t *pd_out, const_dnnl_op_desc_t desc,
+                                const_dnnl_primitive_attr_t attr, const char *impl);
+
+/* The implementation name of a primitive descriptor, copied into out (size bytes, truncated,
+ * "" when oneDNN names none). */
+void qp_dnnl_pd_impl_name(const_dnnl_primitive_desc_t pd, char *out, size_t size);
 
 /* Bytes of a memory descriptor. */
 size_t qp_dnnl_md_bytes(const dnnl_memory_desc_t *md);

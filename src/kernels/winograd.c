@@ -138,7 +138,7 @@ static void tiles_at(const struct qp_wino *wp, int64_t t0, int64_t cnt, struct w
 
 /* Offset of channel ch in a pixel's elements. */
 static inline int64_t chan_off(const struct qp_wino_layout *l, int64_t ch) {
-    return l->blk == 1 ? ch * l->sc : (ch >> 3) * l->sc + (ch & 7);
+    return l->blk == 1 ? ch * l->sc : ch / l->blk * l->sc + ch % l->blk;
 }
 
 static inline int64_t lanes(int64_t total, int64_t blk8) {
@@ -157,7 +157,7 @@ static void load_patch(const struct qp_wino *wp, const float *x, const struct qp
             int64_t yy = tl.y0 - wp->pt + i, xx = tl.x0 - wp->pl + j;
             memset(dd, 0, 8 * sizeof(float));
             if (yy < 0 || yy >= wp->h || xx < 0 || xx >= wp->w) continue;
-            const float *s = x + tl.b * l->sn + (yy * wp->w + xx) * l->blk;
+            const float *s = x + tl.b * l->sn + (yy * wp->w + xx) * l->sp;
             for (int64_t k = 0; k < nl; k++) {
                 int64_t ch = cb * 8 + k;
                 dd[k] = s[chan_off(l, ch)];
@@ -168,11 +168,23 @@ static void load_patch(const struct qp_wino *wp, const float *x, const struct qp
 /* Offset of channel 8 mb of output pixel (y, x) of image b (lane_step: to the next channel). */
 static inline int64_t pix_off(const struct qp_wino *wp, const struct qp_wino_layout *l, int64_t b,
                               int64_t mb, int64_t y, int64_t x) {
-    return b * l->sn + chan_off(l, mb * 8) + (y * wp->wo + x) * l->blk;
+    return b * l->sn + chan_off(l, mb * 8) + (y * wp->wo + x) * l->sp;
 }
 
 static inline int64_t lane_step(const struct qp_wino_layout *l) {
     return l->blk == 1 ? l->sc : 1;
+}
+
+/* A blocked output's zeros after the nl channels written at dst (channel 8 mb of a pixel): the
+ * rest of the 8-channel group and, after the last group, the rest of the last block (channels
+ * [8 ceil(m / 8), m rounded up to blk) that no group covers when blk is 16). */
+static inline void pad_zeros(const struct qp_wino *wp, const struct qp_wino_layout *l, float *dst,
+                             int64_t mb, int64_t nl) {
+    if (l->blk == 1) return;
+    int64_t end = 8;
+    if (mb == (wp->m + 7) / 8 - 1) end = (wp->m + l->blk - 1) / l->blk * l->blk - mb * 8;
+    for (int64_t k = nl; k < end; k++)
+        dst[k] = 0.0f;
 }
 
 /* ---- plain C --------------------------------------------------------------------------------- */
@@ -244,9 +256,7 @@ static void out_tile_c(const struct qp_wino *wp, const struct qp_wino_io *io, st
             float v = y[q][k] + (io->bias ? io->bias[mb * 8 + k] : 0.0f);
             dst[k * ys] = qp_conv_post_ref(io->n_post, io->post, v, res ? res[k * rs] : 0.0f);
         }
-        if (io->ly.blk == 8)
-            for (int64_t k = nl; k < 8; k++)
-                dst[k] = 0.0f;
+        pad_zeros(wp, &io->ly, dst, mb, nl);
     }
 }
 
@@ -262,18 +272,21 @@ WG_AVX static void in_tile_avx(const struct qp_wino *wp, const float *x,
                                float *v, int64_t vs) {
     int64_t y0 = tl.y0 - wp->pt, x0 = tl.x0 - wp->pl;
     __m256 d[16];
-    if (l->blk == 8 && cb * 8 + 8 <= wp->c) {
-        const float *s = x + tl.b * l->sn + cb * l->sc;
+    if (l->blk != 1 && cb * 8 + 8 <= wp->c) {
+        /* 8 channels of a pixel from a multiple of 8 on are adjacent in any channel-blocked or
+         * channels-last layout */
+        const float *s = x + tl.b * l->sn + chan_off(l, cb * 8);
+        int64_t px = l->sp;
         if (y0 >= 0 && x0 >= 0 && y0 + 4 <= wp->h && x0 + 4 <= wp->w) {
             for (int i = 0; i < 4; i++)
                 for (int j = 0; j < 4; j++)
-                    d[4 * i + j] = _mm256_loadu_ps(s + ((y0 + i) * wp->w + x0 + j) * 8);
+                    d[4 * i + j] = _mm256_loadu_ps(s + ((y0 + i) * wp->w + x0 + j) * px);
         } else {
             for (int i = 0; i < 4; i++)
                 for (int j = 0; j < 4; j++) {
                     int64_t yy = y0 + i, xx = x0 + j;
                     d[4 * i + j] = yy >= 0 && yy < wp->h && xx >= 0 && xx < wp->w
-                                       ? _mm256_loadu_ps(s + (yy * wp->w + xx) * 8)
+                                       ? _mm256_loadu_ps(s + (yy * wp->w + xx) * px)
                                        : _mm256_setzero_ps();
                 }
         }
@@ -389,10 +402,8 @@ WG_AVX static void out_tile_avx(const struct qp_wino *wp, const struct qp_wino_i
             _mm256_storeu_ps(buf, v);
             for (int64_t k = 0; k < nl; k++)
                 dst[k * ys] = buf[k];
-            if (io->ly.blk == 8)
-                for (int64_t k = nl; k < 8; k++)
-                    dst[k] = 0.0f;
         }
+        pad_zeros(wp, &io->ly, dst, mb, nl);
     }
 }
 

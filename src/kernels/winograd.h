@@ -10,9 +10,9 @@
  * post-operations (struct qp_conv_post, a residual SUM included) are applied.
  *
  * Activations are read and written in a layout given per tensor (struct qp_wino_layout): plain
- * NCHW or oneDNN's channel-blocked nChw8c, so the runtime's blocked chain between convolutions
- * stays unbroken. Every output element is computed by one thread in an order that does not
- * depend on the thread count; the tiling depends only on the shapes.
+ * NCHW or oneDNN's channel-blocked nChw8c / nChw16c, so the runtime's blocked chain between
+ * convolutions stays unbroken. Every output element is computed by one thread in an order that does
+ * not depend on the thread count; the tiling depends only on the shapes.
  */
 #ifndef QP_KERNELS_WINOGRAD_H
 #define QP_KERNELS_WINOGRAD_H
@@ -34,10 +34,13 @@ struct qp_wino {
     int max_threads;      /* threads a run uses at most (scratch for each) */
 };
 
-/* Where element (b, c, y, x) of an activation lives: b * sn + (c / blk) * sc +
- * (y * width + x) * blk + c % blk; blk is 1 (NCHW: sc = height * width) or 8 (nChw8c). */
+/* Where element (b, c, y, x) of an activation lives: b * sn + (c / blk) * sc + (y * width + x) * sp
+ * + c % blk. blk is 1 (planar: NCHW has sc = height * width, sp = 1) or a multiple of 8 with
+ * sp = blk (oneDNN's nChw8c on AVX2, nChw16c on AVX-512), or the whole padded channel count
+ * with sp >= it (channels last: NHWC, oneDNN's choice for brgemm convolutions on AVX-512). In
+ * the last two, 8 channels of a pixel from a multiple of 8 on are adjacent. */
 struct qp_wino_layout {
-    int64_t blk, sn, sc;
+    int64_t blk, sn, sc, sp;
 };
 
 /* 1 when the environment variable QP_NO_WINOGRAD is set to a non-empty value other than "0"
