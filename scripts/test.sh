@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Sets up the machine and runs every test qplace has; what CI runs (.ci/run).
+#   0. prints the CPU model and ISA (AVX2 / AVX-512 / VNNI): oneDNN picks kernels and layouts by it
 #   1. scripts/setup.sh (Debian packages, ONNX Runtime for Node.js, real models)
 #   2. release build (build/) + ctest
 #   3. ASan+UBSan build (build-asan/) + ctest
@@ -21,6 +22,27 @@ export CTEST_OUTPUT_ON_FAILURE=1
 # spinning OpenMP threads slow every test on a shared 2-core machine.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 LOGS="$ROOT/build/test-logs"
+
+# ---- 0. the CPU ------------------------------------------------------------------------------
+# Machines of this kind differ (AVX2-only or AVX-512 with VNNI), and oneDNN picks its kernels and
+# layouts by the ISA: say which one this run had, first.
+cpu_isa() {
+    local flags isa
+    flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+    case "$flags" in
+    *" avx512f "*) isa="AVX-512" ;;
+    *" avx2 "*) isa="AVX2" ;;
+    *) isa="no AVX2" ;;
+    esac
+    case "$flags" in *" avx512_vnni "*) isa="$isa VNNI" ;; esac
+    case "$flags" in *" avx_vnni "*) isa="$isa AVX-VNNI" ;; esac
+    case "$flags" in *" avx512_bf16 "*) isa="$isa BF16" ;; esac
+    printf 'cpu: %s; isa: %s; %s cores%s\n' \
+        "$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//')" \
+        "$isa" "$(nproc)" "${ONEDNN_MAX_CPU_ISA:+; ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA}"
+}
+step "cpu"
+cpu_isa
 
 start_all=$(date +%s)
 results=()
