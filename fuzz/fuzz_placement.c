@@ -1,5 +1,5 @@
 /*
- * libFuzzer harness for the placement readers (quant/placement.h, quant/select.h): the same
+ * libFuzzer harness for the placement readers (placement/placement.h, placement/select.h): the same
  * bytes go to the placement JSON reader and to the rules-file parser. Beyond "does not crash",
  * an accepted placement must survive a round trip: the JSON written from it reads back into an
  * equal placement that writes the same text again.
@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/placement.h"
-#include "quant/select.h"
+#include "placement/placement.h"
+#include "placement/select.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the machine and runs every test qplace has; what CI runs (.ci/run).
 #   0. prints the CPU model and ISA (AVX2 / AVX-512 / VNNI): oneDNN picks kernels and layouts by it
-#   1. scripts/setup.sh (Debian packages, ONNX Runtime for Node.js, real models)
+#   1. scripts/setup.sh (Debian packages, ONNX Runtime for Node.js, real models), then the module
+#      layering check (scripts/check_layering.py, the order in src/modules.txt)
 #   2. release build (build/) + ctest
 #   3. ASan+UBSan build (build-asan/) + ctest
 #   4. clang-format check of src include tests fuzz bench
@@ -72,6 +73,11 @@ if [ "${QP_SKIP_SETUP:-0}" != 1 ]; then
     fi
 fi
 mkdir -p "$LOGS"
+
+# ---- module layering ---------------------------------------------------------------------------
+# No #include points up or sideways in src/modules.txt's order; only src/onnx sees protobuf.
+step "layering"
+run_step layering python3 scripts/check_layering.py
 
 # ---- 2./3. builds + ctest ----------------------------------------------------------------------
 ctest_summaries=()

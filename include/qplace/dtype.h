@@ -9,7 +9,7 @@
  *
  * Conversions between float32 and the narrow float types (fp16, bf16, the four FP8 types) are
  * here too because every module needs them; quantization math (scales, rounding of integer
- * quantization) lives in src/quant/qparams.
+ * quantization) lives in src/qmath/qparams.
  */
 #ifndef QPLACE_DTYPE_H
 #define QPLACE_DTYPE_H

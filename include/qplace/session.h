@@ -168,7 +168,7 @@ enum qp_status qp_session_set_observed(struct qp_session *s, size_t n, const cha
  *
  * An overlay transforms what one consumer reads on one input: node `node` (a node name of the
  * top-level graph) input `input` sees fake_quantize(x) = dequantize(quantize(x)) instead of x,
- * computed by src/quant/qparams, so a run with overlays is bit-identical to running the model
+ * computed by src/qmath/qparams, so a run with overlays is bit-identical to running the model
  * rewritten with real QuantizeLinear -> DequantizeLinear pairs on those edges (DESIGN.md
  * invariant 3). Other consumers of the same tensor still read x. The transformed copy lives in
  * the plan's arena (an overlay on a constant, such as a weight, is computed once at plan time).

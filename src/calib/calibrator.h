@@ -1,7 +1,7 @@
 /*
  * Calibrators: turn a tensor's streaming statistics (calib/stats.h) into a range [lo, hi] and the
  * symmetric amax the quantizer uses. Scales come from that amax through the one home of
- * quantization math, qp_qparams_from_range (src/quant/qparams.h): INT8 scale = amax / 127, FP8
+ * quantization math, qp_qparams_from_range (src/qmath/qparams.h): INT8 scale = amax / 127, FP8
  * E4M3FN scale = amax / 448, zero point 0.
  *
  *     struct qp_calib_options o;

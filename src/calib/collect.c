@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "ir/ir.h"
-#include "quant/placement.h"
+#include "placement/placement.h"
 
 struct slot {
     int value;          /* value index in the top-level graph */

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "quant/qparams.h"
+#include "qmath/qparams.h"
 
 struct qp_ranges {
     size_t n, cap;

@@ -15,7 +15,7 @@
 #include "ir/ir.h"
 #include "progress.h"
 #include "qplace/model.h"
-#include "quant/placement.h"
+#include "placement/placement.h"
 
 const struct cli_opt cli_calibrate_opts[] = {
     {"onnx_path", CLI_VALUE, "MODEL", "the float model (required unless --trt_cache_in)"},

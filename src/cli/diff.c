@@ -6,7 +6,7 @@
 #include "cli.h"
 #include "ir/ir.h"
 #include "qplace/model.h"
-#include "quant/diff.h"
+#include "placement/diff.h"
 
 const struct cli_opt cli_diff_opts[] = {
     {"json", CLI_BOOL, NULL, "print one JSON object (docs/cli.md)"},

@@ -7,7 +7,7 @@
 
 #include "cli.h"
 #include "ir/ir.h"
-#include "onnx.pb-c.h"
+#include "onnx/describe.h"
 #include "qplace/dtype.h"
 #include "qplace/model.h"
 
@@ -163,57 +163,10 @@ static int is_init_input(const struct qp_graph *g, int v) {
     return v >= 0 && (size_t)v < g->n_values && g->values[v].initializer >= 0;
 }
 
-/* "sequence(tensor(float))", "map(int64,tensor(float))", ... for values that are not plain
- * tensors; the loader keeps their TypeProto in origin_type. */
-static void describe_type(const Onnx__TypeProto *tp, char *buf, size_t size, int depth) {
-    size_t len = strlen(buf);
-    if (len + 1 >= size) return;
-    char *p = buf + len;
-    size_t room = size - len;
-    if (!tp || depth > 8) {
-        snprintf(p, room, "?");
-        return;
-    }
-    switch (tp->value_case) {
-    case ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE: {
-        int et = tp->tensor_type ? tp->tensor_type->elem_type : 0;
-        snprintf(p, room, "tensor(%s)", et && qp_dtype_valid(et) ? qp_dtype_name(et) : "?");
-        return;
-    }
-    case ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE: {
-        int et = tp->sparse_tensor_type ? tp->sparse_tensor_type->elem_type : 0;
-        snprintf(p, room, "sparse_tensor(%s)", et && qp_dtype_valid(et) ? qp_dtype_name(et) : "?");
-        return;
-    }
-    case ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE:
-        snprintf(p, room, "sequence(");
-        describe_type(tp->sequence_type ? tp->sequence_type->elem_type : NULL, buf, size,
-                      depth + 1);
-        break;
-    case ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE:
-        snprintf(p, room, "optional(");
-        describe_type(tp->optional_type ? tp->optional_type->elem_type : NULL, buf, size,
-                      depth + 1);
-        break;
-    case ONNX__TYPE_PROTO__VALUE_MAP_TYPE: {
-        int kt = tp->map_type ? tp->map_type->key_type : 0;
-        snprintf(p, room, "map(%s,", kt && qp_dtype_valid(kt) ? qp_dtype_name(kt) : "?");
-        describe_type(tp->map_type ? tp->map_type->value_type : NULL, buf, size, depth + 1);
-        break;
-    }
-    default:
-        snprintf(p, room, "?");
-        return;
-    }
-    len = strlen(buf);
-    if (len + 1 < size) snprintf(buf + len, size - len, ")");
-}
-
 /* The value's type: "tensor" for dense tensors, else the described TypeProto. */
 static const char *value_type(const struct qp_value *v, char *buf, size_t size) {
     if (v->kind == QP_VALUE_TENSOR) return "tensor";
-    buf[0] = 0;
-    describe_type(v->origin_type, buf, size, 0);
+    qp_onnx_describe_type(v->origin_type, buf, size);
     return buf;
 }
 
@@ -416,15 +369,17 @@ static void print_text(FILE *f, const struct info *in, const char *path) {
 
     fprintf(f, "functions      %zu\n", m->n_functions);
     for (size_t i = 0; i < m->n_functions; i++) {
-        const Onnx__FunctionProto *fp = m->functions ? m->functions[i] : NULL;
-        if (!fp) continue;
+        const char *domain, *name;
+        size_t n_nodes;
+        if (!m->functions || !qp_onnx_function_info(m->functions[i], &domain, &name, &n_nodes))
+            continue;
         fputs("  ", f);
-        if (fp->domain && fp->domain[0]) {
-            put_clean(f, fp->domain);
+        if (domain && domain[0]) {
+            put_clean(f, domain);
             fputc(':', f);
         }
-        put_clean(f, fp->name);
-        fprintf(f, ": %zu node%s\n", fp->n_node, fp->n_node == 1 ? "" : "s");
+        put_clean(f, name);
+        fprintf(f, ": %zu node%s\n", n_nodes, n_nodes == 1 ? "" : "s");
     }
     fprintf(f, "metadata       %zu\n", m->n_metadata);
     for (size_t i = 0; i < m->n_metadata; i++) {
@@ -586,14 +541,16 @@ static cJSON *build_json(const struct info *in, const char *path) {
     arr = ok ? cJSON_AddArrayToObject(root, "functions") : NULL;
     ok = arr != NULL;
     for (size_t i = 0; ok && i < m->n_functions; i++) {
-        const Onnx__FunctionProto *fp = m->functions ? m->functions[i] : NULL;
-        if (!fp) continue;
+        const char *domain, *name;
+        size_t n_nodes;
+        if (!m->functions || !qp_onnx_function_info(m->functions[i], &domain, &name, &n_nodes))
+            continue;
         cJSON *o = cJSON_CreateObject();
         ok = o != NULL;
         if (!o) break;
         cJSON_AddItemToArray(arr, o);
-        ok = add_str(o, "domain", fp->domain) && add_str(o, "name", fp->name) &&
-             add_num(o, "n_nodes", (double)fp->n_node);
+        ok = add_str(o, "domain", domain) && add_str(o, "name", name) &&
+             add_num(o, "n_nodes", (double)n_nodes);
     }
     arr = ok ? cJSON_AddArrayToObject(root, "metadata") : NULL;
     ok = arr != NULL;

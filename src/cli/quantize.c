@@ -5,7 +5,7 @@
 
 #include "calib/data.h"
 #include "cli.h"
-#include "quant/quantize.h"
+#include "pipeline/quantize.h"
 
 const struct cli_opt cli_quantize_opts[] = {
     {"onnx_path", CLI_VALUE, "MODEL", "the float ONNX model (required)"},

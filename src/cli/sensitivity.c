@@ -22,7 +22,7 @@
 #include "ir/opset_convert.h"
 #include "progress.h"
 #include "qplace/model.h"
-#include "quant/placement.h"
+#include "placement/placement.h"
 #include "quant/policy_trt.h"
 #include "quant/writer.h"
 #include "sensitivity/sensitivity.h"

@@ -1,7 +1,7 @@
 /*
  * Integer elements of a typed buffer by dtype: the one switch over the integer storage types
  * (int4/uint4 packed two per byte, element 0 in the low nibble). Kernels (src/kernels/kutil.c)
- * and the quantization math (src/quant/qparams.c) both read and write zero points and integer
+ * and the quantization math (src/qmath/qparams.c) both read and write zero points and integer
  * data through it.
  */
 #ifndef QP_CORE_ELEM_H

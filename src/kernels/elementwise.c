@@ -16,7 +16,7 @@
 #include "kernels/fast.h"
 #include "kernels/kernels.h"
 #include "kernels/vecmath.h"
-#include "quant/qparams.h"
+#include "qmath/qparams.h"
 
 /* The type-generic macros below compare unsigned values with 0. */
 #pragma GCC diagnostic ignored "-Wtype-limits"

@@ -1,7 +1,7 @@
 /*
  * QuantizeLinear and DequantizeLinear (opsets 10, 13, 19, 21): int8/uint8, int16/uint16, int32
  * (dequantize), int4/uint4 (packed), FP8 E4M3FN/E4M3FNUZ/E5M2/E5M2FNUZ with `saturate`;
- * per-tensor, per-axis and blocked. All arithmetic is src/quant/qparams — the same code edge
+ * per-tensor, per-axis and blocked. All arithmetic is src/qmath/qparams — the same code edge
  * overlays and the QDQ writer use.
  */
 #include <omp.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
-#include "quant/qparams.h"
+#include "qmath/qparams.h"
 
 struct qdq_state {
     enum qp_dtype qtype;

@@ -13,7 +13,7 @@
  *
  * Zero points and scales: per tensor (one value) or per row of A / per column of B / per
  * output channel of W. Rounding, saturation and the range-to-qparams rule are
- * src/quant/qparams's, the module every other quantized value in qplace goes through.
+ * src/qmath/qparams's, the module every other quantized value in qplace goes through.
  */
 #include <math.h>
 #include <omp.h>
@@ -23,7 +23,7 @@
 #include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 #include "kernels/spatial.h"
-#include "quant/qparams.h"
+#include "qmath/qparams.h"
 
 static int is_q8(enum qp_dtype dt) {
     return dt == QP_DTYPE_INT8 || dt == QP_DTYPE_UINT8;

@@ -17,8 +17,8 @@
 #define QP_QUANT_POLICY_TRT_H
 
 #include "ir/ir.h"
-#include "quant/placement.h"
-#include "quant/select.h"
+#include "placement/placement.h"
+#include "placement/select.h"
 #include "qplace/status.h"
 
 enum qp_quant_mode { QP_QUANT_INT8 = 0, QP_QUANT_FP8, QP_QUANT_MODE_COUNT };

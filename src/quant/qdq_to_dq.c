@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "core/arena.h"
-#include "quant/placement.h"
-#include "quant/qparams.h"
+#include "placement/placement.h"
+#include "qmath/qparams.h"
 
 static const char *label(const struct qp_node *n) {
     return n->name ? n->name : "?";

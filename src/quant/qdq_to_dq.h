@@ -3,7 +3,7 @@
  * shared/reference/modelopt-onnx-ptq.md §6.4): every QuantizeLinear whose input is a constant
  * (an initializer or a Constant node's output) and whose output feeds only DequantizeLinear nodes
  * is evaluated once. The quantized weight is stored as an initializer of the Q's output type
- * (INT8 rounded half to even and saturated, FP8 saturating — quant/qparams.h does the math), the
+ * (INT8 rounded half to even and saturated, FP8 saturating — qmath/qparams.h does the math), the
  * DQ nodes read it directly, and the Q node is removed. When nothing else reads the float weight
  * it is replaced in place (same name, now quantized); otherwise the quantized copy is named
  * `<weight>_quantized` and the float weight stays for its other readers. A Constant node left
@@ -18,10 +18,8 @@
 #include <stddef.h>
 
 #include "ir/ir.h"
+#include "placement/diff.h" /* QP_QUANTIZED_SUFFIX */
 #include "qplace/status.h"
-
-/* Suffix of a quantized weight copy whose float original is still read elsewhere. */
-#define QP_QUANTIZED_SUFFIX "_quantized"
 
 /* Converts the top-level graph of `m` in place; *n_converted_out (may be NULL) receives the
  * number of Q nodes folded. Q nodes on activations are left alone. Returns QP_ERR_BAD_INPUT for

@@ -11,7 +11,7 @@
 #include "ir/opset_convert.h"
 #include "quant/f16.h"
 #include "quant/qdq_to_dq.h"
-#include "quant/qparams.h"
+#include "qmath/qparams.h"
 
 #define QP_QDQ_MIN_OPSET 19
 

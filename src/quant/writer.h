@@ -1,5 +1,5 @@
 /*
- * The Q/DQ writer: applies a placement (quant/placement.h) to a model, exactly as given
+ * The Q/DQ writer: applies a placement (placement/placement.h) to a model, exactly as given
  * (DESIGN.md invariant 1), with scales from calibrated activation ranges and from the weights.
  *
  *   - every placed activation tensor gets ONE QuantizeLinear -> DequantizeLinear pair (named
@@ -15,7 +15,7 @@
  *     constants, Q/DQ scales, activations) is converted to fp16 last, graph inputs and outputs
  *     kept float32 with Casts (quant/f16.h).
  *
- * All scale, rounding and saturation math goes through quant/qparams.h.
+ * All scale, rounding and saturation math goes through qmath/qparams.h.
  *
  *     struct qp_writer_options o;
  *     qp_writer_options_default(&o);
@@ -32,7 +32,7 @@
 #include "qplace/dtype.h"
 #include "qplace/status.h"
 #include "quant/f16.h"
-#include "quant/placement.h"
+#include "placement/placement.h"
 
 /* The calibrated absolute threshold of activation tensor `tensor`: returns 1 and sets *amax_out
  * (finite, >= 0), or 0 when the tensor has no range. */

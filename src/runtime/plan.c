@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/qparams.h"
+#include "qmath/qparams.h"
 #include "runtime/memplan.h"
 #include "runtime/runtime.h"
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/qparams.h"
+#include "qmath/qparams.h"
 #include "runtime/runtime.h"
 
 static const char *dom_name(const char *d) {

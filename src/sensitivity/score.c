@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "calib/collect.h"
-#include "quant/qparams.h"
+#include "qmath/qparams.h"
 #include "qplace/session.h"
 #include "sensitivity/sensitivity.h"
 

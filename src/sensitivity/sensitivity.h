@@ -4,7 +4,7 @@
  *
  *   PLACEMENT -> targets (op types or nodes the placement quantizes) -> probes (sub-placements:
  *   the target's entries, or everything but them) -> engine runs with edge overlays (fake quant,
- *   src/quant/qparams via the engine) -> per-sample metric against the float reference -> scores
+ *   src/qmath/qparams via the engine) -> per-sample metric against the float reference -> scores
  *   -> picker (coverage / threshold / blocks) -> exclusion list.
  *
  * Scales come from ONE calibration of the full placement, shared by every probe. Each probe is
@@ -38,7 +38,7 @@
 #include "ir/ir.h"
 #include "qplace/dtype.h"
 #include "qplace/status.h"
-#include "quant/placement.h"
+#include "placement/placement.h"
 
 enum qp_sens_granularity { QP_SENS_OP_TYPE = 0, QP_SENS_NODE, QP_SENS_GRANULARITY_COUNT };
 enum qp_sens_metric { QP_SENS_KL_DIV = 0, QP_SENS_MSE, QP_SENS_COS, QP_SENS_METRIC_COUNT };

@@ -13,7 +13,7 @@
 
 #include "calib/calibrator.h"
 #include "calib/stats.h"
-#include "quant/qparams.h"
+#include "qmath/qparams.h"
 
 #include "calib_cases.h"
 

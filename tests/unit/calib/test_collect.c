@@ -15,7 +15,7 @@
 
 #include "calib/collect.h"
 #include "ir/ir.h"
-#include "quant/placement.h"
+#include "placement/placement.h"
 
 static struct qp_opset opset17 = {"", 17};
 static struct qp_dim x_dims[2] = {{-1, "batch"}, {4, NULL}};

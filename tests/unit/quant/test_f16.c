@@ -33,9 +33,9 @@
 #include "ir/ir.h"
 #include "qplace/model.h"
 #include "qplace/session.h"
-#include "quant/diff.h"
+#include "placement/diff.h"
 #include "quant/f16.h"
-#include "quant/placement.h"
+#include "placement/placement.h"
 #include "quant/writer.h"
 
 #define SRC_ROOT   QP_TEST_DATA_DIR "/../.."

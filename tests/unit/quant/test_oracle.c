@@ -17,7 +17,7 @@
 #include "ir/opset_convert.h"
 #include "qplace/model.h"
 #include "qplace/session.h"
-#include "quant/placement.h"
+#include "placement/placement.h"
 #include "quant/policy_trt.h"
 #include "quant/writer.h"
 

@@ -1,5 +1,5 @@
 /*
- * The Q/DQ writer (src/quant/writer.h) and the quantize pipeline (src/quant/quantize.h).
+ * The Q/DQ writer (src/quant/writer.h) and the quantize pipeline (src/pipeline/quantize.h).
  *
  * Hand-built graphs check values: scales from the ranges and from the weights, explicit zero
  * points, the one shared pair per tensor, an unplaced consumer of a placed tensor reading the
@@ -36,11 +36,11 @@
 #include "ir/opset_convert.h"
 #include "qplace/model.h"
 #include "qplace/session.h"
-#include "quant/diff.h"
-#include "quant/placement.h"
-#include "quant/qparams.h"
-#include "quant/quantize.h"
-#include "quant/select.h"
+#include "placement/diff.h"
+#include "placement/placement.h"
+#include "qmath/qparams.h"
+#include "pipeline/quantize.h"
+#include "placement/select.h"
 #include "quant/writer.h"
 
 #define SRC_ROOT QP_TEST_DATA_DIR "/../.."

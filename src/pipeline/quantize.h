@@ -20,17 +20,17 @@
  *     ... r->output_path, r->writer, r->outputs[i].cosine ...
  *     qp_quantize_report_free(r);
  */
-#ifndef QP_QUANT_QUANTIZE_H
-#define QP_QUANT_QUANTIZE_H
+#ifndef QP_PIPELINE_QUANTIZE_H
+#define QP_PIPELINE_QUANTIZE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "calib/calibrator.h"
 #include "calib/data.h"
-#include "quant/placement.h"
+#include "placement/placement.h"
 #include "quant/policy_trt.h"
-#include "quant/select.h"
+#include "placement/select.h"
 #include "quant/writer.h"
 #include "qplace/status.h"
 

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "quant/qparams.h"
+#include "qmath/qparams.h"
 
 #define N_AXIS 3
 #define INNER  200

@@ -19,14 +19,18 @@
  *     char *text = NULL; qp_qdq_diff_format(&d, "a.onnx", "b.json", 0, &text, &err);
  *     qp_qdq_diff_release(&d); qp_qdq_slots_free(a); qp_qdq_slots_free(b);
  */
-#ifndef QP_QUANT_DIFF_H
-#define QP_QUANT_DIFF_H
+#ifndef QP_PLACEMENT_DIFF_H
+#define QP_PLACEMENT_DIFF_H
 
 #include <stddef.h>
 
 #include "ir/ir.h"
 #include "qplace/status.h"
-#include "quant/placement.h"
+#include "placement/placement.h"
+
+/* Suffix of a quantized weight copy whose float original is still read elsewhere (qdq-to-dq
+ * writes such copies; diff reads them as the original's weight quantizer). */
+#define QP_QUANTIZED_SUFFIX "_quantized"
 
 struct qp_qdq_slot {
     const char *node;

@@ -1,4 +1,4 @@
-#include "quant/select.h"
+#include "placement/select.h"
 #include "core/file.h"
 
 #include <errno.h>

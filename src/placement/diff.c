@@ -1,5 +1,5 @@
 /* Q/DQ topology diff at consumer-input-slot level (diff.h). */
-#include "quant/diff.h"
+#include "placement/diff.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "core/arena.h"
-#include "quant/qdq_to_dq.h"
 
 static enum qp_status nomem(struct qp_error *err) {
     return qp_error_set(err, QP_ERR_NOMEM, "diff: out of memory");

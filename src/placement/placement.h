@@ -22,8 +22,8 @@
  *     qp_placement_save_file(p, "placement.json", &err);
  *     qp_placement_free(p);
  */
-#ifndef QP_QUANT_PLACEMENT_H
-#define QP_QUANT_PLACEMENT_H
+#ifndef QP_PLACEMENT_PLACEMENT_H
+#define QP_PLACEMENT_PLACEMENT_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /* The quantization pipeline (quantize.h). */
-#include "quant/quantize.h"
+#include "pipeline/quantize.h"
 
 #include <math.h>
 #include <stdio.h>

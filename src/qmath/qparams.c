@@ -1,4 +1,4 @@
-#include "quant/qparams.h"
+#include "qmath/qparams.h"
 
 #include <math.h>
 #include <string.h>

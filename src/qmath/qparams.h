@@ -15,8 +15,8 @@
  *     qp_quantize_f32(&s, x, q, 0, n);     // q: int8_t[n]
  *     qp_dequantize_f32(&s, q, y, 0, n);   // y == (q - 0) * scale
  */
-#ifndef QP_QUANT_QPARAMS_H
-#define QP_QUANT_QPARAMS_H
+#ifndef QP_QMATH_QPARAMS_H
+#define QP_QMATH_QPARAMS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-#include "quant/placement.h"
+#include "placement/placement.h"
 #include "core/file.h"
 
 #include <cjson/cJSON.h>

@@ -1,5 +1,5 @@
 /*
- * Q/DQ topology diff (src/quant/diff.h): slots of hand-built Q/DQ graphs resolved back to the
+ * Q/DQ topology diff (src/placement/diff.h): slots of hand-built Q/DQ graphs resolved back to the
  * original tensors (through Q, through a DQ-only weight and a `_quantized` copy),
  * SAME / A ONLY / B ONLY counts with weights apart, grouping by producer -> consumer op, and
  * the text and JSON reports.
@@ -14,11 +14,11 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "qgraph.h"
+#include "../quant/qgraph.h"
 
 #include "ir/ir.h"
-#include "quant/diff.h"
-#include "quant/placement.h"
+#include "placement/diff.h"
+#include "placement/placement.h"
 
 /* x -> Relu(r0) -> a ; a -Q/DQ-> Conv(c0, weight W through Q/DQ) -> y ; a -> Sigmoid(s0) (float);
  * y -Q/DQ-> Cast(cast0) -> Add(add0, input 0) ; Wq (stored quantized, "W2_quantized") -DQ->

@@ -29,13 +29,13 @@
  * a weight quantizer, per channel on the op's weight axis); "on output" quantizes that output
  * for every consumer; "off" removes them. Each entry a rule places has reason "user.rule:<line>".
  */
-#ifndef QP_QUANT_SELECT_H
-#define QP_QUANT_SELECT_H
+#ifndef QP_PLACEMENT_SELECT_H
+#define QP_PLACEMENT_SELECT_H
 
 #include <stddef.h>
 
 #include "ir/ir.h"
-#include "quant/placement.h"
+#include "placement/placement.h"
 #include "qplace/status.h"
 
 enum qp_select_list {

@@ -9,8 +9,8 @@
 
 #include <cmocka.h>
 
-#include "quant/select.h"
-#include "qgraph.h"
+#include "placement/select.h"
+#include "../quant/qgraph.h"
 
 /* Captures warnings from the log hook. */
 static char warnings[8192];

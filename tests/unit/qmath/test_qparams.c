@@ -1,4 +1,4 @@
-/* Unit tests of src/quant/qparams: rounding, saturation, per-tensor/per-axis/blocked layouts,
+/* Unit tests of src/qmath/qparams: rounding, saturation, per-tensor/per-axis/blocked layouts,
  * int4 packing, FP8, and fake quantization being bit-identical to quantize + dequantize. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "quant/qparams.h"
+#include "qmath/qparams.h"
 
 static void test_round_half_even(void **state) {
     (void)state;

@@ -9,8 +9,8 @@
 
 #include <cmocka.h>
 
-#include "quant/placement.h"
-#include "qgraph.h"
+#include "placement/placement.h"
+#include "../quant/qgraph.h"
 
 /* x -> conv1(w1) -> y -> relu -> z -> conv2(w2, b2) -> out; z also read by add(z, y). */
 static struct qp_model *small_model(void) {
