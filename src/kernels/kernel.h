@@ -87,8 +87,16 @@ typedef enum qp_status (*qp_krun_fn)(const struct qp_krun *r);
 
 /* Row flags. */
 enum {
-    QP_KF_SHAPE_ONLY = 1, /* reads input shapes only: always evaluated at plan time */
-    QP_KF_F16_VIA_F32 = 2 /* float16 inputs are converted to float32 around the kernel */
+    QP_KF_SHAPE_ONLY = 1,  /* reads input shapes only: always evaluated at plan time */
+    QP_KF_F16_VIA_F32 = 2, /* float16 inputs are converted to float32 around the kernel */
+    /* What the runtime's fusion and layout passes may assume of a row (they read these flags,
+     * never the row's function pointers): */
+    QP_KF_DNNL_CONV = 4,     /* the oneDNN convolution state (dnnl_conv.h's qp_dnnl_conv_*) */
+    QP_KF_TRANSPOSED = 8,    /* with QP_KF_DNNL_CONV: ConvTranspose */
+    QP_KF_LAYOUT_UNARY = 16, /* each output element from input 0's at the same offset (other
+                                inputs: scalars), whatever order the offsets stand for */
+    QP_KF_LAYOUT_BINARY = 32 /* each output element from the same offset of both inputs (or a
+                                scalar one) */
 };
 
 struct qp_kernel {

@@ -306,9 +306,16 @@ static int scalar_is(const struct qp_kt *t, float x) {
 }
 
 static const struct qp_kernel fused_conv_kernel = {
-    "", "Conv", 1, 21, QP_DT_F32, 0, 0, NULL, qp_k_dnnl_conv_run};
-static const struct qp_kernel fused_convt_kernel = {
-    "", "ConvTranspose", 1, 21, QP_DT_F32, 0, 0, NULL, qp_k_dnnl_conv_transpose_run};
+    "", "Conv", 1, 21, QP_DT_F32, 0, QP_KF_DNNL_CONV, NULL, qp_k_dnnl_conv_run};
+static const struct qp_kernel fused_convt_kernel = {"",
+                                                    "ConvTranspose",
+                                                    1,
+                                                    21,
+                                                    QP_DT_F32,
+                                                    0,
+                                                    QP_KF_DNNL_CONV | QP_KF_TRANSPOSED,
+                                                    NULL,
+                                                    qp_k_dnnl_conv_transpose_run};
 
 /* ---- preparing a group's convolution once ------------------------------------------------ */
 
@@ -318,25 +325,22 @@ static const struct qp_kernel fused_convt_kernel = {
 static int deferrable(const struct rt_fuse *f, int node, const struct qp_kernel *kr,
                       const struct qp_kprep *pr) {
     return f->order && f->grp[node] >= 0 && f->members[f->start[f->grp[node]]] == node &&
-           (kr->prepare == qp_k_dnnl_conv_prepare ||
-            kr->prepare == qp_k_dnnl_conv_transpose_prepare) &&
-           pr->n_in >= 1 && pr->in[0] && !pr->in[0]->is_const;
+           (kr->flags & QP_KF_DNNL_CONV) && pr->n_in >= 1 && pr->in[0] && !pr->in[0]->is_const;
 }
 
 enum qp_status rt_fuse_prepare(const struct rt_fuse *f, int node, const struct qp_kernel *kr,
                                struct qp_kprep *pr) {
     if (!deferrable(f, node, kr, pr)) return kr->prepare(pr);
-    return qp_dnnl_conv_defer_prepare(pr, kr->prepare == qp_k_dnnl_conv_transpose_prepare);
+    return qp_dnnl_conv_defer_prepare(pr, (kr->flags & QP_KF_TRANSPOSED) != 0);
 }
 
 enum qp_status rt_fuse_settle(const struct qp_session *s, struct rt_plan *p, struct qp_error *err) {
     for (size_t k = 0; k < p->n_steps; k++) {
         struct rt_step *st = &p->steps[k];
-        /* Only the convolution rows' states are dnnl_conv states. */
-        if (st->kind != RT_STEP_NODE || !st->k ||
-            (st->k->prepare != qp_k_dnnl_conv_prepare &&
-             st->k->prepare != qp_k_dnnl_conv_transpose_prepare) ||
-            !qp_dnnl_conv_state_deferred(st->state))
+        /* Only the convolution rows' states are dnnl_conv states (the fused steps' kernels,
+         * which have no prepare, are never deferred). */
+        if (st->kind != RT_STEP_NODE || !st->k || !(st->k->flags & QP_KF_DNNL_CONV) ||
+            !st->k->prepare || !qp_dnnl_conv_state_deferred(st->state))
             continue;
         const struct qp_node *n = &s->g->nodes[st->node];
         struct qp_kprep pr = {.node = n,

@@ -22,12 +22,10 @@
 
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_util.h"
-#include "kernels/kernels.h"
 #include "runtime/runtime.h"
 
 static int is_conv_step(const struct rt_step *st) {
-    return st->kind == RT_STEP_NODE && st->k &&
-           (st->k->run == qp_k_dnnl_conv_run || st->k->run == qp_k_dnnl_conv_transpose_run) &&
+    return st->kind == RT_STEP_NODE && st->k && (st->k->flags & QP_KF_DNNL_CONV) &&
            !st->n_conv_in && !st->n_conv_out && st->out[0] && st->out[0] == st->val_out[0] &&
            qp_dnnl_conv_state_uses_dnnl(st->state);
 }
@@ -40,9 +38,9 @@ static int is_transparent(const struct rt_step *st) {
         st->out[0]->dtype != QP_DTYPE_FLOAT)
         return 0;
     const struct qp_kt *y = st->out[0];
-    if (st->k->run == qp_k_act_run)
+    if (st->k->flags & QP_KF_LAYOUT_UNARY)
         return st->in[0] && rt_same_shape(st->in[0], y); /* y is float */
-    if (st->k->run != qp_k_dnnl_binary_run || st->n_in != 2) return 0;
+    if (!(st->k->flags & QP_KF_LAYOUT_BINARY) || st->n_in != 2) return 0;
     for (int i = 0; i < 2; i++) {
         const struct qp_kt *x = st->in[i];
         if (!x || x->dtype != QP_DTYPE_FLOAT || (!rt_same_shape(x, y) && x->numel != 1)) return 0;
@@ -54,7 +52,7 @@ static int is_transparent(const struct rt_step *st) {
 static int carries(const struct rt_step *st, int i) {
     const struct qp_kt *x = st->in[i];
     if (!x) return 0;
-    if (st->k->run == qp_k_act_run) return i == 0;
+    if (st->k->flags & QP_KF_LAYOUT_UNARY) return i == 0;
     return rt_same_shape(x, st->out[0]);
 }
 
