@@ -617,8 +617,121 @@ static void engine_outputs(const char *path, const struct qp_array *in, const ch
     qp_model_free(m);
 }
 
+/* An activation QuantizeLinear: its input is computed, not an initializer or a Constant. */
+static int is_activation_q(const struct qp_graph *g, const struct qp_node *n) {
+    if (n->dead || strcmp(n->op_type, "QuantizeLinear") != 0 || n->inputs[0] < 0) return 0;
+    const struct qp_value *x = &g->values[n->inputs[0]];
+    return x->initializer < 0 && !producer_op_is(g, n->inputs[0], "Constant");
+}
+
+/* Per-quantizer dump for a deep model (quantize_ort.js explains why): <stem>.dump.onnx is the
+ * model at `model_path` with every activation QuantizeLinear's input and output added as graph
+ * outputs; the engine runs it on `in` (the file `in_file`), and for the i-th such Q in topological
+ * order its input and output go to <stem>.q<i>.x.bin / .y.bin (raw bytes). Appends `"dump": {...}`
+ * to the case JSON `f`, with each Q's scale and zero point. The dump model's original outputs
+ * must equal `want` (the case's outputs) bit for bit: the dumped tensors are those of that run. */
+static void dump_quantizers(const char *model_path, const struct qp_array *in, const char *in_file,
+                            const char *stem, const struct qp_array *want, size_t n_want, FILE *f) {
+    struct qp_error err = {0};
+    struct qp_model *m = NULL;
+    assert_int_equal(qp_model_load_file(model_path, NULL, &m, &err), QP_OK);
+    struct qp_graph *g = m->graph;
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    int *qs = calloc(g->n_topo ? g->n_topo : 1, sizeof *qs);
+    assert_non_null(qs);
+    size_t n_q = 0;
+    for (size_t k = 0; k < g->n_topo; k++) {
+        const struct qp_node *n = &g->nodes[g->topo[k]];
+        if (!is_activation_q(g, n)) continue;
+        qs[n_q++] = g->topo[k];
+        assert_int_equal(n->n_inputs, 3);
+        const struct qp_tensor *zt = init_of(g, g->values[n->inputs[2]].name);
+        assert_non_null(zt);
+        int vs[2] = {n->inputs[0], n->outputs[0]};
+        enum qp_dtype types[2] = {QP_DTYPE_FLOAT, zt->dtype};
+        for (int j = 0; j < 2; j++) {
+            struct qp_value *v = &g->values[vs[j]];
+            if (v->dtype == QP_DTYPE_UNDEFINED) v->dtype = types[j]; /* ORT needs the type */
+            if (!v->is_graph_input && !v->is_graph_output)
+                assert_int_equal(qp_graph_add_output(g, vs[j], &err), QP_OK);
+        }
+    }
+    assert_true(n_q > 0);
+    char dump[1200], file[1200];
+    snprintf(dump, sizeof dump, "%s.dump.onnx", stem);
+    if (qp_model_save_file(m, dump, NULL, &err) != QP_OK) fail_msg("%s: %s", dump, err.msg);
+
+    struct qp_model *dm = NULL;
+    assert_int_equal(qp_model_load_file(dump, NULL, &dm, &err), QP_OK);
+    struct qp_session *s = NULL;
+    struct qp_shape shape = {.name = dm->graph->values[dm->graph->inputs[0]].name,
+                             .rank = in->rank};
+    memcpy(shape.dims, in->dims, sizeof shape.dims);
+    if (qp_session_create(dm, NULL, 1, &shape, &s, &err) != QP_OK)
+        fail_msg("%s: %s", dump, err.msg);
+    if (qp_session_run(s, 1, in, &err) != QP_OK) fail_msg("%s: %s", dump, err.msg);
+    for (size_t i = 0; i < n_want; i++) {
+        struct qp_array o;
+        assert_int_equal(qp_session_output(s, i, &o, &err), QP_OK);
+        assert_int_equal(o.nbytes, want[i].nbytes);
+        assert_memory_equal(o.data, want[i].data, o.nbytes);
+    }
+    fprintf(f, ",\n \"dump\": {\"model\": \"%s\", \"quantizers\": [", dump);
+    for (size_t i = 0; i < n_q; i++) {
+        const struct qp_node *n = &g->nodes[qs[i]];
+        const struct qp_tensor *st = init_of(g, g->values[n->inputs[1]].name);
+        const struct qp_tensor *zt = init_of(g, g->values[n->inputs[2]].name);
+        assert_non_null(st);
+        assert_true(st->dtype == QP_DTYPE_FLOAT && st->numel == 1 && zt->numel == 1);
+        int zp = 0;
+        if (zt->dtype == QP_DTYPE_INT8)
+            zp = ((const int8_t *)zt->data)[0];
+        else if (zt->dtype == QP_DTYPE_UINT8)
+            zp = ((const uint8_t *)zt->data)[0];
+        else /* the JS check knows these grids; an FP8 zero point is +0 */
+            assert_true(zt->dtype == QP_DTYPE_FLOAT8E4M3FN && ((const uint8_t *)zt->data)[0] == 0);
+        fprintf(f,
+                "%s\n  {\"node\": \"%s\", \"dtype\": %d, \"scale\": %.9g, \"zero_point\": %d, "
+                "\"dims\": ",
+                i ? "," : "", n->name, (int)zt->dtype, (double)read_f32(st->data, 0), zp);
+        const char *names[2] = {g->values[n->inputs[0]].name, g->values[n->outputs[0]].name};
+        for (int j = 0; j < 2; j++) {
+            struct qp_array a;
+            size_t o = 0;
+            while (o < qp_session_n_outputs(s) && strcmp(qp_session_output_name(s, o), names[j]))
+                o++;
+            if (o == qp_session_n_outputs(s)) {
+                assert_true(j == 0 && strcmp(names[0], shape.name) == 0); /* the graph input */
+                a = *in;
+                snprintf(file, sizeof file, "%s", in_file);
+            } else {
+                assert_int_equal(qp_session_output(s, o, &a, &err), QP_OK);
+                snprintf(file, sizeof file, "%s.q%zu.%s.bin", stem, i, j ? "y" : "x");
+                write_f32(file, a.data, a.nbytes);
+            }
+            assert_int_equal(a.dtype, j ? zt->dtype : QP_DTYPE_FLOAT);
+            if (!j) dims_json(f, &a);
+            fprintf(f, ", \"%s\": \"%s\", \"%s_file\": \"%s\"", j ? "y" : "x", names[j],
+                    j ? "y" : "x", file);
+        }
+        fprintf(f, "}");
+    }
+    fprintf(f, "]}");
+    qp_session_free(s);
+    qp_model_free(dm);
+    qp_model_free(m);
+    free(qs);
+}
+
 /* Runs the written model in the engine and leaves an ORT case beside it. Deep models with many
- * quantizers (`float_ref`) also record the float model's output (quantize_ort.js explains). */
+ * quantizers (`float_ref`) also record the float model's output and every activation quantizer's
+ * input and output (dump_quantizers): there ORT is checked per quantizer, bit-identical up to the
+ * first differing one, whose flips must be one-step sub-ulp ties, and not at the final output. A
+ * float32 value within an ulp of a rounding midpoint rounds either way by summation order (PP-OCRv4
+ * rec: 2 of 49152 elements at the 19th quantizer, x / scale -9.49999943 and -4.50000007), and
+ * each flip compounds through the ~190 later quantizers until the output moves by 0.25, as much as
+ * the engine moves between AVX2 and AVX-512 (0.32). quantize_ort.js says exactly what is checked.
+ */
 static void engine_case(const char *model_path, const struct model_case *mc, const char *stem,
                         int float_ref, int fp8, char *case_out, size_t case_size) {
     struct qp_error err = {0};
@@ -632,9 +745,9 @@ static void engine_case(const char *model_path, const struct model_case *mc, con
     assert_int_equal(qp_array_alloc(&in, QP_DTYPE_FLOAT, mc->rank, mc->dims, &err), QP_OK);
     fill_input(&in, 11);
     if (qp_session_run(s, 1, &in, &err) != QP_OK) fail_msg("%s: %s", stem, err.msg);
-    char path[1200];
-    snprintf(path, sizeof path, "%s.in.bin", stem);
-    write_f32(path, in.data, in.nbytes);
+    char path[1200], in_file[1200];
+    snprintf(in_file, sizeof in_file, "%s.in.bin", stem);
+    write_f32(in_file, in.data, in.nbytes);
     snprintf(case_out, case_size, "%s.case.json", stem);
     FILE *f = fopen(case_out, "w");
     assert_non_null(f);
@@ -643,10 +756,15 @@ static void engine_case(const char *model_path, const struct model_case *mc, con
             "\"dims\": ",
             model_path, shape.name);
     dims_json(f, &in);
-    fprintf(f, ", \"file\": \"%s\"}],\n \"fp8\": %s, \"outputs\": [", path, fp8 ? "true" : "false");
-    for (size_t i = 0; i < qp_session_n_outputs(s); i++) {
+    fprintf(f, ", \"file\": \"%s\"}],\n \"fp8\": %s, \"outputs\": [", in_file,
+            fp8 ? "true" : "false");
+    struct qp_array outs[8];
+    size_t n_out = qp_session_n_outputs(s);
+    assert_true(n_out <= sizeof outs / sizeof outs[0]);
+    for (size_t i = 0; i < n_out; i++) {
         struct qp_array out;
         assert_int_equal(qp_session_output(s, i, &out, &err), QP_OK);
+        outs[i] = out;
         assert_int_equal(out.dtype, QP_DTYPE_FLOAT);
         snprintf(path, sizeof path, "%s.out%zu.bin", stem, i);
         write_f32(path, out.data, out.nbytes);
@@ -656,8 +774,12 @@ static void engine_case(const char *model_path, const struct model_case *mc, con
         if (float_ref) fprintf(f, ", \"float_file\": \"%s.float%zu.bin\"", stem, i);
         fprintf(f, "}");
     }
-    if (float_ref) engine_outputs(mc->path, &in, stem, "float");
-    fprintf(f, "]}\n");
+    fprintf(f, "]");
+    if (float_ref) {
+        engine_outputs(mc->path, &in, stem, "float");
+        dump_quantizers(model_path, &in, in_file, stem, outs, n_out, f);
+    }
+    fprintf(f, "}\n");
     assert_int_equal(fclose(f), 0);
     qp_array_release(&in);
     qp_session_free(s);
