@@ -24,6 +24,26 @@ export CTEST_OUTPUT_ON_FAILURE=1
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 LOGS="$ROOT/build/test-logs"
 
+start_all=$(date +%s)
+results=()
+failures=0
+
+step() { printf '\n==== %s ====\n' "$*"; }
+record() { # record NAME STATUS SECONDS
+    local verdict=ok
+    [ "$2" -ne 0 ] && verdict="FAILED (exit $2)" && failures=$((failures + 1))
+    results+=("$(printf '%-28s %-16s %5ss' "$1" "$verdict" "$3")")
+}
+run_step() { # run_step NAME CMD...: runs CMD, records the result
+    local name="$1" t0 rc
+    shift
+    t0=$(date +%s)
+    "$@"
+    rc=$?
+    record "$name" "$rc" $(($(date +%s) - t0))
+    return "$rc"
+}
+
 # ---- 0. the CPU ------------------------------------------------------------------------------
 # Machines of this kind differ (AVX2-only or AVX-512 with VNNI), and oneDNN picks its kernels and
 # layouts by the ISA: say which one this run had, first.
@@ -44,26 +64,6 @@ cpu_isa() {
 }
 step "cpu"
 cpu_isa
-
-start_all=$(date +%s)
-results=()
-failures=0
-
-step() { printf '\n==== %s ====\n' "$*"; }
-record() { # record NAME STATUS SECONDS
-    local verdict=ok
-    [ "$2" -ne 0 ] && verdict="FAILED (exit $2)" && failures=$((failures + 1))
-    results+=("$(printf '%-28s %-16s %5ss' "$1" "$verdict" "$3")")
-}
-run_step() { # run_step NAME CMD...: runs CMD, records the result
-    local name="$1" t0 rc
-    shift
-    t0=$(date +%s)
-    "$@"
-    rc=$?
-    record "$name" "$rc" $(($(date +%s) - t0))
-    return "$rc"
-}
 
 # ---- 1. setup ----------------------------------------------------------------------------------
 if [ "${QP_SKIP_SETUP:-0}" != 1 ]; then
