@@ -11,23 +11,9 @@
 #include <unistd.h>
 
 #include "core/arena.h"
+#include "core/grow.h"
 
 /* ---- storage ---------------------------------------------------------------------------- */
-
-static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 1;
-    size_t n = *cap ? *cap : 16;
-    while (n < need) {
-        if (n > SIZE_MAX / 2) return 0;
-        n *= 2;
-    }
-    if (n > SIZE_MAX / elem) return 0;
-    void *q = realloc(*arr, n * elem);
-    if (!q) return 0;
-    *arr = q;
-    *cap = n;
-    return 1;
-}
 
 static uint64_t slot_hash(const char *node, int input) {
     uint64_t h = 1469598103934665603ull;
@@ -146,7 +132,7 @@ enum qp_status qp_placement_add_edge(struct qp_placement *p, const char *tensor,
                             (c & 1) ? p->weights[c >> 1].tensor : p->edges[c >> 1].tensor);
     }
     if ((st = reserve_slot(p, err)) != QP_OK) return st;
-    if (!grow((void **)&p->edges, &p->cap_edges, p->n_edges + 1, sizeof *p->edges))
+    if (!qp_grow((void **)&p->edges, &p->cap_edges, p->n_edges + 1, sizeof *p->edges))
         return qp_error_set(err, QP_ERR_NOMEM, "placement: out of memory");
     struct qp_qedge e = {.tensor = qp_arena_strdup(p->arena, tensor),
                          .node = qp_arena_strdup(p->arena, node),
@@ -180,7 +166,7 @@ enum qp_status qp_placement_add_weight(struct qp_placement *p, const char *tenso
                             (c & 1) ? p->weights[c >> 1].tensor : p->edges[c >> 1].tensor);
     }
     if ((st = reserve_slot(p, err)) != QP_OK) return st;
-    if (!grow((void **)&p->weights, &p->cap_weights, p->n_weights + 1, sizeof *p->weights))
+    if (!qp_grow((void **)&p->weights, &p->cap_weights, p->n_weights + 1, sizeof *p->weights))
         return qp_error_set(err, QP_ERR_NOMEM, "placement: out of memory");
     struct qp_qweight w = {.tensor = qp_arena_strdup(p->arena, tensor),
                            .node = qp_arena_strdup(p->arena, node),
@@ -638,7 +624,7 @@ struct sbuf {
 
 static void sb_add(struct sbuf *b, const char *s) {
     size_t k = strlen(s);
-    if (b->oom || !grow((void **)&b->s, &b->cap, b->n + k + 1, 1)) {
+    if (b->oom || !qp_grow((void **)&b->s, &b->cap, b->n + k + 1, 1)) {
         b->oom = 1;
         return;
     }

@@ -1,5 +1,6 @@
 #include "placement/select.h"
 #include "core/file.h"
+#include "core/grow.h"
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -11,21 +12,6 @@
 #include <strings.h>
 
 /* ---- shared helpers --------------------------------------------------------------------- */
-
-static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 1;
-    size_t n = *cap ? *cap : 8;
-    while (n < need) {
-        if (n > SIZE_MAX / 2) return 0;
-        n *= 2;
-    }
-    if (n > SIZE_MAX / elem) return 0;
-    void *q = realloc(*arr, n * elem);
-    if (!q) return 0;
-    *arr = q;
-    *cap = n;
-    return 1;
-}
 
 /* Node lists and rules files are small text files; anything bigger is a mistake. */
 #define SELECT_MAX_FILE_BYTES ((size_t)64 << 20)
@@ -178,7 +164,7 @@ void qp_select_free(struct qp_select *s) {
 static enum qp_status add_entry(struct qp_select *s, enum qp_select_list list, const char *text,
                                 size_t len, const char *where, struct qp_error *err) {
     struct sel_list *L = &s->lists[list];
-    if (!grow((void **)&L->e, &L->cap, L->n + 1, sizeof *L->e))
+    if (!qp_grow((void **)&L->e, &L->cap, L->n + 1, sizeof *L->e))
         return qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", list_names[list]);
     struct sel_entry e = {0};
     if (!(e.text = malloc(len + 1)))
@@ -429,7 +415,7 @@ static enum qp_status parse_rule(struct qp_rules *rs, const char *a, const char 
             return st;
         }
     }
-    if (!grow((void **)&rs->r, &rs->cap, rs->n + 1, sizeof *rs->r)) {
+    if (!qp_grow((void **)&rs->r, &rs->cap, rs->n + 1, sizeof *rs->r)) {
         if (r.match == MATCH_REGEX) regfree(&r.re);
         free(r.pattern);
         return qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", src);
