@@ -305,48 +305,60 @@ static size_t entry_scratch(const struct conv_entry *e, size_t *off_dst, size_t 
     return a + b + qp_dnnl_align(e->scr_bytes);
 }
 
-/* The epilogue's view of a destination layout: 0 unless channels come in blocks of one size
- * (or none) and the spatial positions are dense, in order, `blk` elements apart. */
-static int epilogue_layout(const dnnl_memory_desc_t *md, int64_t *blk, int64_t *sn, int64_t *sc) {
+/* How an activation layout addresses element (b, c, pixel): b * sn + (c / blk) * sc + pixel * sp
+ * + c % blk, the pixels (spatial positions) dense and in order. */
+enum act_kind { ACT_PLANAR, ACT_BLOCKED, ACT_CHANNELS_LAST };
+struct act_layout {
+    enum act_kind kind;
+    int64_t blk, sn, sc, sp;
+};
+
+/* Reads md as one of: planar (NCHW...: blk 1, sp 1), one inner block over channels (nChw8c,
+ * nChw16c: sp = blk) or channels last (NHWC: blk = the padded channel count, sp >= it). 0 for
+ * anything else. */
+static int act_layout_of(const dnnl_memory_desc_t *md, struct act_layout *l) {
     if (md->format_kind != dnnl_blocked || md->ndims < 3) return 0;
     const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
-    if (b->inner_nblks > 1 || (b->inner_nblks == 1 && b->inner_idxs[0] != 1)) return 0;
-    int64_t k = b->inner_nblks ? b->inner_blks[0] : 1;
+    const dnnl_dim_t *st = b->strides;
     int nd = md->ndims;
-    if (b->strides[nd - 1] != k) return 0;
+    if (b->inner_nblks == 1 && b->inner_idxs[0] == 1)
+        *l = (struct act_layout){ACT_BLOCKED, b->inner_blks[0], 0, 0, b->inner_blks[0]};
+    else if (b->inner_nblks == 0 && st[nd - 1] == 1)
+        *l = (struct act_layout){ACT_PLANAR, 1, 0, 0, 1};
+    else if (b->inner_nblks == 0 && st[1] == 1 && st[nd - 1] >= md->padded_dims[1])
+        *l = (struct act_layout){ACT_CHANNELS_LAST, md->padded_dims[1], 0, 0, st[nd - 1]};
+    else
+        return 0;
+    if (st[nd - 1] != l->sp) return 0;
     for (int i = nd - 2; i >= 2; i--)
-        if (b->strides[i] != b->strides[i + 1] * md->padded_dims[i + 1]) return 0;
-    *blk = k;
-    *sn = b->strides[0];
-    *sc = b->strides[1];
+        if (st[i] != st[i + 1] * md->padded_dims[i + 1]) return 0;
+    l->sn = st[0];
+    l->sc = st[1]; /* channels last: never used (every channel is in block 0) */
+    return 1;
+}
+
+/* The epilogue's view of a destination layout: planar or channels in blocks of one size, the
+ * spatial positions `blk` elements apart. */
+static int epilogue_layout(const dnnl_memory_desc_t *md, int64_t *blk, int64_t *sn, int64_t *sc) {
+    struct act_layout l;
+    if (!act_layout_of(md, &l) || l.kind == ACT_CHANNELS_LAST) return 0;
+    *blk = l.blk;
+    *sn = l.sn;
+    *sc = l.sc;
     return 1;
 }
 
 /* A source or destination layout the Winograd path reads and writes (struct qp_wino_layout):
- * plain NCHW, channel blocks of a multiple of 8 (nChw8c on AVX2, nChw16c on AVX-512) or channels
- * last (NHWC, which oneDNN's brgemm convolutions pick on AVX-512), spatial positions dense. */
-static int wino_layout(const dnnl_memory_desc_t *md, struct qp_wino_layout *l) {
-    if (md->format_kind != dnnl_blocked || md->ndims != 4) return 0;
-    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
-    const dnnl_dim_t *st = b->strides;
-    int64_t sp;
-    if (b->inner_nblks == 1 && b->inner_idxs[0] == 1 && b->inner_blks[0] % 8 == 0) {
-        l->blk = b->inner_blks[0];
-        sp = l->blk;
-    } else if (b->inner_nblks == 0 && st[3] == 1) {
-        l->blk = 1;
-        sp = 1;
-    } else if (b->inner_nblks == 0 && st[1] == 1 && st[3] >= md->padded_dims[1]) {
-        l->blk = md->padded_dims[1]; /* one block of every channel */
-        sp = st[3];
-    } else {
+ * 4-D, plain NCHW, channel blocks of a multiple of 8 (nChw8c on AVX2, nChw16c on AVX-512) or
+ * channels last (NHWC, which oneDNN's brgemm convolutions pick on AVX-512). */
+static int wino_layout(const dnnl_memory_desc_t *md, struct qp_wino_layout *w) {
+    struct act_layout l;
+    if (md->ndims != 4 || !act_layout_of(md, &l)) return 0;
+    if (l.kind == ACT_BLOCKED && l.blk % 8 != 0) return 0;
+    /* planar: the channel planes dense too (qp_wino_layout has no other channel stride) */
+    if (l.kind == ACT_PLANAR && l.sc != md->format_desc.blocking.strides[2] * md->padded_dims[2])
         return 0;
-    }
-    if (st[3] != sp || st[2] != sp * md->padded_dims[3]) return 0;
-    if (l->blk == 1 && st[1] != st[2] * md->padded_dims[2]) return 0;
-    l->sn = st[0];
-    l->sc = st[1]; /* channels last: never used (every channel is in block 0) */
-    l->sp = sp;
+    *w = (struct qp_wino_layout){l.blk, l.sn, l.sc, l.sp};
     return 1;
 }
 
@@ -497,9 +509,8 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
         e = NULL; /* reference kernel */
     /* Winograd: chosen from the shapes alone (and QP_NO_WINOGRAD), never from timings, so that
      * every run of the node, fused or not, overlaid or not, computes alike. It joins the
-     * runtime's blocked chain when it can read and write the layouts oneDNN picked (with an
-     * eltwise post-op before the sum, oneDNN 2.6 picks NHWC, which it does not read): else it
-     * advertises none and works on NCHW only. */
+     * runtime's blocked chain when it can read and write the layouts oneDNN picked
+     * (wino_layout): else it advertises none and works on NCHW only. */
     struct qp_wino wp = {0};
     struct qp_wino_layout wl_src = {0, 0, 0, 0}, wl_dst = {0, 0, 0, 0};
     int wino = usable && !transpose && !qp_wino_disabled() && qp_wino_takes(&ref);

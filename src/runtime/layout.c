@@ -1,6 +1,6 @@
 /*
  * The layout pass: after fusion, keeps tensors between oneDNN convolutions in the primitives'
- * blocked layouts (nChw8c on AVX2), so no reorder runs between them.
+ * blocked layouts (nChw8c on AVX2; NHWC or nChw16c on AVX-512), so no reorder runs between them.
  *
  * A tensor is kept blocked when it comes from a oneDNN convolution that writes a blocked layout,
  * or from a layout-transparent step (an elementwise activation, or Add/Sub/Mul/Div of
