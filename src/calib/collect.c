@@ -66,8 +66,7 @@ static int is_float_dtype(enum qp_dtype t) {
 }
 
 static int is_onnx_op(const struct qp_node *n, const char *op) {
-    return !n->dead && strcmp(n->op_type, op) == 0 &&
-           (!n->domain[0] || !strcmp(n->domain, "ai.onnx"));
+    return !n->dead && qp_node_is(n, op);
 }
 
 /* A value the calibration of "every float activation" takes: computed at run time (not an

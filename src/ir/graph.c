@@ -320,6 +320,14 @@ struct qp_attr *qp_node_add_attr(struct qp_graph *g, int node, const char *name,
     return at;
 }
 
+int qp_domain_is_onnx(const char *domain) {
+    return !domain || !domain[0] || strcmp(domain, "ai.onnx") == 0;
+}
+
+int qp_node_is(const struct qp_node *n, const char *op) {
+    return qp_domain_is_onnx(n->domain) && strcmp(n->op_type, op) == 0;
+}
+
 const struct qp_attr *qp_node_attr(const struct qp_node *n, const char *name) {
     for (int i = 0; i < n->n_attrs; i++)
         if (!strcmp(n->attrs[i].name, name)) return &n->attrs[i];

@@ -246,6 +246,13 @@ struct qp_attr *qp_node_add_attr(struct qp_graph *g, int node, const char *name,
 /* Attribute lookup by name, or NULL. */
 const struct qp_attr *qp_node_attr(const struct qp_node *n, const char *name);
 
+/* 1 for ONNX's default domain: NULL, "" or "ai.onnx". */
+int qp_domain_is_onnx(const char *domain);
+
+/* 1 when n is ONNX's operator `op`: its op_type is op and its domain ONNX's (a com.microsoft node
+ * named like an ONNX op is not that op). The one answer to "is this node op X" for every pass. */
+int qp_node_is(const struct qp_node *n, const char *op);
+
 /* Adds an initializer named t->name (the tensor struct is copied; its arrays are borrowed for the
  * model's lifetime). An existing initializer of that name is QP_ERR_BAD_INPUT. */
 enum qp_status qp_graph_add_initializer(struct qp_graph *g, const struct qp_tensor *t,

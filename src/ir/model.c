@@ -36,10 +36,10 @@ struct qp_graph *qp_model_graph(const struct qp_model *m) {
 }
 
 int64_t qp_model_opset(const struct qp_model *m, const char *domain) {
-    int want_onnx = !domain || !*domain || !strcmp(domain, "ai.onnx");
+    int want_onnx = qp_domain_is_onnx(domain);
     for (size_t i = 0; i < m->n_opsets; i++) {
         const char *d = m->opsets[i].domain ? m->opsets[i].domain : "";
-        int is_onnx = !*d || !strcmp(d, "ai.onnx");
+        int is_onnx = qp_domain_is_onnx(d);
         if (want_onnx ? is_onnx : !strcmp(d, domain)) return m->opsets[i].version;
     }
     return 0;

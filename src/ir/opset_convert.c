@@ -616,7 +616,7 @@ static enum qp_dtype value_dtype(const struct qp_graph *g, int v) {
         }
         const struct qp_node *p = &g->nodes[val->producer];
         const char *op = p->op_type;
-        if (*p->domain && strcmp(p->domain, "ai.onnx")) return QP_DTYPE_UNDEFINED;
+        if (!qp_domain_is_onnx(p->domain)) return QP_DTYPE_UNDEFINED;
         if (!strcmp(op, "Cast")) {
             const struct qp_attr *to = qp_node_attr(p, "to");
             return to && to->type == QP_ATTR_INT && qp_dtype_valid((int)to->i)
@@ -963,7 +963,7 @@ static int rank_of(struct rank_walk *r, int v);
 static int rank_of_node(struct rank_walk *r, const struct qp_node *p) {
     const struct qp_graph *g = r->g;
     const char *op = p->op_type;
-    if (*p->domain && strcmp(p->domain, "ai.onnx")) return -1;
+    if (!qp_domain_is_onnx(p->domain)) return -1;
     int r0 = p->n_inputs > 0 ? rank_of(r, p->inputs[0]) : -1;
     if (op_in(op, same_rank_ops)) return r0;
     if (op_in(op, broadcast_ops)) {
@@ -1304,7 +1304,7 @@ static const struct qp_tensor *const_tensor(const struct qp_graph *g, int v) {
     if (val->initializer >= 0) return val->is_graph_input ? NULL : &g->inits[val->initializer];
     if (val->producer < 0) return NULL;
     const struct qp_node *p = &g->nodes[val->producer];
-    if (strcmp(p->op_type, "Constant") || (*p->domain && strcmp(p->domain, "ai.onnx"))) return NULL;
+    if (strcmp(p->op_type, "Constant") || !qp_domain_is_onnx(p->domain)) return NULL;
     const struct qp_attr *a = qp_node_attr(p, "value");
     return a && a->type == QP_ATTR_TENSOR ? a->t : NULL;
 }
@@ -1355,7 +1355,7 @@ static int64_t channel_count(const struct qp_graph *g, int v) {
         if (val->rank >= 2 && val->dims && val->dims[1].value >= 0) return val->dims[1].value;
         if (val->producer < 0 || val->producer_output != 0) return -1;
         const struct qp_node *p = &g->nodes[val->producer];
-        if (*p->domain && strcmp(p->domain, "ai.onnx")) return -1;
+        if (!qp_domain_is_onnx(p->domain)) return -1;
         int conv = !strcmp(p->op_type, "Conv"), convt = !strcmp(p->op_type, "ConvTranspose");
         if (conv || convt) {
             const struct qp_tensor *w = p->n_inputs > 1 ? const_tensor(g, p->inputs[1]) : NULL;
@@ -1550,10 +1550,6 @@ static enum qp_status convert_node(struct conv *c) {
     return cv->fn(c);
 }
 
-static int default_domain(const char *d) {
-    return !d || !*d || !strcmp(d, "ai.onnx");
-}
-
 /* Lowest IR version that allows opset `v` (onnx/helper.py VERSION_TABLE). */
 static int64_t min_ir_version(int64_t v) {
     if (v >= 21) return 10;
@@ -1572,7 +1568,7 @@ static enum qp_status run_pass(struct conv *c, int *changed_graphs) {
         c->changed = 0;
         size_t n_nodes = c->g->n_nodes; /* nodes added by converters are already converted */
         for (size_t i = 0; i < n_nodes; i++) {
-            if (c->g->nodes[i].dead || !default_domain(c->g->nodes[i].domain)) continue;
+            if (c->g->nodes[i].dead || !qp_domain_is_onnx(c->g->nodes[i].domain)) continue;
             c->node = (int)i;
             enum qp_status st = convert_node(c);
             if (st != QP_OK) return st;
@@ -1613,7 +1609,7 @@ enum qp_status qp_model_convert_opset(struct qp_model *m, int64_t target, struct
     free(changed);
     if (st != QP_OK) return st;
     for (size_t i = 0; i < m->n_opsets; i++)
-        if (default_domain(m->opsets[i].domain)) m->opsets[i].version = target;
+        if (qp_domain_is_onnx(m->opsets[i].domain)) m->opsets[i].version = target;
     if (m->ir_version < min_ir_version(target)) m->ir_version = min_ir_version(target);
     return QP_OK;
 }

@@ -32,14 +32,6 @@ static enum qp_status nomem(struct qp_error *err) {
     return qp_error_set(err, QP_ERR_NOMEM, "fp16: out of memory");
 }
 
-static int is_op(const struct qp_node *n, const char *op) {
-    return strcmp(n->op_type, op) == 0;
-}
-
-static int default_domain(const struct qp_node *n) {
-    return !n->domain || !n->domain[0] || strcmp(n->domain, "ai.onnx") == 0;
-}
-
 static int has_subgraph(const struct qp_node *n) {
     for (int a = 0; a < n->n_attrs; a++)
         if (n->attrs[a].type == QP_ATTR_GRAPH || n->attrs[a].type == QP_ATTR_GRAPHS) return 1;
@@ -58,24 +50,24 @@ static int blocked_op(const struct qp_node *n) {
         "MelWeightMatrix",    "TfIdfVectorizer",   "SplitToSequence",
         "ConcatFromSequence", "Optional",          "OptionalGetElement",
         "OptionalHasElement"};
-    if (!default_domain(n) || has_subgraph(n)) return 1;
+    if (!qp_domain_is_onnx(n->domain) || has_subgraph(n)) return 1;
     if (strncmp(n->op_type, "Sequence", 8) == 0) return 1;
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        if (is_op(n, ops[i])) return 1;
+        if (qp_node_is(n, ops[i])) return 1;
     return 0;
 }
 
 /* Input slots that take any dtype (no Cast needed) and slots fixed to float32 by the schema. */
 static int slot_any(const struct qp_node *n, int i) {
-    return (i == 0 && (is_op(n, "Cast") || is_op(n, "CastLike"))) || is_op(n, "Shape") ||
-           is_op(n, "Size");
+    return (i == 0 && (qp_node_is(n, "Cast") || qp_node_is(n, "CastLike"))) ||
+           qp_node_is(n, "Shape") || qp_node_is(n, "Size");
 }
 static int slot_f32(const struct qp_node *n, int i) {
-    return i == 2 && is_op(n, "Resize");
+    return i == 2 && qp_node_is(n, "Resize");
 }
 /* Output slots that stay float whatever the node computes in (LayerNormalization's stash). */
 static int out_f32(const struct qp_node *n, int k) {
-    return k >= 1 && is_op(n, "LayerNormalization");
+    return k >= 1 && qp_node_is(n, "LayerNormalization");
 }
 
 static enum qp_dtype in_dt(const struct conv *c, const struct qp_node *n, int i) {
@@ -93,16 +85,16 @@ static enum qp_dtype branch_out(const struct qp_node *n, int k) {
     if (!a) a = qp_node_attr(n, "body");
     if (!a || a->type != QP_ATTR_GRAPH || !a->g) return QP_DTYPE_UNDEFINED;
     const struct qp_graph *b = a->g;
-    size_t idx = (size_t)k + (is_op(n, "Loop") ? 1 : 0);
+    size_t idx = (size_t)k + (qp_node_is(n, "Loop") ? 1 : 0);
     if (idx >= b->n_outputs) return QP_DTYPE_UNDEFINED;
     return b->values[b->outputs[idx]].dtype;
 }
 
 /* The dtype of output `k` of node `n` from the op's type rules (ONNX schemas). */
 static enum qp_dtype infer_out(const struct conv *c, const struct qp_node *n, int k) {
-    if (!default_domain(n)) return QP_DTYPE_UNDEFINED;
+    if (!qp_domain_is_onnx(n->domain)) return QP_DTYPE_UNDEFINED;
     const char *op = n->op_type;
-    if (is_op(n, "Constant")) {
+    if (qp_node_is(n, "Constant")) {
         for (int a = 0; a < n->n_attrs; a++) {
             const struct qp_attr *at = &n->attrs[a];
             if (!strcmp(at->name, "value") && at->t) return at->t->dtype;
@@ -115,8 +107,8 @@ static enum qp_dtype infer_out(const struct conv *c, const struct qp_node *n, in
         }
         return QP_DTYPE_UNDEFINED;
     }
-    if (is_op(n, "Cast")) return attr_dtype(n, "to", QP_DTYPE_UNDEFINED);
-    if (is_op(n, "CastLike")) return in_dt(c, n, 1);
+    if (qp_node_is(n, "Cast")) return attr_dtype(n, "to", QP_DTYPE_UNDEFINED);
+    if (qp_node_is(n, "CastLike")) return in_dt(c, n, 1);
     static const char *const i64[] = {"Shape",  "Size",    "ArgMax",
                                       "ArgMin", "NonZero", "NonMaxSuppression"};
     for (size_t i = 0; i < sizeof i64 / sizeof i64[0]; i++)
@@ -126,34 +118,35 @@ static enum qp_dtype infer_out(const struct conv *c, const struct qp_node *n, in
                                     "IsInf"};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         if (!strcmp(op, b[i])) return QP_DTYPE_BOOL;
-    if (is_op(n, "QuantizeLinear")) {
+    if (qp_node_is(n, "QuantizeLinear")) {
         enum qp_dtype zp = in_dt(c, n, 2);
         if (zp != QP_DTYPE_UNDEFINED) return zp;
         return attr_dtype(n, "output_dtype", QP_DTYPE_UINT8);
     }
-    if (is_op(n, "DequantizeLinear")) return in_dt(c, n, 1);
-    if (is_op(n, "ConstantOfShape")) {
+    if (qp_node_is(n, "DequantizeLinear")) return in_dt(c, n, 1);
+    if (qp_node_is(n, "ConstantOfShape")) {
         const struct qp_attr *a = qp_node_attr(n, "value");
         return a && a->t ? a->t->dtype : QP_DTYPE_FLOAT;
     }
-    if ((is_op(n, "TopK") || is_op(n, "MaxPool")) && k == 1) return QP_DTYPE_INT64;
-    if (is_op(n, "Unique") && k >= 1) return QP_DTYPE_INT64;
-    if (is_op(n, "Dropout") && k == 1) return QP_DTYPE_BOOL;
-    if (is_op(n, "LayerNormalization") && k >= 1) return QP_DTYPE_FLOAT;
-    if (is_op(n, "Where")) return in_dt(c, n, 1);
-    if (is_op(n, "OneHot")) return in_dt(c, n, 2);
-    if (is_op(n, "RandomNormal") || is_op(n, "RandomUniform"))
+    if ((qp_node_is(n, "TopK") || qp_node_is(n, "MaxPool")) && k == 1) return QP_DTYPE_INT64;
+    if (qp_node_is(n, "Unique") && k >= 1) return QP_DTYPE_INT64;
+    if (qp_node_is(n, "Dropout") && k == 1) return QP_DTYPE_BOOL;
+    if (qp_node_is(n, "LayerNormalization") && k >= 1) return QP_DTYPE_FLOAT;
+    if (qp_node_is(n, "Where")) return in_dt(c, n, 1);
+    if (qp_node_is(n, "OneHot")) return in_dt(c, n, 2);
+    if (qp_node_is(n, "RandomNormal") || qp_node_is(n, "RandomUniform"))
         return attr_dtype(n, "dtype", QP_DTYPE_FLOAT);
-    if (is_op(n, "RandomNormalLike") || is_op(n, "RandomUniformLike") || is_op(n, "EyeLike") ||
-        is_op(n, "Bernoulli"))
+    if (qp_node_is(n, "RandomNormalLike") || qp_node_is(n, "RandomUniformLike") ||
+        qp_node_is(n, "EyeLike") || qp_node_is(n, "Bernoulli"))
         return attr_dtype(n, "dtype", in_dt(c, n, 0));
-    if (is_op(n, "Multinomial")) return attr_dtype(n, "dtype", QP_DTYPE_INT32);
-    if (is_op(n, "HannWindow") || is_op(n, "HammingWindow") || is_op(n, "BlackmanWindow") ||
-        is_op(n, "MelWeightMatrix"))
+    if (qp_node_is(n, "Multinomial")) return attr_dtype(n, "dtype", QP_DTYPE_INT32);
+    if (qp_node_is(n, "HannWindow") || qp_node_is(n, "HammingWindow") ||
+        qp_node_is(n, "BlackmanWindow") || qp_node_is(n, "MelWeightMatrix"))
         return attr_dtype(n, "output_datatype", QP_DTYPE_FLOAT);
-    if (is_op(n, "If") || is_op(n, "Loop") || is_op(n, "Scan")) return branch_out(n, k);
-    if (is_op(n, "TfIdfVectorizer")) return QP_DTYPE_FLOAT;
-    if (is_op(n, "DynamicQuantizeLinear")) return k == 1 ? QP_DTYPE_FLOAT : QP_DTYPE_UINT8;
+    if (qp_node_is(n, "If") || qp_node_is(n, "Loop") || qp_node_is(n, "Scan"))
+        return branch_out(n, k);
+    if (qp_node_is(n, "TfIdfVectorizer")) return QP_DTYPE_FLOAT;
+    if (qp_node_is(n, "DynamicQuantizeLinear")) return k == 1 ? QP_DTYPE_FLOAT : QP_DTYPE_UINT8;
     return in_dt(c, n, 0);
 }
 
@@ -179,7 +172,7 @@ static void mark_outer(struct conv *c, const struct qp_graph *sub) {
 static int is_constant_value(const struct conv *c, int v) {
     const struct qp_value *val = &c->g->values[v];
     if (val->initializer >= 0) return 1;
-    return val->producer >= 0 && is_op(&c->g->nodes[val->producer], "Constant");
+    return val->producer >= 0 && qp_node_is(&c->g->nodes[val->producer], "Constant");
 }
 
 /* What input `i` of node `ni` wants, given the node's class (WANT_ANY for non-float slots). */
@@ -248,7 +241,8 @@ static int feeds_scale(const struct conv *c, int v) {
     const struct qp_value *val = &c->g->values[v];
     for (size_t u = 0; u < val->n_uses; u++) {
         const struct qp_node *n = &c->g->nodes[val->uses[u].node];
-        if (val->uses[u].input == 1 && (is_op(n, "QuantizeLinear") || is_op(n, "DequantizeLinear")))
+        if (val->uses[u].input == 1 &&
+            (qp_node_is(n, "QuantizeLinear") || qp_node_is(n, "DequantizeLinear")))
             return 1;
     }
     return 0;
@@ -456,11 +450,11 @@ static enum qp_status run(struct conv *c) {
     for (size_t k = 0; k < g->n_topo; k++) {
         int ni = g->topo[k];
         struct qp_node *n = &g->nodes[ni];
-        if (is_op(n, "QuantizeLinear") && n->n_inputs > 0 && n->inputs[0] >= 0) {
+        if (qp_node_is(n, "QuantizeLinear") && n->n_inputs > 0 && n->inputs[0] >= 0) {
             int x = n->inputs[0];
             if (!is_constant_value(c, x) && c->act[x] == QP_DTYPE_FLOAT) c->hi[ni] = 1;
         }
-        if (is_op(n, "DequantizeLinear") && n->n_outputs > 0 && n->outputs[0] >= 0) {
+        if (qp_node_is(n, "DequantizeLinear") && n->n_outputs > 0 && n->outputs[0] >= 0) {
             const struct qp_value *val = &g->values[n->outputs[0]];
             int n32 = 0, n16 = 0;
             for (size_t u = 0; u < val->n_uses; u++) {
@@ -476,7 +470,7 @@ static enum qp_status run(struct conv *c) {
             continue;
         }
         c->st->n_fp16_nodes++;
-        if (is_op(n, "Constant")) continue; /* decided by its consumers, below */
+        if (qp_node_is(n, "Constant")) continue; /* decided by its consumers, below */
         for (int i = 0; i < n->n_inputs; i++) {
             int v = n->inputs[i];
             if (v >= 0 && g->values[v].kind == QP_VALUE_TENSOR && c->dt[v] == QP_DTYPE_UNDEFINED &&
@@ -486,7 +480,7 @@ static enum qp_status run(struct conv *c) {
                                     "unknown; use --high_precision_dtype fp32",
                                     n->name ? n->name : "", n->op_type, i, g->values[v].name);
         }
-        if (is_op(n, "Cast")) {
+        if (qp_node_is(n, "Cast")) {
             const struct qp_attr *to = qp_node_attr(n, "to");
             if (to && to->type == QP_ATTR_INT && to->i == QP_DTYPE_FLOAT) {
                 ((struct qp_attr *)to)->i = QP_DTYPE_FLOAT16;
@@ -507,7 +501,7 @@ static enum qp_status run(struct conv *c) {
     /* Constant nodes and initializers. */
     for (size_t k = 0; k < g->n_topo; k++) {
         int ni = g->topo[k];
-        if (!c->hi[ni] && is_op(&g->nodes[ni], "Constant") && (st = convert_constant(c, ni)))
+        if (!c->hi[ni] && qp_node_is(&g->nodes[ni], "Constant") && (st = convert_constant(c, ni)))
             return st;
     }
     if ((st = convert_inits(c)) != QP_OK) return st;

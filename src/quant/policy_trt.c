@@ -97,10 +97,6 @@ static int in_list(const char *op, const char *const *list) {
     return 0;
 }
 
-static int is_op(const struct qp_node *n, const char *op) {
-    return strcmp(n->op_type, op) == 0;
-}
-
 /* ---- context ---------------------------------------------------------------------------- */
 
 struct ctx {
@@ -129,6 +125,13 @@ struct ctx {
 
 static const struct qp_node *node(const struct ctx *c, int n) {
     return &c->g->nodes[n];
+}
+
+/* The op type every list and pattern of this policy matches: TensorRT's rules are about ONNX's
+ * operators, so a node of another domain (a com.microsoft op named like an ONNX one) matches
+ * none of them ("" is in no list) and is never quantized as that op. */
+static const char *onnx_op(const struct qp_node *nd) {
+    return qp_domain_is_onnx(nd->domain) ? nd->op_type : "";
 }
 
 static int nparents(const struct ctx *c, int n) {
@@ -194,18 +197,19 @@ static void find_constants_and_shapes(struct ctx *c) {
         const struct qp_node *nd = node(c, n);
         int in0 = nd->n_inputs > 0 ? nd->inputs[0] : -1;
         int konst = 0;
-        if (is_op(nd, "Constant"))
+        if (qp_node_is(nd, "Constant"))
             konst = 1;
-        else if ((is_op(nd, "Identity") || is_op(nd, "Squeeze") || is_op(nd, "Unsqueeze")) &&
+        else if ((qp_node_is(nd, "Identity") || qp_node_is(nd, "Squeeze") ||
+                  qp_node_is(nd, "Unsqueeze")) &&
                  in0 >= 0 && c->cst[in0])
             konst = 1;
-        else if (is_op(nd, "Exp") && in0 >= 0 && g->values[in0].producer >= 0) {
+        else if (qp_node_is(nd, "Exp") && in0 >= 0 && g->values[in0].producer >= 0) {
             const struct qp_node *p = node(c, g->values[in0].producer);
-            konst =
-                is_op(p, "Clip") && p->n_inputs > 0 && p->inputs[0] >= 0 && c->cst[p->inputs[0]];
+            konst = qp_node_is(p, "Clip") && p->n_inputs > 0 && p->inputs[0] >= 0 &&
+                    c->cst[p->inputs[0]];
         }
         /* Shape computation: Shape/Size, or only shape values and constants in. */
-        int shape = in_list(nd->op_type, SHAPE_SOURCES), any_shape = 0, all_ok = 1;
+        int shape = in_list(onnx_op(nd), SHAPE_SOURCES), any_shape = 0, all_ok = 1;
         for (int i = 0; i < nd->n_inputs; i++) {
             int v = nd->inputs[i];
             if (v < 0) continue;
@@ -292,15 +296,15 @@ struct path_query {
 /* "BiasAdd" / "ConstMul" for an Add / Mul with a constant input, else the op type. */
 static const char *pseudo_type(const struct ctx *c, int n) {
     const struct qp_node *nd = node(c, n);
-    if (is_op(nd, "Add") && has_const_input(c, n)) return "BiasAdd";
-    if (is_op(nd, "Mul") && has_const_input(c, n)) return "ConstMul";
-    return nd->op_type;
+    if (qp_node_is(nd, "Add") && has_const_input(c, n)) return "BiasAdd";
+    if (qp_node_is(nd, "Mul") && has_const_input(c, n)) return "ConstMul";
+    return onnx_op(nd);
 }
 
 static int type_matches(const struct ctx *c, int n, const char *t) {
     const struct qp_node *nd = node(c, n);
-    if (strcmp(t, "NonBiasAdd") == 0) return is_op(nd, "Add") && !has_const_input(c, n);
-    return strcmp(pseudo_type(c, n), t) == 0 || strcmp(nd->op_type, t) == 0;
+    if (strcmp(t, "NonBiasAdd") == 0) return qp_node_is(nd, "Add") && !has_const_input(c, n);
+    return strcmp(pseudo_type(c, n), t) == 0 || strcmp(onnx_op(nd), t) == 0;
 }
 
 static int path_rec(const struct ctx *c, struct path_query *q, int n, int ti, int sp) {
@@ -347,7 +351,7 @@ static int has_path(const struct ctx *c, int n, const char *const *types, const 
 
 static int backbone_search(struct ctx *c, int n, int depth) {
     const struct qp_node *nd = node(c, n);
-    if (is_op(nd, "Conv") || is_op(nd, "ConvTranspose")) return n;
+    if (qp_node_is(nd, "Conv") || qp_node_is(nd, "ConvTranspose")) return n;
     if (c->mark[n] == c->stamp || depth > 4096) return -1;
     c->mark[n] = c->stamp;
     for (int i = 0; i < nd->n_inputs; i++) {
@@ -408,7 +412,7 @@ static void check_gemm(struct ctx *c, int n) {
     }
     int64_t N = dim(out, -1);
     const struct qp_attr *tb = qp_node_attr(nd, "transB");
-    int64_t K = dim(&c->g->values[b], is_op(nd, "Gemm") && tb && tb->i ? -1 : -2);
+    int64_t K = dim(&c->g->values[b], qp_node_is(nd, "Gemm") && tb && tb->i ? -1 : -2);
     if ((N > 0 && N < 16) || (K > 0 && K < 16)) exclude(c, n, "trt.excluded.small_gemm");
 }
 
@@ -518,15 +522,15 @@ static void find_patterns(struct ctx *c) {
     for (size_t k = 0; k < c->g->n_topo; k++) {
         int n = c->g->topo[k];
         const struct qp_node *nd = node(c, n);
-        if (is_op(nd, "LayerNormalization")) {
+        if (qp_node_is(nd, "LayerNormalization")) {
             if (!c->patterned[n] && !c->excluded[n]) c->note[n] = "trt.pattern.layernorm";
             c->patterned[n] = 1;
-        } else if (is_op(nd, "Div")) {
+        } else if (qp_node_is(nd, "Div")) {
             mark_pattern(c, n, gelu, NULL, "trt.pattern.gelu");
-        } else if (is_op(nd, "ReduceMean")) {
+        } else if (qp_node_is(nd, "ReduceMean")) {
             mark_pattern(c, n, ln9, cast, "trt.pattern.layernorm");
             mark_pattern(c, n, ln7, cast, "trt.pattern.layernorm");
-        } else if (is_op(nd, "MatMul")) {
+        } else if (qp_node_is(nd, "MatMul")) {
             mark_pattern(c, n, mha, NULL, "trt.pattern.masked_mha");
         }
     }
@@ -561,7 +565,7 @@ static int find_residual_adds(struct ctx *c) {
     for (size_t k = 0; ok && k < c->g->n_topo; k++) {
         int n = c->g->topo[k];
         const struct qp_node *nd = node(c, n);
-        if (!is_op(nd, "Add") || nd->n_inputs != 2) continue;
+        if (!qp_node_is(nd, "Add") || nd->n_inputs != 2) continue;
         int a = nd->inputs[0], b = nd->inputs[1];
         if (a < 0 || b < 0 || c->cst[a] || c->cst[b]) continue;
         int p1 = c->g->values[a].producer, p2 = c->g->values[b].producer;
@@ -619,7 +623,7 @@ static int joins(struct ctx *c, int *part, int pid, int cur, int m) {
     if (c->excluded[m] || c->patterned[m] || c->shape_node[m] || c->cask[m] >= 0 || c->kgen[m] >= 0)
         return 0;
     int ok = 0;
-    if (in_list(nd->op_type, COPY_OPS) || in_list(nd->op_type, POINTWISE_OPS)) {
+    if (in_list(onnx_op(nd), COPY_OPS) || in_list(onnx_op(nd), POINTWISE_OPS)) {
         ok = 1;
         for (int i = 0; i < nd->n_inputs && ok; i++) {
             int v = nd->inputs[i];
@@ -628,13 +632,14 @@ static int joins(struct ctx *c, int *part, int pid, int cur, int m) {
             ok = p >= 0 && part[p] == pid;
         }
     }
-    if (!ok && (is_op(nd, "BatchNormalization") || is_op(nd, "Relu") || is_op(nd, "MaxPool")))
+    if (!ok && (qp_node_is(nd, "BatchNormalization") || qp_node_is(nd, "Relu") ||
+                qp_node_is(nd, "MaxPool")))
         ok = fusible_backbone(c, m) >= 0;
-    if (!ok && is_op(nd, "Add") && c->nonres[m] >= 0) {
+    if (!ok && qp_node_is(nd, "Add") && c->nonres[m] >= 0) {
         const struct qp_node *cn = node(c, cur);
         ok = cn->n_outputs > 0 && nd->inputs[c->nonres[m]] == cn->outputs[0];
     }
-    if (ok && is_op(nd, "Mul") && !fusible_mul(c, m)) ok = 0;
+    if (ok && qp_node_is(nd, "Mul") && !fusible_mul(c, m)) ok = 0;
     return ok;
 }
 
@@ -652,7 +657,7 @@ static int grow_partition(struct ctx *c, int *part, int pid, int root, int *last
         struct frame *f = &st[sp - 1];
         /* A residual Add ends the partition: nothing after it joins. */
         const struct qp_node *fn = node(c, f->n);
-        if (f->n != root && is_op(fn, "Add") && c->nonres[f->n] >= 0) {
+        if (f->n != root && qp_node_is(fn, "Add") && c->nonres[f->n] >= 0) {
             sp--;
             continue;
         }
@@ -682,7 +687,7 @@ static int grow_partition(struct ctx *c, int *part, int pid, int root, int *last
 /* Reached backward from a CASK partition through copy ops only (depth <= 10). */
 static int follows_cask(const struct ctx *c, int n, int depth) {
     if (c->cask[n] >= 0) return 1;
-    if (depth >= 10 || !in_list(node(c, n)->op_type, COPY_OPS) || nparents(c, n) == 0) return 0;
+    if (depth >= 10 || !in_list(onnx_op(node(c, n)), COPY_OPS) || nparents(c, n) == 0) return 0;
     for (int k = 0; k < nparents(c, n); k++)
         if (!follows_cask(c, parent(c, n, k), depth + 1)) return 0;
     return 1;
@@ -701,7 +706,7 @@ static int is_quantized_neighbour(const struct ctx *c, int n, int forward, int d
     for (int k = 0; k < cnt; k++) {
         int m = forward ? child(c, n, k) : parent(c, n, k);
         if (c->quant[m]) return 1;
-        const char *op = node(c, m)->op_type;
+        const char *op = onnx_op(node(c, m));
         int through = in_list(op, COPY_OPS) || (!forward && strcmp(op, "Cast") == 0);
         if (through && depth < 10 && is_quantized_neighbour(c, m, forward, depth + 1)) return 1;
     }
@@ -709,25 +714,25 @@ static int is_quantized_neighbour(const struct ctx *c, int n, int forward, int d
 }
 
 static const char *linear_reason(const struct qp_node *nd, int weight) {
-    if (is_op(nd, "Conv") || is_op(nd, "ConvTranspose"))
+    if (qp_node_is(nd, "Conv") || qp_node_is(nd, "ConvTranspose"))
         return weight ? "trt.conv_weight" : "trt.conv_input";
-    if (is_op(nd, "Gemm")) return weight ? "trt.gemm_weight" : "trt.gemm_input";
+    if (qp_node_is(nd, "Gemm")) return weight ? "trt.gemm_weight" : "trt.gemm_input";
     return weight ? "trt.matmul_weight" : "trt.matmul_input";
 }
 
 /* Input slots ORT's handler for this op quantizes: bit i for input i. */
 static uint64_t op_slots(const struct qp_node *nd) {
-    if (in_list(nd->op_type, LINEAR_OPS)) return 3;
-    if (in_list(nd->op_type, INPUT0_OPS)) return 1;
-    if (is_op(nd, "Where")) return 6;
+    if (in_list(onnx_op(nd), LINEAR_OPS)) return 3;
+    if (in_list(onnx_op(nd), INPUT0_OPS)) return 1;
+    if (qp_node_is(nd, "Where")) return 6;
     return nd->n_inputs >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << nd->n_inputs) - 1);
 }
 
 static enum qp_status emit(struct ctx *c, struct qp_placement *out, int n, struct qp_error *err) {
     const struct qp_node *nd = node(c, n);
     uint64_t slots = op_slots(nd) & ~c->noq[n];
-    int linear = in_list(nd->op_type, LINEAR_OPS);
-    if (is_op(nd, "LayerNormalization")) slots &= 1;
+    int linear = in_list(onnx_op(nd), LINEAR_OPS);
+    if (qp_node_is(nd, "LayerNormalization")) slots &= 1;
     for (int i = 0; i < nd->n_inputs && i < 64; i++) {
         if (!(slots >> i & 1)) continue;
         int v = nd->inputs[i];
@@ -765,7 +770,7 @@ static void partition_policy(struct ctx *c, int *ok) {
     for (size_t k = 0; k < g->n_topo && *ok; k++) {
         int n = g->topo[k];
         const struct qp_node *nd = node(c, n);
-        if (!in_list(nd->op_type, LINEAR_OPS) || c->cask[n] >= 0 || c->excluded[n] ||
+        if (!in_list(onnx_op(nd), LINEAR_OPS) || c->cask[n] >= 0 || c->excluded[n] ||
             c->patterned[n] || c->shape_node[n])
             continue;
         int pid = c->n_cask++;
@@ -782,7 +787,7 @@ static void partition_policy(struct ctx *c, int *ok) {
     for (size_t k = 0; k < g->n_topo && *ok; k++) {
         int n = g->topo[k];
         const struct qp_node *nd = node(c, n);
-        if (!in_list(nd->op_type, POINTWISE_OPS) || c->cask[n] >= 0 || c->kgen[n] >= 0 ||
+        if (!in_list(onnx_op(nd), POINTWISE_OPS) || c->cask[n] >= 0 || c->kgen[n] >= 0 ||
             c->excluded[n] || c->patterned[n] || c->shape_node[n])
             continue;
         int last;
@@ -792,8 +797,9 @@ static void partition_policy(struct ctx *c, int *ok) {
     for (size_t k = 0; k < g->n_topo; k++) {
         int n = g->topo[k];
         const struct qp_node *nd = node(c, n);
-        if (!(is_op(nd, "Resize") || is_op(nd, "Upsample")) || c->cask[n] >= 0 || c->kgen[n] >= 0 ||
-            c->excluded[n] || c->patterned[n] || nd->n_inputs < 1 || nd->inputs[0] < 0)
+        if (!(qp_node_is(nd, "Resize") || qp_node_is(nd, "Upsample")) || c->cask[n] >= 0 ||
+            c->kgen[n] >= 0 || c->excluded[n] || c->patterned[n] || nd->n_inputs < 1 ||
+            nd->inputs[0] < 0)
             continue;
         int p = g->values[nd->inputs[0]].producer;
         if (p >= 0 && c->cask[p] >= 0 && c->cask_last[c->cask[p]] == p) {
@@ -841,14 +847,14 @@ static void partition_policy(struct ctx *c, int *ok) {
         const struct qp_node *nd = node(c, n);
         for (size_t k = 0; k < g->n_topo; k++)
             if (c->kgen[g->topo[k]] == h && g->topo[k] != n) c->note[g->topo[k]] = "trt.fused";
-        if (!in_list(nd->op_type, c->qtypes) || has_const_input(c, n)) {
+        if (!in_list(onnx_op(nd), c->qtypes) || has_const_input(c, n)) {
             if (!c->note[n]) c->note[n] = "trt.kgen_not_quantizable";
             continue;
         }
         static const char *const mask_pat[] = {"Add", "Softmax", "MatMul", NULL};
         static const char *const mask_wild[] = {"Flatten", "Reshape", NULL};
         struct path_query q;
-        int mask_add = is_op(nd, "Add") && has_path(c, n, mask_pat, mask_wild, 1, &q);
+        int mask_add = qp_node_is(nd, "Add") && has_path(c, n, mask_pat, mask_wild, 1, &q);
         uint64_t noq = 0;
         int has_q = 0;
         for (int i = 0; i < nd->n_inputs && i < 64; i++) {
@@ -856,7 +862,7 @@ static void partition_policy(struct ctx *c, int *ok) {
             if (v < 0) continue;
             int p = g->values[v].producer;
             if (p < 0) continue;
-            const char *pop = node(c, p)->op_type;
+            const char *pop = onnx_op(node(c, p));
             if (follows_cask(c, p, 0) || strcmp(pop, "AveragePool") == 0 ||
                 strcmp(pop, "BatchNormalization") == 0 || strcmp(pop, "GlobalAveragePool") == 0 ||
                 strcmp(pop, "MaxPool") == 0 || strcmp(pop, "Mul") == 0) {
@@ -883,7 +889,7 @@ static void partition_policy(struct ctx *c, int *ok) {
             continue;
         }
         qheads[n_qheads++] = n;
-        if (is_op(nd, "Add")) c->noq[n] |= noq;
+        if (qp_node_is(nd, "Add")) c->noq[n] |= noq;
         set_quant(c, n, "trt.kgen_input", "trt.kgen_head");
     }
     free(qheads);
@@ -893,7 +899,8 @@ static void partition_policy(struct ctx *c, int *ok) {
     for (size_t k = 0; k < g->n_topo; k++) {
         int n = g->topo[k];
         const struct qp_node *nd = node(c, n);
-        if (!is_op(nd, "LayerNormalization") || nd->n_inputs < 1 || nd->inputs[0] < 0) continue;
+        if (!qp_node_is(nd, "LayerNormalization") || nd->n_inputs < 1 || nd->inputs[0] < 0)
+            continue;
         int p = g->values[nd->inputs[0]].producer;
         if (p >= 0 && follows_cask(c, p, 0))
             set_quant(c, n, "trt.layernorm_input", "trt.layernorm_after_partition");
@@ -905,10 +912,10 @@ static void partition_policy(struct ctx *c, int *ok) {
             int n = g->topo[k];
             const struct qp_node *nd = node(c, n);
             if (c->cask[n] >= 0 || c->kgen[n] >= 0 || c->excluded[n] || c->patterned[n] ||
-                c->shape_node[n] || c->quant[n] || !in_list(nd->op_type, c->qtypes))
+                c->shape_node[n] || c->quant[n] || !in_list(onnx_op(nd), c->qtypes))
                 continue;
-            if (in_list(nd->op_type, POINTWISE_OPS) && has_const_input(c, n)) continue;
-            int pool = in_list(nd->op_type, POOL_OPS);
+            if (in_list(onnx_op(nd), POINTWISE_OPS) && has_const_input(c, n)) continue;
+            int pool = in_list(onnx_op(nd), POOL_OPS);
             if (pass == 0 && !pool) {
                 set_quant(c, n, "trt.op_input", "trt.leftover");
             } else if (pass == 1 && pool) {
@@ -924,8 +931,8 @@ static void partition_policy(struct ctx *c, int *ok) {
     for (size_t k = 0; k < g->n_topo; k++) {
         int n = g->topo[k];
         const struct qp_node *nd = node(c, n);
-        if (!c->quant[n] || is_op(nd, "Conv") || is_op(nd, "Gemm") || is_op(nd, "MatMul") ||
-            c->noq[n])
+        if (!c->quant[n] || qp_node_is(nd, "Conv") || qp_node_is(nd, "Gemm") ||
+            qp_node_is(nd, "MatMul") || c->noq[n])
             continue;
         for (int o = 0; o < nd->n_outputs; o++)
             if (nd->outputs[o] >= 0 && g->values[nd->outputs[o]].is_graph_output) {
@@ -939,7 +946,7 @@ static void partition_policy(struct ctx *c, int *ok) {
 static int has_qdq(const struct qp_graph *g) {
     for (size_t k = 0; k < g->n_topo; k++) {
         const struct qp_node *nd = &g->nodes[g->topo[k]];
-        if (is_op(nd, "QuantizeLinear") || is_op(nd, "DequantizeLinear")) return 1;
+        if (qp_node_is(nd, "QuantizeLinear") || qp_node_is(nd, "DequantizeLinear")) return 1;
     }
     return 0;
 }
@@ -1023,13 +1030,13 @@ enum qp_status qp_policy_trt(struct qp_graph *g, const struct qp_policy_options 
         if (c.shape_node[n]) exclude(&c, n, "trt.shape_subgraph");
         if (sel_flags[n] & QP_SEL_EXCLUDE) exclude(&c, n, "user.exclude");
         if (!opts->no_auto_exclusions) {
-            if (is_op(nd, "MatMul") || is_op(nd, "Gemm")) check_gemm(&c, n);
-            if (is_op(nd, "Conv")) check_conv(&c, n);
+            if (qp_node_is(nd, "MatMul") || qp_node_is(nd, "Gemm")) check_gemm(&c, n);
+            if (qp_node_is(nd, "Conv")) check_conv(&c, n);
         }
     }
     for (size_t k = 0; k < g->n_topo; k++) {
         int n = g->topo[k];
-        if (is_op(node(&c, n), "MatMul")) check_mha(&c, n);
+        if (qp_node_is(node(&c, n), "MatMul")) check_mha(&c, n);
     }
 
     /* Candidates (§3.1 step 3). */
@@ -1059,7 +1066,7 @@ enum qp_status qp_policy_trt(struct qp_graph *g, const struct qp_policy_options 
         int n = g->topo[k];
         if (!c.quant[n]) continue;
         if (c.excluded[n]) continue;
-        if (!in_list(node(&c, n)->op_type, c.qtypes)) {
+        if (!in_list(onnx_op(node(&c, n)), c.qtypes)) {
             c.note[n] = "trt.op_type_not_quantizable";
             continue;
         }

@@ -43,10 +43,6 @@ enum role {
     R_HS_DIV    /*   the Div */
 };
 
-static int is_op(const struct qp_node *n, const char *op) {
-    return (!n->domain || !n->domain[0]) && strcmp(n->op_type, op) == 0;
-}
-
 void rt_fuse_free(struct rt_fuse *f) {
     free(f->order);
     free(f->grp);
@@ -120,16 +116,18 @@ static int grow(const struct finder *f, int head, int *mem, int *role, int *aux)
         if (val->n_uses == 2) {
             /* x * Clip(x + 3, 0, 6) / 6 */
             int ia = val->uses[0].node, ib = val->uses[1].node;
-            if (!is_op(&g->nodes[ia], "Add")) {
+            if (!qp_node_is(&g->nodes[ia], "Add")) {
                 int t = ia;
                 ia = ib;
                 ib = t;
             }
             const struct qp_node *na = &g->nodes[ia], *nm = &g->nodes[ib];
-            if (ia == ib || !is_op(na, "Add") || !is_op(nm, "Mul") || !absorbable(f, v, 2)) break;
+            if (ia == ib || !qp_node_is(na, "Add") || !qp_node_is(nm, "Mul") ||
+                !absorbable(f, v, 2))
+                break;
             int ai = na->inputs[0] == v ? 0 : 1, a3 = other_input(na, ai);
             int va = out0(na), ic, nc = va >= 0 ? sole_use(g, va, &ic) : -1;
-            if (a3 < 0 || !f->cst[a3] || nc < 0 || !is_op(&g->nodes[nc], "Clip") || ic != 0 ||
+            if (a3 < 0 || !f->cst[a3] || nc < 0 || !qp_node_is(&g->nodes[nc], "Clip") || ic != 0 ||
                 !absorbable(f, va, 1))
                 break;
             const struct qp_node *ncl = &g->nodes[nc];
@@ -140,7 +138,8 @@ static int grow(const struct finder *f, int head, int *mem, int *role, int *aux)
             int mx = nm->inputs[0] == v ? 0 : 1;
             if (nm->n_inputs != 2 || nm->inputs[mx] != v || nm->inputs[1 - mx] != vc) break;
             int vm = out0(nm), idv, nd = vm >= 0 ? sole_use(g, vm, &idv) : -1;
-            if (nd < 0 || !is_op(&g->nodes[nd], "Div") || idv != 0 || !absorbable(f, vm, 1)) break;
+            if (nd < 0 || !qp_node_is(&g->nodes[nd], "Div") || idv != 0 || !absorbable(f, vm, 1))
+                break;
             int d6 = g->nodes[nd].n_inputs == 2 ? g->nodes[nd].inputs[1] : -1;
             if (d6 < 0 || !f->cst[d6]) break;
             mem[n] = ia, role[n] = R_HS_ADD3, aux[n++] = 1 - ai;
@@ -155,37 +154,37 @@ static int grow(const struct finder *f, int head, int *mem, int *role, int *aux)
         if (c < 0 || !absorbable(f, v, 1)) break;
         const struct qp_node *nc = &g->nodes[c];
         int r = -1, a = -1;
-        if (is_op(nc, "BatchNormalization")) {
+        if (qp_node_is(nc, "BatchNormalization")) {
             int ok = !have_post && in == 0 && nc->n_inputs == 5 && out0(nc) >= 0;
             for (int i = 1; ok && i < 5; i++)
                 ok = nc->inputs[i] >= 0 && f->cst[nc->inputs[i]];
             if (!ok) break;
             r = R_BN;
-        } else if (is_op(nc, "Mul") || is_op(nc, "Add")) {
+        } else if (qp_node_is(nc, "Mul") || qp_node_is(nc, "Add")) {
             int o = other_input(nc, in);
             if (o < 0) break;
             if (f->cst[o]) {
-                r = is_op(nc, "Mul") ? R_MUL_C : R_ADD_C;
-            } else if (is_op(nc, "Add") && !have_sum) {
+                r = qp_node_is(nc, "Mul") ? R_MUL_C : R_ADD_C;
+            } else if (qp_node_is(nc, "Add") && !have_sum) {
                 r = R_ADD_RES;
                 have_sum = have_post = 1;
             } else {
                 break;
             }
             a = 1 - in;
-        } else if ((is_op(nc, "Relu") || is_op(nc, "LeakyRelu")) && in == 0) {
+        } else if ((qp_node_is(nc, "Relu") || qp_node_is(nc, "LeakyRelu")) && in == 0) {
             r = R_RELU;
-        } else if (is_op(nc, "Clip") && in == 0) {
+        } else if (qp_node_is(nc, "Clip") && in == 0) {
             int ok = 1;
             for (int i = 1; i < nc->n_inputs; i++)
                 ok &= nc->inputs[i] < 0 || f->cst[nc->inputs[i]];
             if (!ok) break;
             r = R_CLIP;
-        } else if (is_op(nc, "Sigmoid") && in == 0) {
+        } else if (qp_node_is(nc, "Sigmoid") && in == 0) {
             r = R_SIGMOID;
-        } else if (is_op(nc, "HardSigmoid") && in == 0) {
+        } else if (qp_node_is(nc, "HardSigmoid") && in == 0) {
             r = R_HSIGMOID;
-        } else if (is_op(nc, "HardSwish") && in == 0) {
+        } else if (qp_node_is(nc, "HardSwish") && in == 0) {
             r = R_HSWISH;
         } else {
             break;
@@ -226,7 +225,7 @@ enum qp_status rt_fuse_find(const struct qp_session *s, struct rt_fuse *out, str
         cst[v] = g->values[v].initializer >= 0;
     for (size_t k = 0; k < g->n_topo; k++) {
         const struct qp_node *n = &g->nodes[g->topo[k]];
-        int all = !is_op(n, "If");
+        int all = !qp_node_is(n, "If");
         for (int i = 0; all && i < n->n_inputs; i++)
             all = n->inputs[i] < 0 || cst[n->inputs[i]];
         for (int o = 0; all && o < n->n_outputs; o++)
@@ -239,9 +238,10 @@ enum qp_status rt_fuse_find(const struct qp_session *s, struct rt_fuse *out, str
     for (size_t k = 0; k < g->n_topo; k++) {
         int h = g->topo[k];
         const struct qp_node *n = &g->nodes[h];
-        if (taken[h] || !(is_op(n, "Conv") || is_op(n, "ConvTranspose")) || n->n_inputs < 2 ||
-            n->inputs[0] < 0 || cst[n->inputs[0]] || n->inputs[1] < 0 || !cst[n->inputs[1]] ||
-            (n->n_inputs > 2 && n->inputs[2] >= 0 && !cst[n->inputs[2]]) || out0(n) < 0)
+        if (taken[h] || !(qp_node_is(n, "Conv") || qp_node_is(n, "ConvTranspose")) ||
+            n->n_inputs < 2 || n->inputs[0] < 0 || cst[n->inputs[0]] || n->inputs[1] < 0 ||
+            !cst[n->inputs[1]] || (n->n_inputs > 2 && n->inputs[2] >= 0 && !cst[n->inputs[2]]) ||
+            out0(n) < 0)
             continue;
         int m = grow(&f, h, mem, role, aux);
         /* A trailing piece of the decomposed HardSwish never ends a group (grow adds all four
@@ -444,7 +444,7 @@ static int take(struct folder *fo, const struct qp_session *s, int node, const s
     }
     case R_RELU:
         return push_post(fo, QP_CONV_POST_RELU,
-                         is_op(n, "LeakyRelu") ? qp_kattr_float(n, "alpha", 0.01f) : 0.0f, 0);
+                         qp_node_is(n, "LeakyRelu") ? qp_kattr_float(n, "alpha", 0.01f) : 0.0f, 0);
     case R_CLIP: {
         float lo = -FLT_MAX, hi = FLT_MAX;
         if (s->opsets[node] < 11) {
@@ -718,7 +718,7 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
     const struct qp_kt *x = hs->in[0], *w = hs->in[1];
     const struct qp_kt *b = hs->n_in > 2 ? hs->in[2] : NULL;
     if (!cfloat(w) || (b && !cfloat(b)) || x->dtype != QP_DTYPE_FLOAT || w->rank < 3) return QP_OK;
-    int transpose = is_op(&g->nodes[mem[0]], "ConvTranspose");
+    int transpose = qp_node_is(&g->nodes[mem[0]], "ConvTranspose");
     int64_t group = qp_kattr_int(&g->nodes[mem[0]], "group", 1);
     /* Output channels: Conv weights are [M, C/group, k...], ConvTranspose's [C, M/group, k...]
      * (the geometry checked both against the input). */

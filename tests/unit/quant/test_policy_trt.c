@@ -361,6 +361,26 @@ static void test_conv_layernorm(void **state) {
     qp_model_free(m);
 }
 
+/* A com.microsoft node named like an ONNX op is not that op: the policy leaves its input and
+ * weights alone, and the LayerNormalization after it is no longer "Conv -> LayerNormalization"
+ * (test_conv_layernorm, the same graph with an ONNX Conv), so nothing is quantized. */
+static void test_foreign_domain_conv(void **state) {
+    (void)state;
+    struct qp_model *m = qp_model_create();
+    qg_input(m, "x");
+    conv(m, "conv", "x", "c", 32, 32, 3);
+    qg_node(m, "reshape", "Reshape", "c,shp", "cr");
+    qg_init(m, "shp", 1, QG_DIMS(3));
+    qg_init(m, "g", 1, QG_DIMS(32));
+    qg_node(m, "ln", "LayerNormalization", "cr,g", "l");
+    qg_node(m, "relu", "Relu", "l", "y");
+    qg_output(m, "y");
+    qg_sort(m);
+    m->graph->nodes[qp_graph_find_node(m->graph, "conv")].domain = "com.microsoft";
+    expect(m, &INT8, "");
+    qp_model_free(m);
+}
+
 /* ---- SE block: Mul(feature, Sigmoid(conv(...))) --------------------------------------------- */
 
 static void test_se_block_mul(void **state) {
@@ -700,6 +720,7 @@ int main(void) {
         cmocka_unit_test(test_vit_block),
         cmocka_unit_test(test_masked_mha_core),
         cmocka_unit_test(test_conv_layernorm),
+        cmocka_unit_test(test_foreign_domain_conv),
         cmocka_unit_test(test_se_block_mul),
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_resize),
