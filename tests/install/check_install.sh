@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# check_install.sh BUILD_DIR SOURCE_DIR MODEL SHAPE WANT [CFLAGS...]
+# `cmake --install` of BUILD_DIR into a fresh prefix, then, against the installed tree only (never
+# the build or source tree): the headers, both libraries (soname libqplace.so.0, only qp_ symbols
+# exported), qplace.pc, and examples/run_model.c built with `pkg-config --cflags --libs qplace`
+# (shared) and `--static`, each run on MODEL with input shape SHAPE, printing WANT. CFLAGS (the
+# sanitizer flags of an ASan build) go to the compiler. Exit 0 when all holds.
+set -uo pipefail
+build="$1" src="$2" model="$3" shape="$4" want="$5"
+shift 5
+extra=("$@")
+prefix="$(mktemp -d "${TMPDIR:-/tmp}/qplace-install.XXXXXX")"
+trap 'rm -rf "$prefix"' EXIT
+fail() {
+    echo "FAIL: $*"
+    exit 1
+}
+
+cmake --install "$build" --prefix "$prefix" >"$prefix/install.log" 2>&1 ||
+    { cat "$prefix/install.log"; fail "cmake --install"; }
+libdir="$prefix/lib"
+[ -d "$libdir/pkgconfig" ] || libdir="$(dirname "$(find "$prefix" -name qplace.pc | head -1)")/.."
+for f in include/qplace.h include/qplace/session.h include/qplace/model.h bin/qplace; do
+    [ -e "$prefix/$f" ] || fail "not installed: $f"
+done
+for f in libqplace.a libqplace.so libqplace.so.0 pkgconfig/qplace.pc; do
+    [ -e "$libdir/$f" ] || fail "not installed: lib/$f"
+done
+soname="$(readelf -d "$libdir/libqplace.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')"
+[ "$soname" = libqplace.so.0 ] || fail "soname '$soname', expected libqplace.so.0"
+others="$(nm -D --defined-only "$libdir/libqplace.so" | awk '$3 !~ /^qp_/ && $3 != "QPLACE_0" {print $3}')"
+[ -z "$others" ] || fail "exported symbols without the qp_ prefix: $(echo "$others" | head -5 | tr '\n' ' ')"
+n_sym="$(nm -D --defined-only "$libdir/libqplace.so" | grep -c ' qp_')"
+
+export PKG_CONFIG_PATH="$libdir/pkgconfig"
+cflags="$(pkg-config --cflags qplace)" || fail "pkg-config --cflags qplace"
+case "$cflags" in *"$prefix"*) ;; *) fail "pkg-config --cflags '$cflags' does not point into the prefix" ;; esac
+case "$cflags" in *"$src"*) fail "pkg-config --cflags '$cflags' points into the source tree" ;; esac
+# shellcheck disable=SC2046 # pkg-config output is a word list
+cc -std=c11 -Wall -Wextra -Werror "${extra[@]}" "$src/examples/run_model.c" \
+    $(pkg-config --cflags --libs qplace) -o "$prefix/run_model" || fail "build against libqplace.so"
+# The static build: --static's private dependencies, with the archive itself for -lqplace (the
+# linker would take the .so beside it).
+static_libs="$(pkg-config --static --libs qplace)" || fail "pkg-config --static --libs qplace"
+static_libs="${static_libs/-lqplace/$libdir/libqplace.a}"
+# shellcheck disable=SC2086 # a word list
+cc -std=c11 -Wall -Wextra -Werror "${extra[@]}" "$src/examples/run_model.c" $cflags $static_libs \
+    -o "$prefix/run_model_static" 2>"$prefix/static.log" ||
+    { cat "$prefix/static.log"; fail "build against libqplace.a"; }
+ldd "$prefix/run_model_static" | grep -q libqplace && fail "the --static build links libqplace.so"
+out="$(LD_LIBRARY_PATH="$libdir" "$prefix/run_model" "$model" "$shape")" || fail "run_model (shared): $out"
+LD_LIBRARY_PATH="$libdir" ldd "$prefix/run_model" | grep -q "$libdir/libqplace.so.0" ||
+    fail "run_model does not load the installed libqplace.so.0"
+[ "$out" = "$want" ] || fail "run_model printed '$out', expected '$want'"
+out="$("$prefix/run_model_static" "$model" "$shape")" || fail "run_model (static): $out"
+[ "$out" = "$want" ] || fail "run_model_static printed '$out', expected '$want'"
+echo "ok   installed into a fresh prefix: headers, libqplace.a, libqplace.so.0 ($n_sym qp_ symbols, nothing else exported), qplace.pc; examples/run_model built with pkg-config (shared and static) prints: $want"
