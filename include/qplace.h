@@ -9,5 +9,6 @@
 #include "qplace/array.h"
 #include "qplace/model.h"
 #include "qplace/npy.h"
+#include "qplace/placement.h"
 #include "qplace/session.h"
 #endif

@@ -4,9 +4,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "ir/ir.h"
 #include "qplace/model.h"
-#include "placement/diff.h"
+#include "qplace/placement.h"
 
 const struct cli_opt cli_diff_opts[] = {
     {"json", CLI_BOOL, NULL, "print one JSON object (docs/cli.md)"},
@@ -33,8 +32,7 @@ int cli_diff_run(const struct cli_args *a) {
     const char *path[2] = {a->pos[0], a->pos[1]};
     struct qp_model *m[2] = {NULL, NULL};
     struct qp_placement *p[2] = {NULL, NULL};
-    struct qp_qdq_slots *s[2] = {NULL, NULL};
-    struct qp_qdq_diff d = {0};
+    struct qp_diff_counts c;
     char *text = NULL;
     int rc = 0;
     enum qp_status st = QP_OK;
@@ -44,26 +42,24 @@ int cli_diff_run(const struct cli_args *a) {
         else
             st = qp_model_load_file(path[k], NULL, &m[k], &err);
     }
-    for (int k = 0; k < 2 && st == QP_OK; k++) {
-        if (m[k]) {
-            st = qp_qdq_slots_from_model(m[k]->graph, &s[k], &err);
-        } else {
-            const struct qp_model *g = m[0] ? m[0] : m[1];
-            st = qp_qdq_slots_from_placement(p[k], g ? g->graph : NULL, &s[k], &err);
-        }
-    }
-    if (st == QP_OK) st = qp_qdq_diff(s[0], s[1], &d, &err);
-    if (st == QP_OK) st = qp_qdq_diff_format(&d, path[0], path[1], cli_has(a, "json"), &text, &err);
+    /* A placement side takes its op types from the model on either side. */
+    const struct qp_model *named = m[0] ? m[0] : m[1];
+    struct qp_diff_side sides[2];
+    for (int k = 0; k < 2; k++)
+        sides[k] = (struct qp_diff_side){p[k] ? named : m[k], p[k], path[k]};
+    if (st == QP_OK)
+        st = qp_placement_diff(&sides[0], &sides[1], cli_has(a, "json"), &c, &text, &err);
     if (st != QP_OK) {
         rc = cli_fail(&err);
     } else {
         fputs(text, stdout);
-        rc = qp_qdq_diff_same(&d) ? 0 : DIFF_EXIT_DIFFERENT;
+        int same = 1;
+        for (int k = 0; k < 2; k++)
+            same &= c.a_only[k] == 0 && c.b_only[k] == 0;
+        rc = same ? 0 : DIFF_EXIT_DIFFERENT;
     }
     free(text);
-    qp_qdq_diff_release(&d);
     for (int k = 0; k < 2; k++) {
-        qp_qdq_slots_free(s[k]);
         qp_placement_free(p[k]);
         qp_model_free(m[k]);
     }

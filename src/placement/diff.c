@@ -325,3 +325,38 @@ enum qp_status qp_qdq_diff_format(const struct qp_qdq_diff *d, const char *name_
     *text_out = buf;
     return QP_OK;
 }
+
+/* ---- the public diff (qplace/placement.h) ----------------------------------------------- */
+
+static enum qp_status side_slots(const struct qp_diff_side *s, struct qp_qdq_slots **out,
+                                 struct qp_error *err) {
+    if (!s || (!s->placement && !s->model))
+        return qp_error_set(err, QP_ERR_USAGE, "diff: a side needs a model or a placement");
+    if (s->placement)
+        return qp_qdq_slots_from_placement(s->placement, s->model ? s->model->graph : NULL, out,
+                                           err);
+    return qp_qdq_slots_from_model(s->model->graph, out, err);
+}
+
+enum qp_status qp_placement_diff(const struct qp_diff_side *a, const struct qp_diff_side *b,
+                                 int json, struct qp_diff_counts *counts_out, char **text_out,
+                                 struct qp_error *err) {
+    struct qp_qdq_slots *sa = NULL, *sb = NULL;
+    struct qp_qdq_diff d = {0};
+    enum qp_status st = side_slots(a, &sa, err);
+    if (st == QP_OK) st = side_slots(b, &sb, err);
+    if (st == QP_OK) st = qp_qdq_diff(sa, sb, &d, err);
+    if (st == QP_OK && text_out)
+        st = qp_qdq_diff_format(&d, a->name ? a->name : "A", b->name ? b->name : "B", json,
+                                text_out, err);
+    if (st == QP_OK && counts_out)
+        for (int k = 0; k < 2; k++) {
+            counts_out->same[k] = d.same[k];
+            counts_out->a_only[k] = d.a_only[k];
+            counts_out->b_only[k] = d.b_only[k];
+        }
+    qp_qdq_diff_release(&d);
+    qp_qdq_slots_free(sa);
+    qp_qdq_slots_free(sb);
+    return st;
+}

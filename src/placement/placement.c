@@ -340,6 +340,35 @@ static int cmp_key(const void *a, const void *b) {
     return x->index < y->index ? -1 : (x->index > y->index);
 }
 
+size_t qp_placement_n_edges(const struct qp_placement *p) {
+    return p ? p->n_edges : 0;
+}
+
+size_t qp_placement_n_weights(const struct qp_placement *p) {
+    return p ? p->n_weights : 0;
+}
+
+int qp_placement_edge(const struct qp_placement *p, size_t i, struct qp_placement_entry *out) {
+    if (!p || i >= p->n_edges) return 0;
+    const struct qp_qedge *e = &p->edges[i];
+    *out = (struct qp_placement_entry){e->tensor, e->node, e->input, -1, e->reason};
+    return 1;
+}
+
+int qp_placement_weight(const struct qp_placement *p, size_t i, struct qp_placement_entry *out) {
+    if (!p || i >= p->n_weights) return 0;
+    const struct qp_qweight *w = &p->weights[i];
+    *out = (struct qp_placement_entry){w->tensor, w->node, w->input, w->axis, w->reason};
+    return 1;
+}
+
+enum qp_status qp_placement_check(struct qp_placement *p, struct qp_model *model,
+                                  struct qp_error *err) {
+    if (!p || !model) return qp_error_set(err, QP_ERR_USAGE, "placement: no placement or model");
+    enum qp_status st = qp_graph_toposort(model->graph, err);
+    return st != QP_OK ? st : qp_placement_validate(p, model->graph, err);
+}
+
 enum qp_status qp_placement_validate(struct qp_placement *p, const struct qp_graph *g,
                                      struct qp_error *err) {
     enum qp_status st = QP_OK;

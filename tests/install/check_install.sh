@@ -3,7 +3,8 @@
 # `cmake --install` of BUILD_DIR into a fresh prefix, then, against the installed tree only (never
 # the build or source tree): the headers, both libraries (soname libqplace.so.0, only qp_ symbols
 # exported), qplace.pc, and examples/run_model.c built with `pkg-config --cflags --libs qplace`
-# (shared) and `--static`, each run on MODEL with input shape SHAPE, printing WANT. CFLAGS (the
+# (shared) and `--static`, each run on MODEL with input shape SHAPE, printing WANT; then
+# tests/install/public_placement.c on what the installed CLI's quantize writes. CFLAGS (the
 # sanitizer flags of an ASan build) go to the compiler. Exit 0 when all holds.
 set -uo pipefail
 build="$1" src="$2" model="$3" shape="$4" want="$5"
@@ -54,4 +55,12 @@ LD_LIBRARY_PATH="$libdir" ldd "$prefix/run_model" | grep -q "$libdir/libqplace.s
 [ "$out" = "$want" ] || fail "run_model printed '$out', expected '$want'"
 out="$("$prefix/run_model_static" "$model" "$shape")" || fail "run_model (static): $out"
 [ "$out" = "$want" ] || fail "run_model_static printed '$out', expected '$want'"
+# qplace/placement.h against what the installed CLI writes.
+cc -std=c11 -Wall -Wextra -Werror "${extra[@]}" "$src/tests/install/public_placement.c" \
+    $(pkg-config --cflags --libs qplace) -o "$prefix/public_placement" || fail "build public_placement"
+"$prefix/bin/qplace" quantize --onnx_path "$model" --calibration_shapes "${shape/=/:}" \
+    --output_path "$prefix/q.onnx" --placement_out "$prefix/q.json" >"$prefix/quantize.log" 2>&1 ||
+    { cat "$prefix/quantize.log"; fail "installed qplace quantize"; }
+LD_LIBRARY_PATH="$libdir" "$prefix/public_placement" "$model" "$prefix/q.onnx" "$prefix/q.json" ||
+    fail "public_placement"
 echo "ok   installed into a fresh prefix: headers, libqplace.a, libqplace.so.0 ($n_sym qp_ symbols, nothing else exported), qplace.pc; examples/run_model built with pkg-config (shared and static) prints: $want"
