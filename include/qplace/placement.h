@@ -133,6 +133,37 @@ enum qp_status qp_placement_write_json(const struct qp_placement *p, char **text
 enum qp_status qp_placement_save_file(const struct qp_placement *p, const char *path,
                                       struct qp_error *err);
 
+/* ---- the trt policy ------------------------------------------------------------------------ */
+
+/* What the quantizers hold: INT8 (default) or FP8 E4M3FN. */
+enum qp_quant_mode { QP_QUANT_INT8 = 0, QP_QUANT_FP8, QP_QUANT_MODE_COUNT };
+
+/* The trt policy's options, named as ModelOpt's flags (docs/placement-rules.md). Every list is
+ * borrowed for the call and holds what the flag of that name takes: an op type (several may be
+ * comma-separated), a node-name regex matched at the start of the name, or "@FILE" (one entry a
+ * line). Zero-initialized: INT8, no lists, no rules. */
+struct qp_trt_options {
+    enum qp_quant_mode quantize_mode;
+    int disable_mha_qdq; /* 1: never quantize the two batched MatMuls of attention */
+    size_t n_op_types_to_quantize, n_op_types_to_exclude;
+    const char *const *op_types_to_quantize, *const *op_types_to_exclude;
+    size_t n_nodes_to_quantize, n_nodes_to_exclude;
+    const char *const *nodes_to_quantize, *const *nodes_to_exclude;
+    const char *rules_path; /* a rules file applied after the policy (--rules); NULL: none */
+};
+
+/* The placement `qplace quantize` computes for `model`: TensorRT-friendly Q/DQ (the trt policy,
+ * docs/placement-rules.md explains each rule), the lists, then the rules file. A model below
+ * opset 19 is first converted to opset 19 in place, as quantize does: the placement names that
+ * model's nodes, so apply it to the converted model. `o` may be NULL (defaults). On success *out
+ * owns a new placement, checked and sorted, every entry with its reason. Returns QP_ERR_USAGE (a
+ * regex that does not compile, an FP8 op-type list outside Conv, Gemm, MatMul and Add),
+ * QP_ERR_BAD_INPUT (a model already holding Q/DQ nodes; a bad rules file, naming its line),
+ * QP_ERR_IO (an unreadable @FILE or rules file), QP_ERR_UNSUPPORTED (an opset that cannot be
+ * converted), QP_ERR_NOMEM. */
+enum qp_status qp_placement_trt(struct qp_model *model, const struct qp_trt_options *o,
+                                struct qp_placement **out, struct qp_error *err);
+
 /* ---- diff ------------------------------------------------------------------------------- */
 
 /* One side of a Q/DQ topology diff, compared at consumer input slots (node, input, tensor, kind):

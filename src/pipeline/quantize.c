@@ -122,7 +122,6 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
     struct qp_quantize_report *r = calloc(1, sizeof *r);
     struct qp_model *mf = NULL, *mq = NULL;
     struct qp_placement *pl = NULL;
-    struct qp_rules *rules = NULL;
     struct qp_calib_shapes shapes = {0};
     struct qp_provider *cal = NULL, *ev = NULL;
     struct qp_collector *col = NULL;
@@ -180,11 +179,7 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
         if (!pl) goto oom;
         struct qp_policy_options po = {
             .mode = o->mode, .disable_mha_qdq = o->disable_mha_qdq, .select = o->select};
-        if ((st = qp_policy_trt(g, &po, pl, NULL, err)) != QP_OK) goto done;
-        if (o->rules_path) {
-            if ((st = qp_rules_load_file(o->rules_path, &rules, err)) != QP_OK) goto done;
-            if ((st = qp_rules_apply(rules, g, pl, err)) != QP_OK) goto done;
-        }
+        if ((st = qp_policy_trt_place(g, &po, o->rules_path, pl, err)) != QP_OK) goto done;
         r->placement_source = strdup(o->rules_path ? "trt policy + rules" : "trt policy");
         if (!r->placement_source) goto oom;
     }
@@ -309,7 +304,6 @@ done:
     qp_provider_free(cal);
     qp_provider_free(ev);
     qp_calib_shapes_release(&shapes);
-    qp_rules_free(rules);
     qp_placement_free(pl);
     qp_model_free(mq);
     qp_model_free(mf);

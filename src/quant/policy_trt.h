@@ -21,7 +21,7 @@
 #include "placement/select.h"
 #include "qplace/status.h"
 
-enum qp_quant_mode { QP_QUANT_INT8 = 0, QP_QUANT_FP8, QP_QUANT_MODE_COUNT };
+/* enum qp_quant_mode: qplace/placement.h. */
 
 struct qp_policy_options {
     enum qp_quant_mode mode;
@@ -44,5 +44,12 @@ struct qp_policy_options {
 enum qp_status qp_policy_trt(struct qp_graph *g, const struct qp_policy_options *opts,
                              struct qp_placement *out, const char **node_notes,
                              struct qp_error *err);
+
+/* qp_policy_trt, then the rules file at `rules_path` (NULL: none) applied to `out`: the
+ * placement step of quantize and of qp_placement_trt (policy_api.c). Statuses of both and of
+ * qp_rules_load_file. */
+enum qp_status qp_policy_trt_place(struct qp_graph *g, const struct qp_policy_options *po,
+                                   const char *rules_path, struct qp_placement *out,
+                                   struct qp_error *err);
 
 #endif

@@ -4,7 +4,8 @@
  * model and the placement are what the installed `qplace quantize --placement_out` wrote from
  * FLOAT: the diff between them must be SAME, the placement must check against the float model,
  * round-trip through JSON byte for byte, and survive set operations; a placement naming a node
- * that does not exist must fail the check with a message naming it. Exit 0 when all holds.
+ * that does not exist must fail the check with a message naming it; qp_placement_trt on FLOAT
+ * must give the CLI's placement byte for byte and honour its lists. Exit 0 when all holds.
  */
 #include <qplace.h>
 #include <stdio.h>
@@ -28,8 +29,8 @@ int main(int argc, char **argv) {
     }
     struct qp_error err = {0};
     struct qp_model *mf = NULL, *mq = NULL;
-    struct qp_placement *p = NULL, *back = NULL, *c = NULL;
-    char *text = NULL, *text2 = NULL;
+    struct qp_placement *p = NULL, *back = NULL, *c = NULL, *t = NULL, *u = NULL, *v = NULL;
+    char *text = NULL, *text2 = NULL, *text3 = NULL;
     int rc = 1;
     CHECK(qp_model_load_file(argv[1], NULL, &mf, &err) == QP_OK, "%s", err.msg);
     CHECK(qp_model_load_file(argv[2], NULL, &mq, &err) == QP_OK, "%s", err.msg);
@@ -85,13 +86,37 @@ int main(int argc, char **argv) {
           err.msg);
     CHECK(qp_placement_check(c, mf, &err) == QP_ERR_BAD_INPUT && strstr(err.msg, "no_such_node"),
           "check of a missing node: status %d, '%s'", (int)err.status, err.msg);
+    char missing[QP_ERROR_MSG_SIZE];
+    snprintf(missing, sizeof missing, "%s", err.msg);
+
+    /* The trt policy through the library: the very placement the CLI wrote, byte for byte. */
+    CHECK(qp_placement_trt(mf, NULL, &t, &err) == QP_OK, "%s", err.msg);
+    CHECK(qp_placement_write_json(t, &text3, &err) == QP_OK, "%s", err.msg);
+    CHECK(strcmp(text3, text) == 0, "qp_placement_trt differs from the CLI's placement");
+    /* Options: an op type excluded, and a regex that does not compile. */
+    const char *no_conv[] = {"Conv"}, *bad_re[] = {"("};
+    struct qp_trt_options o = {.n_op_types_to_exclude = 1, .op_types_to_exclude = no_conv};
+    CHECK(qp_placement_trt(mf, &o, &u, &err) == QP_OK, "%s", err.msg);
+    size_t n_conv = 0;
+    for (size_t i = 0; i < qp_placement_n_edges(u); i++)
+        n_conv += qp_placement_edge(u, i, &e) && strstr(e.reason, "conv") != NULL;
+    CHECK(n_conv == 0 && qp_placement_n_edges(u) < ne, "with Conv excluded: %zu conv edges of %zu",
+          n_conv, qp_placement_n_edges(u));
+    struct qp_trt_options ob = {.n_nodes_to_exclude = 1, .nodes_to_exclude = bad_re};
+    CHECK(qp_placement_trt(mf, &ob, &v, &err) == QP_ERR_USAGE && v == NULL, "bad regex: %d",
+          (int)err.status);
     printf("ok   public placement API: %zu edges, %zu weights; diff with the written model SAME; "
-           "check, JSON round trip, set operations; a missing node is named: %s\n",
-           ne, nw, err.msg);
+           "check, JSON round trip, set operations; a missing node is named (%s); qp_placement_trt "
+           "gives the CLI's placement byte for byte, %zu edges without Conv; a bad regex: %s\n",
+           ne, nw, missing, qp_placement_n_edges(u), err.msg);
     rc = 0;
 done:
     free(text);
     free(text2);
+    free(text3);
+    qp_placement_free(t);
+    qp_placement_free(u);
+    qp_placement_free(v);
     qp_placement_free(c);
     qp_placement_free(back);
     qp_placement_free(p);
