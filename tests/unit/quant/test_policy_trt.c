@@ -340,8 +340,8 @@ static void test_masked_mha_core(void **state) {
 
 /* ---- §3.6.4 Conv -> LayerNorm -------------------------------------------------------------- */
 
-static void test_conv_layernorm(void **state) {
-    (void)state;
+/* x -> conv (of `domain`) -> Reshape -> LayerNormalization -> Relu. */
+static struct qp_model *conv_ln_model(const char *domain) {
     struct qp_model *m = qp_model_create();
     qg_input(m, "x");
     conv(m, "conv", "x", "c", 32, 32, 3);
@@ -352,6 +352,13 @@ static void test_conv_layernorm(void **state) {
     qg_node(m, "relu", "Relu", "l", "y");
     qg_output(m, "y");
     qg_sort(m);
+    m->graph->nodes[qp_graph_find_node(m->graph, "conv")].domain = domain;
+    return m;
+}
+
+static void test_conv_layernorm(void **state) {
+    (void)state;
+    struct qp_model *m = conv_ln_model("");
     expect(m, &INT8,
            "e x conv 0 trt.conv_input\n"
            "e cr ln 0 trt.layernorm_input\n"
@@ -366,17 +373,7 @@ static void test_conv_layernorm(void **state) {
  * (test_conv_layernorm, the same graph with an ONNX Conv), so nothing is quantized. */
 static void test_foreign_domain_conv(void **state) {
     (void)state;
-    struct qp_model *m = qp_model_create();
-    qg_input(m, "x");
-    conv(m, "conv", "x", "c", 32, 32, 3);
-    qg_node(m, "reshape", "Reshape", "c,shp", "cr");
-    qg_init(m, "shp", 1, QG_DIMS(3));
-    qg_init(m, "g", 1, QG_DIMS(32));
-    qg_node(m, "ln", "LayerNormalization", "cr,g", "l");
-    qg_node(m, "relu", "Relu", "l", "y");
-    qg_output(m, "y");
-    qg_sort(m);
-    m->graph->nodes[qp_graph_find_node(m->graph, "conv")].domain = "com.microsoft";
+    struct qp_model *m = conv_ln_model("com.microsoft");
     expect(m, &INT8, "");
     qp_model_free(m);
 }
