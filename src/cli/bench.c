@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "cli.h"
 #include "ir/ir.h"
 #include "qplace/array.h"
@@ -63,12 +64,6 @@ struct stats {
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 static int parse_count(const char *s, const char *flag, long lo, long hi, long *out) {
@@ -362,12 +357,12 @@ int cli_bench_run(const struct cli_args *args) {
             goto done;
         }
     for (long i = 0; i < iters; i++) {
-        double t0 = now_ms();
+        double t0 = (1e3 * qp_clock_seconds());
         if (qp_session_run(s, n_in, inputs, &err) != QP_OK) {
             rc = cli_fail(&err);
             goto done;
         }
-        times[i] = now_ms() - t0;
+        times[i] = (1e3 * qp_clock_seconds()) - t0;
     }
     struct stats q = {0};
     {

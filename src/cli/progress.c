@@ -5,13 +5,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BAR_WIDTH 20
+#include "core/clock.h"
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#define BAR_WIDTH 20
 
 static void format_eta(double s, char *buf, size_t size) {
     if (s < 0 || s > 1e7) {
@@ -61,12 +57,12 @@ void cli_progress_start(struct cli_progress *p, FILE *f, const char *label, cons
     p->total = total;
     if (mode == CLI_PROGRESS_AUTO) mode = isatty(fileno(f)) ? CLI_PROGRESS_BAR : CLI_PROGRESS_LINES;
     p->mode = mode;
-    p->t0 = p->last_draw = now();
+    p->t0 = p->last_draw = qp_clock_seconds();
 }
 
 void cli_progress_update(struct cli_progress *p, uint64_t done) {
     if (p->mode == CLI_PROGRESS_QUIET) return;
-    double t = now();
+    double t = qp_clock_seconds();
     char line[256];
     if (p->mode == CLI_PROGRESS_BAR) {
         if (p->drawn && t - p->last_draw < 0.1) return;
@@ -89,7 +85,7 @@ void cli_progress_update(struct cli_progress *p, uint64_t done) {
 
 void cli_progress_finish(struct cli_progress *p, uint64_t done) {
     if (p->mode == CLI_PROGRESS_QUIET) return;
-    double el = now() - p->t0;
+    double el = qp_clock_seconds() - p->t0;
     if (p->mode == CLI_PROGRESS_BAR && p->drawn) fprintf(p->f, "\r\033[K");
     fprintf(p->f, "%s: %llu %s in %.1f s (%.1f %s/s)\n", p->label, (unsigned long long)done,
             p->unit, el, el > 0 ? (double)done / el : 0.0, p->unit);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "calib/data.h"
 #include "calib/npy.h"
 #include "calib/provider.h"
@@ -87,18 +88,6 @@ static int bad_usage(const char *fmt, const char *a) {
     fprintf(stderr, fmt, a);
     fprintf(stderr, "\nTry 'qplace help sensitivity'.\n");
     return 1;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int parse_double(const char *s, double *out) {
@@ -331,7 +320,7 @@ int cli_sensitivity_run(const struct cli_args *args) {
     so.scope = scope;
     so.n_scope = n_scope;
 
-    double t_start = now_s(), c_start = cpu_s();
+    double t_start = qp_clock_seconds(), c_start = qp_clock_cpu_seconds();
     int rc = 0;
     enum qp_status st = QP_OK;
     struct qp_model *m = NULL;
@@ -415,11 +404,11 @@ int cli_sensitivity_run(const struct cli_args *args) {
                "sensitivity: no --calibration_data_path: calibrating and scoring on synthetic "
                "data (uniform [0, 1)); the scores are directional only (calibration_source: "
                "synthetic)");
-    double t0 = now_s();
+    double t0 = qp_clock_seconds();
     uint64_t n_cal = 0;
     if ((st = qp_sens_calibrate(m, pl, prov, method, so.n_threads, &ranges, &n_cal, &err)) != QP_OK)
         goto fail;
-    double t_cal = now_s() - t0;
+    double t_cal = qp_clock_seconds() - t0;
     struct progress_ctx pc;
     cli_progress_start(&pc.bar, stderr, "sensitivity", "probes", 0,
                        quiet ? CLI_PROGRESS_QUIET : CLI_PROGRESS_AUTO);
@@ -641,10 +630,10 @@ int cli_sensitivity_run(const struct cli_args *args) {
     cJSON_AddNumberToObject(tim, "calibration_s", t_cal);
     cJSON_AddNumberToObject(tim, "reference_s", r->reference_seconds);
     cJSON_AddNumberToObject(tim, "probes_s", r->probe_seconds);
-    cJSON_AddNumberToObject(tim, "total_s", now_s() - t_start);
+    cJSON_AddNumberToObject(tim, "total_s", qp_clock_seconds() - t_start);
     cJSON_AddNumberToObject(tim, "reference_cpu_s", r->reference_cpu_seconds);
     cJSON_AddNumberToObject(tim, "probes_cpu_s", r->probe_cpu_seconds);
-    cJSON_AddNumberToObject(tim, "total_cpu_s", cpu_s() - c_start);
+    cJSON_AddNumberToObject(tim, "total_cpu_s", qp_clock_cpu_seconds() - c_start);
     cJSON_AddNumberToObject(tim, "nodes_executed", (double)r->nodes_executed);
     cJSON_AddNumberToObject(tim, "nodes_full_pass", (double)r->nodes_full_pass);
     cJSON_AddNumberToObject(tim, "probe_workers", (double)r->n_probe_workers);
@@ -783,8 +772,8 @@ int cli_sensitivity_run(const struct cli_args *args) {
         fprintf(stderr,
                 "sensitivity: %zu targets (%zu scored, %zu unprobed, %zu failed) in %.2f s "
                 "(calibration %.2f s, reference %.2f s, probes %.2f s); wrote %s",
-                nt, ns, n_unprobed, n_failed, now_s() - t_start, t_cal, r->reference_seconds,
-                r->probe_seconds, json_path);
+                nt, ns, n_unprobed, n_failed, qp_clock_seconds() - t_start, t_cal,
+                r->reference_seconds, r->probe_seconds, json_path);
         if (excl_text) fprintf(stderr, ", %s", excl_path);
         if (pl_path) fprintf(stderr, ", %s", pl_path);
         fprintf(stderr, "\n");

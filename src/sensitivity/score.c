@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "calib/collect.h"
+#include "core/clock.h"
 #include "qmath/qparams.h"
 #include "qplace/session.h"
 #include "sensitivity/sensitivity.h"
@@ -24,18 +25,6 @@ void qp_sens_options_default(struct qp_sens_options *o) {
     o->qtype = QP_DTYPE_INT8;
     o->incremental = 1;
     o->cache_bytes = (size_t)1 << 30;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void target_release(struct qp_sens_target *t) {
@@ -759,11 +748,11 @@ static void *pool_work(void *arg_) {
         if (t == SIZE_MAX) break;
         struct qp_sens_target *tg = &p->r->targets[t];
         if (tg->state != QP_SENS_SCORED) continue; /* failed in an earlier batch */
-        double t0 = now_s();
+        double t0 = qp_clock_seconds();
         probe_apply(c, w, tg, exclude);
         struct qp_error perr = {0};
         enum qp_status ps = ctx_probe(c, w, c->o->incremental, &perr);
-        p->cost[t] = now_s() - t0;
+        p->cost[t] = qp_clock_seconds() - t0;
         if (ps == QP_ERR_NOMEM) {
             qp_error_set(&w->err, ps, "%s", perr.msg);
             atomic_store(&p->stop, 1);
@@ -885,20 +874,20 @@ enum qp_status qp_sens_score(const struct qp_model *model, const struct qp_place
     for (;;) {
         if ((st = qp_provider_next(prov, &batch, &end, err)) != QP_OK) goto pool_done;
         if (end) break;
-        double t0 = now_s(), c0 = cpu_s();
+        double t0 = qp_clock_seconds(), c0 = qp_clock_cpu_seconds();
         if ((st = ctx_reference(&c, batch, o->incremental, err)) != QP_OK) goto pool_done;
-        r->reference_seconds += now_s() - t0;
-        r->reference_cpu_seconds += cpu_s() - c0;
+        r->reference_seconds += qp_clock_seconds() - t0;
+        r->reference_cpu_seconds += qp_clock_cpu_seconds() - c0;
         r->nodes_full_pass = qp_session_nodes_executed(c.wk[0].s);
         r->n_batches++;
         r->n_samples += c.rows;
         for (size_t i = 0; i < c.n_out; i++)
             counts[i] += c.out_float[i] ? (double)c.samples[i] : 0;
-        t0 = now_s();
-        c0 = cpu_s();
+        t0 = qp_clock_seconds();
+        c0 = qp_clock_cpu_seconds();
         if ((st = pool_run_batch(&pool, err)) != QP_OK) goto pool_done;
-        r->probe_seconds += now_s() - t0;
-        r->probe_cpu_seconds += cpu_s() - c0;
+        r->probe_seconds += qp_clock_seconds() - t0;
+        r->probe_cpu_seconds += qp_clock_cpu_seconds() - c0;
     }
 pool_done:
     pool_free(&pool);
