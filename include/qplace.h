@@ -10,5 +10,6 @@
 #include "qplace/model.h"
 #include "qplace/npy.h"
 #include "qplace/placement.h"
+#include "qplace/calib.h"
 #include "qplace/session.h"
 #endif

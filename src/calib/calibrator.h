@@ -34,17 +34,11 @@
 #include <stdint.h>
 
 #include "calib/stats.h"
+#include "qplace/calib.h"
 #include "qplace/status.h"
 
-enum qp_calib_method { QP_CALIB_MAX, QP_CALIB_ENTROPY, QP_CALIB_PERCENTILE, QP_CALIB_METHOD_COUNT };
+/* enum qp_calib_method, its names and QP_CALIB_DEFAULT_PERCENTILE: qplace/calib.h. */
 
-/* "max", "entropy", "percentile". Never NULL ("unknown" out of range). */
-const char *qp_calib_method_name(enum qp_calib_method m);
-/* Parses a --calibration_method value. QP_ERR_USAGE naming the accepted values. */
-enum qp_status qp_calib_method_parse(const char *s, enum qp_calib_method *out,
-                                     struct qp_error *err);
-
-#define QP_CALIB_DEFAULT_PERCENTILE     99.999
 #define QP_CALIB_DEFAULT_QUANTIZED_BINS 128
 
 struct qp_calib_options {

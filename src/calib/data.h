@@ -31,18 +31,10 @@
 
 #include "calib/provider.h"
 #include "calib/provider_npz.h"
+#include "qplace/calib.h"
 #include "qplace/status.h"
 
-struct qp_data_options {
-    uint64_t max_bytes;         /* .npz/.npy data cap; 0: QP_CALIB_DEFAULT_MAX_BYTES */
-    float image_mean[3];        /* after scaling to 0..1; default 0 */
-    float image_std[3];         /* default 1; no zero entry */
-    int image_bgr;              /* channel order B, G, R */
-    uint64_t seed;              /* synthetic data */
-    uint64_t synthetic_batches; /* synthetic batches; default 1 */
-};
-
-void qp_data_options_default(struct qp_data_options *o);
+/* struct qp_data_options and qp_data_options_default: qplace/calib.h. */
 
 /* 1 when `dir` is a folder holding images (.png, .jpg, .jpeg, any case) and no .npz/.npy. */
 int qp_data_is_image_folder(const char *dir);

@@ -30,10 +30,9 @@
 #include <stdint.h>
 
 #include "qplace/array.h"
+#include "qplace/calib.h"
 #include "qplace/session.h"
 #include "qplace/status.h"
-
-struct qp_provider;
 
 /* What each kind of provider implements. */
 struct qp_provider_ops {
@@ -55,15 +54,9 @@ struct qp_provider {
     void *impl;
 };
 
-/* Next batch: *arrays_out points at n_inputs arrays (in qp_provider_input_name order) owned by
- * the provider, valid until the next call; at the end of the data *end_out = 1 and
- * *arrays_out = NULL. Errors come from the source (a file that fails to decode, ...). */
-enum qp_status qp_provider_next(struct qp_provider *p, const struct qp_array **arrays_out,
-                                int *end_out, struct qp_error *err);
-/* Rewinds to the first batch; the same batches come again in the same order. */
-enum qp_status qp_provider_reset(struct qp_provider *p, struct qp_error *err);
-size_t qp_provider_n_inputs(const struct qp_provider *p);
-const char *qp_provider_input_name(const struct qp_provider *p, size_t i);
+/* qp_provider_next, _reset, _n_inputs, _input_name, _n_samples, _n_batches, _source,
+ * _is_synthetic and _free: qplace/calib.h. */
+
 /* shapes[i] = the name and dims of batch[i] (a batch of p, n_inputs arrays), as
  * qp_session_create takes them; the names are borrowed from p. */
 void qp_provider_shapes(const struct qp_provider *p, const struct qp_array *batch,
@@ -73,12 +66,6 @@ void qp_provider_shapes(const struct qp_provider *p, const struct qp_array *batc
  * different input counts, or a model input has no data. */
 enum qp_status qp_provider_map_inputs(const struct qp_provider *p, const struct qp_session *s,
                                       const char *what, size_t *map, struct qp_error *err);
-uint64_t qp_provider_n_samples(const struct qp_provider *p);
-uint64_t qp_provider_n_batches(const struct qp_provider *p);
-const char *qp_provider_source(const struct qp_provider *p);
-int qp_provider_is_synthetic(const struct qp_provider *p);
-/* NULL-safe. */
-void qp_provider_free(struct qp_provider *p);
 
 /* For provider implementations: a zeroed provider with `n_inputs` copies of `names`
  * (borrowed) and empty batch arrays. QP_ERR_NOMEM. */
