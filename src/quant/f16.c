@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/arena.h"
+#include "ir/optraits.h"
 
 #define F16_MAX 65504.0f
 
@@ -41,20 +42,9 @@ static int has_subgraph(const struct qp_node *n) {
 /* Ops kept in fp32: no fp16 in their schema, a dtype attribute deciding the output type, or
  * sequence/optional values whose element type lives in the type proto. */
 static int blocked_op(const struct qp_node *n) {
-    static const char *const ops[] = {
-        "Upsample",           "NonMaxSuppression", "Celu",
-        "QLinearConv",        "QLinearMatMul",     "DynamicQuantizeLinear",
-        "RandomNormal",       "RandomUniform",     "RandomNormalLike",
-        "RandomUniformLike",  "Multinomial",       "Bernoulli",
-        "HannWindow",         "HammingWindow",     "BlackmanWindow",
-        "MelWeightMatrix",    "TfIdfVectorizer",   "SplitToSequence",
-        "ConcatFromSequence", "Optional",          "OptionalGetElement",
-        "OptionalHasElement"};
     if (!qp_domain_is_onnx(n->domain) || has_subgraph(n)) return 1;
     if (strncmp(n->op_type, "Sequence", 8) == 0) return 1;
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        if (qp_node_is(n, ops[i])) return 1;
-    return 0;
+    return qp_op_is(n, QP_OP_FLAG_NO_FP16);
 }
 
 /* Input slots that take any dtype (no Cast needed) and slots fixed to float32 by the schema. */
@@ -93,7 +83,6 @@ static enum qp_dtype branch_out(const struct qp_node *n, int k) {
 /* The dtype of output `k` of node `n` from the op's type rules (ONNX schemas). */
 static enum qp_dtype infer_out(const struct conv *c, const struct qp_node *n, int k) {
     if (!qp_domain_is_onnx(n->domain)) return QP_DTYPE_UNDEFINED;
-    const char *op = n->op_type;
     if (qp_node_is(n, "Constant")) {
         for (int a = 0; a < n->n_attrs; a++) {
             const struct qp_attr *at = &n->attrs[a];
@@ -109,15 +98,8 @@ static enum qp_dtype infer_out(const struct conv *c, const struct qp_node *n, in
     }
     if (qp_node_is(n, "Cast")) return attr_dtype(n, "to", QP_DTYPE_UNDEFINED);
     if (qp_node_is(n, "CastLike")) return in_dt(c, n, 1);
-    static const char *const i64[] = {"Shape",  "Size",    "ArgMax",
-                                      "ArgMin", "NonZero", "NonMaxSuppression"};
-    for (size_t i = 0; i < sizeof i64 / sizeof i64[0]; i++)
-        if (!strcmp(op, i64[i])) return QP_DTYPE_INT64;
-    static const char *const b[] = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-                                    "Not",   "And",  "Or",      "Xor",         "IsNaN",
-                                    "IsInf"};
-    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
-        if (!strcmp(op, b[i])) return QP_DTYPE_BOOL;
+    if (qp_op_is(n, QP_OP_FLAG_OUT_INT64)) return QP_DTYPE_INT64;
+    if (qp_op_is(n, QP_OP_FLAG_OUT_BOOL)) return QP_DTYPE_BOOL;
     if (qp_node_is(n, "QuantizeLinear")) {
         enum qp_dtype zp = in_dt(c, n, 2);
         if (zp != QP_DTYPE_UNDEFINED) return zp;
