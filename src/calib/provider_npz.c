@@ -72,20 +72,6 @@ static enum qp_status check_part(const char *file, const struct qp_npz_provider_
     return QP_OK;
 }
 
-struct file_ctx {
-    FILE *f;
-    const char *path;
-};
-
-static enum qp_status file_read(void *ctx, void *buf, size_t n, size_t *got, struct qp_error *err) {
-    struct file_ctx *fc = ctx;
-    size_t k = fread(buf, 1, n, fc->f);
-    if (k < n && ferror(fc->f))
-        return qp_error_set(err, QP_ERR_IO, "%s: read failed: %s", fc->path, strerror(errno));
-    *got = k;
-    return QP_OK;
-}
-
 static void stream_close(struct in_stream *s) {
     if (s->fp) fclose(s->fp);
     free(s->fsrc.ctx);
@@ -106,7 +92,7 @@ static enum qp_status stream_open(struct in_stream *s, const char *file, const c
                                   uint64_t max_bytes, struct qp_error *err) {
     enum qp_status st;
     if (ends_with(file, ".npy")) {
-        struct file_ctx *fc = malloc(sizeof *fc);
+        struct qp_npy_file *fc = malloc(sizeof *fc);
         if (!fc) return qp_error_set(err, QP_ERR_NOMEM, "calibration data: out of memory");
         s->fsrc.ctx = fc;
         if (!(s->fp = fopen(file, "rb")))
@@ -114,8 +100,8 @@ static enum qp_status stream_open(struct in_stream *s, const char *file, const c
         struct stat sb;
         if (fstat(fileno(s->fp), &sb) != 0 || !S_ISREG(sb.st_mode))
             return qp_error_set(err, QP_ERR_IO, "%s: not a regular file", file);
-        *fc = (struct file_ctx){s->fp, file};
-        s->fsrc = (struct qp_npy_source){file, 1, (uint64_t)sb.st_size, file_read, fc};
+        *fc = (struct qp_npy_file){s->fp, file};
+        s->fsrc = (struct qp_npy_source){file, 1, (uint64_t)sb.st_size, qp_npy_file_read, fc};
         s->src = &s->fsrc;
     } else {
         if ((st = qp_npz_open(file, max_bytes, &s->z, err)) != QP_OK) return st;

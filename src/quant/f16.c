@@ -132,6 +132,19 @@ static enum qp_dtype infer_out(const struct conv *c, const struct qp_node *n, in
     return in_dt(c, n, 0);
 }
 
+static void mark_outer(struct conv *c, const struct qp_graph *sub);
+
+/* mark_outer for each subgraph (If/Loop/Scan bodies) held in an attribute of n. */
+static void mark_subgraphs(struct conv *c, const struct qp_node *n) {
+    for (int a = 0; a < n->n_attrs; a++) {
+        const struct qp_attr *at = &n->attrs[a];
+        if (at->type == QP_ATTR_GRAPH && at->g) mark_outer(c, at->g);
+        if (at->type == QP_ATTR_GRAPHS)
+            for (size_t j = 0; j < at->n; j++)
+                if (at->graphs[j]) mark_outer(c, at->graphs[j]);
+    }
+}
+
 /* Marks the top-level values read implicitly (outer scope) by subgraphs of `sub`. */
 static void mark_outer(struct conv *c, const struct qp_graph *sub) {
     for (size_t v = 0; v < sub->n_values; v++) {
@@ -140,14 +153,7 @@ static void mark_outer(struct conv *c, const struct qp_graph *sub) {
         if (tv >= 0) c->k32[tv] = 1;
     }
     for (size_t i = 0; i < sub->n_nodes; i++) {
-        const struct qp_node *n = &sub->nodes[i];
-        for (int a = 0; a < n->n_attrs; a++) {
-            const struct qp_attr *at = &n->attrs[a];
-            if (at->type == QP_ATTR_GRAPH && at->g) mark_outer(c, at->g);
-            if (at->type == QP_ATTR_GRAPHS)
-                for (size_t j = 0; j < at->n; j++)
-                    if (at->graphs[j]) mark_outer(c, at->graphs[j]);
-        }
+        mark_subgraphs(c, &sub->nodes[i]);
     }
 }
 
@@ -392,15 +398,7 @@ static enum qp_status run(struct conv *c) {
     enum qp_status st;
     /* Values read by subgraphs stay fp32. */
     for (size_t i = 0; i < g->n_nodes; i++) {
-        const struct qp_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int a = 0; a < n->n_attrs; a++) {
-            const struct qp_attr *at = &n->attrs[a];
-            if (at->type == QP_ATTR_GRAPH && at->g) mark_outer(c, at->g);
-            if (at->type == QP_ATTR_GRAPHS)
-                for (size_t j = 0; j < at->n; j++)
-                    if (at->graphs[j]) mark_outer(c, at->graphs[j]);
-        }
+        if (!g->nodes[i].dead) mark_subgraphs(c, &g->nodes[i]);
     }
     /* Dtypes before the pass, inferred where the model does not declare them. */
     for (size_t v = 0; v < g->n_values; v++) {
