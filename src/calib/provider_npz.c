@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "calib/npy.h"
+#include "core/size.h"
 #include "ir/ir.h"
 #include "qplace/npy.h"
 
@@ -349,11 +350,12 @@ enum qp_status qp_provider_npz_create(const char *path, const struct qp_npz_prov
     }
     const char *source = !S_ISDIR(sb.st_mode) && ends_with(path, ".npy") ? "npy" : "npz";
     if ((st = list_files(z, path, S_ISDIR(sb.st_mode), err)) != QP_OK) goto fail;
-    if (z->n_files > SIZE_MAX / sizeof *z->rows / n) {
+    size_t n_rows;
+    if (!qp_size_mul(z->n_files, n, &n_rows)) {
         st = qp_error_set(err, QP_ERR_NOMEM, "calibration data: too many shards");
         goto fail;
     }
-    z->rows = calloc(z->n_files * n, sizeof *z->rows);
+    z->rows = calloc(n_rows, sizeof *z->rows);
     z->first = calloc(n, sizeof *z->first);
     z->row_bytes = calloc(n, sizeof *z->row_bytes);
     z->in = calloc(n, sizeof *z->in);
@@ -394,14 +396,13 @@ enum qp_status qp_provider_npz_create(const char *path, const struct qp_npz_prov
         row.dims[0] = 1;
         int ok = 0;
         uint64_t numel = qp_array_numel(&row, &ok);
-        size_t rb = ok ? qp_dtype_nbytes(row.dtype, numel, &ok) : 0;
-        if (!ok || (rb && max_rows > SIZE_MAX / rb)) {
+        size_t rb = ok ? qp_dtype_nbytes(row.dtype, numel, &ok) : 0, bytes = 0;
+        if (!ok || max_rows > SIZE_MAX || !qp_size_mul((size_t)max_rows, rb, &bytes)) {
             st = qp_error_set(err, QP_ERR_BAD_INPUT, "%s: input '%s': a batch is too large", path,
                               inputs[i].name);
             goto fail;
         }
         z->row_bytes[i] = rb;
-        size_t bytes = (size_t)max_rows * rb;
         if (!(z->in[i].buf = malloc(bytes ? bytes : 1))) {
             st = qp_error_set(err, QP_ERR_NOMEM, "calibration data: cannot allocate a batch");
             goto fail;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "kernels/vecmath.h"
 #include "qplace/dtype.h"
 
@@ -185,9 +186,7 @@ double qp_stats_abs_hist_edge(const struct qp_stats_abs_hist *h, int64_t i) {
 
 static enum qp_status reserve(uint64_t **p, int64_t *cap, int64_t need, struct qp_error *err) {
     if (need <= *cap) return QP_OK;
-    if ((uint64_t)need > SIZE_MAX / sizeof(uint64_t))
-        return qp_error_set(err, QP_ERR_NOMEM, "stats: histogram too large");
-    uint64_t *np = realloc(*p, (size_t)need * sizeof(uint64_t));
+    uint64_t *np = (uint64_t)need > SIZE_MAX ? NULL : qp_realloc_n(*p, (size_t)need, sizeof **p);
     if (!np) return qp_error_set(err, QP_ERR_NOMEM, "stats: out of memory growing a histogram");
     *p = np;
     *cap = need;

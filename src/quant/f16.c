@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/arena.h"
+#include "core/size.h"
 #include "ir/optraits.h"
 
 #define F16_MAX 65504.0f
@@ -174,7 +175,7 @@ static int slot_want(const struct conv *c, int ni, int i) {
 /* fp16 bits of float32 data, clamped to the fp16 range; `scale` raises non-zero values that
  * would round to zero. */
 static uint16_t *to_f16(const void *src, uint64_t n, int scale, size_t *clamped, size_t *under) {
-    uint16_t *out = malloc(n ? (size_t)n * 2 : 1);
+    uint16_t *out = n > SIZE_MAX ? NULL : qp_malloc_n((size_t)n, sizeof *out);
     if (!out) return NULL;
     const unsigned char *b = src;
     for (uint64_t i = 0; i < n; i++) {
@@ -201,7 +202,9 @@ static enum qp_status convert_tensor(struct conv *c, struct qp_tensor *t, int sc
         return qp_error_set(c->err, QP_ERR_UNSUPPORTED,
                             "fp16: %s '%s': data not loaded (external data), cannot convert", what,
                             t->name ? t->name : "");
-    if (t->numel > SIZE_MAX / 4 || t->nbytes != (size_t)t->numel * 4)
+    size_t want_bytes = 0;
+    if (t->numel > SIZE_MAX || !qp_size_mul((size_t)t->numel, 4, &want_bytes) ||
+        t->nbytes != want_bytes)
         return qp_error_set(c->err, QP_ERR_BAD_INPUT,
                             "fp16: %s '%s': %zu bytes for %llu float32 elements", what,
                             t->name ? t->name : "", t->nbytes, (unsigned long long)t->numel);
@@ -524,17 +527,17 @@ enum qp_status qp_model_convert_f16(struct qp_model *m, struct qp_f16_stats *sta
     enum qp_status st = qp_graph_toposort(c.g, err);
     if (st != QP_OK) return st;
     /* New values: one fp16 copy per initializer, two Casts per value, one per graph output. */
-    size_t nv = c.g->n_values;
-    if (nv > (SIZE_MAX / 8 - c.g->n_outputs - 16) / 4)
+    size_t nv4, no2;
+    if (!qp_size_mul(c.g->n_values, 4, &nv4) || !qp_size_mul(c.g->n_outputs, 2, &no2) ||
+        !qp_size_add(nv4, no2, &c.cap) || !qp_size_add(c.cap, 16, &c.cap))
         return qp_error_set(err, QP_ERR_NOMEM, "fp16: graph too large");
-    c.cap = nv * 4 + c.g->n_outputs * 2 + 16;
     c.n_nodes0 = c.g->n_nodes;
     c.hi = calloc(c.n_nodes0 + 1, 1);
     c.k32 = calloc(c.cap, 1);
     c.dt = calloc(c.cap, sizeof *c.dt);
     c.act = calloc(c.cap, sizeof *c.act);
-    c.cast16 = malloc(c.cap * sizeof *c.cast16);
-    c.cast32 = malloc(c.cap * sizeof *c.cast32);
+    c.cast16 = qp_malloc_n(c.cap, sizeof *c.cast16);
+    c.cast32 = qp_malloc_n(c.cap, sizeof *c.cast32);
     if (!c.hi || !c.k32 || !c.dt || !c.act || !c.cast16 || !c.cast32) {
         st = nomem(err);
         goto done;
