@@ -405,6 +405,8 @@ static void check_conv(struct ctx *c, int n) {
 
 /* §3.2.3: attention BMM pairs. */
 static void check_mha(struct ctx *c, int n) {
+    /* The wildcards here, in the fMHA check below and at the mask Add are part of ModelOpt's
+     * patterns (pseudo types such as ConstMul included), not op facts (ir/optraits.h). */
     static const char *const pat[] = {"MatMul", "Softmax", "MatMul", NULL};
     static const char *const wild[] = {"Div",     "Mul",       "ConstMul", "Add",  "BiasAdd",
                                        "Reshape", "Transpose", "Flatten",  "Cast", NULL};
