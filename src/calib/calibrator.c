@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
+
 static const char *const method_names[] = {
     [QP_CALIB_MAX] = "max",
     [QP_CALIB_ENTROPY] = "entropy",
@@ -146,12 +148,13 @@ enum qp_status qp_calib_entropy_window(const struct qp_stats_hist *h, int64_t n_
         return qp_error_set(err, QP_ERR_USAGE,
                             "entropy: histogram has %lld bins, fewer than %lld quantized bins",
                             (long long)nb, (long long)nq);
-    if ((uint64_t)nb > SIZE_MAX / (2 * sizeof(uint64_t) + 2 * sizeof(float)))
+    size_t nb2;
+    if (!qp_size_mul((size_t)nb, 2, &nb2))
         return qp_error_set(err, QP_ERR_NOMEM, "entropy: histogram too large");
-    uint64_t *prefix = malloc((size_t)(nb + 1) * sizeof *prefix);
-    uint64_t *pq = malloc((size_t)nb * 2 * sizeof *pq);
-    float *pf = malloc((size_t)nb * 2 * sizeof *pf);
-    uint64_t *qbins = malloc((size_t)nq * sizeof *qbins);
+    uint64_t *prefix = qp_malloc_n((size_t)nb + 1, sizeof *prefix);
+    uint64_t *pq = qp_malloc_n(nb2, sizeof *pq);
+    float *pf = qp_malloc_n(nb2, sizeof *pf);
+    uint64_t *qbins = qp_malloc_n((size_t)nq, sizeof *qbins);
     if (!prefix || !pq || !pf || !qbins) {
         free(prefix);
         free(pq);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ir/ir.h"
+#include "ir/optraits.h"
 #include "placement/placement.h"
 
 struct slot {
@@ -309,16 +310,13 @@ static enum qp_status observe_only_slots(struct qp_collector *c, struct qp_error
  * (slot.from, slot.how): Relu's, and those of ops that only move values (their output holds
  * exactly the input's values). */
 static void link_derived(struct qp_collector *c) {
-    static const char *const same[] = {"Identity", "Reshape",   "Flatten",
-                                       "Squeeze",  "Unsqueeze", "Transpose"};
     for (size_t i = 0; i < c->n_slots; i++) {
         const struct qp_value *y = &c->g->values[c->slots[i].value];
         if (y->producer < 0) continue;
         const struct qp_node *n = &c->g->nodes[y->producer];
         if (n->n_inputs < 1 || n->inputs[0] < 0 || n->n_outputs != 1) continue;
         int how = is_onnx_op(n, "Relu") ? QP_STATS_RELU : -1;
-        for (size_t k = 0; how < 0 && k < sizeof same / sizeof *same; k++)
-            if (is_onnx_op(n, same[k])) how = QP_STATS_SAME;
+        if (how < 0 && !n->dead && qp_op_is(n, QP_OP_FLAG_SAME_VALUES)) how = QP_STATS_SAME;
         if (how < 0) continue;
         c->slots[i].from = c->slot_of_value[n->inputs[0]];
         c->slots[i].how = (enum qp_stats_derive)how;

@@ -303,25 +303,30 @@ enum qp_status qp_image_output_size(const struct qp_image_options *o, int64_t h,
     return QP_OK;
 }
 
+/* Source position of destination index i on an axis of `sn` source and `dn` destination
+ * samples (half-pixel centres): the two neighbours *i0, *i1 and the weight *a of *i1. */
+static void bilinear_coord(int64_t i, int64_t sn, int64_t dn, int64_t *i0, int64_t *i1, double *a) {
+    double f = ((double)i + 0.5) * (double)sn / (double)dn - 0.5;
+    if (f < 0) f = 0;
+    int64_t lo = (int64_t)f;
+    if (lo > sn - 1) lo = sn - 1;
+    *i0 = lo;
+    *i1 = lo + 1 < sn ? lo + 1 : sn - 1;
+    *a = f - (double)lo;
+    if (*a < 0) *a = 0;
+}
+
 /* Bilinear, half-pixel centres (OpenCV INTER_LINEAR without its fixed-point rounding). */
 static void resize_bilinear(const float *src, int64_t sh, int64_t sw, float *dst, int64_t dh,
                             int64_t dw, int64_t dst_stride) {
     for (int64_t y = 0; y < dh; y++) {
-        double fy = ((double)y + 0.5) * (double)sh / (double)dh - 0.5;
-        if (fy < 0) fy = 0;
-        int64_t y0 = (int64_t)fy;
-        if (y0 > sh - 1) y0 = sh - 1;
-        int64_t y1 = y0 + 1 < sh ? y0 + 1 : sh - 1;
-        double ay = fy - (double)y0;
-        if (ay < 0) ay = 0;
+        int64_t y0, y1;
+        double ay;
+        bilinear_coord(y, sh, dh, &y0, &y1, &ay);
         for (int64_t x = 0; x < dw; x++) {
-            double fx = ((double)x + 0.5) * (double)sw / (double)dw - 0.5;
-            if (fx < 0) fx = 0;
-            int64_t x0 = (int64_t)fx;
-            if (x0 > sw - 1) x0 = sw - 1;
-            int64_t x1 = x0 + 1 < sw ? x0 + 1 : sw - 1;
-            double ax = fx - (double)x0;
-            if (ax < 0) ax = 0;
+            int64_t x0, x1;
+            double ax;
+            bilinear_coord(x, sw, dw, &x0, &x1, &ax);
             for (int c = 0; c < 3; c++) {
                 double p00 = src[(y0 * sw + x0) * 3 + c], p01 = src[(y0 * sw + x1) * 3 + c];
                 double p10 = src[(y1 * sw + x0) * 3 + c], p11 = src[(y1 * sw + x1) * 3 + c];

@@ -660,13 +660,8 @@ enum qp_status qp_npy_read_buffer(const void *data, size_t size, const char *nam
     return qp_npy_read_source(&src, out, err);
 }
 
-struct file_ctx {
-    FILE *f;
-    const char *path;
-};
-
-static enum qp_status file_read(void *ctx, void *buf, size_t n, size_t *got, struct qp_error *err) {
-    struct file_ctx *fc = ctx;
+enum qp_status qp_npy_file_read(void *ctx, void *buf, size_t n, size_t *got, struct qp_error *err) {
+    struct qp_npy_file *fc = ctx;
     size_t k = fread(buf, 1, n, fc->f);
     if (k < n && ferror(fc->f))
         return qp_error_set(err, QP_ERR_IO, "%s: read failed: %s", fc->path, strerror(errno));
@@ -688,8 +683,9 @@ enum qp_status qp_npy_read_file(const char *path, struct qp_array *out, struct q
         st = qp_error_set(err, QP_ERR_IO, "%s: is a directory, not an .npy file", path);
         goto done;
     }
-    struct file_ctx fc = {f, path};
-    struct qp_npy_source src = {path, S_ISREG(sb.st_mode), (uint64_t)sb.st_size, file_read, &fc};
+    struct qp_npy_file fc = {f, path};
+    struct qp_npy_source src = {path, S_ISREG(sb.st_mode), (uint64_t)sb.st_size, qp_npy_file_read,
+                                &fc};
     if (!S_ISREG(sb.st_mode)) src.size = 0;
     st = qp_npy_read_source(&src, out, err);
 done:

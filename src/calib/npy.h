@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "qplace/array.h"
 #include "qplace/npy.h"
@@ -30,6 +31,15 @@ struct qp_npy_source {
     enum qp_status (*read)(void *ctx, void *buf, size_t n, size_t *got, struct qp_error *err);
     void *ctx;
 };
+
+/* The context of a source reading an open file: qp_npy_file_read is its `read`. Both fields are
+ * borrowed; `path` names the file in messages. */
+struct qp_npy_file {
+    FILE *f;
+    const char *path;
+};
+/* The `read` of a qp_npy_source whose ctx is a struct qp_npy_file: QP_ERR_IO on a read error. */
+enum qp_status qp_npy_file_read(void *ctx, void *buf, size_t n, size_t *got, struct qp_error *err);
 
 /* Reads and checks one .npy image from `src` into a new owned array `out` (written only on
  * success). When the size is known, no data memory is allocated before the header and the

@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <zip.h>
 
+#include "core/size.h"
+
 /* Deflate cannot expand a bit into more than about 1032 bytes (a 258-byte match coded in two
  * 1-bit codes); a member claiming more than this ratio is lying about its size. */
 #define DEFLATE_MAX_RATIO 1036
@@ -403,9 +405,8 @@ enum qp_status qp_npz_write_file(const char *path, const char *const *names,
     zip_t *za = NULL;
     char *member = NULL;
 
-    if (n > SIZE_MAX / QP_NPY_HEADER_CAP || !(headers = malloc(n * QP_NPY_HEADER_CAP)) ||
-        !(hlens = calloc(n, sizeof *hlens)) || !(keys = calloc(n, sizeof *keys)) ||
-        !(sorted = calloc(n, sizeof *sorted))) {
+    if (!(headers = qp_malloc_n(n, QP_NPY_HEADER_CAP)) || !(hlens = calloc(n, sizeof *hlens)) ||
+        !(keys = calloc(n, sizeof *keys)) || !(sorted = calloc(n, sizeof *sorted))) {
         st = qp_error_set(err, QP_ERR_NOMEM, "%s: cannot allocate headers for %zu arrays", path, n);
         goto fail;
     }

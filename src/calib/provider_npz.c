@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "calib/npy.h"
+#include "core/size.h"
 #include "ir/ir.h"
 #include "qplace/npy.h"
 
@@ -72,20 +73,6 @@ static enum qp_status check_part(const char *file, const struct qp_npz_provider_
     return QP_OK;
 }
 
-struct file_ctx {
-    FILE *f;
-    const char *path;
-};
-
-static enum qp_status file_read(void *ctx, void *buf, size_t n, size_t *got, struct qp_error *err) {
-    struct file_ctx *fc = ctx;
-    size_t k = fread(buf, 1, n, fc->f);
-    if (k < n && ferror(fc->f))
-        return qp_error_set(err, QP_ERR_IO, "%s: read failed: %s", fc->path, strerror(errno));
-    *got = k;
-    return QP_OK;
-}
-
 static void stream_close(struct in_stream *s) {
     if (s->fp) fclose(s->fp);
     free(s->fsrc.ctx);
@@ -106,7 +93,7 @@ static enum qp_status stream_open(struct in_stream *s, const char *file, const c
                                   uint64_t max_bytes, struct qp_error *err) {
     enum qp_status st;
     if (ends_with(file, ".npy")) {
-        struct file_ctx *fc = malloc(sizeof *fc);
+        struct qp_npy_file *fc = malloc(sizeof *fc);
         if (!fc) return qp_error_set(err, QP_ERR_NOMEM, "calibration data: out of memory");
         s->fsrc.ctx = fc;
         if (!(s->fp = fopen(file, "rb")))
@@ -114,8 +101,8 @@ static enum qp_status stream_open(struct in_stream *s, const char *file, const c
         struct stat sb;
         if (fstat(fileno(s->fp), &sb) != 0 || !S_ISREG(sb.st_mode))
             return qp_error_set(err, QP_ERR_IO, "%s: not a regular file", file);
-        *fc = (struct file_ctx){s->fp, file};
-        s->fsrc = (struct qp_npy_source){file, 1, (uint64_t)sb.st_size, file_read, fc};
+        *fc = (struct qp_npy_file){s->fp, file};
+        s->fsrc = (struct qp_npy_source){file, 1, (uint64_t)sb.st_size, qp_npy_file_read, fc};
         s->src = &s->fsrc;
     } else {
         if ((st = qp_npz_open(file, max_bytes, &s->z, err)) != QP_OK) return st;
@@ -363,11 +350,12 @@ enum qp_status qp_provider_npz_create(const char *path, const struct qp_npz_prov
     }
     const char *source = !S_ISDIR(sb.st_mode) && ends_with(path, ".npy") ? "npy" : "npz";
     if ((st = list_files(z, path, S_ISDIR(sb.st_mode), err)) != QP_OK) goto fail;
-    if (z->n_files > SIZE_MAX / sizeof *z->rows / n) {
+    size_t n_rows;
+    if (!qp_size_mul(z->n_files, n, &n_rows)) {
         st = qp_error_set(err, QP_ERR_NOMEM, "calibration data: too many shards");
         goto fail;
     }
-    z->rows = calloc(z->n_files * n, sizeof *z->rows);
+    z->rows = calloc(n_rows, sizeof *z->rows);
     z->first = calloc(n, sizeof *z->first);
     z->row_bytes = calloc(n, sizeof *z->row_bytes);
     z->in = calloc(n, sizeof *z->in);
@@ -408,14 +396,13 @@ enum qp_status qp_provider_npz_create(const char *path, const struct qp_npz_prov
         row.dims[0] = 1;
         int ok = 0;
         uint64_t numel = qp_array_numel(&row, &ok);
-        size_t rb = ok ? qp_dtype_nbytes(row.dtype, numel, &ok) : 0;
-        if (!ok || (rb && max_rows > SIZE_MAX / rb)) {
+        size_t rb = ok ? qp_dtype_nbytes(row.dtype, numel, &ok) : 0, bytes = 0;
+        if (!ok || max_rows > SIZE_MAX || !qp_size_mul((size_t)max_rows, rb, &bytes)) {
             st = qp_error_set(err, QP_ERR_BAD_INPUT, "%s: input '%s': a batch is too large", path,
                               inputs[i].name);
             goto fail;
         }
         z->row_bytes[i] = rb;
-        size_t bytes = (size_t)max_rows * rb;
         if (!(z->in[i].buf = malloc(bytes ? bytes : 1))) {
             st = qp_error_set(err, QP_ERR_NOMEM, "calibration data: cannot allocate a batch");
             goto fail;

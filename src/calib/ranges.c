@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/size.h"
 #include "qmath/qparams.h"
 
 struct qp_ranges {
@@ -92,18 +93,14 @@ static void hash_insert(int64_t *hash, size_t cap, const char *name, int64_t ind
 static enum qp_status grow(struct qp_ranges *r, struct qp_error *err) {
     if (r->n == r->cap) {
         size_t cap = r->cap ? 2 * r->cap : 16;
-        if (cap > SIZE_MAX / sizeof *r->items)
-            return qp_error_set(err, QP_ERR_NOMEM, "ranges: too many tensors");
-        struct qp_range *items = realloc(r->items, cap * sizeof *items);
+        struct qp_range *items = qp_realloc_n(r->items, cap, sizeof *items);
         if (!items) return qp_error_set(err, QP_ERR_NOMEM, "ranges: out of memory");
         r->items = items;
         r->cap = cap;
     }
     if (2 * (r->n + 1) > r->hash_cap) {
         size_t cap = r->hash_cap ? 2 * r->hash_cap : 32;
-        if (cap > SIZE_MAX / sizeof(int64_t))
-            return qp_error_set(err, QP_ERR_NOMEM, "ranges: too many tensors");
-        int64_t *hash = malloc(cap * sizeof *hash);
+        int64_t *hash = qp_malloc_n(cap, sizeof *hash);
         if (!hash) return qp_error_set(err, QP_ERR_NOMEM, "ranges: out of memory");
         for (size_t k = 0; k < cap; k++)
             hash[k] = -1;

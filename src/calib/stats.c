@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "kernels/vecmath.h"
 #include "qplace/dtype.h"
 
@@ -185,9 +186,7 @@ double qp_stats_abs_hist_edge(const struct qp_stats_abs_hist *h, int64_t i) {
 
 static enum qp_status reserve(uint64_t **p, int64_t *cap, int64_t need, struct qp_error *err) {
     if (need <= *cap) return QP_OK;
-    if ((uint64_t)need > SIZE_MAX / sizeof(uint64_t))
-        return qp_error_set(err, QP_ERR_NOMEM, "stats: histogram too large");
-    uint64_t *np = realloc(*p, (size_t)need * sizeof(uint64_t));
+    uint64_t *np = (uint64_t)need > SIZE_MAX ? NULL : qp_realloc_n(*p, (size_t)need, sizeof **p);
     if (!np) return qp_error_set(err, QP_ERR_NOMEM, "stats: out of memory growing a histogram");
     *p = np;
     *cap = need;
@@ -309,33 +308,7 @@ static void scan_merge(struct batch_scan *b, const struct batch_scan *p) {
     if (p->amax > b->amax) b->amax = p->amax;
 }
 
-/* float32 block: branch-free min/max/|x| reductions the compiler vectorises, plus a count of
- * non-finite elements (exponent all ones) from the bits. Only a block that holds NaN or Inf is
- * scanned again element by element. */
-QP_SIMD_CLONES static void scan_block_f32(const float *p, size_t n, struct batch_scan *b) {
-    float mn = INFINITY, mx = -INFINITY, amn = INFINITY, amx = 0.0f;
-    uint32_t bad = 0;
-#pragma omp simd reduction(min : mn, amn) reduction(max : mx, amx) reduction(+ : bad)
-    for (size_t i = 0; i < n; i++) {
-        float x = p[i];
-        uint32_t u;
-        memcpy(&u, &p[i], sizeof u);
-        bad += (u & 0x7f800000u) == 0x7f800000u;
-        float ax = fabsf(x);
-        mn = x < mn ? x : mn;
-        mx = x > mx ? x : mx;
-        amn = ax < amn ? ax : amn;
-        amx = ax > amx ? ax : amx;
-    }
-    if (bad) {
-        for (size_t i = 0; i < n; i++)
-            scan_add(b, p[i]);
-        return;
-    }
-    if (!n) return;
-    struct batch_scan blk = {.n_finite = n, .min = mn, .max = mx, .amin = amn, .amax = amx};
-    scan_merge(b, &blk);
-}
+static void scan_block_f32(const float *p, size_t n, struct batch_scan *b);
 
 static void scan_block(const struct qp_array *a, uint64_t off, uint64_t n, struct batch_scan *b) {
     if (a->dtype == QP_DTYPE_FLOAT) {
@@ -622,15 +595,19 @@ QP_SIMD_CLONES static void fast_index(const struct fast_hist *f, const float *p,
     }
 }
 
-/* fast_index for the signed histogram with the batch scan (scan_block_f32) in the same loop:
- * one read of the chunk instead of two. */
-QP_SIMD_CLONES static void fast_index_scan(const struct fast_hist *f, const float *p, size_t m,
-                                           int32_t *idx, struct batch_scan *b) {
-    const struct fast_hist g = *f; /* as in fast_index */
+/* The float32 batch scan: branch-free min/max/|x| reductions the compiler vectorises, plus a
+ * count of non-finite elements (exponent all ones) from the bits. Only a block that holds NaN
+ * or Inf is scanned again element by element. With `idx` (and the histogram `g`) it also does
+ * fast_index's work for the signed histogram in the same loop: one read of the chunk instead of
+ * two. Always inlined with a constant `with_idx`, so each caller gets its own branch-free loop
+ * (compiled for its own SIMD clone). */
+__attribute__((always_inline)) static inline void scan_f32(const float *p, size_t n, int with_idx,
+                                                           const struct fast_hist *g, int32_t *idx,
+                                                           struct batch_scan *b) {
     float mn = INFINITY, mx = -INFINITY, amn = INFINITY, amx = 0.0f;
     uint32_t bad = 0;
 #pragma omp simd reduction(min : mn, amn) reduction(max : mx, amx) reduction(+ : bad)
-    for (size_t k = 0; k < m; k++) {
+    for (size_t k = 0; k < n; k++) {
         float x = p[k];
         uint32_t u;
         memcpy(&u, &p[k], sizeof u);
@@ -640,16 +617,27 @@ QP_SIMD_CLONES static void fast_index_scan(const struct fast_hist *f, const floa
         mx = x > mx ? x : mx;
         amn = ax < amn ? ax : amn;
         amx = ax > amx ? ax : amx;
-        idx[k] = fast_estimate(&g, x, x, k);
+        if (with_idx) idx[k] = fast_estimate(g, x, x, k);
     }
     if (bad) {
-        for (size_t k = 0; k < m; k++)
+        for (size_t k = 0; k < n; k++)
             scan_add(b, p[k]);
         return;
     }
-    if (!m) return;
-    struct batch_scan blk = {.n_finite = m, .min = mn, .max = mx, .amin = amn, .amax = amx};
+    if (!n) return;
+    struct batch_scan blk = {.n_finite = n, .min = mn, .max = mx, .amin = amn, .amax = amx};
     scan_merge(b, &blk);
+}
+
+QP_SIMD_CLONES static void scan_block_f32(const float *p, size_t n, struct batch_scan *b) {
+    scan_f32(p, n, 0, NULL, NULL, b);
+}
+
+/* fast_index for the signed histogram with the batch scan (scan_block_f32) in the same loop. */
+QP_SIMD_CLONES static void fast_index_scan(const struct fast_hist *f, const float *p, size_t m,
+                                           int32_t *idx, struct batch_scan *b) {
+    const struct fast_hist g = *f; /* as in fast_index */
+    scan_f32(p, m, 1, &g, idx, b);
 }
 
 static inline void count_one(const struct fast_hist *f, const float *p, const int32_t *idx,

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/arena.h"
+#include "core/size.h"
 #include "ir/ir.h"
 #include "ir/ir_internal.h"
 
@@ -45,11 +46,9 @@ void qp_graph_release(struct qp_graph *g) {
 int qp_ir_grow(void **arr, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 1;
     size_t c = *cap ? *cap : 8;
-    while (c < need) {
-        if (c > ((size_t)-1) / 2 / elem) return 0;
-        c *= 2;
-    }
-    void *p = realloc(*arr, c * elem);
+    while (c < need)
+        if (!qp_size_mul(c, 2, &c)) return 0;
+    void *p = qp_realloc_n(*arr, c, elem);
     if (!p) return 0;
     *arr = p;
     *cap = c;

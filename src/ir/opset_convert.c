@@ -13,6 +13,7 @@
 #include "core/arena.h"
 #include "ir/ir.h"
 #include "ir/opset_convert.h"
+#include "ir/optraits.h"
 
 #define V(v) (UINT32_C(1) << (v))
 
@@ -509,95 +510,6 @@ static enum qp_status add_i64s(struct conv *c, const char *suffix, const int64_t
 
 /* ---- element types ---------------------------------------------------------------------- */
 
-static int op_in(const char *op, const char *const *list) {
-    for (; *list; list++)
-        if (!strcmp(op, *list)) return 1;
-    return 0;
-}
-
-/* Operators whose output 0 has the element type of input 0. */
-static const char *const same_type_ops[] = {"Abs",
-                                            "Add",
-                                            "AveragePool",
-                                            "BatchNormalization",
-                                            "Ceil",
-                                            "Clip",
-                                            "Concat",
-                                            "Conv",
-                                            "ConvTranspose",
-                                            "DepthToSpace",
-                                            "Div",
-                                            "Dropout",
-                                            "Elu",
-                                            "Erf",
-                                            "Exp",
-                                            "Expand",
-                                            "Flatten",
-                                            "Floor",
-                                            "Gather",
-                                            "GatherElements",
-                                            "GatherND",
-                                            "Gelu",
-                                            "Gemm",
-                                            "GlobalAveragePool",
-                                            "GlobalMaxPool",
-                                            "HardSigmoid",
-                                            "HardSwish",
-                                            "Hardmax",
-                                            "Identity",
-                                            "InstanceNormalization",
-                                            "LRN",
-                                            "LayerNormalization",
-                                            "LeakyRelu",
-                                            "Log",
-                                            "LogSoftmax",
-                                            "MatMul",
-                                            "Max",
-                                            "MaxPool",
-                                            "Mean",
-                                            "Min",
-                                            "Mish",
-                                            "Mul",
-                                            "Neg",
-                                            "PRelu",
-                                            "Pad",
-                                            "Pow",
-                                            "Reciprocal",
-                                            "ReduceL1",
-                                            "ReduceL2",
-                                            "ReduceLogSum",
-                                            "ReduceLogSumExp",
-                                            "ReduceMax",
-                                            "ReduceMean",
-                                            "ReduceMin",
-                                            "ReduceProd",
-                                            "ReduceSum",
-                                            "ReduceSumSquare",
-                                            "Relu",
-                                            "Reshape",
-                                            "Resize",
-                                            "Round",
-                                            "Selu",
-                                            "Sigmoid",
-                                            "Sign",
-                                            "Slice",
-                                            "Softmax",
-                                            "Softplus",
-                                            "Softsign",
-                                            "SpaceToDepth",
-                                            "Split",
-                                            "Sqrt",
-                                            "Squeeze",
-                                            "Sub",
-                                            "Sum",
-                                            "Tanh",
-                                            "Tile",
-                                            "TopK",
-                                            "Transpose",
-                                            "Unsqueeze",
-                                            "Upsample",
-                                            NULL};
-
 /* Element type of value `v` of graph `g`: its declared type, else followed back through
  * producers that keep their input's type (models without value_info rarely declare the types of
  * intermediate tensors). UNDEFINED when it cannot be told. */
@@ -631,7 +543,7 @@ static enum qp_dtype value_dtype(const struct qp_graph *g, int v) {
             return QP_DTYPE_UNDEFINED;
         }
         int from_input = -1;
-        if (op_in(op, same_type_ops) && val->producer_output == 0) from_input = 0;
+        if (qp_op_is(p, QP_OP_FLAG_SAME_TYPE) && val->producer_output == 0) from_input = 0;
         if (!strcmp(op, "Split")) from_input = 0;
         if (!strcmp(op, "Where")) from_input = 1;
         if (from_input < 0 || from_input >= p->n_inputs) return QP_DTYPE_UNDEFINED;
@@ -899,65 +811,6 @@ static int attr_int_or(const struct qp_node *p, const char *name, int dflt) {
     return a && a->type == QP_ATTR_INT ? (int)a->i : dflt;
 }
 
-static const char *const same_rank_ops[] = {"Abs",
-                                            "AveragePool",
-                                            "BatchNormalization",
-                                            "Cast",
-                                            "Ceil",
-                                            "Clip",
-                                            "Concat",
-                                            "Conv",
-                                            "ConvTranspose",
-                                            "CumSum",
-                                            "DepthToSpace",
-                                            "Dropout",
-                                            "Elu",
-                                            "Erf",
-                                            "Exp",
-                                            "Floor",
-                                            "Gelu",
-                                            "GlobalAveragePool",
-                                            "GlobalMaxPool",
-                                            "HardSigmoid",
-                                            "HardSwish",
-                                            "Hardmax",
-                                            "Identity",
-                                            "InstanceNormalization",
-                                            "LRN",
-                                            "LayerNormalization",
-                                            "LeakyRelu",
-                                            "Log",
-                                            "LogSoftmax",
-                                            "MaxPool",
-                                            "Mish",
-                                            "Neg",
-                                            "Not",
-                                            "Pad",
-                                            "Reciprocal",
-                                            "Relu",
-                                            "Resize",
-                                            "Round",
-                                            "Selu",
-                                            "Sigmoid",
-                                            "Sign",
-                                            "Slice",
-                                            "Softmax",
-                                            "Softplus",
-                                            "Softsign",
-                                            "SpaceToDepth",
-                                            "Split",
-                                            "Sqrt",
-                                            "Tanh",
-                                            "Tile",
-                                            "TopK",
-                                            "Upsample",
-                                            NULL};
-
-static const char *const broadcast_ops[] = {
-    "Add",   "And", "Div", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Max",
-    "Mean",  "Min", "Mod", "Mul",   "Or",      "PRelu",          "Pow",  "Sub",         "Sum",
-    "Where", "Xor", NULL};
-
 static int rank_of(struct rank_walk *r, int v);
 
 static int rank_of_node(struct rank_walk *r, const struct qp_node *p) {
@@ -965,8 +818,8 @@ static int rank_of_node(struct rank_walk *r, const struct qp_node *p) {
     const char *op = p->op_type;
     if (!qp_domain_is_onnx(p->domain)) return -1;
     int r0 = p->n_inputs > 0 ? rank_of(r, p->inputs[0]) : -1;
-    if (op_in(op, same_rank_ops)) return r0;
-    if (op_in(op, broadcast_ops)) {
+    if (qp_op_is(p, QP_OP_FLAG_SAME_RANK)) return r0;
+    if (qp_op_is(p, QP_OP_FLAG_BROADCAST)) {
         int best = -1;
         for (int i = 0; i < p->n_inputs; i++) {
             int ri = rank_of(r, p->inputs[i]);
@@ -1309,44 +1162,6 @@ static const struct qp_tensor *const_tensor(const struct qp_graph *g, int v) {
     return a && a->type == QP_ATTR_TENSOR ? a->t : NULL;
 }
 
-/* Operators whose output 0 has the channel count (dimension 1) of input 0. */
-static const char *const same_channel_ops[] = {"Abs",
-                                               "AveragePool",
-                                               "BatchNormalization",
-                                               "Cast",
-                                               "Ceil",
-                                               "Clip",
-                                               "Dropout",
-                                               "Elu",
-                                               "Erf",
-                                               "Exp",
-                                               "Floor",
-                                               "Gelu",
-                                               "GlobalAveragePool",
-                                               "GlobalMaxPool",
-                                               "GroupNormalization",
-                                               "HardSigmoid",
-                                               "HardSwish",
-                                               "Identity",
-                                               "InstanceNormalization",
-                                               "LeakyRelu",
-                                               "Log",
-                                               "LpPool",
-                                               "MaxPool",
-                                               "Mish",
-                                               "Neg",
-                                               "Reciprocal",
-                                               "Relu",
-                                               "Round",
-                                               "Selu",
-                                               "Sigmoid",
-                                               "Sign",
-                                               "Softplus",
-                                               "Softsign",
-                                               "Sqrt",
-                                               "Tanh",
-                                               NULL};
-
 /* Dimension 1 (channels) of value `v`: declared, else followed back through channel-keeping
  * operators to a Conv or ConvTranspose with constant weights. -1 when unknown. */
 static int64_t channel_count(const struct qp_graph *g, int v) {
@@ -1364,7 +1179,7 @@ static int64_t channel_count(const struct qp_graph *g, int v) {
             int64_t group = attr_int_or(p, "group", 1);
             return group >= 1 && w->dims[1] <= INT64_MAX / group ? w->dims[1] * group : -1;
         }
-        if (!op_in(p->op_type, same_channel_ops) || p->n_inputs < 1) return -1;
+        if (!qp_op_is(p, QP_OP_FLAG_SAME_CHANNELS) || p->n_inputs < 1) return -1;
         v = p->inputs[0];
     }
     return -1;

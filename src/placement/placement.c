@@ -12,6 +12,7 @@
 
 #include "core/arena.h"
 #include "core/grow.h"
+#include "core/size.h"
 
 /* ---- storage ---------------------------------------------------------------------------- */
 
@@ -59,12 +60,10 @@ static void hash_put(struct qp_placement *p, int code) {
 
 static int hash_rebuild(struct qp_placement *p, size_t need) {
     size_t cap = p->hash_cap ? p->hash_cap : 64;
-    while (cap < need * 2) {
-        if (cap > SIZE_MAX / 4 / sizeof(int)) return 0;
-        cap *= 2;
-    }
+    while (cap < need * 2)
+        if (!qp_size_mul(cap, 2, &cap)) return 0;
     if (cap != p->hash_cap) {
-        int *h = malloc(cap * sizeof *h);
+        int *h = qp_malloc_n(cap, sizeof *h);
         if (!h) return 0;
         free(p->hash);
         p->hash = h;
@@ -428,11 +427,11 @@ enum qp_status qp_placement_validate(struct qp_placement *p, const struct qp_gra
     /* Sort both lists by (topo position, input). Ties cannot happen: slots are unique. */
     size_t nmax = p->n_edges > p->n_weights ? p->n_edges : p->n_weights;
     if (nmax) {
-        if (!(keys = malloc(nmax * sizeof *keys))) goto nomem;
+        if (!(keys = qp_malloc_n(nmax, sizeof *keys))) goto nomem;
         size_t esz = sizeof(struct qp_qedge) > sizeof(struct qp_qweight)
                          ? sizeof(struct qp_qedge)
                          : sizeof(struct qp_qweight);
-        if (!(tmp = malloc(nmax * esz))) goto nomem;
+        if (!(tmp = qp_malloc_n(nmax, esz))) goto nomem;
     }
     for (size_t i = 0; i < p->n_edges; i++)
         keys[i] = (struct sort_key){pos[p->edges[i].node_index], p->edges[i].input, i};

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "core/arena.h"
+#include "core/size.h"
+#include "ir/optraits.h"
 
 #define F16_MAX 65504.0f
 
@@ -41,20 +43,9 @@ static int has_subgraph(const struct qp_node *n) {
 /* Ops kept in fp32: no fp16 in their schema, a dtype attribute deciding the output type, or
  * sequence/optional values whose element type lives in the type proto. */
 static int blocked_op(const struct qp_node *n) {
-    static const char *const ops[] = {
-        "Upsample",           "NonMaxSuppression", "Celu",
-        "QLinearConv",        "QLinearMatMul",     "DynamicQuantizeLinear",
-        "RandomNormal",       "RandomUniform",     "RandomNormalLike",
-        "RandomUniformLike",  "Multinomial",       "Bernoulli",
-        "HannWindow",         "HammingWindow",     "BlackmanWindow",
-        "MelWeightMatrix",    "TfIdfVectorizer",   "SplitToSequence",
-        "ConcatFromSequence", "Optional",          "OptionalGetElement",
-        "OptionalHasElement"};
     if (!qp_domain_is_onnx(n->domain) || has_subgraph(n)) return 1;
     if (strncmp(n->op_type, "Sequence", 8) == 0) return 1;
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        if (qp_node_is(n, ops[i])) return 1;
-    return 0;
+    return qp_op_is(n, QP_OP_FLAG_NO_FP16);
 }
 
 /* Input slots that take any dtype (no Cast needed) and slots fixed to float32 by the schema. */
@@ -93,7 +84,6 @@ static enum qp_dtype branch_out(const struct qp_node *n, int k) {
 /* The dtype of output `k` of node `n` from the op's type rules (ONNX schemas). */
 static enum qp_dtype infer_out(const struct conv *c, const struct qp_node *n, int k) {
     if (!qp_domain_is_onnx(n->domain)) return QP_DTYPE_UNDEFINED;
-    const char *op = n->op_type;
     if (qp_node_is(n, "Constant")) {
         for (int a = 0; a < n->n_attrs; a++) {
             const struct qp_attr *at = &n->attrs[a];
@@ -109,15 +99,8 @@ static enum qp_dtype infer_out(const struct conv *c, const struct qp_node *n, in
     }
     if (qp_node_is(n, "Cast")) return attr_dtype(n, "to", QP_DTYPE_UNDEFINED);
     if (qp_node_is(n, "CastLike")) return in_dt(c, n, 1);
-    static const char *const i64[] = {"Shape",  "Size",    "ArgMax",
-                                      "ArgMin", "NonZero", "NonMaxSuppression"};
-    for (size_t i = 0; i < sizeof i64 / sizeof i64[0]; i++)
-        if (!strcmp(op, i64[i])) return QP_DTYPE_INT64;
-    static const char *const b[] = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-                                    "Not",   "And",  "Or",      "Xor",         "IsNaN",
-                                    "IsInf"};
-    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
-        if (!strcmp(op, b[i])) return QP_DTYPE_BOOL;
+    if (qp_op_is(n, QP_OP_FLAG_OUT_INT64)) return QP_DTYPE_INT64;
+    if (qp_op_is(n, QP_OP_FLAG_OUT_BOOL)) return QP_DTYPE_BOOL;
     if (qp_node_is(n, "QuantizeLinear")) {
         enum qp_dtype zp = in_dt(c, n, 2);
         if (zp != QP_DTYPE_UNDEFINED) return zp;
@@ -150,6 +133,19 @@ static enum qp_dtype infer_out(const struct conv *c, const struct qp_node *n, in
     return in_dt(c, n, 0);
 }
 
+static void mark_outer(struct conv *c, const struct qp_graph *sub);
+
+/* mark_outer for each subgraph (If/Loop/Scan bodies) held in an attribute of n. */
+static void mark_subgraphs(struct conv *c, const struct qp_node *n) {
+    for (int a = 0; a < n->n_attrs; a++) {
+        const struct qp_attr *at = &n->attrs[a];
+        if (at->type == QP_ATTR_GRAPH && at->g) mark_outer(c, at->g);
+        if (at->type == QP_ATTR_GRAPHS)
+            for (size_t j = 0; j < at->n; j++)
+                if (at->graphs[j]) mark_outer(c, at->graphs[j]);
+    }
+}
+
 /* Marks the top-level values read implicitly (outer scope) by subgraphs of `sub`. */
 static void mark_outer(struct conv *c, const struct qp_graph *sub) {
     for (size_t v = 0; v < sub->n_values; v++) {
@@ -158,14 +154,7 @@ static void mark_outer(struct conv *c, const struct qp_graph *sub) {
         if (tv >= 0) c->k32[tv] = 1;
     }
     for (size_t i = 0; i < sub->n_nodes; i++) {
-        const struct qp_node *n = &sub->nodes[i];
-        for (int a = 0; a < n->n_attrs; a++) {
-            const struct qp_attr *at = &n->attrs[a];
-            if (at->type == QP_ATTR_GRAPH && at->g) mark_outer(c, at->g);
-            if (at->type == QP_ATTR_GRAPHS)
-                for (size_t j = 0; j < at->n; j++)
-                    if (at->graphs[j]) mark_outer(c, at->graphs[j]);
-        }
+        mark_subgraphs(c, &sub->nodes[i]);
     }
 }
 
@@ -186,7 +175,7 @@ static int slot_want(const struct conv *c, int ni, int i) {
 /* fp16 bits of float32 data, clamped to the fp16 range; `scale` raises non-zero values that
  * would round to zero. */
 static uint16_t *to_f16(const void *src, uint64_t n, int scale, size_t *clamped, size_t *under) {
-    uint16_t *out = malloc(n ? (size_t)n * 2 : 1);
+    uint16_t *out = n > SIZE_MAX ? NULL : qp_malloc_n((size_t)n, sizeof *out);
     if (!out) return NULL;
     const unsigned char *b = src;
     for (uint64_t i = 0; i < n; i++) {
@@ -213,7 +202,9 @@ static enum qp_status convert_tensor(struct conv *c, struct qp_tensor *t, int sc
         return qp_error_set(c->err, QP_ERR_UNSUPPORTED,
                             "fp16: %s '%s': data not loaded (external data), cannot convert", what,
                             t->name ? t->name : "");
-    if (t->numel > SIZE_MAX / 4 || t->nbytes != (size_t)t->numel * 4)
+    size_t want_bytes = 0;
+    if (t->numel > SIZE_MAX || !qp_size_mul((size_t)t->numel, 4, &want_bytes) ||
+        t->nbytes != want_bytes)
         return qp_error_set(c->err, QP_ERR_BAD_INPUT,
                             "fp16: %s '%s': %zu bytes for %llu float32 elements", what,
                             t->name ? t->name : "", t->nbytes, (unsigned long long)t->numel);
@@ -410,15 +401,7 @@ static enum qp_status run(struct conv *c) {
     enum qp_status st;
     /* Values read by subgraphs stay fp32. */
     for (size_t i = 0; i < g->n_nodes; i++) {
-        const struct qp_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int a = 0; a < n->n_attrs; a++) {
-            const struct qp_attr *at = &n->attrs[a];
-            if (at->type == QP_ATTR_GRAPH && at->g) mark_outer(c, at->g);
-            if (at->type == QP_ATTR_GRAPHS)
-                for (size_t j = 0; j < at->n; j++)
-                    if (at->graphs[j]) mark_outer(c, at->graphs[j]);
-        }
+        if (!g->nodes[i].dead) mark_subgraphs(c, &g->nodes[i]);
     }
     /* Dtypes before the pass, inferred where the model does not declare them. */
     for (size_t v = 0; v < g->n_values; v++) {
@@ -544,17 +527,17 @@ enum qp_status qp_model_convert_f16(struct qp_model *m, struct qp_f16_stats *sta
     enum qp_status st = qp_graph_toposort(c.g, err);
     if (st != QP_OK) return st;
     /* New values: one fp16 copy per initializer, two Casts per value, one per graph output. */
-    size_t nv = c.g->n_values;
-    if (nv > (SIZE_MAX / 8 - c.g->n_outputs - 16) / 4)
+    size_t nv4, no2;
+    if (!qp_size_mul(c.g->n_values, 4, &nv4) || !qp_size_mul(c.g->n_outputs, 2, &no2) ||
+        !qp_size_add(nv4, no2, &c.cap) || !qp_size_add(c.cap, 16, &c.cap))
         return qp_error_set(err, QP_ERR_NOMEM, "fp16: graph too large");
-    c.cap = nv * 4 + c.g->n_outputs * 2 + 16;
     c.n_nodes0 = c.g->n_nodes;
     c.hi = calloc(c.n_nodes0 + 1, 1);
     c.k32 = calloc(c.cap, 1);
     c.dt = calloc(c.cap, sizeof *c.dt);
     c.act = calloc(c.cap, sizeof *c.act);
-    c.cast16 = malloc(c.cap * sizeof *c.cast16);
-    c.cast32 = malloc(c.cap * sizeof *c.cast32);
+    c.cast16 = qp_malloc_n(c.cap, sizeof *c.cast16);
+    c.cast32 = qp_malloc_n(c.cap, sizeof *c.cast32);
     if (!c.hi || !c.k32 || !c.dt || !c.act || !c.cast16 || !c.cast32) {
         st = nomem(err);
         goto done;

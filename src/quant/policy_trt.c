@@ -15,21 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- op-type lists (modelopt op_types.py, ort_utils.configure_ort) -------------------------- */
+#include "ir/optraits.h"
 
-static const char *const LINEAR_OPS[] = {"Conv", "ConvTranspose", "Gemm", "MatMul", NULL};
-static const char *const COPY_OPS[] = {
-    "Flatten",         "Transpose",       "Concat",    "Split",  "Squeeze", "Expand",
-    "ReverseSequence", "Reshape",         "Tile",      "Gather", "Slice",   "GatherElements",
-    "GatherND",        "ScatterElements", "ScatterND", "OneHot", NULL};
-static const char *const POINTWISE_OPS[] = {
-    /* unary */
-    "Neg", "Sqrt", "Abs", "Log", "Exp", "Not", "Cast", "Floor", "Ceil", "Round", "Erf", "Gelu",
-    "Sin", "Cos", "Atan", "Sign", "IsNaN", "IsInf", "LeakyRelu", "Elu", "Tanh", "Sigmoid",
-    "Softmax", "Softplus", "InstanceNormalization", "CumSum",
-    /* binary */
-    "Add", "Sub", "Mul", "Pow", "Div", "Min", "Max", "Greater", "GreaterOrEqual", "Less",
-    "LessOrEqual", "Equal", "BitwiseOr", "BitwiseAnd", "BitwiseXor", "BitShift", NULL};
+/* ---- quantizable op types (modelopt ort_utils.configure_ort) ------------------------------ */
+/* The op families the steps ask about (linear, copy, pointwise, pool, the ORT QDQ handlers that
+ * take input 0 only, shape sources) are flags of the ONNX op traits table, ir/optraits.h. These
+ * two stay here: they are the policy's defaults, which a user list of op types replaces. */
+
 /* INT8 quantizable op types with no user list: ORT's QLinear/QDQ registries after ModelOpt's
  * removals, plus BatchNormalization, LayerNormalization, LRN, ConvTranspose and HardSwish. */
 static const char *const INT8_TYPES[] = {"Add",
@@ -49,47 +41,6 @@ static const char *const INT8_TYPES[] = {"Add",
                                          "HardSwish",
                                          NULL};
 static const char *const FP8_TYPES[] = {"Conv", "Gemm", "MatMul", "Add", NULL};
-static const char *const POOL_OPS[] = {
-    "AveragePool", "GlobalAveragePool", "MaxPool",       "GlobalMaxPool",  "GlobalLpPool",
-    "LpPool",      "MaxPoolGridSample", "HammingWindow", "BlackmanWindow", "HannWindow",
-    NULL};
-/* Ops whose ORT QDQ handler quantizes input 0 only. */
-static const char *const INPUT0_OPS[] = {"BatchNormalization",
-                                         "LayerNormalization",
-                                         "LRN",
-                                         "InstanceNormalization",
-                                         "Resize",
-                                         "Upsample",
-                                         "AveragePool",
-                                         "GlobalAveragePool",
-                                         "MaxPool",
-                                         "GlobalMaxPool",
-                                         "LpPool",
-                                         "GlobalLpPool",
-                                         "Clip",
-                                         "HardSwish",
-                                         "Relu",
-                                         "LeakyRelu",
-                                         "Sigmoid",
-                                         "Softmax",
-                                         "Reshape",
-                                         "Transpose",
-                                         "Squeeze",
-                                         "Unsqueeze",
-                                         "Flatten",
-                                         "Split",
-                                         "Slice",
-                                         "Pad",
-                                         "Tile",
-                                         "Expand",
-                                         "Gather",
-                                         "GatherElements",
-                                         "GatherND",
-                                         "ArgMax",
-                                         "DepthToSpace",
-                                         "SpaceToDepth",
-                                         NULL};
-static const char *const SHAPE_SOURCES[] = {"Shape", "Size", NULL};
 
 static int in_list(const char *op, const char *const *list) {
     for (; *list; list++)
@@ -209,7 +160,7 @@ static void find_constants_and_shapes(struct ctx *c) {
                     c->cst[p->inputs[0]];
         }
         /* Shape computation: Shape/Size, or only shape values and constants in. */
-        int shape = in_list(onnx_op(nd), SHAPE_SOURCES), any_shape = 0, all_ok = 1;
+        int shape = qp_op_is(nd, QP_OP_FLAG_SHAPE_SOURCE), any_shape = 0, all_ok = 1;
         for (int i = 0; i < nd->n_inputs; i++) {
             int v = nd->inputs[i];
             if (v < 0) continue;
@@ -286,6 +237,7 @@ static int build_adjacency(struct ctx *c) {
 struct path_query {
     const char *const *types; /* NULL-terminated */
     const char *const *wild;  /* NULL-terminated, may be NULL */
+    unsigned wild_bits;       /* op traits that also match as wildcards (optraits.h) */
     int forward;
     int budget;    /* node visits left; a search that runs out fails */
     int path[64];  /* nodes of the match, in path order */
@@ -315,7 +267,8 @@ static int path_rec(const struct ctx *c, struct path_query *q, int n, int ti, in
     }
     if (--q->budget < 0 || sp >= 64) return 0;
     int match = type_matches(c, n, t);
-    int wild = !match && q->wild && in_list(pseudo_type(c, n), q->wild);
+    int wild = !match && ((q->wild && in_list(pseudo_type(c, n), q->wild)) ||
+                          (qp_op_traits(node(c, n)) & q->wild_bits));
     if (!match && !wild) {
         /* BiasAdd and ConstMul are optional path elements. */
         if (strcmp(t, "BiasAdd") == 0 || strcmp(t, "ConstMul") == 0)
@@ -338,9 +291,10 @@ static int path_rec(const struct ctx *c, struct path_query *q, int n, int ti, in
 }
 
 static int has_path(const struct ctx *c, int n, const char *const *types, const char *const *wild,
-                    int forward, struct path_query *q) {
+                    unsigned wild_bits, int forward, struct path_query *q) {
     q->types = types;
     q->wild = wild;
+    q->wild_bits = wild_bits;
     q->forward = forward;
     q->budget = 20000;
     q->len = 0;
@@ -379,7 +333,7 @@ static int fusible_backbone(struct ctx *c, int n) {
             for (int j = 0; j < 6; j++)
                 t[j] = pats[k][j] && conv_t && strcmp(pats[k][j], "Conv") == 0 ? "ConvTranspose"
                                                                                : pats[k][j];
-            if (has_path(c, n, t, COPY_OPS, 0, &q)) {
+            if (has_path(c, n, t, NULL, QP_OP_BIT(QP_OP_FLAG_COPY), 0, &q)) {
                 c->stamp++;
                 return backbone_search(c, n, 0);
             }
@@ -451,11 +405,13 @@ static void check_conv(struct ctx *c, int n) {
 
 /* §3.2.3: attention BMM pairs. */
 static void check_mha(struct ctx *c, int n) {
+    /* The wildcards here, in the fMHA check below and at the mask Add are part of ModelOpt's
+     * patterns (pseudo types such as ConstMul included), not op facts (ir/optraits.h). */
     static const char *const pat[] = {"MatMul", "Softmax", "MatMul", NULL};
     static const char *const wild[] = {"Div",     "Mul",       "ConstMul", "Add",  "BiasAdd",
                                        "Reshape", "Transpose", "Flatten",  "Cast", NULL};
     struct path_query q;
-    if (!has_path(c, n, pat, wild, 1, &q)) return;
+    if (!has_path(c, n, pat, wild, 0, 1, &q)) return;
     int bmm2 = q.path[q.len - 1];
     const struct qp_node *nd = node(c, n);
     const char *why = NULL;
@@ -486,7 +442,7 @@ static void check_mha(struct ctx *c, int n) {
                         t[k2++] = "MatMul";
                         t[k2] = NULL;
                         struct path_query q2;
-                        ok = has_path(c, n, t, fw, 1, &q2) && q2.path[q2.len - 1] == bmm2;
+                        ok = has_path(c, n, t, fw, 0, 1, &q2) && q2.path[q2.len - 1] == bmm2;
                     }
                 }
                 if (!ok) why = "trt.excluded.fp8_mha_pattern";
@@ -504,7 +460,7 @@ static void check_mha(struct ctx *c, int n) {
 static void mark_pattern(struct ctx *c, int n, const char *const *types, const char *const *wild,
                          const char *why) {
     struct path_query q;
-    if (!has_path(c, n, types, wild, 1, &q)) return;
+    if (!has_path(c, n, types, wild, 0, 1, &q)) return;
     for (int i = 0; i < q.len; i++) {
         if (!c->patterned[q.path[i]] && !c->excluded[q.path[i]]) c->note[q.path[i]] = why;
         c->patterned[q.path[i]] = 1;
@@ -610,10 +566,10 @@ static int fusible_mul(const struct ctx *c, int n) {
     static const char *const r2[] = {"Mul", "HardSigmoid", NULL};
     struct path_query q;
     if (n_var_inputs(c, n) < 2) return 1;
-    if (has_path(c, n, a1, NULL, 0, &q) || has_path(c, n, a2, NULL, 0, &q) ||
-        has_path(c, n, a3, NULL, 0, &q))
+    if (has_path(c, n, a1, NULL, 0, 0, &q) || has_path(c, n, a2, NULL, 0, 0, &q) ||
+        has_path(c, n, a3, NULL, 0, 0, &q))
         return 1;
-    if (has_path(c, n, r1, NULL, 0, &q) || has_path(c, n, r2, NULL, 0, &q)) return 0;
+    if (has_path(c, n, r1, NULL, 0, 0, &q) || has_path(c, n, r2, NULL, 0, 0, &q)) return 0;
     return 1;
 }
 
@@ -623,7 +579,7 @@ static int joins(struct ctx *c, int *part, int pid, int cur, int m) {
     if (c->excluded[m] || c->patterned[m] || c->shape_node[m] || c->cask[m] >= 0 || c->kgen[m] >= 0)
         return 0;
     int ok = 0;
-    if (in_list(onnx_op(nd), COPY_OPS) || in_list(onnx_op(nd), POINTWISE_OPS)) {
+    if (qp_op_is(nd, QP_OP_FLAG_COPY) || qp_op_is(nd, QP_OP_FLAG_POINTWISE)) {
         ok = 1;
         for (int i = 0; i < nd->n_inputs && ok; i++) {
             int v = nd->inputs[i];
@@ -687,7 +643,7 @@ static int grow_partition(struct ctx *c, int *part, int pid, int root, int *last
 /* Reached backward from a CASK partition through copy ops only (depth <= 10). */
 static int follows_cask(const struct ctx *c, int n, int depth) {
     if (c->cask[n] >= 0) return 1;
-    if (depth >= 10 || !in_list(onnx_op(node(c, n)), COPY_OPS) || nparents(c, n) == 0) return 0;
+    if (depth >= 10 || !qp_op_is(node(c, n), QP_OP_FLAG_COPY) || nparents(c, n) == 0) return 0;
     for (int k = 0; k < nparents(c, n); k++)
         if (!follows_cask(c, parent(c, n, k), depth + 1)) return 0;
     return 1;
@@ -707,7 +663,8 @@ static int is_quantized_neighbour(const struct ctx *c, int n, int forward, int d
         int m = forward ? child(c, n, k) : parent(c, n, k);
         if (c->quant[m]) return 1;
         const char *op = onnx_op(node(c, m));
-        int through = in_list(op, COPY_OPS) || (!forward && strcmp(op, "Cast") == 0);
+        int through =
+            qp_op_is(node(c, m), QP_OP_FLAG_COPY) || (!forward && strcmp(op, "Cast") == 0);
         if (through && depth < 10 && is_quantized_neighbour(c, m, forward, depth + 1)) return 1;
     }
     return 0;
@@ -722,8 +679,8 @@ static const char *linear_reason(const struct qp_node *nd, int weight) {
 
 /* Input slots ORT's handler for this op quantizes: bit i for input i. */
 static uint64_t op_slots(const struct qp_node *nd) {
-    if (in_list(onnx_op(nd), LINEAR_OPS)) return 3;
-    if (in_list(onnx_op(nd), INPUT0_OPS)) return 1;
+    if (qp_op_is(nd, QP_OP_FLAG_LINEAR)) return 3;
+    if (qp_op_is(nd, QP_OP_FLAG_QDQ_INPUT0)) return 1;
     if (qp_node_is(nd, "Where")) return 6;
     return nd->n_inputs >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << nd->n_inputs) - 1);
 }
@@ -731,7 +688,7 @@ static uint64_t op_slots(const struct qp_node *nd) {
 static enum qp_status emit(struct ctx *c, struct qp_placement *out, int n, struct qp_error *err) {
     const struct qp_node *nd = node(c, n);
     uint64_t slots = op_slots(nd) & ~c->noq[n];
-    int linear = in_list(onnx_op(nd), LINEAR_OPS);
+    int linear = qp_op_is(nd, QP_OP_FLAG_LINEAR);
     if (qp_node_is(nd, "LayerNormalization")) slots &= 1;
     for (int i = 0; i < nd->n_inputs && i < 64; i++) {
         if (!(slots >> i & 1)) continue;
@@ -770,7 +727,7 @@ static void partition_policy(struct ctx *c, int *ok) {
     for (size_t k = 0; k < g->n_topo && *ok; k++) {
         int n = g->topo[k];
         const struct qp_node *nd = node(c, n);
-        if (!in_list(onnx_op(nd), LINEAR_OPS) || c->cask[n] >= 0 || c->excluded[n] ||
+        if (!qp_op_is(nd, QP_OP_FLAG_LINEAR) || c->cask[n] >= 0 || c->excluded[n] ||
             c->patterned[n] || c->shape_node[n])
             continue;
         int pid = c->n_cask++;
@@ -787,7 +744,7 @@ static void partition_policy(struct ctx *c, int *ok) {
     for (size_t k = 0; k < g->n_topo && *ok; k++) {
         int n = g->topo[k];
         const struct qp_node *nd = node(c, n);
-        if (!in_list(onnx_op(nd), POINTWISE_OPS) || c->cask[n] >= 0 || c->kgen[n] >= 0 ||
+        if (!qp_op_is(nd, QP_OP_FLAG_POINTWISE) || c->cask[n] >= 0 || c->kgen[n] >= 0 ||
             c->excluded[n] || c->patterned[n] || c->shape_node[n])
             continue;
         int last;
@@ -854,7 +811,7 @@ static void partition_policy(struct ctx *c, int *ok) {
         static const char *const mask_pat[] = {"Add", "Softmax", "MatMul", NULL};
         static const char *const mask_wild[] = {"Flatten", "Reshape", NULL};
         struct path_query q;
-        int mask_add = qp_node_is(nd, "Add") && has_path(c, n, mask_pat, mask_wild, 1, &q);
+        int mask_add = qp_node_is(nd, "Add") && has_path(c, n, mask_pat, mask_wild, 0, 1, &q);
         uint64_t noq = 0;
         int has_q = 0;
         for (int i = 0; i < nd->n_inputs && i < 64; i++) {
@@ -914,8 +871,8 @@ static void partition_policy(struct ctx *c, int *ok) {
             if (c->cask[n] >= 0 || c->kgen[n] >= 0 || c->excluded[n] || c->patterned[n] ||
                 c->shape_node[n] || c->quant[n] || !in_list(onnx_op(nd), c->qtypes))
                 continue;
-            if (in_list(onnx_op(nd), POINTWISE_OPS) && has_const_input(c, n)) continue;
-            int pool = in_list(onnx_op(nd), POOL_OPS);
+            if (qp_op_is(nd, QP_OP_FLAG_POINTWISE) && has_const_input(c, n)) continue;
+            int pool = qp_op_is(nd, QP_OP_FLAG_POOL);
             if (pass == 0 && !pool) {
                 set_quant(c, n, "trt.op_input", "trt.leftover");
             } else if (pass == 1 && pool) {

@@ -378,6 +378,43 @@ static void test_foreign_domain_conv(void **state) {
     qp_model_free(m);
 }
 
+/* conv0 -> Relu -> MaxPool -> conv1, with the Relu and the MaxPool in `domain`. */
+static struct qp_model *conv_pool_model(const char *domain) {
+    struct qp_model *m = qp_model_create();
+    qg_input(m, "x");
+    conv(m, "conv0", "x", "c0", 32, 32, 3);
+    qg_node(m, "relu", "Relu", "c0", "r");
+    qg_node(m, "pool", "MaxPool", "r", "p");
+    conv(m, "conv1", "p", "y", 32, 32, 3);
+    qg_output(m, "y");
+    qg_sort(m);
+    struct qp_graph *g = m->graph;
+    g->nodes[qp_graph_find_node(g, "relu")].domain = domain;
+    g->nodes[qp_graph_find_node(g, "pool")].domain = domain;
+    return m;
+}
+
+/* The pool rules (a MaxPool between quantized convs takes a Q/DQ on its input) are ONNX's: a
+ * com.microsoft "MaxPool" / "Relu" gets none of the op traits, so only the convs are quantized. */
+static void test_foreign_domain_pool(void **state) {
+    (void)state;
+    struct qp_model *m = conv_pool_model("");
+    expect(m, &INT8,
+           "e x conv0 0 trt.conv_input\n"
+           "e r pool 0 trt.pool_input\n"
+           "e p conv1 0 trt.conv_input\n"
+           "w conv0.w conv0 1 0 trt.conv_weight\n"
+           "w conv1.w conv1 1 0 trt.conv_weight\n");
+    qp_model_free(m);
+    m = conv_pool_model("com.microsoft");
+    expect(m, &INT8,
+           "e x conv0 0 trt.conv_input\n"
+           "e p conv1 0 trt.conv_input\n"
+           "w conv0.w conv0 1 0 trt.conv_weight\n"
+           "w conv1.w conv1 1 0 trt.conv_weight\n");
+    qp_model_free(m);
+}
+
 /* ---- SE block: Mul(feature, Sigmoid(conv(...))) --------------------------------------------- */
 
 static void test_se_block_mul(void **state) {
@@ -725,6 +762,7 @@ int main(void) {
         cmocka_unit_test(test_small_and_nonconst_convs),
         cmocka_unit_test(test_gemv_and_small_gemm),
         cmocka_unit_test(test_pool_and_graph_output),
+        cmocka_unit_test(test_foreign_domain_pool),
         cmocka_unit_test(test_shapes_scalars_dtypes),
         cmocka_unit_test(test_existing_qdq_untouched),
         cmocka_unit_test(test_user_lists),
