@@ -11,5 +11,6 @@
 #include "qplace/npy.h"
 #include "qplace/placement.h"
 #include "qplace/calib.h"
+#include "qplace/graph.h"
 #include "qplace/session.h"
 #endif
