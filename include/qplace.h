@@ -12,5 +12,6 @@
 #include "qplace/placement.h"
 #include "qplace/calib.h"
 #include "qplace/graph.h"
+#include "qplace/quantize.h"
 #include "qplace/session.h"
 #endif

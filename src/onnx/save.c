@@ -847,3 +847,45 @@ done:
     qp_arena_free(s.a);
     return st;
 }
+
+enum qp_status qp_model_save_buffer(const struct qp_model *model, void **data_out,
+                                    size_t *size_out, struct qp_error *err) {
+    if (!model || !model->graph || !data_out || !size_out)
+        return qp_error_set(err, QP_ERR_USAGE, "save: no model or no output");
+    struct saver s = {.m = model};
+    s.min_bytes = 1024;
+    uint8_t *buf = NULL;
+    Onnx__ModelProto *mp = NULL;
+    size_t size = 0;
+    enum qp_status st = qp_graph_toposort(model->graph, err);
+    if (st == QP_OK) st = build(&s, 0, &mp, &size, err);
+    if (st == QP_OK && (uint64_t)size > proto_limit)
+        st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                          "save: the model serializes to %zu bytes, over protobuf's limit of "
+                          "%llu; save it to a file with external data",
+                          size, (unsigned long long)proto_limit);
+    if (st == QP_OK && !(buf = malloc(size ? size : 1))) st = nomem(err);
+    if (st == QP_OK && protobuf_c_message_pack(&mp->base, buf) != size) {
+        st = qp_error_set(err, QP_ERR_BAD_INPUT, "save: the model did not serialize");
+        free(buf);
+    }
+    free(s.chunks);
+    qp_arena_free(s.a);
+    if (st != QP_OK) return st;
+    *data_out = buf;
+    *size_out = size;
+    return QP_OK;
+}
+
+enum qp_status qp_model_clone(const struct qp_model *model, struct qp_model **out,
+                              struct qp_error *err) {
+    if (!out) return qp_error_set(err, QP_ERR_USAGE, "clone: no output");
+    void *buf = NULL;
+    size_t size = 0;
+    enum qp_status st = qp_model_save_buffer(model, &buf, &size, err);
+    if (st != QP_OK) return st;
+    st = qp_model_load_buffer(buf, size, model->dir, NULL, out, err);
+    free(buf);
+    if (st != QP_OK) qp_error_prefix(err, "clone");
+    return st;
+}

@@ -114,28 +114,256 @@ static enum qp_status compare_outputs(struct qp_session *sf, struct qp_session *
     return QP_OK;
 }
 
+/* What the steps after placement need: the float model (calibration and the drift reference),
+ * the model that is written, its placement (validated against mq) and the data. */
+struct qp_quantize_job {
+    struct qp_model *mf, *mq;
+    struct qp_placement *pl;
+    struct qp_provider *cal, *ev; /* ev NULL: held out from cal, or cal itself */
+    enum qp_calib_method method;
+    enum qp_quant_mode mode;
+    int dq_only;
+    enum qp_dtype high_precision;
+    int n_threads;
+    int64_t opset_in; /* the model's opset before conversion */
+};
+
+/* Refuses a model already holding Q/DQ, then brings both copies to opset >= 19 and sorts the one
+ * that is written. `label` names the model in messages. */
+static enum qp_status prepare_models(struct qp_model *mf, struct qp_model *mq, const char *label,
+                                     int64_t *opset_in, struct qp_error *err) {
+    if (qp_model_has_qdq(mf))
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "quantize: '%s' already holds QuantizeLinear/DequantizeLinear nodes "
+                            "(already quantized); give the float model",
+                            label);
+    enum qp_status st = QP_OK;
+    if (qp_model_opset(mf, "") < 19 && (st = qp_model_convert_opset(mf, 19, err)) != QP_OK) {
+        qp_error_prefix(err, "quantize: '%s'", label);
+        return st;
+    }
+    *opset_in = qp_model_opset(mq, "");
+    if (*opset_in < 19 && (st = qp_model_convert_opset(mq, 19, err)) != QP_OK) return st;
+    return qp_graph_toposort(mq->graph, err);
+}
+
+/* The placement of `qplace quantize`: --placement_in, or the trt policy with lists and rules. */
+static enum qp_status place_from_options(const struct qp_quantize_options *o, struct qp_graph *g,
+                                         struct qp_quantize_report *r, struct qp_placement **out,
+                                         struct qp_error *err) {
+    enum qp_status st = QP_OK;
+    if (o->placement_in) {
+        if ((st = qp_placement_load_file(o->placement_in, out, err)) != QP_OK) return st;
+        size_t n = strlen(o->placement_in) + 32;
+        if (!(r->placement_source = malloc(n))) return nomem(err);
+        snprintf(r->placement_source, n, "placement file %s", o->placement_in);
+        return QP_OK;
+    }
+    if (!(*out = qp_placement_create())) return nomem(err);
+    struct qp_policy_options po = {
+        .mode = o->mode, .disable_mha_qdq = o->disable_mha_qdq, .select = o->select};
+    if ((st = qp_policy_trt_place(g, &po, o->rules_path, *out, err)) != QP_OK) return st;
+    r->placement_source = strdup(o->rules_path ? "trt policy + rules" : "trt policy");
+    return r->placement_source ? QP_OK : nomem(err);
+}
+
+/* map[i] = the provider input that input i of session `s` reads (identity for data opened for
+ * the model; a callback provider may name its inputs in another order). */
+static enum qp_status input_map(struct qp_provider *p, const struct qp_session *s, size_t *map,
+                                struct qp_error *err) {
+    if (qp_session_n_inputs(s) > QP_QUANTIZE_MAX_INPUTS)
+        return qp_error_set(err, QP_ERR_UNSUPPORTED, "quantize: more than %d model inputs",
+                            QP_QUANTIZE_MAX_INPUTS);
+    return qp_provider_map_inputs(p, s, "quantize", map, err);
+}
+
+static void feed_of(const struct qp_array *batch, const size_t *map, size_t n,
+                    struct qp_array *feed) {
+    for (size_t i = 0; i < n; i++)
+        feed[i] = batch[map[i]];
+}
+
+static uint64_t batch_rows(const struct qp_array *batch, size_t n) {
+    return n && batch[0].rank > 0 ? (uint64_t)batch[0].dims[0] : 1;
+}
+
+/* Calibrates the placement's tensors on the first n_cal batches of job->cal into *ranges_out. */
+static enum qp_status calibrate(const struct qp_quantize_job *job, uint64_t n_cal,
+                                struct qp_quantize_report *r, struct qp_ranges **ranges_out,
+                                struct qp_error *err) {
+    struct qp_collect_options co;
+    qp_collect_options_default(&co, job->method);
+    co.placement = job->pl;
+    co.n_threads = job->n_threads;
+    size_t n_in = qp_provider_n_inputs(job->cal), map[QP_QUANTIZE_MAX_INPUTS];
+    struct qp_shape bshapes[QP_QUANTIZE_MAX_INPUTS];
+    struct qp_array feed[QP_QUANTIZE_MAX_INPUTS];
+    if (n_in > QP_QUANTIZE_MAX_INPUTS)
+        return qp_error_set(err, QP_ERR_UNSUPPORTED, "quantize: more than %d data inputs",
+                            QP_QUANTIZE_MAX_INPUTS);
+    struct qp_collector *col = NULL;
+    const struct qp_array *batch = NULL;
+    int end = 0;
+    enum qp_status st = qp_provider_reset(job->cal, err);
+    for (uint64_t b = 0; st == QP_OK && b < n_cal; b++) {
+        if ((st = qp_provider_next(job->cal, &batch, &end, err)) != QP_OK || end) break;
+        if (!col) {
+            qp_provider_shapes(job->cal, batch, bshapes);
+            if ((st = qp_collector_create(job->mf, &co, n_in, bshapes, &col, err)) != QP_OK ||
+                (st = input_map(job->cal, qp_collector_session(col), map, err)) != QP_OK)
+                break;
+        }
+        size_t ns = qp_session_n_inputs(qp_collector_session(col));
+        feed_of(batch, map, ns, feed);
+        if ((st = qp_collector_run(col, ns, feed, err)) != QP_OK) break;
+        r->n_calib_batches++;
+        r->n_calib_samples += batch_rows(batch, n_in);
+    }
+    if (st == QP_OK && !col)
+        st = qp_error_set(err, QP_ERR_BAD_INPUT, "quantize: the calibration data has no batches");
+    if (st == QP_OK) st = qp_collector_finish(col, ranges_out, NULL, err);
+    qp_collector_free(col);
+    return st;
+}
+
+static enum qp_status write_qdq(const struct qp_quantize_job *job, const struct qp_ranges *ranges,
+                                struct qp_quantize_report *r, struct qp_error *err) {
+    struct qp_writer_options wo;
+    qp_writer_options_default(&wo);
+    wo.qtype = job->mode == QP_QUANT_FP8 ? QP_DTYPE_FLOAT8E4M3FN : QP_DTYPE_INT8;
+    wo.dq_only = job->dq_only;
+    wo.high_precision = job->high_precision;
+    wo.amax = amax_from_ranges;
+    wo.amax_user = (void *)ranges;
+    return qp_qdq_write(job->mq, job->pl, &wo, &r->writer, err);
+}
+
+/* Output names into r and the accumulated sums into the drift figures. */
+static void drift_finish(const struct drift_acc *acc, struct qp_quantize_report *r) {
+    for (size_t i = 0; i < r->n_outputs; i++) {
+        struct qp_quantize_drift *d = &r->outputs[i];
+        d->cosine = acc[i].na > 0 && acc[i].nb > 0 ? acc[i].dot / sqrt(acc[i].na * acc[i].nb)
+                    : acc[i].na == acc[i].nb       ? 1.0
+                                                   : 0.0;
+        d->max_abs = acc[i].max_abs;
+        d->n_rows = acc[i].rows;
+        d->top1 = acc[i].rows ? (double)acc[i].agree / (double)acc[i].rows : 0;
+    }
+}
+
+/* Drift of mq against mf over the held-out batches (all of job->ev, or job->cal's batches from
+ * `skip` on), before saving, so a model the engine cannot run is an error. */
+static enum qp_status measure_drift(const struct qp_quantize_job *job, uint64_t skip,
+                                    struct qp_quantize_report *r, struct qp_error *err) {
+    struct qp_session *sf = NULL, *sq = NULL;
+    struct drift_acc *acc = NULL;
+    struct qp_session_options so = {.n_threads = job->n_threads};
+    struct qp_provider *src = job->ev ? job->ev : job->cal;
+    size_t map[QP_QUANTIZE_MAX_INPUTS], ns = 0;
+    struct qp_array feed[QP_QUANTIZE_MAX_INPUTS];
+    enum qp_status st = qp_session_create(job->mf, &so, 0, NULL, &sf, err);
+    if (st != QP_OK) return st;
+    if ((st = qp_session_create(job->mq, &so, 0, NULL, &sq, err)) != QP_OK) {
+        qp_error_prefix(err, "quantize: the quantized model does not run in the engine");
+        goto done;
+    }
+    r->n_outputs = qp_session_n_outputs(sf);
+    r->outputs = calloc(r->n_outputs ? r->n_outputs : 1, sizeof *r->outputs);
+    acc = calloc(r->n_outputs ? r->n_outputs : 1, sizeof *acc);
+    if (!r->outputs || !acc) goto oom;
+    for (size_t i = 0; i < r->n_outputs; i++)
+        if (!(r->outputs[i].name = strdup(qp_session_output_name(sf, i)))) goto oom;
+    if ((st = input_map(src, sf, map, err)) != QP_OK) goto done;
+    ns = qp_session_n_inputs(sf);
+    const struct qp_array *batch = NULL;
+    int end = 0;
+    if ((st = qp_provider_reset(src, err)) != QP_OK) goto done;
+    for (uint64_t b = 0;; b++) {
+        if ((st = qp_provider_next(src, &batch, &end, err)) != QP_OK || end) break;
+        if (b < skip) continue;
+        feed_of(batch, map, ns, feed);
+        if ((st = qp_session_run(sf, ns, feed, err)) != QP_OK) break;
+        if ((st = qp_session_run(sq, ns, feed, err)) != QP_OK) break;
+        if ((st = compare_outputs(sf, sq, acc, r, err)) != QP_OK) break;
+        r->n_eval_samples += batch_rows(batch, qp_provider_n_inputs(src));
+    }
+    if (st == QP_OK) drift_finish(acc, r);
+    goto done;
+oom:
+    st = nomem(err);
+done:
+    free(acc);
+    qp_session_free(sq);
+    qp_session_free(sf);
+    return st;
+}
+
+/* The placement against the model that is written (its entries then carry graph indices). */
+static enum qp_status validate_placement(const struct qp_quantize_job *job, struct qp_error *err) {
+    enum qp_status st = qp_placement_validate(job->pl, job->mq->graph, err);
+    if (st != QP_OK) qp_error_prefix(err, "quantize: placement");
+    return st;
+}
+
+/* Everything after placement and data: the held-out split, calibration, the writer and the
+ * drift. */
+static enum qp_status quantize_job(const struct qp_quantize_job *job, struct qp_quantize_report *r,
+                                   struct qp_error *err) {
+    enum qp_status st = QP_OK;
+    r->calibration_source = qp_provider_source(job->cal);
+    r->method = qp_calib_method_name(job->method);
+    uint64_t nb = qp_provider_n_batches(job->cal), n_cal = nb;
+    if (!job->ev && nb >= 2) {
+        n_cal = nb - (nb / 5 ? nb / 5 : 1);
+        r->eval_source_split = 1;
+    } else if (!job->ev) {
+        r->eval_on_calibration = 1;
+    }
+    struct qp_ranges *ranges = NULL;
+    if ((st = calibrate(job, n_cal, r, &ranges, err)) == QP_OK &&
+        (st = write_qdq(job, ranges, r, err)) == QP_OK) {
+        r->writer.opset_from = job->opset_in;
+        st = measure_drift(job, job->ev || r->eval_on_calibration ? 0 : n_cal, r, err);
+    }
+    qp_ranges_free(ranges);
+    return st;
+}
+
+/* Opens --calibration_data_path and --eval_data_path (or synthetic data) for `mf`'s inputs. */
+static enum qp_status open_data(const struct qp_quantize_options *o, const struct qp_graph *g,
+                                const struct qp_calib_shapes *shapes, struct qp_provider **cal,
+                                struct qp_provider **ev, struct qp_error *err) {
+    struct qp_npz_provider_input inputs[QP_QUANTIZE_MAX_INPUTS];
+    size_t n = 0;
+    enum qp_status st =
+        qp_provider_graph_inputs(g, o->calibration_shapes ? shapes : NULL, "quantize", inputs,
+                                 QP_QUANTIZE_MAX_INPUTS, &n, err);
+    if (st == QP_OK) st = make_provider(o, o->calibration_data_path, inputs, n, 1, cal, err);
+    if (st != QP_OK) return st;
+    if (o->eval_data_path) return make_provider(o, o->eval_data_path, inputs, n, 2, ev, err);
+    if (!o->calibration_data_path) return make_provider(o, NULL, inputs, n, 2, ev, err);
+    return QP_OK;
+}
+
 enum qp_status qp_quantize(const struct qp_quantize_options *o,
                            struct qp_quantize_report **report_out, struct qp_error *err) {
     if (!o || !o->onnx_path)
         return qp_error_set(err, QP_ERR_USAGE, "quantize: --onnx_path is required");
     enum qp_status st = QP_OK;
     struct qp_quantize_report *r = calloc(1, sizeof *r);
-    struct qp_model *mf = NULL, *mq = NULL;
-    struct qp_placement *pl = NULL;
     struct qp_calib_shapes shapes = {0};
-    struct qp_provider *cal = NULL, *ev = NULL;
-    struct qp_collector *col = NULL;
-    struct qp_ranges *ranges = NULL;
-    struct qp_session *sf = NULL, *sq = NULL;
-    struct drift_acc *acc = NULL;
-    struct qp_npz_provider_input inputs[QP_QUANTIZE_MAX_INPUTS];
-    struct qp_shape bshapes[QP_QUANTIZE_MAX_INPUTS];
-    size_t n_inputs = 0;
+    struct qp_quantize_job job = {.method = o->method,
+                                  .mode = o->mode,
+                                  .dq_only = o->dq_only,
+                                  .high_precision = o->high_precision,
+                                  .n_threads = o->n_threads};
     if (!r) return nomem(err);
-
     r->output_path =
         o->output_path ? strdup(o->output_path) : qp_quant_default_output(o->onnx_path);
-    if (!r->output_path) goto oom;
+    if (!r->output_path) {
+        st = nomem(err);
+        goto done;
+    }
     if (same_file(o->onnx_path, r->output_path)) {
         st = qp_error_set(err, QP_ERR_BAD_INPUT,
                           "quantize: output path '%s' is the input model; choose another "
@@ -146,170 +374,170 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
     if (o->calibration_shapes &&
         (st = qp_calib_shapes_parse(o->calibration_shapes, &shapes, err)) != QP_OK)
         goto done;
-
     /* Two loads: `mf` stays float (calibration and the drift reference), `mq` is written. */
-    if ((st = qp_model_load_file(o->onnx_path, NULL, &mf, err)) != QP_OK) goto done;
-    if (qp_model_has_qdq(mf)) {
-        st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                          "quantize: '%s' already holds QuantizeLinear/DequantizeLinear nodes "
-                          "(already quantized); give the float model",
-                          o->onnx_path);
+    if ((st = qp_model_load_file(o->onnx_path, NULL, &job.mf, err)) != QP_OK ||
+        (st = qp_model_load_file(o->onnx_path, NULL, &job.mq, err)) != QP_OK ||
+        (st = prepare_models(job.mf, job.mq, o->onnx_path, &job.opset_in, err)) != QP_OK ||
+        (st = place_from_options(o, job.mq->graph, r, &job.pl, err)) != QP_OK ||
+        (st = validate_placement(&job, err)) != QP_OK ||
+        (st = open_data(o, job.mf->graph, &shapes, &job.cal, &job.ev, err)) != QP_OK ||
+        (st = quantize_job(&job, r, err)) != QP_OK)
         goto done;
-    }
-    if (qp_model_opset(mf, "") < 19 && (st = qp_model_convert_opset(mf, 19, err)) != QP_OK) {
-        qp_error_prefix(err, "quantize: '%s'", o->onnx_path);
-        goto done;
-    }
-    if ((st = qp_model_load_file(o->onnx_path, NULL, &mq, err)) != QP_OK) goto done;
-    int64_t opset_in = qp_model_opset(mq, "");
-    if (qp_model_opset(mq, "") < 19 && (st = qp_model_convert_opset(mq, 19, err)) != QP_OK)
-        goto done;
-    struct qp_graph *g = mq->graph;
-    if ((st = qp_graph_toposort(g, err)) != QP_OK) goto done;
-
-    /* Placement. */
-    if (o->placement_in) {
-        if ((st = qp_placement_load_file(o->placement_in, &pl, err)) != QP_OK) goto done;
-        size_t n = strlen(o->placement_in) + 32;
-        r->placement_source = malloc(n);
-        if (!r->placement_source) goto oom;
-        snprintf(r->placement_source, n, "placement file %s", o->placement_in);
-    } else {
-        pl = qp_placement_create();
-        if (!pl) goto oom;
-        struct qp_policy_options po = {
-            .mode = o->mode, .disable_mha_qdq = o->disable_mha_qdq, .select = o->select};
-        if ((st = qp_policy_trt_place(g, &po, o->rules_path, pl, err)) != QP_OK) goto done;
-        r->placement_source = strdup(o->rules_path ? "trt policy + rules" : "trt policy");
-        if (!r->placement_source) goto oom;
-    }
-    if ((st = qp_placement_validate(pl, g, err)) != QP_OK) {
-        qp_error_prefix(err, "quantize: placement");
-        goto done;
-    }
-
-    /* Calibration of the placement's tensors on the float model. */
-    if ((st =
-             qp_provider_graph_inputs(mf->graph, o->calibration_shapes ? &shapes : NULL, "quantize",
-                                      inputs, QP_QUANTIZE_MAX_INPUTS, &n_inputs, err)) != QP_OK)
-        goto done;
-    if ((st = make_provider(o, o->calibration_data_path, inputs, n_inputs, 1, &cal, err)) != QP_OK)
-        goto done;
-    r->calibration_source = qp_provider_source(cal);
-    r->method = qp_calib_method_name(o->method);
-    uint64_t nb = qp_provider_n_batches(cal), n_cal = nb;
-    if (o->eval_data_path) {
-        if ((st = make_provider(o, o->eval_data_path, inputs, n_inputs, 2, &ev, err)) != QP_OK)
-            goto done;
-    } else if (!o->calibration_data_path) {
-        if ((st = make_provider(o, NULL, inputs, n_inputs, 2, &ev, err)) != QP_OK) goto done;
-    } else if (nb >= 2) {
-        uint64_t n_eval = nb / 5 ? nb / 5 : 1;
-        n_cal = nb - n_eval;
-        r->eval_source_split = 1;
-    } else {
-        r->eval_on_calibration = 1;
-    }
-
-    struct qp_collect_options co;
-    qp_collect_options_default(&co, o->method);
-    co.placement = pl;
-    co.n_threads = o->n_threads;
-    const struct qp_array *batch = NULL;
-    int end = 0;
-    if ((st = qp_provider_reset(cal, err)) != QP_OK) goto done;
-    for (uint64_t b = 0; b < n_cal; b++) {
-        if ((st = qp_provider_next(cal, &batch, &end, err)) != QP_OK) goto done;
-        if (end) break;
-        if (!col) {
-            qp_provider_shapes(cal, batch, bshapes);
-            if ((st = qp_collector_create(mf, &co, n_inputs, bshapes, &col, err)) != QP_OK)
-                goto done;
-        }
-        if ((st = qp_collector_run(col, n_inputs, batch, err)) != QP_OK) goto done;
-        r->n_calib_batches++;
-        r->n_calib_samples += n_inputs && batch[0].rank > 0 ? (uint64_t)batch[0].dims[0] : 1;
-    }
-    if (!col) {
-        st = qp_error_set(err, QP_ERR_BAD_INPUT, "quantize: the calibration data has no batches");
-        goto done;
-    }
-    if ((st = qp_collector_finish(col, &ranges, NULL, err)) != QP_OK) goto done;
-    qp_collector_free(col);
-    col = NULL;
-
-    /* Q/DQ, then the atomic save. */
-    struct qp_writer_options wo;
-    qp_writer_options_default(&wo);
-    wo.qtype = o->mode == QP_QUANT_FP8 ? QP_DTYPE_FLOAT8E4M3FN : QP_DTYPE_INT8;
-    wo.dq_only = o->dq_only;
-    wo.high_precision = o->high_precision;
-    wo.amax = amax_from_ranges;
-    wo.amax_user = ranges;
-    if ((st = qp_qdq_write(mq, pl, &wo, &r->writer, err)) != QP_OK) goto done;
-    r->writer.opset_from = opset_in;
-
-    /* Drift on held-out samples, before saving so a model the engine cannot run is an error. */
-    struct qp_session_options so = {.n_threads = o->n_threads};
-    if ((st = qp_session_create(mf, &so, 0, NULL, &sf, err)) != QP_OK) goto done;
-    if ((st = qp_session_create(mq, &so, 0, NULL, &sq, err)) != QP_OK) {
-        qp_error_prefix(err, "quantize: the quantized model does not run in the engine");
-        goto done;
-    }
-    r->n_outputs = qp_session_n_outputs(sf);
-    r->outputs = calloc(r->n_outputs ? r->n_outputs : 1, sizeof *r->outputs);
-    acc = calloc(r->n_outputs ? r->n_outputs : 1, sizeof *acc);
-    if (!r->outputs || !acc) goto oom;
-    for (size_t i = 0; i < r->n_outputs; i++)
-        if (!(r->outputs[i].name = strdup(qp_session_output_name(sf, i)))) goto oom;
-    struct qp_provider *src = ev ? ev : cal;
-    if ((st = qp_provider_reset(src, err)) != QP_OK) goto done;
-    uint64_t skip = ev ? 0 : (r->eval_on_calibration ? 0 : n_cal);
-    for (uint64_t b = 0;; b++) {
-        if ((st = qp_provider_next(src, &batch, &end, err)) != QP_OK) goto done;
-        if (end) break;
-        if (b < skip) continue;
-        if ((st = qp_session_run(sf, n_inputs, batch, err)) != QP_OK) goto done;
-        if ((st = qp_session_run(sq, n_inputs, batch, err)) != QP_OK) goto done;
-        if ((st = compare_outputs(sf, sq, acc, r, err)) != QP_OK) goto done;
-        r->n_eval_samples += n_inputs && batch[0].rank > 0 ? (uint64_t)batch[0].dims[0] : 1;
-    }
-    for (size_t i = 0; i < r->n_outputs; i++) {
-        struct qp_quantize_drift *d = &r->outputs[i];
-        d->cosine = acc[i].na > 0 && acc[i].nb > 0 ? acc[i].dot / sqrt(acc[i].na * acc[i].nb)
-                    : acc[i].na == acc[i].nb       ? 1.0
-                                                   : 0.0;
-        d->max_abs = acc[i].max_abs;
-        d->n_rows = acc[i].rows;
-        d->top1 = acc[i].rows ? (double)acc[i].agree / (double)acc[i].rows : 0;
-    }
-    qp_session_free(sq);
-    sq = NULL;
-    if ((st = qp_model_save_file(mq, r->output_path, NULL, err)) != QP_OK) goto done;
+    if ((st = qp_model_save_file(job.mq, r->output_path, NULL, err)) != QP_OK) goto done;
     /* The placement last, so a failed run leaves neither file behind. */
-    if (o->placement_out && (st = qp_placement_save_file(pl, o->placement_out, err)) != QP_OK)
+    if (o->placement_out && (st = qp_placement_save_file(job.pl, o->placement_out, err)) != QP_OK)
         goto done;
-    r->placement = pl;
-    pl = NULL;
-    st = QP_OK;
-    goto done;
-oom:
-    st = nomem(err);
+    r->placement = job.pl;
+    job.pl = NULL;
 done:
-    free(acc);
-    qp_session_free(sf);
-    qp_session_free(sq);
-    qp_collector_free(col);
-    qp_ranges_free(ranges);
-    qp_provider_free(cal);
-    qp_provider_free(ev);
+    qp_provider_free(job.cal);
+    qp_provider_free(job.ev);
     qp_calib_shapes_release(&shapes);
-    qp_placement_free(pl);
-    qp_model_free(mq);
-    qp_model_free(mf);
+    qp_placement_free(job.pl);
+    qp_model_free(job.mq);
+    qp_model_free(job.mf);
     if (st == QP_OK && report_out)
         *report_out = r;
     else
         qp_quantize_report_free(r);
+    return st;
+}
+
+/* ---- qplace/quantize.h: the in-memory form -------------------------------------------------- */
+
+void qp_quantize_config_default(struct qp_quantize_config *c) {
+    memset(c, 0, sizeof *c);
+    c->calibration_method = QP_CALIB_ENTROPY;
+    c->high_precision_dtype = QP_DTYPE_FLOAT16;
+}
+
+void qp_quantize_summary_free(struct qp_quantize_summary *s) {
+    if (!s) return;
+    for (size_t i = 0; i < s->n_outputs; i++)
+        free(s->outputs[i].name);
+    free(s->outputs);
+    qp_placement_free(s->placement);
+    free(s);
+}
+
+static enum qp_status check_config(const struct qp_quantize_config *c, struct qp_error *err) {
+    if ((unsigned)c->trt.quantize_mode >= QP_QUANT_MODE_COUNT)
+        return qp_error_set(err, QP_ERR_USAGE, "quantize: quantize_mode %d is not int8 or fp8",
+                            (int)c->trt.quantize_mode);
+    if ((unsigned)c->calibration_method >= QP_CALIB_METHOD_COUNT)
+        return qp_error_set(err, QP_ERR_USAGE, "quantize: unknown calibration_method %d",
+                            (int)c->calibration_method);
+    if (c->high_precision_dtype != QP_DTYPE_FLOAT && c->high_precision_dtype != QP_DTYPE_FLOAT16)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "quantize: high_precision_dtype must be float or float16, not %s",
+                            qp_dtype_name(c->high_precision_dtype));
+    if (c->n_threads < 0)
+        return qp_error_set(err, QP_ERR_USAGE, "quantize: %d threads", c->n_threads);
+    return QP_OK;
+}
+
+/* The given placement (copied) or the trt policy's, on the model that is written. */
+static enum qp_status place_from_config(const struct qp_quantize_config *c,
+                                        struct qp_quantize_job *job, struct qp_quantize_report *r,
+                                        struct qp_error *err) {
+    const char *source = c->placement        ? "placement"
+                         : c->trt.rules_path ? "trt policy + rules"
+                                             : "trt policy";
+    if (!(r->placement_source = strdup(source))) return nomem(err);
+    if (c->placement) return qp_placement_copy(c->placement, &job->pl, err);
+    return qp_placement_trt(job->mq, &c->trt, &job->pl, err);
+}
+
+/* Synthetic calibration (seed 1) and evaluation (seed 2) data, as `qplace quantize` makes them
+ * without --calibration_data_path. */
+static enum qp_status synthetic_data(const struct qp_quantize_config *c, const struct qp_model *mf,
+                                     struct qp_provider **cal, struct qp_provider **ev,
+                                     struct qp_error *err) {
+    struct qp_data_options d;
+    qp_data_options_default(&d);
+    d.synthetic_batches = 1;
+    d.seed = 1;
+    enum qp_status st = qp_provider_open_model(mf, NULL, c->calibration_shapes, &d, cal, err);
+    d.seed = 2;
+    if (st == QP_OK && !c->eval_data)
+        st = qp_provider_open_model(mf, NULL, c->calibration_shapes, &d, ev, err);
+    return st;
+}
+
+static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantize_summary **out,
+                                 struct qp_error *err) {
+    struct qp_quantize_summary *s = calloc(1, sizeof *s);
+    if (!s) return nomem(err);
+    *s = (struct qp_quantize_summary){
+        .n_edges = r->writer.n_edges,
+        .n_tensors = r->writer.n_tensors,
+        .n_weights = r->writer.n_weights,
+        .n_weight_tensors = r->writer.n_weight_tensors,
+        .opset_from = r->writer.opset_from,
+        .opset_to = r->writer.opset_to,
+        .high_precision = r->writer.high_precision,
+        .calibration_source = r->calibration_source,
+        .method = r->method,
+        .n_calib_samples = r->n_calib_samples,
+        .n_calib_batches = r->n_calib_batches,
+        .n_eval_samples = r->n_eval_samples,
+        .eval_on_calibration = r->eval_on_calibration,
+        .eval_source_split = r->eval_source_split,
+        .n_outputs = r->n_outputs,
+        .outputs = r->outputs,
+        .placement = r->placement,
+    };
+    s->placement_source = strcmp(r->placement_source, "placement") == 0    ? "placement"
+                          : strcmp(r->placement_source, "trt policy") == 0 ? "trt policy"
+                                                                           : "trt policy + rules";
+    r->outputs = NULL; /* moved into the summary */
+    r->n_outputs = 0;
+    r->placement = NULL;
+    *out = s;
+    return QP_OK;
+}
+
+enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provider *calibration_data,
+                                 const struct qp_quantize_config *c, struct qp_model **out,
+                                 struct qp_quantize_summary **summary_out, struct qp_error *err) {
+    struct qp_quantize_config defaults;
+    if (!c) {
+        qp_quantize_config_default(&defaults);
+        c = &defaults;
+    }
+    if (!model || !out) return qp_error_set(err, QP_ERR_USAGE, "quantize: no model or output");
+    enum qp_status st = check_config(c, err);
+    if (st != QP_OK) return st;
+    struct qp_quantize_report *r = calloc(1, sizeof *r);
+    if (!r) return nomem(err);
+    struct qp_provider *own_cal = NULL, *own_ev = NULL;
+    struct qp_quantize_job job = {.method = c->calibration_method,
+                                  .mode = c->trt.quantize_mode,
+                                  .dq_only = c->dq_only,
+                                  .high_precision = c->high_precision_dtype,
+                                  .n_threads = c->n_threads};
+    if ((st = qp_model_clone(model, &job.mf, err)) != QP_OK ||
+        (st = qp_model_clone(model, &job.mq, err)) != QP_OK ||
+        (st = prepare_models(job.mf, job.mq, "model", &job.opset_in, err)) != QP_OK ||
+        (st = place_from_config(c, &job, r, err)) != QP_OK ||
+        (st = validate_placement(&job, err)) != QP_OK)
+        goto done;
+    if (!calibration_data && (st = synthetic_data(c, job.mf, &own_cal, &own_ev, err)) != QP_OK)
+        goto done;
+    job.cal = calibration_data ? calibration_data : own_cal;
+    job.ev = c->eval_data ? c->eval_data : own_ev;
+    if ((st = quantize_job(&job, r, err)) != QP_OK) goto done;
+    r->placement = job.pl;
+    job.pl = NULL;
+    if (summary_out && (st = summary_of(r, summary_out, err)) != QP_OK) goto done;
+    *out = job.mq;
+    job.mq = NULL;
+done:
+    qp_provider_free(own_cal);
+    qp_provider_free(own_ev);
+    qp_placement_free(job.pl);
+    qp_model_free(job.mq);
+    qp_model_free(job.mf);
+    qp_quantize_report_free(r);
     return st;
 }

@@ -1,5 +1,6 @@
 /*
- * The quantization pipeline behind `qplace quantize` (docs/quantize.md):
+ * The quantization pipeline behind `qplace quantize` (docs/quantize.md), from file paths; the
+ * in-memory form for library callers is qp_quantize_model (qplace/quantize.h), the same steps:
  *
  *   load -> refuse an already quantized model -> opset >= 19 -> placement (the trt policy with
  *   include/exclude lists and rules, or --placement_in) -> calibration of the placement's
@@ -32,6 +33,7 @@
 #include "quant/policy_trt.h"
 #include "placement/select.h"
 #include "quant/writer.h"
+#include "qplace/quantize.h"
 #include "qplace/status.h"
 
 struct qp_quantize_options {
@@ -56,15 +58,7 @@ struct qp_quantize_options {
 
 void qp_quantize_options_default(struct qp_quantize_options *o);
 
-/* Drift of one graph output over the held-out samples. */
-struct qp_quantize_drift {
-    char *name;
-    double cosine;   /* over all elements of all held-out samples */
-    double max_abs;  /* largest |quantized - float| */
-    int has_top1;    /* the output looks like class scores (rank >= 2, last dim >= 2) */
-    double top1;     /* fraction of rows (all positions before the last axis) whose argmax agree */
-    uint64_t n_rows; /* rows compared for top1 */
-};
+/* struct qp_quantize_drift: qplace/quantize.h. */
 
 struct qp_quantize_report {
     char *output_path;

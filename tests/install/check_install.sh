@@ -4,7 +4,8 @@
 # the build or source tree): the headers, both libraries (soname libqplace.so.0, only qp_ symbols
 # exported), qplace.pc, and examples/run_model.c built with `pkg-config --cflags --libs qplace`
 # (shared) and `--static`, each run on MODEL with input shape SHAPE, printing WANT; then
-# tests/install/public_placement.c on what the installed CLI's quantize writes. CFLAGS (the
+# tests/install/public_placement.c on what the installed CLI's quantize writes, and
+# examples/quantize_model.c (6 random rows from memory) against the CLI's bytes on the same npz. CFLAGS (the
 # sanitizer flags of an ASan build) go to the compiler. Exit 0 when all holds.
 set -uo pipefail
 build="$1" src="$2" model="$3" shape="$4" want="$5"
@@ -63,4 +64,24 @@ cc -std=c11 -Wall -Wextra -Werror "${extra[@]}" "$src/tests/install/public_place
     { cat "$prefix/quantize.log"; fail "installed qplace quantize"; }
 LD_LIBRARY_PATH="$libdir" "$prefix/public_placement" "$model" "$prefix/q.onnx" "$prefix/q.json" ||
     fail "public_placement"
-echo "ok   installed into a fresh prefix: headers, libqplace.a, libqplace.so.0 ($n_sym qp_ symbols, nothing else exported), qplace.pc; examples/run_model built with pkg-config (shared and static) prints: $want"
+# examples/quantize_model.c: calibration rows handed from memory through the callback provider;
+# the model it writes must be byte for byte what the installed CLI writes from the same file.
+cc -std=c11 -Wall -Wextra -Werror "${extra[@]}" "$src/examples/quantize_model.c" \
+    $(pkg-config --cflags --libs qplace) -o "$prefix/quantize_model" || fail "build quantize_model"
+input="${shape%%=*}"
+/usr/bin/python3 -c "
+import sys, numpy as np
+dims = [int(d) for d in sys.argv[2].split('x')]
+dims[0] = 6
+np.savez(sys.argv[1], **{sys.argv[3]: np.random.default_rng(7).random(dims, dtype=np.float32)})
+" "$prefix/calib.npz" "${shape#*=}" "$input" || fail "writing the calibration npz"
+LD_LIBRARY_PATH="$libdir" "$prefix/quantize_model" "$model" "$prefix/calib.npz" "$prefix/qm.onnx" \
+    >"$prefix/qm.log" 2>&1 || { cat "$prefix/qm.log"; fail "quantize_model"; }
+grep -q "calibrated on 5 samples (memory, entropy)" "$prefix/qm.log" ||
+    { cat "$prefix/qm.log"; fail "quantize_model did not calibrate on 5 rows from memory"; }
+"$prefix/bin/qplace" quantize --onnx_path "$model" --calibration_data_path "$prefix/calib.npz" \
+    --calibration_shapes "$input:1x${shape#*=1x}" --output_path "$prefix/qcli.onnx" \
+    >"$prefix/qcli.log" 2>&1 || { cat "$prefix/qcli.log"; fail "installed qplace quantize (npz)"; }
+cmp -s "$prefix/qm.onnx" "$prefix/qcli.onnx" ||
+    fail "examples/quantize_model wrote other bytes than qplace quantize on the same data"
+echo "ok   installed into a fresh prefix: headers, libqplace.a, libqplace.so.0 ($n_sym qp_ symbols, nothing else exported), qplace.pc; examples/run_model built with pkg-config (shared and static) prints: $want; examples/quantize_model writes the CLI's bytes"

@@ -1,0 +1,108 @@
+/*
+ * qplace/quantize.h — quantize a model in memory: placement, calibration, Q/DQ, drift.
+ *
+ * The pipeline of `qplace quantize` (docs/quantize.md) for a model already loaded: the float
+ * model is never changed; the result is a new model holding QuantizeLinear/DequantizeLinear
+ * pairs where the placement says (the trt policy by default, or a placement you give), with
+ * scales calibrated on your data, and a summary of what was written and how far the quantized
+ * model's outputs drift from the float model's.
+ *
+ *     struct qp_error err = {0};
+ *     struct qp_quantize_config c;
+ *     qp_quantize_config_default(&c);                 // int8, entropy, fp16 high precision
+ *     c.trt.op_types_to_exclude = (const char *[]){"Resize"};
+ *     c.trt.n_op_types_to_exclude = 1;
+ *     struct qp_model *q = NULL;
+ *     struct qp_quantize_summary *s = NULL;
+ *     if (qp_quantize_model(model, data, &c, &q, &s, &err) != QP_OK) goto fail;
+ *     printf("%zu Q/DQ pairs, cosine %.4f\n", s->n_tensors, s->outputs[0].cosine);
+ *     qp_model_save_file(q, "model.quant.onnx", NULL, &err);
+ *     qp_quantize_summary_free(s);
+ *     qp_model_free(q);
+ *
+ * Held-out samples for the drift: `eval_data` when given; else the last fifth (at least one) of
+ * the calibration batches when there are two or more, which are then not calibrated on; else
+ * the calibration batch itself (the summary says which). With no calibration data at all, seeded
+ * synthetic data stands in (as ModelOpt's RandomDataProvider; the summary says "synthetic").
+ * The same model, data and configuration give the same bytes as `qplace quantize`.
+ */
+#ifndef QPLACE_QUANTIZE_H
+#define QPLACE_QUANTIZE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qplace/calib.h"
+#include "qplace/dtype.h"
+#include "qplace/model.h"
+#include "qplace/placement.h"
+#include "qplace/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Options with ModelOpt's names (modelopt.onnx.quantization.quantize). */
+struct qp_quantize_config {
+    /* The trt policy's options (qplace/placement.h): trt.quantize_mode is the quantize mode
+     * (int8 or fp8) also when `placement` is given; op-type and node lists, disable_mha_qdq and
+     * rules_path shape the policy's placement. */
+    struct qp_trt_options trt;
+    /* A placement to apply as it is (borrowed; checked against the model after conversion to
+     * opset 19); NULL: the trt policy. */
+    const struct qp_placement *placement;
+    enum qp_calib_method calibration_method; /* default entropy */
+    /* Dynamic dims of synthetic data when no calibration data is given ("x:1x3x224x224"). */
+    const char *calibration_shapes;
+    struct qp_provider *eval_data;      /* borrowed; NULL: see above */
+    int dq_only;                        /* weights stored quantized, DequantizeLinear only */
+    enum qp_dtype high_precision_dtype; /* QP_DTYPE_FLOAT16 (default) or QP_DTYPE_FLOAT */
+    int n_threads;                      /* engine threads; 0 (default): all cores */
+};
+
+void qp_quantize_config_default(struct qp_quantize_config *c);
+
+/* Drift of one graph output over the held-out samples. */
+struct qp_quantize_drift {
+    char *name;
+    double cosine;   /* over all elements of all held-out samples */
+    double max_abs;  /* largest |quantized - float| */
+    int has_top1;    /* the output looks like class scores (rank >= 2, last dim >= 2) */
+    double top1;     /* fraction of rows (all positions before the last axis) whose argmax agree */
+    uint64_t n_rows; /* rows compared for top1 */
+};
+
+struct qp_quantize_summary {
+    size_t n_edges, n_tensors;          /* activation slots placed, Q/DQ pairs written */
+    size_t n_weights, n_weight_tensors; /* weight slots placed, weights quantized */
+    int64_t opset_from, opset_to;
+    enum qp_dtype high_precision;   /* as applied */
+    const char *placement_source;   /* "trt policy", "trt policy + rules", "placement" */
+    const char *calibration_source; /* "npz", "npy", "images", "memory", "synthetic" */
+    const char *method;             /* "max", "entropy", "percentile" */
+    uint64_t n_calib_samples, n_calib_batches, n_eval_samples;
+    int eval_on_calibration; /* 1: drift measured on the calibration data */
+    int eval_source_split;   /* 1: held-out batches split from the calibration data */
+    size_t n_outputs;
+    struct qp_quantize_drift *outputs;
+    /* The placement the writer applied, each entry with its reason; owned by the summary. */
+    struct qp_placement *placement;
+};
+
+/* NULL-safe. */
+void qp_quantize_summary_free(struct qp_quantize_summary *s);
+
+/* Quantizes `model` (borrowed, never changed) on `calibration_data` (borrowed; NULL: synthetic
+ * data) with `c` (NULL: defaults). On success *out owns the new model and *summary_out (may be
+ * NULL) a summary to free. Returns QP_ERR_USAGE (bad options, a bad calibration_shapes string),
+ * QP_ERR_BAD_INPUT (an already quantized model, a placement naming what the model lacks, data the
+ * model cannot take, a placed tensor without a calibrated range), QP_ERR_UNSUPPORTED (an opset
+ * or op qplace cannot handle), QP_ERR_NOMEM, the providers' and the engine's statuses. */
+enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provider *calibration_data,
+                                 const struct qp_quantize_config *c, struct qp_model **out,
+                                 struct qp_quantize_summary **summary_out, struct qp_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
