@@ -12,6 +12,8 @@
 #include <jpeglib.h>
 #include <png.h>
 
+#include "core/size.h"
+
 void qp_image_release(struct qp_image *img) {
     if (!img) return;
     free(img->rgb);
@@ -27,7 +29,7 @@ static enum qp_status alloc_rgb(const char *path, int64_t h, int64_t w, float **
         return qp_error_set(err, QP_ERR_UNSUPPORTED,
                             "%s: image %lldx%lld is larger than %lld pixels", path, (long long)w,
                             (long long)h, (long long)QP_IMAGE_MAX_PIXELS);
-    *out = malloc((size_t)(h * w) * 3 * sizeof(float));
+    *out = qp_malloc_n((size_t)(h * w) * 3, sizeof(float));
     if (!*out) return qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", path);
     return QP_OK;
 }
@@ -350,7 +352,7 @@ enum qp_status qp_image_preprocess(const struct qp_image *img, const struct qp_i
     if (o->resize_h && !(o->resize_h == img->h && o->resize_w == img->w)) {
         H = o->resize_h;
         W = o->resize_w;
-        scratch = malloc((size_t)(H * W) * 3 * sizeof *scratch);
+        scratch = qp_malloc_n((size_t)(H * W) * 3, sizeof *scratch);
         if (!scratch) return qp_error_set(err, QP_ERR_NOMEM, "image: out of memory");
         if (o->keep_ratio) {
             double s = fmin((double)H / (double)img->h, (double)W / (double)img->w);
@@ -490,7 +492,7 @@ enum qp_status qp_provider_images_create(const char *dir, const char *input_name
         if (e->d_name[0] == '.' || !has_image_ext(e->d_name)) continue;
         if (im->n_files == cap) {
             size_t nc = cap ? cap * 2 : 16;
-            char **nf = realloc(im->files, nc * sizeof *nf);
+            char **nf = qp_realloc_n(im->files, nc, sizeof *nf);
             if (!nf) {
                 closedir(d);
                 st = qp_error_set(err, QP_ERR_NOMEM, "images: out of memory");

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
+
 /* Flag spellings: `--onnx_path`, `--onnx-path` (and mixtures) all name option "onnx_path". */
 static int name_matches(const char *spec, const char *given, size_t given_len) {
     if (strlen(spec) != given_len) return 0;
@@ -41,10 +43,8 @@ enum qp_status cli_parse(const struct cli_opt *opts, int argc, char **argv, stru
     if (argc < 0) argc = 0;
     /* Every argument yields at most one flag entry or one positional, so argc slots suffice. */
     size_t n = (size_t)argc + 1;
-    if (n > SIZE_MAX / sizeof(struct cli_arg))
-        return qp_error_set(err, QP_ERR_NOMEM, "too many arguments");
-    out->flags = malloc(n * sizeof *out->flags);
-    out->pos = malloc(n * sizeof *out->pos);
+    out->flags = qp_malloc_n(n, sizeof *out->flags);
+    out->pos = qp_malloc_n(n, sizeof *out->pos);
     if (!out->flags || !out->pos) {
         cli_args_free(out);
         return qp_error_set(err, QP_ERR_NOMEM, "out of memory parsing arguments");

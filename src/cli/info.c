@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/size.h"
 #include "ir/ir.h"
 #include "onnx/describe.h"
 #include "qplace/dtype.h"
@@ -121,9 +122,7 @@ static enum qp_status info_collect(struct info *in, const struct qp_model *m,
     in->g = m->graph;
     const struct qp_graph *g = m->graph;
     if (!g) return qp_error_set(err, QP_ERR_INTERNAL, "info: model has no graph");
-    if (g->n_nodes > SIZE_MAX / sizeof *in->ops)
-        return qp_error_set(err, QP_ERR_NOMEM, "info: too many nodes");
-    in->ops = malloc((g->n_nodes ? g->n_nodes : 1) * sizeof *in->ops);
+    in->ops = qp_malloc_n(g->n_nodes, sizeof *in->ops);
     if (!in->ops) return qp_error_set(err, QP_ERR_NOMEM, "info: out of memory");
     for (size_t i = 0; i < g->n_nodes; i++) {
         const struct qp_node *n = &g->nodes[i];

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
+
 struct arena_block {
     struct arena_block *next;
     size_t size, used;
@@ -63,8 +65,9 @@ void *qp_arena_alloc(struct qp_arena *a, size_t n) {
 }
 
 void *qp_arena_calloc(struct qp_arena *a, size_t n, size_t size) {
-    if (size && n > SIZE_MAX / size) return NULL;
-    return qp_arena_alloc(a, n * size);
+    size_t bytes;
+    if (!qp_size_mul(n, size, &bytes)) return NULL;
+    return qp_arena_alloc(a, bytes);
 }
 
 char *qp_arena_strndup(struct qp_arena *a, const char *s, size_t n) {

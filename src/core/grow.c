@@ -3,6 +3,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "core/size.h"
+
 int qp_grow(void **arr, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 1;
     size_t n = *cap ? *cap : 16;
@@ -10,8 +12,9 @@ int qp_grow(void **arr, size_t *cap, size_t need, size_t elem) {
         if (n > SIZE_MAX / 2) return 0;
         n *= 2;
     }
-    if (!elem || n > SIZE_MAX / elem) return 0;
-    void *q = realloc(*arr, n * elem);
+    size_t bytes;
+    if (!elem || !qp_size_mul(n, elem, &bytes)) return 0;
+    void *q = realloc(*arr, bytes);
     if (!q) return 0;
     *arr = q;
     *cap = n;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "core/arena.h"
 #include "ir/ir.h"
 #include "ir/ir_internal.h"
@@ -134,7 +135,7 @@ enum qp_status qp_graph_insert_on_value(struct qp_graph *g, int v, const char *o
     /* Move every use except the new node's own read; iterate over a copy since set_input edits
      * the list. */
     size_t n = g->values[v].n_uses;
-    struct qp_use *uses = malloc((n + 1) * sizeof *uses);
+    struct qp_use *uses = qp_malloc_n(n + 1, sizeof *uses);
     if (!uses) return qp_error_set(err, QP_ERR_NOMEM, "graph: out of memory");
     memcpy(uses, g->values[v].uses, n * sizeof *uses);
     for (size_t i = 0; i < n && st == QP_OK; i++) {

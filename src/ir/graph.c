@@ -10,7 +10,7 @@
 struct qp_graph *qp_graph_create(struct qp_model *m, struct qp_graph *parent) {
     if (m->n_graphs == m->cap_graphs) {
         size_t cap = m->cap_graphs ? m->cap_graphs * 2 : 4;
-        struct qp_graph **graphs = realloc(m->graphs, cap * sizeof *graphs);
+        struct qp_graph **graphs = qp_realloc_n(m->graphs, cap, sizeof *graphs);
         if (!graphs) return NULL;
         m->graphs = graphs;
         m->cap_graphs = cap;
@@ -65,7 +65,7 @@ uint64_t qp_ir_hash_str(const char *s) {
 }
 
 static int value_hash_rebuild(struct qp_graph *g, size_t cap) {
-    int *h = malloc(cap * sizeof *h);
+    int *h = qp_malloc_n(cap, sizeof *h);
     if (!h) return 0;
     memset(h, 0xff, cap * sizeof *h);
     for (size_t i = 0; i < g->n_values; i++) {
@@ -123,7 +123,7 @@ int qp_ir_node_hash_rebuild(struct qp_graph *g) {
     size_t cap = 64;
     while (g->n_nodes * 2 >= cap)
         cap *= 2;
-    int *h = malloc(cap * sizeof *h);
+    int *h = qp_malloc_n(cap, sizeof *h);
     if (!h) return 0;
     memset(h, 0xff, cap * sizeof *h);
     g->node_hash_n = 0;
@@ -352,7 +352,7 @@ enum qp_status qp_graph_add_initializer(struct qp_graph *g, const struct qp_tens
     if (!qp_ir_grow((void **)&g->inits, &g->cap_inits, g->n_inits + 1, sizeof *g->inits))
         goto nomem;
     /* inits_value always has the capacity of inits. */
-    int *iv = realloc(g->inits_value, g->cap_inits * sizeof *iv);
+    int *iv = qp_realloc_n(g->inits_value, g->cap_inits, sizeof *iv);
     if (!iv) goto nomem;
     g->inits_value = iv;
     g->inits[g->n_inits] = *t;

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "core/arena.h"
 #include "ir/ir.h"
 
@@ -48,7 +49,7 @@ int64_t qp_model_opset(const struct qp_model *m, const char *domain) {
 enum qp_status qp_model_own(struct qp_model *m, void *p, struct qp_error *err) {
     if (m->n_owned == m->cap_owned) {
         size_t cap = m->cap_owned ? m->cap_owned * 2 : 16;
-        void **owned = realloc(m->owned, cap * sizeof *owned);
+        void **owned = qp_realloc_n(m->owned, cap, sizeof *owned);
         if (!owned) {
             free(p);
             return qp_error_set(err, QP_ERR_NOMEM, "model: out of memory");

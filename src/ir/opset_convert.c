@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "core/arena.h"
 #include "ir/ir.h"
 #include "ir/opset_convert.h"
@@ -889,7 +890,7 @@ static int rank_of(struct rank_walk *r, int v) {
 /* Rank of value `v` as declared or followed back through producers; -1 when unknown. */
 static int value_rank(const struct conv *c, int v) {
     if (c->g->values[v].rank >= 0) return c->g->values[v].rank;
-    int *memo = malloc(c->g->n_values * sizeof *memo);
+    int *memo = qp_malloc_n(c->g->n_values, sizeof *memo);
     if (!memo) return -1; /* only costs a rewrite that was not needed */
     for (size_t i = 0; i < c->g->n_values; i++)
         memo[i] = -2;
@@ -1275,7 +1276,7 @@ static enum qp_status cv_groupnorm(struct conv *c) {
     static const char *const suffix[2] = {"scale", "bias"};
     for (int k = 0; k < 2; k++) {
         size_t es = (size_t)(qp_dtype_traits(t[k]->dtype)->bits / 8);
-        uint8_t *buf = malloc((size_t)ch * es);
+        uint8_t *buf = qp_malloc_n((size_t)ch, es);
         if (!buf) return nomem(c);
         const uint8_t *src = t[k]->data;
         int64_t per = ch / groups;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "core/arena.h"
 #include "ir/ir.h"
 #include "ir/ir_internal.h"
@@ -185,9 +186,9 @@ enum qp_status qp_graph_toposort(struct qp_graph *g, struct qp_error *err) {
     size_t nn = g->n_nodes;
     indeg = calloc(nn + 1, sizeof *indeg);
     start = calloc(nn + 2, sizeof *start);
-    adj = malloc((n_edges + 1) * sizeof *adj);
-    heap = malloc((nn + 1) * sizeof *heap);
-    topo = malloc((nn + 1) * sizeof *topo);
+    adj = qp_malloc_n(n_edges + 1, sizeof *adj);
+    heap = qp_malloc_n(nn + 1, sizeof *heap);
+    topo = qp_malloc_n(nn + 1, sizeof *topo);
     if (!indeg || !start || !adj || !heap || !topo) goto nomem;
     for (size_t e = 0; e < n_edges; e++) {
         start[edges[e].from + 1]++;

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/size.h"
 #include "core/arena.h"
 #include "onnx/onnx_io.h"
 
@@ -79,7 +80,7 @@ static enum qp_status add_chunk(struct saver *s, const void *data, size_t n, uin
     if (off < s->data_size || off > UINT64_MAX - n) return nomem(err);
     if (s->n_chunks == s->cap_chunks) {
         size_t cap = s->cap_chunks ? s->cap_chunks * 2 : 64;
-        struct chunk *c = realloc(s->chunks, cap * sizeof *c);
+        struct chunk *c = qp_realloc_n(s->chunks, cap, sizeof *c);
         if (!c) return nomem(err);
         s->chunks = c;
         s->cap_chunks = cap;
@@ -848,8 +849,8 @@ done:
     return st;
 }
 
-enum qp_status qp_model_save_buffer(const struct qp_model *model, void **data_out,
-                                    size_t *size_out, struct qp_error *err) {
+enum qp_status qp_model_save_buffer(const struct qp_model *model, void **data_out, size_t *size_out,
+                                    struct qp_error *err) {
     if (!model || !model->graph || !data_out || !size_out)
         return qp_error_set(err, QP_ERR_USAGE, "save: no model or no output");
     struct saver s = {.m = model};

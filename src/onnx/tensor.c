@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/size.h"
 #include "core/arena.h"
 #include "onnx/onnx_io.h"
 
@@ -188,7 +189,7 @@ static enum qp_status note_location(struct qp_onnx_load *c, const char *loc, str
             if (!strcmp(c->locations[c->loc_hash[k] - 1], loc)) return QP_OK;
     if (c->n_locations == c->cap_locations) {
         size_t cap = c->cap_locations ? c->cap_locations * 2 : 8;
-        const char **l = realloc(c->locations, cap * sizeof *l);
+        const char **l = qp_realloc_n(c->locations, cap, sizeof *l);
         if (!l) return qp_error_set(err, QP_ERR_NOMEM, "out of memory");
         c->locations = l;
         c->cap_locations = cap;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "core/arena.h"
 
 static enum qp_status nomem(struct qp_error *err) {
@@ -34,7 +35,7 @@ static int push(struct qp_qdq_slots *s, const char *node, int input, const char 
                 const char *prod, const char *cons) {
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 64;
-        struct qp_qdq_slot *ns = realloc(s->slots, cap * sizeof *ns);
+        struct qp_qdq_slot *ns = qp_realloc_n(s->slots, cap, sizeof *ns);
         if (!ns) return 0;
         s->slots = ns;
         s->cap = cap;
@@ -167,7 +168,7 @@ static int add_to_group(struct qp_qdq_diff *d, size_t *cap, int side, const stru
     if (i == d->n_groups) {
         if (d->n_groups == *cap) {
             size_t nc = *cap ? *cap * 2 : 16;
-            struct qp_qdq_diff_group *ng = realloc(d->groups, nc * sizeof *ng);
+            struct qp_qdq_diff_group *ng = qp_realloc_n(d->groups, nc, sizeof *ng);
             if (!ng) return 0;
             d->groups = ng;
             *cap = nc;

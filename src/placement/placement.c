@@ -376,7 +376,7 @@ enum qp_status qp_placement_validate(struct qp_placement *p, const struct qp_gra
     void *tmp = NULL;
     char what[64];
 
-    if (g->n_nodes && !(pos = malloc(g->n_nodes * sizeof *pos))) goto nomem;
+    if (g->n_nodes && !(pos = qp_malloc_n(g->n_nodes, sizeof *pos))) goto nomem;
     for (size_t i = 0; i < g->n_nodes; i++)
         pos[i] = SIZE_MAX;
     for (size_t k = 0; k < g->n_topo; k++)

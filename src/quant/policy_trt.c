@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "ir/optraits.h"
 
 /* ---- quantizable op types (modelopt ort_utils.configure_ort) ------------------------------ */
@@ -515,8 +516,8 @@ static int ancestor_distances(const struct ctx *c, int start, int *dist, int *qu
 }
 
 static int find_residual_adds(struct ctx *c) {
-    int *d1 = malloc(c->nn * sizeof *d1), *d2 = malloc(c->nn * sizeof *d2);
-    int *queue = malloc(c->nn * sizeof *queue);
+    int *d1 = qp_malloc_n(c->nn, sizeof *d1), *d2 = qp_malloc_n(c->nn, sizeof *d2);
+    int *queue = qp_malloc_n(c->nn, sizeof *queue);
     int ok = d1 && d2 && queue;
     for (size_t k = 0; ok && k < c->g->n_topo; k++) {
         int n = c->g->topo[k];
@@ -604,7 +605,7 @@ static int grow_partition(struct ctx *c, int *part, int pid, int root, int *last
     size_t cap = 64, sp = 0;
     struct frame {
         int n, k;
-    } *st = malloc(cap * sizeof *st);
+    } *st = qp_malloc_n(cap, sizeof *st);
     if (!st) return 0;
     part[root] = pid;
     *last = root;
@@ -626,7 +627,7 @@ static int grow_partition(struct ctx *c, int *part, int pid, int root, int *last
         part[m] = pid;
         *last = m;
         if (sp == cap) {
-            void *q = realloc(st, cap * 2 * sizeof *st);
+            void *q = qp_realloc_n(st, cap * 2, sizeof *st);
             if (!q) {
                 free(st);
                 return 0;
@@ -736,7 +737,7 @@ static void partition_policy(struct ctx *c, int *ok) {
     }
     /* KGEN partitions rooted at the remaining pointwise ops. */
     int n_kgen = 0;
-    int *kgen_head = malloc((c->nn + 1) * sizeof *kgen_head);
+    int *kgen_head = qp_malloc_n(c->nn + 1, sizeof *kgen_head);
     if (!kgen_head) {
         *ok = 0;
         return;
@@ -792,7 +793,7 @@ static void partition_policy(struct ctx *c, int *ok) {
     }
 
     /* KGEN heads (§3.6.3). */
-    int *qheads = malloc((c->nn + 1) * sizeof *qheads);
+    int *qheads = qp_malloc_n(c->nn + 1, sizeof *qheads);
     int n_qheads = 0;
     if (!qheads) {
         free(kgen_head);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/size.h"
 #include "calib/collect.h"
 #include "core/clock.h"
 #include "qmath/qparams.h"
@@ -73,7 +74,7 @@ static int cmp_str(const void *a, const void *b) {
 /* Appends entry `e` and node `node` (if new) to target t. */
 static enum qp_status target_add(struct qp_sens_target *t, const struct qp_placement *pl,
                                  const struct qp_graph *g, size_t e, struct qp_error *err) {
-    size_t *ne = realloc(t->entries, (t->n_edges + t->n_weights + 1) * sizeof *ne);
+    size_t *ne = qp_realloc_n(t->entries, (t->n_edges + t->n_weights + 1), sizeof *ne);
     if (!ne) return nomem(err);
     t->entries = ne;
     t->entries[t->n_edges + t->n_weights] = e;
@@ -84,7 +85,7 @@ static enum qp_status target_add(struct qp_sens_target *t, const struct qp_place
     const char *node = g->nodes[entry_node(pl, e)].name;
     for (size_t k = 0; k < t->n_nodes; k++)
         if (strcmp(t->nodes[k], node) == 0) return QP_OK;
-    char **nn = realloc(t->nodes, (t->n_nodes + 1) * sizeof *nn);
+    char **nn = qp_realloc_n(t->nodes, (t->n_nodes + 1), sizeof *nn);
     if (!nn) return nomem(err);
     t->nodes = nn;
     if (!(t->nodes[t->n_nodes] = strdup(node))) return nomem(err);
@@ -102,7 +103,7 @@ static enum qp_status build_targets(const struct qp_graph *g, const struct qp_pl
     r->targets = calloc(cap, sizeof *r->targets);
     if (!r->targets) return nomem(err);
     if (o->granularity == QP_SENS_NODE) {
-        int *tidx = malloc((g->n_nodes + 1) * sizeof *tidx);
+        int *tidx = qp_malloc_n(g->n_nodes + 1, sizeof *tidx);
         if (!tidx) return nomem(err);
         for (size_t i = 0; i < g->n_nodes; i++)
             tidx[i] = -1;
@@ -462,7 +463,7 @@ static enum qp_status ctx_reference(struct sens_ctx *c, const struct qp_array *b
         n_float++;
         size_t n = v.nbytes / 4;
         if (n != c->ref_n[i] || !c->ref[i]) {
-            float *p = realloc(c->ref[i], (n ? n : 1) * sizeof *p);
+            float *p = qp_realloc_n(c->ref[i], (n ? n : 1), sizeof *p);
             if (!p) return nomem(err);
             c->ref[i] = p;
             c->ref_n[i] = n;
@@ -654,7 +655,7 @@ static enum qp_status pool_init(struct probe_pool *p, size_t n_live, struct qp_e
     for (size_t t = 0; t < p->n_targets; t++)
         p->owner[t] = -1;
     unsigned char *mark = malloc(c->g->n_nodes + 1);
-    int *stack = malloc((c->g->n_nodes + 1) * sizeof *stack);
+    int *stack = qp_malloc_n(c->g->n_nodes + 1, sizeof *stack);
     if (!p->order || !p->cost || !mark || !stack) {
         free(mark);
         free(stack);
@@ -673,7 +674,7 @@ static enum qp_status pool_init(struct probe_pool *p, size_t n_live, struct qp_e
     if (n_threads < 1) n_threads = 1;
     size_t w = pool_size(c, n_live, n_threads);
     p->n_threads_each = n_threads / (int)w > 0 ? n_threads / (int)w : 1;
-    struct sens_worker *wk = realloc(c->wk, w * sizeof *wk);
+    struct sens_worker *wk = qp_realloc_n(c->wk, w, sizeof *wk);
     if (!wk) return nomem(err);
     c->wk = wk;
     memset(wk + 1, 0, (w - 1) * sizeof *wk);
