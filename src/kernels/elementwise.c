@@ -705,183 +705,199 @@ static inline float signf_(float x) {
         break;                                                                                     \
     }
 
+/* float32: the vecmath code when `fast` and it has some, else libm. */
+static void un_range_f32(const struct un_state *s, const void *in, void *out, int64_t lo,
+                         int64_t hi, int fast) {
+    if (fast && (s->op == U_EXP || s->op == U_ERF)) {
+        /* vecmath: Exp within 1.0 ulp, Erf 1.2 (vecmath.h); libm where it has no fast code. */
+        if (qp_vf_apply(s->op == U_EXP ? QP_VF_EXP : QP_VF_ERF, (const float *)in + lo,
+                        (float *)out + lo, hi - lo))
+            return;
+    }
+    switch (s->op) {
+    case U_NEG:
+        UN_LOOP(float, float, -x);
+        break;
+    case U_ABS:
+        UN_LOOP(float, float, fabsf(x));
+        break;
+    case U_RECIP:
+        UN_LOOP(float, float, 1.0f / x);
+        break;
+    case U_SQRT:
+        UN_LOOP(float, float, sqrtf(x));
+        break;
+    case U_EXP:
+        UN_LOOP(float, float, expf(x));
+        break;
+    case U_LOG:
+        UN_LOOP(float, float, logf(x));
+        break;
+    case U_FLOOR:
+        UN_LOOP(float, float, floorf(x));
+        break;
+    case U_CEIL:
+        UN_LOOP(float, float, ceilf(x));
+        break;
+    case U_ROUND:
+        UN_LOOP(float, float, qp_round_half_even(x));
+        break;
+    case U_SIGN:
+        UN_LOOP(float, float, signf_(x));
+        break;
+    case U_ERF:
+        UN_LOOP(float, float, erff(x));
+        break;
+    case U_SIN:
+        UN_LOOP(float, float, sinf(x));
+        break;
+    case U_COS:
+        UN_LOOP(float, float, cosf(x));
+        break;
+    case U_TAN:
+        UN_LOOP(float, float, tanf(x));
+        break;
+    case U_ASIN:
+        UN_LOOP(float, float, asinf(x));
+        break;
+    case U_ACOS:
+        UN_LOOP(float, float, acosf(x));
+        break;
+    case U_ATAN:
+        UN_LOOP(float, float, atanf(x));
+        break;
+    case U_SINH:
+        UN_LOOP(float, float, sinhf(x));
+        break;
+    case U_COSH:
+        UN_LOOP(float, float, coshf(x));
+        break;
+    case U_ASINH:
+        UN_LOOP(float, float, asinhf(x));
+        break;
+    case U_ACOSH:
+        UN_LOOP(float, float, acoshf(x));
+        break;
+    case U_ATANH:
+        UN_LOOP(float, float, atanhf(x));
+        break;
+    case U_ISNAN:
+        UN_LOOP(float, uint8_t, x != x);
+        break;
+    case U_ISINF:
+        UN_LOOP(float, uint8_t, isinf(x) && ((x > 0 && s->detect_pos) || (x < 0 && s->detect_neg)));
+        break;
+    default:
+        break;
+    }
+}
+
+/* The double ops with no float-table twin, element by element through libm. */
+static void un_range_f64_rare(const struct un_state *s, const void *in, void *out, int64_t lo,
+                              int64_t hi) {
+    const double *pi = in;
+    double *po = out;
+    for (int64_t i = lo; i < hi; i++) {
+        double x = pi[i];
+        switch (s->op) {
+        case U_TAN:
+            po[i] = tan(x);
+            break;
+        case U_ASIN:
+            po[i] = asin(x);
+            break;
+        case U_ACOS:
+            po[i] = acos(x);
+            break;
+        case U_ATAN:
+            po[i] = atan(x);
+            break;
+        case U_SINH:
+            po[i] = sinh(x);
+            break;
+        case U_COSH:
+            po[i] = cosh(x);
+            break;
+        case U_ASINH:
+            po[i] = asinh(x);
+            break;
+        case U_ACOSH:
+            po[i] = acosh(x);
+            break;
+        case U_ATANH:
+            po[i] = atanh(x);
+            break;
+        default:
+            po[i] = x;
+            break;
+        }
+    }
+}
+
+static void un_range_f64(const struct un_state *s, const void *in, void *out, int64_t lo,
+                         int64_t hi) {
+    switch (s->op) {
+    case U_NEG:
+        UN_LOOP(double, double, -x);
+        break;
+    case U_ABS:
+        UN_LOOP(double, double, fabs(x));
+        break;
+    case U_RECIP:
+        UN_LOOP(double, double, 1.0 / x);
+        break;
+    case U_SQRT:
+        UN_LOOP(double, double, sqrt(x));
+        break;
+    case U_EXP:
+        UN_LOOP(double, double, exp(x));
+        break;
+    case U_LOG:
+        UN_LOOP(double, double, log(x));
+        break;
+    case U_FLOOR:
+        UN_LOOP(double, double, floor(x));
+        break;
+    case U_CEIL:
+        UN_LOOP(double, double, ceil(x));
+        break;
+    case U_ROUND:
+        UN_LOOP(double, double, nearbyint(x));
+        break;
+    case U_SIGN:
+        UN_LOOP(double, double, x > 0 ? 1.0 : (x < 0 ? -1.0 : x));
+        break;
+    case U_ERF:
+        UN_LOOP(double, double, erf(x));
+        break;
+    case U_SIN:
+        UN_LOOP(double, double, sin(x));
+        break;
+    case U_COS:
+        UN_LOOP(double, double, cos(x));
+        break;
+    case U_ISNAN:
+        UN_LOOP(double, uint8_t, x != x);
+        break;
+    case U_ISINF:
+        UN_LOOP(double, uint8_t,
+                isinf(x) && ((x > 0 && s->detect_pos) || (x < 0 && s->detect_neg)));
+        break;
+    default:
+        /* rarer double ops: through float's table is wrong; compute in double via libm */
+        un_range_f64_rare(s, in, out, lo, hi);
+        break;
+    }
+}
+
 static void un_range(const struct un_state *s, enum qp_dtype dt, const void *in, void *out,
                      int64_t lo, int64_t hi, int fast) {
     switch (dt) {
     case QP_DTYPE_FLOAT:
-        if (fast && (s->op == U_EXP || s->op == U_ERF)) {
-            /* vecmath: Exp within 1.0 ulp, Erf 1.2 (vecmath.h); libm where it has no fast code. */
-            if (qp_vf_apply(s->op == U_EXP ? QP_VF_EXP : QP_VF_ERF, (const float *)in + lo,
-                            (float *)out + lo, hi - lo))
-                break;
-        }
-        switch (s->op) {
-        case U_NEG:
-            UN_LOOP(float, float, -x);
-            break;
-        case U_ABS:
-            UN_LOOP(float, float, fabsf(x));
-            break;
-        case U_RECIP:
-            UN_LOOP(float, float, 1.0f / x);
-            break;
-        case U_SQRT:
-            UN_LOOP(float, float, sqrtf(x));
-            break;
-        case U_EXP:
-            UN_LOOP(float, float, expf(x));
-            break;
-        case U_LOG:
-            UN_LOOP(float, float, logf(x));
-            break;
-        case U_FLOOR:
-            UN_LOOP(float, float, floorf(x));
-            break;
-        case U_CEIL:
-            UN_LOOP(float, float, ceilf(x));
-            break;
-        case U_ROUND:
-            UN_LOOP(float, float, qp_round_half_even(x));
-            break;
-        case U_SIGN:
-            UN_LOOP(float, float, signf_(x));
-            break;
-        case U_ERF:
-            UN_LOOP(float, float, erff(x));
-            break;
-        case U_SIN:
-            UN_LOOP(float, float, sinf(x));
-            break;
-        case U_COS:
-            UN_LOOP(float, float, cosf(x));
-            break;
-        case U_TAN:
-            UN_LOOP(float, float, tanf(x));
-            break;
-        case U_ASIN:
-            UN_LOOP(float, float, asinf(x));
-            break;
-        case U_ACOS:
-            UN_LOOP(float, float, acosf(x));
-            break;
-        case U_ATAN:
-            UN_LOOP(float, float, atanf(x));
-            break;
-        case U_SINH:
-            UN_LOOP(float, float, sinhf(x));
-            break;
-        case U_COSH:
-            UN_LOOP(float, float, coshf(x));
-            break;
-        case U_ASINH:
-            UN_LOOP(float, float, asinhf(x));
-            break;
-        case U_ACOSH:
-            UN_LOOP(float, float, acoshf(x));
-            break;
-        case U_ATANH:
-            UN_LOOP(float, float, atanhf(x));
-            break;
-        case U_ISNAN:
-            UN_LOOP(float, uint8_t, x != x);
-            break;
-        case U_ISINF:
-            UN_LOOP(float, uint8_t,
-                    isinf(x) && ((x > 0 && s->detect_pos) || (x < 0 && s->detect_neg)));
-            break;
-        default:
-            break;
-        }
+        un_range_f32(s, in, out, lo, hi, fast);
         break;
     case QP_DTYPE_DOUBLE:
-        switch (s->op) {
-        case U_NEG:
-            UN_LOOP(double, double, -x);
-            break;
-        case U_ABS:
-            UN_LOOP(double, double, fabs(x));
-            break;
-        case U_RECIP:
-            UN_LOOP(double, double, 1.0 / x);
-            break;
-        case U_SQRT:
-            UN_LOOP(double, double, sqrt(x));
-            break;
-        case U_EXP:
-            UN_LOOP(double, double, exp(x));
-            break;
-        case U_LOG:
-            UN_LOOP(double, double, log(x));
-            break;
-        case U_FLOOR:
-            UN_LOOP(double, double, floor(x));
-            break;
-        case U_CEIL:
-            UN_LOOP(double, double, ceil(x));
-            break;
-        case U_ROUND:
-            UN_LOOP(double, double, nearbyint(x));
-            break;
-        case U_SIGN:
-            UN_LOOP(double, double, x > 0 ? 1.0 : (x < 0 ? -1.0 : x));
-            break;
-        case U_ERF:
-            UN_LOOP(double, double, erf(x));
-            break;
-        case U_SIN:
-            UN_LOOP(double, double, sin(x));
-            break;
-        case U_COS:
-            UN_LOOP(double, double, cos(x));
-            break;
-        case U_ISNAN:
-            UN_LOOP(double, uint8_t, x != x);
-            break;
-        case U_ISINF:
-            UN_LOOP(double, uint8_t,
-                    isinf(x) && ((x > 0 && s->detect_pos) || (x < 0 && s->detect_neg)));
-            break;
-        default: {
-            /* rarer double ops: through float's table is wrong; compute in double via libm */
-            const double *pi = in;
-            double *po = out;
-            for (int64_t i = lo; i < hi; i++) {
-                double x = pi[i];
-                switch (s->op) {
-                case U_TAN:
-                    po[i] = tan(x);
-                    break;
-                case U_ASIN:
-                    po[i] = asin(x);
-                    break;
-                case U_ACOS:
-                    po[i] = acos(x);
-                    break;
-                case U_ATAN:
-                    po[i] = atan(x);
-                    break;
-                case U_SINH:
-                    po[i] = sinh(x);
-                    break;
-                case U_COSH:
-                    po[i] = cosh(x);
-                    break;
-                case U_ASINH:
-                    po[i] = asinh(x);
-                    break;
-                case U_ACOSH:
-                    po[i] = acosh(x);
-                    break;
-                case U_ATANH:
-                    po[i] = atanh(x);
-                    break;
-                default:
-                    po[i] = x;
-                    break;
-                }
-            }
-        } break;
-        }
+        un_range_f64(s, in, out, lo, hi);
         break;
     case QP_DTYPE_BOOL:
         UN_LOOP(uint8_t, uint8_t, !x);
