@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kcheck.h"
 #include "kernels/bcast.h"
 #include "kernels/fast.h"
 #include "kernels/kernels.h"
@@ -477,10 +478,7 @@ enum qp_status qp_k_binary_prepare(struct qp_kprep *p) {
         st = qp_bcast_init(&s.b[0], 2, ops, r, d, p->err);
         if (st) return st;
     }
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 static void copy_row(void *ctx, const int64_t *off, const int64_t *step, int64_t o, int64_t len) {
@@ -667,10 +665,7 @@ enum qp_status qp_k_unary_prepare(struct qp_kprep *p) {
     enum qp_dtype odt = (s.op == U_ISNAN || s.op == U_ISINF) ? QP_DTYPE_BOOL : dt;
     st = qp_kt_set(p->out[0], odt, p->in[0]->rank, p->in[0]->dims, p->err);
     if (st) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 static inline float signf_(float x) {

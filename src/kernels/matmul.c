@@ -86,10 +86,7 @@ enum qp_status qp_k_matmul_prepare(struct qp_kprep *p) {
     if (!b_vec) od[orank++] = s.n;
     st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, orank, od, p->err);
     if (st) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_matmul_run(const struct qp_krun *r) {
@@ -156,10 +153,7 @@ enum qp_status qp_k_gemm_prepare(struct qp_kprep *p) {
     int64_t od[2] = {s.m, s.n};
     st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, 2, od, p->err);
     if (st) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_gemm_run(const struct qp_krun *r) {
@@ -391,10 +385,7 @@ enum qp_status qp_k_einsum_prepare(struct qp_kprep *p) {
         od[i] = s.ldim[s.out_l[i]];
     enum qp_status st = qp_kt_set(p->out[0], p->in[0]->dtype, s.n_out, od, p->err);
     if (st) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 static double ein_elem(const struct qp_kt *t, int is_double, int64_t off) {

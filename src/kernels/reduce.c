@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 
 enum red_op { R_MEAN, R_SUM, R_MAX, R_MIN, R_PROD, R_L1, R_L2, R_SUMSQ, R_LOGSUM, R_LOGSUMEXP };
@@ -105,10 +106,7 @@ enum qp_status qp_k_reduce_prepare(struct qp_kprep *p) {
     st = qp_kt_set(p->out[0], x->dtype, orank, od, p->err);
     if (st) return st;
     p->scratch = p->out[0]->numel * sizeof(double);
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_reduce_run(const struct qp_krun *r) {
@@ -220,10 +218,7 @@ enum qp_status qp_k_arg_prepare(struct qp_kprep *p) {
             od[r++] = 1;
     st = qp_kt_set(p->out[0], QP_DTYPE_INT64, r, od, p->err);
     if (st) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_arg_run(const struct qp_krun *r) {
@@ -291,10 +286,7 @@ enum qp_status qp_k_topk_prepare(struct qp_kprep *p) {
         st = qp_kt_set(p->out[1], QP_DTYPE_INT64, x->rank, od, p->err);
     if (st) return st;
     p->scratch = (size_t)s.n * sizeof(int64_t) * 2;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_topk_run(const struct qp_krun *r) {
