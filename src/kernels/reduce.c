@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 
@@ -105,7 +106,8 @@ enum qp_status qp_k_reduce_prepare(struct qp_kprep *p) {
     }
     st = qp_kt_set(p->out[0], x->dtype, orank, od, p->err);
     if (st) return st;
-    p->scratch = p->out[0]->numel * sizeof(double);
+    if (!qp_size_mul((size_t)p->out[0]->numel, sizeof(double), &p->scratch))
+        return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     return qp_ksave_state(p, &s, sizeof s);
 }
 
@@ -285,7 +287,8 @@ enum qp_status qp_k_topk_prepare(struct qp_kprep *p) {
     if (!st && p->n_out > 1 && p->out[1])
         st = qp_kt_set(p->out[1], QP_DTYPE_INT64, x->rank, od, p->err);
     if (st) return st;
-    p->scratch = (size_t)s.n * sizeof(int64_t) * 2;
+    if (!qp_size_mul3((size_t)s.n, sizeof(int64_t), 2, &p->scratch))
+        return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     return qp_ksave_state(p, &s, sizeof s);
 }
 
