@@ -189,110 +189,120 @@ static inline double dmaxnan(double x, double y) {
     return (x != x || x > y) ? x : y;
 }
 
+static void bin_row_f32(const struct bin_ctx *c, const int64_t *off, const int64_t *step, int64_t o,
+                        int64_t len) {
+    switch (c->op) {
+    case B_ADD:
+        ROW(float, float, x + y);
+        break;
+    case B_SUB:
+        ROW(float, float, x - y);
+        break;
+    case B_MUL:
+        ROW(float, float, x *y);
+        break;
+    case B_DIV:
+        ROW(float, float, x / y);
+        break;
+    case B_POW:
+        ROW(float, float, powf(x, y));
+        break;
+    case B_MOD:
+        ROW(float, float, fmodpy_f(x, y));
+        break;
+    case B_FMOD:
+        ROW(float, float, fmodf(x, y));
+        break;
+    case B_PRELU:
+        ROW(float, float, x < 0.0f ? x * y : x);
+        break;
+    case B_EQ:
+        ROW(float, uint8_t, x == y);
+        break;
+    case B_LT:
+        ROW(float, uint8_t, x < y);
+        break;
+    case B_GT:
+        ROW(float, uint8_t, x > y);
+        break;
+    case B_LE:
+        ROW(float, uint8_t, x <= y);
+        break;
+    case B_GE:
+        ROW(float, uint8_t, x >= y);
+        break;
+    case B_MIN:
+        ROW(float, float, fminnan(x, y));
+        break;
+    case B_MAX:
+        ROW(float, float, fmaxnan(x, y));
+        break;
+    default:
+        break;
+    }
+}
+
+static void bin_row_f64(const struct bin_ctx *c, const int64_t *off, const int64_t *step, int64_t o,
+                        int64_t len) {
+    switch (c->op) {
+    case B_ADD:
+        ROW(double, double, x + y);
+        break;
+    case B_SUB:
+        ROW(double, double, x - y);
+        break;
+    case B_MUL:
+        ROW(double, double, x *y);
+        break;
+    case B_DIV:
+        ROW(double, double, x / y);
+        break;
+    case B_POW:
+        ROW(double, double, pow(x, y));
+        break;
+    case B_MOD:
+        ROW(double, double, fmodpy_d(x, y));
+        break;
+    case B_FMOD:
+        ROW(double, double, fmod(x, y));
+        break;
+    case B_PRELU:
+        ROW(double, double, x < 0.0 ? x * y : x);
+        break;
+    case B_EQ:
+        ROW(double, uint8_t, x == y);
+        break;
+    case B_LT:
+        ROW(double, uint8_t, x < y);
+        break;
+    case B_GT:
+        ROW(double, uint8_t, x > y);
+        break;
+    case B_LE:
+        ROW(double, uint8_t, x <= y);
+        break;
+    case B_GE:
+        ROW(double, uint8_t, x >= y);
+        break;
+    case B_MIN:
+        ROW(double, double, dminnan(x, y));
+        break;
+    case B_MAX:
+        ROW(double, double, dmaxnan(x, y));
+        break;
+    default:
+        break;
+    }
+}
+
 static void bin_row(void *ctx, const int64_t *off, const int64_t *step, int64_t o, int64_t len) {
     const struct bin_ctx *c = ctx;
     switch (c->dt) {
     case QP_DTYPE_FLOAT:
-        switch (c->op) {
-        case B_ADD:
-            ROW(float, float, x + y);
-            break;
-        case B_SUB:
-            ROW(float, float, x - y);
-            break;
-        case B_MUL:
-            ROW(float, float, x *y);
-            break;
-        case B_DIV:
-            ROW(float, float, x / y);
-            break;
-        case B_POW:
-            ROW(float, float, powf(x, y));
-            break;
-        case B_MOD:
-            ROW(float, float, fmodpy_f(x, y));
-            break;
-        case B_FMOD:
-            ROW(float, float, fmodf(x, y));
-            break;
-        case B_PRELU:
-            ROW(float, float, x < 0.0f ? x * y : x);
-            break;
-        case B_EQ:
-            ROW(float, uint8_t, x == y);
-            break;
-        case B_LT:
-            ROW(float, uint8_t, x < y);
-            break;
-        case B_GT:
-            ROW(float, uint8_t, x > y);
-            break;
-        case B_LE:
-            ROW(float, uint8_t, x <= y);
-            break;
-        case B_GE:
-            ROW(float, uint8_t, x >= y);
-            break;
-        case B_MIN:
-            ROW(float, float, fminnan(x, y));
-            break;
-        case B_MAX:
-            ROW(float, float, fmaxnan(x, y));
-            break;
-        default:
-            break;
-        }
+        bin_row_f32(c, off, step, o, len);
         break;
     case QP_DTYPE_DOUBLE:
-        switch (c->op) {
-        case B_ADD:
-            ROW(double, double, x + y);
-            break;
-        case B_SUB:
-            ROW(double, double, x - y);
-            break;
-        case B_MUL:
-            ROW(double, double, x *y);
-            break;
-        case B_DIV:
-            ROW(double, double, x / y);
-            break;
-        case B_POW:
-            ROW(double, double, pow(x, y));
-            break;
-        case B_MOD:
-            ROW(double, double, fmodpy_d(x, y));
-            break;
-        case B_FMOD:
-            ROW(double, double, fmod(x, y));
-            break;
-        case B_PRELU:
-            ROW(double, double, x < 0.0 ? x * y : x);
-            break;
-        case B_EQ:
-            ROW(double, uint8_t, x == y);
-            break;
-        case B_LT:
-            ROW(double, uint8_t, x < y);
-            break;
-        case B_GT:
-            ROW(double, uint8_t, x > y);
-            break;
-        case B_LE:
-            ROW(double, uint8_t, x <= y);
-            break;
-        case B_GE:
-            ROW(double, uint8_t, x >= y);
-            break;
-        case B_MIN:
-            ROW(double, double, dminnan(x, y));
-            break;
-        case B_MAX:
-            ROW(double, double, dmaxnan(x, y));
-            break;
-        default:
-            break;
-        }
+        bin_row_f64(c, off, step, o, len);
         break;
     case QP_DTYPE_INT8:
         switch (c->op) { INT_CASES(int8_t, uint_t) default : break; }
