@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kcheck.h"
 #include "kernels/fast.h"
 #include "kernels/kernels.h"
 #include "kernels/vecmath.h"
@@ -102,10 +103,7 @@ enum qp_status qp_k_act_prepare(struct qp_kprep *p) {
         return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "dtype %s", qp_dtype_name(dt));
     st = qp_kt_set(p->out[0], dt, p->in[0]->rank, p->in[0]->dims, p->err);
     if (st) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 static inline float sigmoidf_(float x) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 #include "kernels/dnnl_conv.h"
 #include "kernels/spatial.h"
@@ -152,10 +153,7 @@ enum qp_status qp_conv_geometry(struct qp_kprep *p, int transpose, struct qp_con
 static enum qp_status conv_common(struct qp_kprep *p, int transpose, struct qp_conv_state *s) {
     enum qp_status st = qp_conv_geometry(p, transpose, s);
     if (st) return st;
-    p->state = malloc(sizeof *s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, s, sizeof *s);
-    return QP_OK;
+    return qp_ksave_state(p, s, sizeof *s);
 }
 
 enum qp_status qp_k_conv_prepare(struct qp_kprep *p) {

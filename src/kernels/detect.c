@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 
@@ -155,16 +156,16 @@ enum qp_status qp_k_nms_prepare(struct qp_kprep *p) {
     if (!(s.iou >= 0 && s.iou <= 1))
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "iou_threshold %g is outside [0, 1]",
                             (double)s.iou);
-    if (s.boxes > (int64_t)(SIZE_MAX / 64))
+    size_t n_work;
+    if (!qp_size_mul((size_t)s.boxes, 3, &n_work) || !qp_size_add(n_work, 1, &n_work))
         return qp_error_set(p->err, QP_ERR_NOMEM, "too many boxes");
-    size_t work_bytes = (size_t)(3 * s.boxes + 1) * sizeof(int64_t);
-    int64_t *work = malloc(work_bytes);
+    int64_t *work = qp_malloc_n(n_work, sizeof *work);
     if (!work) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     int64_t n = nms_select(&s, bx->data, sc->data, NULL, work);
     free(work);
     int64_t od[2] = {n, 3};
     if ((st = qp_kt_set(p->out[0], QP_DTYPE_INT64, 2, od, p->err))) return st;
-    p->scratch = work_bytes;
+    p->scratch = n_work * sizeof *work; /* qp_malloc_n checked the product */
     return qp_ksave_state(p, &s, sizeof s);
 }
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kcheck.h"
 #include "kernels/bcast.h"
 #include "kernels/fast.h"
 #include "kernels/kernels.h"
@@ -188,110 +189,120 @@ static inline double dmaxnan(double x, double y) {
     return (x != x || x > y) ? x : y;
 }
 
+static void bin_row_f32(const struct bin_ctx *c, const int64_t *off, const int64_t *step, int64_t o,
+                        int64_t len) {
+    switch (c->op) {
+    case B_ADD:
+        ROW(float, float, x + y);
+        break;
+    case B_SUB:
+        ROW(float, float, x - y);
+        break;
+    case B_MUL:
+        ROW(float, float, x *y);
+        break;
+    case B_DIV:
+        ROW(float, float, x / y);
+        break;
+    case B_POW:
+        ROW(float, float, powf(x, y));
+        break;
+    case B_MOD:
+        ROW(float, float, fmodpy_f(x, y));
+        break;
+    case B_FMOD:
+        ROW(float, float, fmodf(x, y));
+        break;
+    case B_PRELU:
+        ROW(float, float, x < 0.0f ? x * y : x);
+        break;
+    case B_EQ:
+        ROW(float, uint8_t, x == y);
+        break;
+    case B_LT:
+        ROW(float, uint8_t, x < y);
+        break;
+    case B_GT:
+        ROW(float, uint8_t, x > y);
+        break;
+    case B_LE:
+        ROW(float, uint8_t, x <= y);
+        break;
+    case B_GE:
+        ROW(float, uint8_t, x >= y);
+        break;
+    case B_MIN:
+        ROW(float, float, fminnan(x, y));
+        break;
+    case B_MAX:
+        ROW(float, float, fmaxnan(x, y));
+        break;
+    default:
+        break;
+    }
+}
+
+static void bin_row_f64(const struct bin_ctx *c, const int64_t *off, const int64_t *step, int64_t o,
+                        int64_t len) {
+    switch (c->op) {
+    case B_ADD:
+        ROW(double, double, x + y);
+        break;
+    case B_SUB:
+        ROW(double, double, x - y);
+        break;
+    case B_MUL:
+        ROW(double, double, x *y);
+        break;
+    case B_DIV:
+        ROW(double, double, x / y);
+        break;
+    case B_POW:
+        ROW(double, double, pow(x, y));
+        break;
+    case B_MOD:
+        ROW(double, double, fmodpy_d(x, y));
+        break;
+    case B_FMOD:
+        ROW(double, double, fmod(x, y));
+        break;
+    case B_PRELU:
+        ROW(double, double, x < 0.0 ? x * y : x);
+        break;
+    case B_EQ:
+        ROW(double, uint8_t, x == y);
+        break;
+    case B_LT:
+        ROW(double, uint8_t, x < y);
+        break;
+    case B_GT:
+        ROW(double, uint8_t, x > y);
+        break;
+    case B_LE:
+        ROW(double, uint8_t, x <= y);
+        break;
+    case B_GE:
+        ROW(double, uint8_t, x >= y);
+        break;
+    case B_MIN:
+        ROW(double, double, dminnan(x, y));
+        break;
+    case B_MAX:
+        ROW(double, double, dmaxnan(x, y));
+        break;
+    default:
+        break;
+    }
+}
+
 static void bin_row(void *ctx, const int64_t *off, const int64_t *step, int64_t o, int64_t len) {
     const struct bin_ctx *c = ctx;
     switch (c->dt) {
     case QP_DTYPE_FLOAT:
-        switch (c->op) {
-        case B_ADD:
-            ROW(float, float, x + y);
-            break;
-        case B_SUB:
-            ROW(float, float, x - y);
-            break;
-        case B_MUL:
-            ROW(float, float, x *y);
-            break;
-        case B_DIV:
-            ROW(float, float, x / y);
-            break;
-        case B_POW:
-            ROW(float, float, powf(x, y));
-            break;
-        case B_MOD:
-            ROW(float, float, fmodpy_f(x, y));
-            break;
-        case B_FMOD:
-            ROW(float, float, fmodf(x, y));
-            break;
-        case B_PRELU:
-            ROW(float, float, x < 0.0f ? x * y : x);
-            break;
-        case B_EQ:
-            ROW(float, uint8_t, x == y);
-            break;
-        case B_LT:
-            ROW(float, uint8_t, x < y);
-            break;
-        case B_GT:
-            ROW(float, uint8_t, x > y);
-            break;
-        case B_LE:
-            ROW(float, uint8_t, x <= y);
-            break;
-        case B_GE:
-            ROW(float, uint8_t, x >= y);
-            break;
-        case B_MIN:
-            ROW(float, float, fminnan(x, y));
-            break;
-        case B_MAX:
-            ROW(float, float, fmaxnan(x, y));
-            break;
-        default:
-            break;
-        }
+        bin_row_f32(c, off, step, o, len);
         break;
     case QP_DTYPE_DOUBLE:
-        switch (c->op) {
-        case B_ADD:
-            ROW(double, double, x + y);
-            break;
-        case B_SUB:
-            ROW(double, double, x - y);
-            break;
-        case B_MUL:
-            ROW(double, double, x *y);
-            break;
-        case B_DIV:
-            ROW(double, double, x / y);
-            break;
-        case B_POW:
-            ROW(double, double, pow(x, y));
-            break;
-        case B_MOD:
-            ROW(double, double, fmodpy_d(x, y));
-            break;
-        case B_FMOD:
-            ROW(double, double, fmod(x, y));
-            break;
-        case B_PRELU:
-            ROW(double, double, x < 0.0 ? x * y : x);
-            break;
-        case B_EQ:
-            ROW(double, uint8_t, x == y);
-            break;
-        case B_LT:
-            ROW(double, uint8_t, x < y);
-            break;
-        case B_GT:
-            ROW(double, uint8_t, x > y);
-            break;
-        case B_LE:
-            ROW(double, uint8_t, x <= y);
-            break;
-        case B_GE:
-            ROW(double, uint8_t, x >= y);
-            break;
-        case B_MIN:
-            ROW(double, double, dminnan(x, y));
-            break;
-        case B_MAX:
-            ROW(double, double, dmaxnan(x, y));
-            break;
-        default:
-            break;
-        }
+        bin_row_f64(c, off, step, o, len);
         break;
     case QP_DTYPE_INT8:
         switch (c->op) { INT_CASES(int8_t, uint_t) default : break; }
@@ -477,10 +488,7 @@ enum qp_status qp_k_binary_prepare(struct qp_kprep *p) {
         st = qp_bcast_init(&s.b[0], 2, ops, r, d, p->err);
         if (st) return st;
     }
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 static void copy_row(void *ctx, const int64_t *off, const int64_t *step, int64_t o, int64_t len) {
@@ -667,10 +675,7 @@ enum qp_status qp_k_unary_prepare(struct qp_kprep *p) {
     enum qp_dtype odt = (s.op == U_ISNAN || s.op == U_ISINF) ? QP_DTYPE_BOOL : dt;
     st = qp_kt_set(p->out[0], odt, p->in[0]->rank, p->in[0]->dims, p->err);
     if (st) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 static inline float signf_(float x) {
@@ -705,183 +710,199 @@ static inline float signf_(float x) {
         break;                                                                                     \
     }
 
+/* float32: the vecmath code when `fast` and it has some, else libm. */
+static void un_range_f32(const struct un_state *s, const void *in, void *out, int64_t lo,
+                         int64_t hi, int fast) {
+    if (fast && (s->op == U_EXP || s->op == U_ERF)) {
+        /* vecmath: Exp within 1.0 ulp, Erf 1.2 (vecmath.h); libm where it has no fast code. */
+        if (qp_vf_apply(s->op == U_EXP ? QP_VF_EXP : QP_VF_ERF, (const float *)in + lo,
+                        (float *)out + lo, hi - lo))
+            return;
+    }
+    switch (s->op) {
+    case U_NEG:
+        UN_LOOP(float, float, -x);
+        break;
+    case U_ABS:
+        UN_LOOP(float, float, fabsf(x));
+        break;
+    case U_RECIP:
+        UN_LOOP(float, float, 1.0f / x);
+        break;
+    case U_SQRT:
+        UN_LOOP(float, float, sqrtf(x));
+        break;
+    case U_EXP:
+        UN_LOOP(float, float, expf(x));
+        break;
+    case U_LOG:
+        UN_LOOP(float, float, logf(x));
+        break;
+    case U_FLOOR:
+        UN_LOOP(float, float, floorf(x));
+        break;
+    case U_CEIL:
+        UN_LOOP(float, float, ceilf(x));
+        break;
+    case U_ROUND:
+        UN_LOOP(float, float, qp_round_half_even(x));
+        break;
+    case U_SIGN:
+        UN_LOOP(float, float, signf_(x));
+        break;
+    case U_ERF:
+        UN_LOOP(float, float, erff(x));
+        break;
+    case U_SIN:
+        UN_LOOP(float, float, sinf(x));
+        break;
+    case U_COS:
+        UN_LOOP(float, float, cosf(x));
+        break;
+    case U_TAN:
+        UN_LOOP(float, float, tanf(x));
+        break;
+    case U_ASIN:
+        UN_LOOP(float, float, asinf(x));
+        break;
+    case U_ACOS:
+        UN_LOOP(float, float, acosf(x));
+        break;
+    case U_ATAN:
+        UN_LOOP(float, float, atanf(x));
+        break;
+    case U_SINH:
+        UN_LOOP(float, float, sinhf(x));
+        break;
+    case U_COSH:
+        UN_LOOP(float, float, coshf(x));
+        break;
+    case U_ASINH:
+        UN_LOOP(float, float, asinhf(x));
+        break;
+    case U_ACOSH:
+        UN_LOOP(float, float, acoshf(x));
+        break;
+    case U_ATANH:
+        UN_LOOP(float, float, atanhf(x));
+        break;
+    case U_ISNAN:
+        UN_LOOP(float, uint8_t, x != x);
+        break;
+    case U_ISINF:
+        UN_LOOP(float, uint8_t, isinf(x) && ((x > 0 && s->detect_pos) || (x < 0 && s->detect_neg)));
+        break;
+    default:
+        break;
+    }
+}
+
+/* The double ops with no float-table twin, element by element through libm. */
+static void un_range_f64_rare(const struct un_state *s, const void *in, void *out, int64_t lo,
+                              int64_t hi) {
+    const double *pi = in;
+    double *po = out;
+    for (int64_t i = lo; i < hi; i++) {
+        double x = pi[i];
+        switch (s->op) {
+        case U_TAN:
+            po[i] = tan(x);
+            break;
+        case U_ASIN:
+            po[i] = asin(x);
+            break;
+        case U_ACOS:
+            po[i] = acos(x);
+            break;
+        case U_ATAN:
+            po[i] = atan(x);
+            break;
+        case U_SINH:
+            po[i] = sinh(x);
+            break;
+        case U_COSH:
+            po[i] = cosh(x);
+            break;
+        case U_ASINH:
+            po[i] = asinh(x);
+            break;
+        case U_ACOSH:
+            po[i] = acosh(x);
+            break;
+        case U_ATANH:
+            po[i] = atanh(x);
+            break;
+        default:
+            po[i] = x;
+            break;
+        }
+    }
+}
+
+static void un_range_f64(const struct un_state *s, const void *in, void *out, int64_t lo,
+                         int64_t hi) {
+    switch (s->op) {
+    case U_NEG:
+        UN_LOOP(double, double, -x);
+        break;
+    case U_ABS:
+        UN_LOOP(double, double, fabs(x));
+        break;
+    case U_RECIP:
+        UN_LOOP(double, double, 1.0 / x);
+        break;
+    case U_SQRT:
+        UN_LOOP(double, double, sqrt(x));
+        break;
+    case U_EXP:
+        UN_LOOP(double, double, exp(x));
+        break;
+    case U_LOG:
+        UN_LOOP(double, double, log(x));
+        break;
+    case U_FLOOR:
+        UN_LOOP(double, double, floor(x));
+        break;
+    case U_CEIL:
+        UN_LOOP(double, double, ceil(x));
+        break;
+    case U_ROUND:
+        UN_LOOP(double, double, nearbyint(x));
+        break;
+    case U_SIGN:
+        UN_LOOP(double, double, x > 0 ? 1.0 : (x < 0 ? -1.0 : x));
+        break;
+    case U_ERF:
+        UN_LOOP(double, double, erf(x));
+        break;
+    case U_SIN:
+        UN_LOOP(double, double, sin(x));
+        break;
+    case U_COS:
+        UN_LOOP(double, double, cos(x));
+        break;
+    case U_ISNAN:
+        UN_LOOP(double, uint8_t, x != x);
+        break;
+    case U_ISINF:
+        UN_LOOP(double, uint8_t,
+                isinf(x) && ((x > 0 && s->detect_pos) || (x < 0 && s->detect_neg)));
+        break;
+    default:
+        /* rarer double ops: through float's table is wrong; compute in double via libm */
+        un_range_f64_rare(s, in, out, lo, hi);
+        break;
+    }
+}
+
 static void un_range(const struct un_state *s, enum qp_dtype dt, const void *in, void *out,
                      int64_t lo, int64_t hi, int fast) {
     switch (dt) {
     case QP_DTYPE_FLOAT:
-        if (fast && (s->op == U_EXP || s->op == U_ERF)) {
-            /* vecmath: Exp within 1.0 ulp, Erf 1.2 (vecmath.h); libm where it has no fast code. */
-            if (qp_vf_apply(s->op == U_EXP ? QP_VF_EXP : QP_VF_ERF, (const float *)in + lo,
-                            (float *)out + lo, hi - lo))
-                break;
-        }
-        switch (s->op) {
-        case U_NEG:
-            UN_LOOP(float, float, -x);
-            break;
-        case U_ABS:
-            UN_LOOP(float, float, fabsf(x));
-            break;
-        case U_RECIP:
-            UN_LOOP(float, float, 1.0f / x);
-            break;
-        case U_SQRT:
-            UN_LOOP(float, float, sqrtf(x));
-            break;
-        case U_EXP:
-            UN_LOOP(float, float, expf(x));
-            break;
-        case U_LOG:
-            UN_LOOP(float, float, logf(x));
-            break;
-        case U_FLOOR:
-            UN_LOOP(float, float, floorf(x));
-            break;
-        case U_CEIL:
-            UN_LOOP(float, float, ceilf(x));
-            break;
-        case U_ROUND:
-            UN_LOOP(float, float, qp_round_half_even(x));
-            break;
-        case U_SIGN:
-            UN_LOOP(float, float, signf_(x));
-            break;
-        case U_ERF:
-            UN_LOOP(float, float, erff(x));
-            break;
-        case U_SIN:
-            UN_LOOP(float, float, sinf(x));
-            break;
-        case U_COS:
-            UN_LOOP(float, float, cosf(x));
-            break;
-        case U_TAN:
-            UN_LOOP(float, float, tanf(x));
-            break;
-        case U_ASIN:
-            UN_LOOP(float, float, asinf(x));
-            break;
-        case U_ACOS:
-            UN_LOOP(float, float, acosf(x));
-            break;
-        case U_ATAN:
-            UN_LOOP(float, float, atanf(x));
-            break;
-        case U_SINH:
-            UN_LOOP(float, float, sinhf(x));
-            break;
-        case U_COSH:
-            UN_LOOP(float, float, coshf(x));
-            break;
-        case U_ASINH:
-            UN_LOOP(float, float, asinhf(x));
-            break;
-        case U_ACOSH:
-            UN_LOOP(float, float, acoshf(x));
-            break;
-        case U_ATANH:
-            UN_LOOP(float, float, atanhf(x));
-            break;
-        case U_ISNAN:
-            UN_LOOP(float, uint8_t, x != x);
-            break;
-        case U_ISINF:
-            UN_LOOP(float, uint8_t,
-                    isinf(x) && ((x > 0 && s->detect_pos) || (x < 0 && s->detect_neg)));
-            break;
-        default:
-            break;
-        }
+        un_range_f32(s, in, out, lo, hi, fast);
         break;
     case QP_DTYPE_DOUBLE:
-        switch (s->op) {
-        case U_NEG:
-            UN_LOOP(double, double, -x);
-            break;
-        case U_ABS:
-            UN_LOOP(double, double, fabs(x));
-            break;
-        case U_RECIP:
-            UN_LOOP(double, double, 1.0 / x);
-            break;
-        case U_SQRT:
-            UN_LOOP(double, double, sqrt(x));
-            break;
-        case U_EXP:
-            UN_LOOP(double, double, exp(x));
-            break;
-        case U_LOG:
-            UN_LOOP(double, double, log(x));
-            break;
-        case U_FLOOR:
-            UN_LOOP(double, double, floor(x));
-            break;
-        case U_CEIL:
-            UN_LOOP(double, double, ceil(x));
-            break;
-        case U_ROUND:
-            UN_LOOP(double, double, nearbyint(x));
-            break;
-        case U_SIGN:
-            UN_LOOP(double, double, x > 0 ? 1.0 : (x < 0 ? -1.0 : x));
-            break;
-        case U_ERF:
-            UN_LOOP(double, double, erf(x));
-            break;
-        case U_SIN:
-            UN_LOOP(double, double, sin(x));
-            break;
-        case U_COS:
-            UN_LOOP(double, double, cos(x));
-            break;
-        case U_ISNAN:
-            UN_LOOP(double, uint8_t, x != x);
-            break;
-        case U_ISINF:
-            UN_LOOP(double, uint8_t,
-                    isinf(x) && ((x > 0 && s->detect_pos) || (x < 0 && s->detect_neg)));
-            break;
-        default: {
-            /* rarer double ops: through float's table is wrong; compute in double via libm */
-            const double *pi = in;
-            double *po = out;
-            for (int64_t i = lo; i < hi; i++) {
-                double x = pi[i];
-                switch (s->op) {
-                case U_TAN:
-                    po[i] = tan(x);
-                    break;
-                case U_ASIN:
-                    po[i] = asin(x);
-                    break;
-                case U_ACOS:
-                    po[i] = acos(x);
-                    break;
-                case U_ATAN:
-                    po[i] = atan(x);
-                    break;
-                case U_SINH:
-                    po[i] = sinh(x);
-                    break;
-                case U_COSH:
-                    po[i] = cosh(x);
-                    break;
-                case U_ASINH:
-                    po[i] = asinh(x);
-                    break;
-                case U_ACOSH:
-                    po[i] = acosh(x);
-                    break;
-                case U_ATANH:
-                    po[i] = atanh(x);
-                    break;
-                default:
-                    po[i] = x;
-                    break;
-                }
-            }
-        } break;
-        }
+        un_range_f64(s, in, out, lo, hi);
         break;
     case QP_DTYPE_BOOL:
         UN_LOOP(uint8_t, uint8_t, !x);

@@ -6,6 +6,7 @@
  * half that when items would be few) x (GEMM_NG panels) of one matrix of a batch; an item runs
  * all K blocks, so each C element's multiply-add chain is computed in k order by one thread.
  */
+#include "core/size.h"
 #include "kernels/gemm.h"
 
 #include <omp.h>
@@ -23,8 +24,9 @@ size_t qp_gemm_pack_bytes(int64_t k, int64_t n) {
     if (k < 0 || n < 0) return 0;
     uint64_t panels = (uint64_t)(n + GEMM_NR - 1) / GEMM_NR;
     uint64_t kk = (uint64_t)(k ? k : 1);
-    if (panels > SIZE_MAX / GEMM_NR / sizeof(float) / kk) return 0;
-    return (size_t)(panels * GEMM_NR * kk * sizeof(float));
+    size_t bytes;
+    if (!qp_size_mul3((size_t)panels, GEMM_NR * sizeof(float), (size_t)kk, &bytes)) return 0;
+    return bytes;
 }
 
 #if defined(__x86_64__) || defined(__i386__)

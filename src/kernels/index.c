@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 
@@ -849,9 +850,10 @@ enum qp_status qp_k_unique_prepare(struct qp_kprep *p) {
     if (!x->numel && s.n > 1)
         return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
                             "%lld empty slices along the axis (zero-size input)", (long long)s.n);
-    if (s.n > (int64_t)(SIZE_MAX / 64)) return qp_error_set(p->err, QP_ERR_NOMEM, "too large");
-    size_t work_bytes = (size_t)(4 * s.n + 1) * sizeof(int64_t);
-    int64_t *work = malloc(work_bytes);
+    size_t n_work;
+    if (!qp_size_mul((size_t)s.n, 4, &n_work) || !qp_size_add(n_work, 1, &n_work))
+        return qp_error_set(p->err, QP_ERR_NOMEM, "too large");
+    int64_t *work = qp_malloc_n(n_work, sizeof *work);
     if (!work) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     s.n_unique = unique_groups(x, &s, work);
     free(work);
@@ -872,7 +874,7 @@ enum qp_status qp_k_unique_prepare(struct qp_kprep *p) {
     if (p->n_out > 3 && p->out[3] &&
         (st = qp_kt_set(p->out[3], QP_DTYPE_INT64, 1, &s.n_unique, p->err)))
         return st;
-    p->scratch = work_bytes;
+    p->scratch = n_work * sizeof *work; /* qp_malloc_n checked the product */
     return qp_ksave_state(p, &s, sizeof s);
 }
 

@@ -86,10 +86,7 @@ enum qp_status qp_k_matmul_prepare(struct qp_kprep *p) {
     if (!b_vec) od[orank++] = s.n;
     st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, orank, od, p->err);
     if (st) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_matmul_run(const struct qp_krun *r) {
@@ -156,10 +153,7 @@ enum qp_status qp_k_gemm_prepare(struct qp_kprep *p) {
     int64_t od[2] = {s.m, s.n};
     st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, 2, od, p->err);
     if (st) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_gemm_run(const struct qp_krun *r) {
@@ -234,10 +228,8 @@ static enum qp_status ein_term_parse(const char *b, const char *e, struct ein_te
     return QP_OK;
 }
 
-enum qp_status qp_k_einsum_prepare(struct qp_kprep *p) {
-    if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
-    char eq[512];
-    qp_kattr_str(p->node, "equation", "", eq, sizeof eq);
+/* Einsum's operands: 1..EIN_MAX_OPS of them, all float or all double. */
+static enum qp_status ein_check_inputs(struct qp_kprep *p) {
     if (p->n_in < 1 || p->n_in > EIN_MAX_OPS)
         return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "%d operands (at most %d)", p->n_in,
                             EIN_MAX_OPS);
@@ -251,9 +243,13 @@ enum qp_status qp_k_einsum_prepare(struct qp_kprep *p) {
             return qp_error_set(p->err, QP_ERR_BAD_INPUT, "input %d is %s, input 0 is %s", i,
                                 qp_dtype_name(p->in[i]->dtype), qp_dtype_name(p->in[0]->dtype));
     }
-    struct ein_term terms[EIN_MAX_OPS], out_t;
-    const char *arrow = strstr(eq, "->");
-    const char *lhs_end = arrow ? arrow : eq + strlen(eq);
+    return QP_OK;
+}
+
+/* The input terms of eq (up to lhs_end), one per input; then the rank of the ellipsis
+ * dimensions (numpy broadcasting, aligned on the right). */
+static enum qp_status ein_parse_inputs(struct qp_kprep *p, const char *eq, const char *lhs_end,
+                                       struct ein_term *terms, int *ell_rank_out) {
     int n_terms = 0;
     for (const char *b = eq;;) {
         const char *e = b;
@@ -272,7 +268,6 @@ enum qp_status qp_k_einsum_prepare(struct qp_kprep *p) {
     if (n_terms != p->n_in)
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "equation '%s' has %d terms for %d inputs",
                             eq, n_terms, p->n_in);
-    /* Ellipsis dimensions broadcast like numpy, aligned on the right. */
     int ell_rank = 0;
     for (int k = 0; k < n_terms; k++) {
         int rk = p->in[k]->rank, ne = rk - terms[k].n;
@@ -281,105 +276,141 @@ enum qp_status qp_k_einsum_prepare(struct qp_kprep *p) {
                                 k, rk);
         if (ne > ell_rank) ell_rank = ne;
     }
+    *ell_rank_out = ell_rank;
+    return QP_OK;
+}
+
+/* The labels of an equation while it is resolved: slots [0, ell_rank) are the ellipsis
+ * dimensions, letters follow. */
+struct ein_labels {
+    int ell_rank;
+    char letters[EIN_MAX_LABELS];
+    int counts[EIN_MAX_LABELS]; /* how many operand dimensions carry the label */
+    int in_out[EIN_MAX_LABELS]; /* the label is an output dimension */
+};
+
+/* The label slot of letter ch, or s->n_labels when it has none yet. */
+static int ein_find(const struct ein_state *s, const struct ein_labels *lb, char ch) {
+    int l;
+    for (l = lb->ell_rank; l < s->n_labels; l++)
+        if (lb->letters[l] == ch) break;
+    return l;
+}
+
+/* Operand k's dimensions onto the labels: sizes (checked alike for a letter, broadcast for
+ * the ellipsis) and strides. */
+static enum qp_status ein_bind_operand(struct qp_kprep *p, const char *eq, const struct ein_term *t,
+                                       int k, struct ein_state *s, struct ein_labels *lb) {
+    const struct qp_kt *x = p->in[k];
+    int ne = x->rank - t->n, ell_rank = lb->ell_rank;
+    int64_t xs[QP_MAX_RANK];
+    int64_t acc = 1;
+    for (int d = x->rank - 1; d >= 0; d--) {
+        xs[d] = acc;
+        acc *= x->dims[d];
+    }
+    for (int d = 0; d < x->rank; d++) {
+        int64_t dim = x->dims[d];
+        int at = t->ell_at;
+        if (at >= 0 && d >= at && d < at + ne) {
+            int slot = ell_rank - ne + (d - at);
+            if (dim != 1 && s->ldim[slot] != 1 && s->ldim[slot] != dim)
+                return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                    "equation '%s': ellipsis dimensions of input %d do not "
+                                    "broadcast (%lld vs %lld)",
+                                    eq, k, (long long)dim, (long long)s->ldim[slot]);
+            if (dim != 1) s->ldim[slot] = dim;
+            s->stride[k][slot] = dim == 1 ? 0 : xs[d];
+            continue;
+        }
+        char ch = t->l[at >= 0 && d >= at ? d - ne : d];
+        int l = ein_find(s, lb, ch);
+        if (l == s->n_labels) {
+            lb->letters[l] = ch;
+            s->ldim[l] = dim;
+            s->n_labels++;
+        } else if (s->ldim[l] != dim) {
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                "equation '%s': letter '%c' has sizes %lld and %lld", eq, ch,
+                                (long long)s->ldim[l], (long long)dim);
+        }
+        lb->counts[l]++;
+        s->stride[k][l] += xs[d];
+    }
+    return QP_OK;
+}
+
+static enum qp_status ein_add_out(struct qp_kprep *p, struct ein_state *s, struct ein_labels *lb,
+                                  int l) {
+    if (s->n_out >= QP_MAX_RANK)
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "output rank over %d", QP_MAX_RANK);
+    lb->in_out[l] = 1;
+    s->out_l[s->n_out++] = l;
+    return QP_OK;
+}
+
+/* The output labels from the term after "->" (arrow, or NULL: implicit, the ellipsis
+ * dimensions then the letters seen once, in ASCII order). */
+static enum qp_status ein_output(struct qp_kprep *p, const char *eq, const char *arrow,
+                                 struct ein_state *s, struct ein_labels *lb) {
+    enum qp_status st;
+    int ell_rank = lb->ell_rank;
+    if (!arrow) {
+        for (int j = 0; j < ell_rank; j++) {
+            lb->in_out[j] = 1;
+            s->out_l[s->n_out++] = j;
+        }
+        for (char ch = 'A'; ch <= 'z'; ch++)
+            for (int l = ell_rank; l < s->n_labels; l++)
+                if (lb->letters[l] == ch && lb->counts[l] == 1 && (st = ein_add_out(p, s, lb, l)))
+                    return st;
+        return QP_OK;
+    }
+    struct ein_term out_t;
+    if ((st = ein_term_parse(arrow + 2, arrow + strlen(arrow), &out_t, eq, p->err))) return st;
+    if (ell_rank > 0 && out_t.ell_at < 0)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                            "equation '%s': the output omits the ellipsis dimensions", eq);
+    for (int i = 0; i <= out_t.n; i++) {
+        if (i == out_t.ell_at)
+            for (int j = 0; j < ell_rank; j++)
+                if ((st = ein_add_out(p, s, lb, j))) return st;
+        if (i == out_t.n) break;
+        int l = ein_find(s, lb, out_t.l[i]);
+        if (l == s->n_labels || lb->in_out[l])
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "equation '%s': bad output letter '%c'",
+                                eq, out_t.l[i]);
+        if ((st = ein_add_out(p, s, lb, l))) return st;
+    }
+    return QP_OK;
+}
+
+enum qp_status qp_k_einsum_prepare(struct qp_kprep *p) {
+    if (qp_kinputs_sane(p)) return QP_ERR_BAD_INPUT;
+    char eq[512];
+    qp_kattr_str(p->node, "equation", "", eq, sizeof eq);
+    enum qp_status st = ein_check_inputs(p);
+    if (st) return st;
+    struct ein_term terms[EIN_MAX_OPS];
+    const char *arrow = strstr(eq, "->");
+    struct ein_labels lb = {0};
+    if ((st = ein_parse_inputs(p, eq, arrow ? arrow : eq + strlen(eq), terms, &lb.ell_rank)))
+        return st;
     struct ein_state s;
     memset(&s, 0, sizeof s);
     s.n_ops = p->n_in;
     s.is_double = p->in[0]->dtype == QP_DTYPE_DOUBLE;
-    char letters[EIN_MAX_LABELS] = {0};
-    int counts[EIN_MAX_LABELS] = {0};
-    /* Slots [0, ell_rank) are the ellipsis dimensions; letters follow. */
-    s.n_labels = ell_rank;
-    for (int j = 0; j < ell_rank; j++)
+    s.n_labels = lb.ell_rank;
+    for (int j = 0; j < lb.ell_rank; j++)
         s.ldim[j] = 1;
-    for (int k = 0; k < n_terms; k++) {
-        const struct qp_kt *x = p->in[k];
-        int ne = x->rank - terms[k].n;
-        int64_t xs[QP_MAX_RANK];
-        int64_t acc = 1;
-        for (int d = x->rank - 1; d >= 0; d--) {
-            xs[d] = acc;
-            acc *= x->dims[d];
-        }
-        for (int d = 0; d < x->rank; d++) {
-            int64_t dim = x->dims[d];
-            int at = terms[k].ell_at;
-            if (at >= 0 && d >= at && d < at + ne) {
-                int slot = ell_rank - ne + (d - at);
-                if (dim != 1 && s.ldim[slot] != 1 && s.ldim[slot] != dim)
-                    return qp_error_set(p->err, QP_ERR_BAD_INPUT,
-                                        "equation '%s': ellipsis dimensions of input %d do not "
-                                        "broadcast (%lld vs %lld)",
-                                        eq, k, (long long)dim, (long long)s.ldim[slot]);
-                if (dim != 1) s.ldim[slot] = dim;
-                s.stride[k][slot] = dim == 1 ? 0 : xs[d];
-                continue;
-            }
-            char ch = terms[k].l[at >= 0 && d >= at ? d - ne : d];
-            int l;
-            for (l = ell_rank; l < s.n_labels; l++)
-                if (letters[l] == ch) break;
-            if (l == s.n_labels) {
-                letters[l] = ch;
-                s.ldim[l] = dim;
-                s.n_labels++;
-            } else if (s.ldim[l] != dim) {
-                return qp_error_set(p->err, QP_ERR_BAD_INPUT,
-                                    "equation '%s': letter '%c' has sizes %lld and %lld", eq, ch,
-                                    (long long)s.ldim[l], (long long)dim);
-            }
-            counts[l]++;
-            s.stride[k][l] += xs[d];
-        }
-    }
+    for (int k = 0; k < p->n_in; k++)
+        if ((st = ein_bind_operand(p, eq, &terms[k], k, &s, &lb))) return st;
     /* Broadcast ellipsis dimensions of size 1 in one operand read that operand's only element;
-     * the stride 0 set above says so. Output labels: */
-    int in_out[EIN_MAX_LABELS] = {0};
-    if (arrow) {
-        enum qp_status st = ein_term_parse(arrow + 2, arrow + strlen(arrow), &out_t, eq, p->err);
-        if (st) return st;
-        if (ell_rank > 0 && out_t.ell_at < 0)
-            return qp_error_set(p->err, QP_ERR_BAD_INPUT,
-                                "equation '%s': the output omits the ellipsis dimensions", eq);
-        for (int i = 0; i <= out_t.n; i++) {
-            if (i == out_t.ell_at)
-                for (int j = 0; j < ell_rank; j++) {
-                    if (s.n_out >= QP_MAX_RANK)
-                        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "output rank over %d",
-                                            QP_MAX_RANK);
-                    in_out[j] = 1;
-                    s.out_l[s.n_out++] = j;
-                }
-            if (i == out_t.n) break;
-            int l;
-            for (l = ell_rank; l < s.n_labels; l++)
-                if (letters[l] == out_t.l[i]) break;
-            if (l == s.n_labels || in_out[l])
-                return qp_error_set(p->err, QP_ERR_BAD_INPUT,
-                                    "equation '%s': bad output letter '%c'", eq, out_t.l[i]);
-            if (s.n_out >= QP_MAX_RANK)
-                return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "output rank over %d", QP_MAX_RANK);
-            in_out[l] = 1;
-            s.out_l[s.n_out++] = l;
-        }
-    } else {
-        /* Implicit output: the ellipsis dimensions, then the letters seen once, in ASCII order. */
-        for (int j = 0; j < ell_rank; j++) {
-            in_out[j] = 1;
-            s.out_l[s.n_out++] = j;
-        }
-        for (char ch = 'A'; ch <= 'z'; ch++)
-            for (int l = ell_rank; l < s.n_labels; l++)
-                if (letters[l] == ch && counts[l] == 1) {
-                    if (s.n_out >= QP_MAX_RANK)
-                        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "output rank over %d",
-                                            QP_MAX_RANK);
-                    in_out[l] = 1;
-                    s.out_l[s.n_out++] = l;
-                }
-    }
+     * the stride 0 set above says so. */
+    if ((st = ein_output(p, eq, arrow, &s, &lb))) return st;
     uint64_t n_sum = 1;
     for (int l = 0; l < s.n_labels; l++) {
-        if (in_out[l]) continue;
+        if (lb.in_out[l]) continue;
         s.sum_l[s.n_sum++] = l;
         if (s.ldim[l] && n_sum > (UINT64_C(1) << 62) / (uint64_t)s.ldim[l])
             return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
@@ -389,12 +420,9 @@ enum qp_status qp_k_einsum_prepare(struct qp_kprep *p) {
     int64_t od[QP_MAX_RANK];
     for (int i = 0; i < s.n_out; i++)
         od[i] = s.ldim[s.out_l[i]];
-    enum qp_status st = qp_kt_set(p->out[0], p->in[0]->dtype, s.n_out, od, p->err);
+    st = qp_kt_set(p->out[0], p->in[0]->dtype, s.n_out, od, p->err);
     if (st) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 static double ein_elem(const struct qp_kt *t, int is_double, int64_t off) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 
@@ -58,7 +59,8 @@ enum qp_status qp_k_mvn_prepare(struct qp_kprep *p) {
     }
     if ((st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err))) return st;
     if (!x->numel) s.n_groups = 0; /* nothing to normalize; other dims may be huge */
-    p->scratch = (size_t)s.n_groups * 2 * sizeof(double);
+    if (!qp_size_mul3((size_t)s.n_groups, 2, sizeof(double), &p->scratch))
+        return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     return qp_ksave_state(p, &s, sizeof s);
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kcheck.h"
 #include "kernels/dnnl_softmax.h"
 #include "kernels/fast.h"
 #include "kernels/kernels.h"
@@ -20,10 +21,7 @@ struct norm_state {
 };
 
 static enum qp_status save(struct qp_kprep *p, const struct norm_state *s) {
-    p->state = malloc(sizeof *s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, s, sizeof *s);
-    return QP_OK;
+    return qp_ksave_state(p, s, sizeof *s);
 }
 
 static enum qp_status need_float(struct qp_kprep *p, int i) {
@@ -35,6 +33,37 @@ static enum qp_status need_float(struct qp_kprep *p, int i) {
     return QP_OK;
 }
 
+/* Inputs 0..n-1 present and float. */
+static enum qp_status need_floats(struct qp_kprep *p, int n) {
+    for (int i = 0; i < n; i++) {
+        enum qp_status st = need_float(p, i);
+        if (st) return st;
+    }
+    return QP_OK;
+}
+
+/* A zeroed state of `kind` viewing x as [N, C, spatial]. */
+static struct norm_state nc_state(const struct qp_kt *x, int kind) {
+    struct norm_state s = {0};
+    s.kind = kind;
+    s.outer = x->dims[0];
+    s.axis_len = x->dims[1];
+    s.inner = 1;
+    for (int i = 2; i < x->rank; i++)
+        s.inner *= x->dims[i];
+    return s;
+}
+
+/* BatchNormalization's scale, B, mean and var (inputs 1-4): one element per channel. */
+static enum qp_status bn_check_params(struct qp_kprep *p, int64_t channels) {
+    for (int i = 1; i < 5; i++)
+        if (p->in[i]->numel != (uint64_t)channels)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                "input %d has %llu elements for %lld channels", i,
+                                (unsigned long long)p->in[i]->numel, (long long)channels);
+    return QP_OK;
+}
+
 /* BatchNormalization with training_mode=1 (opset 14+): normalizes with the batch statistics
  * (mean and population variance over every axis but 1) and outputs the updated running
  * statistics, input_mean * momentum + batch_mean * (1 - momentum) (likewise the variance). */
@@ -42,21 +71,12 @@ enum { BN_TRAIN = 6 };
 
 static enum qp_status bn_train_prepare(struct qp_kprep *p) {
     const struct qp_kt *x = p->in[0];
-    struct norm_state s = {0};
-    s.kind = BN_TRAIN;
-    s.outer = x->dims[0];
-    s.axis_len = x->dims[1];
-    s.inner = 1;
-    for (int i = 2; i < x->rank; i++)
-        s.inner *= x->dims[i];
-    for (int i = 1; i < 5; i++)
-        if (p->in[i]->numel != (uint64_t)s.axis_len)
-            return qp_error_set(p->err, QP_ERR_BAD_INPUT,
-                                "input %d has %llu elements for %lld channels", i,
-                                (unsigned long long)p->in[i]->numel, (long long)s.axis_len);
+    struct norm_state s = nc_state(x, BN_TRAIN);
+    enum qp_status st = bn_check_params(p, s.axis_len);
+    if (st) return st;
     s.eps = qp_kattr_float(p->node, "epsilon", 1e-5f);
     s.momentum = qp_kattr_float(p->node, "momentum", 0.9f);
-    enum qp_status st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
+    st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
     if (st) return st;
     if (p->n_out > 3)
         return qp_error_set(p->err, QP_ERR_BAD_INPUT,
@@ -106,28 +126,15 @@ static enum qp_status bn_train_run(const struct qp_krun *r) {
 }
 
 enum qp_status qp_k_batchnorm_prepare(struct qp_kprep *p) {
-    for (int i = 0; i < 5; i++) {
-        enum qp_status st = need_float(p, i);
-        if (st) return st;
-    }
+    enum qp_status st = need_floats(p, 5);
+    if (st) return st;
     const struct qp_kt *x = p->in[0];
     if (x->rank < 2) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "rank %d < 2", x->rank);
     if (p->opset >= 14 && qp_kattr_int(p->node, "training_mode", 0)) return bn_train_prepare(p);
-    struct norm_state s = {0};
-    s.kind = 0;
-    s.outer = x->dims[0];
-    s.axis_len = x->dims[1];
-    s.inner = 1;
-    for (int i = 2; i < x->rank; i++)
-        s.inner *= x->dims[i];
-    for (int i = 1; i < 5; i++)
-        if (p->in[i]->numel != (uint64_t)s.axis_len)
-            return qp_error_set(p->err, QP_ERR_BAD_INPUT,
-                                "input %d has %llu elements for %lld "
-                                "channels",
-                                i, (unsigned long long)p->in[i]->numel, (long long)s.axis_len);
+    struct norm_state s = nc_state(x, 0);
+    if ((st = bn_check_params(p, s.axis_len))) return st;
     s.eps = qp_kattr_float(p->node, "epsilon", 1e-5f);
-    enum qp_status st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
+    st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
     if (st) return st;
     for (int i = 1; i < p->n_out; i++)
         if (p->out[i]) return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "training outputs");
@@ -156,23 +163,15 @@ enum qp_status qp_k_batchnorm_run(const struct qp_krun *r) {
 }
 
 enum qp_status qp_k_instnorm_prepare(struct qp_kprep *p) {
-    for (int i = 0; i < 3; i++) {
-        enum qp_status st = need_float(p, i);
-        if (st) return st;
-    }
+    enum qp_status st = need_floats(p, 3);
+    if (st) return st;
     const struct qp_kt *x = p->in[0];
     if (x->rank < 3) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "rank %d < 3", x->rank);
-    struct norm_state s = {0};
-    s.kind = 1;
-    s.outer = x->dims[0];
-    s.axis_len = x->dims[1];
-    s.inner = 1;
-    for (int i = 2; i < x->rank; i++)
-        s.inner *= x->dims[i];
+    struct norm_state s = nc_state(x, 1);
     if (p->in[1]->numel != (uint64_t)s.axis_len || p->in[2]->numel != (uint64_t)s.axis_len)
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "scale/B size");
     s.eps = qp_kattr_float(p->node, "epsilon", 1e-5f);
-    enum qp_status st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
+    st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
     if (st) return st;
     return save(p, &s);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kcheck.h"
 #include "kernels/fast.h"
 #include "kernels/kernels.h"
 #include "kernels/spatial.h"
@@ -83,10 +84,7 @@ enum qp_status qp_k_pool_prepare(struct qp_kprep *p) {
         st = qp_kt_set(p->out[1], QP_DTYPE_INT64, x->rank, od, p->err);
         if (st) return st;
     }
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_pool_run(const struct qp_krun *r) {

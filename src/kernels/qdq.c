@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 #include "qmath/qparams.h"
 
@@ -111,10 +112,7 @@ static enum qp_status qdq_common(struct qp_kprep *p, int quantize) {
     if (st) return st;
     st = qp_kt_set(p->out[0], quantize ? s.qtype : QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
     if (st) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_quantize_prepare(struct qp_kprep *p) {

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
+#include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 
 enum red_op { R_MEAN, R_SUM, R_MAX, R_MIN, R_PROD, R_L1, R_L2, R_SUMSQ, R_LOGSUM, R_LOGSUMEXP };
@@ -104,11 +106,9 @@ enum qp_status qp_k_reduce_prepare(struct qp_kprep *p) {
     }
     st = qp_kt_set(p->out[0], x->dtype, orank, od, p->err);
     if (st) return st;
-    p->scratch = p->out[0]->numel * sizeof(double);
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    if (!qp_size_mul((size_t)p->out[0]->numel, sizeof(double), &p->scratch))
+        return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_reduce_run(const struct qp_krun *r) {
@@ -220,10 +220,7 @@ enum qp_status qp_k_arg_prepare(struct qp_kprep *p) {
             od[r++] = 1;
     st = qp_kt_set(p->out[0], QP_DTYPE_INT64, r, od, p->err);
     if (st) return st;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_arg_run(const struct qp_krun *r) {
@@ -290,11 +287,9 @@ enum qp_status qp_k_topk_prepare(struct qp_kprep *p) {
     if (!st && p->n_out > 1 && p->out[1])
         st = qp_kt_set(p->out[1], QP_DTYPE_INT64, x->rank, od, p->err);
     if (st) return st;
-    p->scratch = (size_t)s.n * sizeof(int64_t) * 2;
-    p->state = malloc(sizeof s);
-    if (!p->state) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    memcpy(p->state, &s, sizeof s);
-    return QP_OK;
+    if (!qp_size_mul3((size_t)s.n, sizeof(int64_t), 2, &p->scratch))
+        return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    return qp_ksave_state(p, &s, sizeof s);
 }
 
 enum qp_status qp_k_topk_run(const struct qp_krun *r) {

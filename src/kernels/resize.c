@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "kernels/fast.h"
 #include "kernels/kernels.h"
 
@@ -74,6 +75,250 @@ static void rs_classify(struct rs_state *s) {
     s->copy2d = copy;
 }
 
+/* The attributes that choose how Resize samples. */
+struct rs_attrs {
+    int upsample; /* Upsample rather than Resize */
+    enum rs_mode mode;
+    char ctm[32], nm[32], kar[32]; /* coordinate_transformation_mode, nearest_mode, policy */
+    float cubic_a;
+    int exclude;
+};
+
+static enum qp_status rs_read_attrs(const struct qp_kprep *p, struct rs_attrs *a) {
+    char mode_s[32];
+    a->upsample = strcmp(p->node->op_type, "Upsample") == 0;
+    qp_kattr_str(p->node, "mode", "nearest", mode_s, sizeof mode_s);
+    if (strcmp(mode_s, "nearest") == 0)
+        a->mode = RS_NEAREST;
+    else if (strcmp(mode_s, "linear") == 0 || strcmp(mode_s, "bilinear") == 0)
+        a->mode = RS_LINEAR;
+    else if (strcmp(mode_s, "cubic") == 0)
+        a->mode = RS_CUBIC;
+    else
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "mode '%s'", mode_s);
+    int old = a->upsample || p->opset < 11;
+    qp_kattr_str(p->node, "coordinate_transformation_mode", old ? "asymmetric" : "half_pixel",
+                 a->ctm, sizeof a->ctm);
+    qp_kattr_str(p->node, "nearest_mode", old ? "floor" : "round_prefer_floor", a->nm,
+                 sizeof a->nm);
+    qp_kattr_str(p->node, "keep_aspect_ratio_policy", "stretch", a->kar, sizeof a->kar);
+    a->cubic_a = qp_kattr_float(p->node, "cubic_coeff_a", -0.75f);
+    a->exclude = (int)qp_kattr_int(p->node, "exclude_outside", 0);
+    if (qp_kattr_int(p->node, "antialias", 0))
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "antialias=1");
+    return QP_OK;
+}
+
+/* The axes that roi, scales and sizes list (all r by default). */
+static enum qp_status rs_read_axes(const struct qp_kprep *p, int r, int64_t *axes, int *na_out) {
+    enum qp_status st;
+    *na_out = r;
+    for (int d = 0; d < r; d++)
+        axes[d] = d;
+    const int64_t *av;
+    int64_t nav = qp_kattr_ints(p->node, "axes", &av);
+    if (nav < 0) return QP_OK;
+    if (nav > r) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "too many axes");
+    *na_out = (int)nav;
+    for (int i = 0; i < *na_out; i++)
+        if ((st = qp_kaxis(av[i], r, &axes[i], "axis", p->err))) return st;
+    return QP_OK;
+}
+
+/* Output shape and scales from the sizes input v (na entries along axes), with the
+ * keep_aspect_ratio_policy. */
+static void rs_from_sizes(const struct qp_kt *x, const char *kar, const double *v,
+                          const int64_t *axes, int na, double *scales, int64_t *out) {
+    int r = x->rank;
+    for (int d = 0; d < r; d++)
+        out[d] = x->dims[d];
+    for (int i = 0; i < na; i++)
+        out[axes[i]] = (int64_t)v[i];
+    if (strcmp(kar, "stretch") == 0) {
+        for (int d = 0; d < r; d++)
+            scales[d] = x->dims[d] ? (double)out[d] / (double)x->dims[d] : 1.0;
+        return;
+    }
+    double sc = strcmp(kar, "not_larger") == 0 ? INFINITY : 0.0;
+    for (int i = 0; i < na; i++) {
+        double t = v[i] / (double)x->dims[axes[i]];
+        sc = strcmp(kar, "not_larger") == 0 ? fmin(sc, t) : fmax(sc, t);
+    }
+    for (int i = 0; i < na; i++) {
+        out[axes[i]] = (int64_t)floor((double)x->dims[axes[i]] * sc + 0.5);
+        scales[axes[i]] = sc;
+    }
+}
+
+/* Scales, roi and the output shape, from the scales attribute (Upsample 7) or the roi, scales
+ * and sizes inputs. */
+static enum qp_status rs_geometry(struct qp_kprep *p, const struct rs_attrs *a, double *scales,
+                                  double *roi, int64_t *out) {
+    const struct qp_kt *x = p->in[0];
+    int r = x->rank;
+    enum qp_status st;
+    for (int d = 0; d < r; d++) {
+        scales[d] = 1.0;
+        roi[d] = 0.0;
+        roi[d + r] = 1.0;
+    }
+    int64_t axes[QP_MAX_RANK];
+    int na;
+    if ((st = rs_read_axes(p, r, axes, &na))) return st;
+    double v[2 * QP_MAX_RANK];
+    int nv;
+    int have_sizes = 0;
+    if (a->upsample && p->opset < 9) {
+        const float *f;
+        int64_t nf = qp_kattr_floats(p->node, "scales", &f);
+        if (nf != r) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "scales attribute length");
+        for (int d = 0; d < r; d++)
+            scales[d] = f[d];
+    } else {
+        int newer = !a->upsample && p->opset >= 11;
+        if (newer) {
+            if ((st = rs_read_floats(p, 1, v, &nv))) return st;
+            if (nv) {
+                if (nv != 2 * na) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "roi length");
+                for (int i = 0; i < na; i++) {
+                    roi[axes[i]] = v[i];
+                    roi[axes[i] + r] = v[i + na];
+                }
+            }
+        }
+        if ((st = rs_read_floats(p, newer ? 2 : 1, v, &nv))) return st;
+        if (nv) {
+            if (nv != na)
+                return qp_error_set(p->err, QP_ERR_BAD_INPUT, "scales has %d entries", nv);
+            for (int i = 0; i < na; i++)
+                scales[axes[i]] = v[i];
+        } else if (newer) {
+            if ((st = rs_read_floats(p, 3, v, &nv))) return st;
+            if (nv != na)
+                return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                    "one of scales and sizes is required");
+            have_sizes = 1;
+            rs_from_sizes(x, a->kar, v, axes, na, scales, out);
+        }
+    }
+    for (int d = 0; d < r; d++) {
+        if (!(scales[d] > 0)) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "scale %g", scales[d]);
+        if (!have_sizes) out[d] = (int64_t)floor((double)x->dims[d] * (float)scales[d]);
+    }
+    return QP_OK;
+}
+
+/* The input coordinate of output coordinate o along a dimension of in -> on elements at scale
+ * sc (roi a..b for tf_crop_and_resize); *outside when it falls outside the input (then
+ * extrapolated). 0 for an unknown mode. */
+static int rs_coord(const char *ctm, int64_t o, int64_t in, int64_t on, float sc, float a, float b,
+                    float *xo_out, int *outside) {
+    float xo;
+    *outside = 0;
+    if (strcmp(ctm, "half_pixel") == 0)
+        xo = ((float)o + 0.5f) / sc - 0.5f;
+    else if (strcmp(ctm, "half_pixel_symmetric") == 0) {
+        float adj = (float)on / (sc * (float)in);
+        float center = (float)in / 2.0f;
+        xo = center * (1.0f - adj) + ((float)o + 0.5f) / sc - 0.5f;
+    } else if (strcmp(ctm, "pytorch_half_pixel") == 0)
+        xo = on > 1 ? ((float)o + 0.5f) / sc - 0.5f : 0.0f;
+    else if (strcmp(ctm, "align_corners") == 0)
+        xo = on > 1 ? (float)o * (float)(in - 1) / ((float)in * sc - 1.0f) : 0.0f;
+    else if (strcmp(ctm, "tf_half_pixel_for_nn") == 0)
+        xo = ((float)o + 0.5f) / sc;
+    else if (strcmp(ctm, "asymmetric") == 0)
+        xo = (float)o / sc;
+    else if (strcmp(ctm, "tf_crop_and_resize") == 0) {
+        xo = on > 1 ? a * (float)(in - 1) + (float)o * (b - a) * (float)(in - 1) / (float)(on - 1)
+                    : 0.5f * (a + b) * (float)(in - 1);
+        if (xo < 0.0f || xo > (float)(in - 1)) *outside = 1;
+    } else {
+        return 0;
+    }
+    *xo_out = xo;
+    return 1;
+}
+
+/* The taps (indices ti, weights tw) of input coordinate xo along a dimension of `in`
+ * elements; returns how many. */
+static int rs_taps(const struct rs_attrs *a, float xo, int64_t in, int64_t *ti, float *tw) {
+    int n = 0;
+    if (a->mode == RS_NEAREST) {
+        float f = floorf(xo);
+        int64_t k;
+        if (strcmp(a->nm, "round_prefer_ceil") == 0)
+            k = (int64_t)(xo - f >= 0.5f ? f + 1 : f);
+        else if (strcmp(a->nm, "floor") == 0)
+            k = (int64_t)f;
+        else if (strcmp(a->nm, "ceil") == 0)
+            k = (int64_t)ceilf(xo);
+        else
+            k = (int64_t)(xo - f > 0.5f ? f + 1 : f);
+        if (k < 0) k = 0;
+        if (k > in - 1) k = in - 1;
+        ti[0] = k;
+        tw[0] = 1.0f;
+        return 1;
+    }
+    if (a->mode == RS_LINEAR) {
+        float xc = xo;
+        if (xc < 0.0f) xc = 0.0f;
+        if (xc > (float)(in - 1)) xc = (float)(in - 1);
+        float f = floorf(xc);
+        float t = xc - f;
+        int64_t k = (int64_t)f;
+        ti[n] = k;
+        tw[n++] = 1.0f - t;
+        if (t != 0.0f) {
+            ti[n] = k + 1 > in - 1 ? in - 1 : k + 1;
+            tw[n++] = t;
+        }
+        return n;
+    }
+    float f = floorf(xo);
+    float t = xo - f;
+    int64_t k = (int64_t)f;
+    float wsum = 0.0f;
+    for (int j = -1; j <= 2; j++) {
+        float w = cubic_w(a->cubic_a, t - (float)j);
+        int64_t idx = k + j;
+        if (idx < 0 || idx >= in) {
+            if (a->exclude) continue;
+            idx = idx < 0 ? 0 : in - 1;
+        }
+        ti[n] = idx;
+        tw[n++] = w;
+        wsum += w;
+    }
+    if (a->exclude && wsum != 0.0f)
+        for (int j = 0; j < n; j++)
+            tw[j] /= wsum;
+    return n;
+}
+
+/* The state in one block (the runtime frees it at once): the struct, then total * RS_TAPS + 1
+ * tap indices and weights and total + 1 tap counts (total: the sum of the output dims). */
+static struct rs_state *rs_state_alloc(int r, const int64_t *out) {
+    size_t total = 0, n_taps, bytes, b_idx, b_w;
+    for (int d = 0; d < r; d++)
+        if (!qp_size_add(total, (size_t)out[d], &total)) return NULL;
+    if (!qp_size_mul(total, RS_TAPS, &n_taps) || !qp_size_add(n_taps, 1, &n_taps) ||
+        !qp_size_mul(n_taps, sizeof(int64_t), &b_idx) ||
+        !qp_size_mul(n_taps, sizeof(float), &b_w) ||
+        !qp_size_add(sizeof(struct rs_state), b_idx, &bytes) || !qp_size_add(bytes, b_w, &bytes) ||
+        !qp_size_add(bytes, total, &bytes) || !qp_size_add(bytes, 1, &bytes))
+        return NULL;
+    unsigned char *blk = malloc(bytes);
+    if (!blk) return NULL;
+    struct rs_state *s = (struct rs_state *)blk;
+    memset(s, 0, sizeof *s);
+    s->tap_idx = (int64_t *)(blk + sizeof *s);
+    s->tap_w = (float *)(s->tap_idx + n_taps);
+    s->ntap = (unsigned char *)(s->tap_w + n_taps);
+    return s;
+}
+
 enum qp_status qp_k_resize_prepare(struct qp_kprep *p) {
     enum qp_status st = qp_kneed(p, 0);
     if (st) return st;
@@ -81,128 +326,16 @@ enum qp_status qp_k_resize_prepare(struct qp_kprep *p) {
     if (x->dtype != QP_DTYPE_FLOAT)
         return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "dtype %s", qp_dtype_name(x->dtype));
     int r = x->rank;
-    int upsample = strcmp(p->node->op_type, "Upsample") == 0;
-    char mode_s[32], ctm[32], nm[32], kar[32];
-    qp_kattr_str(p->node, "mode", "nearest", mode_s, sizeof mode_s);
-    enum rs_mode mode;
-    if (strcmp(mode_s, "nearest") == 0)
-        mode = RS_NEAREST;
-    else if (strcmp(mode_s, "linear") == 0 || strcmp(mode_s, "bilinear") == 0)
-        mode = RS_LINEAR;
-    else if (strcmp(mode_s, "cubic") == 0)
-        mode = RS_CUBIC;
-    else
-        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "mode '%s'", mode_s);
-    int old = upsample || p->opset < 11;
-    qp_kattr_str(p->node, "coordinate_transformation_mode", old ? "asymmetric" : "half_pixel", ctm,
-                 sizeof ctm);
-    qp_kattr_str(p->node, "nearest_mode", old ? "floor" : "round_prefer_floor", nm, sizeof nm);
-    qp_kattr_str(p->node, "keep_aspect_ratio_policy", "stretch", kar, sizeof kar);
-    float cubic_a = qp_kattr_float(p->node, "cubic_coeff_a", -0.75f);
-    int exclude = (int)qp_kattr_int(p->node, "exclude_outside", 0);
-    if (qp_kattr_int(p->node, "antialias", 0))
-        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "antialias=1");
+    struct rs_attrs a;
+    if ((st = rs_read_attrs(p, &a))) return st;
     double scales[QP_MAX_RANK], roi[2 * QP_MAX_RANK];
     int64_t out[QP_MAX_RANK];
-    int have_roi = 0;
-    for (int d = 0; d < r; d++) {
-        scales[d] = 1.0;
-        roi[d] = 0.0;
-        roi[d + r] = 1.0;
-    }
-    int64_t axes[QP_MAX_RANK];
-    int na = r;
-    for (int d = 0; d < r; d++)
-        axes[d] = d;
-    const int64_t *av;
-    int64_t nav = qp_kattr_ints(p->node, "axes", &av);
-    if (nav >= 0) {
-        if (nav > r) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "too many axes");
-        na = (int)nav;
-        for (int i = 0; i < na; i++) {
-            st = qp_kaxis(av[i], r, &axes[i], "axis", p->err);
-            if (st) return st;
-        }
-    }
-    double v[2 * QP_MAX_RANK];
-    int nv;
-    int have_sizes = 0;
-    if (upsample && p->opset < 9) {
-        const float *f;
-        int64_t nf = qp_kattr_floats(p->node, "scales", &f);
-        if (nf != r) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "scales attribute length");
-        for (int d = 0; d < r; d++)
-            scales[d] = f[d];
-    } else {
-        int si = (upsample || p->opset < 11) ? 1 : 2;
-        if (!upsample && p->opset >= 11) {
-            st = rs_read_floats(p, 1, v, &nv);
-            if (st) return st;
-            if (nv) {
-                if (nv != 2 * na) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "roi length");
-                for (int i = 0; i < na; i++) {
-                    roi[axes[i]] = v[i];
-                    roi[axes[i] + r] = v[i + na];
-                }
-                have_roi = 1;
-            }
-        }
-        st = rs_read_floats(p, si, v, &nv);
-        if (st) return st;
-        if (nv) {
-            if (nv != na)
-                return qp_error_set(p->err, QP_ERR_BAD_INPUT, "scales has %d entries", nv);
-            for (int i = 0; i < na; i++)
-                scales[axes[i]] = v[i];
-        } else if (!upsample && p->opset >= 11) {
-            st = rs_read_floats(p, 3, v, &nv);
-            if (st) return st;
-            if (nv != na)
-                return qp_error_set(p->err, QP_ERR_BAD_INPUT,
-                                    "one of scales and sizes is required");
-            have_sizes = 1;
-            for (int d = 0; d < r; d++)
-                out[d] = x->dims[d];
-            for (int i = 0; i < na; i++)
-                out[axes[i]] = (int64_t)v[i];
-            if (strcmp(kar, "stretch") != 0) {
-                double sc = strcmp(kar, "not_larger") == 0 ? INFINITY : 0.0;
-                for (int i = 0; i < na; i++) {
-                    double t = v[i] / (double)x->dims[axes[i]];
-                    sc = strcmp(kar, "not_larger") == 0 ? fmin(sc, t) : fmax(sc, t);
-                }
-                for (int i = 0; i < na; i++) {
-                    out[axes[i]] = (int64_t)floor((double)x->dims[axes[i]] * sc + 0.5);
-                    scales[axes[i]] = sc;
-                }
-            } else {
-                for (int d = 0; d < r; d++)
-                    scales[d] = x->dims[d] ? (double)out[d] / (double)x->dims[d] : 1.0;
-            }
-        }
-    }
-    for (int d = 0; d < r; d++) {
-        if (!(scales[d] > 0)) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "scale %g", scales[d]);
-        if (!have_sizes) out[d] = (int64_t)floor((double)x->dims[d] * (float)scales[d]);
-    }
-    (void)have_roi;
+    if ((st = rs_geometry(p, &a, scales, roi, out))) return st;
     st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, r, out, p->err);
     if (st) return st;
-    int64_t total = 0;
-    for (int d = 0; d < r; d++)
-        total += out[d];
-    struct rs_state *s = calloc(1, sizeof *s);
+    p->state = NULL;
+    struct rs_state *s = rs_state_alloc(r, out);
     if (!s) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    s->tap_idx = malloc(sizeof(int64_t) * (size_t)(total * RS_TAPS + 1));
-    s->tap_w = malloc(sizeof(float) * (size_t)(total * RS_TAPS + 1));
-    s->ntap = malloc((size_t)total + 1);
-    if (!s->tap_idx || !s->tap_w || !s->ntap) {
-        free(s->tap_idx);
-        free(s->tap_w);
-        free(s->ntap);
-        free(s);
-        return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    }
     s->rank = r;
     s->extrapolation = qp_kattr_float(p->node, "extrapolation_value", 0.0f);
     int64_t off = 0;
@@ -214,121 +347,21 @@ enum qp_status qp_k_resize_prepare(struct qp_kprep *p) {
         float sc = (float)scales[d];
         for (int64_t o = 0; o < on; o++) {
             float xo;
-            int outside = 0;
-            if (strcmp(ctm, "half_pixel") == 0)
-                xo = ((float)o + 0.5f) / sc - 0.5f;
-            else if (strcmp(ctm, "half_pixel_symmetric") == 0) {
-                float adj = (float)on / (sc * (float)in);
-                float center = (float)in / 2.0f;
-                xo = center * (1.0f - adj) + ((float)o + 0.5f) / sc - 0.5f;
-            } else if (strcmp(ctm, "pytorch_half_pixel") == 0)
-                xo = on > 1 ? ((float)o + 0.5f) / sc - 0.5f : 0.0f;
-            else if (strcmp(ctm, "align_corners") == 0)
-                xo = on > 1 ? (float)o * (float)(in - 1) / ((float)in * sc - 1.0f) : 0.0f;
-            else if (strcmp(ctm, "tf_half_pixel_for_nn") == 0)
-                xo = ((float)o + 0.5f) / sc;
-            else if (strcmp(ctm, "asymmetric") == 0)
-                xo = (float)o / sc;
-            else if (strcmp(ctm, "tf_crop_and_resize") == 0) {
-                float a = (float)roi[d], b = (float)roi[d + r];
-                xo = on > 1 ? a * (float)(in - 1) +
-                                  (float)o * (b - a) * (float)(in - 1) / (float)(on - 1)
-                            : 0.5f * (a + b) * (float)(in - 1);
-                if (xo < 0.0f || xo > (float)(in - 1)) outside = 1;
-            } else {
-                free(s->tap_idx);
-                free(s->tap_w);
-                free(s->ntap);
+            int outside;
+            if (!rs_coord(a.ctm, o, in, on, sc, (float)roi[d], (float)roi[d + r], &xo, &outside)) {
                 free(s);
                 return qp_error_set(p->err, QP_ERR_BAD_INPUT, "coordinate_transformation_mode '%s'",
-                                    ctm);
+                                    a.ctm);
             }
-            int64_t *ti = s->tap_idx + (off + o) * RS_TAPS;
-            float *tw = s->tap_w + (off + o) * RS_TAPS;
-            int n = 0;
-            if (outside) {
-                s->ntap[off + o] = 0;
-                continue;
-            }
-            if (mode == RS_NEAREST) {
-                float f = floorf(xo);
-                int64_t k;
-                if (strcmp(nm, "round_prefer_ceil") == 0)
-                    k = (int64_t)(xo - f >= 0.5f ? f + 1 : f);
-                else if (strcmp(nm, "floor") == 0)
-                    k = (int64_t)f;
-                else if (strcmp(nm, "ceil") == 0)
-                    k = (int64_t)ceilf(xo);
-                else
-                    k = (int64_t)(xo - f > 0.5f ? f + 1 : f);
-                if (k < 0) k = 0;
-                if (k > in - 1) k = in - 1;
-                ti[0] = k;
-                tw[0] = 1.0f;
-                n = 1;
-            } else if (mode == RS_LINEAR) {
-                float xc = xo;
-                if (xc < 0.0f) xc = 0.0f;
-                if (xc > (float)(in - 1)) xc = (float)(in - 1);
-                float f = floorf(xc);
-                float t = xc - f;
-                int64_t k = (int64_t)f;
-                ti[n] = k;
-                tw[n++] = 1.0f - t;
-                if (t != 0.0f) {
-                    ti[n] = k + 1 > in - 1 ? in - 1 : k + 1;
-                    tw[n++] = t;
-                }
-            } else {
-                float f = floorf(xo);
-                float t = xo - f;
-                int64_t k = (int64_t)f;
-                float wsum = 0.0f;
-                for (int j = -1; j <= 2; j++) {
-                    float w = cubic_w(cubic_a, t - (float)j);
-                    int64_t idx = k + j;
-                    if (idx < 0 || idx >= in) {
-                        if (exclude) continue;
-                        idx = idx < 0 ? 0 : in - 1;
-                    }
-                    ti[n] = idx;
-                    tw[n++] = w;
-                    wsum += w;
-                }
-                if (exclude && wsum != 0.0f)
-                    for (int j = 0; j < n; j++)
-                        tw[j] /= wsum;
-            }
-            s->ntap[off + o] = (unsigned char)n;
+            s->ntap[off + o] =
+                outside ? 0
+                        : (unsigned char)rs_taps(&a, xo, in, s->tap_idx + (off + o) * RS_TAPS,
+                                                 s->tap_w + (off + o) * RS_TAPS);
         }
         off += on;
     }
-    p->state = NULL;
-    /* The state holds pointers: copy them into one malloc'd block the runtime frees at once. */
-    size_t need = sizeof *s + sizeof(int64_t) * (size_t)(total * RS_TAPS + 1) +
-                  sizeof(float) * (size_t)(total * RS_TAPS + 1) + (size_t)total + 1;
-    unsigned char *blk = malloc(need);
-    if (!blk) {
-        free(s->tap_idx);
-        free(s->tap_w);
-        free(s->ntap);
-        free(s);
-        return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-    }
-    struct rs_state *b = (struct rs_state *)blk;
-    *b = *s;
-    b->tap_idx = (int64_t *)(blk + sizeof *s);
-    b->tap_w = (float *)(b->tap_idx + total * RS_TAPS + 1);
-    b->ntap = (unsigned char *)(b->tap_w + total * RS_TAPS + 1);
-    memcpy(b->tap_idx, s->tap_idx, sizeof(int64_t) * (size_t)(total * RS_TAPS + 1));
-    memcpy(b->tap_w, s->tap_w, sizeof(float) * (size_t)(total * RS_TAPS + 1));
-    memcpy(b->ntap, s->ntap, (size_t)total + 1);
-    free(s->tap_idx);
-    free(s->tap_w);
-    free(s->ntap);
-    free(s);
-    rs_classify(b);
-    p->state = b;
+    rs_classify(s);
+    p->state = s;
     return QP_OK;
 }
 

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 
@@ -251,7 +252,9 @@ enum qp_status qp_k_rnn_prepare(struct qp_kprep *p) {
         if ((st = qp_kt_set(p->out[2], QP_DTYPE_FLOAT, 3, dhh, p->err))) return st;
     }
     /* scratch per (direction, batch) job: H, C, gate sums (double), H R^T buffer */
-    p->scratch = (size_t)(s.n_dirs * s.batch) * (size_t)(2 * s.hidden + 2 * gh) * sizeof(double);
+    if (!qp_size_mul3((size_t)(s.n_dirs * s.batch), (size_t)(2 * s.hidden + 2 * gh), sizeof(double),
+                      &p->scratch))
+        return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     return qp_ksave_state(p, &s, sizeof s);
 }
 

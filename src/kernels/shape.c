@@ -753,13 +753,21 @@ struct gather_state {
     size_t es;
 };
 
-enum qp_status qp_k_gather_prepare(struct qp_kprep *p) {
+/* Gather's and GatherElements' inputs: data of whole bytes, int32 or int64 indices. */
+static enum qp_status gather_inputs(struct qp_kprep *p) {
     enum qp_status st = qp_kneed_bytes(p, 0);
     if (!st) st = qp_kneed(p, 1);
     if (st) return st;
-    const struct qp_kt *x = p->in[0], *idx = p->in[1];
+    const struct qp_kt *idx = p->in[1];
     if (idx->dtype != QP_DTYPE_INT64 && idx->dtype != QP_DTYPE_INT32)
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "indices are %s", qp_dtype_name(idx->dtype));
+    return QP_OK;
+}
+
+enum qp_status qp_k_gather_prepare(struct qp_kprep *p) {
+    enum qp_status st = gather_inputs(p);
+    if (st) return st;
+    const struct qp_kt *x = p->in[0], *idx = p->in[1];
     if (x->rank == 0) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "data is a scalar");
     int64_t axis;
     st = qp_kaxis(qp_kattr_int(p->node, "axis", 0), x->rank, &axis, "axis", p->err);
@@ -818,12 +826,9 @@ struct gel_state {
 };
 
 enum qp_status qp_k_gather_elements_prepare(struct qp_kprep *p) {
-    enum qp_status st = qp_kneed_bytes(p, 0);
-    if (!st) st = qp_kneed(p, 1);
+    enum qp_status st = gather_inputs(p);
     if (st) return st;
     const struct qp_kt *x = p->in[0], *idx = p->in[1];
-    if (idx->dtype != QP_DTYPE_INT64 && idx->dtype != QP_DTYPE_INT32)
-        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "indices are %s", qp_dtype_name(idx->dtype));
     if (idx->rank != x->rank || x->rank == 0)
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "indices rank %d, data rank %d", idx->rank,
                             x->rank);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_util.h"
 #include "kernels/kernels.h"
@@ -206,13 +207,13 @@ enum qp_status rt_fuse_find(const struct qp_session *s, struct rt_fuse *out, str
     unsigned char *cst = calloc(nv, 1), *taken = calloc(nn, 1);
     int *mem = malloc(RT_FUSE_MAX * sizeof *mem), *role = malloc(RT_FUSE_MAX * sizeof *role);
     int *aux = malloc(RT_FUSE_MAX * sizeof *aux);
-    out->order = malloc(g->n_topo * sizeof *out->order);
-    out->grp = malloc(nn * sizeof *out->grp);
-    out->start = malloc(nn * sizeof *out->start);
+    out->order = qp_malloc_n(g->n_topo, sizeof *out->order);
+    out->grp = qp_malloc_n(nn, sizeof *out->grp);
+    out->start = qp_malloc_n(nn, sizeof *out->start);
     out->size = calloc(nn, sizeof *out->size);
-    out->members = malloc(nn * sizeof *out->members);
-    out->role = malloc(nn * sizeof *out->role);
-    out->aux = malloc(nn * sizeof *out->aux);
+    out->members = qp_malloc_n(nn, sizeof *out->members);
+    out->role = qp_malloc_n(nn, sizeof *out->role);
+    out->aux = qp_malloc_n(nn, sizeof *out->aux);
     enum qp_status st = QP_OK;
     if (!cst || !taken || !mem || !role || !aux || !out->order || !out->grp || !out->start ||
         !out->size || !out->members || !out->role || !out->aux) {
@@ -578,7 +579,7 @@ static enum qp_status fused_ovin(struct rt_plan *p, const int *mem, const int *r
     ok &= n_const > 0 && n_const <= RT_MAX_CONST_OVIN;
     struct rt_ovin *ovin = calloc((size_t)n, sizeof *ovin);
     struct rt_fuse_recipe *r = ok ? calloc(1, sizeof *r) : NULL;
-    if (r) r->in = malloc((size_t)n_in * sizeof *r->in);
+    if (r) r->in = qp_malloc_n((size_t)n_in, sizeof *r->in);
     if (!ovin || (ok && (!r || !r->in))) {
         free(ovin);
         rt_fuse_recipe_free(r);
@@ -679,25 +680,10 @@ static void fold_bias(const struct folder *fo, const struct qp_kt *b, float *b1)
         b1[c] = (float)((b0 ? b0[c] : 0.0) * fo->mul[c] + fo->add[c]);
 }
 
-/*
- * The longest prefix of the group that passes every check and that oneDNN takes is fused (at
- * least the Conv and one node). That choice depends only on the prefix itself, so two plans
- * whose groups differ only beyond a node (different overlays downstream) fuse the part before
- * it alike: partial re-execution restores values computed by the same steps.
- */
-enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, const struct rt_fuse *f,
-                             int tail, size_t first, int *node_step, struct qp_error *err) {
-    const struct qp_graph *g = s->g;
-    int gid = f->grp[tail];
-    if (gid < 0) return QP_OK;
-    const int *mem = f->members + f->start[gid];
-    const int *role = f->role + f->start[gid], *aux = f->aux + f->start[gid];
-    int n_mem = f->size[gid];
-    if (mem[n_mem - 1] != tail || first > p->n_steps) return QP_OK;
-    for (int i = 0; i < n_mem; i++)
-        if (node_step[mem[i]] < (int)first) return QP_OK; /* evaluated at plan time */
-    /* A constant overlay whose value decides what fuses bakes the flags of the whole group
-     * (whatever part of it fuses now, another value may fuse another part). */
+/* A constant overlay whose value decides what fuses bakes the flags of the whole group
+ * (whatever part of it fuses now, another value may fuse another part). */
+static void bake_group_flags(struct rt_plan *p, const int *mem, const int *role, int n_mem,
+                             const int *node_step) {
     int baked = 0;
     for (int i = 0; i < n_mem; i++) {
         const struct rt_step *ms = &p->steps[node_step[mem[i]]];
@@ -709,135 +695,138 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
         for (int j = 0; j < ms->n_ovin; j++)
             if (ms->ovin[j].is_const) p->ov_baked[ms->ovin[j].ov] |= RT_OV_BYPASS_BAKED;
     }
-    const struct rt_step *hs = &p->steps[node_step[mem[0]]];
+}
+
+/* The group's Conv (or ConvTranspose) step, as fusion reads it. */
+struct fuse_head {
+    const struct qp_kt *x, *w, *b; /* b NULL without a bias */
+    int transpose;
+    int64_t group, m; /* m: output channels */
+};
+
+/* Whether head step hs (node `conv`) can start a fused step: on oneDNN, float, constant
+ * weights (and bias) with m output channels. Fills *h when it can. */
+static int head_fusable(const struct qp_graph *g, const struct rt_step *hs, int conv,
+                        struct fuse_head *h) {
     if (!member_ok(hs, hs) ||
         !(qp_dnnl_conv_state_uses_dnnl(hs->state) || qp_dnnl_conv_state_deferred(hs->state)))
-        return QP_OK;
+        return 0;
     /* Overlaid constants (weights, BatchNormalization parameters) are in[] as the bypass flags
      * are at plan time; other flags get variants of the fused step (fused_ovin). */
     const struct qp_kt *x = hs->in[0], *w = hs->in[1];
     const struct qp_kt *b = hs->n_in > 2 ? hs->in[2] : NULL;
-    if (!cfloat(w) || (b && !cfloat(b)) || x->dtype != QP_DTYPE_FLOAT || w->rank < 3) return QP_OK;
-    int transpose = qp_node_is(&g->nodes[mem[0]], "ConvTranspose");
-    int64_t group = qp_kattr_int(&g->nodes[mem[0]], "group", 1);
+    if (!cfloat(w) || (b && !cfloat(b)) || x->dtype != QP_DTYPE_FLOAT || w->rank < 3) return 0;
+    int transpose = qp_node_is(&g->nodes[conv], "ConvTranspose");
+    int64_t group = qp_kattr_int(&g->nodes[conv], "group", 1);
     /* Output channels: Conv weights are [M, C/group, k...], ConvTranspose's [C, M/group, k...]
      * (the geometry checked both against the input). */
     int64_t m = transpose ? w->dims[1] * group : w->dims[0];
     if (group <= 0 || m <= 0 || (transpose && w->dims[0] % group) || hs->out[0]->rank < 2 ||
         hs->out[0]->dims[1] != m)
-        return QP_OK;
+        return 0;
+    *h = (struct fuse_head){x, w, b, transpose, group, m};
+    return 1;
+}
 
-    enum qp_status st = QP_OK;
-    struct folder fo = {.m = m, .folding = 1};
-    fo.mul = malloc((size_t)m * sizeof *fo.mul);
-    fo.add = calloc((size_t)m, sizeof *fo.add);
-    void *state = NULL;
-    struct qp_kt **arr = NULL;
-    int *nodes = NULL;
-    struct rt_step *tmp = NULL;
-    struct rt_fuse_recipe *recipe = NULL;
-    struct rt_variant *var = NULL;
-    if (!fo.mul || !fo.add) {
-        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-        goto done;
-    }
+/* The prefix that fuses: its length, the fused Conv's state (NULL: none fuses), the weights and
+ * bias it reads and the tensor it writes. */
+struct fuse_pick {
+    int len;
+    void *state;
+    struct qp_kt *wf, *bf, *y;
+    size_t scratch; /* the state's scratch bytes, unrounded */
+};
+
+/* A group's members as fuse_pick reads them. */
+struct fuse_group {
+    const int *mem, *role, *aux;
+    int n_mem;
     const struct rt_step *ms[RT_FUSE_MAX];
-    for (int i = 0; i < n_mem; i++)
-        ms[i] = &p->steps[node_step[mem[i]]];
+};
+
+/* Finds the longest prefix of the group that folds into fo and that oneDNN takes, trying
+ * shorter ones in turn. Out of temps is no error: *pk stays without a state. */
+static enum qp_status fuse_pick(const struct qp_session *s, struct rt_plan *p,
+                                const struct fuse_head *h, const struct fuse_group *gr,
+                                const int *node_step, struct folder *fo, struct fuse_pick *pk,
+                                struct qp_error *err) {
+    const struct qp_graph *g = s->g;
+    const int *mem = gr->mem, *role = gr->role, *aux = gr->aux;
+    const struct rt_step *const *ms = gr->ms;
+    enum qp_status st;
+    memset(pk, 0, sizeof *pk);
     /* The members that pass the checks, one by one. */
     int len = 1;
-    while (len < n_mem && member_ok(ms[len], hs) &&
-           fold_prefix(&fo, s, ms, mem, role, aux, len + 1))
+    while (len < gr->n_mem && member_ok(ms[len], ms[0]) &&
+           fold_prefix(fo, s, ms, mem, role, aux, len + 1))
         len++;
-    struct qp_kprep pr;
-    struct qp_kt *wf = NULL, *bf = NULL, *y = NULL, *wt = NULL, *bt = NULL;
+    struct qp_kt *wt = NULL, *bt = NULL;
     for (; len >= 2; len--) {
-        if (!can_end(role[len - 1]) || !fold_prefix(&fo, s, ms, mem, role, aux, len)) continue;
+        if (!can_end(role[len - 1]) || !fold_prefix(fo, s, ms, mem, role, aux, len)) continue;
         /* Folded weights and bias: plan-owned constants (the model's when nothing folds), two
          * temps per group at most whatever the retries, so groups never compete for them. */
-        int fold = folds(&fo);
+        int fold = folds(fo);
         if (fold && !wt) {
-            if (!(wt = rt_plan_temp(p))) goto done; /* no room: stay unfused */
-            *wt = *w;
+            if (!(wt = rt_plan_temp(p))) return QP_OK; /* no room: stay unfused */
+            *wt = *h->w;
             wt->is_const = 1;
-            if ((st = rt_plan_own(p, wt->nbytes, &wt->data, err))) goto done;
+            if ((st = rt_plan_own(p, wt->nbytes, &wt->data, err))) return st;
         }
-        if ((fold || !b) && !bt) {
-            int64_t bd[1] = {m};
-            if (!(bt = rt_plan_temp(p))) goto done;
+        if ((fold || !h->b) && !bt) {
+            int64_t bd[1] = {h->m};
+            if (!(bt = rt_plan_temp(p))) return QP_OK;
             if ((st = qp_kt_set(bt, QP_DTYPE_FLOAT, 1, bd, err)) ||
                 (st = rt_plan_own(p, bt->nbytes, &bt->data, err)))
-                goto done;
+                return st;
             bt->is_const = 1;
         }
-        wf = fold ? wt : (struct qp_kt *)w;
-        bf = fold || !b ? bt : (struct qp_kt *)b;
-        if (fold) fold_weights(w, wf->data, m, transpose, group, fo.mul);
-        if (fold || bf != b) fold_bias(&fo, b, bf->data);
+        struct qp_kt *wf = fold ? wt : (struct qp_kt *)h->w;
+        struct qp_kt *bf = fold || !h->b ? bt : (struct qp_kt *)h->b;
+        if (fold) fold_weights(h->w, wf->data, h->m, h->transpose, h->group, fo->mul);
+        if (fold || bf != h->b) fold_bias(fo, h->b, bf->data);
         /* The fused Conv. */
-        y = p->steps[node_step[mem[len - 1]]].out[0];
-        const struct qp_kt *pin[3] = {x, wf, bf};
+        struct qp_kt *y = p->steps[node_step[mem[len - 1]]].out[0];
+        const struct qp_kt *pin[3] = {h->x, wf, bf};
         struct qp_kt *pout[1] = {y};
         struct qp_error e2 = {0};
         int conv = mem[0];
-        pr = (struct qp_kprep){.node = &g->nodes[conv],
-                               .opset = s->opsets[conv],
-                               .n_in = 3,
-                               .n_out = 1,
-                               .in = pin,
-                               .out = pout,
-                               .err = &e2,
-                               .missing_const = -1};
-        if (qp_dnnl_conv_fused_prepare(&pr, transpose, fo.n_post, fo.post) == QP_OK &&
+        struct qp_kprep pr = {.node = &g->nodes[conv],
+                              .opset = s->opsets[conv],
+                              .n_in = 3,
+                              .n_out = 1,
+                              .in = pin,
+                              .out = pout,
+                              .err = &e2,
+                              .missing_const = -1};
+        if (qp_dnnl_conv_fused_prepare(&pr, h->transpose, fo->n_post, fo->post) == QP_OK &&
             qp_dnnl_conv_state_uses_dnnl(pr.state)) {
-            state = pr.state;
-            break;
+            *pk = (struct fuse_pick){len, pr.state, wf, bf, y, pr.scratch};
+            return QP_OK;
         }
         free(pr.state);
     }
-    if (len < 2 || !state) goto done;
-    int conv = mem[0], last = mem[len - 1];
-    arr = calloc(4 + 2 + 1, sizeof *arr);
-    nodes = malloc((size_t)len * sizeof *nodes);
-    size_t n_range = p->n_steps - first;
-    tmp = malloc((n_range ? n_range : 1) * sizeof *tmp);
-    if (!arr || !nodes || !tmp) {
-        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-        goto done;
-    }
-    memcpy(nodes, mem, (size_t)len * sizeof *nodes);
-    struct rt_ovin *fovin;
-    int n_fovin;
-    unsigned mask;
-    if ((st = fused_ovin(p, mem, role, aux, len, transpose, group, m, node_step, fo.res, s, &fovin,
-                         &n_fovin, &recipe, &mask, err)))
-        goto done;
-    if (recipe && !(var = malloc(sizeof *var))) {
-        free(fovin);
-        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-        goto done;
-    }
-    arr[0] = (struct qp_kt *)x;
-    arr[1] = wf;
-    arr[2] = bf;
-    arr[3] = (struct qp_kt *)fo.res;
-    arr[4] = arr[5] = y;
-    /* Steps [first, n_steps): the prefix members' overlay steps in order, the fused step, then
-     * the rest (the other members and their overlay steps) as they were. */
-    memcpy(tmp, p->steps + first, n_range * sizeof *tmp);
+    return QP_OK;
+}
+
+static int in_prefix(const struct rt_step *st, const int *mem, int len) {
+    int in = 0;
+    for (int i = 0; i < len; i++)
+        in |= st->node == mem[i];
+    return in;
+}
+
+/* Steps [first, first + n_range) (a copy in tmp): the prefix members' overlay steps in order,
+ * a slot for the fused step (its index returned), then the rest (the other members and their
+ * overlay steps) as they were; the prefix members' node steps are freed. *end_out: one past
+ * the last step. */
+static size_t reorder_steps(struct rt_plan *p, size_t first, struct rt_step *tmp, size_t n_range,
+                            const int *mem, int len, int *node_step, size_t *end_out) {
     size_t j = first;
-    for (size_t k = 0; k < n_range; k++) {
-        int in_prefix = 0;
-        for (int i = 0; i < len; i++)
-            in_prefix |= tmp[k].node == mem[i];
-        if (in_prefix && tmp[k].kind == RT_STEP_OVERLAY) p->steps[j++] = tmp[k];
-    }
+    for (size_t k = 0; k < n_range; k++)
+        if (in_prefix(&tmp[k], mem, len) && tmp[k].kind == RT_STEP_OVERLAY) p->steps[j++] = tmp[k];
     size_t fused_at = j++;
     for (size_t k = 0; k < n_range; k++) {
-        int in_prefix = 0;
-        for (int i = 0; i < len; i++)
-            in_prefix |= tmp[k].node == mem[i];
-        if (!in_prefix) {
+        if (!in_prefix(&tmp[k], mem, len)) {
             if (tmp[k].kind == RT_STEP_NODE) node_step[tmp[k].node] = (int)j;
             p->steps[j++] = tmp[k];
         } else if (tmp[k].kind != RT_STEP_OVERLAY) {
@@ -849,24 +838,98 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
             free(tmp[k].dep);
         }
     }
+    *end_out = j;
+    return fused_at;
+}
+
+/*
+ * The longest prefix of the group that passes every check and that oneDNN takes is fused (at
+ * least the Conv and one node). That choice depends only on the prefix itself, so two plans
+ * whose groups differ only beyond a node (different overlays downstream) fuse the part before
+ * it alike: partial re-execution restores values computed by the same steps.
+ */
+enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, const struct rt_fuse *f,
+                             int tail, size_t first, int *node_step, struct qp_error *err) {
+    const struct qp_graph *g = s->g;
+    int gid = f->grp[tail];
+    if (gid < 0) return QP_OK;
+    struct fuse_group gr = {.mem = f->members + f->start[gid],
+                            .role = f->role + f->start[gid],
+                            .aux = f->aux + f->start[gid],
+                            .n_mem = f->size[gid]};
+    const int *mem = gr.mem;
+    int n_mem = gr.n_mem;
+    if (mem[n_mem - 1] != tail || first > p->n_steps) return QP_OK;
+    for (int i = 0; i < n_mem; i++)
+        if (node_step[mem[i]] < (int)first) return QP_OK; /* evaluated at plan time */
+    bake_group_flags(p, mem, gr.role, n_mem, node_step);
+    struct fuse_head h;
+    if (!head_fusable(g, &p->steps[node_step[mem[0]]], mem[0], &h)) return QP_OK;
+
+    enum qp_status st = QP_OK;
+    struct folder fo = {.m = h.m, .folding = 1};
+    fo.mul = qp_malloc_n((size_t)h.m, sizeof *fo.mul);
+    fo.add = calloc((size_t)h.m, sizeof *fo.add);
+    struct fuse_pick pk = {0};
+    struct qp_kt **arr = NULL;
+    int *nodes = NULL;
+    struct rt_step *tmp = NULL;
+    struct rt_fuse_recipe *recipe = NULL;
+    struct rt_variant *var = NULL;
+    if (!fo.mul || !fo.add) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n_mem; i++)
+        gr.ms[i] = &p->steps[node_step[mem[i]]];
+    if ((st = fuse_pick(s, p, &h, &gr, node_step, &fo, &pk, err)) || !pk.state) goto done;
+    int len = pk.len, conv = mem[0], last = mem[len - 1];
+    arr = calloc(4 + 2 + 1, sizeof *arr);
+    nodes = qp_malloc_n((size_t)len, sizeof *nodes);
+    size_t n_range = p->n_steps - first;
+    tmp = qp_malloc_n(n_range, sizeof *tmp);
+    if (!arr || !nodes || !tmp) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        goto done;
+    }
+    memcpy(nodes, mem, (size_t)len * sizeof *nodes);
+    struct rt_ovin *fovin;
+    int n_fovin;
+    unsigned mask;
+    if ((st = fused_ovin(p, mem, gr.role, gr.aux, len, h.transpose, h.group, h.m, node_step, fo.res,
+                         s, &fovin, &n_fovin, &recipe, &mask, err)))
+        goto done;
+    if (recipe && !(var = malloc(sizeof *var))) {
+        free(fovin);
+        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        goto done;
+    }
+    arr[0] = (struct qp_kt *)h.x;
+    arr[1] = pk.wf;
+    arr[2] = pk.bf;
+    arr[3] = (struct qp_kt *)fo.res;
+    arr[4] = arr[5] = pk.y;
+    memcpy(tmp, p->steps + first, n_range * sizeof *tmp);
+    size_t end;
+    size_t fused_at = reorder_steps(p, first, tmp, n_range, mem, len, node_step, &end);
     struct rt_step *fs = &p->steps[fused_at];
     memset(fs, 0, sizeof *fs);
     fs->kind = RT_STEP_NODE;
     fs->node = conv;
-    fs->k = transpose ? &fused_convt_kernel : &fused_conv_kernel;
-    fs->state = state;
+    fs->k = h.transpose ? &fused_convt_kernel : &fused_conv_kernel;
+    fs->state = pk.state;
     fs->n_in = 4;
     fs->n_out = 1;
     fs->in = arr;
     fs->out = arr + 4;
     fs->val_out = arr + 5;
-    fs->scratch = (pr.scratch + 63) / 64 * 64;
+    fs->scratch = (pk.scratch + 63) / 64 * 64;
     fs->n_nodes = len;
     fs->nodes = nodes;
     fs->ovin = fovin;
     fs->n_ovin = n_fovin;
     if (recipe) {
-        var[0] = (struct rt_variant){mask, state, fs->scratch, bf, NULL};
+        var[0] = (struct rt_variant){mask, pk.state, fs->scratch, pk.bf, NULL};
         fs->var = var;
         fs->n_var = 1;
         fs->cur_var = 0;
@@ -877,16 +940,16 @@ enum qp_status rt_fuse_apply(const struct qp_session *s, struct rt_plan *p, cons
     if (fs->scratch > p->scratch_bytes) p->scratch_bytes = fs->scratch;
     for (int i = 0; i < len; i++)
         node_step[mem[i]] = (int)fused_at;
-    p->n_steps = j;
+    p->n_steps = end;
     p->n_fused++;
     qp_log(QP_LOG_DEBUG, "session: fused %d nodes from '%s' (Conv) to '%s' (%s), %d post-ops", len,
            g->nodes[conv].name ? g->nodes[conv].name : "",
            g->nodes[last].name ? g->nodes[last].name : "", g->nodes[last].op_type, fo.n_post);
-    state = NULL;
+    pk.state = NULL;
     arr = NULL;
     nodes = NULL;
 done:
-    free(state);
+    free(pk.state);
     free(arr);
     free(nodes);
     free(tmp);
@@ -906,9 +969,9 @@ enum qp_status rt_fuse_prepare_variant(const struct qp_session *s, const struct 
     size_t n_all = (size_t)r->in_off[r->len - 1] + (size_t)r->n_in[r->len - 1];
     size_t bias_at = (sizeof(struct qp_kt) + 63) / 64 * 64;
     struct folder fo = {.m = r->m};
-    struct qp_kt **in = malloc((n_all ? n_all : 1) * sizeof *in);
-    fo.mul = malloc((size_t)r->m * sizeof *fo.mul);
-    fo.add = malloc((size_t)r->m * sizeof *fo.add);
+    struct qp_kt **in = qp_malloc_n(n_all, sizeof *in);
+    fo.mul = qp_malloc_n((size_t)r->m, sizeof *fo.mul);
+    fo.add = qp_malloc_n((size_t)r->m, sizeof *fo.add);
     void *own = NULL, *state = NULL;
     float *wbuf = NULL;
     enum qp_status rc = QP_OK;

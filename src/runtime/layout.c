@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_util.h"
 #include "runtime/runtime.h"
@@ -124,7 +125,7 @@ enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, co
         return QP_OK;
     size_t nv = g->n_values ? g->n_values : 1;
     struct pass ps = {.s = s, .p = p, .node_step = node_step};
-    ps.prod = malloc(nv * sizeof *ps.prod);
+    ps.prod = qp_malloc_n(nv, sizeof *ps.prod);
     ps.md = calloc(nv, sizeof *ps.md);
     ps.cand = calloc(nv, 1);
     ps.flat = calloc(nv, 1);

@@ -1,3 +1,4 @@
+#include "core/size.h"
 #include "runtime/memplan.h"
 
 #include <stdint.h>
@@ -50,11 +51,10 @@ enum qp_status qp_memplan(struct qp_mem_req *reqs, size_t n, size_t align, size_
     size_t nh = 0, top = 0;
     *total_out = 0;
     if (n == 0) return QP_OK;
-    if (n > SIZE_MAX / sizeof(struct order) / 2)
-        return qp_error_set(err, QP_ERR_NOMEM, "memplan: too many tensors");
-    by_first = malloc(n * sizeof *by_first);
-    by_last = malloc(n * sizeof *by_last);
-    holes = malloc((n + 1) * sizeof *holes);
+    /* n + 1 cannot wrap: reqs holds n entries. */
+    by_first = qp_malloc_n(n, sizeof *by_first);
+    by_last = qp_malloc_n(n, sizeof *by_last);
+    holes = qp_malloc_n(n + 1, sizeof *holes);
     if (!by_first || !by_last || !holes) {
         st = qp_error_set(err, QP_ERR_NOMEM, "memplan: out of memory");
         goto fail;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "qmath/qparams.h"
 #include "runtime/memplan.h"
 #include "runtime/runtime.h"
@@ -26,7 +27,7 @@ static enum qp_status own(struct rt_plan *p, size_t bytes, void **out, struct qp
     *out = NULL;
     if (p->n_owned == p->cap_owned) {
         size_t cap = p->cap_owned ? p->cap_owned * 2 : 16;
-        void **o = realloc(p->owned, cap * sizeof *o);
+        void **o = qp_realloc_n(p->owned, cap, sizeof *o);
         if (!o) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
         p->owned = o;
         p->cap_owned = cap;
@@ -78,21 +79,26 @@ static void step_free_state(struct rt_step *st) {
     st->fuse = NULL;
 }
 
+/* Frees everything a step owns and zeroes it. */
+static void step_release(struct rt_step *st) {
+    step_free_state(st);
+    free(st->in);
+    free(st->conv_in);
+    free(st->dep);
+    free(st->nodes);
+    if (st->rif) {
+        rt_plan_free(st->rif->plan[0], 0);
+        rt_plan_free(st->rif->plan[1], 0);
+        free(st->rif);
+    }
+    memset(st, 0, sizeof *st);
+}
+
 void rt_plan_free(struct rt_plan *p, size_t n_inputs) {
     (void)n_inputs;
     if (!p) return;
     for (size_t i = 0; i < p->n_steps; i++) {
-        struct rt_step *st = &p->steps[i];
-        step_free_state(st);
-        free(st->in);
-        free(st->conv_in);
-        free(st->dep);
-        free(st->nodes);
-        if (st->rif) {
-            rt_plan_free(st->rif->plan[0], 0);
-            rt_plan_free(st->rif->plan[1], 0);
-            free(st->rif);
-        }
+        step_release(&p->steps[i]);
     }
     free(p->steps);
     free(p->ov_baked);
@@ -398,7 +404,7 @@ static int mark_keyed(struct qp_session *s, int v0) {
     const struct qp_graph *g = s->g;
     int n_new = 0;
     unsigned char *seen = calloc(g->n_values ? g->n_values : 1, 1);
-    int *stack = malloc((g->n_values + 1) * sizeof *stack);
+    int *stack = qp_malloc_n(g->n_values + 1, sizeof *stack);
     if (!seen || !stack) {
         free(seen);
         free(stack);
@@ -430,514 +436,617 @@ static int mark_keyed(struct qp_session *s, int v0) {
     return n_new;
 }
 
-enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
-                             const int64_t (*dims)[QP_MAX_RANK], const struct qp_array *inputs,
-                             struct rt_plan **plan_out, int *retry_out, struct qp_error *err) {
-    *retry_out = 0;
-    const struct qp_graph *g = s->g;
-    enum qp_status st = QP_OK;
-    struct qp_mem_req *reqs = NULL;
-    struct qp_kt **req_kt = NULL;
-    int *node_step = NULL, *last_extra = NULL;
-    struct qp_kt **ovin = NULL;
-    struct rt_ovin *pend = NULL;
-    unsigned char *mark = NULL;
-    void *fold_scratch = NULL;
+/* ---- building a plan ----------------------------------------------------------------------
+ */
+
+/* What rt_plan_build works with; released by build_release (the plan itself by the caller). */
+struct build {
+    struct qp_session *s;
+    const struct qp_graph *g;
+    struct rt_plan *p;
     struct rt_fuse fz;
-    size_t fuse_first = 0;
-    if ((st = rt_fuse_find(s, &fz, err))) return st;
-    struct rt_plan *p = calloc(1, sizeof *p);
-    if (!p) {
-        rt_fuse_free(&fz);
-        return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-    }
+    const struct qp_array *inputs; /* the caller's values, NULL when only shapes are known */
+    int *retry_out;
+    int *node_step;       /* per node: its step, or -1 (evaluated at plan time, dead) */
+    int *last_extra;      /* per value: the last step that reads it from an If branch, or -1 */
+    struct qp_kt **ovin;  /* per input of the node being planned: its overlay's output */
+    struct rt_ovin *pend; /* the overlays on the node being planned */
+    unsigned char *mark;  /* per value: scratch for mark_outer_refs */
+    void *fold_scratch;   /* scratch of the last node evaluated at plan time */
+    struct qp_mem_req *reqs;
+    struct qp_kt **req_kt;
+    size_t n_req;
+    size_t n_slots;    /* input and output slots of all nodes */
+    size_t n_steps;    /* steps planned so far */
+    size_t fuse_first; /* first step of the fusion group being planned */
+};
+
+/* One node being planned into step stp. */
+struct node_work {
+    int node;
+    const struct qp_node *n;
+    const struct qp_kernel *kr;
+    struct rt_step *stp;
+    int n_pend;     /* overlays on its inputs (b->pend) */
+    unsigned cmask; /* the constant overlays it is prepared with: bit j for the j-th, applied */
+    int n_const_ov; /* overlays on constant inputs */
+    int all_const;  /* every input is a plan-time constant */
+    int any_f16;    /* some input is float16 */
+    int convert;    /* float16 goes through the kernel as float32 */
+};
+
+static void build_release(struct build *b) {
+    free(b->reqs);
+    free(b->req_kt);
+    free(b->node_step);
+    free(b->fold_scratch);
+    free(b->ovin);
+    free(b->pend);
+    free(b->last_extra);
+    free(b->mark);
+    rt_fuse_free(&b->fz);
+}
+
+/* Allocates the plan's tables and the build's work arrays. QP_ERR_NOMEM only. */
+static enum qp_status build_alloc(struct build *b, struct qp_error *err) {
+    const struct qp_graph *g = b->g;
+    struct qp_session *s = b->s;
+    struct rt_plan *p = b->p;
     size_t ni = s->n_inputs ? s->n_inputs : 1;
+    size_t nv = g->n_values ? g->n_values : 1;
     p->in_rank = calloc(ni, sizeof *p->in_rank);
     p->in_key = calloc(ni, sizeof *p->in_key);
     p->in_key_bytes = calloc(ni, sizeof *p->in_key_bytes);
     p->in_dims = calloc(ni, sizeof *p->in_dims);
-    p->vals = calloc(g->n_values ? g->n_values : 1, sizeof *p->vals);
-    p->blocked = calloc(g->n_values ? g->n_values : 1, 1);
-    size_t n_slots = 0;
+    p->vals = calloc(nv, sizeof *p->vals);
+    p->blocked = calloc(nv, 1);
+    b->n_slots = 0;
+    int max_in = 1;
     for (size_t k = 0; k < g->n_topo; k++) {
         const struct qp_node *n = &g->nodes[g->topo[k]];
-        n_slots += (size_t)n->n_inputs + (size_t)n->n_outputs;
+        b->n_slots += (size_t)n->n_inputs + (size_t)n->n_outputs;
+        if (n->n_inputs > max_in) max_in = n->n_inputs;
     }
-    p->cap_temps = n_slots + s->n_ov + 2 * (size_t)fz.n_groups + 1;
+    p->cap_temps = b->n_slots + s->n_ov + 2 * (size_t)b->fz.n_groups + 1;
     p->temps = calloc(p->cap_temps, sizeof *p->temps);
     p->steps = calloc(g->n_topo + s->n_ov + 1, sizeof *p->steps);
-    node_step = malloc((g->n_nodes ? g->n_nodes : 1) * sizeof *node_step);
-    int max_in = 1;
-    for (size_t k = 0; k < g->n_topo; k++)
-        if (g->nodes[g->topo[k]].n_inputs > max_in) max_in = g->nodes[g->topo[k]].n_inputs;
-    ovin = calloc((size_t)max_in, sizeof *ovin);
-    pend = calloc((size_t)max_in, sizeof *pend);
+    b->node_step = qp_malloc_n(g->n_nodes, sizeof *b->node_step);
+    b->ovin = calloc((size_t)max_in, sizeof *b->ovin);
+    b->pend = calloc((size_t)max_in, sizeof *b->pend);
     p->ov_baked = calloc(s->n_ov + 1, 1);
     p->cov_steps = calloc(g->n_topo + 1, sizeof *p->cov_steps);
-    last_extra = malloc((g->n_values ? g->n_values : 1) * sizeof *last_extra);
-    mark = calloc(g->n_values ? g->n_values : 1, 1);
-    if (!ovin || !pend || !p->ov_baked || !p->cov_steps || !last_extra || !mark) {
-        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-        goto fail;
-    }
+    b->last_extra = qp_malloc_n(g->n_values, sizeof *b->last_extra);
+    b->mark = calloc(nv, 1);
+    if (!b->ovin || !b->pend || !p->ov_baked || !p->cov_steps || !b->last_extra || !b->mark ||
+        !p->in_rank || !p->in_key || !p->in_key_bytes || !p->in_dims || !p->vals || !p->temps ||
+        !p->steps || !b->node_step || !p->blocked)
+        return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
     for (size_t i = 0; i < g->n_values; i++)
-        last_extra[i] = -1;
-    if (node_step)
-        for (size_t i = 0; i < g->n_nodes; i++)
-            node_step[i] = -1;
-    if (!p->in_rank || !p->in_key || !p->in_key_bytes || !p->in_dims || !p->vals || !p->temps ||
-        !p->steps || !node_step || !p->blocked) {
-        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-        goto fail;
-    }
-    if (s->parent && (st = bind_outer(s, p, err))) goto fail;
-    for (size_t i = 0; i < s->n_inputs; i++) {
-        p->in_rank[i] = ranks[i];
-        memcpy(p->in_dims[i], dims[i], sizeof p->in_dims[i]);
-    }
+        b->last_extra[i] = -1;
+    for (size_t i = 0; i < g->n_nodes; i++)
+        b->node_step[i] = -1;
+    return QP_OK;
+}
 
-    /* Initializers: constants borrowed from the model. */
+/* Initializers: constants borrowed from the model. */
+static enum qp_status bind_inits(struct build *b, struct qp_error *err) {
+    const struct qp_graph *g = b->g;
     for (size_t i = 0; i < g->n_inits; i++) {
         const struct qp_tensor *t = &g->inits[i];
-        struct qp_kt *kt = &p->vals[g->inits_value[i]];
+        struct qp_kt *kt = &b->p->vals[g->inits_value[i]];
         if (t->dtype == QP_DTYPE_STRING || t->rank > QP_MAX_RANK) {
             kt->dtype = QP_DTYPE_UNDEFINED; /* only an error if a kernel reads it */
             continue;
         }
         struct qp_error e2 = {0};
         if (qp_kt_set(kt, t->dtype, t->rank, t->dims, &e2) != QP_OK || kt->nbytes != t->nbytes ||
-            (!t->data && t->nbytes)) {
-            st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                              "session: initializer '%s' has no data or a size that does not "
-                              "match its shape",
-                              t->name ? t->name : "");
-            goto fail;
-        }
+            (!t->data && t->nbytes))
+            return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                "session: initializer '%s' has no data or a size that does not "
+                                "match its shape",
+                                t->name ? t->name : "");
         kt->data = t->data ? (void *)t->data : rt_empty;
         kt->is_const = 1;
     }
-    /* Caller inputs. */
+    return QP_OK;
+}
+
+/* Caller inputs: shapes, and for value-keyed ones a plan-owned copy of the bytes. */
+static enum qp_status bind_inputs(struct build *b, const int *ranks,
+                                  const int64_t (*dims)[QP_MAX_RANK], struct qp_error *err) {
+    struct qp_session *s = b->s;
+    struct rt_plan *p = b->p;
+    enum qp_status st;
     for (size_t i = 0; i < s->n_inputs; i++) {
-        const struct qp_value *val = &g->values[s->inputs[i]];
+        p->in_rank[i] = ranks[i];
+        memcpy(p->in_dims[i], dims[i], sizeof p->in_dims[i]);
+    }
+    for (size_t i = 0; i < s->n_inputs; i++) {
+        const struct qp_value *val = &b->g->values[s->inputs[i]];
         struct qp_kt *kt = &p->vals[s->inputs[i]];
         if ((st = qp_kt_set(kt, val->dtype, ranks[i], dims[i], err)) != QP_OK) {
             qp_error_prefix(err, "session: input '%s'", val->name);
-            goto fail;
+            return st;
         }
         kt->data = rt_empty;
-        if (s->keyed[i] && inputs) {
+        if (s->keyed[i] && b->inputs) {
             void *copy;
-            if ((st = own(p, kt->nbytes, &copy, err))) goto fail;
-            if (kt->nbytes) memcpy(copy, inputs[i].data, kt->nbytes);
+            if ((st = own(p, kt->nbytes, &copy, err))) return st;
+            if (kt->nbytes) memcpy(copy, b->inputs[i].data, kt->nbytes);
             kt->data = copy;
             kt->is_const = 1;
             p->in_key[i] = copy;
             p->in_key_bytes[i] = kt->nbytes;
         }
     }
+    return QP_OK;
+}
 
-    /* Prepare node by node. */
-    size_t n_steps = 0;
-    for (size_t k = 0; k < g->n_topo; k++) {
-        int ni_ = fz.order ? fz.order[k] : g->topo[k];
-        const struct qp_node *n = &g->nodes[ni_];
-        const struct qp_kernel *kr = s->kernels[ni_];
-        node_step[ni_] = -1;
-        if (fz.order && fz.grp[ni_] >= 0 && fz.members[fz.start[fz.grp[ni_]]] == ni_)
-            fuse_first = n_steps; /* a group's first node: its steps start here */
-        /* Overlays on this node's inputs: a step each (or computed now for a constant). */
-        int n_pend = 0;
-        for (int i = 0; s->n_ov && i < n->n_inputs; i++) {
-            int oi = rt_overlay_index(s->ov, s->n_ov, ni_, i);
-            if (oi < 0 || n->inputs[i] < 0) continue;
-            struct qp_kt *src = &p->vals[n->inputs[i]];
-            struct rt_step *os = &p->steps[n_steps];
-            memset(os, 0, sizeof *os);
-            os->kind = RT_STEP_OVERLAY;
-            os->node = ni_;
-            os->ov = oi;
-            os->n_in = os->n_out = 1;
-            struct qp_kt *t = new_temp(p);
-            if (!t) {
-                st = qp_error_set(err, QP_ERR_INTERNAL, "session: temp overflow");
-                goto fail;
-            }
-            if ((st = overlay_geometry(s, &s->ov[oi], src, os, err))) goto fail;
-            if ((st = qp_kt_set(t, QP_DTYPE_FLOAT, src->rank, src->dims, err))) goto fail;
-            os->in = calloc(3, sizeof *os->in);
-            if (!os->in) {
-                st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-                goto fail;
-            }
-            os->out = os->in + 1;
-            os->in[0] = src;
-            os->out[0] = t;
-            if (src->is_const) {
-                if ((st = own(p, t->nbytes, &t->data, err))) {
-                    free(os->in);
-                    memset(os, 0, sizeof *os);
-                    goto fail;
-                }
-                overlay_run(s, os); /* even when bypassed: a later toggle reads it */
-                t->is_const = 1;
-                free(os->in);
-                memset(os, 0, sizeof *os);
-                p->ov_baked[oi] |= RT_OV_PARAMS_BAKED;
-            } else {
-                n_steps++;
-                p->n_steps = n_steps;
-            }
-            ovin[i] = t;
-            pend[n_pend++] = (struct rt_ovin){i, oi, src->is_const, src, t};
+/* Overlay `oi` on input `i` of w's node, reading `src`: a step at b->n_steps, or evaluated now
+ * when src is a constant. Sets b->ovin[i] and appends to b->pend. */
+static enum qp_status plan_overlay(struct build *b, struct node_work *w, int i, int oi,
+                                   struct qp_error *err) {
+    struct qp_session *s = b->s;
+    struct rt_plan *p = b->p;
+    enum qp_status st;
+    struct qp_kt *src = &p->vals[w->n->inputs[i]];
+    struct rt_step *os = &p->steps[b->n_steps];
+    memset(os, 0, sizeof *os);
+    os->kind = RT_STEP_OVERLAY;
+    os->node = w->node;
+    os->ov = oi;
+    os->n_in = os->n_out = 1;
+    struct qp_kt *t = new_temp(p);
+    if (!t) return qp_error_set(err, QP_ERR_INTERNAL, "session: temp overflow");
+    if ((st = overlay_geometry(s, &s->ov[oi], src, os, err))) return st;
+    if ((st = qp_kt_set(t, QP_DTYPE_FLOAT, src->rank, src->dims, err))) return st;
+    os->in = calloc(3, sizeof *os->in);
+    if (!os->in) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    os->out = os->in + 1;
+    os->in[0] = src;
+    os->out[0] = t;
+    if (src->is_const) {
+        st = own(p, t->nbytes, &t->data, err);
+        if (st == QP_OK) {
+            overlay_run(s, os); /* even when bypassed: a later toggle reads it */
+            t->is_const = 1;
+            p->ov_baked[oi] |= RT_OV_PARAMS_BAKED;
         }
-        /* The constant overlays this node is prepared with: bit j for the j-th, when applied.
-         */
-        unsigned cmask = 0;
-        int n_const_ov = 0;
-        for (int j = 0; j < n_pend; j++)
-            if (pend[j].is_const) {
-                if (!s->ov[pend[j].ov].bypass && n_const_ov < RT_MAX_CONST_OVIN)
-                    cmask |= 1u << n_const_ov;
-                n_const_ov++;
-            }
-        struct rt_step *stp = &p->steps[n_steps];
-        memset(stp, 0, sizeof *stp);
-        stp->node = ni_;
-        stp->k = kr;
-        stp->n_in = n->n_inputs;
-        stp->n_out = n->n_outputs;
-        size_t nptr = (size_t)(n->n_inputs + 2 * n->n_outputs) + 1;
-        stp->in = calloc(nptr, sizeof *stp->in);
-        stp->conv_in = calloc((size_t)(n->n_inputs + n->n_outputs) + 1, sizeof *stp->conv_in);
-        if (!stp->in || !stp->conv_in) {
-            free(stp->in);
-            free(stp->conv_in);
-            stp->in = NULL;
-            stp->conv_in = NULL;
-            st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-            goto fail;
-        }
-        stp->out = stp->in + n->n_inputs;
-        stp->val_out = stp->out + n->n_outputs;
-        int all_const = 1, any_f16 = 0;
-        for (int i = 0; i < n->n_inputs; i++) {
-            int v = n->inputs[i];
-            if (v < 0) continue;
-            struct qp_kt *kt = ovin[i] ? ovin[i] : &p->vals[v];
-            if (ovin[i] && kt->is_const) {
-                /* A bypassed constant overlay: the kernel is prepared with the original. */
-                for (int j = 0; j < n_pend; j++)
-                    if (pend[j].input == i && s->ov[pend[j].ov].bypass) kt = pend[j].orig;
-            }
-            ovin[i] = NULL;
-            if (kt->dtype == QP_DTYPE_UNDEFINED) {
-                st = qp_error_set(err, QP_ERR_UNSUPPORTED,
-                                  "input %d '%s' has no dtype the engine can compute "
-                                  "(string or outer-scope tensor)",
-                                  i, g->values[v].name);
-                node_err(err, g, ni_, NULL);
-                free(stp->in);
-                free(stp->conv_in);
-                stp->in = NULL;
-                stp->conv_in = NULL;
-                goto fail;
-            }
-            stp->in[i] = kt;
-            if (!kt->is_const) all_const = 0;
-            if (kt->dtype == QP_DTYPE_FLOAT16) any_f16 = 1;
-        }
-        /* Dtype check against the row. */
-        if (kr->dtypes != QP_DT_ANY && kr->dtype_input < n->n_inputs && stp->in[kr->dtype_input] &&
-            !(kr->dtypes & QP_DT(stp->in[kr->dtype_input]->dtype))) {
-            enum qp_dtype dt = stp->in[kr->dtype_input]->dtype;
-            st = qp_error_set(err, QP_ERR_UNSUPPORTED,
-                              "session: node '%s' (%s): no kernel for domain '%s' opset %d with "
-                              "input %d of dtype %s",
-                              n->name ? n->name : "", n->op_type,
-                              n->domain && n->domain[0] ? n->domain : "ai.onnx", s->opsets[ni_],
-                              kr->dtype_input, qp_dtype_name(dt));
-            goto fail_step;
-        }
-        /* float16 through float32. */
-        int convert = any_f16 && (kr->flags & QP_KF_F16_VIA_F32);
-        if (convert) {
-            for (int i = 0; i < n->n_inputs; i++) {
-                struct qp_kt *src = stp->in[i];
-                if (!src || src->dtype != QP_DTYPE_FLOAT16) continue;
-                struct qp_kt *t = new_temp(p);
-                if (!t || (st = qp_kt_set(t, QP_DTYPE_FLOAT, src->rank, src->dims, err))) {
-                    if (!t) st = qp_error_set(err, QP_ERR_INTERNAL, "session: temp overflow");
-                    goto fail_step;
-                }
-                if (src->is_const) {
-                    if ((st = own(p, t->nbytes, &t->data, err))) goto fail_step;
-                    convert_f16_to_f32(src, t);
-                    t->is_const = 1;
-                } else {
-                    stp->conv_in[stp->n_conv_in++] = (struct rt_conv){src, t};
-                }
-                stp->in[i] = t;
-            }
-        }
-        for (int i = 0; i < n->n_outputs; i++) {
-            int v = n->outputs[i];
-            if (v >= 0) {
-                stp->out[i] = stp->val_out[i] = &p->vals[v];
-            } else if (i == 0) {
-                stp->out[0] = new_temp(p); /* kernels may rely on output 0 */
-                if (!stp->out[0]) {
-                    st = qp_error_set(err, QP_ERR_INTERNAL, "session: temp overflow");
-                    goto fail_step;
-                }
-            }
-        }
-        struct qp_kprep pr = {.node = n,
-                              .opset = s->opsets[ni_],
-                              .n_in = n->n_inputs,
-                              .n_out = n->n_outputs,
-                              .in = (const struct qp_kt *const *)stp->in,
-                              .out = stp->out,
-                              .err = err};
-        pr.missing_const = -1;
-        if (strcmp(n->op_type, "If") == 0 && (!n->domain || !n->domain[0])) {
-            int fold;
-            st = if_plan(s, p, stp, ni_, &fold, err);
-            all_const = fold;
-        } else {
-            st = rt_fuse_prepare(&fz, ni_, kr, &pr);
-        }
-        stp->state = pr.state;
-        if (st != QP_OK && pr.missing_const >= 0 && pr.missing_const < n->n_inputs &&
-            n->inputs[pr.missing_const] >= 0) {
-            if (mark_keyed(s, n->inputs[pr.missing_const]))
-                *retry_out = 1;
-            else {
-                for (size_t i = 0; i < s->n_inputs; i++)
-                    if (s->keyed[i] && !inputs) *retry_out = 2;
-            }
-        }
-        stp->scratch = (pr.scratch + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN;
-        if (st != QP_OK) {
-            node_err(err, g, ni_, NULL);
-            goto fail_step;
-        }
-        if (convert) {
-            struct rt_conv *co = stp->conv_in + stp->n_conv_in;
-            stp->conv_out = co;
-            for (int i = 0; i < n->n_outputs; i++) {
-                struct qp_kt *o = stp->out[i];
-                if (!o || o->dtype != QP_DTYPE_FLOAT || !stp->val_out[i]) continue;
-                struct qp_kt *t = new_temp(p);
-                if (!t) {
-                    st = qp_error_set(err, QP_ERR_INTERNAL, "session: temp overflow");
-                    goto fail_step;
-                }
-                *t = *o;
-                if ((st = qp_kt_set(o, QP_DTYPE_FLOAT16, t->rank, t->dims, err))) goto fail_step;
-                stp->out[i] = t;
-                co[stp->n_conv_out++] = (struct rt_conv){t, o};
-            }
-        }
-        if (n_pend) {
-            stp->ovin = malloc((size_t)n_pend * sizeof *stp->ovin);
-            if (!stp->ovin) {
-                st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-                goto fail_step;
-            }
-            memcpy(stp->ovin, pend, (size_t)n_pend * sizeof *stp->ovin);
-            stp->n_ovin = n_pend;
-        }
-        int folded = all_const || (kr->flags & QP_KF_SHAPE_ONLY);
-        if (n_const_ov && (folded || n_const_ov > RT_MAX_CONST_OVIN || stp->kind == RT_STEP_IF))
-            for (int j = 0; j < n_pend; j++)
-                p->ov_baked[pend[j].ov] |= RT_OV_BYPASS_BAKED;
-        if (folded) {
-            /* Evaluate now; outputs become constants. */
-            for (int i = 0; i < stp->n_conv_in; i++)
-                if ((st = own(p, stp->conv_in[i].dst->nbytes, &stp->conv_in[i].dst->data, err)))
-                    goto fail_step;
-            for (int i = 0; i < n->n_outputs; i++) {
-                if (stp->out[i] && (st = own(p, stp->out[i]->nbytes, &stp->out[i]->data, err)))
-                    goto fail_step;
-                if (stp->val_out[i] && stp->val_out[i] != stp->out[i] &&
-                    (st = own(p, stp->val_out[i]->nbytes, &stp->val_out[i]->data, err)))
-                    goto fail_step;
-            }
-            free(fold_scratch);
-            fold_scratch = stp->scratch ? aligned_alloc(RT_ALIGN, stp->scratch) : NULL;
-            if (stp->scratch && !fold_scratch) {
-                st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-                goto fail_step;
-            }
-            if ((st = rt_step_run(s, p, stp, fold_scratch, err))) goto fail_step;
-            for (int i = 0; i < n->n_outputs; i++) {
-                if (stp->out[i]) stp->out[i]->is_const = 1;
-                if (stp->val_out[i]) stp->val_out[i]->is_const = 1;
-            }
-            step_free_state(stp);
-            free(stp->in);
-            free(stp->conv_in);
-            if (stp->rif) {
-                rt_plan_free(stp->rif->plan[0], 0);
-                rt_plan_free(stp->rif->plan[1], 0);
-                free(stp->rif);
-            }
-            memset(stp, 0, sizeof *stp);
-            continue;
-        }
-        if (n_const_ov && n_const_ov <= RT_MAX_CONST_OVIN && stp->kind != RT_STEP_IF) {
-            stp->var = malloc(sizeof *stp->var);
-            if (!stp->var) {
-                st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-                goto fail_step;
-            }
-            stp->var[0] = (struct rt_variant){cmask, stp->state, stp->scratch, NULL, NULL};
-            stp->n_var = 1;
-            stp->cur_var = 0;
-        }
-        /* Dependencies (below) follow the overlay outputs, whatever the bypass flags. */
-        /* (a constant overlay's input is its current choice, which fusion may bake in) */
-        for (int j = 0; j < stp->n_ovin; j++) {
-            const struct rt_ovin *o = &stp->ovin[j];
-            stp->in[o->input] = o->is_const && s->ov[o->ov].bypass ? o->orig : o->fq;
-        }
-        node_step[ni_] = (int)n_steps;
-        if (stp->scratch > p->scratch_bytes) p->scratch_bytes = stp->scratch;
-        n_steps++;
-        p->n_steps = n_steps;
-        if (fz.order && fz.grp[ni_] >= 0) {
-            if ((st = rt_fuse_apply(s, p, &fz, ni_, fuse_first, node_step, err))) goto fail;
-            n_steps = p->n_steps;
-        }
-        continue;
-    fail_step:
-        step_free_state(stp);
-        free(stp->in);
-        free(stp->conv_in);
-        if (stp->rif) {
-            rt_plan_free(stp->rif->plan[0], 0);
-            rt_plan_free(stp->rif->plan[1], 0);
-            free(stp->rif);
-        }
-        memset(stp, 0, sizeof *stp);
-        goto fail;
+        free(os->in);
+        memset(os, 0, sizeof *os);
+        if (st != QP_OK) return st;
+    } else {
+        b->n_steps++;
+        p->n_steps = b->n_steps;
     }
-    p->n_steps = n_steps;
-    if ((st = rt_fuse_settle(s, p, err))) goto fail;
-    /* The steps with bypass variants, by their final indices (fusion moves steps). */
-    p->n_cov_steps = 0;
-    for (size_t k = 0; k < n_steps; k++)
-        if (p->steps[k].n_var) p->cov_steps[p->n_cov_steps++] = (int)k;
-    if ((st = rt_layout_apply(s, p, node_step, err))) goto fail;
+    b->ovin[i] = t;
+    b->pend[w->n_pend++] = (struct rt_ovin){i, oi, src->is_const, src, t};
+    return QP_OK;
+}
 
-    /* Dependencies between steps (partial re-execution) and reads by If branches. */
-    for (size_t k = 0; k < n_steps; k++) {
+/* The overlays on w's inputs, then which constant ones its preparation applies (w->cmask). */
+static enum qp_status plan_overlays(struct build *b, struct node_work *w, struct qp_error *err) {
+    struct qp_session *s = b->s;
+    enum qp_status st;
+    for (int i = 0; s->n_ov && i < w->n->n_inputs; i++) {
+        int oi = rt_overlay_index(s->ov, s->n_ov, w->node, i);
+        if (oi < 0 || w->n->inputs[i] < 0) continue;
+        if ((st = plan_overlay(b, w, i, oi, err))) return st;
+    }
+    for (int j = 0; j < w->n_pend; j++)
+        if (b->pend[j].is_const) {
+            if (!s->ov[b->pend[j].ov].bypass && w->n_const_ov < RT_MAX_CONST_OVIN)
+                w->cmask |= 1u << w->n_const_ov;
+            w->n_const_ov++;
+        }
+    return QP_OK;
+}
+
+/* Sets up step w->stp for w's node: its pointer arrays and its inputs (overlay outputs where
+ * there are overlays; a bypassed constant overlay's original). */
+static enum qp_status step_bind_inputs(struct build *b, struct node_work *w, struct qp_error *err) {
+    const struct qp_node *n = w->n;
+    struct rt_step *stp = w->stp;
+    memset(stp, 0, sizeof *stp);
+    stp->node = w->node;
+    stp->k = w->kr;
+    stp->n_in = n->n_inputs;
+    stp->n_out = n->n_outputs;
+    size_t nptr = (size_t)(n->n_inputs + 2 * n->n_outputs) + 1;
+    stp->in = calloc(nptr, sizeof *stp->in);
+    stp->conv_in = calloc((size_t)(n->n_inputs + n->n_outputs) + 1, sizeof *stp->conv_in);
+    if (!stp->in || !stp->conv_in) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    stp->out = stp->in + n->n_inputs;
+    stp->val_out = stp->out + n->n_outputs;
+    w->all_const = 1;
+    for (int i = 0; i < n->n_inputs; i++) {
+        int v = n->inputs[i];
+        if (v < 0) continue;
+        struct qp_kt *kt = b->ovin[i] ? b->ovin[i] : &b->p->vals[v];
+        if (b->ovin[i] && kt->is_const) {
+            /* A bypassed constant overlay: the kernel is prepared with the original. */
+            for (int j = 0; j < w->n_pend; j++)
+                if (b->pend[j].input == i && b->s->ov[b->pend[j].ov].bypass) kt = b->pend[j].orig;
+        }
+        b->ovin[i] = NULL;
+        if (kt->dtype == QP_DTYPE_UNDEFINED) {
+            enum qp_status st = qp_error_set(err, QP_ERR_UNSUPPORTED,
+                                             "input %d '%s' has no dtype the engine can compute "
+                                             "(string or outer-scope tensor)",
+                                             i, b->g->values[v].name);
+            node_err(err, b->g, w->node, NULL);
+            return st;
+        }
+        stp->in[i] = kt;
+        if (!kt->is_const) w->all_const = 0;
+        if (kt->dtype == QP_DTYPE_FLOAT16) w->any_f16 = 1;
+    }
+    return QP_OK;
+}
+
+/* The dtype check against the kernel row. */
+static enum qp_status step_check_dtype(const struct build *b, const struct node_work *w,
+                                       struct qp_error *err) {
+    const struct qp_node *n = w->n;
+    const struct qp_kernel *kr = w->kr;
+    const struct rt_step *stp = w->stp;
+    if (kr->dtypes == QP_DT_ANY || kr->dtype_input >= n->n_inputs || !stp->in[kr->dtype_input] ||
+        (kr->dtypes & QP_DT(stp->in[kr->dtype_input]->dtype)))
+        return QP_OK;
+    enum qp_dtype dt = stp->in[kr->dtype_input]->dtype;
+    return qp_error_set(err, QP_ERR_UNSUPPORTED,
+                        "session: node '%s' (%s): no kernel for domain '%s' opset %d with "
+                        "input %d of dtype %s",
+                        n->name ? n->name : "", n->op_type,
+                        n->domain && n->domain[0] ? n->domain : "ai.onnx", b->s->opsets[w->node],
+                        kr->dtype_input, qp_dtype_name(dt));
+}
+
+/* float16 inputs of a kernel that computes in float32: a float32 temp each, converted now for
+ * constants, else by the step before it runs. */
+static enum qp_status step_convert_inputs(struct build *b, struct node_work *w,
+                                          struct qp_error *err) {
+    struct rt_step *stp = w->stp;
+    enum qp_status st;
+    for (int i = 0; i < w->n->n_inputs; i++) {
+        struct qp_kt *src = stp->in[i];
+        if (!src || src->dtype != QP_DTYPE_FLOAT16) continue;
+        struct qp_kt *t = new_temp(b->p);
+        if (!t) return qp_error_set(err, QP_ERR_INTERNAL, "session: temp overflow");
+        if ((st = qp_kt_set(t, QP_DTYPE_FLOAT, src->rank, src->dims, err))) return st;
+        if (src->is_const) {
+            if ((st = own(b->p, t->nbytes, &t->data, err))) return st;
+            convert_f16_to_f32(src, t);
+            t->is_const = 1;
+        } else {
+            stp->conv_in[stp->n_conv_in++] = (struct rt_conv){src, t};
+        }
+        stp->in[i] = t;
+    }
+    return QP_OK;
+}
+
+/* The step's outputs: the graph values, or a temp for a missing output 0. */
+static enum qp_status step_bind_outputs(struct build *b, struct node_work *w,
+                                        struct qp_error *err) {
+    struct rt_step *stp = w->stp;
+    for (int i = 0; i < w->n->n_outputs; i++) {
+        int v = w->n->outputs[i];
+        if (v >= 0) {
+            stp->out[i] = stp->val_out[i] = &b->p->vals[v];
+        } else if (i == 0) {
+            stp->out[0] = new_temp(b->p); /* kernels may rely on output 0 */
+            if (!stp->out[0]) return qp_error_set(err, QP_ERR_INTERNAL, "session: temp overflow");
+        }
+    }
+    return QP_OK;
+}
+
+/* Runs the kernel's prepare (or plans an If). When it failed for want of a constant that a
+ * caller input decides, marks that input value-keyed and asks for a retry. */
+static enum qp_status step_prepare(struct build *b, struct node_work *w, struct qp_error *err) {
+    struct qp_session *s = b->s;
+    const struct qp_node *n = w->n;
+    struct rt_step *stp = w->stp;
+    enum qp_status st;
+    struct qp_kprep pr = {.node = n,
+                          .opset = s->opsets[w->node],
+                          .n_in = n->n_inputs,
+                          .n_out = n->n_outputs,
+                          .in = (const struct qp_kt *const *)stp->in,
+                          .out = stp->out,
+                          .err = err};
+    pr.missing_const = -1;
+    if (strcmp(n->op_type, "If") == 0 && (!n->domain || !n->domain[0])) {
+        int fold;
+        st = if_plan(s, b->p, stp, w->node, &fold, err);
+        w->all_const = fold;
+    } else {
+        st = rt_fuse_prepare(&b->fz, w->node, w->kr, &pr);
+    }
+    stp->state = pr.state;
+    if (st != QP_OK && pr.missing_const >= 0 && pr.missing_const < n->n_inputs &&
+        n->inputs[pr.missing_const] >= 0) {
+        if (mark_keyed(s, n->inputs[pr.missing_const]))
+            *b->retry_out = 1;
+        else {
+            for (size_t i = 0; i < s->n_inputs; i++)
+                if (s->keyed[i] && !b->inputs) *b->retry_out = 2;
+        }
+    }
+    stp->scratch = (pr.scratch + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN;
+    if (st != QP_OK) node_err(err, b->g, w->node, NULL);
+    return st;
+}
+
+/* float32 outputs of a converting kernel: the kernel writes a temp, the step converts it to
+ * the float16 value. */
+static enum qp_status step_convert_outputs(struct build *b, struct node_work *w,
+                                           struct qp_error *err) {
+    struct rt_step *stp = w->stp;
+    enum qp_status st;
+    struct rt_conv *co = stp->conv_in + stp->n_conv_in;
+    stp->conv_out = co;
+    for (int i = 0; i < w->n->n_outputs; i++) {
+        struct qp_kt *o = stp->out[i];
+        if (!o || o->dtype != QP_DTYPE_FLOAT || !stp->val_out[i]) continue;
+        struct qp_kt *t = new_temp(b->p);
+        if (!t) return qp_error_set(err, QP_ERR_INTERNAL, "session: temp overflow");
+        *t = *o;
+        if ((st = qp_kt_set(o, QP_DTYPE_FLOAT16, t->rank, t->dims, err))) return st;
+        stp->out[i] = t;
+        co[stp->n_conv_out++] = (struct rt_conv){t, o};
+    }
+    return QP_OK;
+}
+
+/* Everything from binding the inputs to a prepared step with its overlay inputs. On failure
+ * the caller releases the step. */
+static enum qp_status step_setup(struct build *b, struct node_work *w, struct qp_error *err) {
+    enum qp_status st;
+    struct rt_step *stp = w->stp;
+    if ((st = step_bind_inputs(b, w, err))) return st;
+    if ((st = step_check_dtype(b, w, err))) return st;
+    w->convert = w->any_f16 && (w->kr->flags & QP_KF_F16_VIA_F32);
+    if (w->convert && (st = step_convert_inputs(b, w, err))) return st;
+    if ((st = step_bind_outputs(b, w, err))) return st;
+    if ((st = step_prepare(b, w, err))) return st;
+    if (w->convert && (st = step_convert_outputs(b, w, err))) return st;
+    if (w->n_pend) {
+        stp->ovin = qp_malloc_n((size_t)w->n_pend, sizeof *stp->ovin);
+        if (!stp->ovin) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        memcpy(stp->ovin, b->pend, (size_t)w->n_pend * sizeof *stp->ovin);
+        stp->n_ovin = w->n_pend;
+    }
+    return QP_OK;
+}
+
+/* Evaluates a step whose inputs are all constants (or that needs only shapes) now: its outputs
+ * become plan-owned constants. The caller releases the step either way. */
+static enum qp_status step_fold(struct build *b, struct node_work *w, struct qp_error *err) {
+    struct rt_plan *p = b->p;
+    struct rt_step *stp = w->stp;
+    enum qp_status st;
+    for (int i = 0; i < stp->n_conv_in; i++)
+        if ((st = own(p, stp->conv_in[i].dst->nbytes, &stp->conv_in[i].dst->data, err))) return st;
+    for (int i = 0; i < w->n->n_outputs; i++) {
+        if (stp->out[i] && (st = own(p, stp->out[i]->nbytes, &stp->out[i]->data, err))) return st;
+        if (stp->val_out[i] && stp->val_out[i] != stp->out[i] &&
+            (st = own(p, stp->val_out[i]->nbytes, &stp->val_out[i]->data, err)))
+            return st;
+    }
+    free(b->fold_scratch);
+    b->fold_scratch = stp->scratch ? aligned_alloc(RT_ALIGN, stp->scratch) : NULL;
+    if (stp->scratch && !b->fold_scratch)
+        return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    if ((st = rt_step_run(b->s, p, stp, b->fold_scratch, err))) return st;
+    for (int i = 0; i < w->n->n_outputs; i++) {
+        if (stp->out[i]) stp->out[i]->is_const = 1;
+        if (stp->val_out[i]) stp->val_out[i]->is_const = 1;
+    }
+    return QP_OK;
+}
+
+/* Keeps step w->stp in the plan (its bypass variant first, when constant overlays choose its
+ * preparation), then fuses its group when it is a group's last node. */
+static enum qp_status step_keep(struct build *b, struct node_work *w, struct qp_error *err) {
+    struct qp_session *s = b->s;
+    struct rt_plan *p = b->p;
+    struct rt_step *stp = w->stp;
+    enum qp_status st;
+    if (w->n_const_ov && w->n_const_ov <= RT_MAX_CONST_OVIN && stp->kind != RT_STEP_IF) {
+        stp->var = malloc(sizeof *stp->var);
+        if (!stp->var) {
+            step_release(stp);
+            return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+        }
+        stp->var[0] = (struct rt_variant){w->cmask, stp->state, stp->scratch, NULL, NULL};
+        stp->n_var = 1;
+        stp->cur_var = 0;
+    }
+    /* Dependencies (below) follow the overlay outputs, whatever the bypass flags. */
+    /* (a constant overlay's input is its current choice, which fusion may bake in) */
+    for (int j = 0; j < stp->n_ovin; j++) {
+        const struct rt_ovin *o = &stp->ovin[j];
+        stp->in[o->input] = o->is_const && s->ov[o->ov].bypass ? o->orig : o->fq;
+    }
+    b->node_step[w->node] = (int)b->n_steps;
+    if (stp->scratch > p->scratch_bytes) p->scratch_bytes = stp->scratch;
+    b->n_steps++;
+    p->n_steps = b->n_steps;
+    if (b->fz.order && b->fz.grp[w->node] >= 0) {
+        if ((st = rt_fuse_apply(s, p, &b->fz, w->node, b->fuse_first, b->node_step, err)))
+            return st;
+        b->n_steps = p->n_steps;
+    }
+    return QP_OK;
+}
+
+/* Plans the k-th node in (fusion) order: its overlay steps, then its own step, which is kept,
+ * or evaluated now and dropped. */
+static enum qp_status plan_node(struct build *b, size_t k, struct qp_error *err) {
+    struct qp_session *s = b->s;
+    struct rt_plan *p = b->p;
+    const struct rt_fuse *fz = &b->fz;
+    enum qp_status st;
+    struct node_work w = {0};
+    w.node = fz->order ? fz->order[k] : b->g->topo[k];
+    w.n = &b->g->nodes[w.node];
+    w.kr = s->kernels[w.node];
+    b->node_step[w.node] = -1;
+    if (fz->order && fz->grp[w.node] >= 0 && fz->members[fz->start[fz->grp[w.node]]] == w.node)
+        b->fuse_first = b->n_steps; /* a group's first node: its steps start here */
+    if ((st = plan_overlays(b, &w, err))) return st;
+    w.stp = &p->steps[b->n_steps];
+    if ((st = step_setup(b, &w, err))) {
+        step_release(w.stp);
+        return st;
+    }
+    int folded = w.all_const || (w.kr->flags & QP_KF_SHAPE_ONLY);
+    if (w.n_const_ov && (folded || w.n_const_ov > RT_MAX_CONST_OVIN || w.stp->kind == RT_STEP_IF))
+        for (int j = 0; j < w.n_pend; j++)
+            p->ov_baked[b->pend[j].ov] |= RT_OV_BYPASS_BAKED;
+    if (folded) {
+        st = step_fold(b, &w, err);
+        step_release(w.stp);
+        return st;
+    }
+    return step_keep(b, &w, err);
+}
+
+/* Dependencies between steps (partial re-execution) and reads by If branches. */
+static enum qp_status plan_deps(struct build *b, struct qp_error *err) {
+    const struct qp_graph *g = b->g;
+    struct rt_plan *p = b->p;
+    for (size_t k = 0; k < b->n_steps; k++) {
         struct rt_step *stp = &p->steps[k];
         size_t n_refs = 0;
         if (stp->kind == RT_STEP_IF) {
-            memset(mark, 0, g->n_values ? g->n_values : 1);
-            mark_outer_refs(stp->rif->plan[0], p, g->n_values, mark);
-            mark_outer_refs(stp->rif->plan[1], p, g->n_values, mark);
+            memset(b->mark, 0, g->n_values ? g->n_values : 1);
+            mark_outer_refs(stp->rif->plan[0], p, g->n_values, b->mark);
+            mark_outer_refs(stp->rif->plan[1], p, g->n_values, b->mark);
             for (size_t v = 0; v < g->n_values; v++)
-                n_refs += mark[v];
+                n_refs += b->mark[v];
         }
-        stp->dep = malloc(((size_t)stp->n_in + n_refs + 1) * sizeof *stp->dep);
-        if (!stp->dep) {
-            st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-            goto fail;
-        }
+        stp->dep = qp_malloc_n((size_t)stp->n_in + n_refs + 1, sizeof *stp->dep);
+        if (!stp->dep) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
         for (int i = 0; i < stp->n_in; i++)
             stp->dep[stp->n_dep++] =
-                stp->in[i] ? producer_step(p, g, node_step, k, stp->in[i]) : -1;
+                stp->in[i] ? producer_step(p, g, b->node_step, k, stp->in[i]) : -1;
         for (size_t v = 0; n_refs && v < g->n_values; v++) {
-            if (!mark[v]) continue;
+            if (!b->mark[v]) continue;
             int pn = g->values[v].producer;
-            stp->dep[stp->n_dep++] = pn >= 0 ? node_step[pn] : -1;
-            last_extra[v] = (int)k;
+            stp->dep[stp->n_dep++] = pn >= 0 ? b->node_step[pn] : -1;
+            b->last_extra[v] = (int)k;
         }
     }
+    return QP_OK;
+}
 
-    /* Liveness: step outputs and conversion temps go in the arena. */
-    size_t n_req = 0, cap_req = n_slots + s->n_ov + 1;
-    reqs = calloc(cap_req, sizeof *reqs);
-    req_kt = calloc(cap_req, sizeof *req_kt);
-    if (!reqs || !req_kt) {
-        st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-        goto fail;
+static void add_req(struct build *b, struct qp_kt *t, int first, int last) {
+    b->reqs[b->n_req] = (struct qp_mem_req){t->nbytes, first, last, 0};
+    b->req_kt[b->n_req++] = t;
+}
+
+/* The arena requests of step k: what it writes, live until its last reader. */
+static void step_reqs(struct build *b, size_t k) {
+    const struct qp_graph *g = b->g;
+    struct rt_plan *p = b->p;
+    struct rt_step *stp = &p->steps[k];
+    const struct qp_node *n = &g->nodes[rt_step_onode(stp)];
+    if (stp->kind == RT_STEP_OVERLAY) {
+        /* Read by the consumer, the first node step after this one. */
+        size_t c = k + 1;
+        while (c < b->n_steps && p->steps[c].kind == RT_STEP_OVERLAY)
+            c++;
+        add_req(b, stp->out[0], (int)k, (int)c);
+        return;
     }
-    for (size_t k = 0; k < n_steps; k++) {
-        struct rt_step *stp = &p->steps[k];
-        const struct qp_node *n = &g->nodes[rt_step_onode(stp)];
-        if (stp->kind == RT_STEP_OVERLAY) {
-            /* Read by the consumer, the first node step after this one. */
-            size_t c = k + 1;
-            while (c < n_steps && p->steps[c].kind == RT_STEP_OVERLAY)
-                c++;
-            reqs[n_req] = (struct qp_mem_req){stp->out[0]->nbytes, (int)k, (int)c, 0};
-            req_kt[n_req++] = stp->out[0];
-            continue;
+    for (int i = 0; i < stp->n_conv_in; i++)
+        add_req(b, stp->conv_in[i].dst, (int)k, (int)k);
+    for (int i = 0; i < n->n_outputs; i++) {
+        struct qp_kt *vo = stp->val_out[i];
+        if (vo) {
+            int last = value_last_use(g, b->node_step, n->outputs[i], (int)b->n_steps);
+            if (b->last_extra[n->outputs[i]] > last) last = b->last_extra[n->outputs[i]];
+            if (last < (int)k) last = (int)k;
+            add_req(b, vo, (int)k, last);
         }
-        for (int i = 0; i < stp->n_conv_in; i++) {
-            reqs[n_req] = (struct qp_mem_req){stp->conv_in[i].dst->nbytes, (int)k, (int)k, 0};
-            req_kt[n_req++] = stp->conv_in[i].dst;
-        }
-        for (int i = 0; i < n->n_outputs; i++) {
-            struct qp_kt *vo = stp->val_out[i];
-            if (vo) {
-                int last = value_last_use(g, node_step, n->outputs[i], (int)n_steps);
-                if (last_extra[n->outputs[i]] > last) last = last_extra[n->outputs[i]];
-                if (last < (int)k) last = (int)k;
-                reqs[n_req] = (struct qp_mem_req){vo->nbytes, (int)k, last, 0};
-                req_kt[n_req++] = vo;
-            }
-            if (stp->out[i] && stp->out[i] != vo) {
-                reqs[n_req] = (struct qp_mem_req){stp->out[i]->nbytes, (int)k, (int)k, 0};
-                req_kt[n_req++] = stp->out[i];
-            }
-        }
+        if (stp->out[i] && stp->out[i] != vo) add_req(b, stp->out[i], (int)k, (int)k);
     }
-    if ((st = qp_memplan(reqs, n_req, RT_ALIGN, &p->arena_bytes, err))) goto fail;
+}
+
+/* Liveness: step outputs and conversion temps go in the arena; then the scratch. */
+static enum qp_status plan_memory(struct build *b, struct qp_error *err) {
+    struct rt_plan *p = b->p;
+    enum qp_status st;
+    size_t cap_req = b->n_slots + b->s->n_ov + 1;
+    b->reqs = calloc(cap_req, sizeof *b->reqs);
+    b->req_kt = calloc(cap_req, sizeof *b->req_kt);
+    if (!b->reqs || !b->req_kt) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    for (size_t k = 0; k < b->n_steps; k++)
+        step_reqs(b, k);
+    if ((st = qp_memplan(b->reqs, b->n_req, RT_ALIGN, &p->arena_bytes, err))) return st;
     if (p->arena_bytes) {
         p->arena = aligned_alloc(RT_ALIGN, p->arena_bytes);
-        if (!p->arena) {
-            st = qp_error_set(err, QP_ERR_NOMEM, "session: cannot allocate a %zu-byte arena",
-                              p->arena_bytes);
-            goto fail;
-        }
+        if (!p->arena)
+            return qp_error_set(err, QP_ERR_NOMEM, "session: cannot allocate a %zu-byte arena",
+                                p->arena_bytes);
     }
-    for (size_t i = 0; i < n_req; i++)
-        req_kt[i]->data = req_kt[i]->nbytes ? (unsigned char *)p->arena + reqs[i].offset : rt_empty;
+    for (size_t i = 0; i < b->n_req; i++)
+        b->req_kt[i]->data =
+            b->req_kt[i]->nbytes ? (unsigned char *)p->arena + b->reqs[i].offset : rt_empty;
     if (p->scratch_bytes) {
         p->scratch = aligned_alloc(RT_ALIGN, p->scratch_bytes);
-        if (!p->scratch) {
-            st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory for scratch");
-            goto fail;
-        }
+        if (!p->scratch)
+            return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory for scratch");
     }
-    free(reqs);
-    free(req_kt);
-    free(node_step);
-    free(fold_scratch);
-    free(ovin);
-    free(pend);
-    free(last_extra);
-    free(mark);
-    rt_fuse_free(&fz);
-    s->n_plans_built++;
-    *plan_out = p;
     return QP_OK;
-fail:
-    free(reqs);
-    free(req_kt);
-    free(node_step);
-    free(fold_scratch);
-    free(ovin);
-    free(pend);
-    free(last_extra);
-    free(mark);
-    rt_fuse_free(&fz);
-    rt_plan_free(p, s->n_inputs);
-    return st;
+}
+
+/* Everything after the tables are allocated: the plan's steps, settled, laid out, with
+ * dependencies and memory. */
+static enum qp_status build_steps(struct build *b, const int *ranks,
+                                  const int64_t (*dims)[QP_MAX_RANK], struct qp_error *err) {
+    struct rt_plan *p = b->p;
+    enum qp_status st;
+    if (b->s->parent && (st = bind_outer(b->s, p, err))) return st;
+    if ((st = bind_inits(b, err))) return st;
+    if ((st = bind_inputs(b, ranks, dims, err))) return st;
+    for (size_t k = 0; k < b->g->n_topo; k++)
+        if ((st = plan_node(b, k, err))) return st;
+    p->n_steps = b->n_steps;
+    if ((st = rt_fuse_settle(b->s, p, err))) return st;
+    /* The steps with bypass variants, by their final indices (fusion moves steps). */
+    p->n_cov_steps = 0;
+    for (size_t k = 0; k < b->n_steps; k++)
+        if (p->steps[k].n_var) p->cov_steps[p->n_cov_steps++] = (int)k;
+    if ((st = rt_layout_apply(b->s, p, b->node_step, err))) return st;
+    if ((st = plan_deps(b, err))) return st;
+    return plan_memory(b, err);
+}
+
+enum qp_status rt_plan_build(struct qp_session *s, const int *ranks,
+                             const int64_t (*dims)[QP_MAX_RANK], const struct qp_array *inputs,
+                             struct rt_plan **plan_out, int *retry_out, struct qp_error *err) {
+    *retry_out = 0;
+    enum qp_status st;
+    struct build b = {.s = s, .g = s->g, .inputs = inputs, .retry_out = retry_out};
+    if ((st = rt_fuse_find(s, &b.fz, err))) return st;
+    b.p = calloc(1, sizeof *b.p);
+    if (!b.p) {
+        rt_fuse_free(&b.fz);
+        return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    }
+    if ((st = build_alloc(&b, err)) || (st = build_steps(&b, ranks, dims, err))) {
+        build_release(&b);
+        rt_plan_free(b.p, s->n_inputs);
+        return st;
+    }
+    build_release(&b);
+    s->n_plans_built++;
+    *plan_out = b.p;
+    return QP_OK;
 }
 
 /* Makes the plan's scratch at least `bytes` long. */
@@ -1028,7 +1137,7 @@ enum qp_status rt_plan_sync_overlays(const struct qp_session *s, struct rt_plan 
         if (found < 0) { /* a combination not seen before: prepare it */
             struct rt_variant nv;
             struct rt_variant *grown =
-                realloc(stp->var, ((size_t)stp->n_var + 1) * sizeof *stp->var);
+                qp_realloc_n(stp->var, (size_t)stp->n_var + 1, sizeof *stp->var);
             if (!grown) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
             stp->var = grown;
             enum qp_status st = stp->fuse ? rt_fuse_prepare_variant(s, p, stp, mask, &nv, err)

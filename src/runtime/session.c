@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "qmath/qparams.h"
 #include "runtime/runtime.h"
 
@@ -251,7 +252,7 @@ static enum qp_status get_plan(struct qp_session *s, const int *ranks,
     }
     if (s->n_plans == s->cap_plans) {
         size_t cap = s->cap_plans ? s->cap_plans * 2 : 4;
-        struct rt_plan **np = realloc(s->plans, cap * sizeof *np);
+        struct rt_plan **np = qp_realloc_n(s->plans, cap, sizeof *np);
         if (!np) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
         s->plans = np;
         s->cap_plans = cap;
@@ -778,7 +779,7 @@ static enum qp_status cache_begin(struct qp_session *s, const struct rt_plan *p,
         for (size_t i = 0; i < s->n_ov; i++) {
             struct rt_overlay *d = &c->ov[i];
             *d = s->ov[i];
-            d->scale = malloc(d->n_params * sizeof *d->scale);
+            d->scale = qp_malloc_n(d->n_params, sizeof *d->scale);
             d->zero_point = d->zp_bytes ? malloc(d->zp_bytes) : NULL;
             c->n_ov = i + 1;
             if (!d->scale || (d->zp_bytes && !d->zero_point))
@@ -951,7 +952,7 @@ enum qp_status qp_session_run_partial(struct qp_session *s, struct qp_error *err
     size_t nn = g->n_nodes ? g->n_nodes : 1;
     unsigned char *dirty = calloc(nn, 1), *mode = calloc(p->n_steps + 1, 1);
     unsigned char *need = calloc(p->n_steps + 1, 1);
-    int *stack = malloc(nn * sizeof *stack), *nstep = malloc(nn * sizeof *nstep);
+    int *stack = qp_malloc_n(nn, sizeof *stack), *nstep = qp_malloc_n(nn, sizeof *nstep);
     if (!dirty || !mode || !need || !stack || !nstep) {
         st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
         goto done;
@@ -1159,7 +1160,7 @@ enum qp_status qp_session_set_overlays(struct qp_session *s, size_t n, const str
         d->bypass = o->bypass != 0;
         d->n_params = o->n_params;
         d->zp_bytes = o->zero_point ? o->n_params * (size_t)(tr->bits / 8) : 0;
-        d->scale = malloc(o->n_params * sizeof *d->scale);
+        d->scale = qp_malloc_n(o->n_params, sizeof *d->scale);
         d->zero_point = d->zp_bytes ? malloc(d->zp_bytes) : NULL;
         made = i + 1;
         if (!d->scale || (d->zp_bytes && !d->zero_point)) {
