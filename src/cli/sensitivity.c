@@ -349,17 +349,17 @@ static void on_event(enum qp_sensitivity_event ev, const struct qp_sensitivity_r
                      void *user) {
     struct sens_cli *c = user;
     switch (ev) {
-    case QP_SENSITIVITY_SCORING:
+    case QP_SENSITIVITY_EVENT_SCORING:
         cli_progress_start(&c->bar, stderr, "sensitivity", "probes", 0,
                            c->quiet ? CLI_PROGRESS_QUIET : CLI_PROGRESS_AUTO);
         c->bar_open = 1;
         break;
-    case QP_SENSITIVITY_SCORED:
+    case QP_SENSITIVITY_EVENT_SCORED:
         cli_progress_finish(&c->bar, c->bar.total);
         c->bar_open = 0;
         if (!c->quiet) print_table(c, rep);
         break;
-    case QP_SENSITIVITY_PICKED:
+    case QP_SENSITIVITY_EVENT_PICKED:
         print_picked(c, rep);
         break;
     }

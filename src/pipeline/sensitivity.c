@@ -470,18 +470,18 @@ enum qp_status qp_sensitivity_run(const struct qp_sensitivity_run_options *o,
     struct run_state s = {0};
     enum qp_status st = prepare(o, &s, r, err);
     if (st == QP_OK) {
-        event(o, QP_SENSITIVITY_SCORING, r);
+        event(o, QP_SENSITIVITY_EVENT_SCORING, r);
         st = qp_sens_score(s.m, s.pl, s.prov, s.ranges, &o->sens, &r->result, err);
     }
     if (st == QP_OK && (st = qp_sens_rank(r->result, &r->ranking, err)) == QP_OK)
-        event(o, QP_SENSITIVITY_SCORED, r);
+        event(o, QP_SENSITIVITY_EVENT_SCORED, r);
     if (st == QP_OK && o->picking) {
         struct qp_pick_options po = o->pick;
         po.blocks = s.blocks;
         st = qp_sens_exclude(s.m, s.pl, s.prov, s.ranges, &o->sens, r->result, &r->ranking, &po,
                              o->max_output_drift, &r->ex, err);
         usage_error(o, st); /* the picker's options (the budget reuses the scoring's) */
-        if (st == QP_OK) event(o, QP_SENSITIVITY_PICKED, r);
+        if (st == QP_OK) event(o, QP_SENSITIVITY_EVENT_PICKED, r);
     }
     if (st == QP_OK) st = write_outputs(o, &s, r, err);
     run_state_release(&s);

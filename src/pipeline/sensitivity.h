@@ -84,9 +84,9 @@ struct qp_sensitivity_report;
 
 /* Stages the driver reports through on_event, each before any output is written. */
 enum qp_sensitivity_event {
-    QP_SENSITIVITY_SCORING, /* calibrated; the probes start (o->sens.progress follows) */
-    QP_SENSITIVITY_SCORED,  /* scored and ranked (result, ranking set) */
-    QP_SENSITIVITY_PICKED   /* exclusions chosen (only when picking) */
+    QP_SENSITIVITY_EVENT_SCORING, /* calibrated; the probes start (o->sens.progress follows) */
+    QP_SENSITIVITY_EVENT_SCORED,  /* scored and ranked (result, ranking set) */
+    QP_SENSITIVITY_EVENT_PICKED   /* exclusions chosen (only when picking) */
 };
 
 struct qp_sensitivity_run_options {
