@@ -19,7 +19,7 @@
  *
  *     struct qp_error err = {0};
  *     struct qp_model *m = NULL;
- *     struct qp_provider *data = NULL;
+ *     struct qp_provider *data = NULL;                  // qplace/calib.h
  *     struct qp_sensitivity *s = NULL;
  *     if (qp_model_load_file("model.onnx", NULL, &m, &err) != QP_OK) goto fail;
  *     if (qp_provider_open_model(m, "calib.npz", NULL, NULL, &data, &err) != QP_OK) goto fail;
@@ -54,6 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "qplace/calib.h"
 #include "qplace/model.h"
 #include "qplace/placement.h"
 #include "qplace/status.h"
@@ -63,9 +64,6 @@ extern "C" {
 #endif
 
 struct qp_sensitivity;
-/* Calibration data and calibrated ranges (qplace/calib.h). */
-struct qp_provider;
-struct qp_ranges;
 
 /* ---- scoring -------------------------------------------------------------------------------- */
 
