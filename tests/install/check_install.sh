@@ -87,6 +87,7 @@ grep -q "calibrated on 5 samples (memory, entropy)" "$prefix/qm.log" ||
 cmp -s "$prefix/qm.onnx" "$prefix/qcli.onnx" ||
     fail "examples/quantize_model wrote other bytes than qplace quantize on the same data"
 # qplace/sensitivity.h: examples/rank_nodes ranks as the installed CLI does.
+# shellcheck disable=SC2046 # pkg-config output is a word list
 cc -std=c11 -Wall -Wextra -Werror "${extra[@]}" "$src/examples/rank_nodes.c" \
     $(pkg-config --cflags --libs qplace) -o "$prefix/rank_nodes" || fail "build rank_nodes"
 LD_LIBRARY_PATH="$libdir" bash "$src/tests/install/check_rank_nodes.sh" "$prefix/rank_nodes" \
