@@ -14,4 +14,5 @@
 #include "qplace/graph.h"
 #include "qplace/quantize.h"
 #include "qplace/session.h"
+#include "qplace/sensitivity.h"
 #endif

@@ -20,7 +20,7 @@
 const struct cli_opt cli_calibrate_opts[] = {
     {"onnx_path", CLI_VALUE, "MODEL", "the float model (required unless --trt_cache_in)"},
     CLI_DATA_OPTS,
-    {"calibration_method", CLI_VALUE, "max|entropy|percentile", "calibrator (default entropy)"},
+    CLI_CALIBRATION_METHOD_OPT,
     {"percentile", CLI_VALUE, "P", "percentile for --calibration_method percentile (99.999)"},
     {"placement_in", CLI_VALUE, "FILE", "calibrate only the activation edges of this placement"},
     {"output_path", CLI_VALUE, "RANGES.json",
@@ -28,7 +28,7 @@ const struct cli_opt cli_calibrate_opts[] = {
     {"trt_cache_out", CLI_VALUE, "FILE", "also write a TensorRT calibration cache"},
     {"trt_cache_in", CLI_VALUE, "FILE", "convert this TensorRT calibration cache to JSON, no run"},
     {"no_group_concat", CLI_BOOL, NULL, "do not share one range across each Concat's tensors"},
-    {"threads", CLI_VALUE, "N", "engine threads (0: all cores)"},
+    CLI_THREADS_OPT,
     {"quiet", CLI_BOOL, NULL, "no progress and no summary (warnings and errors still print)"},
     {0},
 };

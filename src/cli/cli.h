@@ -26,7 +26,7 @@ int cli_fail(const struct qp_error *err);
 
 /* ---- calibration data flags, shared by calibrate, quantize and sensitivity ------------------
  * One row set in each command's flag table and one parser (data_flags.c); which provider a
- * path means is decided in src/calib/data.h. */
+ * path means is decided in src/calib/data.h. The calibrator and thread rows are shared too. */
 /* clang-format off */
 #define CLI_DATA_OPTS                                                                              \
     {"calibration_data_path", CLI_VALUE, "FILE|DIR",                                               \
@@ -38,6 +38,10 @@ int cli_fail(const struct qp_error *err);
     {"image_mean", CLI_VALUE, "R,G,B", "image folders: mean after scaling to 0..1 (0,0,0)"},       \
     {"image_std", CLI_VALUE, "R,G,B", "image folders: std after scaling to 0..1 (1,1,1)"},         \
     {"image_bgr", CLI_BOOL, NULL, "image folders: channel order B,G,R"}
+/* Rows more than one command's table holds word for word. */
+#define CLI_CALIBRATION_METHOD_OPT                                                                 \
+    {"calibration_method", CLI_VALUE, "max|entropy|percentile", "calibrator (default entropy)"}
+#define CLI_THREADS_OPT {"threads", CLI_VALUE, "N", "engine threads (0: all cores)"}
 /* clang-format on */
 
 struct qp_data_options;

@@ -13,7 +13,7 @@ const struct cli_opt cli_quantize_opts[] = {
     {"quantize_mode", CLI_VALUE, "int8|fp8", "quantized type (default int8)"},
     {"eval_data_path", CLI_VALUE, "FILE|DIR",
      "held-out inputs for the drift summary (as --calibration_data_path)"},
-    {"calibration_method", CLI_VALUE, "max|entropy|percentile", "calibrator (default entropy)"},
+    CLI_CALIBRATION_METHOD_OPT,
     {"op_types_to_quantize", CLI_LIST, "OP", "only these op types (repeatable, comma lists)"},
     {"op_types_to_exclude", CLI_LIST, "OP", "never these op types"},
     {"nodes_to_quantize", CLI_LIST, "REGEX", "only nodes whose name matches"},

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# check_install.sh BUILD_DIR SOURCE_DIR MODEL SHAPE WANT [CFLAGS...]
+# check_install.sh BUILD_DIR SOURCE_DIR MODEL SHAPE WANT CALIB.npz [CFLAGS...]
 # `cmake --install` of BUILD_DIR into a fresh prefix, then, against the installed tree only (never
 # the build or source tree): the headers, both libraries (soname libqplace.so.0, only qp_ symbols
 # exported), qplace.pc, and examples/run_model.c built with `pkg-config --cflags --libs qplace`
 # (shared) and `--static`, each run on MODEL with input shape SHAPE, printing WANT; then
-# tests/install/public_placement.c on what the installed CLI's quantize writes, and
-# examples/quantize_model.c (6 random rows from memory) against the CLI's bytes on the same npz. CFLAGS (the
-# sanitizer flags of an ASan build) go to the compiler. Exit 0 when all holds.
+# tests/install/public_placement.c on what the installed CLI's quantize writes;
+# examples/quantize_model.c (6 random rows from memory) against the CLI's bytes on the same npz;
+# then examples/rank_nodes.c on MODEL and CALIB.npz, whose top ten must be the installed CLI's
+# (check_rank_nodes.sh). CFLAGS (the sanitizer flags of an ASan build) go to the compiler. Exit 0
+# when all holds.
 set -uo pipefail
-build="$1" src="$2" model="$3" shape="$4" want="$5"
-shift 5
+build="$1" src="$2" model="$3" shape="$4" want="$5" calib="$6"
+shift 6
 extra=("$@")
 prefix="$(mktemp -d "${TMPDIR:-/tmp}/qplace-install.XXXXXX")"
 trap 'rm -rf "$prefix"' EXIT
@@ -49,7 +51,8 @@ static_libs="${static_libs/-lqplace/$libdir/libqplace.a}"
 cc -std=c11 -Wall -Wextra -Werror "${extra[@]}" "$src/examples/run_model.c" $cflags $static_libs \
     -o "$prefix/run_model_static" 2>"$prefix/static.log" ||
     { cat "$prefix/static.log"; fail "build against libqplace.a"; }
-# ldd's output is taken whole first: `ldd | grep -q` under pipefail fails when grep stops early.
+# ldd's output is taken whole first: `ldd | grep -q` under pipefail fails when grep stops reading
+# early (SIGPIPE), which made these checks flaky.
 deps="$(ldd "$prefix/run_model_static")"
 case "$deps" in *libqplace*) fail "the --static build links libqplace.so" ;; esac
 out="$(LD_LIBRARY_PATH="$libdir" "$prefix/run_model" "$model" "$shape")" || fail "run_model (shared): $out"
@@ -86,4 +89,10 @@ grep -q "calibrated on 5 samples (memory, entropy)" "$prefix/qm.log" ||
     >"$prefix/qcli.log" 2>&1 || { cat "$prefix/qcli.log"; fail "installed qplace quantize (npz)"; }
 cmp -s "$prefix/qm.onnx" "$prefix/qcli.onnx" ||
     fail "examples/quantize_model wrote other bytes than qplace quantize on the same data"
-echo "ok   installed into a fresh prefix: headers, libqplace.a, libqplace.so.0 ($n_sym qp_ symbols, nothing else exported), qplace.pc; examples/run_model built with pkg-config (shared and static) prints: $want; examples/quantize_model writes the CLI's bytes"
+# qplace/sensitivity.h: examples/rank_nodes ranks as the installed CLI does.
+# shellcheck disable=SC2046 # pkg-config output is a word list
+cc -std=c11 -Wall -Wextra -Werror "${extra[@]}" "$src/examples/rank_nodes.c" \
+    $(pkg-config --cflags --libs qplace) -o "$prefix/rank_nodes" || fail "build rank_nodes"
+LD_LIBRARY_PATH="$libdir" bash "$src/tests/install/check_rank_nodes.sh" "$prefix/rank_nodes" \
+    "$prefix/bin/qplace" "$model" "$calib" "$prefix/rank" || fail "rank_nodes"
+echo "ok   installed into a fresh prefix: headers, libqplace.a, libqplace.so.0 ($n_sym qp_ symbols, nothing else exported), qplace.pc; examples/run_model built with pkg-config (shared and static) prints: $want; examples/quantize_model writes the CLI's bytes; examples/rank_nodes ranks as qplace sensitivity"
