@@ -74,8 +74,8 @@ enum qp_status qp_model_save_file(const struct qp_model *model, const char *path
 /* Serializes `model` into memory: *data_out (malloc'd, caller frees) holds *size_out bytes of
  * an .onnx file with every tensor inline. QP_ERR_BAD_INPUT when that exceeds protobuf's 2 GiB
  * (save to a file with external data instead), QP_ERR_NOMEM, QP_ERR_USAGE. */
-enum qp_status qp_model_save_buffer(const struct qp_model *model, void **data_out,
-                                    size_t *size_out, struct qp_error *err);
+enum qp_status qp_model_save_buffer(const struct qp_model *model, void **data_out, size_t *size_out,
+                                    struct qp_error *err);
 
 /* A deep copy of `model` (serialized and loaded again, so the copy saves the same bytes):
  * *out owns a new model, which does not remember the original's file (qp_model_save_file will
