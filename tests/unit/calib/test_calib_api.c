@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../test_model.h"
 #include "ir/ir.h"
 #include "qplace/calib.h"
 #include "qplace/placement.h"
@@ -20,31 +21,16 @@ static struct qp_dim x_dims[2] = {{-1, "batch"}, {4, NULL}};
 
 /* x[batch, 4] -> Relu -> r -> Neg -> y. */
 static struct qp_model *model(void) {
-    struct qp_model *m = qp_model_create();
-    assert_non_null(m);
-    m->opsets = &opset17;
-    m->n_opsets = 1;
+    struct qp_model *m = test_model_create(&opset17);
+    test_model_add_input(m, "x", QP_DTYPE_FLOAT, 2, x_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    int x = qp_graph_value(g, "x");
-    g->values[x].dtype = QP_DTYPE_FLOAT;
-    g->values[x].rank = 2;
-    g->values[x].dims = x_dims;
-    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
     const char *in = "x", *r = "r", *y = "y";
     assert_int_equal(qp_graph_add_node(g, "relu", "Relu", "", 1, &in, 1, &r, NULL, &err), QP_OK);
     assert_int_equal(qp_graph_add_node(g, "neg", "Neg", "", 1, &r, 1, &y, NULL, &err), QP_OK);
     assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "y"), &err), QP_OK);
     assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
     return m;
-}
-
-static void model_free(struct qp_model *m) {
-    m->opsets = NULL; /* static */
-    m->n_opsets = 0;
-    for (size_t i = 0; i < m->graph->n_values; i++)
-        m->graph->values[i].dims = NULL; /* static */
-    qp_model_free(m);
 }
 
 /* Three batches of 2 rows; batch k holds k * 8 + i - 5 for i = 0..7. `bad` makes batch
@@ -189,7 +175,7 @@ static void calibrate_max_from_memory(void **state) {
     assert_int_equal(qp_calibrate(m, p, &o, &r, NULL, &err), QP_ERR_USAGE);
     assert_null(r);
     qp_provider_free(p);
-    model_free(m);
+    qp_model_free(m);
 }
 
 static void open_model_synthetic_and_bad_shapes(void **state) {
@@ -213,7 +199,7 @@ static void open_model_synthetic_and_bad_shapes(void **state) {
     assert_int_equal(qp_provider_open_model(m, "/no/such/file.npz", NULL, NULL, &p, &err),
                      QP_ERR_IO);
     assert_null(p);
-    model_free(m);
+    qp_model_free(m);
 }
 
 int main(void) {

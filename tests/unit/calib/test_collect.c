@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "calib/collect.h"
+#include "../test_model.h"
 #include "ir/ir.h"
 #include "placement/placement.h"
 
@@ -31,17 +32,8 @@ static int add(struct qp_graph *g, const char *name, const char *op, int ni, con
 
 /* An opset-17 model whose graph has one float input x[batch, 4]. */
 static struct qp_model *model_x(void) {
-    struct qp_model *m = qp_model_create();
-    assert_non_null(m);
-    m->opsets = &opset17;
-    m->n_opsets = 1;
-    struct qp_graph *g = m->graph;
-    struct qp_error err = {0};
-    int x = qp_graph_value(g, "x");
-    g->values[x].dtype = QP_DTYPE_FLOAT;
-    g->values[x].rank = 2;
-    g->values[x].dims = x_dims;
-    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
+    struct qp_model *m = test_model_create(&opset17);
+    test_model_add_input(m, "x", QP_DTYPE_FLOAT, 2, x_dims);
     return m;
 }
 

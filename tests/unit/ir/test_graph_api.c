@@ -10,6 +10,7 @@
 
 #include <string.h>
 
+#include "../test_model.h"
 #include "ir/ir.h"
 #include "qplace/graph.h"
 
@@ -31,17 +32,10 @@ static int add(struct qp_graph *g, const char *name, const char *op, const char 
 /* x[batch, 3] @ w[3, 2] -> h; Relu(h) -> r; com.microsoft Relu(h) -> q; Add(r, h) -> y. Nodes
  * are added out of order (add first) so the topological order is not the index order. */
 static struct qp_model *model(void) {
-    struct qp_model *m = qp_model_create();
-    assert_non_null(m);
-    m->opsets = &opset17;
-    m->n_opsets = 1;
+    struct qp_model *m = test_model_create(&opset17);
+    test_model_add_input(m, "x", QP_DTYPE_FLOAT, 2, x_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    int x = qp_graph_value(g, "x");
-    g->values[x].dtype = QP_DTYPE_FLOAT;
-    g->values[x].rank = 2;
-    g->values[x].dims = x_dims;
-    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
     struct qp_tensor w = {.name = "w",
                           .dtype = QP_DTYPE_FLOAT,
                           .rank = 2,
@@ -65,12 +59,6 @@ static struct qp_model *model(void) {
     assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "q"), &err), QP_OK);
     assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
     return m;
-}
-
-static void model_free(struct qp_model *m) {
-    m->opsets = NULL;
-    m->n_opsets = 0;
-    qp_model_free(m);
 }
 
 static void nodes_in_order(void **state) {
@@ -101,7 +89,7 @@ static void nodes_in_order(void **state) {
     assert_string_equal(n.domain, "com.microsoft");
     assert_false(qp_model_node_is(m, ms, "Relu"));
     assert_true(qp_model_node_is(m, relu, "Relu"));
-    model_free(m);
+    qp_model_free(m);
 }
 
 static void attributes(void **state) {
@@ -121,7 +109,7 @@ static void attributes(void **state) {
     assert_int_equal(a.i, 7);
     assert_false(qp_model_node_find_attribute(m, relu, "nope", &a));
     assert_int_equal(qp_model_node_attribute(m, relu, 2, &a, &err), QP_ERR_USAGE);
-    model_free(m);
+    qp_model_free(m);
 }
 
 static void values_and_consumers(void **state) {
@@ -174,7 +162,7 @@ static void values_and_consumers(void **state) {
     assert_int_equal(qp_model_consumers(m, "y", c, 3, &n, &err), QP_OK);
     assert_int_equal(n, 0);
     assert_int_equal(qp_model_consumers(m, "zz", c, 3, &n, &err), QP_ERR_BAD_INPUT);
-    model_free(m);
+    qp_model_free(m);
 }
 
 static void initializers(void **state) {
@@ -197,7 +185,7 @@ static void initializers(void **state) {
     struct qp_value_info v;
     assert_int_equal(qp_model_value(m, "w", &v, &err), QP_OK);
     assert_true(v.is_initializer && !v.is_input);
-    model_free(m);
+    qp_model_free(m);
 }
 
 int main(void) {

@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "../test_model.h"
 #include "ir/ir.h"
 #include "pipeline/bench.h"
 #include "qplace/session.h"
@@ -17,26 +18,13 @@ static struct qp_opset opset17 = {"", 17};
 static struct qp_dim x_dims[2] = {{-1, "batch"}, {3, NULL}};
 static struct qp_dim z_dims[1] = {{3, NULL}};
 
-static void add_input(struct qp_graph *g, const char *name, int rank, struct qp_dim *dims) {
-    struct qp_error err = {0};
-    int v = qp_graph_value(g, name);
-    assert_true(v >= 0);
-    g->values[v].dtype = QP_DTYPE_FLOAT;
-    g->values[v].rank = rank;
-    g->values[v].dims = dims;
-    assert_int_equal(qp_graph_add_input(g, v, &err), QP_OK);
-}
-
 /* x[batch,3] + z[3] -> Relu -> y */
 static struct qp_model *model(void) {
-    struct qp_model *m = qp_model_create();
-    assert_non_null(m);
-    m->opsets = &opset17;
-    m->n_opsets = 1;
+    struct qp_model *m = test_model_create(&opset17);
+    test_model_add_input(m, "x", QP_DTYPE_FLOAT, 2, x_dims);
+    test_model_add_input(m, "z", QP_DTYPE_FLOAT, 1, z_dims);
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    add_input(g, "x", 2, x_dims);
-    add_input(g, "z", 1, z_dims);
     const char *ins[2] = {"x", "z"}, *sum = "s", *y = "y";
     assert_int_equal(qp_graph_add_node(g, NULL, "Add", "", 2, ins, 1, &sum, NULL, &err), QP_OK);
     assert_int_equal(qp_graph_add_node(g, NULL, "Relu", "", 1, &sum, 1, &y, NULL, &err), QP_OK);

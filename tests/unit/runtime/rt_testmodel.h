@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../test_model.h"
 #include "ir/ir.h"
 #include "qplace/session.h"
 
@@ -16,17 +17,8 @@ static struct qp_opset rt_test_opset19 = {"", 19};
 
 /* An opset-19 model whose graph has one float input "x" of the given shape (dims borrowed). */
 static struct qp_model *model_with_x(int rank, struct qp_dim *dims) {
-    struct qp_model *m = qp_model_create();
-    assert_non_null(m);
-    m->opsets = &rt_test_opset19;
-    m->n_opsets = 1;
-    struct qp_graph *g = m->graph;
-    struct qp_error err = {0};
-    int x = qp_graph_value(g, "x");
-    g->values[x].dtype = QP_DTYPE_FLOAT;
-    g->values[x].rank = rank;
-    g->values[x].dims = dims;
-    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
+    struct qp_model *m = test_model_create(&rt_test_opset19);
+    test_model_add_input(m, "x", QP_DTYPE_FLOAT, rank, dims);
     return m;
 }
 
