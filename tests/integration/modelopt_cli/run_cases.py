@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""Replays ModelOpt command lines against qplace: run_cases.py QPLACE MODELS_DIR CASES_FILE.
+
+A cases file is blocks separated by blank lines ('#' lines are comments), one case each:
+
+    case: --dq_only takes no value (argparse store_true)
+    run: quantize --onnx_path $CLS --dq_only False --output_path $T/q.onnx
+    exit: 1
+    stderr: unexpected argument 'False'
+    absent: $T/q.onnx
+
+Keys: `run` (qplace's arguments, split like a shell line; required), `exit` (the expected
+status; required), `stderr` / `stdout` (a regex that must match; repeatable), `not_stderr`
+(a regex that must not match), `exists` / `absent` (a path), `check` (a shell line run after
+the command with the same variables, which must exit 0; repeatable). Variables: $Q (qplace),
+$M (the real models), $CLS / $REC / $DET (PaddleOCR models), $DATA (tests/integration/
+calibrate_data), $T (an empty folder per case), $PY (/usr/bin/python3), $HERE (this folder).
+Exit 0 when every case holds; each failure prints the case, the check and the output.
+"""
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+
+KEYS = {"case", "run", "exit", "stderr", "stdout", "not_stderr", "exists", "absent", "check"}
+
+
+def parse(path):
+    cases, cur = [], {}
+    for n, line in enumerate(open(path, encoding="utf-8"), 1):
+        line = line.rstrip("\n")
+        if line.startswith("#"):
+            continue
+        if not line.strip():
+            if cur:
+                cases.append(cur)
+            cur = {}
+            continue
+        key, sep, value = line.partition(":")
+        if not sep or key.strip() not in KEYS:
+            sys.exit(f"{path}:{n}: expected 'key: value' with key in {sorted(KEYS)}")
+        cur.setdefault(key.strip(), []).append(value.strip())
+        cur.setdefault("_line", n)
+    if cur:
+        cases.append(cur)
+    for c in cases:
+        if "run" not in c or "exit" not in c:
+            sys.exit(f"{path}:{c['_line']}: a case needs 'run' and 'exit'")
+    return cases
+
+
+def run_case(c, env):
+    t = tempfile.mkdtemp(prefix="qp-modelopt-")
+    env = dict(env, T=t)
+
+    def sub(s):
+        return re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), m.group(0)), s)
+
+    argv = [env["Q"]] + [sub(a) for a in shlex.split(c["run"][0])]
+    p = subprocess.run(argv, capture_output=True, text=True, cwd=t, env=dict(os.environ, **env))
+    problems = []
+    want = int(c["exit"][0])
+    if p.returncode != want:
+        problems.append(f"exit {p.returncode}, expected {want}")
+    for rx in c.get("stderr", []):
+        if not re.search(sub(rx), p.stderr):
+            problems.append(f"stderr lacks /{rx}/")
+    for rx in c.get("not_stderr", []):
+        if re.search(sub(rx), p.stderr):
+            problems.append(f"stderr has /{rx}/")
+    for rx in c.get("stdout", []):
+        if not re.search(sub(rx), p.stdout):
+            problems.append(f"stdout lacks /{rx}/")
+    for f in c.get("exists", []):
+        if not os.path.exists(sub(f)):
+            problems.append(f"missing {f}")
+    for f in c.get("absent", []):
+        if os.path.exists(sub(f)):
+            problems.append(f"should not exist: {f}")
+    for cmd in c.get("check", []):
+        r = subprocess.run(sub(cmd), shell=True, capture_output=True, text=True, cwd=t,
+                           env=dict(os.environ, **env))
+        if r.returncode != 0:
+            problems.append(f"check failed: {cmd}\n{r.stdout}{r.stderr}")
+    subprocess.run(["rm", "-rf", t])
+    return problems, p
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    q, models, cases_file = sys.argv[1:]
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {
+        "Q": os.path.abspath(q),
+        "M": models,
+        "CLS": os.path.join(models, "ch_ppocr_mobile_v2.0_cls_infer.onnx"),
+        "REC": os.path.join(models, "ch_PP-OCRv4_rec_infer.onnx"),
+        "DET": os.path.join(models, "ch_PP-OCRv4_det_infer.onnx"),
+        "DATA": os.path.join(here, "..", "calibrate_data"),
+        "PY": "/usr/bin/python3",
+        "HERE": here,
+    }
+    if not os.path.exists(env["CLS"]):
+        if os.environ.get("QP_REQUIRE_REAL_MODELS") == "1":
+            sys.exit(f"modelopt-cli: real models missing in {models} (run scripts/setup.sh)")
+        print(f"skip: no real models in {models}")
+        sys.exit(77)
+    failed = 0
+    cases = parse(cases_file)
+    for c in cases:
+        problems, p = run_case(c, env)
+        name = c.get("case", [f"line {c['_line']}"])[0]
+        if problems:
+            failed += 1
+            print(f"FAIL {name} ({cases_file}:{c['_line']})\n  " + "\n  ".join(problems))
+            print(f"  stdout: {p.stdout[-2000:]}\n  stderr: {p.stderr[-2000:]}")
+        else:
+            print(f"ok   {name}")
+    print(f"{len(cases) - failed}/{len(cases)} cases hold")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
