@@ -6,13 +6,21 @@
 
 #include "core/size.h"
 
+static char normalize(char c) {
+    return c == '-' ? '_' : c;
+}
+
 /* Flag spellings: `--onnx_path`, `--onnx-path` (and mixtures) all name option "onnx_path". */
 static int name_matches(const char *spec, const char *given, size_t given_len) {
     if (strlen(spec) != given_len) return 0;
-    for (size_t i = 0; i < given_len; i++) {
-        char c = given[i] == '-' ? '_' : given[i];
-        if (c != spec[i]) return 0;
-    }
+    for (size_t i = 0; i < given_len; i++)
+        if (normalize(given[i]) != spec[i]) return 0;
+    return 1;
+}
+
+static int name_starts_with(const char *spec, const char *given, size_t given_len) {
+    for (size_t i = 0; i < given_len; i++)
+        if (spec[i] == 0 || normalize(given[i]) != spec[i]) return 0;
     return 1;
 }
 
@@ -20,6 +28,33 @@ static int find_opt(const struct cli_opt *opts, const char *given, size_t len) {
     for (int i = 0; opts[i].name; i++)
         if (name_matches(opts[i].name, given, len)) return i;
     return -1;
+}
+
+#define CLI_MAX_NAME 64 /* longer names are never "close" to anything */
+
+int cli_name_distance(const char *given, size_t len, const char *name) {
+    size_t m = strlen(name);
+    if (len > CLI_MAX_NAME || m > CLI_MAX_NAME) return -1;
+    /* Levenshtein, one row at a time. */
+    int row[CLI_MAX_NAME + 1];
+    for (size_t j = 0; j <= m; j++)
+        row[j] = (int)j;
+    for (size_t i = 1; i <= len; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= m; j++) {
+            int up = row[j];
+            int best = diag + (normalize(given[i - 1]) != normalize(name[j - 1]));
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    int d = row[m];
+    /* close: one edit for short names, about one per four characters for longer ones */
+    int limit = 1 + (int)(len < m ? len : m) / 4;
+    return d <= limit ? d : -1;
 }
 
 /* An argument that starts another flag rather than being a value: "--x...", or "-x" unless it
@@ -36,85 +71,184 @@ static void push_flag(struct cli_args *a, int opt, const char *value) {
     a->n_flags++;
 }
 
-enum qp_status cli_parse(const struct cli_opt *opts, int argc, char **argv, struct cli_args *out,
+static enum qp_status unknown_flag(const struct cli_opt *opts, const char *name, size_t len,
+                                   struct qp_error *err) {
+    int best = -1, best_d = -1;
+    for (int i = 0; opts[i].name; i++) {
+        int d = cli_name_distance(name, len, opts[i].name);
+        if (d >= 0 && (best_d < 0 || d < best_d)) best = i, best_d = d;
+    }
+    if (best >= 0)
+        return qp_error_set(err, QP_ERR_USAGE, "unknown flag --%.*s; did you mean --%s?", (int)len,
+                            name, opts[best].name);
+    return qp_error_set(err, QP_ERR_USAGE, "unknown flag --%.*s", (int)len, name);
+}
+
+/* argparse's rule: the exact name, else the one flag the given name is a prefix of. */
+static enum qp_status resolve_flag(const struct cli_opt *opts, const char *name, size_t len,
+                                   int *opt_out, struct qp_error *err) {
+    *opt_out = find_opt(opts, name, len);
+    if (*opt_out >= 0) return QP_OK;
+    int n_match = 0, match = -1;
+    for (int i = 0; len > 0 && opts[i].name; i++)
+        if (name_starts_with(opts[i].name, name, len) && n_match++ == 0) match = i;
+    if (n_match == 1) {
+        *opt_out = match;
+        return QP_OK;
+    }
+    if (n_match == 0) return unknown_flag(opts, name, len, err);
+    char list[512];
+    size_t used = 0;
+    list[0] = 0;
+    for (int i = 0; opts[i].name && used < sizeof list; i++) {
+        if (!name_starts_with(opts[i].name, name, len)) continue;
+        int w = snprintf(list + used, sizeof list - used, "%s--%s", used ? ", " : "", opts[i].name);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+    return qp_error_set(err, QP_ERR_USAGE, "ambiguous flag --%.*s: could be %s", (int)len, name,
+                        list);
+}
+
+/* One "--name[=value]" at argv[*i]; consumes its values (advancing *i). */
+static enum qp_status parse_flag(const struct cli_opt *opts, int argc, char **argv, int *i,
+                                 struct cli_args *out, struct qp_error *err) {
+    const char *name = argv[*i] + 2;
+    const char *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    int o;
+    enum qp_status st = resolve_flag(opts, name, len, &o, err);
+    if (st != QP_OK) return st;
+    const struct cli_opt *opt = &opts[o];
+    if (opt->kind == CLI_BOOL) {
+        if (eq) return qp_error_set(err, QP_ERR_USAGE, "--%.*s takes no value", (int)len, name);
+        push_flag(out, o, NULL);
+        return QP_OK;
+    }
+    if (opt->kind == CLI_VALUE && cli_count(out, opt->name) > 0)
+        return qp_error_set(err, QP_ERR_USAGE, "--%.*s given more than once", (int)len, name);
+    if (eq) {
+        push_flag(out, o, eq + 1);
+        return QP_OK;
+    }
+    const char *next = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (!next || (looks_like_flag(next) && opt->kind != CLI_VALUE) ||
+        (next[0] == '-' && next[1] == '-'))
+        return qp_error_set(err, QP_ERR_USAGE, "--%.*s needs a value (%s)", (int)len, name,
+                            opt->metavar ? opt->metavar : "VALUE");
+    push_flag(out, o, argv[++*i]);
+    if (opt->kind == CLI_LIST)
+        while (*i + 1 < argc && !looks_like_flag(argv[*i + 1]) && strcmp(argv[*i + 1], "--"))
+            push_flag(out, o, argv[++*i]);
+    return QP_OK;
+}
+
+/* The boolean flag spelled right before argv[i], if any: "--dq_only False" is a value given to a
+ * flag that takes none, the likeliest reason for a stray word. */
+static const char *bool_before(const struct cli_opt *opts, char **argv, int i) {
+    if (i == 0 || strncmp(argv[i - 1], "--", 2) != 0 || strchr(argv[i - 1], '=')) return NULL;
+    const char *name = argv[i - 1] + 2;
+    int o = find_opt(opts, name, strlen(name));
+    if (o < 0) { /* an accepted prefix */
+        struct qp_error ignored;
+        if (resolve_flag(opts, name, strlen(name), &o, &ignored) != QP_OK) return NULL;
+    }
+    return opts[o].kind == CLI_BOOL ? argv[i - 1] : NULL;
+}
+
+/* The positional rules of `spec`, once every argument is read. `at[k]` is pos[k]'s argv index. */
+static enum qp_status check_positionals(const struct cli_spec *spec, char **argv, const int *at,
+                                        struct cli_args *out, struct qp_error *err) {
+    size_t first = 0;
+    if (spec->pos_flag && out->n_pos > 0) {
+        int o = find_opt(spec->opts, spec->pos_flag, strlen(spec->pos_flag));
+        if (o >= 0 && cli_count(out, spec->pos_flag) == 0) {
+            push_flag(out, o, out->pos[0]);
+            first = 1;
+        }
+    }
+    size_t n = out->n_pos - first;
+    if (spec->max_pos >= 0 && n > (size_t)spec->max_pos) {
+        /* the first surplus word, or a surplus word that follows a boolean flag */
+        size_t bad = first + (size_t)spec->max_pos;
+        for (size_t k = bad; k < out->n_pos; k++)
+            if (bool_before(spec->opts, argv, at[k])) {
+                bad = k;
+                break;
+            }
+        const char *flag = bool_before(spec->opts, argv, at[bad]);
+        if (flag)
+            return qp_error_set(err, QP_ERR_USAGE, "unexpected argument '%s' (%s takes no value)",
+                                out->pos[bad], flag);
+        if (spec->pos_flag && !first)
+            return qp_error_set(err, QP_ERR_USAGE, "unexpected argument '%s' (--%s is given)",
+                                out->pos[bad], spec->pos_flag);
+        return qp_error_set(err, QP_ERR_USAGE, "unexpected argument '%s'", out->pos[bad]);
+    }
+    if (n < (size_t)spec->min_pos)
+        return qp_error_set(err, QP_ERR_USAGE, "missing argument (%d expected, %zu given)",
+                            spec->min_pos, n);
+    if (first) {
+        memmove(out->pos, out->pos + 1, (out->n_pos - 1) * sizeof *out->pos);
+        out->n_pos--;
+    }
+    return QP_OK;
+}
+
+static int help_requested(int argc, char **argv) {
+    for (int i = 0; i < argc && strcmp(argv[i], "--"); i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 1;
+    return 0;
+}
+
+enum qp_status cli_parse(const struct cli_spec *spec, int argc, char **argv, struct cli_args *out,
                          struct qp_error *err) {
     memset(out, 0, sizeof *out);
-    out->opts = opts;
+    out->opts = spec->opts;
     if (argc < 0) argc = 0;
-    /* Every argument yields at most one flag entry or one positional, so argc slots suffice. */
+    /* Every argument yields at most one flag entry or one positional (the positional standing for
+     * pos_flag moves to the flags), so argc slots suffice. */
     size_t n = (size_t)argc + 1;
     out->flags = qp_malloc_n(n, sizeof *out->flags);
     out->pos = qp_malloc_n(n, sizeof *out->pos);
-    if (!out->flags || !out->pos) {
-        cli_args_free(out);
-        return qp_error_set(err, QP_ERR_NOMEM, "out of memory parsing arguments");
-    }
+    int *at = qp_malloc_n(n, sizeof *at);
     enum qp_status st = QP_OK;
+    if (!out->flags || !out->pos || !at) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "out of memory parsing arguments");
+        goto fail;
+    }
     int only_pos = 0;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
-        if (only_pos || arg[0] != '-' || arg[1] == 0) {
-            out->pos[out->n_pos++] = arg;
-            continue;
-        }
-        if (strcmp(arg, "--") == 0) {
-            only_pos = 1;
-            continue;
-        }
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            out->help = 1;
-            continue;
-        }
-        if (arg[1] != '-') {
-            if (!looks_like_flag(arg)) { /* a negative number as a positional */
-                out->pos[out->n_pos++] = arg;
+        if (only_pos || !looks_like_flag(arg)) { /* also "-", "--" and negative numbers */
+            if (!only_pos && strcmp(arg, "--") == 0) {
+                only_pos = 1;
                 continue;
             }
-            st = qp_error_set(err, QP_ERR_USAGE, "unknown flag '%s' (flags are spelled --name)",
-                              arg);
+            at[out->n_pos] = i;
+            out->pos[out->n_pos++] = arg;
+        } else if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            out->help = 1;
+        } else if (arg[1] != '-') {
+            st = qp_error_set(err, QP_ERR_USAGE, "unknown flag %s (flags are spelled --name)", arg);
+            goto fail;
+        } else if ((st = parse_flag(spec->opts, argc, argv, &i, out, err)) != QP_OK) {
             goto fail;
         }
-        const char *name = arg + 2;
-        const char *eq = strchr(name, '=');
-        size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        int o = find_opt(opts, name, len);
-        if (o < 0) {
-            st = qp_error_set(err, QP_ERR_USAGE, "unknown flag '--%.*s'", (int)len, name);
-            goto fail;
-        }
-        const struct cli_opt *opt = &opts[o];
-        if (opt->kind == CLI_BOOL) {
-            if (eq) {
-                st =
-                    qp_error_set(err, QP_ERR_USAGE, "flag '--%.*s' takes no value", (int)len, name);
-                goto fail;
-            }
-            push_flag(out, o, NULL);
-            continue;
-        }
-        if (opt->kind == CLI_VALUE && cli_count(out, opt->name) > 0) {
-            st = qp_error_set(err, QP_ERR_USAGE, "flag '--%.*s' given more than once", (int)len,
-                              name);
-            goto fail;
-        }
-        if (eq) {
-            push_flag(out, o, eq + 1);
-            continue;
-        }
-        if (i + 1 >= argc || (looks_like_flag(argv[i + 1]) && opt->kind != CLI_VALUE) ||
-            (argv[i + 1][0] == '-' && argv[i + 1][1] == '-')) {
-            st = qp_error_set(err, QP_ERR_USAGE, "flag '--%s' needs a value (%s)", name,
-                              opt->metavar ? opt->metavar : "VALUE");
-            goto fail;
-        }
-        push_flag(out, o, argv[++i]);
-        if (opt->kind == CLI_LIST)
-            while (i + 1 < argc && !looks_like_flag(argv[i + 1]) && strcmp(argv[i + 1], "--"))
-                push_flag(out, o, argv[++i]);
     }
+    if (!out->help && (st = check_positionals(spec, argv, at, out, err)) != QP_OK) goto fail;
+    free(at);
     return QP_OK;
 fail:
+    free(at);
     cli_args_free(out);
+    if (st == QP_ERR_USAGE && help_requested(argc, argv)) {
+        /* argparse shows the help however wrong the rest of the line is */
+        if (err) memset(err, 0, sizeof *err);
+        out->opts = spec->opts;
+        out->help = 1;
+        return QP_OK;
+    }
     return st;
 }
 

@@ -1,8 +1,11 @@
 /*
  * The flag parser shared by every subcommand.
  *
- * A command lists its flags once, by their snake_case name; `--snake_case`, `--kebab-case`,
- * `--flag value` and `--flag=value` are all accepted (DESIGN.md: ModelOpt's scripts keep working).
+ * A command lists its flags once, by their snake_case name, and says how many positional
+ * arguments it takes; the parser owns every rule, so no command can forget one (docs/cli.md,
+ * "Flag spellings"): `--snake_case` and `--kebab-case`, `--flag value` and `--flag=value`, and
+ * argparse's unambiguous prefixes (`--calibration_data` is `--calibration_data_path` when no
+ * other flag starts so) all work (DESIGN.md: ModelOpt's scripts keep working).
  *
  *     static const struct cli_opt opts[] = {
  *         {"json", CLI_BOOL, NULL, "print JSON"},
@@ -10,14 +13,17 @@
  *         {"input", CLI_MULTI, "NAME=FILE", "an input tensor (repeatable)"},
  *         {"nodes_to_exclude", CLI_LIST, "REGEX", "one or more patterns (repeatable)"},
  *         {0}};
+ *     static const struct cli_spec spec = {opts, 1, 1, NULL}; // exactly one positional
  *     struct cli_args a;
- *     if (cli_parse(opts, argc, argv, &a, &err) != QP_OK) ... usage error, err.msg names the flag
+ *     if (cli_parse(&spec, argc, argv, &a, &err) != QP_OK) ... usage error, err.msg says why
  *     if (cli_has(&a, "json")) ...
  *     for (size_t i = 0; i < cli_count(&a, "input"); i++) use(cli_value_at(&a, "input", i));
  *     cli_args_free(&a);
  *
  * Values are borrowed from argv. "--" ends the flags; a lone "-" is a positional argument.
- * `-h`/`--help` anywhere sets `help` instead of failing on what else is missing.
+ * `-h`/`--help` anywhere before "--" sets `help` instead of failing on anything else.
+ * Messages name flags as the user spelled them, unquoted (`--dq_only takes no value`), and
+ * words in quotes (`unexpected argument 'junk'`); the caller adds "qplace <command>: ".
  */
 #ifndef QP_CLI_ARGS_H
 #define QP_CLI_ARGS_H
@@ -55,11 +61,24 @@ struct cli_args {
     int help;         /* -h or --help was given */
 };
 
-/* Parses argv[0..argc-1] (the arguments after the command name) against `opts`. On success
- * fills `out` (free with cli_args_free). Unknown flags, missing values, a value given to a
- * CLI_BOOL flag and a CLI_VALUE flag given twice are QP_ERR_USAGE with a message naming the flag
- * as the user spelled it; QP_ERR_NOMEM when out of memory. On failure `out` is empty. */
-enum qp_status cli_parse(const struct cli_opt *opts, int argc, char **argv, struct cli_args *out,
+/* What a command accepts. A positional argument beyond max_pos is an error naming it (and, when
+ * it follows a boolean flag, saying that flag takes no value); fewer than min_pos is an error. */
+struct cli_spec {
+    const struct cli_opt *opts; /* ends with a {0} row */
+    int min_pos, max_pos;       /* positional argument counts (max -1: unlimited) */
+    /* NULL, or a CLI_VALUE flag the first positional stands for when that flag is not given
+     * (`qplace quantize MODEL` is `--onnx_path MODEL`); it then counts as the flag, not in n_pos.
+     */
+    const char *pos_flag;
+};
+
+/* Parses argv[0..argc-1] (the arguments after the command name) against `spec`. On success
+ * fills `out` (free with cli_args_free). Unknown flags (with the nearest name when one is
+ * close), ambiguous prefixes (listing the candidates), missing values, a value given to a
+ * CLI_BOOL flag, a CLI_VALUE flag given twice and a wrong positional count are QP_ERR_USAGE;
+ * QP_ERR_NOMEM when out of memory. On failure `out` is empty. With -h/--help the positional
+ * count is not checked and a usage error gives QP_OK with only `help` set. */
+enum qp_status cli_parse(const struct cli_spec *spec, int argc, char **argv, struct cli_args *out,
                          struct qp_error *err);
 /* NULL-safe. */
 void cli_args_free(struct cli_args *a);
@@ -71,6 +90,10 @@ int cli_has(const struct cli_args *a, const char *name);
 const char *cli_value_at(const struct cli_args *a, const char *name, size_t i);
 /* The value of a CLI_VALUE flag (the last value for the others), or `fallback`. */
 const char *cli_value(const struct cli_args *a, const char *name, const char *fallback);
+
+/* Edit distance between given[0..len) and `name` ('-' and '_' equal) when it is small enough to
+ * suggest `name` for a misspelling (about one edit per four characters), else -1. */
+int cli_name_distance(const char *given, size_t len, const char *name);
 
 /* Prints "  --name METAVAR   help" lines for every flag in `opts`. */
 void cli_print_opts(FILE *f, const struct cli_opt *opts);

@@ -2,7 +2,8 @@
  * The command-line tool: main.c holds the command table; each subcommand lives in its own file
  * and exports its flag table and a run function. Adding a command is one file plus one row.
  *
- * A run function gets parsed arguments (help and positional counts already handled by main),
+ * A run function gets parsed arguments (help, unknown flags and positional counts already
+ * handled by main and the parser),
  * owns stdout, reports errors with cli_fail and returns the process exit code.
  */
 #ifndef QP_CLI_CLI_H
@@ -13,11 +14,10 @@
 
 struct cli_command {
     const char *name;
-    const char *summary;        /* one line, for `qplace --help` */
-    const char *usage;          /* after "qplace NAME": "MODEL [--json]" */
-    const char *details;        /* printed by `qplace help NAME`; may be NULL */
-    const struct cli_opt *opts; /* ends with a {0} row */
-    int min_pos, max_pos;       /* positional argument counts (max -1: unlimited) */
+    const char *summary;  /* one line, for `qplace --help` */
+    const char *usage;    /* after "qplace NAME": "MODEL [--json]" */
+    const char *details;  /* printed by `qplace help NAME`; may be NULL */
+    struct cli_spec spec; /* flags and positional arguments, checked by cli_parse */
     int (*run)(const struct cli_args *args);
 };
 

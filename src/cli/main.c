@@ -13,28 +13,55 @@
 
 /* One row per subcommand; `qplace --help` lists them in this order. */
 static const struct cli_command commands[] = {
-    {"info", "summarize a model: graph inputs/outputs, ops, initializers, subgraphs",
-     "MODEL [--json]", cli_info_details, cli_info_opts, 1, 1, cli_info_run},
-    {"run", "run a model on the CPU engine: .npy/.npz inputs, .npz outputs",
+    {"info",
+     "summarize a model: graph inputs/outputs, ops, initializers, subgraphs",
+     "MODEL [--json]",
+     cli_info_details,
+     {cli_info_opts, 1, 1, NULL},
+     cli_info_run},
+    {"run",
+     "run a model on the CPU engine: .npy/.npz inputs, .npz outputs",
      "MODEL --input NAME=FILE.npy ... | --inputs FILE.npz --output OUT.npz [--threads N]",
-     cli_run_details, cli_run_opts, 1, 1, cli_run_run},
-    {"calibrate", "compute activation ranges by running the model (JSON, TensorRT cache)",
+     cli_run_details,
+     {cli_run_opts, 1, 1, NULL},
+     cli_run_run},
+    {"calibrate",
+     "compute activation ranges by running the model (JSON, TensorRT cache)",
      "--onnx_path MODEL [--calibration_data_path FILE|DIR] [--calibration_method M] [...]",
-     cli_calibrate_details, cli_calibrate_opts, 0, 0, cli_calibrate_run},
-    {"quantize", "insert Q/DQ (placement, calibration, writer) and report the output drift",
+     cli_calibrate_details,
+     {cli_calibrate_opts, 0, 0, NULL},
+     cli_calibrate_run},
+    {"quantize",
+     "insert Q/DQ (placement, calibration, writer) and report the output drift",
      "--onnx_path MODEL [--calibration_data_path FILE] [--placement_in FILE] [...]",
-     cli_quantize_details, cli_quantize_opts, 0, 1, cli_quantize_run},
-    {"diff", "compare the Q/DQ topology of two models or placements (exit 4 when different)",
-     "A B [--json]", cli_diff_details, cli_diff_opts, 2, 2, cli_diff_run},
-    {"qdq-to-dq", "store weights quantized, feeding their DequantizeLinear directly",
-     "IN.onnx OUT.onnx", cli_qdq_to_dq_details, cli_qdq_to_dq_opts, 2, 2, cli_qdq_to_dq_run},
-    {"bench", "measure latency, throughput and peak RSS (optionally against ONNX Runtime)",
+     cli_quantize_details,
+     {cli_quantize_opts, 0, 0, "onnx_path"},
+     cli_quantize_run},
+    {"diff",
+     "compare the Q/DQ topology of two models or placements (exit 4 when different)",
+     "A B [--json]",
+     cli_diff_details,
+     {cli_diff_opts, 2, 2, NULL},
+     cli_diff_run},
+    {"qdq-to-dq",
+     "store weights quantized, feeding their DequantizeLinear directly",
+     "IN.onnx OUT.onnx",
+     cli_qdq_to_dq_details,
+     {cli_qdq_to_dq_opts, 2, 2, NULL},
+     cli_qdq_to_dq_run},
+    {"bench",
+     "measure latency, throughput and peak RSS (optionally against ONNX Runtime)",
      "MODEL [--shape NAME=1x3x224x224 ...] [--iterations N] [--warmup N] [--threads N] [--json] "
      "[--compare-ort]",
-     cli_bench_details, cli_bench_opts, 1, 1, cli_bench_run},
-    {"sensitivity", "rank targets by the output drift their quantization causes; pick exclusions",
+     cli_bench_details,
+     {cli_bench_opts, 1, 1, NULL},
+     cli_bench_run},
+    {"sensitivity",
+     "rank targets by the output drift their quantization causes; pick exclusions",
      "--onnx_path MODEL [--calibration_data_path FILE] [--granularity op_type|node] [...]",
-     cli_sensitivity_details, cli_sensitivity_opts, 0, 0, cli_sensitivity_run},
+     cli_sensitivity_details,
+     {cli_sensitivity_opts, 0, 0, NULL},
+     cli_sensitivity_run},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -42,6 +69,20 @@ static const struct cli_command *find_command(const char *name) {
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (strcmp(commands[i].name, name) == 0) return &commands[i];
     return NULL;
+}
+
+/* "unknown command 'x'", with the nearest command name when one is close. */
+static void unknown_command(char *msg, size_t size, const char *name) {
+    const char *best = NULL;
+    int best_d = -1;
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        int d = cli_name_distance(name, strlen(name), commands[i].name);
+        if (d >= 0 && (best_d < 0 || d < best_d)) best = commands[i].name, best_d = d;
+    }
+    if (best)
+        snprintf(msg, size, "unknown command '%s'; did you mean %s?", name, best);
+    else
+        snprintf(msg, size, "unknown command '%s'", name);
 }
 
 int cli_fail(const struct qp_error *err) {
@@ -70,17 +111,20 @@ static void print_command_help(FILE *f, const struct cli_command *c) {
     fprintf(f, "\n%s.\n", c->summary);
     if (c->details) fprintf(f, "\n%s", c->details);
     fprintf(f, "\nflags:\n");
-    cli_print_opts(f, c->opts);
+    cli_print_opts(f, c->spec.opts);
 }
 
-/* A usage error: the message, the command's usage line, and where to get help; exit 1. */
-static int usage_error(const struct cli_command *c, const char *msg) {
+/* A usage error: "qplace <where>: <msg>" (where is the command, or "help"; NULL for none), the
+ * usage line of command `c` (the command list without one), and where to get help; exit 1. */
+static int usage_error(const char *where, const struct cli_command *c, const char *msg) {
+    if (where)
+        fprintf(stderr, "qplace %s: %s\n", where, msg);
+    else
+        fprintf(stderr, "qplace: %s\n", msg);
     if (c) {
-        fprintf(stderr, "qplace %s: %s\n", c->name, msg);
         print_command_usage(stderr, c);
         fprintf(stderr, "Try 'qplace help %s'.\n", c->name);
     } else {
-        fprintf(stderr, "qplace: %s\n", msg);
         print_usage(stderr);
     }
     return 1;
@@ -96,25 +140,36 @@ static void log_to_stderr(enum qp_log_level level, const char *msg, void *user) 
 static int run_command(const struct cli_command *c, int argc, char **argv) {
     struct qp_error err = {0};
     struct cli_args args;
-    if (cli_parse(c->opts, argc, argv, &args, &err) != QP_OK) {
+    if (cli_parse(&c->spec, argc, argv, &args, &err) != QP_OK) {
         if (err.status != QP_ERR_USAGE) return cli_fail(&err);
-        return usage_error(c, err.msg);
+        return usage_error(c->name, c, err.msg);
     }
     int rc;
-    char msg[256];
     if (args.help) {
         print_command_help(stdout, c);
         rc = 0;
-    } else if ((int)args.n_pos < c->min_pos) {
-        rc = usage_error(c, "missing argument");
-    } else if (c->max_pos >= 0 && (int)args.n_pos > c->max_pos) {
-        snprintf(msg, sizeof msg, "unexpected argument '%s'", args.pos[c->max_pos]);
-        rc = usage_error(c, msg);
     } else {
         rc = c->run(&args);
     }
     cli_args_free(&args);
     return rc;
+}
+
+/* `qplace help [COMMAND]`, `qplace --help [COMMAND]`: argv[0] is "help", "--help" or "-h". */
+static int show_help(int argc, char **argv) {
+    if (argc < 2) {
+        print_usage(stdout);
+        return 0;
+    }
+    const struct cli_command *c = find_command(argv[1]);
+    if (!c) {
+        char msg[256];
+        unknown_command(msg, sizeof msg, argv[1]);
+        return usage_error("help", NULL, msg);
+    }
+    if (argc > 2) return usage_error("help", NULL, "help takes one command name");
+    print_command_help(stdout, c);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -124,36 +179,19 @@ int main(int argc, char **argv) {
     verbose = env && env[0] && strcmp(env, "0") != 0;
     qp_log_set_hook(log_to_stderr, &verbose);
 
-    if (argc < 2) return usage_error(NULL, "missing command");
+    if (argc < 2) return usage_error(NULL, NULL, "missing command");
     const char *cmd = argv[1];
-    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
-        print_usage(stdout);
-        return 0;
-    }
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0)
+        return show_help(argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
         printf("qplace %s\n", QPLACE_VERSION);
-        return 0;
-    }
-    if (strcmp(cmd, "help") == 0) {
-        if (argc < 3) {
-            print_usage(stdout);
-            return 0;
-        }
-        const struct cli_command *c = find_command(argv[2]);
-        if (!c) {
-            char msg[256];
-            snprintf(msg, sizeof msg, "unknown command '%s'", argv[2]);
-            return usage_error(NULL, msg);
-        }
-        if (argc > 3) return usage_error(NULL, "help takes one command name");
-        print_command_help(stdout, c);
         return 0;
     }
     const struct cli_command *c = find_command(cmd);
     if (!c) {
         char msg[256];
-        snprintf(msg, sizeof msg, "unknown command '%s'", cmd);
-        return usage_error(NULL, msg);
+        unknown_command(msg, sizeof msg, cmd);
+        return usage_error(NULL, NULL, msg);
     }
     return run_command(c, argc - 2, argv + 2);
 }

@@ -20,13 +20,21 @@ static const struct cli_opt opts[] = {
     {0},
 };
 
-/* Parses a NULL-terminated list; the array must outlive the result (values are borrowed). */
-static enum qp_status parse(char **argv, struct cli_args *a, struct qp_error *err) {
+/* Parses a NULL-terminated list against `spec`; the array must outlive the result (values are
+ * borrowed). */
+static enum qp_status parse_spec(const struct cli_spec *spec, char **argv, struct cli_args *a,
+                                 struct qp_error *err) {
     int argc = 0;
     while (argv[argc])
         argc++;
     memset(err, 0, sizeof *err);
-    return cli_parse(opts, argc, argv, a, err);
+    return cli_parse(spec, argc, argv, a, err);
+}
+
+/* Any number of positionals: the flag rules alone. */
+static enum qp_status parse(char **argv, struct cli_args *a, struct qp_error *err) {
+    static const struct cli_spec any = {opts, 0, -1, NULL};
+    return parse_spec(&any, argv, a, err);
 }
 
 static void expect_usage(char **argv, const char *needle) {
@@ -141,7 +149,9 @@ static void test_help(void **state) {
 static void test_errors(void **state) {
     (void)state;
     char *unknown[] = {"m.onnx", "--jsn", NULL};
-    expect_usage(unknown, "--jsn");
+    expect_usage(unknown, "unknown flag --jsn; did you mean --json?");
+    char *far[] = {"--bogus", NULL}; /* nothing close: no suggestion */
+    expect_usage(far, "unknown flag --bogus");
     char *unknown_eq[] = {"--output-path=x", NULL};
     expect_usage(unknown_eq, "--output-path");
     char *short_flag[] = {"-x", NULL};
@@ -155,11 +165,129 @@ static void test_errors(void **state) {
     char *missing_list[] = {"--nodes_to_exclude", "-v", NULL};
     expect_usage(missing_list, "--nodes_to_exclude");
     char *bool_value[] = {"--json=yes", NULL};
-    expect_usage(bool_value, "--json");
+    expect_usage(bool_value, "--json takes no value");
     char *twice[] = {"--onnx_path", "a", "--onnx-path=b", NULL};
-    expect_usage(twice, "--onnx-path");
+    expect_usage(twice, "--onnx-path given more than once");
     char *dashes_only[] = {"--=x", NULL};
     expect_usage(dashes_only, "unknown flag");
+}
+
+/* Failure with `spec`, the message containing `needle`; the result is left empty. */
+static void expect_spec_usage(const struct cli_spec *spec, char **argv, const char *needle) {
+    struct cli_args a;
+    struct qp_error err;
+    assert_int_equal(parse_spec(spec, argv, &a, &err), QP_ERR_USAGE);
+    if (!strstr(err.msg, needle)) fail_msg("message '%s' does not mention '%s'", err.msg, needle);
+    assert_null(a.flags);
+    assert_int_equal(a.n_pos, 0);
+    cli_args_free(&a);
+}
+
+static void test_stray_words(void **state) {
+    (void)state;
+    static const struct cli_spec none = {opts, 0, 0, NULL};
+    char *junk[] = {"--onnx_path", "m.onnx", "junk", NULL};
+    expect_spec_usage(&none, junk, "unexpected argument 'junk'");
+    /* store_true flags take no value: the word after one is stray, and the message says why */
+    char *bool_word[] = {"--onnx_path", "m.onnx", "--disable_mha_qdq", "False", NULL};
+    expect_spec_usage(&none, bool_word,
+                      "unexpected argument 'False' (--disable_mha_qdq takes no "
+                      "value)");
+    char *prefix_bool[] = {"--disable_mha", "True", NULL};
+    expect_spec_usage(&none, prefix_bool, "'True' (--disable_mha takes no value)");
+    char *after_dashes[] = {"--", "x", NULL};
+    expect_spec_usage(&none, after_dashes, "unexpected argument 'x'");
+    char *negative[] = {"-1", NULL};
+    expect_spec_usage(&none, negative, "unexpected argument '-1'");
+
+    static const struct cli_spec two = {opts, 2, 2, NULL};
+    char *one[] = {"a.onnx", "--json", NULL};
+    expect_spec_usage(&two, one, "missing argument (2 expected, 1 given)");
+    char *three[] = {"--json", "a", "b", "c", NULL}; /* 'a' follows --json but is wanted */
+    expect_spec_usage(&two, three, "unexpected argument 'c'");
+    char *ok[] = {"--json", "a", "b", NULL};
+    struct cli_args a;
+    struct qp_error err;
+    assert_int_equal(parse_spec(&two, ok, &a, &err), QP_OK);
+    assert_int_equal(a.n_pos, 2);
+    assert_string_equal(a.pos[1], "b");
+    cli_args_free(&a);
+    /* help skips the count, and wins over any usage error */
+    char *help[] = {"a", "b", "c", "--bogus", "-h", NULL};
+    assert_int_equal(parse_spec(&two, help, &a, &err), QP_OK);
+    assert_int_equal(a.help, 1);
+    assert_int_equal(err.status, QP_OK);
+    cli_args_free(&a);
+    char *help_after_dashes[] = {"--", "--help", NULL}; /* a positional, not a request */
+    expect_spec_usage(&none, help_after_dashes, "unexpected argument '--help'");
+}
+
+static void test_pos_flag(void **state) {
+    (void)state;
+    static const struct cli_spec model = {opts, 0, 0, "onnx_path"};
+    char *pos[] = {"--json", "m.onnx", NULL};
+    struct cli_args a;
+    struct qp_error err;
+    assert_int_equal(parse_spec(&model, pos, &a, &err), QP_OK);
+    assert_string_equal(cli_value(&a, "onnx_path", NULL), "m.onnx");
+    assert_int_equal(a.n_pos, 0);
+    cli_args_free(&a);
+    char *both[] = {"m.onnx", "--onnx_path", "n.onnx", NULL};
+    expect_spec_usage(&model, both, "unexpected argument 'm.onnx' (--onnx_path is given)");
+    char *two[] = {"m.onnx", "junk", NULL};
+    expect_spec_usage(&model, two, "unexpected argument 'junk'");
+}
+
+static void test_prefixes(void **state) {
+    (void)state;
+    /* a unique prefix is the flag, in either spelling and with either value form */
+    char *v[] = {"--onnx=m.onnx", "--thresh", "0.5", "--nodes-to", "a", "b", "--disable_mha", NULL};
+    struct cli_args a;
+    struct qp_error err;
+    assert_int_equal(parse(v, &a, &err), QP_OK);
+    assert_string_equal(cli_value(&a, "onnx_path", NULL), "m.onnx");
+    assert_string_equal(cli_value(&a, "threshold", NULL), "0.5");
+    assert_int_equal(cli_count(&a, "nodes_to_exclude"), 2);
+    assert_true(cli_has(&a, "disable_mha_qdq"));
+    cli_args_free(&a);
+    static const struct cli_opt near[] = {
+        {"calibration_data_path", CLI_VALUE, "F", ""},
+        {"calibration_method", CLI_VALUE, "M", ""},
+        {"calibration", CLI_VALUE, "X", ""}, /* an exact name wins over longer ones */
+        {"out", CLI_VALUE, "O", ""},
+        {"output_path", CLI_VALUE, "O", ""},
+        {0},
+    };
+    static const struct cli_spec spec = {near, 0, 0, NULL};
+    char *w[] = {"--calibration_data=d.npz", "--calibration", "x", "--out", "o", NULL};
+    assert_int_equal(parse_spec(&spec, w, &a, &err), QP_OK);
+    assert_string_equal(cli_value(&a, "calibration_data_path", NULL), "d.npz");
+    assert_string_equal(cli_value(&a, "calibration", NULL), "x");
+    assert_string_equal(cli_value(&a, "out", NULL), "o");
+    assert_null(cli_value(&a, "output_path", NULL));
+    cli_args_free(&a);
+    char *amb[] = {"--calibration_=x", NULL};
+    expect_spec_usage(&spec, amb,
+                      "ambiguous flag --calibration_: could be --calibration_data_path, "
+                      "--calibration_method");
+    char *amb2[] = {"--ou", "x", NULL};
+    expect_spec_usage(&spec, amb2, "could be --out, --output_path");
+    /* a prefix given twice is the same flag given twice */
+    char *twice[] = {"--calibration_d", "a", "--calibration-data-path", "b", NULL};
+    expect_spec_usage(&spec, twice, "--calibration-data-path given more than once");
+}
+
+static void test_name_distance(void **state) {
+    (void)state;
+    assert_int_equal(cli_name_distance("jsn", 3, "json"), 1);
+    assert_int_equal(cli_name_distance("calibraton-method", 17, "calibration_method"), 1);
+    assert_int_equal(cli_name_distance("quantise", 8, "quantize"), 1);
+    assert_int_equal(cli_name_distance("json", 4, "json"), 0);
+    assert_int_equal(cli_name_distance("foo", 3, "json"), -1); /* too far to suggest */
+    assert_int_equal(cli_name_distance("jn", 2, "json"), -1);
+    char longer[100];
+    memset(longer, 'a', sizeof longer);
+    assert_int_equal(cli_name_distance(longer, sizeof longer, "json"), -1);
 }
 
 static void test_print_opts(void **state) {
@@ -180,6 +308,8 @@ int main(void) {
         cmocka_unit_test(test_both_spellings), cmocka_unit_test(test_positionals_and_values),
         cmocka_unit_test(test_repeated),       cmocka_unit_test(test_list),
         cmocka_unit_test(test_help),           cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_stray_words),    cmocka_unit_test(test_pos_flag),
+        cmocka_unit_test(test_prefixes),       cmocka_unit_test(test_name_distance),
         cmocka_unit_test(test_print_opts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
