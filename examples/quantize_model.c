@@ -71,9 +71,9 @@ static void print_summary(const struct qp_quantize_summary *s) {
            s->placement_source, s->n_tensors, s->n_edges, s->n_weight_tensors,
            (unsigned long long)s->n_calib_samples, s->calibration_source, s->method);
     for (size_t i = 0; i < s->n_outputs; i++)
-        printf("output %s: cosine %.6f, max |diff| %.6g over %llu held-out samples\n",
-               s->outputs[i].name, s->outputs[i].cosine, s->outputs[i].max_abs,
-               (unsigned long long)s->n_eval_samples);
+        printf("output %s: cosine %.6f, max |diff| %.6g over %llu samples%s\n", s->outputs[i].name,
+               s->outputs[i].cosine, s->outputs[i].max_abs, (unsigned long long)s->n_eval_samples,
+               s->eval_on_calibration ? " (in-sample: the calibration rows)" : "");
 }
 
 int main(int argc, char **argv) {

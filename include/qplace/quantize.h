@@ -20,10 +20,11 @@
  *     qp_quantize_summary_free(s);
  *     qp_model_free(q);
  *
- * Held-out samples for the drift: `eval_data` when given; else the last fifth (at least one) of
- * the calibration batches when there are two or more, which are then not calibrated on; else
- * the calibration batch itself (the summary says which). With no calibration data at all, seeded
- * synthetic data stands in (as ModelOpt's RandomDataProvider; the summary says "synthetic").
+ * Calibration runs on every batch of the calibration data, as ModelOpt's does. The drift is
+ * measured on `eval_data` when given, else on the calibration data itself (in-sample:
+ * eval_on_calibration is 1). With no calibration data at all, seeded synthetic data stands in
+ * (as ModelOpt's RandomDataProvider; the summary says "synthetic"), and the drift is measured
+ * on synthetic data drawn with another seed unless `eval_data` is given.
  * The same model, data and configuration give the same bytes as `qplace quantize`.
  */
 #ifndef QPLACE_QUANTIZE_H
@@ -62,10 +63,10 @@ struct qp_quantize_config {
 
 void qp_quantize_config_default(struct qp_quantize_config *c);
 
-/* Drift of one graph output over the held-out samples. */
+/* Drift of one graph output over the evaluation samples. */
 struct qp_quantize_drift {
     char *name;
-    double cosine;   /* over all elements of all held-out samples */
+    double cosine;   /* over all elements of all evaluation samples */
     double max_abs;  /* largest |quantized - float| */
     int has_top1;    /* the output looks like class scores (rank >= 2, last dim >= 2) */
     double top1;     /* fraction of rows (all positions before the last axis) whose argmax agree */
@@ -81,8 +82,7 @@ struct qp_quantize_summary {
     const char *calibration_source; /* "npz", "npy", "images", "memory", "synthetic" */
     const char *method;             /* "max", "entropy", "percentile" */
     uint64_t n_calib_samples, n_calib_batches, n_eval_samples;
-    int eval_on_calibration; /* 1: drift measured on the calibration data */
-    int eval_source_split;   /* 1: held-out batches split from the calibration data */
+    int eval_on_calibration; /* 1: drift measured on the calibration data (in-sample) */
     size_t n_outputs;
     struct qp_quantize_drift *outputs;
     /* The placement the writer applied, each entry with its reason; owned by the summary. */

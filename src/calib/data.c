@@ -3,12 +3,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
 
 #include "calib/image.h"
+#include "core/size.h"
 
 void qp_data_options_default(struct qp_data_options *o) {
     memset(o, 0, sizeof *o);
@@ -35,6 +37,40 @@ int qp_data_is_image_folder(const char *dir) {
     }
     closedir(d);
     return images > 0 && arrays == 0;
+}
+
+/* A batch of every input fits the byte cap (o->max_bytes, else the default), checked before any
+ * provider allocates it: an absurd batch shape (--calibration_shapes x:100000x3x10000x10000) is
+ * bad input naming the shape, not an out-of-memory. */
+static enum qp_status check_batch_bytes(const struct qp_data_options *o,
+                                        const struct qp_npz_provider_input *in, size_t n,
+                                        struct qp_error *err) {
+    uint64_t cap = o->max_bytes ? o->max_bytes : QP_CALIB_DEFAULT_MAX_BYTES;
+    for (size_t i = 0; i < n; i++) {
+        size_t elems = 1;
+        int ok = 1;
+        double approx = 1;
+        for (int d = 0; d < in[i].rank; d++) {
+            approx *= (double)in[i].batch_dims[d];
+            ok = ok && in[i].batch_dims[d] >= 0 &&
+                 qp_size_mul(elems, (size_t)in[i].batch_dims[d], &elems);
+        }
+        size_t bytes = ok ? qp_dtype_nbytes(in[i].dtype, elems, &ok) : 0;
+        if (ok && bytes <= cap) continue;
+        char shape[QP_MAX_RANK * 21 + 1] = "";
+        size_t at = 0;
+        for (int d = 0; d < in[i].rank && at < sizeof shape; d++)
+            at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%lld", d ? "x" : "",
+                                   (long long)in[i].batch_dims[d]);
+        approx *= (double)qp_dtype_traits(in[i].dtype)->bits / 8;
+        return qp_error_set(
+            err, QP_ERR_BAD_INPUT,
+            "calibration data: a batch of input '%s' with shape %s (%s) would "
+            "take %.3g bytes, over the cap of %llu bytes (--max_calibration_bytes); "
+            "check --calibration_shapes",
+            in[i].name, shape, qp_dtype_name(in[i].dtype), approx, (unsigned long long)cap);
+    }
+    return QP_OK;
 }
 
 static enum qp_status open_synthetic(const struct qp_data_options *o,
@@ -94,10 +130,16 @@ enum qp_status qp_provider_open(const char *path, const struct qp_data_options *
         qp_data_options_default(&def);
         o = &def;
     }
-    if (!path) return open_synthetic(o, in, n, out, err);
+    enum qp_status st = QP_OK;
+    if (!path) {
+        if ((st = check_batch_bytes(o, in, n, err)) != QP_OK) return st;
+        return open_synthetic(o, in, n, out, err);
+    }
     struct stat sb;
     if (stat(path, &sb) != 0) return qp_error_set(err, QP_ERR_IO, "%s: %s", path, strerror(errno));
-    if (S_ISDIR(sb.st_mode) && qp_data_is_image_folder(path))
+    if (S_ISDIR(sb.st_mode) && qp_data_is_image_folder(path)) {
+        if ((st = check_batch_bytes(o, in, n, err)) != QP_OK) return st;
         return open_images(path, o, in, n, out, err);
+    }
     return qp_provider_npz_create(path, in, n, o->max_bytes, out, err);
 }

@@ -1,4 +1,5 @@
 /* qplace quantize --onnx_path MODEL ...: placement, calibration, Q/DQ writer, drift summary. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +13,15 @@ const struct cli_opt cli_quantize_opts[] = {
     CLI_DATA_OPTS,
     {"quantize_mode", CLI_VALUE, "int8|fp8", "quantized type (default int8)"},
     {"eval_data_path", CLI_VALUE, "FILE|DIR",
-     "held-out inputs for the drift summary (as --calibration_data_path)"},
+     "inputs for the drift summary (as --calibration_data_path; default: the calibration data)"},
     CLI_CALIBRATION_METHOD_OPT,
+    {"percentile", CLI_VALUE, "P", "percentile for --calibration_method percentile (99.999)"},
+    {"ranges_in", CLI_VALUE, "RANGES.json",
+     "scales from these ranges (qplace calibrate), no calibration"},
+    {"calibration_cache_path", CLI_VALUE, "CACHE",
+     "scales from this TensorRT calibration cache (over --ranges_in), no calibration"},
+    {"override_shapes", CLI_VALUE, "NAME:1x3x224x224,...",
+     "fix the dynamic dims of these inputs (written model and calibration)"},
     {"op_types_to_quantize", CLI_LIST, "OP", "only these op types (repeatable, comma lists)"},
     {"op_types_to_exclude", CLI_LIST, "OP", "never these op types"},
     {"nodes_to_quantize", CLI_LIST, "REGEX", "only nodes whose name matches"},
@@ -36,9 +44,11 @@ const char cli_quantize_details[] =
     "calibrates the placed activation tensors on the engine, writes QuantizeLinear ->\n"
     "DequantizeLinear on every placed edge and per-channel weight Q/DQ (opset >= 19), saves the\n"
     "model atomically and prints a summary: what was quantized by op type, the calibration\n"
-    "source and method, and the drift of the outputs from the float model on held-out samples\n"
-    "(--eval_data_path, else the last fifth of the calibration batches). --explain adds every\n"
-    "placed edge and weight with the rule that placed it. docs/quantize.md.\n";
+    "source and method, and the drift of the outputs from the float model. Calibration uses\n"
+    "every calibration batch; the drift is measured on --eval_data_path, else in-sample on the\n"
+    "calibration data. --ranges_in / --calibration_cache_path take the scales from a file\n"
+    "instead (no calibration runs; every placed tensor needs a range there). --explain adds\n"
+    "every placed edge and weight with the rule that placed it. docs/quantize.md.\n";
 
 static enum qp_status add_list(struct qp_select *s, const struct cli_args *a, const char *flag,
                                enum qp_select_list list, int *any, struct qp_error *err) {
@@ -48,6 +58,35 @@ static enum qp_status add_list(struct qp_select *s, const struct cli_args *a, co
         *any = 1;
     }
     return QP_OK;
+}
+
+/* --percentile, --ranges_in, --calibration_cache_path and --override_shapes. */
+static int data_flags(const struct cli_args *a, const char *method, struct qp_quantize_options *o) {
+    const char *ps = cli_value(a, "percentile", NULL);
+    if (ps) {
+        char *end;
+        errno = 0;
+        double p = strtod(ps, &end);
+        if (end == ps || *end || errno || !(p > 0 && p <= 100)) {
+            fprintf(stderr, "qplace quantize: --percentile '%s' is not a number in (0, 100]\n", ps);
+            return 1;
+        }
+        if (o->method != QP_CALIB_PERCENTILE) {
+            fprintf(stderr,
+                    "qplace quantize: --percentile needs --calibration_method percentile\n");
+            return 1;
+        }
+        o->percentile = p;
+    }
+    o->ranges_in = cli_value(a, "ranges_in", NULL);
+    o->calibration_cache_path = cli_value(a, "calibration_cache_path", NULL);
+    o->override_shapes = cli_value(a, "override_shapes", NULL);
+    const char *file = o->ranges_in ? "--ranges_in" : "--calibration_cache_path";
+    if ((o->ranges_in || o->calibration_cache_path) && (method || ps))
+        qp_log(QP_LOG_WARN,
+               "quantize: --%s is not used: the scales come from %s and no calibration runs",
+               ps ? "percentile" : "calibration_method", file);
+    return 0;
 }
 
 static void print_report(const struct qp_quantize_options *o, const struct qp_quantize_report *r) {
@@ -79,13 +118,24 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
     } else {
         printf("  high precision fp32\n");
     }
-    printf("  calibration: %s data, method %s, %llu samples in %llu batches\n",
-           r->calibration_source, r->method, (unsigned long long)r->n_calib_samples,
-           (unsigned long long)r->n_calib_batches);
-    const char *how = o->eval_data_path        ? "--eval_data_path"
-                      : r->eval_source_split   ? "held out from the calibration data"
-                      : r->eval_on_calibration ? "the calibration data itself (no held-out samples)"
-                                               : "synthetic data, another seed";
+    if (r->calibrated)
+        printf("  calibration: %s data, method %s, %llu samples in %llu batches\n",
+               r->calibration_source, r->method, (unsigned long long)r->n_calib_samples,
+               (unsigned long long)r->n_calib_batches);
+    else
+        printf("  calibration: none; ranges from %s%s%s (%zu ranges, %zu not placed)\n",
+               o->ranges_in ? o->ranges_in : "",
+               o->ranges_in && o->calibration_cache_path ? ", then " : "",
+               o->calibration_cache_path ? o->calibration_cache_path : "", r->n_file_ranges,
+               r->n_unused_ranges);
+    if (r->n_overridden)
+        printf("  input shapes fixed by --override_shapes %s\n", o->override_shapes);
+    const char *how = o->eval_data_path         ? "--eval_data_path"
+                      : !r->eval_on_calibration ? "synthetic data, another seed"
+                      : r->calibrated
+                          ? "in-sample: the calibration data itself; give --eval_data_path "
+                            "for held-out samples"
+                          : "the --calibration_data_path data";
     printf("  drift vs the float model on %llu samples (%s):\n",
            (unsigned long long)r->n_eval_samples, how);
     printf("    %-28s %10s %12s %s\n", "output", "cosine", "max_abs_err", "top1_agreement");
@@ -154,6 +204,7 @@ int cli_quantize_run(const struct cli_args *a) {
     }
     const char *method = cli_value(a, "calibration_method", NULL);
     if (method && qp_calib_method_parse(method, &o.method, &err) != QP_OK) return cli_fail(&err);
+    if (data_flags(a, method, &o)) return 1;
     const char *threads = cli_value(a, "threads", NULL);
     if (threads) {
         char *end = NULL;

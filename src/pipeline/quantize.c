@@ -119,8 +119,10 @@ static enum qp_status compare_outputs(struct qp_session *sf, struct qp_session *
 struct qp_quantize_job {
     struct qp_model *mf, *mq;
     struct qp_placement *pl;
-    struct qp_provider *cal, *ev; /* ev NULL: held out from cal, or cal itself */
+    struct qp_provider *cal, *ev; /* ev NULL: the drift on cal (in-sample); cal NULL: no data */
+    const struct qp_ranges *file_ranges; /* borrowed; NULL: calibrate on every batch of cal */
     enum qp_calib_method method;
+    double percentile; /* 0: the calibrator's default */
     enum qp_quant_mode mode;
     int dq_only;
     enum qp_dtype high_precision;
@@ -187,12 +189,12 @@ static uint64_t batch_rows(const struct qp_array *batch, size_t n) {
     return n && batch[0].rank > 0 ? (uint64_t)batch[0].dims[0] : 1;
 }
 
-/* Calibrates the placement's tensors on the first n_cal batches of job->cal into *ranges_out. */
-static enum qp_status calibrate(const struct qp_quantize_job *job, uint64_t n_cal,
-                                struct qp_quantize_report *r, struct qp_ranges **ranges_out,
-                                struct qp_error *err) {
+/* Calibrates the placement's tensors on every batch of job->cal into *ranges_out. */
+static enum qp_status calibrate(const struct qp_quantize_job *job, struct qp_quantize_report *r,
+                                struct qp_ranges **ranges_out, struct qp_error *err) {
     struct qp_collect_options co;
     qp_collect_options_default(&co, job->method);
+    if (job->percentile > 0) co.calib.percentile = job->percentile;
     co.placement = job->pl;
     co.n_threads = job->n_threads;
     size_t n_in = qp_provider_n_inputs(job->cal), map[QP_QUANTIZE_MAX_INPUTS];
@@ -205,7 +207,7 @@ static enum qp_status calibrate(const struct qp_quantize_job *job, uint64_t n_ca
     const struct qp_array *batch = NULL;
     int end = 0;
     enum qp_status st = qp_provider_reset(job->cal, err);
-    for (uint64_t b = 0; st == QP_OK && b < n_cal; b++) {
+    while (st == QP_OK) {
         if ((st = qp_provider_next(job->cal, &batch, &end, err)) != QP_OK || end) break;
         if (!col) {
             qp_provider_shapes(job->cal, batch, bshapes);
@@ -251,10 +253,10 @@ static void drift_finish(const struct drift_acc *acc, struct qp_quantize_report 
     }
 }
 
-/* Drift of mq against mf over the held-out batches (all of job->ev, or job->cal's batches from
- * `skip` on), before saving, so a model the engine cannot run is an error. */
-static enum qp_status measure_drift(const struct qp_quantize_job *job, uint64_t skip,
-                                    struct qp_quantize_report *r, struct qp_error *err) {
+/* Drift of mq against mf over every batch of job->ev, else of job->cal (in-sample), before
+ * saving, so a model the engine cannot run is an error. */
+static enum qp_status measure_drift(const struct qp_quantize_job *job, struct qp_quantize_report *r,
+                                    struct qp_error *err) {
     struct qp_session *sf = NULL, *sq = NULL;
     struct drift_acc *acc = NULL;
     struct qp_session_options so = {.n_threads = job->n_threads};
@@ -278,9 +280,8 @@ static enum qp_status measure_drift(const struct qp_quantize_job *job, uint64_t 
     const struct qp_array *batch = NULL;
     int end = 0;
     if ((st = qp_provider_reset(src, err)) != QP_OK) goto done;
-    for (uint64_t b = 0;; b++) {
+    for (;;) {
         if ((st = qp_provider_next(src, &batch, &end, err)) != QP_OK || end) break;
-        if (b < skip) continue;
         feed_of(batch, map, ns, feed);
         if ((st = qp_session_run(sf, ns, feed, err)) != QP_OK) break;
         if ((st = qp_session_run(sq, ns, feed, err)) != QP_OK) break;
@@ -305,40 +306,160 @@ static enum qp_status validate_placement(const struct qp_quantize_job *job, stru
     return st;
 }
 
-/* Everything after placement and data: the held-out split, calibration, the writer and the
- * drift. */
+/* Everything after placement and data: calibration on every batch (or the ranges from files),
+ * the writer and the drift. */
 static enum qp_status quantize_job(const struct qp_quantize_job *job, struct qp_quantize_report *r,
                                    struct qp_error *err) {
     enum qp_status st = QP_OK;
-    r->calibration_source = qp_provider_source(job->cal);
+    r->calibration_source = job->cal ? qp_provider_source(job->cal) : "none";
     r->method = qp_calib_method_name(job->method);
-    uint64_t nb = qp_provider_n_batches(job->cal), n_cal = nb;
-    if (!job->ev && nb >= 2) {
-        n_cal = nb - (nb / 5 ? nb / 5 : 1);
-        r->eval_source_split = 1;
-    } else if (!job->ev) {
-        r->eval_on_calibration = 1;
-    }
+    r->eval_on_calibration = !job->ev;
+    r->calibrated = !job->file_ranges;
     struct qp_ranges *ranges = NULL;
-    if ((st = calibrate(job, n_cal, r, &ranges, err)) == QP_OK &&
-        (st = write_qdq(job, ranges, r, err)) == QP_OK) {
+    if (r->calibrated) st = calibrate(job, r, &ranges, err);
+    if (st == QP_OK &&
+        (st = write_qdq(job, r->calibrated ? ranges : job->file_ranges, r, err)) == QP_OK) {
         r->writer.opset_from = job->opset_in;
-        st = measure_drift(job, job->ev || r->eval_on_calibration ? 0 : n_cal, r, err);
+        st = measure_drift(job, r, err);
     }
     qp_ranges_free(ranges);
     return st;
 }
 
-/* Opens --calibration_data_path and --eval_data_path (or synthetic data) for `mf`'s inputs. */
+/* 1 when the placement has an activation edge on `tensor`. */
+static int placement_has_tensor(const struct qp_placement *pl, const char *tensor) {
+    for (size_t i = 0; i < pl->n_edges; i++)
+        if (strcmp(pl->edges[i].tensor, tensor) == 0) return 1;
+    return 0;
+}
+
+/* The ranges of `r` (from `path`) for tensors the placement does not quantize: one warning. */
+static size_t warn_unused(const struct qp_ranges *r, const char *path,
+                          const struct qp_placement *pl) {
+    size_t n = 0, total = qp_ranges_count(r);
+    const char *first = NULL;
+    for (size_t i = 0; i < total; i++) {
+        const char *t = qp_ranges_at(r, i)->tensor;
+        if (placement_has_tensor(pl, t)) continue;
+        if (!n++) first = t;
+    }
+    if (n)
+        qp_log(QP_LOG_WARN,
+               "quantize: %zu of the %zu ranges in %s are for tensors the placement does not "
+               "quantize (the first: '%s'); they are not used",
+               n, total, path, first);
+    return n;
+}
+
+/* --ranges_in and --calibration_cache_path as one table (the cache's entries over the JSON's),
+ * covering every activation tensor of the placement. */
+static enum qp_status load_file_ranges(const struct qp_quantize_options *o,
+                                       const struct qp_placement *pl, struct qp_quantize_report *r,
+                                       struct qp_ranges **out, struct qp_error *err) {
+    struct qp_ranges *json = NULL, *cache = NULL;
+    const char *cache_path = o->calibration_cache_path;
+    enum qp_status st = QP_OK;
+    if (o->ranges_in && (st = qp_ranges_load_json(o->ranges_in, &json, err)) != QP_OK) goto fail;
+    if (cache_path && (st = qp_ranges_load_trt_cache(cache_path, &cache, err)) != QP_OK) goto fail;
+    r->n_file_ranges = qp_ranges_count(json) + qp_ranges_count(cache);
+    if (json) r->n_unused_ranges += warn_unused(json, o->ranges_in, pl);
+    if (cache) r->n_unused_ranges += warn_unused(cache, cache_path, pl);
+    for (size_t i = 0; json && i < qp_ranges_count(cache); i++)
+        if ((st = qp_ranges_set(json, qp_ranges_at(cache, i), err)) != QP_OK) goto fail;
+    struct qp_ranges *all = json ? json : cache;
+    for (size_t i = 0; i < pl->n_edges; i++) {
+        if (qp_ranges_find(all, pl->edges[i].tensor)) continue;
+        st = qp_error_set(
+            err, QP_ERR_BAD_INPUT,
+            "quantize: activation tensor '%s' of the placement has no range in %s%s%s "
+            "(no calibration runs with ranges from a file)",
+            pl->edges[i].tensor, o->ranges_in ? o->ranges_in : cache_path,
+            o->ranges_in && cache_path ? " or " : "", o->ranges_in && cache_path ? cache_path : "");
+        goto fail;
+    }
+    if (all == json) qp_ranges_free(cache);
+    *out = all;
+    return QP_OK;
+fail:
+    qp_ranges_free(json);
+    qp_ranges_free(cache);
+    return st;
+}
+
+/* Sets every dim named `param` in g's value types to `value`. */
+static void fix_dim_param(struct qp_graph *g, const char *param, int64_t value) {
+    for (size_t v = 0; v < g->n_values; v++) {
+        struct qp_value *val = &g->values[v];
+        for (int d = 0; val->kind == QP_VALUE_TENSOR && d < val->rank; d++)
+            if (val->dims[d].value < 0 && val->dims[d].param &&
+                strcmp(val->dims[d].param, param) == 0) {
+                val->dims[d].value = value;
+                val->dims[d].param = NULL;
+            }
+    }
+}
+
+/* --override_shapes on one copy of the model: the dynamic dims of the named inputs take the
+ * given values (static dims must match). */
+static enum qp_status override_shapes(struct qp_graph *g, const struct qp_calib_shapes *sh,
+                                      struct qp_error *err) {
+    for (size_t k = 0; k < sh->n; k++) {
+        const struct qp_calib_shape *e = &sh->items[k];
+        int v = qp_graph_find_value(g, e->name);
+        struct qp_value *val = v >= 0 ? &g->values[v] : NULL;
+        if (!val || !val->is_graph_input || val->initializer >= 0)
+            return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                "quantize: --override_shapes: '%s' is not an input of the model",
+                                e->name);
+        if (val->kind != QP_VALUE_TENSOR || val->rank != e->rank)
+            return qp_error_set(
+                err, QP_ERR_BAD_INPUT,
+                "quantize: --override_shapes: input '%s' has rank %d in the model, %d given",
+                e->name, val->kind == QP_VALUE_TENSOR ? val->rank : -1, e->rank);
+        for (int d = 0; d < e->rank; d++)
+            if (val->dims[d].value >= 0 && val->dims[d].value != e->dims[d])
+                return qp_error_set(
+                    err, QP_ERR_BAD_INPUT,
+                    "quantize: --override_shapes: input '%s' dim %d is %lld in the model, "
+                    "%lld given",
+                    e->name, d, (long long)val->dims[d].value, (long long)e->dims[d]);
+        for (int d = 0; d < e->rank; d++) {
+            if (val->dims[d].value >= 0) continue;
+            const char *param = val->dims[d].param;
+            val->dims[d].value = e->dims[d];
+            val->dims[d].param = NULL;
+            if (param) fix_dim_param(g, param, e->dims[d]);
+        }
+    }
+    return QP_OK;
+}
+
+/* Parses --override_shapes with the --calibration_shapes grammar (messages name the flag). */
+static enum qp_status parse_override(const char *s, struct qp_calib_shapes *out,
+                                     struct qp_error *err) {
+    enum qp_status st = qp_calib_shapes_parse(s, out, err);
+    static const char from[] = "--calibration_shapes:";
+    if (st != QP_OK && err && strncmp(err->msg, from, sizeof from - 1) == 0) {
+        char tail[sizeof err->msg];
+        snprintf(tail, sizeof tail, "%s", err->msg + sizeof from - 1);
+        qp_error_set(err, st, "--override_shapes:%s", tail);
+    }
+    return st;
+}
+
+/* Opens --calibration_data_path and --eval_data_path (or synthetic data) for `mf`'s inputs.
+ * With ranges from files (`calibrate` 0) and no --calibration_data_path, *cal stays NULL. */
 static enum qp_status open_data(const struct qp_quantize_options *o, const struct qp_graph *g,
-                                const struct qp_calib_shapes *shapes, struct qp_provider **cal,
-                                struct qp_provider **ev, struct qp_error *err) {
+                                const struct qp_calib_shapes *shapes, int calibrate,
+                                struct qp_provider **cal, struct qp_provider **ev,
+                                struct qp_error *err) {
     struct qp_npz_provider_input inputs[QP_QUANTIZE_MAX_INPUTS];
     size_t n = 0;
     enum qp_status st =
         qp_provider_graph_inputs(g, o->calibration_shapes ? shapes : NULL, "quantize", inputs,
                                  QP_QUANTIZE_MAX_INPUTS, &n, err);
-    if (st == QP_OK) st = make_provider(o, o->calibration_data_path, inputs, n, 1, cal, err);
+    if (st == QP_OK && (calibrate || o->calibration_data_path))
+        st = make_provider(o, o->calibration_data_path, inputs, n, 1, cal, err);
     if (st != QP_OK) return st;
     if (o->eval_data_path) return make_provider(o, o->eval_data_path, inputs, n, 2, ev, err);
     if (!o->calibration_data_path) return make_provider(o, NULL, inputs, n, 2, ev, err);
@@ -351,8 +472,10 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
         return qp_error_set(err, QP_ERR_USAGE, "quantize: --onnx_path is required");
     enum qp_status st = QP_OK;
     struct qp_quantize_report *r = calloc(1, sizeof *r);
-    struct qp_calib_shapes shapes = {0};
+    struct qp_calib_shapes shapes = {0}, over = {0};
+    struct qp_ranges *file_ranges = NULL;
     struct qp_quantize_job job = {.method = o->method,
+                                  .percentile = o->percentile,
                                   .mode = o->mode,
                                   .dq_only = o->dq_only,
                                   .high_precision = o->high_precision,
@@ -371,16 +494,31 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
                           r->output_path);
         goto done;
     }
-    if (o->calibration_shapes &&
-        (st = qp_calib_shapes_parse(o->calibration_shapes, &shapes, err)) != QP_OK)
+    if (o->percentile != 0 && !(o->percentile > 0 && o->percentile <= 100)) {
+        st = qp_error_set(err, QP_ERR_USAGE, "quantize: percentile %g is not in (0, 100]",
+                          o->percentile);
+        goto done;
+    }
+    if ((o->calibration_shapes &&
+         (st = qp_calib_shapes_parse(o->calibration_shapes, &shapes, err)) != QP_OK) ||
+        (o->override_shapes && (st = parse_override(o->override_shapes, &over, err)) != QP_OK))
         goto done;
     /* Two loads: `mf` stays float (calibration and the drift reference), `mq` is written. */
     if ((st = qp_model_load_file(o->onnx_path, NULL, &job.mf, err)) != QP_OK ||
         (st = qp_model_load_file(o->onnx_path, NULL, &job.mq, err)) != QP_OK ||
+        (st = override_shapes(job.mf->graph, &over, err)) != QP_OK ||
+        (st = override_shapes(job.mq->graph, &over, err)) != QP_OK ||
         (st = prepare_models(job.mf, job.mq, o->onnx_path, &job.opset_in, err)) != QP_OK ||
         (st = place_from_options(o, job.mq->graph, r, &job.pl, err)) != QP_OK ||
-        (st = validate_placement(&job, err)) != QP_OK ||
-        (st = open_data(o, job.mf->graph, &shapes, &job.cal, &job.ev, err)) != QP_OK ||
+        (st = validate_placement(&job, err)) != QP_OK)
+        goto done;
+    r->n_overridden = over.n;
+    if ((o->ranges_in || o->calibration_cache_path) &&
+        (st = load_file_ranges(o, job.pl, r, &file_ranges, err)) != QP_OK)
+        goto done;
+    job.file_ranges = file_ranges;
+    if ((st = open_data(o, job.mf->graph, &shapes, !file_ranges, &job.cal, &job.ev, err)) !=
+            QP_OK ||
         (st = quantize_job(&job, r, err)) != QP_OK)
         goto done;
     if ((st = qp_model_save_file(job.mq, r->output_path, NULL, err)) != QP_OK) goto done;
@@ -393,6 +531,8 @@ done:
     qp_provider_free(job.cal);
     qp_provider_free(job.ev);
     qp_calib_shapes_release(&shapes);
+    qp_calib_shapes_release(&over);
+    qp_ranges_free(file_ranges);
     qp_placement_free(job.pl);
     qp_model_free(job.mq);
     qp_model_free(job.mf);
@@ -482,7 +622,6 @@ static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantiz
         .n_calib_batches = r->n_calib_batches,
         .n_eval_samples = r->n_eval_samples,
         .eval_on_calibration = r->eval_on_calibration,
-        .eval_source_split = r->eval_source_split,
         .n_outputs = r->n_outputs,
         .outputs = r->outputs,
         .placement = r->placement,

@@ -4,14 +4,29 @@
  *
  *   load -> refuse an already quantized model -> opset >= 19 -> placement (the trt policy with
  *   include/exclude lists and rules, or --placement_in) -> calibration of the placement's
- *   activation tensors (calib/collect.h) -> Q/DQ writer (quant/writer.h) -> atomic save ->
- *   drift of the quantized model against the float model on held-out samples.
+ *   activation tensors (calib/collect.h), or ranges from --ranges_in / --calibration_cache_path
+ *   -> Q/DQ writer (quant/writer.h) -> atomic save -> drift of the quantized model against the
+ *   float model.
  *
  * Calibration data (calib/data.h, also for --eval_data_path): a .npz/.npy file (inputs by
  * name), a folder of shards or of images, or none (seeded synthetic data, as
- * ModelOpt's RandomDataProvider; the report says so). Held-out samples: --eval_data_path, or the
- * last fifth of the calibration batches (at least one) when there are two or more batches; with
- * a single batch, the drift is measured on the calibration batch itself (the report says so).
+ * ModelOpt's RandomDataProvider; the report says so). Calibration uses every batch the user gave,
+ * as ModelOpt does. The drift is measured on --eval_data_path when given, else on the calibration
+ * data itself (in-sample; the report says so), else (no data at all) on synthetic data drawn with
+ * another seed.
+ *
+ * Ranges from files (docs/quantize.md, "Ranges from a file"): --ranges_in (a `qplace calibrate`
+ * ranges JSON) and --calibration_cache_path (a TensorRT calibration cache, amax = scale * 127;
+ * its entries replace those of --ranges_in when both are given). Either one means no calibration
+ * runs: every activation tensor of the placement must have a range in the files (a missing one
+ * is QP_ERR_BAD_INPUT naming the tensor and the file), ranges for tensors the placement does not
+ * quantize are reported with one warning (qp_log) and not used. --calibration_data_path, when
+ * given with them, is only the drift data.
+ *
+ * --override_shapes ("x:1x3x224x224,..."): the named graph inputs' dynamic dims are fixed to the
+ * given values in both the written model and the model calibrated (a static dim must be given
+ * as it is), and a dim_param so fixed is replaced by the value wherever it appears in the graph's
+ * value types (outputs, value_info), as a symbolic dim of the same name is the same value.
  *
  *     struct qp_quantize_options o;
  *     qp_quantize_options_default(&o);
@@ -40,11 +55,15 @@ struct qp_quantize_options {
     const char *onnx_path;   /* required */
     const char *output_path; /* NULL: <model>.quant.onnx */
     enum qp_quant_mode mode;
-    const char *calibration_data_path; /* .npz/.npy, shard or image folder; NULL: synthetic */
-    const char *eval_data_path;        /* NULL: a split of the calibration data */
-    enum qp_calib_method method;       /* default entropy (ModelOpt) */
-    const char *calibration_shapes;    /* "name:1x3x224x224,..." or NULL */
-    const struct qp_select *select;    /* borrowed; NULL for none */
+    const char *calibration_data_path;  /* .npz/.npy, shard or image folder; NULL: synthetic */
+    const char *eval_data_path;         /* NULL: a split of the calibration data */
+    enum qp_calib_method method;        /* default entropy (ModelOpt) */
+    const char *calibration_shapes;     /* "name:1x3x224x224,..." or NULL */
+    double percentile;                  /* percentile method, in (0, 100]; 0: 99.999 */
+    const char *ranges_in;              /* ranges JSON instead of calibration; NULL: none */
+    const char *calibration_cache_path; /* TensorRT cache: its scales over the ranges; NULL */
+    const char *override_shapes;        /* "name:1x3x224x224,...": fixes dynamic input dims */
+    const struct qp_select *select;     /* borrowed; NULL for none */
     int disable_mha_qdq;
     const char *rules_path;    /* NULL: none */
     const char *placement_in;  /* NULL: the trt policy */
@@ -68,8 +87,11 @@ struct qp_quantize_report {
     const char *method;             /* static */
     uint64_t n_calib_samples, n_calib_batches;
     uint64_t n_eval_samples;
-    int eval_on_calibration; /* 1: no held-out samples, drift measured on calibration data */
-    int eval_source_split;   /* 1: held-out batches split from the calibration data */
+    int eval_on_calibration; /* 1: drift measured on the calibration data (in-sample) */
+    int calibrated;          /* 0: the ranges came from --ranges_in / --calibration_cache_path */
+    size_t n_file_ranges;    /* ranges read from those files */
+    size_t n_unused_ranges;  /* of them, for tensors the placement does not quantize */
+    size_t n_overridden;     /* graph inputs fixed by --override_shapes */
     size_t n_outputs;
     struct qp_quantize_drift *outputs;
     /* The placement the writer applied (validated against the float model after opset
@@ -81,8 +103,11 @@ void qp_quantize_report_free(struct qp_quantize_report *r);
 
 /* Runs the pipeline. The input model is never modified; the output is written atomically and
  * only on success. *report_out (may be NULL) receives a report to free. Returns QP_ERR_USAGE
- * (missing onnx_path), QP_ERR_BAD_INPUT (output path equal to the input, an already quantized
- * model, a placement naming missing nodes or tensors, bad calibration data), QP_ERR_IO,
+ * (missing onnx_path, a percentile outside (0, 100], a malformed --override_shapes),
+ * QP_ERR_BAD_INPUT (output path equal to the input, an already quantized model, a placement
+ * naming missing nodes or tensors, bad calibration data, a batch shape over the data cap, a
+ * placed tensor without a range in --ranges_in / --calibration_cache_path, an --override_shapes
+ * entry the model's inputs do not take), QP_ERR_IO,
  * QP_ERR_UNSUPPORTED, QP_ERR_NOMEM, and the statuses of the engine. */
 enum qp_status qp_quantize(const struct qp_quantize_options *o,
                            struct qp_quantize_report **report_out, struct qp_error *err);

@@ -82,8 +82,10 @@ np.savez(sys.argv[1], **{sys.argv[3]: np.random.default_rng(7).random(dims, dtyp
 " "$prefix/calib.npz" "${shape#*=}" "$input" || fail "writing the calibration npz"
 LD_LIBRARY_PATH="$libdir" "$prefix/quantize_model" "$model" "$prefix/calib.npz" "$prefix/qm.onnx" \
     >"$prefix/qm.log" 2>&1 || { cat "$prefix/qm.log"; fail "quantize_model"; }
-grep -q "calibrated on 5 samples (memory, entropy)" "$prefix/qm.log" ||
-    { cat "$prefix/qm.log"; fail "quantize_model did not calibrate on 5 rows from memory"; }
+grep -q "calibrated on 6 samples (memory, entropy)" "$prefix/qm.log" ||
+    { cat "$prefix/qm.log"; fail "quantize_model did not calibrate on all 6 rows from memory"; }
+grep -q "(in-sample: the calibration rows)" "$prefix/qm.log" ||
+    { cat "$prefix/qm.log"; fail "quantize_model did not say its drift is in-sample"; }
 "$prefix/bin/qplace" quantize --onnx_path "$model" --calibration_data_path "$prefix/calib.npz" \
     --calibration_shapes "$input:1x${shape#*=1x}" --output_path "$prefix/qcli.onnx" \
     >"$prefix/qcli.log" 2>&1 || { cat "$prefix/qcli.log"; fail "installed qplace quantize (npz)"; }
