@@ -4,8 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <strings.h>
+
 #include "calib/data.h"
 #include "cli.h"
+#include "core/size.h"
 #include "pipeline/quantize.h"
 
 const struct cli_opt cli_quantize_opts[] = {
@@ -31,11 +34,24 @@ const struct cli_opt cli_quantize_opts[] = {
     {"placement_in", CLI_VALUE, "FILE", "apply this placement instead of the policy"},
     {"placement_out", CLI_VALUE, "FILE", "write the placement used"},
     {"dq_only", CLI_BOOL, NULL, "store weights quantized (DQ only)"},
-    {"high_precision_dtype", CLI_VALUE, "fp32|fp16",
+    {"high_precision_dtype", CLI_VALUE, "fp32|fp16|bf16",
      "precision of the rest (default fp16, I/O kept fp32)"},
     {"output_path", CLI_VALUE, "OUT", "output model (default <model>.quant.onnx)"},
     {"threads", CLI_VALUE, "N", "engine threads (default: all cores)"},
     {"explain", CLI_BOOL, NULL, "also print every placed edge and weight with its reason"},
+    /* The written model and logging (ModelOpt's flags; docs/quantize.md "Output"). */
+    {"opset", CLI_VALUE, "N", "output opset, 19..21 (default: the model's, at least 19)"},
+    {"use_external_data_format", CLI_BOOL, NULL, "weights in <output>_data beside the output"},
+    {"op_types_to_exclude_fp16", CLI_LIST, "OP", "op types kept fp32 with fp16/bf16"},
+    {"direct_io_types", CLI_BOOL, NULL, "graph I/O in the high precision type, no input Q"},
+    {"log_level", CLI_VALUE, "DEBUG|INFO|WARNING|ERROR", "log threshold (default WARNING)"},
+    {"log_file", CLI_VALUE, "PATH", "also append log lines to this file"},
+    {"calibration_eps", CLI_LIST, "EP", "accepted; qplace calibrates on its own CPU engine"},
+    {"simplify", CLI_BOOL, NULL, "accepted; qplace does not run onnxslim"},
+    {"keep_intermediate_files", CLI_BOOL, NULL, "accepted; qplace writes no intermediate files"},
+    {"calibrate_per_node", CLI_BOOL, NULL, "accepted; calibration is streamed already"},
+    {"use_zero_point", CLI_VALUE, "BOOL", "accepted; int8/fp8 Q/DQ are symmetric (zero point 0)"},
+    {"trust_calibration_data", CLI_BOOL, NULL, "accepted; pickled .npz/.npy are still refused"},
     {0},
 };
 
@@ -89,12 +105,145 @@ static int data_flags(const struct cli_args *a, const char *method, struct qp_qu
     return 0;
 }
 
+/* --log_level / --log_file: the threshold of the log hook, and a copy of its lines in a file. */
+struct log_sink {
+    enum qp_log_level level;
+    FILE *f;
+};
+static struct log_sink log_sink;
+
+static void log_hook(enum qp_log_level level, const char *msg, void *user) {
+    const struct log_sink *s = user;
+    if (level < s->level) return;
+    static const char *const prefix[] = {"debug", "info", "warning", "error"};
+    fprintf(stderr, "qplace: %s: %s\n", prefix[level], msg);
+    if (s->f) {
+        fprintf(s->f, "qplace: %s: %s\n", prefix[level], msg);
+        fflush(s->f);
+    }
+}
+
+/* Installs log_hook when either flag is given (else main's hook stays); 1 on a bad value. */
+static int setup_log(const struct cli_args *a) {
+    const char *level = cli_value(a, "log_level", NULL), *file = cli_value(a, "log_file", NULL);
+    if (!level && !file) return 0;
+    static const char *const names[] = {"DEBUG", "INFO", "WARNING", "ERROR"};
+    const char *env = getenv("QPLACE_VERBOSE");
+    log_sink.level = env && env[0] && strcmp(env, "0") != 0 ? QP_LOG_DEBUG : QP_LOG_WARN;
+    if (level) {
+        size_t i = 0;
+        while (i < 4 && strcasecmp(level, names[i]) != 0)
+            i++;
+        if (i == 4) {
+            fprintf(stderr,
+                    "qplace quantize: --log_level '%s': expected DEBUG, INFO, WARNING or "
+                    "ERROR\n",
+                    level);
+            return 1;
+        }
+        log_sink.level = (enum qp_log_level)i;
+    }
+    if (file && !(log_sink.f = fopen(file, "a"))) {
+        fprintf(stderr, "qplace quantize: --log_file '%s': cannot open for appending\n", file);
+        return 1;
+    }
+    qp_log_set_hook(log_hook, &log_sink);
+    return 0;
+}
+
+/* ModelOpt flags qplace has no use for: accepted, one warning each saying what qplace does. */
+static void warn_accepted(const struct cli_args *a) {
+    if (cli_has(a, "calibration_eps"))
+        qp_log(QP_LOG_WARN, "quantize: --calibration_eps: qplace calibrates on its own CPU engine, "
+                            "not on ONNX Runtime execution providers; the value is ignored");
+    if (cli_has(a, "simplify"))
+        qp_log(QP_LOG_WARN, "quantize: --simplify: qplace does not run onnxslim/onnx-simplifier; "
+                            "the model is quantized as given");
+    if (cli_has(a, "keep_intermediate_files"))
+        qp_log(QP_LOG_WARN, "quantize: --keep_intermediate_files: qplace writes no intermediate "
+                            "files, only the output model");
+    if (cli_has(a, "calibrate_per_node"))
+        qp_log(QP_LOG_WARN,
+               "quantize: --calibrate_per_node: qplace's calibration is already "
+               "streamed batch by batch with bounded memory; the flag changes nothing");
+    if (cli_has(a, "use_zero_point"))
+        qp_log(QP_LOG_WARN, "quantize: --use_zero_point: only ModelOpt's int4 uses it; qplace's "
+                            "int8/fp8 Q/DQ are symmetric with zero point 0, as ModelOpt's");
+    if (cli_has(a, "trust_calibration_data"))
+        qp_log(QP_LOG_WARN, "quantize: --trust_calibration_data: accepted, but qplace never "
+                            "unpickles: a pickled .npz/.npy can run code when loaded, so it is "
+                            "still refused (save arrays with np.savez(path, **arrays))");
+}
+
+/* --op_types_to_exclude_fp16 values, comma lists split: *names_out points into *buf_out (both
+ * malloc'd, freed by the caller). 1 when out of memory. */
+static int split_ops(const struct cli_args *a, char **buf_out, const char ***names_out,
+                     size_t *n_out) {
+    size_t len = 0, n = 0, cnt = cli_count(a, "op_types_to_exclude_fp16");
+    *buf_out = NULL;
+    *names_out = NULL;
+    *n_out = 0;
+    for (size_t i = 0; i < cnt; i++) {
+        const char *v = cli_value_at(a, "op_types_to_exclude_fp16", i);
+        len += strlen(v) + 1;
+        for (n++; *v; v++)
+            n += *v == ',';
+    }
+    if (!cnt) return 0;
+    char *buf = malloc(len);
+    const char **names = qp_malloc_n(n, sizeof *names);
+    if (!buf || !names) {
+        free(buf);
+        free(names);
+        return 1;
+    }
+    char *p = buf;
+    for (size_t i = 0; i < cnt; i++) {
+        const char *v = cli_value_at(a, "op_types_to_exclude_fp16", i);
+        strcpy(p, v);
+        for (char *tok = strtok(p, ","); tok; tok = strtok(NULL, ","))
+            names[(*n_out)++] = tok;
+        p += strlen(v) + 1;
+    }
+    *buf_out = buf;
+    *names_out = names;
+    return 0;
+}
+
+/* --opset N: a number (the range is checked by the pipeline); 1 on a bad value. */
+static int parse_opset(const struct cli_args *a, int64_t *out) {
+    const char *s = cli_value(a, "opset", NULL);
+    if (!s) return 0;
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || v <= 0 || v > 1000) {
+        fprintf(stderr, "qplace quantize: --opset '%s': expected an opset number (19..21)\n", s);
+        return 1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* The written model's flags into `o`; *buf and *ops own the op type list. 1 on an error. */
+static int output_options(const struct cli_args *a, struct qp_quantize_options *o, char **buf,
+                          const char ***ops) {
+    if (parse_opset(a, &o->opset)) return 1;
+    o->use_external_data_format = cli_has(a, "use_external_data_format");
+    o->direct_io_types = cli_has(a, "direct_io_types");
+    if (split_ops(a, buf, ops, &o->n_op_types_to_exclude_fp16)) {
+        fprintf(stderr, "qplace quantize: out of memory\n");
+        return 1;
+    }
+    o->op_types_to_exclude_fp16 = *ops;
+    return 0;
+}
+
 static void print_report(const struct qp_quantize_options *o, const struct qp_quantize_report *r) {
     const struct qp_writer_stats *w = &r->writer;
     printf("qplace quantize: %s -> %s\n", o->onnx_path, r->output_path);
     printf("  mode %s, opset %lld -> %lld, placement: %s%s\n",
            o->mode == QP_QUANT_FP8 ? "fp8 (e4m3fn)" : "int8", (long long)w->opset_from,
-           (long long)(w->opset_from < 19 ? 19 : w->opset_from), r->placement_source,
+           (long long)w->opset_to, r->placement_source,
            o->dq_only ? ", weights stored quantized (dq_only)" : "");
     printf("  quantized: %zu activation edges (%zu Q/DQ pairs), %zu weights (%zu tensors",
            w->n_edges, w->n_tensors, w->n_weights, w->n_weight_tensors);
@@ -106,11 +255,13 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
             printf("    %-24s %8zu %8zu\n", w->by_op[i].op_type, w->by_op[i].n_edges,
                    w->by_op[i].n_weights);
     }
-    if (w->high_precision == QP_DTYPE_FLOAT16) {
+    if (w->high_precision == QP_DTYPE_FLOAT16 || w->high_precision == QP_DTYPE_BFLOAT16) {
         const struct qp_f16_stats *f = &w->f16;
-        printf("  high precision fp16: %zu nodes in fp16, %zu kept fp32, %zu initializers and %zu "
+        const char *lo = w->high_precision == QP_DTYPE_FLOAT16 ? "fp16" : "bf16";
+        printf("  high precision %s: %zu nodes in %s, %zu kept fp32, %zu initializers and %zu "
                "Constants converted, %zu Casts added\n",
-               f->n_fp16_nodes, f->n_fp32_nodes, f->n_initializers, f->n_constants, f->n_casts);
+               lo, f->n_fp16_nodes, lo, f->n_fp32_nodes, f->n_initializers, f->n_constants,
+               f->n_casts);
         if (f->n_clamped || f->n_scale_underflow)
             printf("  warning: %zu values beyond the fp16 range clamped to +-65504, %zu scales "
                    "raised to 2^-24\n",
@@ -118,6 +269,12 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
     } else {
         printf("  high precision fp32\n");
     }
+    if (o->direct_io_types)
+        printf("  direct I/O types: graph inputs and outputs in the high precision type, %zu graph "
+               "input QuantizeLinear nodes removed\n",
+               w->n_input_q_removed);
+    if (o->use_external_data_format)
+        printf("  weights in external data: %s_data\n", r->output_path);
     if (r->calibrated)
         printf("  calibration: %s data, method %s, %llu samples in %llu batches\n",
                r->calibration_source, r->method, (unsigned long long)r->n_calib_samples,
@@ -138,6 +295,10 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
                           : "the --calibration_data_path data";
     printf("  drift vs the float model on %llu samples (%s):\n",
            (unsigned long long)r->n_eval_samples, how);
+    if (r->drift_before_precision)
+        printf("    (measured before the %s step, with fp32 high precision: the engine runs "
+               "neither bfloat16 nor quantized graph inputs)\n",
+               o->direct_io_types ? "direct I/O" : "bf16");
     printf("    %-28s %10s %12s %s\n", "output", "cosine", "max_abs_err", "top1_agreement");
     for (size_t i = 0; i < r->n_outputs; i++) {
         const struct qp_quantize_drift *d = &r->outputs[i];
@@ -176,7 +337,11 @@ int cli_quantize_run(const struct cli_args *a) {
     qp_quantize_options_default(&o);
     struct qp_select *sel = NULL;
     struct qp_quantize_report *r = NULL;
+    char *ops_buf = NULL;
+    const char **ops = NULL;
     int rc = 0;
+    if (setup_log(a)) return 1;
+    warn_accepted(a);
     o.onnx_path = cli_value(a, "onnx_path", NULL);
     if (!o.onnx_path && a->n_pos == 0) {
         fprintf(stderr, "qplace quantize: --onnx_path is required\n");
@@ -197,9 +362,11 @@ int cli_quantize_run(const struct cli_args *a) {
         o.high_precision = QP_DTYPE_FLOAT;
     else if (strcmp(hp, "fp16") == 0)
         o.high_precision = QP_DTYPE_FLOAT16;
+    else if (strcmp(hp, "bf16") == 0)
+        o.high_precision = QP_DTYPE_BFLOAT16;
     else {
-        fprintf(stderr, "qplace quantize: --high_precision_dtype '%s': expected fp32 or fp16\n",
-                hp);
+        fprintf(stderr,
+                "qplace quantize: --high_precision_dtype '%s': expected fp32, fp16 or bf16\n", hp);
         return 1;
     }
     const char *method = cli_value(a, "calibration_method", NULL);
@@ -227,6 +394,10 @@ int cli_quantize_run(const struct cli_args *a) {
     o.placement_out = cli_value(a, "placement_out", NULL);
     o.dq_only = cli_has(a, "dq_only");
     o.output_path = cli_value(a, "output_path", NULL);
+    if (output_options(a, &o, &ops_buf, &ops)) {
+        rc = 1;
+        goto done;
+    }
 
     sel = qp_select_create();
     if (!sel) {
@@ -257,5 +428,9 @@ int cli_quantize_run(const struct cli_args *a) {
 done:
     qp_quantize_report_free(r);
     qp_select_free(sel);
+    free(ops);
+    free(ops_buf);
+    if (log_sink.f) fclose(log_sink.f);
+    log_sink.f = NULL; /* the hook stays, on stderr only */
     return rc;
 }

@@ -128,12 +128,35 @@ struct qp_quantize_job {
     enum qp_dtype high_precision;
     int n_threads;
     int64_t opset_in; /* the model's opset before conversion */
+    int64_t opset;    /* requested output opset (0: max(model, 19)) */
+    const char *const *keep_fp32_ops;
+    size_t n_keep_fp32_ops;
+    int direct_io_types;
 };
 
-/* Refuses a model already holding Q/DQ, then brings both copies to opset >= 19 and sorts the one
- * that is written. `label` names the model in messages. */
+/* The opset mq is written at: max(model, 19, requested); a request below the model's opset or
+ * below 19 is raised, with a warning. */
+static int64_t output_opset(int64_t model, int64_t requested) {
+    int64_t target = model < 19 ? 19 : model;
+    if (requested && requested < 19)
+        qp_log(QP_LOG_WARN,
+               "quantize: --opset %lld is below 19, the lowest opset of qplace's int8/fp8 Q/DQ "
+               "(as ModelOpt's); writing opset %lld",
+               (long long)requested, (long long)target);
+    else if (requested && requested < model)
+        qp_log(QP_LOG_WARN,
+               "quantize: --opset %lld is below the model's opset %lld, which is kept (opsets "
+               "are never lowered, as in ModelOpt)",
+               (long long)requested, (long long)model);
+    else if (requested)
+        target = requested;
+    return target;
+}
+
+/* Refuses a model already holding Q/DQ, then brings mf to opset >= 19 and mq to the output opset
+ * (output_opset) and sorts mq. `label` names the model in messages. */
 static enum qp_status prepare_models(struct qp_model *mf, struct qp_model *mq, const char *label,
-                                     int64_t *opset_in, struct qp_error *err) {
+                                     int64_t opset, int64_t *opset_in, struct qp_error *err) {
     if (qp_model_has_qdq(mf))
         return qp_error_set(err, QP_ERR_BAD_INPUT,
                             "quantize: '%s' already holds QuantizeLinear/DequantizeLinear nodes "
@@ -145,7 +168,11 @@ static enum qp_status prepare_models(struct qp_model *mf, struct qp_model *mq, c
         return st;
     }
     *opset_in = qp_model_opset(mq, "");
-    if (*opset_in < 19 && (st = qp_model_convert_opset(mq, 19, err)) != QP_OK) return st;
+    int64_t target = output_opset(*opset_in, opset);
+    if (target > *opset_in && (st = qp_model_convert_opset(mq, target, err)) != QP_OK) {
+        if (target != 19) qp_error_prefix(err, "quantize: --opset %lld", (long long)target);
+        return st;
+    }
     return qp_graph_toposort(mq->graph, err);
 }
 
@@ -228,15 +255,33 @@ static enum qp_status calibrate(const struct qp_quantize_job *job, struct qp_qua
     return st;
 }
 
+static void writer_options(const struct qp_quantize_job *job, const struct qp_ranges *ranges,
+                           struct qp_writer_options *wo) {
+    qp_writer_options_default(wo);
+    wo->qtype = job->mode == QP_QUANT_FP8 ? QP_DTYPE_FLOAT8E4M3FN : QP_DTYPE_INT8;
+    wo->dq_only = job->dq_only;
+    wo->high_precision = job->high_precision;
+    wo->amax = amax_from_ranges;
+    wo->amax_user = (void *)ranges;
+    wo->keep_fp32_ops = job->keep_fp32_ops;
+    wo->n_keep_fp32_ops = job->n_keep_fp32_ops;
+    wo->direct_io_types = job->direct_io_types;
+}
+
+/* 1 when the precision step comes after the drift: the engine runs neither bfloat16 nor the
+ * quantized graph inputs of direct_io_types. */
+static int precision_after_drift(const struct qp_quantize_job *job) {
+    return job->high_precision == QP_DTYPE_BFLOAT16 || job->direct_io_types;
+}
+
 static enum qp_status write_qdq(const struct qp_quantize_job *job, const struct qp_ranges *ranges,
                                 struct qp_quantize_report *r, struct qp_error *err) {
     struct qp_writer_options wo;
-    qp_writer_options_default(&wo);
-    wo.qtype = job->mode == QP_QUANT_FP8 ? QP_DTYPE_FLOAT8E4M3FN : QP_DTYPE_INT8;
-    wo.dq_only = job->dq_only;
-    wo.high_precision = job->high_precision;
-    wo.amax = amax_from_ranges;
-    wo.amax_user = (void *)ranges;
+    writer_options(job, ranges, &wo);
+    if (precision_after_drift(job)) {
+        wo.high_precision = QP_DTYPE_FLOAT;
+        wo.direct_io_types = 0;
+    }
     return qp_qdq_write(job->mq, job->pl, &wo, &r->writer, err);
 }
 
@@ -321,6 +366,12 @@ static enum qp_status quantize_job(const struct qp_quantize_job *job, struct qp_
         (st = write_qdq(job, r->calibrated ? ranges : job->file_ranges, r, err)) == QP_OK) {
         r->writer.opset_from = job->opset_in;
         st = measure_drift(job, r, err);
+    }
+    if (st == QP_OK && precision_after_drift(job)) {
+        struct qp_writer_options wo;
+        writer_options(job, ranges, &wo);
+        r->drift_before_precision = 1;
+        st = qp_qdq_write_precision(job->mq, &wo, &r->writer, err);
     }
     qp_ranges_free(ranges);
     return st;
@@ -466,6 +517,23 @@ static enum qp_status open_data(const struct qp_quantize_options *o, const struc
     return QP_OK;
 }
 
+/* Saves mq; --use_external_data_format puts tensors of 1 KiB and more into "<file name>_data"
+ * beside it (ModelOpt's name). */
+static enum qp_status save_output(const struct qp_quantize_options *o, const struct qp_model *mq,
+                                  const char *path, struct qp_error *err) {
+    if (!o->use_external_data_format) return qp_model_save_file(mq, path, NULL, err);
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t n = strlen(base) + 6;
+    char *location = malloc(n);
+    if (!location) return nomem(err);
+    snprintf(location, n, "%s_data", base);
+    struct qp_save_options so = {.external = QP_EXTERNAL_ALWAYS, .external_location = location};
+    enum qp_status st = qp_model_save_file(mq, path, &so, err);
+    free(location);
+    return st;
+}
+
 enum qp_status qp_quantize(const struct qp_quantize_options *o,
                            struct qp_quantize_report **report_out, struct qp_error *err) {
     if (!o || !o->onnx_path)
@@ -479,8 +547,19 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
                                   .mode = o->mode,
                                   .dq_only = o->dq_only,
                                   .high_precision = o->high_precision,
-                                  .n_threads = o->n_threads};
+                                  .n_threads = o->n_threads,
+                                  .opset = o->opset,
+                                  .keep_fp32_ops = o->op_types_to_exclude_fp16,
+                                  .n_keep_fp32_ops = o->n_op_types_to_exclude_fp16,
+                                  .direct_io_types = o->direct_io_types};
     if (!r) return nomem(err);
+    if (o->opset && (o->opset < 13 || o->opset > QP_OPSET_CONVERT_MAX)) {
+        free(r);
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "quantize: --opset %lld: qplace writes opsets 19..%d (per-channel "
+                            "QuantizeLinear needs 13 at least; 13..18 are raised to 19)",
+                            (long long)o->opset, QP_OPSET_CONVERT_MAX);
+    }
     r->output_path =
         o->output_path ? strdup(o->output_path) : qp_quant_default_output(o->onnx_path);
     if (!r->output_path) {
@@ -508,7 +587,8 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
         (st = qp_model_load_file(o->onnx_path, NULL, &job.mq, err)) != QP_OK ||
         (st = override_shapes(job.mf->graph, &over, err)) != QP_OK ||
         (st = override_shapes(job.mq->graph, &over, err)) != QP_OK ||
-        (st = prepare_models(job.mf, job.mq, o->onnx_path, &job.opset_in, err)) != QP_OK ||
+        (st = prepare_models(job.mf, job.mq, o->onnx_path, o->opset, &job.opset_in, err)) !=
+            QP_OK ||
         (st = place_from_options(o, job.mq->graph, r, &job.pl, err)) != QP_OK ||
         (st = validate_placement(&job, err)) != QP_OK)
         goto done;
@@ -521,7 +601,7 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
             QP_OK ||
         (st = quantize_job(&job, r, err)) != QP_OK)
         goto done;
-    if ((st = qp_model_save_file(job.mq, r->output_path, NULL, err)) != QP_OK) goto done;
+    if ((st = save_output(o, job.mq, r->output_path, err)) != QP_OK) goto done;
     /* The placement last, so a failed run leaves neither file behind. */
     if (o->placement_out && (st = qp_placement_save_file(job.pl, o->placement_out, err)) != QP_OK)
         goto done;
@@ -657,7 +737,7 @@ enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provide
                                   .n_threads = c->n_threads};
     if ((st = qp_model_clone(model, &job.mf, err)) != QP_OK ||
         (st = qp_model_clone(model, &job.mq, err)) != QP_OK ||
-        (st = prepare_models(job.mf, job.mq, "model", &job.opset_in, err)) != QP_OK ||
+        (st = prepare_models(job.mf, job.mq, "model", 0, &job.opset_in, err)) != QP_OK ||
         (st = place_from_config(c, &job, r, err)) != QP_OK ||
         (st = validate_placement(&job, err)) != QP_OK)
         goto done;

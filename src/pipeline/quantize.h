@@ -73,6 +73,14 @@ struct qp_quantize_options {
     int n_threads;                /* 0: all cores */
     /* Borrowed: caps and image flags for both data paths (calib/data.h); NULL: defaults. */
     const struct qp_data_options *data;
+    /* The written model (docs/quantize.md "Output"). high_precision may also be
+     * QP_DTYPE_BFLOAT16. opset: 0 for max(model, 19); 13..18 are raised to 19 and a value below
+     * the model's opset keeps the model's (a logged warning each); above 21 is QP_ERR_USAGE. */
+    int64_t opset;
+    int use_external_data_format; /* 1: tensors >= 1 KiB in "<output file name>_data" */
+    const char *const *op_types_to_exclude_fp16; /* borrowed; kept float32 in fp16/bf16 */
+    size_t n_op_types_to_exclude_fp16;
+    int direct_io_types; /* 1: graph I/O in the high precision type, graph-input Q removed */
 };
 
 void qp_quantize_options_default(struct qp_quantize_options *o);
@@ -97,6 +105,9 @@ struct qp_quantize_report {
     /* The placement the writer applied (validated against the float model after opset
      * conversion; every entry with its reason, for --explain). Owned by the report. */
     struct qp_placement *placement;
+    /* 1: the drift was measured before the bf16 / direct_io_types step (the engine runs neither
+     * bfloat16 nor quantized graph inputs), on the model with float32 high precision. */
+    int drift_before_precision;
 };
 
 void qp_quantize_report_free(struct qp_quantize_report *r);

@@ -28,6 +28,9 @@ struct conv {
     int *cast16, *cast32;
     struct qp_f16_stats *st;
     struct qp_error *err;
+    const struct qp_f16_options *o;
+    enum qp_dtype lo; /* QP_DTYPE_FLOAT16 or QP_DTYPE_BFLOAT16 */
+    const char *sfx;  /* "fp16" or "bf16", in the names the pass adds */
 };
 
 static enum qp_status nomem(struct qp_error *err) {
@@ -40,11 +43,115 @@ static int has_subgraph(const struct qp_node *n) {
     return 0;
 }
 
-/* Ops kept in fp32: no fp16 in their schema, a dtype attribute deciding the output type, or
- * sequence/optional values whose element type lives in the type proto. */
-static int blocked_op(const struct qp_node *n) {
+/* ONNX ops whose float inputs and outputs all take bfloat16 at opset 19 (generated from the
+ * ONNX schemas; sorted for bsearch). Every other op stays float32 in a bf16 conversion. */
+static const char *const bf16_ops[] = {"Abs",
+                                       "Add",
+                                       "ArgMax",
+                                       "ArgMin",
+                                       "BatchNormalization",
+                                       "Cast",
+                                       "CastLike",
+                                       "Ceil",
+                                       "Clip",
+                                       "Concat",
+                                       "Constant",
+                                       "CumSum",
+                                       "DFT",
+                                       "DepthToSpace",
+                                       "DequantizeLinear",
+                                       "Div",
+                                       "Equal",
+                                       "Erf",
+                                       "Exp",
+                                       "Expand",
+                                       "Flatten",
+                                       "Floor",
+                                       "Gather",
+                                       "GatherElements",
+                                       "GatherND",
+                                       "Gemm",
+                                       "Greater",
+                                       "GreaterOrEqual",
+                                       "Hardmax",
+                                       "Identity",
+                                       "IsNaN",
+                                       "LRN",
+                                       "LayerNormalization",
+                                       "LeakyRelu",
+                                       "Less",
+                                       "LessOrEqual",
+                                       "Log",
+                                       "LogSoftmax",
+                                       "MatMul",
+                                       "Max",
+                                       "Mean",
+                                       "MeanVarianceNormalization",
+                                       "Min",
+                                       "Mod",
+                                       "Mul",
+                                       "Neg",
+                                       "NonZero",
+                                       "PRelu",
+                                       "Pad",
+                                       "Pow",
+                                       "QuantizeLinear",
+                                       "Reciprocal",
+                                       "ReduceL1",
+                                       "ReduceL2",
+                                       "ReduceLogSum",
+                                       "ReduceLogSumExp",
+                                       "ReduceMax",
+                                       "ReduceMean",
+                                       "ReduceMin",
+                                       "ReduceProd",
+                                       "ReduceSum",
+                                       "ReduceSumSquare",
+                                       "Relu",
+                                       "Reshape",
+                                       "STFT",
+                                       "ScatterElements",
+                                       "ScatterND",
+                                       "Shape",
+                                       "Sigmoid",
+                                       "Sign",
+                                       "Size",
+                                       "Slice",
+                                       "Softmax",
+                                       "SpaceToDepth",
+                                       "Split",
+                                       "Sqrt",
+                                       "Squeeze",
+                                       "Sub",
+                                       "Sum",
+                                       "Tanh",
+                                       "Tile",
+                                       "Transpose",
+                                       "Trilu",
+                                       "Unsqueeze",
+                                       "Where"};
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* 1 when op `op` is one of the options' keep_ops (exact, case-sensitive as ONNX). */
+static int kept_by_user(const struct conv *c, const char *op) {
+    for (size_t i = 0; i < c->o->n_keep_ops; i++)
+        if (strcmp(c->o->keep_ops[i], op) == 0) return 1;
+    return 0;
+}
+
+/* Ops kept in fp32: no fp16 (bf16) in their schema, a dtype attribute deciding the output type,
+ * sequence/optional values whose element type lives in the type proto, or named by the caller. */
+static int blocked_op(const struct conv *c, const struct qp_node *n) {
     if (!qp_domain_is_onnx(n->domain) || has_subgraph(n)) return 1;
     if (strncmp(n->op_type, "Sequence", 8) == 0) return 1;
+    if (kept_by_user(c, n->op_type)) return 1;
+    if (c->lo == QP_DTYPE_BFLOAT16 &&
+        !bsearch(&n->op_type, bf16_ops, sizeof bf16_ops / sizeof bf16_ops[0], sizeof bf16_ops[0],
+                 cmp_name))
+        return 1;
     return qp_op_is(n, QP_OP_FLAG_NO_FP16);
 }
 
@@ -172,20 +279,21 @@ static int slot_want(const struct conv *c, int ni, int i) {
     return c->hi[ni] || slot_f32(n, i) ? WANT_F32 : WANT_F16;
 }
 
-/* fp16 bits of float32 data, clamped to the fp16 range; `scale` raises non-zero values that
- * would round to zero. */
-static uint16_t *to_f16(const void *src, uint64_t n, int scale, size_t *clamped, size_t *under) {
+/* fp16 (bf16 with `bf16`) bits of float32 data, clamped to the fp16 range; `scale` raises
+ * non-zero values that would round to zero. */
+static uint16_t *to_f16(const void *src, uint64_t n, int bf16, int scale, size_t *clamped,
+                        size_t *under) {
     uint16_t *out = n > SIZE_MAX ? NULL : qp_malloc_n((size_t)n, sizeof *out);
     if (!out) return NULL;
     const unsigned char *b = src;
     for (uint64_t i = 0; i < n; i++) {
         float x;
         memcpy(&x, b + i * 4, 4);
-        if (!isnan(x) && fabsf(x) > F16_MAX) {
+        if (!bf16 && !isnan(x) && fabsf(x) > F16_MAX) {
             x = x > 0 ? F16_MAX : -F16_MAX;
             (*clamped)++;
         }
-        uint16_t h = qp_f32_to_fp16(x);
+        uint16_t h = bf16 ? qp_f32_to_bf16(x) : qp_f32_to_fp16(x);
         if (scale && x != 0 && (h & 0x7fff) == 0) {
             h = (uint16_t)((h & 0x8000) | 1);
             (*under)++;
@@ -209,19 +317,23 @@ static enum qp_status convert_tensor(struct conv *c, struct qp_tensor *t, int sc
                             "fp16: %s '%s': %zu bytes for %llu float32 elements", what,
                             t->name ? t->name : "", t->nbytes, (unsigned long long)t->numel);
     size_t cl = 0, un = 0;
-    uint16_t *h = to_f16(t->data, t->numel, scale, &cl, &un);
+    uint16_t *h = to_f16(t->data, t->numel, c->lo == QP_DTYPE_BFLOAT16, scale, &cl, &un);
     if (!h) return nomem(c->err);
     enum qp_status st = qp_model_own(c->m, h, c->err);
     if (st != QP_OK) return st;
     if (cl)
         qp_log(QP_LOG_WARN, "fp16: %s '%s': %zu values beyond the fp16 range clamped to +-65504",
                what, t->name ? t->name : "", cl);
-    if (un)
+    if (un && c->lo == QP_DTYPE_BFLOAT16)
+        qp_log(QP_LOG_WARN,
+               "bf16: scale '%s': %zu non-zero values below bf16 raised to its smallest subnormal",
+               t->name ? t->name : "", un);
+    else if (un)
         qp_log(QP_LOG_WARN, "fp16: scale '%s': %zu non-zero values below fp16 raised to 2^-24",
                t->name ? t->name : "", un);
     c->st->n_clamped += cl;
     c->st->n_scale_underflow += un;
-    t->dtype = QP_DTYPE_FLOAT16;
+    t->dtype = c->lo;
     t->data = h;
     t->nbytes = (size_t)t->numel * 2;
     return QP_OK;
@@ -281,10 +393,10 @@ static enum qp_status cast_of(struct conv *c, int v, int want, int *out) {
         *out = *slot;
         return QP_OK;
     }
-    enum qp_dtype to = want == WANT_F16 ? QP_DTYPE_FLOAT16 : QP_DTYPE_FLOAT;
+    enum qp_dtype to = want == WANT_F16 ? c->lo : QP_DTYPE_FLOAT;
     char base[600];
     snprintf(base, sizeof base, "%.500s_cast_%s", c->g->values[v].name,
-             want == WANT_F16 ? "fp16" : "fp32");
+             want == WANT_F16 ? c->sfx : "fp32");
     int nv = new_value(c, base, v, to);
     if (nv < 0) return nomem(c->err);
     enum qp_status st = add_cast(c, v, nv, to);
@@ -317,14 +429,14 @@ static enum qp_status convert_inits(struct conv *c) {
         enum qp_status st;
         if (!n32) {
             if ((st = convert_tensor(c, &g->inits[i], scale, "initializer")) != QP_OK) return st;
-            g->values[v].dtype = QP_DTYPE_FLOAT16;
-            c->act[v] = QP_DTYPE_FLOAT16;
+            g->values[v].dtype = c->lo;
+            c->act[v] = c->lo;
             c->st->n_initializers++;
             continue;
         }
         struct qp_tensor copy = g->inits[i];
         char base[600];
-        snprintf(base, sizeof base, "%.500s_fp16", val->name);
+        snprintf(base, sizeof base, "%.500s_%s", val->name, c->sfx);
         copy.name = qp_graph_unique_value_name(g, base);
         if (!copy.name) return nomem(c->err);
         copy.origin = NULL;
@@ -333,8 +445,8 @@ static enum qp_status convert_inits(struct conv *c) {
         int nv = -1;
         if ((st = qp_graph_add_initializer(g, &copy, &nv, c->err)) != QP_OK) return st;
         if ((size_t)nv >= c->cap) return qp_error_set(c->err, QP_ERR_INTERNAL, "fp16: overflow");
-        g->values[nv].dtype = QP_DTYPE_FLOAT16;
-        c->dt[nv] = c->act[nv] = QP_DTYPE_FLOAT16;
+        g->values[nv].dtype = c->lo;
+        c->dt[nv] = c->act[nv] = c->lo;
         c->cast16[nv] = c->cast32[nv] = -1;
         c->cast16[v] = nv; /* fp16 consumers read the copy */
         c->st->n_initializers++;
@@ -348,8 +460,8 @@ static enum qp_status keep_output_f32(struct conv *c, int v) {
     struct qp_graph *g = c->g;
     int prod = g->values[v].producer, slot = g->values[v].producer_output;
     char base[600];
-    snprintf(base, sizeof base, "%.500s_fp16", g->values[v].name);
-    int nv = new_value(c, base, v, QP_DTYPE_FLOAT16);
+    snprintf(base, sizeof base, "%.500s_%s", g->values[v].name, c->sfx);
+    int nv = new_value(c, base, v, c->lo);
     if (nv < 0) return nomem(c->err);
     g->nodes[prod].outputs[slot] = nv;
     g->values[nv].producer = prod;
@@ -390,8 +502,8 @@ static enum qp_status convert_constant(struct conv *c, int ni) {
     enum qp_status st = convert_tensor(c, t, feeds_scale(c, v), "Constant");
     if (st != QP_OK) return st;
     c->g->nodes[ni].attrs[a - n->attrs].t = t;
-    c->g->values[v].dtype = QP_DTYPE_FLOAT16;
-    c->act[v] = QP_DTYPE_FLOAT16;
+    c->g->values[v].dtype = c->lo;
+    c->act[v] = c->lo;
     c->st->n_constants++;
     return QP_OK;
 }
@@ -420,11 +532,19 @@ static enum qp_status run(struct conv *c) {
         }
     }
     memcpy(c->act, c->dt, g->n_values * sizeof *c->act);
+    /* Without keep_io_types, float graph inputs arrive in the low precision (fp32 consumers get
+     * a Cast, below). */
+    for (size_t i = 0; i < g->n_inputs && !c->o->keep_io_types; i++) {
+        int v = g->inputs[i];
+        if (c->dt[v] != QP_DTYPE_FLOAT || g->values[v].initializer >= 0 || c->k32[v]) continue;
+        c->act[v] = c->lo;
+        g->values[v].dtype = c->lo;
+    }
     /* Static classes. */
     for (size_t k = 0; k < g->n_topo; k++) {
         int ni = g->topo[k];
         const struct qp_node *n = &g->nodes[ni];
-        int hi = blocked_op(n);
+        int hi = blocked_op(c, n);
         for (int o = 0; o < n->n_outputs && !hi; o++)
             if (n->outputs[o] >= 0 && c->k32[n->outputs[o]]) hi = 1;
         c->hi[ni] = (unsigned char)hi;
@@ -466,10 +586,10 @@ static enum qp_status run(struct conv *c) {
         if (qp_node_is(n, "Cast")) {
             const struct qp_attr *to = qp_node_attr(n, "to");
             if (to && to->type == QP_ATTR_INT && to->i == QP_DTYPE_FLOAT) {
-                ((struct qp_attr *)to)->i = QP_DTYPE_FLOAT16;
+                ((struct qp_attr *)to)->i = c->lo;
                 if (n->outputs[0] >= 0) {
-                    c->act[n->outputs[0]] = QP_DTYPE_FLOAT16;
-                    g->values[n->outputs[0]].dtype = QP_DTYPE_FLOAT16;
+                    c->act[n->outputs[0]] = c->lo;
+                    g->values[n->outputs[0]].dtype = c->lo;
                 }
             }
             continue;
@@ -477,8 +597,8 @@ static enum qp_status run(struct conv *c) {
         for (int o = 0; o < n->n_outputs; o++) {
             int v = n->outputs[o];
             if (v < 0 || c->dt[v] != QP_DTYPE_FLOAT || out_f32(n, o)) continue;
-            c->act[v] = QP_DTYPE_FLOAT16;
-            g->values[v].dtype = QP_DTYPE_FLOAT16;
+            c->act[v] = c->lo;
+            g->values[v].dtype = c->lo;
         }
     }
     /* Constant nodes and initializers. */
@@ -488,11 +608,11 @@ static enum qp_status run(struct conv *c) {
             return st;
     }
     if ((st = convert_inits(c)) != QP_OK) return st;
-    /* Graph outputs stay float32. */
-    for (size_t i = 0; i < g->n_outputs; i++) {
+    /* Graph outputs stay float32 (with keep_io_types). */
+    for (size_t i = 0; i < g->n_outputs && c->o->keep_io_types; i++) {
         int v = g->outputs[i];
-        if (c->act[v] == QP_DTYPE_FLOAT16 && c->dt[v] == QP_DTYPE_FLOAT &&
-            g->values[v].producer >= 0 && (st = keep_output_f32(c, v)))
+        if (c->act[v] == c->lo && c->dt[v] == QP_DTYPE_FLOAT && g->values[v].producer >= 0 &&
+            (st = keep_output_f32(c, v)))
             return st;
     }
     /* Boundaries. */
@@ -502,7 +622,7 @@ static enum qp_status run(struct conv *c) {
             int v = g->nodes[ni].inputs[i];
             int w = slot_want(c, (int)ni, i);
             if (w == WANT_ANY) continue;
-            enum qp_dtype need = w == WANT_F16 ? QP_DTYPE_FLOAT16 : QP_DTYPE_FLOAT;
+            enum qp_dtype need = w == WANT_F16 ? c->lo : QP_DTYPE_FLOAT;
             if (c->act[v] == need) continue;
             int nv = -1;
             if ((st = cast_of(c, v, w, &nv)) != QP_OK) return st;
@@ -512,13 +632,34 @@ static enum qp_status run(struct conv *c) {
     return qp_graph_toposort(g, c->err);
 }
 
+void qp_f16_options_default(struct qp_f16_options *o) {
+    memset(o, 0, sizeof *o);
+    o->dtype = QP_DTYPE_FLOAT16;
+    o->keep_io_types = 1;
+}
+
 enum qp_status qp_model_convert_f16(struct qp_model *m, struct qp_f16_stats *stats,
                                     struct qp_error *err) {
-    if (!m || !m->graph) return qp_error_set(err, QP_ERR_USAGE, "fp16: NULL model");
+    struct qp_f16_options o;
+    qp_f16_options_default(&o);
+    return qp_model_convert_low(m, &o, stats, err);
+}
+
+enum qp_status qp_model_convert_low(struct qp_model *m, const struct qp_f16_options *o,
+                                    struct qp_f16_stats *stats, struct qp_error *err) {
+    if (!m || !m->graph || !o) return qp_error_set(err, QP_ERR_USAGE, "fp16: NULL argument");
+    if (o->dtype != QP_DTYPE_FLOAT16 && o->dtype != QP_DTYPE_BFLOAT16)
+        return qp_error_set(err, QP_ERR_USAGE, "fp16: target dtype %s is not float16/bfloat16",
+                            qp_dtype_name(o->dtype));
+    if (o->n_keep_ops && !o->keep_ops)
+        return qp_error_set(err, QP_ERR_USAGE, "fp16: NULL keep_ops");
     struct qp_f16_stats local;
     struct conv c;
     memset(&c, 0, sizeof c);
     memset(&local, 0, sizeof local);
+    c.o = o;
+    c.lo = o->dtype;
+    c.sfx = o->dtype == QP_DTYPE_BFLOAT16 ? "bf16" : "fp16";
     c.m = m;
     c.g = m->graph;
     c.st = stats ? stats : &local;

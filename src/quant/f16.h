@@ -28,8 +28,20 @@
  *     inferred from the op (Cast `to`, comparisons -> bool, Shape -> int64, ...); a float
  *     slot whose dtype cannot be inferred is QP_ERR_UNSUPPORTED naming the tensor.
  *
+ *
+ * The same pass converts to bfloat16 (`--high_precision_dtype bf16`): there every op whose
+ * schema at opset 19 does not take bfloat16 (Conv, pooling, Resize, ... ) stays float32 as the
+ * fp16 blocked ops do, nothing is clamped (bf16 has float32's range), and added names end in
+ * `_bf16`. Options also keep named op types in float32 (ModelOpt's --op_types_to_exclude_fp16:
+ * Casts around them as for blocked ops) and convert the graph inputs and outputs too (ModelOpt's
+ * --direct_io_types: keep_io_types 0; an output produced by a float32-kept node stays float32).
+ *
  *     struct qp_f16_stats st;
  *     if (qp_model_convert_f16(model, &st, &err) != QP_OK) ...   // model edited in place
+ *     struct qp_f16_options o;
+ *     qp_f16_options_default(&o);
+ *     o.dtype = QP_DTYPE_BFLOAT16; o.keep_ops = ops; o.n_keep_ops = 1;
+ *     if (qp_model_convert_low(model, &o, &st, &err) != QP_OK) ...
  */
 #ifndef QP_QUANT_F16_H
 #define QP_QUANT_F16_H
@@ -49,11 +61,24 @@ struct qp_f16_stats {
     size_t n_scale_underflow; /* non-zero scales raised to 2^-24 */
 };
 
-/* Converts the top-level graph of `m` in place. `stats` may be NULL. Returns QP_ERR_UNSUPPORTED
- * for an initializer whose data is not loaded or a float slot of unknown dtype (naming it),
- * QP_ERR_BAD_INPUT for a graph that does not sort (a cycle, an undefined input), QP_ERR_NOMEM.
- * On an error `m` may be half converted: free it. */
+struct qp_f16_options {
+    enum qp_dtype dtype;         /* QP_DTYPE_FLOAT16 (default) or QP_DTYPE_BFLOAT16 */
+    const char *const *keep_ops; /* op types kept float32 (borrowed for the call); may be NULL */
+    size_t n_keep_ops;
+    int keep_io_types; /* 1 (default): graph inputs and outputs stay float32 */
+};
+
+void qp_f16_options_default(struct qp_f16_options *o);
+
+/* Converts the top-level graph of `m` in place, with the default options (fp16, I/O float32).
+ * `stats` may be NULL. Returns QP_ERR_UNSUPPORTED for an initializer whose data is not loaded or a
+ * float slot of unknown dtype (naming it), QP_ERR_BAD_INPUT for a graph that does not sort (a
+ * cycle, an undefined input), QP_ERR_NOMEM. On an error `m` may be half converted: free it. */
 enum qp_status qp_model_convert_f16(struct qp_model *m, struct qp_f16_stats *stats,
                                     struct qp_error *err);
+/* The same with options `o` (borrowed for the call); QP_ERR_USAGE for a dtype other than
+ * float16/bfloat16. The stats count bf16 nodes, initializers and Casts in the fp16 fields. */
+enum qp_status qp_model_convert_low(struct qp_model *m, const struct qp_f16_options *o,
+                                    struct qp_f16_stats *stats, struct qp_error *err);
 
 #endif

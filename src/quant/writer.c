@@ -204,6 +204,86 @@ static enum qp_status precheck(const struct qp_graph *g, const struct qp_placeme
     return QP_OK;
 }
 
+static enum qp_status check_precision(const struct qp_writer_options *o, struct qp_error *err) {
+    if (o->high_precision != QP_DTYPE_FLOAT && o->high_precision != QP_DTYPE_FLOAT16 &&
+        o->high_precision != QP_DTYPE_BFLOAT16)
+        return qp_error_set(err, QP_ERR_UNSUPPORTED,
+                            "quantize: high precision dtype %s is not supported (float, float16, "
+                            "bfloat16)",
+                            qp_dtype_name(o->high_precision));
+    return QP_OK;
+}
+
+/* 1 when graph input `v` is read only by QuantizeLinear nodes with one zero-point dtype, which
+ * goes to *zp_out. */
+static int input_only_quantized(const struct qp_graph *g, int v, enum qp_dtype *zp_out) {
+    const struct qp_value *val = &g->values[v];
+    *zp_out = QP_DTYPE_UNDEFINED;
+    if (!val->n_uses || val->initializer >= 0 || val->is_graph_output) return 0;
+    for (size_t u = 0; u < val->n_uses; u++) {
+        const struct qp_node *n = &g->nodes[val->uses[u].node];
+        if (!qp_node_is(n, "QuantizeLinear") || val->uses[u].input != 0 || n->n_inputs < 3 ||
+            n->inputs[2] < 0)
+            return 0;
+        enum qp_dtype zp = g->values[n->inputs[2]].dtype;
+        if (*zp_out != QP_DTYPE_UNDEFINED && zp != *zp_out) return 0;
+        *zp_out = zp;
+    }
+    return *zp_out != QP_DTYPE_UNDEFINED;
+}
+
+/* ModelOpt's remove_graph_input_q: the DequantizeLinear nodes of a graph input's Q read the
+ * input itself, which takes the zero point's dtype (the caller feeds quantized data). */
+static enum qp_status remove_input_q(struct qp_graph *g, size_t *n_removed, struct qp_error *err) {
+    enum qp_status st;
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        int v = g->inputs[i];
+        enum qp_dtype zp;
+        if (!input_only_quantized(g, v, &zp)) continue;
+        /* The DQ nodes become readers of v too: take the Q readers until none is left. */
+        for (;;) {
+            int q = -1;
+            for (size_t u = 0; u < g->values[v].n_uses && q < 0; u++)
+                if (qp_node_is(&g->nodes[g->values[v].uses[u].node], "QuantizeLinear"))
+                    q = g->values[v].uses[u].node;
+            if (q < 0) break;
+            int qo = g->nodes[q].outputs[0];
+            while (qo >= 0 && g->values[qo].n_uses) {
+                struct qp_use u = g->values[qo].uses[0];
+                if ((st = qp_graph_set_input(g, u.node, u.input, v, err)) != QP_OK) return st;
+            }
+            if ((st = qp_graph_remove_node(g, q, err)) != QP_OK) return st;
+            (*n_removed)++;
+        }
+        g->values[v].dtype = zp;
+    }
+    return qp_graph_toposort(g, err);
+}
+
+enum qp_status qp_qdq_write_precision(struct qp_model *m, const struct qp_writer_options *o,
+                                      struct qp_writer_stats *stats, struct qp_error *err) {
+    if (!m || !o) return qp_error_set(err, QP_ERR_USAGE, "quantize: NULL argument");
+    enum qp_status st = check_precision(o, err);
+    if (st != QP_OK) return st;
+    if (o->high_precision != QP_DTYPE_FLOAT) {
+        struct qp_f16_options fo;
+        qp_f16_options_default(&fo);
+        fo.dtype = o->high_precision;
+        fo.keep_ops = o->keep_fp32_ops;
+        fo.n_keep_ops = o->n_keep_fp32_ops;
+        fo.keep_io_types = !o->direct_io_types;
+        if ((st = qp_model_convert_low(m, &fo, stats ? &stats->f16 : NULL, err)) != QP_OK)
+            return qp_error_prefix(err, "quantize");
+    }
+    size_t n_removed = 0;
+    if (o->direct_io_types && (st = remove_input_q(m->graph, &n_removed, err)) != QP_OK) return st;
+    if (stats) {
+        stats->high_precision = o->high_precision;
+        stats->n_input_q_removed = n_removed;
+    }
+    return QP_OK;
+}
+
 /* Per-channel (or per-tensor, axis -1) symmetric scales of a float weight. */
 static enum qp_status weight_scales(const struct qp_tensor *t, int axis, enum qp_dtype qtype,
                                     float **scales_out, int64_t *n_out, struct qp_error *err) {
@@ -246,14 +326,12 @@ enum qp_status qp_qdq_write(struct qp_model *m, const struct qp_placement *p_in,
                             const struct qp_writer_options *o, struct qp_writer_stats *stats,
                             struct qp_error *err) {
     if (!m || !p_in || !o) return qp_error_set(err, QP_ERR_USAGE, "quantize: NULL argument");
+    enum qp_status st;
     if (o->qtype != QP_DTYPE_INT8 && o->qtype != QP_DTYPE_FLOAT8E4M3FN)
         return qp_error_set(err, QP_ERR_UNSUPPORTED,
                             "quantize: quantized type %s is not supported (int8, float8e4m3fn)",
                             qp_dtype_name(o->qtype));
-    if (o->high_precision != QP_DTYPE_FLOAT && o->high_precision != QP_DTYPE_FLOAT16)
-        return qp_error_set(err, QP_ERR_UNSUPPORTED,
-                            "quantize: high precision dtype %s is not supported (float, float16)",
-                            qp_dtype_name(o->high_precision));
+    if ((st = check_precision(o, err)) != QP_OK) return st;
     if (qp_model_has_qdq(m))
         return qp_error_set(err, QP_ERR_BAD_INPUT,
                             "quantize: the model already holds QuantizeLinear/DequantizeLinear "
@@ -262,7 +340,6 @@ enum qp_status qp_qdq_write(struct qp_model *m, const struct qp_placement *p_in,
     struct qp_graph *g = m->graph;
     struct qp_placement *p = NULL;
     float *scales = NULL;
-    enum qp_status st;
     int64_t opset = qp_model_opset(m, "");
     if (stats) stats->opset_from = stats->opset_to = opset;
     if (opset < QP_QDQ_MIN_OPSET) {
@@ -368,13 +445,7 @@ enum qp_status qp_qdq_write(struct qp_model *m, const struct qp_placement *p_in,
     if ((st = qp_graph_toposort(g, err)) != QP_OK) goto done;
     if (o->dq_only && (st = qp_qdq_to_dq(m, NULL, err)) != QP_OK) goto done;
     /* Last, so scales are computed in float32 and then stored as the Q/DQ nodes run them. */
-    if (o->high_precision == QP_DTYPE_FLOAT16 &&
-        (st = qp_model_convert_f16(m, stats ? &stats->f16 : NULL, err)) != QP_OK) {
-        qp_error_prefix(err, "quantize");
-        goto done;
-    }
-    if (stats) stats->high_precision = o->high_precision;
-    st = QP_OK;
+    st = qp_qdq_write_precision(m, o, stats, err);
 done:
     free(scales);
     qp_placement_free(p);

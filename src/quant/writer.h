@@ -13,7 +13,14 @@
  *   - a model below opset 19 is converted to 19 first (ir/opset_convert.h);
  *   - with high_precision QP_DTYPE_FLOAT16, the rest of the model (weights left float, biases,
  *     constants, Q/DQ scales, activations) is converted to fp16 last, graph inputs and outputs
- *     kept float32 with Casts (quant/f16.h).
+ *     kept float32 with Casts (quant/f16.h); QP_DTYPE_BFLOAT16 the same to bfloat16, where ops
+ *     whose schema does not take bfloat16 stay float32; `keep_fp32_ops` stay float32 in both;
+ *   - with `direct_io_types` (ModelOpt's flag), graph inputs and outputs take the high
+ *     precision type too, and a graph input read only by QuantizeLinear nodes is fed to their
+ *     DequantizeLinear nodes directly, typed as the zero point (int8/fp8), as ModelOpt's
+ *     remove_graph_input_q.
+ * The precision step is also qp_qdq_write_precision, for a caller that measures the model
+ * between the two (the engine runs neither bfloat16 nor int8 graph inputs).
  *
  * All scale, rounding and saturation math goes through qmath/qparams.h.
  *
@@ -46,6 +53,10 @@ struct qp_writer_options {
     enum qp_dtype high_precision;
     qp_amax_fn amax; /* required when the placement has activation edges */
     void *amax_user;
+    /* Op types kept float32 by the fp16/bf16 conversion (borrowed for the call); may be NULL. */
+    const char *const *keep_fp32_ops;
+    size_t n_keep_fp32_ops;
+    int direct_io_types; /* 1: I/O in the high precision type, graph-input Q removed */
 };
 
 /* Per op type counts of what was quantized (consumer op types). */
@@ -64,8 +75,9 @@ struct qp_writer_stats {
     int64_t opset_from, opset_to;
     size_t n_ops; /* entries of by_op (op types beyond QP_WRITER_MAX_OPS are not listed) */
     struct qp_writer_op_count by_op[QP_WRITER_MAX_OPS];
-    enum qp_dtype high_precision; /* as applied: float or float16 */
-    struct qp_f16_stats f16;      /* the fp16 conversion (zeros with float) */
+    enum qp_dtype high_precision; /* as applied: float, float16 or bfloat16 */
+    struct qp_f16_stats f16;      /* the fp16/bf16 conversion (zeros with float) */
+    size_t n_input_q_removed;     /* direct_io_types: graph-input QuantizeLinear nodes removed */
 };
 
 void qp_writer_options_default(struct qp_writer_options *o);
@@ -78,12 +90,21 @@ int qp_model_has_qdq(const struct qp_model *m);
  * Q/DQ nodes ("already quantized"), a placement entry naming a missing node, tensor or slot, an
  * activation tensor without a calibrated range, a weight that is not a float tensor or whose axis
  * is out of range; QP_ERR_UNSUPPORTED for a qtype other than int8/fp8, a high precision other than
- * float/ float16, an opset conversion qplace does not do, or what qp_model_convert_f16 refuses;
- * QP_ERR_NOMEM. On an error other than the "already quantized", placement and option checks (done
- * before any edit), `m` may be half edited: free it. */
+ * float/float16/bfloat16, an opset conversion qplace does not do, or what qp_model_convert_f16
+ * refuses; QP_ERR_NOMEM. On an error other than the "already quantized", placement and option
+ * checks (done before any edit), `m` may be half edited: free it. */
 enum qp_status qp_qdq_write(struct qp_model *m, const struct qp_placement *p,
                             const struct qp_writer_options *o, struct qp_writer_stats *stats,
                             struct qp_error *err);
+
+/* The last step of qp_qdq_write on its own, for a model written with high precision float and
+ * direct_io_types 0: converts to o->high_precision (keep_fp32_ops, direct_io_types) and, with
+ * direct_io_types, removes the graph-input Q nodes. Fills stats->high_precision, f16 and
+ * n_input_q_removed (the rest of `stats` is kept; may be NULL). Returns QP_ERR_UNSUPPORTED for a
+ * high precision other than float/float16/bfloat16 and what qp_model_convert_low refuses;
+ * QP_ERR_NOMEM. On an error `m` may be half edited: free it. */
+enum qp_status qp_qdq_write_precision(struct qp_model *m, const struct qp_writer_options *o,
+                                      struct qp_writer_stats *stats, struct qp_error *err);
 
 /* Output path for `input` when none is given: "<dir>/<stem>.quant.onnx" (the ".onnx" suffix of
  * the input is replaced; otherwise ".quant.onnx" is appended). malloc'd; NULL when out of

@@ -454,6 +454,65 @@ static void test_clamp(void **state) {
     qp_model_free(m);
 }
 
+/* bf16 with a kept op type and without keep_io_types (--high_precision_dtype bf16
+ * --op_types_to_exclude_fp16 Relu --direct_io_types): Add in bf16 from a bf16 graph input,
+ * nothing clamped, Relu and the DQ feeding only it in float32, Conv (no bf16 in its schema) in
+ * float32. */
+static void test_options(void **state) {
+    (void)state;
+    struct qp_model *m = qp_model_create();
+    assert_non_null(m);
+    set_opset(m, 19);
+    qg_shape(m, "x", QP_DTYPE_FLOAT, 4, QG_DIMS(1, 1, 2, 2));
+    qg_input(m, "x");
+    const float big[1] = {1e6f};
+    add_f32(m, "big", 0, NULL, big);
+    const float s1 = 0.5f, w[1] = {2.0f};
+    add_f32(m, "s", 0, NULL, &s1);
+    add_f32(m, "w", 4, QG_DIMS(1, 1, 1, 1), w);
+    const int8_t zp = 0;
+    add_data_init(m, "zp", 0, NULL, QP_DTYPE_INT8, &zp, 1);
+    qg_node(m, "add", "Add", "x,big", "a");
+    qg_node(m, "q", "QuantizeLinear", "a,s,zp", "aq");
+    qg_node(m, "dq", "DequantizeLinear", "aq,s,zp", "ad");
+    qg_node(m, "relu", "Relu", "ad", "r");
+    qg_node(m, "conv", "Conv", "r,w", "y");
+    qg_output(m, "y");
+    qg_sort(m);
+    struct qp_error err = {0};
+    struct qp_f16_stats st;
+    struct qp_f16_options o;
+    qp_f16_options_default(&o);
+    assert_int_equal(o.dtype, QP_DTYPE_FLOAT16);
+    assert_int_equal(o.keep_io_types, 1);
+    const char *keep[1] = {"Relu"};
+    o.dtype = QP_DTYPE_BFLOAT16;
+    o.keep_ops = keep;
+    o.n_keep_ops = 1;
+    o.keep_io_types = 0;
+    assert_int_equal(qp_model_convert_low(m, &o, &st, &err), QP_OK);
+    assert_int_equal(vdt(m, "x"), QP_DTYPE_BFLOAT16);
+    assert_int_equal(in_dt(m, qp_graph_find_node(m->graph, "add"), 0), QP_DTYPE_BFLOAT16);
+    assert_int_equal(vdt(m, "a"), QP_DTYPE_BFLOAT16);
+    const struct qp_tensor *t =
+        &m->graph->inits[m->graph->values[qp_graph_find_value(m->graph, "big")].initializer];
+    assert_int_equal(t->dtype, QP_DTYPE_BFLOAT16);
+    uint16_t h;
+    memcpy(&h, t->data, 2);
+    assert_true(qp_bf16_to_f32(h) > 9.9e5f); /* not clamped to 65504 */
+    assert_int_equal(st.n_clamped, 0);
+    assert_int_equal(vdt(m, "ad"), QP_DTYPE_FLOAT);
+    assert_int_equal(vdt(m, "r"), QP_DTYPE_FLOAT);
+    assert_int_equal(vdt(m, "y"), QP_DTYPE_FLOAT);
+    assert_int_equal(vdt(m, "w"), QP_DTYPE_FLOAT);
+    assert_int_equal(st.n_fp32_nodes, 3); /* dq, relu, conv */
+    check_consistent(m);
+    /* Refused: a target other than float16/bfloat16. */
+    o.dtype = QP_DTYPE_DOUBLE;
+    assert_int_equal(qp_model_convert_low(m, &o, NULL, &err), QP_ERR_USAGE);
+    qp_model_free(m);
+}
+
 /* A float slot fed by a tensor whose dtype cannot be known: refused, naming it. */
 static void test_unknown_dtype(void **state) {
     (void)state;
@@ -573,10 +632,10 @@ static void test_cli(void **state) {
     /* A bad value: usage error, nothing written. */
     unlink(q);
     assert_int_equal(
-        qplace(dir, "quantize --onnx_path '%s' --output_path '%s' --high_precision_dtype bf16",
+        qplace(dir, "quantize --onnx_path '%s' --output_path '%s' --high_precision_dtype fp64",
                model, q),
         1);
-    assert_true(output_has(dir, "--high_precision_dtype 'bf16'"));
+    assert_true(output_has(dir, "--high_precision_dtype 'fp64'"));
     assert_false(file_exists(q));
 }
 
@@ -608,9 +667,10 @@ static void test_ort(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conv_resize), cmocka_unit_test(test_mixed),
-        cmocka_unit_test(test_clamp),       cmocka_unit_test(test_unknown_dtype),
-        cmocka_unit_test(test_cli),         cmocka_unit_test(test_ort),
+        cmocka_unit_test(test_conv_resize),   cmocka_unit_test(test_mixed),
+        cmocka_unit_test(test_clamp),         cmocka_unit_test(test_options),
+        cmocka_unit_test(test_unknown_dtype), cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_ort),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -423,10 +423,10 @@ static void test_errors(void **state) {
     assert_non_null(strstr(err.msg, "already quantized"));
     qp_placement_free(p);
     qp_model_free(m);
-    /* High precision other than float/float16 (test_f16.c covers float16). */
+    /* High precision other than float/float16/bfloat16 (test_f16.c covers those). */
     m = conv_relu(0);
     p = conv_placement();
-    o.high_precision = QP_DTYPE_BFLOAT16;
+    o.high_precision = QP_DTYPE_DOUBLE;
     assert_int_equal(qp_qdq_write(m, p, &o, NULL, &err), QP_ERR_UNSUPPORTED);
     qp_placement_free(p);
     qp_model_free(m);
@@ -1005,10 +1005,10 @@ static void test_cli(void **state) {
     /* The output path equal to the input. */
     assert_int_equal(qplace(dir, "quantize --onnx_path '%s' --output_path '%s'", model, model), 2);
     assert_true(output_has(dir, "is the input model"));
-    /* A high precision dtype other than fp16/fp32: usage error, nothing written. */
+    /* A high precision dtype other than fp16/bf16/fp32: usage error, nothing written. */
     assert_int_equal(qplace(dir,
                             "quantize --onnx_path '%s' --output_path '%s' "
-                            "--high_precision_dtype bf16",
+                            "--high_precision_dtype fp64",
                             model, q),
                      1);
     assert_false(file_exists(q));
