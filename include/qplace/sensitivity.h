@@ -88,7 +88,8 @@ enum qp_sensitivity_probe {
     QP_SENSITIVITY_PROBE_COUNT
 };
 
-/* Called after each probe step with the steps done and the total. */
+/* Called as probes progress with the probes done and the number of probes (a probe is a target
+ * evaluated on every batch). */
 typedef void (*qp_sensitivity_progress_fn)(uint64_t done, uint64_t total, void *user);
 
 /* Zero-initialized: op types, kl_div, quantize_one, INT8, every op type, incremental runs,
@@ -99,7 +100,11 @@ struct qp_sensitivity_options {
     enum qp_sensitivity_probe probe;
     enum qp_quant_mode quantize_mode; /* what the quantizers hold */
     /* Op types the targets are limited to (borrowed for the call); 0: every op type the placement
-     * quantizes. A listed op type with no placement entry is UNPROBED. */
+     * quantizes. Each must be an op type of the model or an ONNX operator (else QP_ERR_USAGE
+     * naming it and the closest spelling). With QP_SENSITIVITY_QUANTIZE_ONE, a listed op type the
+     * placement does not quantize is probed as ModelOpt does: on the inputs the int8 trt policy
+     * quantizes for a quantizable op (its n_edges / n_weights stay 0: the placement owns none);
+     * it is UNPROBED when the model has no such node (or, with EXCLUDE_ONE, always). */
     const char *const *op_types_scope;
     size_t n_op_types_scope;
     int no_incremental; /* 1: every probe a full run (same scores, slower) */

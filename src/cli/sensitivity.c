@@ -17,15 +17,20 @@
 const struct cli_opt cli_sensitivity_opts[] = {
     {"onnx_path", CLI_VALUE, "MODEL", "the float model (required)"},
     CLI_DATA_OPTS,
-    {"num_synthetic_samples", CLI_VALUE, "N", "synthetic samples without data (32)"},
+    {"num_calib_samples", CLI_VALUE, "N", "synthetic samples without data (100)"},
+    {"num_synthetic_samples", CLI_VALUE, "N", "the same as --num_calib_samples (older name)"},
     CLI_CALIBRATION_METHOD_OPT,
+    {"percentile", CLI_VALUE, "P", "percentile for --calibration_method percentile (99.999)"},
+    {"ranges_in", CLI_VALUE, "RANGES.json",
+     "ranges from qplace calibrate instead of calibrating (every placement tensor needs one)"},
     {"placement_in", CLI_VALUE, "FILE", "the placement to analyse (default: the trt policy)"},
     {"granularity", CLI_VALUE, "op_type|node", "targets (default op_type)"},
     {"metric", CLI_VALUE, "kl_div|mse|cos", "distance to the float outputs (default kl_div)"},
     {"target_precision", CLI_VALUE, "int8|fp8", "quantized type (default int8)"},
     {"probe", CLI_VALUE, "quantize_one|exclude_one",
      "quantize only the target, or everything but it (default quantize_one)"},
-    {"op_types_scope", CLI_LIST, "OP", "limit targets to these op types (comma lists allowed)"},
+    {"op_types_scope", CLI_LIST, "OP",
+     "probe these op types, also where the placement does not quantize them (comma lists)"},
     {"cache_bytes", CLI_VALUE, "N", "reference activation cache (K/M/G suffixes; 1G)"},
     {"no_incremental", CLI_BOOL, NULL, "run every probe as a full pass (same scores, slower)"},
     {"output_json", CLI_VALUE, "FILE", "results (<model stem>.sensitivity.json)"},
@@ -60,7 +65,9 @@ const char cli_sensitivity_details[] =
     "nodes downstream of their edges from a cached float reference (--no_incremental: full\n"
     "runs; same scores). A score is the metric per sample (float64), averaged over samples and\n"
     "summed over graph outputs. Targets whose probe quantizes nothing are listed as unprobed,\n"
-    "those whose evaluation fails as failed, never as a score of 0.\n"
+    "those whose evaluation fails as failed, never as a score of 0. --op_types_scope limits\n"
+    "the targets to those op types; with quantize_one a scoped op type the placement does not\n"
+    "quantize is probed on the inputs the trt policy quantizes for a quantizable op.\n"
     "The table goes to stderr, the JSON to --output_json. Any picker flag adds an exclusion\n"
     "list (ModelOpt's suggest_exclusion); --exclusions_out writes it as exact-name regexes for\n"
     "qplace quantize --nodes_to_exclude @FILE. --max_output_drift D excludes the highest-ranked\n"
@@ -123,7 +130,32 @@ static int parse_count(const struct cli_args *args, const char *flag, uint64_t l
     return 1;
 }
 
-/* --granularity .. --num_synthetic_samples into the driver's options; 0 or the exit code. */
+/* --num_calib_samples (or its older name), --percentile and --ranges_in; 0 or the exit code. */
+static int parse_calibration(const struct cli_args *args, struct qp_sensitivity_run_options *o) {
+    const char *flag =
+        cli_has(args, "num_calib_samples") ? "num_calib_samples" : "num_synthetic_samples";
+    if (cli_has(args, "num_calib_samples") && cli_has(args, "num_synthetic_samples"))
+        return bad_usage("%s", "--num_calib_samples and --num_synthetic_samples are one flag; "
+                               "give one");
+    if (!parse_count(args, flag, 1, 1u << 20, &o->n_synthetic_samples))
+        return bad_usage(flag[4] == 'c' ? "--num_calib_samples: '%s' is not a positive count"
+                                        : "--num_synthetic_samples: '%s' is not a positive count",
+                         cli_value(args, flag, ""));
+    const char *s = cli_value(args, "percentile", NULL);
+    if (s) {
+        if (!parse_double(s, &o->percentile) || !(o->percentile > 0 && o->percentile <= 100))
+            return bad_usage("--percentile '%s' is not a number in (0, 100]", s);
+        if (o->method != QP_CALIB_PERCENTILE)
+            return bad_usage("%s", "--percentile needs --calibration_method percentile");
+    }
+    o->ranges_in = cli_value(args, "ranges_in", NULL);
+    if (o->ranges_in && cli_has(args, "calibration_method"))
+        return bad_usage("%s", "--ranges_in gives the ranges: drop --calibration_method and "
+                               "--percentile (the file says how they were calibrated)");
+    return 0;
+}
+
+/* --granularity .. --num_calib_samples into the driver's options; 0 or the exit code. */
 static int parse_scoring(const struct cli_args *args, struct qp_sensitivity_run_options *o) {
     struct qp_sens_options *so = &o->sens;
     int v;
@@ -174,10 +206,7 @@ static int parse_scoring(const struct cli_args *args, struct qp_sensitivity_run_
         return bad_usage("--probe_workers: '%s' is not a worker count",
                          cli_value(args, "probe_workers", ""));
     so->probe_workers = (int)u;
-    if (!parse_count(args, "num_synthetic_samples", 1, 1u << 20, &o->n_synthetic_samples))
-        return bad_usage("--num_synthetic_samples: '%s' is not a positive count",
-                         cli_value(args, "num_synthetic_samples", ""));
-    return 0;
+    return parse_calibration(args, o);
 }
 
 /* The picker flags; 0 or the exit code. */
@@ -270,7 +299,7 @@ struct sens_cli {
 
 static void on_progress(uint64_t done, uint64_t total, void *user) {
     struct sens_cli *c = user;
-    c->bar.total = total; /* known once the targets are (probes x batches) */
+    c->bar.total = total; /* probes: known once the targets are */
     cli_progress_update(&c->bar, done);
 }
 

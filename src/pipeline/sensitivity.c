@@ -211,7 +211,7 @@ enum qp_status qp_sens_exclusions_placement(const struct qp_placement *pl,
 
 void qp_sensitivity_run_options_default(struct qp_sensitivity_run_options *o) {
     memset(o, 0, sizeof *o);
-    o->n_synthetic_samples = 32;
+    o->n_synthetic_samples = 100;
     o->method = QP_CALIB_ENTROPY;
     qp_sens_options_default(&o->sens);
     qp_pick_options_default(&o->pick);
@@ -224,6 +224,7 @@ void qp_sensitivity_report_free(struct qp_sensitivity_report *r) {
     qp_sens_ranking_release(&r->ranking);
     qp_sens_exclusions_release(&r->ex);
     free(r->calibration_data);
+    free(r->ranges_method);
     free(r->json_path);
     free(r->exclusions_path);
     free(r->placement_path);
@@ -342,6 +343,7 @@ static enum qp_status open_data(const struct qp_sensitivity_run_options *o,
 struct run_state {
     struct qp_model *m;
     struct qp_placement *pl;
+    struct qp_placement *extra; /* the scope's probe-only entries, or NULL */
     struct qp_calib_shapes shapes;
     struct qp_provider *prov;
     struct qp_ranges *ranges;
@@ -353,8 +355,31 @@ static void run_state_release(struct run_state *s) {
     qp_ranges_free(s->ranges);
     qp_provider_free(s->prov);
     qp_calib_shapes_release(&s->shapes);
+    qp_placement_free(s->extra);
     qp_placement_free(s->pl);
     qp_model_free(s->m);
+}
+
+/* The ranges_in file, checked as quantize checks --calibration_cache_path: every activation
+ * tensor of the placement has a range (the scope's probe-only edges may lack one: their targets
+ * fail, naming the tensor). */
+static enum qp_status load_ranges(const struct qp_sensitivity_run_options *o, struct run_state *s,
+                                  struct qp_sensitivity_report *r, struct qp_error *err) {
+    enum qp_status st = qp_ranges_load_json(o->ranges_in, &s->ranges, err);
+    if (st != QP_OK) return qp_error_prefix(err, "sensitivity: --ranges_in");
+    for (size_t e = 0; e < s->pl->n_edges; e++) {
+        const struct qp_qedge *q = &s->pl->edges[e];
+        if (!qp_ranges_find(s->ranges, q->tensor))
+            return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                "sensitivity: --ranges_in '%s' has no range for tensor '%s' "
+                                "(quantized at input %d of node '%s'); calibrate the same "
+                                "placement with qplace calibrate",
+                                o->ranges_in, q->tensor, q->input, q->node);
+    }
+    const struct qp_ranges_meta *meta = qp_ranges_get_meta(s->ranges);
+    r->n_calib_samples = meta->num_samples;
+    if (meta->method && !(r->ranges_method = strdup(meta->method))) return nomem(err);
+    return QP_OK;
 }
 
 /* Everything before the scores: outputs checked, blocks, model, placement, data, calibration. */
@@ -373,19 +398,41 @@ static enum qp_status prepare(const struct qp_sensitivity_run_options *o, struct
         (st = qp_calib_shapes_parse(o->calibration_shapes, &s->shapes, err)) != QP_OK)
         return usage_error(o, st);
     if ((st = load_model(onnx, &s->m, err)) != QP_OK) return st;
+    const struct qp_sens_options *so = &o->sens;
+    if ((st = qp_sens_scope_check(s->m->graph, so->scope, so->n_scope, err)) != QP_OK)
+        return usage_error(o, st);
     if ((st = make_placement(o, s->m, &s->pl, err)) != QP_OK) return st;
+    if (so->n_scope && so->probe == QP_SENS_QUANTIZE_ONE &&
+        (st = qp_sens_scope_placement(s->m->graph, s->pl, so->scope, so->n_scope, &s->extra,
+                                      err)) != QP_OK)
+        return st;
+    if (o->ranges_in && (st = load_ranges(o, s, r, err)) != QP_OK) return st;
     if ((st = open_data(o, s->m, &s->shapes, &s->prov, err)) != QP_OK) return st;
     if (!(r->calibration_data = strdup(qp_provider_source(s->prov)))) return nomem(err);
     r->synthetic = !o->calibration_data_path;
+    if (o->ranges_in) return QP_OK;
     double t0 = qp_clock_seconds();
-    if ((st = qp_sens_calibrate(s->m, s->pl, s->prov, o->method, o->sens.n_threads, &s->ranges,
-                                &r->n_calib_samples, err)) != QP_OK)
+    if ((st = qp_sens_calibrate(s->m, s->pl, s->prov, o->method, o->percentile, so->n_threads,
+                                &s->ranges, &r->n_calib_samples, err)) != QP_OK)
         return st;
+    if (s->extra) { /* calibrated apart: the placement's ranges stay what they are */
+        struct qp_ranges *xr = NULL;
+        st = qp_sens_calibrate(s->m, s->extra, s->prov, o->method, o->percentile, so->n_threads,
+                               &xr, NULL, err);
+        if (st == QP_OK) st = qp_sens_ranges_add(s->ranges, xr, err);
+        qp_ranges_free(xr);
+        if (st != QP_OK) return st;
+    }
     r->calibration_seconds = qp_clock_seconds() - t0;
     return QP_OK;
 }
 
-/* The exclusions file: one exact-name regex per quantized node of the excluded targets. */
+static int scope_only(const struct qp_sens_target *t) {
+    return t->n_scope_edges + t->n_scope_weights > 0;
+}
+
+/* The exclusions file: one exact-name regex per quantized node of the excluded targets (a
+ * comment for a scope-only one: the placement has nothing of it to exclude). */
 static char *exclusions_text(const struct qp_sens_result *r, const size_t *ti, size_t n,
                              const char *model, const char *how) {
     size_t cap = 256 + strlen(model) + strlen(how), len = 0;
@@ -394,9 +441,17 @@ static char *exclusions_text(const struct qp_sens_result *r, const size_t *ti, s
             cap += 2 * strlen(r->targets[ti[i]].nodes[k]) + 4;
     char *s = malloc(cap);
     if (!s) return NULL;
+    for (size_t i = 0; i < n; i++)
+        cap += strlen(r->targets[ti[i]].name) + 96;
     len += (size_t)snprintf(s, cap, "# qplace sensitivity exclusions for %s (%s)\n", model, how);
     for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < r->targets[ti[i]].n_nodes; k++) {
+        if (scope_only(&r->targets[ti[i]]))
+            len += (size_t)snprintf(s + len, cap - len,
+                                    "# %s: not quantized by the placement (--op_types_scope "
+                                    "probe only)\n",
+                                    r->targets[ti[i]].name);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; !scope_only(&r->targets[ti[i]]) && k < r->targets[ti[i]].n_nodes; k++) {
             len += qp_sens_name_regex(r->targets[ti[i]].nodes[k], s + len, cap - len);
             s[len++] = '\n';
             s[len] = '\0';
@@ -471,7 +526,7 @@ enum qp_status qp_sensitivity_run(const struct qp_sensitivity_run_options *o,
     enum qp_status st = prepare(o, &s, r, err);
     if (st == QP_OK) {
         event(o, QP_SENSITIVITY_EVENT_SCORING, r);
-        st = qp_sens_score(s.m, s.pl, s.prov, s.ranges, &o->sens, &r->result, err);
+        st = qp_sens_score_scoped(s.m, s.pl, s.extra, s.prov, s.ranges, &o->sens, &r->result, err);
     }
     if (st == QP_OK && (st = qp_sens_rank(r->result, &r->ranking, err)) == QP_OK)
         event(o, QP_SENSITIVITY_EVENT_SCORED, r);
@@ -518,8 +573,9 @@ static int json_targets(cJSON *root, const struct qp_sensitivity_run_options *o,
         cJSON_AddStringToObject(obj, "name", t->name);
         cJSON_AddStringToObject(obj, "op_type", t->op_type);
         cJSON_AddNumberToObject(obj, "score", t->score);
-        cJSON_AddNumberToObject(obj, "edges", (double)t->n_edges);
-        cJSON_AddNumberToObject(obj, "weights", (double)t->n_weights);
+        cJSON_AddNumberToObject(obj, "edges", (double)(t->n_edges + t->n_scope_edges));
+        cJSON_AddNumberToObject(obj, "weights", (double)(t->n_weights + t->n_scope_weights));
+        if (scope_only(t)) cJSON_AddBoolToObject(obj, "scope_only", 1);
         if (o->sens.granularity == QP_SENS_OP_TYPE)
             cJSON_AddItemToObject(
                 obj, "nodes",
@@ -656,7 +712,15 @@ static cJSON *json_report(const struct qp_sensitivity_run_options *o,
     cJSON_AddStringToObject(root, "onnx_path", realpath(onnx, absbuf) ? absbuf : onnx);
     cJSON_AddStringToObject(root, "calibration_source", rep->synthetic ? "synthetic" : "real");
     cJSON_AddStringToObject(root, "calibration_data", rep->calibration_data);
-    cJSON_AddStringToObject(root, "calibration_method", qp_calib_method_name(o->method));
+    if (o->ranges_in) {
+        cJSON_AddStringToObject(root, "ranges_in", o->ranges_in);
+        cJSON_AddStringToObject(root, "calibration_method",
+                                rep->ranges_method ? rep->ranges_method : "unknown");
+    } else {
+        cJSON_AddStringToObject(root, "calibration_method", qp_calib_method_name(o->method));
+    }
+    if (!o->ranges_in && o->method == QP_CALIB_PERCENTILE && o->percentile > 0)
+        cJSON_AddNumberToObject(root, "percentile", o->percentile);
     cJSON_AddNumberToObject(root, "num_calibration_samples", (double)rep->n_calib_samples);
     cJSON_AddNumberToObject(root, "num_evaluation_samples", (double)rep->result->n_samples);
     cJSON_AddStringToObject(root, "metric", qp_sens_metric_name(so->metric));

@@ -2,9 +2,10 @@
  * The sensitivity pipeline behind `qplace sensitivity` (docs/sensitivity.md):
  *
  *   load -> refuse an already quantized model -> opset >= 19 -> placement (the trt policy, or
- *   placement_in) -> calibration data (calib/data.h; synthetic without a path) -> one calibration
- *   of the full placement (qp_sens_calibrate) -> scores (qp_sens_score) -> ranking -> picker
- *   (coverage / threshold / blocks) or the accuracy budget -> the JSON report, the exclusions
+ *   placement_in; plus probe-only entries for scoped op types it does not quantize) ->
+ *   calibration data (calib/data.h; synthetic without a path) -> one calibration of the full
+ *   placement (qp_sens_calibrate), or the ranges_in file -> scores (qp_sens_score) -> ranking ->
+ * picker (coverage / threshold / blocks) or the accuracy budget -> the JSON report, the exclusions
  *   file and the placement minus the exclusions, written only when everything succeeded.
  *
  *     struct qp_sensitivity_run_options o;
@@ -94,18 +95,25 @@ struct qp_sensitivity_run_options {
     const char *calibration_data_path;  /* .npz/.npy, shard or image folder; NULL: synthetic */
     const char *calibration_shapes;     /* "name:1x3x224x224,..." or NULL */
     const struct qp_data_options *data; /* borrowed; NULL: defaults */
-    uint64_t n_synthetic_samples;       /* without data (default 32) */
+    uint64_t n_synthetic_samples;       /* without data (default 100, ModelOpt's) */
     enum qp_calib_method method;        /* default entropy */
-    const char *placement_in;           /* NULL: the trt policy for sens.qtype */
-    struct qp_sens_options sens;        /* scoring; progress hooks included */
-    int picking;                        /* 1: pick exclusions (pick, blocks, max_output_drift) */
-    struct qp_pick_options pick;        /* blocks: set by the driver from blocks_path */
-    const char *blocks_path;            /* NULL: each target its own group */
-    double max_output_drift;            /* < 0 (default): no accuracy budget */
-    const char *output_json;            /* NULL: <model stem>.sensitivity.json */
-    const char *exclusions_out;         /* NULL: not written (needs picking) */
-    const char *placement_out;          /* NULL: <stem>.sensitivity.placement.json with a budget,
-                                           else not written (needs picking) */
+    double percentile;                  /* percentile method: in (0, 100]; 0: 99.999 */
+    /* A ranges JSON (qplace calibrate) used instead of calibrating; NULL: calibrate. Every
+     * activation tensor of the placement needs a range in it. */
+    const char *ranges_in;
+    const char *placement_in; /* NULL: the trt policy for sens.qtype */
+    /* Scoring; progress hooks included. sens.scope names are checked against the model (a
+     * usage error otherwise); with quantize_one, scoped op types the placement does not quantize
+     * are probed on their own entries (qp_sens_scope_placement), calibrated with the rest. */
+    struct qp_sens_options sens;
+    int picking;                 /* 1: pick exclusions (pick, blocks, max_output_drift) */
+    struct qp_pick_options pick; /* blocks: set by the driver from blocks_path */
+    const char *blocks_path;     /* NULL: each target its own group */
+    double max_output_drift;     /* < 0 (default): no accuracy budget */
+    const char *output_json;     /* NULL: <model stem>.sensitivity.json */
+    const char *exclusions_out;  /* NULL: not written (needs picking) */
+    const char *placement_out;   /* NULL: <stem>.sensitivity.placement.json with a budget,
+                                    else not written (needs picking) */
     void (*on_event)(enum qp_sensitivity_event ev, const struct qp_sensitivity_report *r,
                      void *user); /* may be NULL */
     void *user;
@@ -123,8 +131,9 @@ struct qp_sensitivity_report {
     struct qp_sens_exclusions ex; /* picking only */
     char *calibration_data;       /* the provider's source ("npz", "images", "synthetic", ...) */
     int synthetic;                /* no calibration_data_path */
-    uint64_t n_calib_samples;
-    double t_start, c_start; /* qp_clock_seconds / qp_clock_cpu_seconds at the start */
+    uint64_t n_calib_samples;     /* calibrated here, or the ranges_in file's count */
+    char *ranges_method;          /* ranges_in: the file's method, or NULL when it says none */
+    double t_start, c_start;      /* qp_clock_seconds / qp_clock_cpu_seconds at the start */
     double calibration_seconds;
     char *json_path;       /* written */
     char *exclusions_path; /* written, or NULL */
@@ -135,9 +144,10 @@ void qp_sensitivity_report_free(struct qp_sensitivity_report *r);
 
 /* Runs the pipeline. The input model is never modified; the outputs are written atomically and
  * only on success. *report_out (may be NULL) receives a report to free. Returns QP_ERR_USAGE
- * (missing onnx_path, a bad calibration_shapes or picker option, two outputs on one path),
- * QP_ERR_BAD_INPUT (an output on the input model, an already quantized model, a placement naming
- * missing nodes or tensors, bad calibration data or blocks file), QP_ERR_IO, QP_ERR_UNSUPPORTED,
+ * (missing onnx_path, a bad calibration_shapes or picker option, an unknown scope op type, two
+ * outputs on one path), QP_ERR_BAD_INPUT (an output on the input model, an already quantized
+ * model, a placement naming missing nodes or tensors, bad calibration data, blocks or ranges file,
+ * a placement activation tensor the ranges file lacks), QP_ERR_IO, QP_ERR_UNSUPPORTED,
  * QP_ERR_NOMEM, and the statuses of the engine. */
 enum qp_status qp_sensitivity_run(const struct qp_sensitivity_run_options *o,
                                   struct qp_sensitivity_report **report_out, struct qp_error *err);

@@ -155,12 +155,24 @@ enum qp_status qp_sensitivity_score(struct qp_model *model, const struct qp_plac
     s->ranges = ranges;
     sens_options(o, &s->so);
     st = prepare_model(s, placement, o->quantize_mode, err);
+    struct qp_placement *extra = NULL; /* the scope's probe-only entries */
+    if (st == QP_OK) st = qp_sens_scope_check(model->graph, s->so.scope, s->so.n_scope, err);
+    if (st == QP_OK && s->so.n_scope && s->so.probe == QP_SENS_QUANTIZE_ONE)
+        st = qp_sens_scope_placement(model->graph, s->pl, s->so.scope, s->so.n_scope, &extra, err);
     if (st == QP_OK && !ranges) {
-        st = qp_sens_calibrate(model, s->pl, data, QP_CALIB_ENTROPY, o->n_threads, &s->own_ranges,
-                               &s->n_calib_samples, err);
+        st = qp_sens_calibrate(model, s->pl, data, QP_CALIB_ENTROPY, 0, o->n_threads,
+                               &s->own_ranges, &s->n_calib_samples, err);
+        struct qp_ranges *xr = NULL;
+        if (st == QP_OK && extra)
+            st = qp_sens_calibrate(model, extra, data, QP_CALIB_ENTROPY, 0, o->n_threads, &xr, NULL,
+                                   err);
+        if (st == QP_OK && xr) st = qp_sens_ranges_add(s->own_ranges, xr, err);
+        qp_ranges_free(xr);
         s->ranges = s->own_ranges;
     }
-    if (st == QP_OK) st = qp_sens_score(model, s->pl, data, s->ranges, &s->so, &s->r, err);
+    if (st == QP_OK)
+        st = qp_sens_score_scoped(model, s->pl, extra, data, s->ranges, &s->so, &s->r, err);
+    qp_placement_free(extra);
     if (st == QP_OK) st = qp_sens_rank(s->r, &s->k, err);
     if (st == QP_OK) st = index_ranks(s, err);
     /* Borrowed for the call only: picking never reads them. */

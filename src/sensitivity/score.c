@@ -547,7 +547,8 @@ struct probe_pool {
     size_t n_order;
     double *cost; /* per target: estimate, then the last batch's seconds */
     int n_threads_each;
-    uint64_t total, done;
+    uint64_t total, done;   /* probe steps (probes x batches) */
+    uint64_t n_batches;     /* steps per probe */
     int *owner;             /* per target: the worker that ran it last, or -1 */
     unsigned char *taken;   /* per position in order: handed out in this batch */
     size_t *own_at;         /* per worker: where its scan for its own targets is */
@@ -770,7 +771,8 @@ static void *pool_work(void *arg_) {
         }
         pthread_mutex_lock(&p->lock);
         p->done++;
-        if (c->o->progress) c->o->progress(p->done, p->total, c->o->progress_user);
+        if (c->o->progress) /* probes, not probe steps */
+            c->o->progress(p->done / p->n_batches, p->total / p->n_batches, c->o->progress_user);
         pthread_mutex_unlock(&p->lock);
     }
     return NULL;
@@ -869,7 +871,8 @@ enum qp_status qp_sens_score(const struct qp_model *model, const struct qp_place
     struct probe_pool pool = {.c = &c, .r = r, .sums = sums, .n_targets = nt};
     if ((st = pool_init(&pool, n_live, err)) != QP_OK) goto pool_done;
     r->n_probe_workers = c.n_wk;
-    pool.total = qp_provider_n_batches(prov) * (uint64_t)n_live;
+    pool.n_batches = qp_provider_n_batches(prov) ? qp_provider_n_batches(prov) : 1;
+    pool.total = pool.n_batches * (uint64_t)n_live;
     const struct qp_array *batch = NULL;
     int end = 0;
     for (;;) {
@@ -1052,8 +1055,8 @@ static enum qp_status keep_f32(const struct qp_ranges *all, const struct qp_sess
 
 enum qp_status qp_sens_calibrate(const struct qp_model *model, const struct qp_placement *pl,
                                  struct qp_provider *prov, enum qp_calib_method method,
-                                 int n_threads, struct qp_ranges **out, uint64_t *n_samples_out,
-                                 struct qp_error *err) {
+                                 double percentile, int n_threads, struct qp_ranges **out,
+                                 uint64_t *n_samples_out, struct qp_error *err) {
     struct qp_placement *cal = NULL;
     struct qp_collector *col = NULL;
     struct qp_ranges *all = NULL;
@@ -1083,6 +1086,7 @@ enum qp_status qp_sens_calibrate(const struct qp_model *model, const struct qp_p
         qp_placement_remove(cal, cal->weights[0].node, cal->weights[0].input);
     struct qp_collect_options co;
     qp_collect_options_default(&co, method);
+    if (percentile > 0) co.calib.percentile = percentile;
     co.placement = cal;
     co.placement_float_only = 1;
     co.n_threads = n_threads;

@@ -66,7 +66,8 @@ double qp_sens_metric_sample(enum qp_sens_metric m, const float *ref, const floa
 
 /* ---- scoring -------------------------------------------------------------------------------- */
 
-/* Called after each probe step with the steps done and the total. */
+/* Called as probes progress with the probes done and the number of probes (a probe is one
+ * target evaluated on every batch; done counts finished batch steps / batches). */
 typedef void (*qp_sens_progress_fn)(uint64_t done, uint64_t total, void *user);
 
 struct qp_sens_options {
@@ -83,7 +84,9 @@ struct qp_sens_options {
      * at most n_threads and the number of targets. */
     int probe_workers;
     /* Op types targets are limited to (borrowed; n_scope 0: every op type the placement
-     * quantizes). A scoped op type with no placement entry is listed as unprobed. */
+     * quantizes). A scoped op type with no entry in the placement given to qp_sens_score is
+     * listed as unprobed; callers wanting ModelOpt's probes of such types also score
+     * qp_sens_scope_placement and merge (below). */
     const char *const *scope;
     size_t n_scope;
     qp_sens_progress_fn progress; /* may be NULL */
@@ -96,8 +99,11 @@ struct qp_sens_target {
     char *name;                /* node name, or the op type */
     char *op_type;             /* the node's op type, or the op type itself */
     size_t n_edges, n_weights; /* placement entries the target owns */
-    size_t n_nodes;            /* quantized nodes it covers (1 for a node target) */
-    char **nodes;              /* those node names, in topological order */
+    /* Entries its probe quantized that the placement does not hold (qp_sens_scope_merge): a
+     * scoped op type the placement does not quantize. Such a target owns no entry. */
+    size_t n_scope_edges, n_scope_weights;
+    size_t n_nodes; /* quantized nodes it covers (1 for a node target) */
+    char **nodes;   /* those node names, in topological order */
     enum qp_sens_state state;
     double score;    /* SCORED only: sum over graph outputs of the mean per-sample metric */
     char *error;     /* FAILED: the message; UNPROBED: why */
@@ -137,14 +143,56 @@ enum qp_status qp_sens_score(const struct qp_model *model, const struct qp_place
 
 /* One calibration of the full placement, shared by every probe: the ranges of the activation
  * tensors of `pl` that the engine computes as float32 (graph inputs included), from every batch
- * of `prov` (reset first) with `method`. Edges on other tensors (integer tensors, tensors the
+ * of `prov` (reset first) with `method` (`percentile`: the percentile method's, in (0, 100];
+ * 0: its default 99.999). Edges on other tensors (integer tensors, tensors the
  * engine folds at plan time) get no range, so the targets reading them fail with a message
  * instead of the whole analysis. *n_samples_out (may be NULL) receives the samples seen.
  * Statuses of qp_collector_create / _run / _finish. */
 enum qp_status qp_sens_calibrate(const struct qp_model *model, const struct qp_placement *pl,
                                  struct qp_provider *prov, enum qp_calib_method method,
-                                 int n_threads, struct qp_ranges **out, uint64_t *n_samples_out,
-                                 struct qp_error *err);
+                                 double percentile, int n_threads, struct qp_ranges **out,
+                                 uint64_t *n_samples_out, struct qp_error *err);
+
+/* ---- op types scope (ModelOpt's --op_types_scope) ------------------------------------------ */
+
+/* Checks every name of scope[0..n): an op type of a live node of `g` or an ONNX operator
+ * (ir/optraits.h); else QP_ERR_USAGE naming it, with the closest spelling when it looks like a
+ * misspelling ("conv": did you mean 'Conv'?). */
+enum qp_status qp_sens_scope_check(const struct qp_graph *g, const char *const *scope, size_t n,
+                                   struct qp_error *err);
+
+/* The probe-only entries of a scope: for every scoped op type that `pl` (validated on g) holds
+ * no entry for and `g` has nodes of, the entries the int8 trt policy places on a quantizable op
+ * (qp_policy_trt with op_types_to_quantize = those types: ORT's input slots of the op, float
+ * activation inputs as edges, float constants as per-tensor weights, on every node of the type
+ * outside shape computation), as a new validated placement in *out; NULL when there are none.
+ * They are scored apart from `pl` (their own calibration and qp_sens_score), so that the probes
+ * of `pl` stay what they are without the scope. Re-sorts g->topo. QP_ERR_NOMEM and the policy's
+ * statuses. */
+enum qp_status qp_sens_scope_placement(struct qp_graph *g, const struct qp_placement *pl,
+                                       const char *const *scope, size_t n,
+                                       struct qp_placement **out, struct qp_error *err);
+
+/* Moves the targets of `extra` (scored on a qp_sens_scope_placement) that quantize something
+ * into `r` (scored on the placement), as scope-only targets (entries dropped, counted in
+ * n_scope_edges / _weights), replacing r's unprobed target of the same op type and keeping r's
+ * order (op types by name, nodes topologically on g); timings are added. `extra` keeps what was
+ * not moved (free it as usual). QP_ERR_NOMEM (r unchanged). */
+enum qp_status qp_sens_scope_merge(struct qp_sens_result *r, struct qp_sens_result *extra,
+                                   const struct qp_graph *g, enum qp_sens_granularity gr,
+                                   struct qp_error *err);
+
+/* qp_sens_score of `pl`, then (extra not NULL) of `extra` (qp_sens_scope_placement of pl) on
+ * the same data and ranges, merged with qp_sens_scope_merge; o->progress counts the probes of
+ * both. The statuses of both. */
+enum qp_status qp_sens_score_scoped(const struct qp_model *model, const struct qp_placement *pl,
+                                    const struct qp_placement *extra, struct qp_provider *prov,
+                                    const struct qp_ranges *ranges, const struct qp_sens_options *o,
+                                    struct qp_sens_result **out, struct qp_error *err);
+
+/* Adds to `dst` every range of `src` for a tensor `dst` lacks. QP_ERR_NOMEM. */
+enum qp_status qp_sens_ranges_add(struct qp_ranges *dst, const struct qp_ranges *src,
+                                  struct qp_error *err);
 
 /* ---- accuracy budget ------------------------------------------------------------------------ */
 
