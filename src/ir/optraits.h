@@ -32,6 +32,7 @@ enum qp_op_flag {
     QP_OP_FLAG_NO_FP16,       /* kept in float32 by fp16 conversion (no float16 in its schema) */
     QP_OP_FLAG_OUT_INT64,     /* output 0 is int64 whatever the inputs */
     QP_OP_FLAG_OUT_BOOL,      /* output 0 is bool whatever the inputs */
+    QP_OP_FLAG_BF16,          /* every float input and output takes bfloat16 at opset 19 */
     QP_OP_FLAG_COUNT
 };
 _Static_assert(QP_OP_FLAG_COUNT <= 32, "op flags are bits of an unsigned");

@@ -43,98 +43,6 @@ static int has_subgraph(const struct qp_node *n) {
     return 0;
 }
 
-/* ONNX ops whose float inputs and outputs all take bfloat16 at opset 19 (generated from the
- * ONNX schemas; sorted for bsearch). Every other op stays float32 in a bf16 conversion. */
-static const char *const bf16_ops[] = {"Abs",
-                                       "Add",
-                                       "ArgMax",
-                                       "ArgMin",
-                                       "BatchNormalization",
-                                       "Cast",
-                                       "CastLike",
-                                       "Ceil",
-                                       "Clip",
-                                       "Concat",
-                                       "Constant",
-                                       "CumSum",
-                                       "DFT",
-                                       "DepthToSpace",
-                                       "DequantizeLinear",
-                                       "Div",
-                                       "Equal",
-                                       "Erf",
-                                       "Exp",
-                                       "Expand",
-                                       "Flatten",
-                                       "Floor",
-                                       "Gather",
-                                       "GatherElements",
-                                       "GatherND",
-                                       "Gemm",
-                                       "Greater",
-                                       "GreaterOrEqual",
-                                       "Hardmax",
-                                       "Identity",
-                                       "IsNaN",
-                                       "LRN",
-                                       "LayerNormalization",
-                                       "LeakyRelu",
-                                       "Less",
-                                       "LessOrEqual",
-                                       "Log",
-                                       "LogSoftmax",
-                                       "MatMul",
-                                       "Max",
-                                       "Mean",
-                                       "MeanVarianceNormalization",
-                                       "Min",
-                                       "Mod",
-                                       "Mul",
-                                       "Neg",
-                                       "NonZero",
-                                       "PRelu",
-                                       "Pad",
-                                       "Pow",
-                                       "QuantizeLinear",
-                                       "Reciprocal",
-                                       "ReduceL1",
-                                       "ReduceL2",
-                                       "ReduceLogSum",
-                                       "ReduceLogSumExp",
-                                       "ReduceMax",
-                                       "ReduceMean",
-                                       "ReduceMin",
-                                       "ReduceProd",
-                                       "ReduceSum",
-                                       "ReduceSumSquare",
-                                       "Relu",
-                                       "Reshape",
-                                       "STFT",
-                                       "ScatterElements",
-                                       "ScatterND",
-                                       "Shape",
-                                       "Sigmoid",
-                                       "Sign",
-                                       "Size",
-                                       "Slice",
-                                       "Softmax",
-                                       "SpaceToDepth",
-                                       "Split",
-                                       "Sqrt",
-                                       "Squeeze",
-                                       "Sub",
-                                       "Sum",
-                                       "Tanh",
-                                       "Tile",
-                                       "Transpose",
-                                       "Trilu",
-                                       "Unsqueeze",
-                                       "Where"};
-
-static int cmp_name(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 /* 1 when op `op` is one of the options' keep_ops (exact, case-sensitive as ONNX). */
 static int kept_by_user(const struct conv *c, const char *op) {
     for (size_t i = 0; i < c->o->n_keep_ops; i++)
@@ -148,10 +56,7 @@ static int blocked_op(const struct conv *c, const struct qp_node *n) {
     if (!qp_domain_is_onnx(n->domain) || has_subgraph(n)) return 1;
     if (strncmp(n->op_type, "Sequence", 8) == 0) return 1;
     if (kept_by_user(c, n->op_type)) return 1;
-    if (c->lo == QP_DTYPE_BFLOAT16 &&
-        !bsearch(&n->op_type, bf16_ops, sizeof bf16_ops / sizeof bf16_ops[0], sizeof bf16_ops[0],
-                 cmp_name))
-        return 1;
+    if (c->lo == QP_DTYPE_BFLOAT16 && !qp_op_is(n, QP_OP_FLAG_BF16)) return 1;
     return qp_op_is(n, QP_OP_FLAG_NO_FP16);
 }
 

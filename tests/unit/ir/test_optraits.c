@@ -275,6 +275,93 @@ static const char *const out_bool[] = {"Equal", "Less", "Greater", "LessOrEqual"
                                        "Not",   "And",  "Or",      "Xor",         "IsNaN",
                                        "IsInf", NULL};
 
+static const char *const bf16[] = {"Abs",
+                                   "Add",
+                                   "ArgMax",
+                                   "ArgMin",
+                                   "BatchNormalization",
+                                   "Cast",
+                                   "CastLike",
+                                   "Ceil",
+                                   "Clip",
+                                   "Concat",
+                                   "Constant",
+                                   "CumSum",
+                                   "DFT",
+                                   "DepthToSpace",
+                                   "DequantizeLinear",
+                                   "Div",
+                                   "Equal",
+                                   "Erf",
+                                   "Exp",
+                                   "Expand",
+                                   "Flatten",
+                                   "Floor",
+                                   "Gather",
+                                   "GatherElements",
+                                   "GatherND",
+                                   "Gemm",
+                                   "Greater",
+                                   "GreaterOrEqual",
+                                   "Hardmax",
+                                   "Identity",
+                                   "IsNaN",
+                                   "LRN",
+                                   "LayerNormalization",
+                                   "LeakyRelu",
+                                   "Less",
+                                   "LessOrEqual",
+                                   "Log",
+                                   "LogSoftmax",
+                                   "MatMul",
+                                   "Max",
+                                   "Mean",
+                                   "MeanVarianceNormalization",
+                                   "Min",
+                                   "Mod",
+                                   "Mul",
+                                   "Neg",
+                                   "NonZero",
+                                   "PRelu",
+                                   "Pad",
+                                   "Pow",
+                                   "QuantizeLinear",
+                                   "Reciprocal",
+                                   "ReduceL1",
+                                   "ReduceL2",
+                                   "ReduceLogSum",
+                                   "ReduceLogSumExp",
+                                   "ReduceMax",
+                                   "ReduceMean",
+                                   "ReduceMin",
+                                   "ReduceProd",
+                                   "ReduceSum",
+                                   "ReduceSumSquare",
+                                   "Relu",
+                                   "Reshape",
+                                   "STFT",
+                                   "ScatterElements",
+                                   "ScatterND",
+                                   "Shape",
+                                   "Sigmoid",
+                                   "Sign",
+                                   "Size",
+                                   "Slice",
+                                   "Softmax",
+                                   "SpaceToDepth",
+                                   "Split",
+                                   "Sqrt",
+                                   "Squeeze",
+                                   "Sub",
+                                   "Sum",
+                                   "Tanh",
+                                   "Tile",
+                                   "Transpose",
+                                   "Trilu",
+                                   "Unsqueeze",
+                                   "Where",
+                                   NULL};
+
 static const struct {
     enum qp_op_flag flag;
     const char *const *members;
@@ -293,6 +380,7 @@ static const struct {
     {QP_OP_FLAG_NO_FP16, no_fp16},
     {QP_OP_FLAG_OUT_INT64, out_int64},
     {QP_OP_FLAG_OUT_BOOL, out_bool},
+    {QP_OP_FLAG_BF16, bf16},
 };
 
 static int in(const char *op, const char *const *list) {
@@ -356,8 +444,8 @@ static void test_table_order(void **state) {
 
 static void test_unknown_ops(void **state) {
     (void)state;
-    static const char *const unknown[] = {"",    "relu", "Reluu",          "Rel",     "FusedMatMul",
-                                          "Zzz", "AAA",  "QuantizeLinear", "Constant"};
+    static const char *const unknown[] = {
+        "", "relu", "Reluu", "Rel", "FusedMatMul", "Zzz", "AAA", "QLinearAdd", "DequantizeLinearX"};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         assert_int_equal(qp_op_traits_of(unknown[i]), 0);
         struct qp_node nd = onnx_node(unknown[i], "");
