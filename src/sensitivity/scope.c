@@ -14,17 +14,6 @@ static enum qp_status nomem(struct qp_error *err) {
     return qp_error_set(err, QP_ERR_NOMEM, "sensitivity: out of memory");
 }
 
-/* Frees what a target owns (as qp_sens_result_free does). */
-static void target_free_fields(struct qp_sens_target *t) {
-    free(t->name);
-    free(t->op_type);
-    for (size_t k = 0; k < t->n_nodes; k++)
-        free(t->nodes[k]);
-    free(t->nodes);
-    free(t->error);
-    free(t->entries);
-}
-
 static int graph_has_op(const struct qp_graph *g, const char *op) {
     for (size_t k = 0; k < g->n_topo; k++)
         if (strcmp(g->nodes[g->topo[k]].op_type, op) == 0) return 1;
@@ -188,7 +177,7 @@ enum qp_status qp_sens_scope_merge(struct qp_sens_result *r, struct qp_sens_resu
         for (size_t q = 0; ta && q < n_extra && !dup; q++)
             dup = ta->state == QP_SENS_UNPROBED && strcmp(ta->name, all[q].name) == 0;
         if (dup) {
-            target_free_fields(ta);
+            qp_sens_target_release(ta);
             a++;
         } else if (ta && (b == n_extra || !target_before(g, pos, gr, &all[b], ta))) {
             merged[m++] = *ta;

@@ -28,7 +28,7 @@ void qp_sens_options_default(struct qp_sens_options *o) {
     o->cache_bytes = (size_t)1 << 30;
 }
 
-static void target_release(struct qp_sens_target *t) {
+void qp_sens_target_release(struct qp_sens_target *t) {
     free(t->name);
     free(t->op_type);
     for (size_t k = 0; k < t->n_nodes; k++)
@@ -41,7 +41,7 @@ static void target_release(struct qp_sens_target *t) {
 void qp_sens_result_free(struct qp_sens_result *r) {
     if (!r) return;
     for (size_t i = 0; i < r->n_targets; i++)
-        target_release(&r->targets[i]);
+        qp_sens_target_release(&r->targets[i]);
     free(r->targets);
     free(r);
 }

@@ -126,6 +126,8 @@ struct qp_sens_result {
 };
 
 void qp_sens_result_free(struct qp_sens_result *r);
+/* Frees the strings and arrays one target owns (not the target itself). */
+void qp_sens_target_release(struct qp_sens_target *t);
 
 /* Scores every target of `pl` on `model`.
  *   model:  borrowed; its top-level graph must be topologically sorted;
