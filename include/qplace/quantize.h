@@ -59,6 +59,18 @@ struct qp_quantize_config {
     int dq_only;                        /* weights stored quantized, DequantizeLinear only */
     enum qp_dtype high_precision_dtype; /* QP_DTYPE_FLOAT16 (default) or QP_DTYPE_FLOAT */
     int n_threads;                      /* engine threads; 0 (default): all cores */
+    /* With calibration_method percentile: the percentile in (0, 100]; 0 (default): 99.999. */
+    double percentile;
+    /* Scales from these ranges (borrowed; qp_ranges_load_json / _load_trt_cache) instead of
+     * calibration: every activation tensor of the placement needs one (QP_ERR_BAD_INPUT naming
+     * the first that has none). NULL (default): calibrate. */
+    const struct qp_ranges *ranges;
+    int64_t opset; /* output opset, 19..21; 0 (default): the model's, at least 19 */
+    /* With fp16/bf16 high precision, nodes of these op types stay float32 (borrowed). */
+    const char *const *op_types_to_exclude_fp16;
+    size_t n_op_types_to_exclude_fp16;
+    /* 1: graph I/O in the high precision type, graph-input QuantizeLinear removed. */
+    int direct_io_types;
 };
 
 void qp_quantize_config_default(struct qp_quantize_config *c);

@@ -12,6 +12,7 @@
 #include "calib/provider.h"
 #include "calib/provider_npz.h"
 #include "calib/ranges.h"
+#include "core/file.h"
 #include "ir/ir.h"
 #include "ir/opset_convert.h"
 #include "qplace/model.h"
@@ -566,6 +567,9 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
         st = nomem(err);
         goto done;
     }
+    if ((st = qp_file_check_output(r->output_path, "quantize: --output_path", err)) != QP_OK ||
+        (st = qp_file_check_output(o->placement_out, "quantize: --placement_out", err)) != QP_OK)
+        goto done;
     if (same_file(o->onnx_path, r->output_path)) {
         st = qp_error_set(err, QP_ERR_BAD_INPUT,
                           "quantize: output path '%s' is the input model; choose another "
@@ -653,6 +657,28 @@ static enum qp_status check_config(const struct qp_quantize_config *c, struct qp
                             qp_dtype_name(c->high_precision_dtype));
     if (c->n_threads < 0)
         return qp_error_set(err, QP_ERR_USAGE, "quantize: %d threads", c->n_threads);
+    if (c->percentile != 0 && !(c->percentile > 0 && c->percentile <= 100))
+        return qp_error_set(err, QP_ERR_USAGE, "quantize: percentile %g is not in (0, 100]",
+                            c->percentile);
+    if (c->opset && (c->opset < 13 || c->opset > QP_OPSET_CONVERT_MAX))
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "quantize: opset %lld: qplace writes opsets 19..%d (13..18 are raised "
+                            "to 19)",
+                            (long long)c->opset, QP_OPSET_CONVERT_MAX);
+    if (c->n_op_types_to_exclude_fp16 && !c->op_types_to_exclude_fp16)
+        return qp_error_set(err, QP_ERR_USAGE, "quantize: op_types_to_exclude_fp16 is NULL");
+    return QP_OK;
+}
+
+/* Every activation tensor of the placement has a range in `r` (given ranges, no calibration). */
+static enum qp_status check_ranges_cover(const struct qp_ranges *r, const struct qp_placement *pl,
+                                         struct qp_error *err) {
+    for (size_t i = 0; i < pl->n_edges; i++)
+        if (!qp_ranges_find(r, pl->edges[i].tensor))
+            return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                "quantize: activation tensor '%s' of the placement has no range in "
+                                "the given ranges",
+                                pl->edges[i].tensor);
     return QP_OK;
 }
 
@@ -731,15 +757,22 @@ enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provide
     if (!r) return nomem(err);
     struct qp_provider *own_cal = NULL, *own_ev = NULL;
     struct qp_quantize_job job = {.method = c->calibration_method,
+                                  .percentile = c->percentile,
                                   .mode = c->trt.quantize_mode,
                                   .dq_only = c->dq_only,
                                   .high_precision = c->high_precision_dtype,
-                                  .n_threads = c->n_threads};
+                                  .n_threads = c->n_threads,
+                                  .file_ranges = c->ranges,
+                                  .opset = c->opset,
+                                  .keep_fp32_ops = c->op_types_to_exclude_fp16,
+                                  .n_keep_fp32_ops = c->n_op_types_to_exclude_fp16,
+                                  .direct_io_types = c->direct_io_types};
     if ((st = qp_model_clone(model, &job.mf, err)) != QP_OK ||
         (st = qp_model_clone(model, &job.mq, err)) != QP_OK ||
-        (st = prepare_models(job.mf, job.mq, "model", 0, &job.opset_in, err)) != QP_OK ||
+        (st = prepare_models(job.mf, job.mq, "model", c->opset, &job.opset_in, err)) != QP_OK ||
         (st = place_from_config(c, &job, r, err)) != QP_OK ||
-        (st = validate_placement(&job, err)) != QP_OK)
+        (st = validate_placement(&job, err)) != QP_OK ||
+        (c->ranges && (st = check_ranges_cover(c->ranges, job.pl, err)) != QP_OK))
         goto done;
     if (!calibration_data && (st = synthetic_data(c, job.mf, &own_cal, &own_ev, err)) != QP_OK)
         goto done;
