@@ -12,6 +12,7 @@
 #include "calib/provider_npz.h"
 #include "calib/ranges.h"
 #include "cli.h"
+#include "core/file.h"
 #include "ir/ir.h"
 #include "progress.h"
 #include "qplace/model.h"
@@ -76,6 +77,12 @@ static int same_file(const char *a, const char *b) {
 static int outputs_clash(const char *out, const char *cache_out, const char *const *inputs,
                          size_t n) {
     const char *outs[2] = {out, cache_out};
+    struct qp_error err = {0};
+    for (int k = 0; k < 2; k++)
+        if (qp_file_check_output(outs[k],
+                                 k ? "calibrate: --trt_cache_out" : "calibrate: --output_path",
+                                 &err) != QP_OK)
+            return cli_fail(&err);
     for (int k = 0; k < 2; k++)
         for (size_t i = 0; outs[k] && i < n; i++)
             if (same_file(outs[k], inputs[i]) || (inputs[i] && !strcmp(outs[k], inputs[i])))

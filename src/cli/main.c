@@ -85,9 +85,20 @@ static void unknown_command(char *msg, size_t size, const char *name) {
         snprintf(msg, size, "unknown command '%s'", name);
 }
 
+/* The command being run, for the prefix of every message ("qplace quantize: ..."). */
+static const char *current_command;
+
 int cli_fail(const struct qp_error *err) {
     const char *msg = err->msg[0] ? err->msg : qp_status_name(err->status);
-    fprintf(stderr, "qplace: %s\n", msg);
+    if (!current_command) {
+        fprintf(stderr, "qplace: %s\n", msg);
+    } else {
+        /* Library messages often start with the step's name ("quantize: ..."): said once. */
+        size_t n = strlen(current_command);
+        if (strncmp(msg, current_command, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
+            msg += n + 2;
+        fprintf(stderr, "qplace %s: %s\n", current_command, msg);
+    }
     return qp_status_exit_code(err->status);
 }
 
@@ -145,6 +156,7 @@ static int run_command(const struct cli_command *c, int argc, char **argv) {
         return usage_error(c->name, c, err.msg);
     }
     int rc;
+    current_command = c->name;
     if (args.help) {
         print_command_help(stdout, c);
         rc = 0;

@@ -52,6 +52,15 @@ const struct cli_opt cli_quantize_opts[] = {
     {"calibrate_per_node", CLI_BOOL, NULL, "accepted; calibration is streamed already"},
     {"use_zero_point", CLI_VALUE, "BOOL", "accepted; int8/fp8 Q/DQ are symmetric (zero point 0)"},
     {"trust_calibration_data", CLI_BOOL, NULL, "accepted; pickled .npz/.npy are still refused"},
+    {"passes", CLI_LIST, "concat_elimination", "accepted; Concat scales are always shared"},
+    {"mha_accumulation_dtype", CLI_VALUE, "fp16|fp32", "accepted; no Casts around attention"},
+    /* ModelOpt flags qplace refuses with the reason (docs/cli.md, "ModelOpt's flags"). */
+    {"model_id", CLI_VALUE, "ID", "refused: give --calibration_shapes"},
+    {"input_shapes_profile", CLI_VALUE, "JSON", "refused: give --calibration_shapes"},
+    {"trust_remote_code", CLI_BOOL, NULL, "refused (goes with --model_id)"},
+    {"trt_plugins", CLI_LIST, "SO", "refused: no TensorRT plugins in qplace's engine"},
+    {"trt_plugins_precision", CLI_LIST, "OP:PREC", "refused (goes with --trt_plugins)"},
+    {"target_dla", CLI_BOOL, NULL, "refused: qplace does not target DLA"},
     {0},
 };
 
@@ -169,10 +178,55 @@ static void warn_accepted(const struct cli_args *a) {
     if (cli_has(a, "use_zero_point"))
         qp_log(QP_LOG_WARN, "quantize: --use_zero_point: only ModelOpt's int4 uses it; qplace's "
                             "int8/fp8 Q/DQ are symmetric with zero point 0, as ModelOpt's");
+    if (cli_has(a, "passes"))
+        qp_log(QP_LOG_WARN, "quantize: --passes concat_elimination: qplace always shares one "
+                            "scale across a Concat's inputs and output; nothing else to enable");
+    if (cli_has(a, "mha_accumulation_dtype"))
+        qp_log(QP_LOG_WARN, "quantize: --mha_accumulation_dtype: qplace writes no Casts around "
+                            "attention's batched MatMuls; their precision is the high precision "
+                            "type");
     if (cli_has(a, "trust_calibration_data"))
         qp_log(QP_LOG_WARN, "quantize: --trust_calibration_data: accepted, but qplace never "
                             "unpickles: a pickled .npz/.npy can run code when loaded, so it is "
                             "still refused (save arrays with np.savez(path, **arrays))");
+}
+
+/* ModelOpt flags qplace cannot honour: a usage error saying why and what to do instead (1), else
+ * 0. Checked before anything runs. */
+static int refuse_unsupported(const struct cli_args *a) {
+    static const struct {
+        const char *flag, *why;
+    } refused[] = {
+        {"model_id", "qplace builds no Hugging Face input profiles; give the batch shapes with "
+                     "--calibration_shapes NAME:1x128,..."},
+        {"input_shapes_profile", "qplace calibrates on its own engine, not on ONNX Runtime "
+                                 "providers with shape profiles; give --calibration_shapes"},
+        {"trust_remote_code", "it only serves --model_id, which qplace does not take"},
+        {"trt_plugins", "qplace's engine cannot load TensorRT plugins, so a model with custom "
+                        "ops cannot be calibrated here"},
+        {"trt_plugins_precision", "it only serves --trt_plugins, which qplace does not take"},
+        {"target_dla", "qplace's trt policy targets TensorRT GPUs; DLA placement is not "
+                       "implemented (quantize every op type with --op_types_to_quantize)"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (cli_has(a, refused[i].flag)) {
+            fprintf(stderr, "qplace quantize: --%s is not supported: %s\n", refused[i].flag,
+                    refused[i].why);
+            return 1;
+        }
+    for (size_t i = 0; i < cli_count(a, "passes"); i++)
+        if (strcmp(cli_value_at(a, "passes", i), "concat_elimination") != 0) {
+            fprintf(stderr, "qplace quantize: --passes '%s': the only pass is concat_elimination\n",
+                    cli_value_at(a, "passes", i));
+            return 1;
+        }
+    const char *mha = cli_value(a, "mha_accumulation_dtype", NULL);
+    if (mha && strcmp(mha, "fp16") != 0 && strcmp(mha, "fp32") != 0) {
+        fprintf(stderr, "qplace quantize: --mha_accumulation_dtype '%s': expected fp16 or fp32\n",
+                mha);
+        return 1;
+    }
+    return 0;
 }
 
 /* --op_types_to_exclude_fp16 values, comma lists split: *names_out points into *buf_out (both
@@ -340,7 +394,7 @@ int cli_quantize_run(const struct cli_args *a) {
     char *ops_buf = NULL;
     const char **ops = NULL;
     int rc = 0;
-    if (setup_log(a)) return 1;
+    if (refuse_unsupported(a) || setup_log(a)) return 1;
     warn_accepted(a);
     o.onnx_path = cli_value(a, "onnx_path", NULL);
     if (!o.onnx_path && a->n_pos == 0) {

@@ -35,6 +35,7 @@ const struct cli_opt cli_sensitivity_opts[] = {
     {"no_incremental", CLI_BOOL, NULL, "run every probe as a full pass (same scores, slower)"},
     {"output_json", CLI_VALUE, "FILE", "results (<model stem>.sensitivity.json)"},
     {"show_zero_scores", CLI_BOOL, NULL, "list targets whose score is 0 in the table"},
+    {"calibration_eps", CLI_LIST, "EP", "accepted; qplace runs its own CPU engine"},
     {"coverage", CLI_VALUE, "F", "picker: exclude the top targets holding up to F of the mass"},
     {"threshold", CLI_VALUE, "T", "picker: exclude targets (groups) scoring above T"},
     {"max_nodes", CLI_VALUE, "N", "picker: exclude at most N targets (groups)"},
@@ -416,6 +417,10 @@ int cli_sensitivity_run(const struct cli_args *args) {
     o.onnx_path = cli_value(args, "onnx_path", NULL);
     if (!o.onnx_path) return bad_usage("%s", "--onnx_path is required");
     int rc;
+    if (cli_has(args, "calibration_eps"))
+        qp_log(QP_LOG_WARN, "sensitivity: --calibration_eps: qplace calibrates and scores on its "
+                            "own CPU engine, not on ONNX Runtime execution providers; the value is "
+                            "ignored");
     if ((rc = parse_scoring(args, &o)) != 0 || (rc = parse_picker(args, &o)) != 0) return rc;
     const char *scope[256];
     char *scope_buf = NULL;

@@ -56,6 +56,14 @@ done:
 
 static atomic_uint tmp_counter;
 
+enum qp_status qp_file_check_output(const char *path, const char *what, struct qp_error *err) {
+    struct stat st;
+    if (path && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return qp_error_set(err, QP_ERR_BAD_INPUT, "%s '%s' is a directory; give a file path",
+                            what ? what : "output", path);
+    return QP_OK;
+}
+
 enum qp_status qp_file_write_atomic_parts(const char *path, const struct qp_file_part *parts,
                                           size_t n_parts, struct qp_error *err) {
     if (!path || !*path) return qp_error_set(err, QP_ERR_USAGE, "write: empty output path");

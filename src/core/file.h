@@ -16,6 +16,11 @@
 enum qp_status qp_file_read_text(const char *path, size_t max_bytes, char **text_out,
                                  size_t *len_out, struct qp_error *err);
 
+/* QP_ERR_BAD_INPUT "<what> 'path' is a directory; give a file path" when `path` names an
+ * existing directory (an output path given as a folder), else QP_OK. Callers check their output
+ * paths with it before any work, so the mistake costs nothing. */
+enum qp_status qp_file_check_output(const char *path, const char *what, struct qp_error *err);
+
 /* One piece of a file written by qp_file_write_atomic_parts (borrowed for the call). */
 struct qp_file_part {
     const void *data;

@@ -392,6 +392,11 @@ static enum qp_status prepare(const struct qp_sensitivity_run_options *o, struct
     if (same_file(onnx, r->json_path))
         return qp_error_set(err, QP_ERR_BAD_INPUT,
                             "sensitivity: --output_json '%s' is the input model", r->json_path);
+    const char *outs[][2] = {{r->json_path, "sensitivity: --output_json"},
+                             {o->exclusions_out, "sensitivity: --exclusions_out"},
+                             {o->placement_out, "sensitivity: --placement_out"}};
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+        if ((st = qp_file_check_output(outs[i][0], outs[i][1], err)) != QP_OK) return st;
     if (o->blocks_path && (st = qp_sens_blocks_load(o->blocks_path, &s->blocks, err)) != QP_OK)
         return st;
     if (o->calibration_shapes &&
