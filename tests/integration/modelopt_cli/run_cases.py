@@ -15,6 +15,8 @@ status; required), `stderr` / `stdout` (a regex that must match; repeatable), `n
 the command with the same variables, which must exit 0; repeatable). Variables: $Q (qplace),
 $M (the real models), $CLS / $REC / $DET (PaddleOCR models), $DATA (tests/integration/
 calibrate_data), $T (an empty folder per case), $PY (/usr/bin/python3), $HERE (this folder).
+A generated model a cases file names ($M/generated/resnet50.onnx, .../vit_tiny.onnx) is made
+first with tests/models/gen_<name>.py, as the models/ort tests make it (bench/lib.sh).
 Exit 0 when every case holds; each failure prints the case, the check and the output.
 """
 import os
@@ -110,6 +112,18 @@ def main():
         sys.exit(77)
     failed = 0
     cases = parse(cases_file)
+    root = os.path.normpath(os.path.join(here, "..", "..", ".."))
+    text = open(cases_file, encoding="utf-8").read()
+    for name in ("resnet50", "vit_tiny"):
+        out = os.path.join(models, "generated", name + ".onnx")
+        if f"generated/{name}.onnx" not in text:
+            continue
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        gen = os.path.join(root, "tests", "models", f"gen_{name}.py")
+        r = subprocess.run(["bash", "-c", f'. "{root}/bench/lib.sh" && generate "$0" "$1"', gen,
+                            out])
+        if r.returncode != 0:
+            sys.exit(f"modelopt-cli: generating {out} failed")
     for c in cases:
         problems, p = run_case(c, env)
         name = c.get("case", [f"line {c['_line']}"])[0]
