@@ -195,17 +195,8 @@ int cli_calibrate_run(const struct cli_args *args) {
     struct qp_collect_options o;
     qp_collect_options_default(&o, method);
     o.group_concat = !cli_has(args, "no_group_concat");
-    const char *ps = cli_value(args, "percentile", NULL);
-    if (ps) {
-        char *end;
-        errno = 0;
-        double p = strtod(ps, &end);
-        if (end == ps || *end || errno || !(p > 0 && p <= 100))
-            return bad_usage("--percentile '%s' is not a number in (0, 100]", ps);
-        if (method != QP_CALIB_PERCENTILE)
-            return bad_usage("%s", "--percentile needs --calibration_method percentile");
-        o.calib.percentile = p;
-    }
+    if (cli_percentile(args, method, &o.calib.percentile, &err) != QP_OK)
+        return bad_usage("%s", err.msg);
     struct qp_data_options dopt;
     if (cli_data_options(args, "calibrate", &dopt)) return 1;
     const char *ts = cli_value(args, "threads", NULL);

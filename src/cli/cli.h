@@ -10,6 +10,7 @@
 #define QP_CLI_CLI_H
 
 #include "args.h"
+#include "qplace/calib.h"
 #include "qplace/status.h"
 
 struct cli_command {
@@ -48,6 +49,13 @@ struct qp_data_options;
 /* Fills `o` (defaults first) from the data flags of `a`. A bad value prints
  * "qplace CMD: ..." with a hint on stderr and returns 1 (the exit code); 0 on success. */
 int cli_data_options(const struct cli_args *a, const char *cmd, struct qp_data_options *o);
+
+/* --percentile P for calibration `method`: absent leaves *out alone; a number in (0, 100] with
+ * the percentile method is stored in *out. Otherwise QP_ERR_USAGE with the message ("--percentile
+ * 'x' is not a number in (0, 100]", "--percentile needs --calibration_method percentile"), which
+ * the command prints its own way. calibrate, quantize and sensitivity share it. */
+enum qp_status cli_percentile(const struct cli_args *a, enum qp_calib_method method, double *out,
+                              struct qp_error *err);
 
 /* ---- subcommands ------------------------------------------------------------------------- */
 

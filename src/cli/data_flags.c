@@ -8,6 +8,22 @@
 #include "calib/data.h"
 #include "cli.h"
 
+enum qp_status cli_percentile(const struct cli_args *a, enum qp_calib_method method, double *out,
+                              struct qp_error *err) {
+    const char *s = cli_value(a, "percentile", NULL);
+    if (!s) return QP_OK;
+    char *end;
+    errno = 0;
+    double p = strtod(s, &end);
+    if (end == s || *end || errno || !(p > 0 && p <= 100))
+        return qp_error_set(err, QP_ERR_USAGE, "--percentile '%s' is not a number in (0, 100]", s);
+    if (method != QP_CALIB_PERCENTILE)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "--percentile needs --calibration_method percentile");
+    *out = p;
+    return QP_OK;
+}
+
 static int bad(const char *cmd, const char *flag, const char *value, const char *what) {
     fprintf(stderr, "qplace %s: --%s '%s' %s\nTry 'qplace help %s'.\n", cmd, flag, value, what,
             cmd);

@@ -88,20 +88,10 @@ static enum qp_status add_list(struct qp_select *s, const struct cli_args *a, co
 /* --percentile, --ranges_in, --calibration_cache_path and --override_shapes. */
 static int data_flags(const struct cli_args *a, const char *method, struct qp_quantize_options *o) {
     const char *ps = cli_value(a, "percentile", NULL);
-    if (ps) {
-        char *end;
-        errno = 0;
-        double p = strtod(ps, &end);
-        if (end == ps || *end || errno || !(p > 0 && p <= 100)) {
-            fprintf(stderr, "qplace quantize: --percentile '%s' is not a number in (0, 100]\n", ps);
-            return 1;
-        }
-        if (o->method != QP_CALIB_PERCENTILE) {
-            fprintf(stderr,
-                    "qplace quantize: --percentile needs --calibration_method percentile\n");
-            return 1;
-        }
-        o->percentile = p;
+    struct qp_error err = {0};
+    if (cli_percentile(a, o->method, &o->percentile, &err) != QP_OK) {
+        fprintf(stderr, "qplace quantize: %s\n", err.msg);
+        return 1;
     }
     o->ranges_in = cli_value(a, "ranges_in", NULL);
     o->calibration_cache_path = cli_value(a, "calibration_cache_path", NULL);

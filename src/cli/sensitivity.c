@@ -142,13 +142,9 @@ static int parse_calibration(const struct cli_args *args, struct qp_sensitivity_
         return bad_usage(flag[4] == 'c' ? "--num_calib_samples: '%s' is not a positive count"
                                         : "--num_synthetic_samples: '%s' is not a positive count",
                          cli_value(args, flag, ""));
-    const char *s = cli_value(args, "percentile", NULL);
-    if (s) {
-        if (!parse_double(s, &o->percentile) || !(o->percentile > 0 && o->percentile <= 100))
-            return bad_usage("--percentile '%s' is not a number in (0, 100]", s);
-        if (o->method != QP_CALIB_PERCENTILE)
-            return bad_usage("%s", "--percentile needs --calibration_method percentile");
-    }
+    struct qp_error err = {0};
+    if (cli_percentile(args, o->method, &o->percentile, &err) != QP_OK)
+        return bad_usage("%s", err.msg);
     o->ranges_in = cli_value(args, "ranges_in", NULL);
     if (o->ranges_in && cli_has(args, "calibration_method"))
         return bad_usage("%s", "--ranges_in gives the ranges: drop --calibration_method and "

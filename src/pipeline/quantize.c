@@ -129,11 +129,19 @@ struct qp_quantize_job {
     enum qp_dtype high_precision;
     int n_threads;
     int64_t opset_in; /* the model's opset before conversion */
-    int64_t opset;    /* requested output opset (0: max(model, 19)) */
     const char *const *keep_fp32_ops;
     size_t n_keep_fp32_ops;
     int direct_io_types;
 };
+
+/* A requested output opset (0: none) qplace can write; `name` names it in the message. */
+static enum qp_status check_opset(int64_t opset, const char *name, struct qp_error *err) {
+    if (!opset || (opset >= 13 && opset <= QP_OPSET_CONVERT_MAX)) return QP_OK;
+    return qp_error_set(err, QP_ERR_USAGE,
+                        "quantize: %s %lld: qplace writes opsets 19..%d (per-channel "
+                        "QuantizeLinear needs 13 at least; 13..18 are raised to 19)",
+                        name, (long long)opset, QP_OPSET_CONVERT_MAX);
+}
 
 /* The opset mq is written at: max(model, 19, requested); a request below the model's opset or
  * below 19 is raised, with a warning. */
@@ -403,6 +411,19 @@ static size_t warn_unused(const struct qp_ranges *r, const char *path,
     return n;
 }
 
+/* Every activation tensor of the placement has a range in `r`, which came from `source` (given
+ * ranges: no calibration runs, so a missing one is an error naming the tensor). */
+static enum qp_status check_ranges_cover(const struct qp_ranges *r, const char *source,
+                                         const struct qp_placement *pl, struct qp_error *err) {
+    for (size_t i = 0; i < pl->n_edges; i++)
+        if (!qp_ranges_find(r, pl->edges[i].tensor))
+            return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                "quantize: activation tensor '%s' of the placement has no range in "
+                                "%s (no calibration runs when ranges are given)",
+                                pl->edges[i].tensor, source);
+    return QP_OK;
+}
+
 /* --ranges_in and --calibration_cache_path as one table (the cache's entries over the JSON's),
  * covering every activation tensor of the placement. */
 static enum qp_status load_file_ranges(const struct qp_quantize_options *o,
@@ -419,16 +440,11 @@ static enum qp_status load_file_ranges(const struct qp_quantize_options *o,
     for (size_t i = 0; json && i < qp_ranges_count(cache); i++)
         if ((st = qp_ranges_set(json, qp_ranges_at(cache, i), err)) != QP_OK) goto fail;
     struct qp_ranges *all = json ? json : cache;
-    for (size_t i = 0; i < pl->n_edges; i++) {
-        if (qp_ranges_find(all, pl->edges[i].tensor)) continue;
-        st = qp_error_set(
-            err, QP_ERR_BAD_INPUT,
-            "quantize: activation tensor '%s' of the placement has no range in %s%s%s "
-            "(no calibration runs with ranges from a file)",
-            pl->edges[i].tensor, o->ranges_in ? o->ranges_in : cache_path,
-            o->ranges_in && cache_path ? " or " : "", o->ranges_in && cache_path ? cache_path : "");
-        goto fail;
-    }
+    char source[1024];
+    snprintf(source, sizeof source, "%s%s%s", o->ranges_in ? o->ranges_in : cache_path,
+             o->ranges_in && cache_path ? " or " : "",
+             o->ranges_in && cache_path ? cache_path : "");
+    if ((st = check_ranges_cover(all, source, pl, err)) != QP_OK) goto fail;
     if (all == json) qp_ranges_free(cache);
     *out = all;
     return QP_OK;
@@ -549,17 +565,13 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
                                   .dq_only = o->dq_only,
                                   .high_precision = o->high_precision,
                                   .n_threads = o->n_threads,
-                                  .opset = o->opset,
                                   .keep_fp32_ops = o->op_types_to_exclude_fp16,
                                   .n_keep_fp32_ops = o->n_op_types_to_exclude_fp16,
                                   .direct_io_types = o->direct_io_types};
     if (!r) return nomem(err);
-    if (o->opset && (o->opset < 13 || o->opset > QP_OPSET_CONVERT_MAX)) {
+    if ((st = check_opset(o->opset, "--opset", err)) != QP_OK) {
         free(r);
-        return qp_error_set(err, QP_ERR_USAGE,
-                            "quantize: --opset %lld: qplace writes opsets 19..%d (per-channel "
-                            "QuantizeLinear needs 13 at least; 13..18 are raised to 19)",
-                            (long long)o->opset, QP_OPSET_CONVERT_MAX);
+        return st;
     }
     r->output_path =
         o->output_path ? strdup(o->output_path) : qp_quant_default_output(o->onnx_path);
@@ -660,25 +672,9 @@ static enum qp_status check_config(const struct qp_quantize_config *c, struct qp
     if (c->percentile != 0 && !(c->percentile > 0 && c->percentile <= 100))
         return qp_error_set(err, QP_ERR_USAGE, "quantize: percentile %g is not in (0, 100]",
                             c->percentile);
-    if (c->opset && (c->opset < 13 || c->opset > QP_OPSET_CONVERT_MAX))
-        return qp_error_set(err, QP_ERR_USAGE,
-                            "quantize: opset %lld: qplace writes opsets 19..%d (13..18 are raised "
-                            "to 19)",
-                            (long long)c->opset, QP_OPSET_CONVERT_MAX);
+    if (check_opset(c->opset, "opset", err) != QP_OK) return QP_ERR_USAGE;
     if (c->n_op_types_to_exclude_fp16 && !c->op_types_to_exclude_fp16)
         return qp_error_set(err, QP_ERR_USAGE, "quantize: op_types_to_exclude_fp16 is NULL");
-    return QP_OK;
-}
-
-/* Every activation tensor of the placement has a range in `r` (given ranges, no calibration). */
-static enum qp_status check_ranges_cover(const struct qp_ranges *r, const struct qp_placement *pl,
-                                         struct qp_error *err) {
-    for (size_t i = 0; i < pl->n_edges; i++)
-        if (!qp_ranges_find(r, pl->edges[i].tensor))
-            return qp_error_set(err, QP_ERR_BAD_INPUT,
-                                "quantize: activation tensor '%s' of the placement has no range in "
-                                "the given ranges",
-                                pl->edges[i].tensor);
     return QP_OK;
 }
 
@@ -763,7 +759,6 @@ enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provide
                                   .high_precision = c->high_precision_dtype,
                                   .n_threads = c->n_threads,
                                   .file_ranges = c->ranges,
-                                  .opset = c->opset,
                                   .keep_fp32_ops = c->op_types_to_exclude_fp16,
                                   .n_keep_fp32_ops = c->n_op_types_to_exclude_fp16,
                                   .direct_io_types = c->direct_io_types};
@@ -772,7 +767,8 @@ enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provide
         (st = prepare_models(job.mf, job.mq, "model", c->opset, &job.opset_in, err)) != QP_OK ||
         (st = place_from_config(c, &job, r, err)) != QP_OK ||
         (st = validate_placement(&job, err)) != QP_OK ||
-        (c->ranges && (st = check_ranges_cover(c->ranges, job.pl, err)) != QP_OK))
+        (c->ranges &&
+         (st = check_ranges_cover(c->ranges, "the given ranges", job.pl, err)) != QP_OK))
         goto done;
     if (!calibration_data && (st = synthetic_data(c, job.mf, &own_cal, &own_ev, err)) != QP_OK)
         goto done;
