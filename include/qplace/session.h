@@ -81,7 +81,38 @@ struct qp_session_options {
      * that run at the same time on different threads (parallel sensitivity probes) take
      * different lanes so they do not wait on each other. Results do not depend on the lane. */
     int lane;
+    /* The integer path (enum qp_int8_mode): QP_INT8_OFF (0, the default) runs a Q/DQ model as
+     * written — every DequantizeLinear to float, the op in float, every QuantizeLinear its own
+     * pass: the fake-quantization oracle that calibration, overlays and sensitivity use.
+     * QP_INT8_AUTO fuses what TensorRT fuses (DQ -> Conv [-> activation] [-> residual Add] [-> Q])
+     * into integer kernels and runs ops that commute with quantization on int8 tensors
+     * (docs/engine.md "INT8 path"). Results then differ from QP_INT8_OFF by rounding: int8
+     * outputs by at most one quantization step. The session then runs a rewritten copy of the
+     * model: observers and overlays see that graph (use QP_INT8_OFF for them);
+     * qp_session_int8_decisions says what fused. A model without Q/DQ runs as with QP_INT8_OFF. */
+    int int8;
 };
+
+enum qp_int8_mode { QP_INT8_OFF = 0, QP_INT8_AUTO = 1 };
+
+/* What the integer path did with one QuantizeLinear/DequantizeLinear node of the model. */
+struct qp_int8_decision {
+    const char *node;    /* the Q/DQ node's name */
+    const char *op_type; /* "QuantizeLinear" or "DequantizeLinear" */
+    int fused;           /* 1: it is part of an integer kernel or data flow */
+    const char *into;    /* fused: what it fused into ("QConv 'conv1' (3 nodes, int8 output)") */
+    const char *reason;  /* not fused (or only partly): why it runs as its own pass */
+};
+
+/* The decisions of a session created with QP_INT8_AUTO, in the order they were made (*out is
+ * borrowed for the session's lifetime); 0 for other sessions. *fallback_out (may be NULL)
+ * receives "" or, when the integer path could not be planned and the session runs the model
+ * as written, the reason. */
+size_t qp_session_int8_decisions(const struct qp_session *s, const struct qp_int8_decision **out,
+                                 const char **fallback_out);
+/* The CPU instruction set the kernels run with ("AVX-512 VNNI", "AVX2", ...): benchmark lines
+ * print it, since oneDNN picks kernels and the integer path its method by it. */
+const char *qp_session_isa(void);
 
 #define QP_SESSION_MAX_LANES 256
 

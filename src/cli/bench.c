@@ -44,6 +44,8 @@ const struct cli_opt cli_bench_opts[] = {
     {"check", CLI_BOOL, NULL, "with --compare-ort: outputs must agree (rtol 1e-3, atol 1e-4)"},
     {"ort_script", CLI_VALUE, "FILE", "ORT runner (default: bench/ort_bench.js of the source)"},
     {"ort_npm", CLI_VALUE, "DIR", "folder holding node_modules/onnxruntime-node"},
+    {"int8", CLI_VALUE, "auto|off", "the integer path on Q/DQ models (default auto)"},
+    {"explain", CLI_BOOL, NULL, "list what each Q/DQ node fused into, or why it runs alone"},
     {0},
 };
 
@@ -68,7 +70,7 @@ struct stats {
 struct flags {
     const char *path;
     long iters, warm, threads;
-    int json, compare, check;
+    int json, compare, check, int8, explain;
     size_t n_user; /* --shape flags */
 };
 
@@ -137,6 +139,8 @@ static int parse_flags(const struct cli_args *args, struct flags *f) {
     if (cli_has(args, "threads") &&
         !parse_count(cli_value(args, "threads", ""), "threads", 1, 1024, &f->threads))
         return 1;
+    if ((f->int8 = cli_int8_mode(args, "bench")) < 0) return 1;
+    f->explain = cli_has(args, "explain");
     f->json = cli_has(args, "json");
     f->compare = cli_has(args, "compare_ort");
     f->check = cli_has(args, "check");
@@ -523,6 +527,8 @@ static void print_json(const struct flags *f, int n_threads, const char *wait_de
     cJSON_AddNumberToObject(r, "iterations", (double)f->iters);
     cJSON_AddNumberToObject(r, "warmup", (double)f->warm);
     cJSON_AddStringToObject(r, "omp_wait", wait_desc);
+    cJSON_AddStringToObject(r, "isa", qp_session_isa());
+    cJSON_AddStringToObject(r, "int8", f->int8 ? "auto" : "off");
     add_stats_json(r, "qplace", q);
     if (o) {
         cJSON *oj = add_stats_json(r, "ort", &o->st);
@@ -548,8 +554,10 @@ static void print_row(const char *engine, const struct stats *st) {
 
 static void print_text(const struct flags *f, int n_threads, const char *wait_desc,
                        const struct stats *q, const struct ort *o) {
-    printf("model       %s\nthreads     %d\niterations  %ld (warm-up %ld)\nomp wait    %s\n",
-           f->path, n_threads, f->iters, f->warm, wait_desc);
+    printf("model       %s\nthreads     %d\niterations  %ld (warm-up %ld)\nomp wait    %s\n"
+           "isa         %s\nint8        %s\n",
+           f->path, n_threads, f->iters, f->warm, wait_desc, qp_session_isa(),
+           f->int8 ? "auto" : "off");
     printf("%-8s %11s %11s %11s %12s %13s\n", "engine", "median_ms", "min_ms", "mean_ms", "items/s",
            "peak_rss_MB");
     print_row("qplace", q);
@@ -590,7 +598,7 @@ int cli_bench_run(const struct cli_args *args) {
     /* Every input gets a concrete shape: --shape, else the model's static one. */
     if (qp_bench_input_shapes(m, f.n_user, sf->shapes, &shapes, &n_shapes, &err) != QP_OK)
         goto fail;
-    struct qp_session_options so = {.n_threads = (int)f.threads};
+    struct qp_session_options so = {.n_threads = (int)f.threads, .int8 = f.int8};
     if (qp_session_create(m, &so, n_shapes, shapes, &s, &err) != QP_OK) goto fail;
     n_in = qp_session_n_inputs(s);
     if (n_in > BENCH_MAX_INPUTS) {
@@ -622,6 +630,7 @@ int cli_bench_run(const struct cli_args *args) {
         print_json(&f, n_threads, wait_desc, &q, f.compare ? ort : NULL);
     else
         print_text(&f, n_threads, wait_desc, &q, f.compare ? ort : NULL);
+    if (!f.json && f.int8) cli_int8_summary(s, f.explain);
     rc = f.check && ort->mismatch ? 3 : 0;
     goto done;
 fail:

@@ -105,4 +105,12 @@ void cli_choose_omp_wait(char **argv);
  * for a minute, which must not make a quiet machine look busy). */
 int cli_omp_spin_ok(double load1, int running_others, long n_cpus);
 
+/* --int8 auto|off of `run` and `bench` (cli_int8.c): QP_INT8_AUTO (the default) or QP_INT8_OFF;
+ * -1 after the message for another value. */
+int cli_int8_mode(const struct cli_args *args, const char *command);
+/* Prints what the integer path of session `s` did: counts, and with `explain` one line per
+ * Q/DQ node of the model (what it fused into, or why it runs as its own pass). */
+struct qp_session;
+void cli_int8_summary(const struct qp_session *s, int explain);
+
 #endif

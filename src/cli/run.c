@@ -16,6 +16,7 @@ const struct cli_opt cli_run_opts[] = {
     {"inputs", CLI_VALUE, "FILE.npz", "graph inputs from an .npz archive, keyed by input name"},
     {"output", CLI_VALUE, "OUT.npz", "where to write the outputs (required)"},
     {"threads", CLI_VALUE, "N", "kernel threads (default: all cores; results do not change)"},
+    {"int8", CLI_VALUE, "auto|off", "the integer path on Q/DQ models (default auto)"},
     {0},
 };
 
@@ -107,7 +108,12 @@ int cli_run_run(const struct cli_args *args) {
         return cli_fail(&err);
     }
     if (qp_model_load_file(args->pos[0], NULL, &m, &err) != QP_OK) goto fail;
-    struct qp_session_options so = {.n_threads = n_threads};
+    int int8 = cli_int8_mode(args, "run");
+    if (int8 < 0) {
+        rc = 1;
+        goto done;
+    }
+    struct qp_session_options so = {.n_threads = n_threads, .int8 = int8};
     if (qp_session_create(m, &so, 0, NULL, &s, &err) != QP_OK) goto fail;
     const struct qp_graph *g = qp_model_graph(m);
     n_in = qp_session_n_inputs(s);

@@ -2,6 +2,7 @@
 #ifndef QP_KERNELS_KERNELS_H
 #define QP_KERNELS_KERNELS_H
 
+#include "kernels/int8_conv.h"
 #include "kernels/kernel.h"
 
 #define QP_KERNEL(dom, op, lo, hi, dts, dti, fl, prep, run)                                        \

@@ -1,10 +1,14 @@
 /* Sessions: kernel resolution at creation, the plan cache, runs, outputs and observers. */
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/size.h"
 #include "qmath/qparams.h"
+#include "kernels/int8_conv.h"
+#include "qplace/model.h"
+#include "runtime/int8.h"
 #include "runtime/runtime.h"
 
 static const char *dom_name(const char *d) {
@@ -26,6 +30,7 @@ static enum qp_status resolve(struct qp_session *s, struct qp_error *err) {
         int ni = g->topo[k];
         const struct qp_node *n = &g->nodes[ni];
         int64_t opset = qp_model_opset(s->model, n->domain ? n->domain : "");
+        if (n->domain && strcmp(n->domain, QP_INT8_DOMAIN) == 0) opset = 1; /* runtime/int8.c */
         if (opset <= 0 && (!n->domain || !n->domain[0]))
             opset = qp_model_opset(s->model, "ai.onnx");
         if (opset <= 0)
@@ -273,11 +278,63 @@ static enum qp_status get_plan(struct qp_session *s, const int *ranks,
     return QP_OK;
 }
 
+/* QP_INT8_AUTO: a session on the rewritten copy, or (when that cannot be planned) on the model
+ * as written, saying why. */
+static enum qp_status create_int8(const struct qp_model *model,
+                                  const struct qp_session_options *opts, size_t n_shapes,
+                                  const struct qp_shape *shapes, struct qp_session **session_out,
+                                  struct qp_error *err) {
+    struct qp_session_options o = *opts;
+    o.int8 = QP_INT8_OFF;
+    struct qp_model *clone = NULL;
+    struct qp_error e2 = {0};
+    struct rt_int8_report *rep = calloc(1, sizeof *rep);
+    if (!rep) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
+    enum qp_status st = qp_model_clone(model, &clone, &e2);
+    if (!st) st = rt_int8_rewrite(qp_model_graph(clone), rep, &e2);
+    struct qp_session *s = NULL;
+    if (!st) st = qp_session_create(clone, &o, n_shapes, shapes, &s, &e2);
+    if (!st) {
+        s->int8_model = clone;
+        s->int8 = rep;
+        *session_out = s;
+        return QP_OK;
+    }
+    rt_int8_report_free(rep);
+    free(rep);
+    qp_model_free(clone);
+    if (st == QP_ERR_NOMEM) {
+        if (err) *err = e2;
+        return st;
+    }
+    st = qp_session_create(model, &o, n_shapes, shapes, session_out, err);
+    if (st) return st;
+    snprintf((*session_out)->int8_fallback, sizeof(*session_out)->int8_fallback, "%s",
+             e2.msg[0] ? e2.msg : "the integer path failed");
+    qp_log(QP_LOG_WARN, "session: the integer path is off for this model: %s",
+           (*session_out)->int8_fallback);
+    return QP_OK;
+}
+
+size_t qp_session_int8_decisions(const struct qp_session *s, const struct qp_int8_decision **out,
+                                 const char **fallback_out) {
+    if (fallback_out) *fallback_out = s ? s->int8_fallback : "";
+    if (out) *out = s && s->int8 ? s->int8->d : NULL;
+    return s && s->int8 ? s->int8->n : 0;
+}
+
+const char *qp_session_isa(void) {
+    return qp_int8_isa_name();
+}
+
 enum qp_status qp_session_create(const struct qp_model *model,
                                  const struct qp_session_options *opts, size_t n_shapes,
                                  const struct qp_shape *shapes, struct qp_session **session_out,
                                  struct qp_error *err) {
     enum qp_status st = QP_OK;
+    if (model && session_out && opts && opts->int8 == QP_INT8_AUTO &&
+        rt_int8_has_qdq(qp_model_graph(model)))
+        return create_int8(model, opts, n_shapes, shapes, session_out, err);
     int *ranks = NULL;
     int64_t(*dims)[QP_MAX_RANK] = NULL;
     if (!model || !session_out || (n_shapes && !shapes))
@@ -424,7 +481,13 @@ void qp_session_free(struct qp_session *s) {
     free(s->cache.lay);
     free(s->cache.home);
     free(s->cache.buf);
+    struct qp_model *m8 = s->int8_model;
+    if (s->int8) {
+        rt_int8_report_free(s->int8);
+        free(s->int8);
+    }
     free(s);
+    qp_model_free(m8);
 }
 
 size_t qp_session_n_inputs(const struct qp_session *s) {

@@ -1,0 +1,46 @@
+/*
+ * The INT8 convolution of the engine's integer path (src/runtime/int8.c writes its nodes): one
+ * kernel for what TensorRT fuses around a Conv in a Q/DQ model,
+ *
+ *   y = Q( post2( Add( post1( Conv(DQ(x), DQ(w), bias) ), residual ) ) )
+ *
+ * as the internal op QP_INT8_DOMAIN "QConv". Inputs, by position (optional ones may be absent):
+ *   0 x (int8/uint8)   1 x_scale (1 value)   2 x_zero_point
+ *   3 w (int8, plan-time constant, [M, C/group, k...])   4 w_scale (1 or M values)   5 w_zero_point
+ *   6 bias (float, constant)   7 y_scale   8 y_zero_point (absent: a float output)
+ *   9 residual (int8/uint8 with 10 r_scale and 11 r_zero_point, or float, of the output's shape)
+ * Attributes: Conv's own, `post` (ints: enum qp_conv_post_kind, QP_CONV_POST_SUM marks where
+ * the residual is added), `post_alpha` / `post_beta` (floats), `out_dtype` (the float output's
+ * dtype when no Q follows), `src_nhwc` / `dst_nhwc` / `res_nhwc` (1: that int8 tensor is stored
+ * channels last, NHWC, as the integer kernels exchange it; only QConv nodes read such tensors).
+ *
+ * Paths, chosen when the node is prepared (qp_int8_conv_path):
+ *   - QP_INT8_PATH_DNNL_INT8: oneDNN's int8 convolution (s8/u8 source, s8 weights, int32
+ *     accumulation, per-channel output scales, the post-operations, requantized on store). Only
+ *     where the CPU has VNNI (AVX-512 VNNI or AVX-VNNI): without it oneDNN sums u8 x s8 pairs
+ *     into saturating int16 (vpmaddubsw) or halves the weights to avoid that, and neither is exact.
+ *   - QP_INT8_PATH_DNNL_F32: the same primitive in float on the dequantized values (AVX2 without
+ *     VNNI; exact in the sense that matters: no saturation, float rounding only).
+ *   - QP_INT8_PATH_REF: plain C, int64 accumulation (oneDNN disabled or unable): the oracle.
+ */
+#ifndef QP_KERNELS_INT8_CONV_H
+#define QP_KERNELS_INT8_CONV_H
+
+#include "kernels/kernel.h"
+
+#define QP_INT8_DOMAIN "qplace.int8"
+
+enum qp_int8_path { QP_INT8_PATH_REF = 0, QP_INT8_PATH_DNNL_INT8, QP_INT8_PATH_DNNL_F32 };
+
+/* The path a QConv state runs (tests, bench --explain). */
+enum qp_int8_path qp_int8_conv_path(const void *state);
+
+/* 1 when the CPU oneDNN runs on (ONEDNN_MAX_CPU_ISA honoured) has VNNI, so u8 x s8 dot products
+ * accumulate exactly in int32. QP_INT8_VNNI=0/1 in the environment overrides it (tests of both
+ * selections on one machine). */
+int qp_int8_cpu_has_vnni(void);
+
+/* The ISA oneDNN runs with, as a short name ("AVX-512 VNNI", "AVX2", ...), for benchmark lines. */
+const char *qp_int8_isa_name(void);
+
+#endif

@@ -1,0 +1,613 @@
+/*
+ * The integer path's graph rewrite (int8.h). Three passes over a clone of the model's graph:
+ * integer data flows (ops that commute with quantization run on the int8 tensor), QConv fusion,
+ * and clean-up (Q/DQ nodes nobody reads); then the channels-last marking and a decision per
+ * original Q/DQ node for `qplace bench --explain`.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/size.h"
+#include "kernels/dnnl_conv.h"
+#include "kernels/int8_conv.h"
+#include "runtime/int8.h"
+
+/* ---- reading the graph ---------------------------------------------------------------------- */
+
+static const struct qp_node *producer(const struct qp_graph *g, int v) {
+    if (v < 0) return NULL;
+    int p = g->values[v].producer;
+    return p >= 0 && !g->nodes[p].dead ? &g->nodes[p] : NULL;
+}
+
+/* The constant tensor value v holds (an initializer or a Constant node's `value`), or NULL. */
+static const struct qp_tensor *const_of(const struct qp_graph *g, int v) {
+    if (v < 0) return NULL;
+    const struct qp_value *val = &g->values[v];
+    if (val->initializer >= 0) return &g->inits[val->initializer];
+    const struct qp_node *p = producer(g, v);
+    if (!p || !qp_node_is(p, "Constant")) return NULL;
+    const struct qp_attr *a = qp_node_attr(p, "value");
+    return a && a->type == QP_ATTR_TENSOR ? a->t : NULL;
+}
+
+static int tensor_f(const struct qp_tensor *t, uint64_t i, float *out) {
+    if (!t || !t->data || i >= t->numel) return 0;
+    if (t->dtype == QP_DTYPE_FLOAT)
+        *out = ((const float *)t->data)[i];
+    else if (t->dtype == QP_DTYPE_FLOAT16)
+        *out = qp_fp16_to_f32(((const uint16_t *)t->data)[i]);
+    else
+        return 0;
+    return 1;
+}
+
+static int tensor_i(const struct qp_tensor *t, uint64_t i, int64_t *out) {
+    if (!t || !t->data || i >= t->numel) return 0;
+    if (t->dtype == QP_DTYPE_INT8)
+        *out = ((const int8_t *)t->data)[i];
+    else if (t->dtype == QP_DTYPE_UINT8)
+        *out = ((const uint8_t *)t->data)[i];
+    else
+        return 0;
+    return 1;
+}
+
+static int in_at(const struct qp_node *n, int i) {
+    return i < n->n_inputs ? n->inputs[i] : -1;
+}
+
+/* Per-tensor quantization of a Q or DQ node: scale, zero point, dtype. */
+struct qparam {
+    float s;
+    int64_t z;
+    enum qp_dtype dt;
+    int scale_v, zp_v; /* the values holding them */
+    enum qp_dtype sdt; /* the scale's dtype (float or float16): the float side's dtype */
+};
+
+static int per_tensor(const struct qp_graph *g, const struct qp_node *n, struct qparam *q) {
+    const struct qp_tensor *sc = const_of(g, in_at(n, 1)), *zp = const_of(g, in_at(n, 2));
+    if (!sc || sc->numel != 1 || !zp || zp->numel != 1) return 0;
+    if (!tensor_f(sc, 0, &q->s) || !tensor_i(zp, 0, &q->z) || !(q->s > 0.0f)) return 0;
+    const struct qp_attr *sat = qp_node_attr(n, "saturate");
+    if (sat && sat->i == 0) return 0;
+    q->dt = zp->dtype;
+    q->sdt = sc->dtype;
+    q->scale_v = in_at(n, 1);
+    q->zp_v = in_at(n, 2);
+    return 1;
+}
+
+static int same_q(const struct qparam *a, const struct qparam *b) {
+    return a->s == b->s && a->z == b->z && a->dt == b->dt;
+}
+
+/* v is DQ(x) of a computed int8 tensor x with per-tensor parameters. */
+static int dq_act(const struct qp_graph *g, int v, int *x_out, struct qparam *q) {
+    const struct qp_node *d = producer(g, v);
+    if (!d || !qp_node_is(d, "DequantizeLinear") || !per_tensor(g, d, q)) return 0;
+    int x = in_at(d, 0);
+    if (x < 0 || const_of(g, x)) return 0;
+    const struct qp_node *px = producer(g, x);
+    if (px && qp_node_is(px, "QuantizeLinear") && const_of(g, in_at(px, 0))) return 0;
+    *x_out = x;
+    return 1;
+}
+
+/* The Q node that is v's only reader with per-tensor parameters, or -1. */
+static int sole_q(const struct qp_graph *g, int v, struct qparam *q) {
+    const struct qp_value *val = &g->values[v];
+    if (val->is_graph_output || val->n_uses != 1 || val->uses[0].input != 0) return -1;
+    int u = val->uses[0].node;
+    const struct qp_node *n = &g->nodes[u];
+    if (n->dead || !qp_node_is(n, "QuantizeLinear") || !per_tensor(g, n, q)) return -1;
+    if (q->dt != QP_DTYPE_INT8 && q->dt != QP_DTYPE_UINT8) return -1;
+    return u;
+}
+
+/* ---- the report ----------------------------------------------------------------------------- */
+
+static int note(struct rt_int8_report *rep, const struct qp_node *n, int fused, const char *into,
+                const char *reason) {
+    for (size_t i = 0; i < rep->n; i++)
+        if (rep->d[i].node == n->name) { /* already decided: a fusion wins over a reason */
+            if (fused && !rep->d[i].fused) {
+                rep->d[i].fused = 1;
+                snprintf(rep->text[i][0], sizeof rep->text[i][0], "%s", into);
+                rep->text[i][1][0] = 0;
+            }
+            return 1;
+        }
+    if (rep->n == rep->cap) {
+        size_t cap = rep->cap ? rep->cap * 2 : 64;
+        struct qp_int8_decision *d = qp_realloc_n(rep->d, cap, sizeof *d);
+        if (!d) return 0;
+        rep->d = d;
+        char(*t)[2][160] = qp_realloc_n(rep->text, cap, sizeof *t);
+        if (!t) return 0;
+        rep->text = t;
+        rep->cap = cap;
+    }
+    size_t i = rep->n++;
+    snprintf(rep->text[i][0], sizeof rep->text[i][0], "%s", into ? into : "");
+    snprintf(rep->text[i][1], sizeof rep->text[i][1], "%s", reason ? reason : "");
+    /* into/reason point at `text` once every decision is made (it moves while growing) */
+    rep->d[i] = (struct qp_int8_decision){n->name ? n->name : "", n->op_type, fused, "", ""};
+    return 1;
+}
+
+void rt_int8_report_free(struct rt_int8_report *rep) {
+    if (!rep) return;
+    free(rep->d);
+    free(rep->text);
+    memset(rep, 0, sizeof *rep);
+}
+
+int rt_int8_has_qdq(const struct qp_graph *g) {
+    for (size_t i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && (qp_node_is(&g->nodes[i], "QuantizeLinear") ||
+                                  qp_node_is(&g->nodes[i], "DequantizeLinear")))
+            return 1;
+    return 0;
+}
+
+/* ---- editing -------------------------------------------------------------------------------- */
+
+#define MAX_IN 16
+
+static const char *vname(const struct qp_graph *g, int v) {
+    return v >= 0 ? g->values[v].name : "";
+}
+
+/* Replaces nodes dead[0..n_dead) by a node of op/domain with the given inputs and one output,
+ * copying the attributes of `attrs_of` (may be NULL). Returns the new node or -1. */
+static int replace(struct qp_graph *g, const int *dead, int n_dead, const char *name,
+                   const char *op, const char *domain, int n_in, const int *in, int out,
+                   int attrs_of, struct qp_error *err) {
+    const char *names[MAX_IN];
+    for (int i = 0; i < n_in; i++)
+        names[i] = vname(g, in[i]);
+    const char *oname = vname(g, out);
+    struct qp_node keep = attrs_of >= 0 ? g->nodes[attrs_of] : (struct qp_node){0};
+    for (int i = 0; i < n_dead; i++)
+        if (qp_graph_remove_node(g, dead[i], err)) return -1;
+    int nn;
+    if (qp_graph_add_node(g, name, op, domain, n_in, names, 1, &oname, &nn, err)) return -1;
+    for (int i = 0; i < keep.n_attrs; i++) {
+        struct qp_attr *a = qp_node_add_attr(g, nn, keep.attrs[i].name, keep.attrs[i].type);
+        if (!a) return -1;
+        const char *nm = a->name;
+        *a = keep.attrs[i];
+        a->name = nm;
+    }
+    return nn;
+}
+
+/* A copy of n bytes owned by the graph's model. */
+static void *qp_arena_dup(struct qp_graph *g, const void *v, size_t n) {
+    void *c = malloc(n);
+    if (!c) return NULL;
+    memcpy(c, v, n);
+    if (qp_model_own(g->model, c, NULL)) return NULL; /* freed by qp_model_own on failure */
+    return c;
+}
+
+static int add_ints(struct qp_graph *g, int node, const char *name, int n, const int64_t *v) {
+    struct qp_attr *a = qp_node_add_attr(g, node, name, QP_ATTR_INTS);
+    if (!a) return 0;
+    int64_t *c = qp_arena_dup(g, v, (size_t)(n ? n : 1) * sizeof *v);
+    if (!c) return 0;
+    a->ints = c;
+    a->n = (size_t)n;
+    return 1;
+}
+
+static int add_floats(struct qp_graph *g, int node, const char *name, int n, const float *v) {
+    struct qp_attr *a = qp_node_add_attr(g, node, name, QP_ATTR_FLOATS);
+    if (!a) return 0;
+    float *c = qp_arena_dup(g, v, (size_t)(n ? n : 1) * sizeof *v);
+    if (!c) return 0;
+    a->floats = c;
+    a->n = (size_t)n;
+    return 1;
+}
+
+static int add_int(struct qp_graph *g, int node, const char *name, int64_t v) {
+    struct qp_attr *a = qp_node_add_attr(g, node, name, QP_ATTR_INT);
+    if (!a) return 0;
+    a->i = v;
+    return 1;
+}
+
+/* ---- integer data flows --------------------------------------------------------------------- */
+
+static int is_flow_op(const struct qp_node *n) {
+    static const char *ops[] = {"MaxPool", "Reshape",   "Flatten",  "Transpose",
+                                "Squeeze", "Unsqueeze", "Identity", "Slice",
+                                "Gather",  "Pad",       "Concat"};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (qp_node_is(n, ops[i])) return 1;
+    return 0;
+}
+
+/* Why op `n` cannot run on the int8 tensors (NULL: it can), given the Q after it. */
+static const char *flow_blocker(const struct qp_graph *g, const struct qp_node *n,
+                                const struct qparam *qo, int *xq) {
+    int n_data = qp_node_is(n, "Concat") ? n->n_inputs : 1;
+    for (int i = 1; i < n->n_outputs; i++)
+        if (n->outputs[i] >= 0 && g->values[n->outputs[i]].n_uses) return "a second output is read";
+    if (qp_node_is(n, "Pad")) {
+        const struct qp_attr *m = qp_node_attr(n, "mode");
+        if (m && !(m->s.len == 8 && memcmp(m->s.data, "constant", 8) == 0)) return "Pad mode";
+        if (in_at(n, 2) >= 0 || qp_node_attr(n, "value")) return "Pad with a value";
+        if (qo->z != 0) return "Pad of a tensor with a zero point";
+    }
+    for (int i = 0; i < n_data; i++) {
+        struct qparam qi;
+        if (!dq_act(g, in_at(n, i), &xq[i], &qi))
+            return i ? "an input is not DequantizeLinear-fed" : NULL;
+        if (!same_q(&qi, qo))
+            return qp_node_is(n, "Concat") ? "Concat inputs have different scales"
+                                           : "the Q after it has another scale";
+    }
+    return NULL;
+}
+
+/* DQ -> op -> Q (same parameters) becomes op on the int8 tensor; returns the rewrites made. */
+static int flow_pass(struct qp_graph *g, struct rt_int8_report *rep, int *ok,
+                     struct qp_error *err) {
+    int made = 0;
+    for (size_t k = 0; k < g->n_nodes && *ok; k++) {
+        struct qp_node *n = &g->nodes[k];
+        if (n->dead || !is_flow_op(n) || n->n_outputs < 1 || n->outputs[0] < 0) continue;
+        int x0;
+        struct qparam q0, qo;
+        if (!dq_act(g, in_at(n, 0), &x0, &q0)) continue;
+        int q = sole_q(g, n->outputs[0], &qo);
+        if (q < 0) continue;
+        int xq[MAX_IN];
+        if (n->n_inputs > MAX_IN) continue;
+        const char *why = flow_blocker(g, n, &qo, xq);
+        if (why) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "%s '%s' runs in float: %s", n->op_type, n->name, why);
+            *ok = note(rep, &g->nodes[q], 0, "", msg);
+            continue;
+        }
+        int in[MAX_IN], nd = qp_node_is(n, "Concat") ? n->n_inputs : 1;
+        for (int i = 0; i < n->n_inputs; i++)
+            in[i] = i < nd ? xq[i] : n->inputs[i];
+        char into[160];
+        snprintf(into, sizeof into, "%s '%s' on int8", n->op_type, n->name);
+        for (int i = 0; i < nd; i++)
+            *ok = *ok && note(rep, producer(g, n->inputs[i]), 1, into, NULL);
+        *ok = *ok && note(rep, &g->nodes[q], 1, into, NULL);
+        int dead[2] = {(int)k, q};
+        const char *name = n->name, *op = n->op_type, *dom = n->domain;
+        int out = g->nodes[q].outputs[0];
+        if (*ok && replace(g, dead, 2, name, op, dom, n->n_inputs, in, out, (int)k, err) < 0)
+            *ok = 0;
+        made++;
+        rep->n_flow++;
+    }
+    return made;
+}
+
+/* ---- QConv fusion --------------------------------------------------------------------------- */
+
+/* The int8 weights behind DQ output v: an int8 constant, or Q of a constant (folded at plan
+ * time); per tensor, or per output channel (axis 0) with zero points 0. */
+static const char *weight_blocker(const struct qp_graph *g, int v, int *w_out, int *ws_out,
+                                  int *wz_out) {
+    const struct qp_node *d = producer(g, v);
+    if (!d || !qp_node_is(d, "DequantizeLinear")) return "its weights are not DequantizeLinear-fed";
+    int w = in_at(d, 0);
+    const struct qp_tensor *wt = const_of(g, w);
+    const struct qp_node *qw = producer(g, w);
+    int64_t m = -1;
+    if (wt) {
+        if (wt->dtype != QP_DTYPE_INT8) return "its weights are not int8";
+        m = wt->rank > 0 ? wt->dims[0] : -1;
+    } else if (qw && qp_node_is(qw, "QuantizeLinear") && const_of(g, in_at(qw, 0))) {
+        const struct qp_tensor *zq = const_of(g, in_at(qw, 2)), *wf = const_of(g, in_at(qw, 0));
+        if (!zq || zq->dtype != QP_DTYPE_INT8) return "its weights are not quantized to int8";
+        m = wf->rank > 0 ? wf->dims[0] : -1;
+    } else {
+        return "its weights are not a constant";
+    }
+    const struct qp_tensor *sc = const_of(g, in_at(d, 1)), *zp = const_of(g, in_at(d, 2));
+    if (!sc || (sc->numel != 1 && (int64_t)sc->numel != m))
+        return "its weight scales are not per channel";
+    const struct qp_attr *ax = qp_node_attr(d, "axis");
+    if (sc->numel > 1 && ax && ax->i != 0) return "its weights are quantized along another axis";
+    if (sc->numel > 1 && !ax) return "its weights are quantized along axis 1";
+    for (uint64_t i = 0; zp && i < zp->numel; i++) {
+        int64_t z;
+        if (!tensor_i(zp, i, &z) || z != 0) return "its weights have a zero point";
+    }
+    *w_out = w;
+    *ws_out = in_at(d, 1);
+    *wz_out = in_at(d, 2);
+    return NULL;
+}
+
+struct chain {
+    int n, mem[12];
+    int n_post;
+    int64_t kind[QP_CONV_MAX_POST];
+    float al[QP_CONV_MAX_POST], be[QP_CONV_MAX_POST];
+    int res, res_q, res_dq; /* the residual, 1 when int8, and its DequantizeLinear node */
+    struct qparam rq;
+    int q;
+    struct qparam yq;
+    int out;
+};
+
+static int post(struct chain *c, int kind, float al, float be) {
+    if (c->n_post >= QP_CONV_MAX_POST - 1) return 0;
+    c->kind[c->n_post] = kind;
+    c->al[c->n_post] = al;
+    c->be[c->n_post++] = be;
+    return 1;
+}
+
+static float attr_f(const struct qp_node *n, const char *name, float def) {
+    const struct qp_attr *a = qp_node_attr(n, name);
+    return a ? a->f : def;
+}
+
+/* An activation node as post-operations; 0 when it is none oneDNN fuses. */
+static int act_posts(const struct qp_graph *g, const struct qp_node *u, struct chain *c) {
+    if (qp_node_is(u, "Relu")) return post(c, QP_CONV_POST_RELU, 0, 0);
+    if (qp_node_is(u, "LeakyRelu")) return post(c, QP_CONV_POST_RELU, attr_f(u, "alpha", 0.01f), 0);
+    if (qp_node_is(u, "Sigmoid")) return post(c, QP_CONV_POST_SIGMOID, 0, 0);
+    if (qp_node_is(u, "HardSwish")) return post(c, QP_CONV_POST_HARDSWISH, 0, 0);
+    if (qp_node_is(u, "HardSigmoid"))
+        return post(c, QP_CONV_POST_LINEAR, attr_f(u, "alpha", 0.2f), attr_f(u, "beta", 0.5f)) &&
+               post(c, QP_CONV_POST_CLIP, 0, 1);
+    if (qp_node_is(u, "Clip")) {
+        float lo = attr_f(u, "min", -FLT_MAX), hi = attr_f(u, "max", FLT_MAX);
+        for (int i = 1; i < 3 && i < u->n_inputs; i++) {
+            if (u->inputs[i] < 0) continue;
+            float v;
+            if (!tensor_f(const_of(g, u->inputs[i]), 0, &v)) return 0;
+            *(i == 1 ? &lo : &hi) = v;
+        }
+        return post(c, QP_CONV_POST_CLIP, lo, hi);
+    }
+    return 0;
+}
+
+/* Grows the chain after Conv `conv`: activations, one residual Add, a final Q. */
+static void grow(const struct qp_graph *g, int conv, struct chain *c) {
+    memset(c, 0, sizeof *c);
+    c->mem[c->n++] = conv;
+    c->res = c->q = -1;
+    int v = g->nodes[conv].outputs[0];
+    for (;;) {
+        c->out = v;
+        struct qparam yq;
+        int q = sole_q(g, v, &yq);
+        if (q >= 0) {
+            c->q = q;
+            c->yq = yq;
+            c->out = g->nodes[q].outputs[0];
+            return;
+        }
+        const struct qp_value *val = &g->values[v];
+        if (val->is_graph_output || val->n_uses != 1 || c->n >= 11) return;
+        int ui = val->uses[0].node;
+        const struct qp_node *u = &g->nodes[ui];
+        if (u->dead || u->n_outputs < 1) return;
+        struct chain save = *c;
+        if (qp_node_is(u, "Add") && c->res < 0 && u->n_inputs == 2) {
+            int o = u->inputs[1 - val->uses[0].input];
+            if (o < 0 || const_of(g, o) || o == v) return;
+            c->res_q = dq_act(g, o, &c->res, &c->rq);
+            c->res_dq = g->values[o].producer;
+            if (!c->res_q) c->res = o;
+            if (!post(c, QP_CONV_POST_SUM, 0, 0)) {
+                *c = save;
+                return;
+            }
+        } else if (!act_posts(g, u, c)) {
+            return;
+        }
+        c->mem[c->n++] = ui;
+        v = u->outputs[0];
+    }
+}
+
+static int fuse_conv(struct qp_graph *g, int k, struct rt_int8_report *rep, struct qp_error *err,
+                     int *ok) {
+    struct qp_node *n = &g->nodes[k];
+    int xq, w, ws, wz;
+    struct qparam xp;
+    char msg[160];
+    if (!dq_act(g, in_at(n, 0), &xq, &xp)) return 0;
+    const char *why = n->n_inputs > 2 && in_at(n, 2) >= 0 && !const_of(g, in_at(n, 2))
+                          ? "its bias is not a constant"
+                          : weight_blocker(g, in_at(n, 1), &w, &ws, &wz);
+    if (why) {
+        snprintf(msg, sizeof msg, "DQ feeds Conv '%s', which runs in float: %s", n->name, why);
+        *ok = note(rep, producer(g, in_at(n, 0)), 0, "", msg);
+        return 0;
+    }
+    struct chain c;
+    grow(g, k, &c);
+    char into[160];
+    snprintf(into, sizeof into, "QConv '%s' (%d nodes%s%s)", n->name, c.n,
+             c.res >= 0 ? ", residual add" : "", c.q >= 0 ? ", int8 output" : ", float output");
+    *ok = note(rep, producer(g, in_at(n, 0)), 1, into, NULL) &&
+          note(rep, producer(g, in_at(n, 1)), 1, into, NULL);
+    const struct qp_node *qw = producer(g, w);
+    if (*ok && qw && qp_node_is(qw, "QuantizeLinear")) *ok = note(rep, qw, 1, into, NULL);
+    if (*ok && c.q >= 0) *ok = note(rep, &g->nodes[c.q], 1, into, NULL);
+    if (*ok && c.res_q) *ok = note(rep, &g->nodes[c.res_dq], 1, into, NULL);
+    int in[12] = {xq, xp.scale_v, xp.zp_v, w, ws, wz, in_at(n, 2), -1, -1, c.res, -1, -1};
+    if (c.q >= 0) {
+        in[7] = c.yq.scale_v;
+        in[8] = c.yq.zp_v;
+    }
+    if (c.res_q) {
+        in[10] = c.rq.scale_v;
+        in[11] = c.rq.zp_v;
+    }
+    if (c.q >= 0) c.mem[c.n++] = c.q;
+    const char *name = n->name;
+    int nn =
+        *ok ? replace(g, c.mem, c.n, name, "QConv", QP_INT8_DOMAIN, 12, in, c.out, k, err) : -1;
+    if (nn < 0) {
+        *ok = 0;
+        return 0;
+    }
+    *ok =
+        add_ints(g, nn, "post", c.n_post, c.kind) &&
+        add_floats(g, nn, "post_alpha", c.n_post, c.al) &&
+        add_floats(g, nn, "post_beta", c.n_post, c.be) &&
+        add_int(g, nn, "out_dtype", xp.sdt == QP_DTYPE_FLOAT16 ? QP_DTYPE_FLOAT16 : QP_DTYPE_FLOAT);
+    rep->n_qconv++;
+    return 1;
+}
+
+static void conv_pass(struct qp_graph *g, struct rt_int8_report *rep, int *ok,
+                      struct qp_error *err) {
+    size_t n0 = g->n_nodes; /* nodes added by the pass are QConv already */
+    for (size_t k = 0; k < n0 && *ok; k++)
+        if (!g->nodes[k].dead && qp_node_is(&g->nodes[k], "Conv") && g->nodes[k].n_outputs == 1)
+            fuse_conv(g, (int)k, rep, err, ok);
+}
+
+/* ---- clean-up, layouts, decisions ----------------------------------------------------------- */
+
+static int is_qdq(const struct qp_node *n) {
+    return qp_node_is(n, "QuantizeLinear") || qp_node_is(n, "DequantizeLinear");
+}
+
+static int is_qconv(const struct qp_node *n) {
+    return !n->dead && n->domain && strcmp(n->domain, QP_INT8_DOMAIN) == 0 &&
+           strcmp(n->op_type, "QConv") == 0;
+}
+
+/* Removes Q/DQ nodes whose outputs nobody reads (repeatedly: a Q feeding only such a DQ). */
+static enum qp_status sweep(struct qp_graph *g, struct rt_int8_report *rep, struct qp_error *err) {
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (size_t k = 0; k < g->n_nodes; k++) {
+            struct qp_node *n = &g->nodes[k];
+            if (n->dead || !is_qdq(n) || n->n_outputs < 1 || n->outputs[0] < 0) continue;
+            const struct qp_value *v = &g->values[n->outputs[0]];
+            if (v->n_uses || v->is_graph_output) continue;
+            enum qp_status st = qp_graph_remove_node(g, (int)k, err);
+            if (st) return st;
+            rep->n_removed++;
+            changed = 1;
+        }
+    }
+    return QP_OK;
+}
+
+/* Int8 tensors that only QConv nodes exchange, as source or residual, stay channels last. */
+static int mark_nhwc(struct qp_graph *g) {
+    for (size_t k = 0; k < g->n_nodes; k++) {
+        const struct qp_node *n = &g->nodes[k];
+        if (!is_qconv(n) || in_at(n, 7) < 0) continue;
+        const struct qp_value *v = &g->values[n->outputs[0]];
+        int all = v->n_uses > 0 && !v->is_graph_output;
+        for (size_t u = 0; all && u < v->n_uses; u++)
+            all = is_qconv(&g->nodes[v->uses[u].node]) &&
+                  (v->uses[u].input == 0 || v->uses[u].input == 9);
+        if (!all) continue;
+        if (!add_int(g, (int)k, "dst_nhwc", 1)) return 0;
+        for (size_t u = 0; u < v->n_uses; u++)
+            if (!add_int(g, v->uses[u].node, v->uses[u].input == 0 ? "src_nhwc" : "res_nhwc", 1))
+                return 0;
+    }
+    return 1;
+}
+
+/* Why a Q/DQ node that survived runs as its own pass. */
+static void own_reason(const struct qp_graph *g, const struct qp_node *n, char *out, size_t size) {
+    const struct qp_value *v = &g->values[n->outputs[0]];
+    int in0 = in_at(n, 0);
+    if (const_of(g, in0) ||
+        (producer(g, in0) && const_of(g, in_at(producer(g, in0), 0)) && is_qdq(producer(g, in0)))) {
+        snprintf(out, size, "on a constant: evaluated once when the plan is built");
+        return;
+    }
+    if (qp_node_is(n, "DequantizeLinear")) {
+        for (size_t u = 0; u < v->n_uses; u++) {
+            const struct qp_node *c = &g->nodes[v->uses[u].node];
+            if (is_qconv(c)) continue;
+            snprintf(out, size, "DQ feeds %s '%s': no int8 kernel", c->op_type, c->name);
+            return;
+        }
+        snprintf(out, size, "its output is a graph output");
+        return;
+    }
+    const struct qp_node *p = producer(g, in0);
+    int quantized = 0;
+    for (size_t u = 0; u < v->n_uses; u++) {
+        const struct qp_node *c = &g->nodes[v->uses[u].node];
+        if (is_qconv(c) || !qp_node_is(c, "DequantizeLinear")) quantized |= is_qconv(c);
+        const struct qp_value *dv =
+            qp_node_is(c, "DequantizeLinear") ? &g->values[c->outputs[0]] : NULL;
+        for (size_t w = 0; dv && w < dv->n_uses; w++)
+            quantized |= is_qconv(&g->nodes[dv->uses[w].node]);
+    }
+    if (!p)
+        snprintf(out, size, "Q of graph input '%s': quantizes the float input as its own pass",
+                 g->values[in0].name);
+    else if (!quantized)
+        snprintf(out, size, "Q after %s '%s' has no quantized consumer", p->op_type, p->name);
+    else
+        snprintf(out, size,
+                 "Q after %s '%s': %s has no int8 kernel, so the float result is "
+                 "quantized as its own pass",
+                 p->op_type, p->name, p->op_type);
+}
+
+static int decide_rest(const struct qp_graph *g, size_t n_orig, struct rt_int8_report *rep) {
+    for (size_t k = 0; k < n_orig; k++) {
+        const struct qp_node *n = &g->nodes[k];
+        if (n->dead || !is_qdq(n) || n->n_outputs < 1 || n->outputs[0] < 0) continue;
+        char why[128];
+        own_reason(g, n, why, sizeof why);
+        int folded = strncmp(why, "on a constant", 13) == 0;
+        if (!note(rep, n, 0, "", why)) return 0;
+        for (size_t i = 0; i < rep->n; i++)
+            if (rep->d[i].node == n->name && rep->d[i].fused && !folded) /* partly fused */
+                snprintf(rep->text[i][1], sizeof rep->text[i][1], "also runs on its own: %s", why);
+    }
+    for (size_t i = 0; i < rep->n; i++) {
+        rep->d[i].into = rep->text[i][0];
+        rep->d[i].reason = rep->text[i][1];
+    }
+    return 1;
+}
+
+enum qp_status rt_int8_rewrite(struct qp_graph *g, struct rt_int8_report *rep,
+                               struct qp_error *err) {
+    memset(rep, 0, sizeof *rep);
+    size_t n_orig = g->n_nodes;
+    int ok = 1;
+    while (ok && flow_pass(g, rep, &ok, err) > 0) {
+    }
+    if (ok) conv_pass(g, rep, &ok, err);
+    enum qp_status st = QP_OK;
+    if (ok && (st = sweep(g, rep, err))) ok = 0;
+    if (ok && !mark_nhwc(g)) ok = 0;
+    if (ok && !decide_rest(g, n_orig, rep)) ok = 0;
+    if (ok && (st = qp_graph_toposort(g, err))) ok = 0;
+    if (!ok) {
+        rt_int8_report_free(rep);
+        return st ? st
+                  : (err && err->status ? err->status
+                                        : qp_error_set(err, QP_ERR_NOMEM, "int8: out of memory"));
+    }
+    return QP_OK;
+}

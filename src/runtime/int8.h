@@ -1,0 +1,39 @@
+/*
+ * The integer path of the engine (qp_session_options.int8 = QP_INT8_AUTO): before a session is
+ * created on a Q/DQ model, a copy of its graph is rewritten the way TensorRT fuses Q/DQ
+ * (../docs/engine.md "INT8 path"):
+ *
+ *   - DQ(x) and DQ(w, per channel) -> Conv [-> activations] [-> Add(residual)] [-> activations]
+ *     [-> Q] become one QP_INT8_DOMAIN "QConv" node (kernels/int8_conv.h) that reads the int8
+ *     tensor and, with a Q, writes the int8 tensor (requantized), else the float result;
+ *   - DQ(x) -> op -> Q with the same scale and zero point, for ops that commute with
+ *     quantization (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Slice,
+ *     Gather, Pad with zeros, Concat whose inputs share the scale), becomes op on the int8 tensor;
+ *   - Q/DQ nodes nothing reads any more go; the rest run as their own pass.
+ *
+ * Int8 tensors that only QConv nodes exchange are stored channels last (NHWC). Every Q/DQ node of
+ * the original graph gets a decision: what it fused into, or why it runs on its own.
+ */
+#ifndef QP_RUNTIME_INT8_H
+#define QP_RUNTIME_INT8_H
+
+#include "ir/ir.h"
+#include "qplace/session.h"
+
+struct rt_int8_report {
+    size_t n, cap;
+    struct qp_int8_decision *d; /* strings on the rewritten model's arena or `text` */
+    char (*text)[2][160];       /* per decision: `into` and `reason` storage */
+    size_t n_qconv, n_flow, n_removed;
+};
+
+/* Rewrites `g` (a graph of a model the caller owns: a clone) in place and fills `rep`.
+ * QP_ERR_NOMEM, or an edit's error; the graph is then unusable. */
+enum qp_status rt_int8_rewrite(struct qp_graph *g, struct rt_int8_report *rep,
+                               struct qp_error *err);
+void rt_int8_report_free(struct rt_int8_report *rep);
+
+/* 1 when `g` has a QuantizeLinear or DequantizeLinear node. */
+int rt_int8_has_qdq(const struct qp_graph *g);
+
+#endif

@@ -1,0 +1,326 @@
+/*
+ * The integer path (runtime/int8.c + kernels/int8_conv.c): fusion decisions per TensorRT
+ * pattern, results against the fake-quantization oracle (QP_INT8_OFF) within one quantization
+ * step, exact results with weights beyond +-64 and large activations on every kernel path
+ * (oneDNN int8 where the CPU has VNNI, oneDNN float without, plain C), and the path selection.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ir/ir.h"
+#include "kernels/int8_conv.h"
+#include "qplace/session.h"
+#include "runtime/int8.h"
+#include "runtime/runtime.h"
+
+#include "rt_testmodel.h"
+
+#define C  8
+#define M  16
+#define HW 10
+
+static struct qp_dim x_dims[4] = {{1, NULL}, {C, NULL}, {HW, NULL}, {HW, NULL}};
+static float xin[C * HW * HW];
+static float y_off[M * HW * HW], y_on[M * HW * HW];
+
+static void node(struct qp_model *m, const char *name, const char *op, int n_in,
+                 const char *const *in, const char *out) {
+    struct qp_error err = {0};
+    int idx;
+    assert_int_equal(qp_graph_add_node(m->graph, name, op, "", n_in, in, 1, &out, &idx, &err),
+                     QP_OK);
+}
+
+static void int_attr(struct qp_model *m, const char *node_name, const char *name, int64_t v) {
+    int n = qp_graph_find_node(m->graph, node_name);
+    struct qp_attr *a = qp_node_add_attr(m->graph, n, name, QP_ATTR_INT);
+    assert_non_null(a);
+    a->i = v;
+}
+
+static void scale_init(struct qp_model *m, const char *name, float s, const char *zp) {
+    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 0, NULL, &s, sizeof s);
+    int8_t z = 0;
+    graph_add_init(m, m->graph, zp, QP_DTYPE_INT8, 0, NULL, &z, 1);
+}
+
+/* Q -> DQ of tensor `x` into `out`, with scale s (per tensor, int8, zero point 0). */
+static void qdq(struct qp_model *m, const char *x, const char *out, float s) {
+    char sc[96], zp[96], qn[96], qo[96], dn[96];
+    snprintf(sc, sizeof sc, "%s_s", out);
+    snprintf(zp, sizeof zp, "%s_z", out);
+    snprintf(qn, sizeof qn, "%s_Q", out);
+    snprintf(qo, sizeof qo, "%s_q", out);
+    snprintf(dn, sizeof dn, "%s_DQ", out);
+    scale_init(m, sc, s, zp);
+    const char *qi[3] = {x, sc, zp}, *di[3] = {qo, sc, zp};
+    node(m, qn, "QuantizeLinear", 3, qi, qo);
+    node(m, dn, "DequantizeLinear", 3, di, out);
+}
+
+/* Conv weights `name` [M, C, 3, 3] as DQ(Q(W float)) per output channel; values integers times
+ * a power-of-two scale per channel when `exact`, |q| up to 127. */
+static void conv_weights(struct qp_model *m, const char *name, int exact) {
+    int64_t wd[4] = {M, C, 3, 3}, sd[1] = {M};
+    static float w[M * C * 9], s[M], b[M];
+    static int8_t z[M];
+    for (int oc = 0; oc < M; oc++) {
+        s[oc] = exact ? ldexpf(1.0f, -6 - oc % 3) : 0.01f + 0.001f * oc;
+        b[oc] = exact ? ldexpf((float)(oc - 8), -3) : 0.1f * rt_frand();
+        for (int i = 0; i < C * 9; i++) {
+            int q = exact ? ((oc * 37 + i * 11) % 255) - 127 : (int)(127 * rt_frand());
+            w[oc * C * 9 + i] = (float)q * s[oc];
+        }
+    }
+    char ws[96], wz[96], wq[96], wqo[96], wdq[96], bn[96];
+    snprintf(ws, sizeof ws, "%s_ws", name);
+    snprintf(wz, sizeof wz, "%s_wz", name);
+    snprintf(wq, sizeof wq, "%s_wQ", name);
+    snprintf(wqo, sizeof wqo, "%s_wq", name);
+    snprintf(wdq, sizeof wdq, "%s_wDQ", name);
+    snprintf(bn, sizeof bn, "%s_b", name);
+    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 4, wd, w, sizeof w);
+    graph_add_init(m, m->graph, ws, QP_DTYPE_FLOAT, 1, sd, s, sizeof s);
+    graph_add_init(m, m->graph, wz, QP_DTYPE_INT8, 1, sd, z, sizeof z);
+    graph_add_init(m, m->graph, bn, QP_DTYPE_FLOAT, 1, sd, b, sizeof b);
+    const char *qi[3] = {name, ws, wz}, *di[3] = {wqo, ws, wz};
+    node(m, wq, "QuantizeLinear", 3, qi, wqo);
+    node(m, wdq, "DequantizeLinear", 3, di, name[0] == 'w' ? "wf" : "wf2");
+    int_attr(m, wq, "axis", 0);
+    int_attr(m, wdq, "axis", 0);
+}
+
+static void conv(struct qp_model *m, const char *name, const char *x, const char *w, const char *b,
+                 const char *out) {
+    const char *in[3] = {x, w, b};
+    node(m, name, "Conv", 3, in, out);
+    int n = qp_graph_find_node(m->graph, name);
+    struct qp_attr *a = qp_node_add_attr(m->graph, n, "pads", QP_ATTR_INTS);
+    static const int64_t pads[4] = {1, 1, 1, 1};
+    a->ints = pads;
+    a->n = 4;
+}
+
+static void finish(struct qp_model *m, const char *out) {
+    struct qp_error err = {0};
+    assert_int_equal(qp_graph_add_output(m->graph, qp_graph_find_value(m->graph, out), &err),
+                     QP_OK);
+    assert_int_equal(qp_graph_toposort(m->graph, &err), QP_OK);
+}
+
+/* x -> QDQ -> Conv(w) -> Relu -> Add(QDQ(Conv(w2) of the same input)) -> QDQ -> y: ResNet's
+ * residual block, as the trt policy writes it. */
+static struct qp_model *residual_model(int exact, float xs, float ys) {
+    struct qp_model *m = model_with_x(4, x_dims);
+    qdq(m, "x", "xd", xs);
+    conv_weights(m, "w", exact);
+    conv_weights(m, "v", exact);
+    conv(m, "conv_a", "xd", "wf", "w_b", "a");
+    const char *r[1] = {"a"};
+    node(m, "relu_a", "Relu", 1, r, "ar");
+    conv(m, "conv_b", "xd", "wf2", "v_b", "bo");
+    qdq(m, "bo", "bd", ys * 2);
+    const char *add[2] = {"ar", "bd"};
+    node(m, "add", "Add", 2, add, "s");
+    const char *r2[1] = {"s"};
+    node(m, "relu_s", "Relu", 1, r2, "sr");
+    qdq(m, "sr", "y", ys);
+    finish(m, "y");
+    return m;
+}
+
+static void run(struct qp_model *m, int int8, const float *x, float *y, size_t ny,
+                struct qp_session **keep) {
+    struct qp_error err = {0};
+    struct qp_session_options o = {.n_threads = 2, .int8 = int8};
+    struct qp_session *s = NULL;
+    assert_int_equal(qp_session_create(m, &o, 0, NULL, &s, &err), QP_OK);
+    struct qp_array in, out;
+    int64_t d[4] = {1, C, HW, HW};
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 4, d, (void *)x, sizeof xin, &err), QP_OK);
+    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    assert_int_equal(qp_session_output(s, 0, &out, &err), QP_OK);
+    assert_int_equal(out.nbytes, ny * sizeof *y);
+    memcpy(y, out.data, out.nbytes);
+    if (keep)
+        *keep = s;
+    else
+        qp_session_free(s);
+}
+
+static const struct qp_int8_decision *find(const struct qp_session *s, const char *name) {
+    const struct qp_int8_decision *d;
+    size_t n = qp_session_int8_decisions(s, &d, NULL);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(d[i].node, name) == 0) return &d[i];
+    fail_msg("no decision for %s", name);
+    return NULL;
+}
+
+static void fill_x(float amp) {
+    rt_rng = 7;
+    for (size_t i = 0; i < sizeof xin / sizeof xin[0]; i++)
+        xin[i] = amp * rt_frand();
+}
+
+/* The residual block fuses as TensorRT fuses it and agrees with the oracle within one step. */
+static void test_residual_block(void **state) {
+    (void)state;
+    rt_rng = 1;
+    float ys = 0.05f;
+    struct qp_model *m = residual_model(0, 0.02f, ys);
+    fill_x(2.0f);
+    struct qp_session *s;
+    run(m, QP_INT8_OFF, xin, y_off, M * HW * HW, NULL);
+    run(m, QP_INT8_AUTO, xin, y_on, M * HW * HW, &s);
+    const char *fb;
+    qp_session_int8_decisions(s, NULL, &fb);
+    assert_string_equal(fb, "");
+    assert_int_equal(s->int8->n_qconv, 2);
+    const struct qp_int8_decision *d = find(s, "xd_DQ");
+    assert_true(d->fused);
+    assert_non_null(strstr(find(s, "y_Q")->into, "residual add"));
+    assert_non_null(strstr(find(s, "bd_DQ")->into, "conv_a"));
+    assert_non_null(strstr(find(s, "bd_Q")->into, "conv_b"));
+    /* the final DQ feeds the graph output: its own pass */
+    assert_false(find(s, "y_DQ")->fused);
+    int off_by_one = 0;
+    for (size_t i = 0; i < M * HW * HW; i++) {
+        float diff = fabsf(y_on[i] - y_off[i]);
+        assert_true(diff <= ys * 1.001f);
+        off_by_one += diff > 0;
+    }
+    assert_true(off_by_one < M * HW * HW / 20);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
+/* Weights over the whole int8 range and activations near +-127: on AVX2 without VNNI u8 x s8
+ * pair sums would saturate int16. Scales are powers of two and sums below 2^24, so the float
+ * oracle is exact and every path must give the very same bytes. */
+static void check_exact(const char *vnni) {
+    setenv("QP_INT8_VNNI", vnni, 1);
+    rt_rng = 3;
+    struct qp_model *m = residual_model(1, 0.0078125f, 0.5f);
+    fill_x(0.99f);
+    run(m, QP_INT8_OFF, xin, y_off, M * HW * HW, NULL);
+    struct qp_session *s;
+    run(m, QP_INT8_AUTO, xin, y_on, M * HW * HW, &s);
+    assert_int_equal(s->int8->n_qconv, 2);
+    for (size_t i = 0; i < M * HW * HW; i++)
+        if (y_on[i] != y_off[i])
+            fail_msg("element %zu: int8 %g, oracle %g (QP_INT8_VNNI=%s)", i, (double)y_on[i],
+                     (double)y_off[i], vnni);
+    size_t nonzero = 0, large = 0;
+    for (size_t i = 0; i < M * HW * HW; i++) {
+        nonzero += y_on[i] != 0;
+        large += y_on[i] >= 4.0f;
+    }
+    assert_true(nonzero > M * HW * HW / 4);
+    assert_true(large > 0);
+    qp_session_free(s);
+    qp_model_free(m);
+    unsetenv("QP_INT8_VNNI");
+}
+
+static void test_exact_vnni_path(void **state) {
+    (void)state;
+    if (!qp_int8_cpu_has_vnni()) skip(); /* forcing it on AVX2 would show the saturation */
+    check_exact("1");
+}
+
+static void test_exact_float_path(void **state) {
+    (void)state;
+    check_exact("0");
+}
+
+/* The path follows the CPU: oneDNN int8 only with VNNI (ONEDNN_MAX_CPU_ISA=AVX2 in the @avx2
+ * variant of this test takes the other branch on an AVX-512 VNNI machine). */
+static void test_path_selection(void **state) {
+    (void)state;
+    const char *isa = qp_int8_isa_name();
+    int vnni = qp_int8_cpu_has_vnni();
+    assert_int_equal(vnni, strstr(isa, "VNNI") != NULL);
+    setenv("QP_INT8_VNNI", "0", 1);
+    assert_false(qp_int8_cpu_has_vnni());
+    unsetenv("QP_INT8_VNNI");
+    const char *max = getenv("ONEDNN_MAX_CPU_ISA");
+    if (max && strcmp(max, "AVX2") == 0) assert_false(vnni);
+}
+
+/* MaxPool between Q/DQ of one scale runs on int8; of two scales it stays float; Concat of two
+ * scales too; a DQ into Softmax runs on its own. */
+static void test_flow_decisions(void **state) {
+    (void)state;
+    struct qp_model *m = model_with_x(4, x_dims);
+    qdq(m, "x", "xd", 0.02f);
+    const char *p1[1] = {"xd"};
+    node(m, "pool_same", "MaxPool", 1, p1, "p1");
+    node(m, "pool_other", "MaxPool", 1, p1, "p2");
+    for (int i = 0; i < 2; i++) {
+        static const int64_t k[2] = {2, 2};
+        int n = qp_graph_find_node(m->graph, i ? "pool_other" : "pool_same");
+        struct qp_attr *a = qp_node_add_attr(m->graph, n, "kernel_shape", QP_ATTR_INTS);
+        a->ints = k;
+        a->n = 2;
+    }
+    qdq(m, "p1", "p1d", 0.02f);
+    qdq(m, "p2", "p2d", 0.03f);
+    const char *cc[2] = {"p1d", "p2d"};
+    node(m, "cat", "Concat", 2, cc, "c");
+    int_attr(m, "cat", "axis", 1);
+    qdq(m, "c", "cd", 0.03f);
+    const char *sm[1] = {"cd"};
+    node(m, "soft", "Softmax", 1, sm, "y");
+    finish(m, "y");
+    struct qp_error err = {0};
+    struct qp_session_options o = {.n_threads = 1, .int8 = QP_INT8_AUTO};
+    struct qp_session *s = NULL;
+    assert_int_equal(qp_session_create(m, &o, 0, NULL, &s, &err), QP_OK);
+    assert_true(find(s, "p1d_Q")->fused);
+    assert_non_null(strstr(find(s, "p1d_Q")->into, "MaxPool 'pool_same' on int8"));
+    assert_false(find(s, "p2d_Q")->fused);
+    assert_non_null(strstr(find(s, "p2d_Q")->reason, "another scale"));
+    assert_non_null(strstr(find(s, "cd_Q")->reason, "Concat inputs have different scales"));
+    assert_non_null(strstr(find(s, "cd_DQ")->reason, "DQ feeds Softmax 'soft': no int8 kernel"));
+    assert_int_equal(s->int8->n_flow, 1);
+    /* the rewritten graph runs and agrees with the oracle within one step */
+    fill_x(1.0f);
+    float a[C * 9 * 9 * 2], b[C * 9 * 9 * 2];
+    struct qp_array in, out;
+    int64_t d[4] = {1, C, HW, HW};
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 4, d, xin, sizeof xin, &err), QP_OK);
+    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    assert_int_equal(qp_session_output(s, 0, &out, &err), QP_OK);
+    assert_int_equal(out.nbytes, sizeof a);
+    memcpy(a, out.data, sizeof a);
+    qp_session_free(s);
+    o.int8 = QP_INT8_OFF;
+    assert_int_equal(qp_session_create(m, &o, 0, NULL, &s, &err), QP_OK);
+    assert_int_equal(qp_session_int8_decisions(s, NULL, NULL), 0);
+    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    assert_int_equal(qp_session_output(s, 0, &out, &err), QP_OK);
+    memcpy(b, out.data, sizeof b);
+    for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
+        assert_true(fabsf(a[i] - b[i]) <= 1e-6f);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
+int main(void) {
+    (void)insert_qdq;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_residual_block),   cmocka_unit_test(test_exact_vnni_path),
+        cmocka_unit_test(test_exact_float_path), cmocka_unit_test(test_path_selection),
+        cmocka_unit_test(test_flow_decisions),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
