@@ -26,6 +26,7 @@ DEB_PACKAGES=(
     protobuf-c-compiler libprotobuf-c-dev libonnx-dev libonnx-testdata
     libdnnl-dev libopenblas-dev libzip-dev zlib1g-dev libcjson-dev libcmocka-dev
     libpng-dev libjpeg-dev python3-onnx python3-numpy
+    python3-pil fonts-dejavu fonts-wqy-microhei
 )
 
 deb_installed() {
