@@ -55,18 +55,19 @@ struct i8_state {
     enum qp_int8_path path;
     enum qp_dtype xdt, ydt, rdt;
     int has_res, src_nhwc, dst_nhwc, res_nhwc;
-    int y_int8;     /* the output is int8/uint8 */
-    int direct;     /* the primitive writes the output tensor itself (int8, NHWC) */
-    int dst_f32;    /* the primitive's destination is float (converted by the epilogue) */
-    int res_in_dst; /* the residual is copied into the destination as is (SUM on int8) */
+    int y_int8;       /* the output is int8/uint8 */
+    int direct;       /* the primitive writes the output tensor itself (int8, NHWC) */
+    int dst_f32;      /* the primitive's destination is float (converted by the epilogue) */
+    int res_in_dst;   /* the residual is copied into the destination as is (SUM on int8) */
+    float oscale_mul; /* the primitive's output scales are osc * this (1 / y_scale: folded) */
     float xs, ys, rs;
     int32_t xzp, yzp, rzp;
     int n_post;
     struct qp_conv_post post[QP_CONV_MAX_POST];
     struct i8_key key;
     struct i8_entry *entry;
-    size_t off_wei, off_osc, off_bias, off_wraw, off_wsc; /* in the state blob */
-    size_t off_src, off_dst, off_scr;                     /* in scratch */
+    size_t off_wei, off_osc, off_psc, off_bias, off_wraw, off_wsc; /* in the state blob */
+    size_t off_src, off_dst, off_scr;                              /* in scratch */
 };
 
 static int env_flag(const char *name, int def) {
@@ -304,8 +305,8 @@ static struct i8_entry *entry_for(const struct i8_state *s, int nthr, int lane) 
     struct i8_key k = s->key;
     k.nthr = nthr;
     k.lane = lane;
-    const float *osc = (const float *)((const char *)s + s->off_osc);
-    struct i8_force f = {&s->entry->wei, s->entry->impl, osc};
+    const float *psc = (const float *)((const char *)s + s->off_psc);
+    struct i8_force f = {&s->entry->wei, s->entry->impl, psc};
     struct i8_entry *e = qp_dnnl_cache_get(&k, sizeof k, entry_build, &f);
     return e && e->scr_bytes <= s->entry->scr_bytes ? e : s->entry;
 }
@@ -439,6 +440,42 @@ static enum qp_status geometry(struct qp_kprep *p, struct i8_state *s) {
     return qp_kt_set(p->out[0], s->ydt, yf.rank, yf.dims, p->err);
 }
 
+/* The output scales the primitive applies: osc * mul (malloc'd; NULL when out of memory). */
+static float *primitive_scales(const float *osc, int64_t m, float mul) {
+    float *v = qp_malloc_n((size_t)m, sizeof *v);
+    for (int64_t i = 0; v && i < m; i++)
+        v[i] = osc[i] * mul;
+    return v;
+}
+
+/* FNV-1a of the primitive's output scales, for the cache key. */
+static uint64_t scale_hash(const float *osc, int64_t m, float mul) {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t i = 0; i < m; i++) {
+        float v = osc[i] * mul;
+        unsigned char b[sizeof v];
+        memcpy(b, &v, sizeof v);
+        for (size_t j = 0; j < sizeof v; j++)
+            h = (h ^ b[j]) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* 1 when the requantization folds into the primitive: an int8 output of zero point 0 whose
+ * post-operations commute with a positive scale (Relu, LeakyRelu, Clip with its bounds scaled,
+ * the residual sum with its scale), so 1 / y_scale joins the output scales and oneDNN rounds
+ * and saturates on store. Anything else (a Sigmoid, HardSigmoid's linear step, a zero point)
+ * writes float and is requantized by the epilogue: oneDNN 2.6's int8 convolutions gave wrong
+ * results for HardSigmoid (linear, clip) followed by a requantizing linear post-op. */
+static int requant_folds(const struct i8_state *s) {
+    if (!s->y_int8 || s->yzp != 0) return 0;
+    for (int i = 0; i < s->n_post; i++)
+        if (s->post[i].kind != QP_CONV_POST_RELU && s->post[i].kind != QP_CONV_POST_CLIP &&
+            s->post[i].kind != QP_CONV_POST_SUM)
+            return 0;
+    return 1;
+}
+
 static void fill_key(struct i8_state *s) {
     const struct qp_conv_state *g = &s->geo;
     struct i8_key *k = &s->key;
@@ -462,23 +499,23 @@ static void fill_key(struct i8_state *s) {
         k->pb[i] = g->w.pad_begin[i];
         k->pe[i] = g->w.pad_end[i];
     }
-    s->dst_f32 = s->path == QP_INT8_PATH_DNNL_F32 || !s->y_int8 || (s->has_res && !is_q8(s->rdt));
+    s->dst_f32 =
+        s->path == QP_INT8_PATH_DNNL_F32 || !requant_folds(s) || (s->has_res && !is_q8(s->rdt));
     k->dst_dt = s->dst_f32 ? dnnl_f32 : (int32_t)dnnl_dt(s->ydt);
     s->res_in_dst = s->has_res && !s->dst_f32;
+    /* Folded requantization: everything after the output scales is in units of y_scale. */
+    float inv = s->dst_f32 ? 1.0f : 1.0f / s->ys;
+    s->oscale_mul = inv;
     k->n_post = s->n_post;
     for (int i = 0; i < s->n_post; i++) {
+        int clip = s->post[i].kind == QP_CONV_POST_CLIP;
         k->post_kind[i] = s->post[i].kind;
-        k->post_alpha[i] = s->post[i].alpha;
-        k->post_beta[i] = s->post[i].beta;
+        k->post_alpha[i] = clip ? s->post[i].alpha * inv : s->post[i].alpha;
+        k->post_beta[i] = clip ? s->post[i].beta * inv : s->post[i].beta;
     }
     k->sum_dt = s->res_in_dst ? (int32_t)dnnl_dt(s->rdt) : dnnl_data_type_undef;
-    k->sum_scale = s->res_in_dst ? s->rs : 1.0f;
+    k->sum_scale = s->res_in_dst ? s->rs * inv : 1.0f;
     k->sum_zp = s->res_in_dst ? s->rzp : 0;
-    if (!s->dst_f32) { /* requantize on store: v / y_scale + y_zp */
-        k->post_kind[k->n_post] = QP_CONV_POST_LINEAR;
-        k->post_alpha[k->n_post] = 1.0f / s->ys;
-        k->post_beta[k->n_post++] = (float)s->yzp;
-    }
     s->direct = !s->dst_f32 && s->dst_nhwc;
 }
 
@@ -499,16 +536,18 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
     s->off_osc = base;
     s->off_bias = base + fl;
     s->off_wsc = base + 2 * fl;
-    s->off_wraw = base + 3 * fl;
+    s->off_psc = base + 3 * fl;
+    s->off_wraw = base + 4 * fl;
     s->off_wei = s->off_wraw + qp_dnnl_align(w->nbytes);
     size_t wei_bytes = s->entry ? s->entry->wei_bytes : 0;
     char *blob = calloc(1, s->off_wei + wei_bytes + 64);
     if (!blob) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     float *osc = (float *)(blob + s->off_osc), *bias = (float *)(blob + s->off_bias);
-    float *wsc = (float *)(blob + s->off_wsc);
+    float *wsc = (float *)(blob + s->off_wsc), *psc = (float *)(blob + s->off_psc);
     for (int64_t oc = 0; oc < m; oc++) {
         wsc[oc] = (float)qp_kt_get_f64(ws, ws->numel == 1 ? 0 : (uint64_t)oc);
         osc[oc] = s->xs * wsc[oc];
+        psc[oc] = osc[oc] * s->oscale_mul;
         float bf = b ? (float)qp_kt_get_f64(b, (uint64_t)oc) : 0.0f;
         bias[oc] = s->path == QP_INT8_PATH_DNNL_INT8 ? bf / osc[oc] : bf;
     }
@@ -566,39 +605,25 @@ static size_t plan_scratch(struct i8_state *s) {
     return s->off_scr + (s->entry ? qp_dnnl_align(s->entry->scr_bytes) : 0);
 }
 
-/* What the int8 primitive is trusted with: int8 outputs whose post-operations are Relu, Clip and
- * the residual sum. A float output with other activations (the HardSigmoid of PaddleOCR's
- * squeeze-excitation blocks) gave wrong results on oneDNN 2.6's brgconv_1x1 int8 (found on cls,
- * not yet explained), so those run on the float primitive. */
-static int int8_posts_ok(const struct i8_state *s) {
-    if (!s->y_int8) return 0;
-    for (int i = 0; i < s->n_post; i++)
-        if (s->post[i].kind != QP_CONV_POST_RELU && s->post[i].kind != QP_CONV_POST_CLIP &&
-            s->post[i].kind != QP_CONV_POST_SUM)
-            return 0;
-    return 1;
-}
-
 enum qp_status qp_k_qconv_fused_prepare(struct qp_kprep *p) {
     struct i8_state s;
     memset(&s, 0, sizeof s);
     enum qp_status st;
     if ((st = read_io(p, &s)) || (st = geometry(p, &s)) || (st = read_posts(p, &s))) return st;
-    s.path = !qp_dnnl_enabled()                            ? QP_INT8_PATH_REF
-             : qp_int8_cpu_has_vnni() && int8_posts_ok(&s) ? QP_INT8_PATH_DNNL_INT8
-                                                           : QP_INT8_PATH_DNNL_F32;
+    s.path = !qp_dnnl_enabled()       ? QP_INT8_PATH_REF
+             : qp_int8_cpu_has_vnni() ? QP_INT8_PATH_DNNL_INT8
+                                      : QP_INT8_PATH_DNNL_F32;
     float *osc = NULL;
     if (s.path != QP_INT8_PATH_REF && !(osc = output_scales(p, &s)))
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "w_scale must be 1 or %lld constants",
                             (long long)s.geo.m);
     while (s.path != QP_INT8_PATH_REF) {
         fill_key(&s);
-        uint64_t h = 1469598103934665603ull;
-        for (size_t i = 0; i < (size_t)s.geo.m * sizeof *osc; i++)
-            h = (h ^ ((const unsigned char *)osc)[i]) * 1099511628211ull;
-        s.key.osc_hash = h;
-        struct i8_force f = {NULL, NULL, osc};
-        s.entry = qp_dnnl_cache_get(&s.key, sizeof s.key, entry_build, &f);
+        s.key.osc_hash = scale_hash(osc, s.geo.m, s.oscale_mul);
+        float *psc = primitive_scales(osc, s.geo.m, s.oscale_mul);
+        struct i8_force f = {NULL, NULL, psc};
+        s.entry = psc ? qp_dnnl_cache_get(&s.key, sizeof s.key, entry_build, &f) : NULL;
+        free(psc);
         if (s.entry) break;
         /* oneDNN cannot take it on int8 (an unusual zero point, a geometry): try float. */
         s.path = s.path == QP_INT8_PATH_DNNL_INT8 ? QP_INT8_PATH_DNNL_F32 : QP_INT8_PATH_REF;

@@ -203,6 +203,42 @@ static void test_residual_block(void **state) {
     qp_model_free(m);
 }
 
+/* x -> QDQ -> Conv -> HardSigmoid -> QDQ -> y: PaddleOCR's squeeze-excitation gate. */
+static struct qp_model *gate_model(void) {
+    struct qp_model *m = model_with_x(4, x_dims);
+    qdq(m, "x", "xd", 0.02f);
+    conv_weights(m, "w", 0);
+    conv(m, "conv", "xd", "wf", "w_b", "a");
+    const char *h[1] = {"a"};
+    node(m, "hsig", "HardSigmoid", 1, h, "g");
+    qdq(m, "g", "y", 1.0f / 127);
+    finish(m, "y");
+    return m;
+}
+
+/* Activations oneDNN runs as several post-ops before the requantization stay within one step
+ * (oneDNN 2.6's int8 convolution got HardSigmoid + Q wrong when it requantized itself). */
+static void test_gate_requantized(void **state) {
+    (void)state;
+    rt_rng = 5;
+    struct qp_model *m = gate_model();
+    fill_x(2.0f);
+    run(m, QP_INT8_OFF, xin, y_off, M * HW * HW, NULL);
+    struct qp_session *s;
+    run(m, QP_INT8_AUTO, xin, y_on, M * HW * HW, &s);
+    assert_int_equal(s->int8->n_qconv, 1);
+    size_t n_diff = 0;
+    for (size_t i = 0; i < M * HW * HW; i++) {
+        float d = fabsf(y_on[i] - y_off[i]);
+        if (d > 1.001f / 127)
+            fail_msg("element %zu: int8 %g, oracle %g", i, (double)y_on[i], (double)y_off[i]);
+        n_diff += d > 0;
+    }
+    assert_true(n_diff < M * HW * HW / 20);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
 /* Weights over the whole int8 range and activations near +-127: on AVX2 without VNNI u8 x s8
  * pair sums would saturate int16. Scales are powers of two and sums below 2^24, so the float
  * oracle is exact and every path must give the very same bytes. */
@@ -320,7 +356,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_residual_block),   cmocka_unit_test(test_exact_vnni_path),
         cmocka_unit_test(test_exact_float_path), cmocka_unit_test(test_path_selection),
-        cmocka_unit_test(test_flow_decisions),
+        cmocka_unit_test(test_flow_decisions),   cmocka_unit_test(test_gate_requantized),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
