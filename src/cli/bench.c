@@ -29,6 +29,7 @@
 
 #include "cli.h"
 #include "ir/ir.h"
+#include "kernels/isa.h"
 #include "pipeline/bench.h"
 #include "qplace/array.h"
 #include "qplace/model.h"
@@ -523,6 +524,8 @@ static void print_json(const struct flags *f, int n_threads, const char *wait_de
     cJSON_AddNumberToObject(r, "iterations", (double)f->iters);
     cJSON_AddNumberToObject(r, "warmup", (double)f->warm);
     cJSON_AddStringToObject(r, "omp_wait", wait_desc);
+    cJSON_AddStringToObject(r, "isa", qp_isa_name(qp_kernel_isa()));
+    cJSON_AddStringToObject(r, "cpu_isa", qp_isa_name(qp_cpu_isa()));
     add_stats_json(r, "qplace", q);
     if (o) {
         cJSON *oj = add_stats_json(r, "ort", &o->st);
@@ -548,8 +551,10 @@ static void print_row(const char *engine, const struct stats *st) {
 
 static void print_text(const struct flags *f, int n_threads, const char *wait_desc,
                        const struct stats *q, const struct ort *o) {
-    printf("model       %s\nthreads     %d\niterations  %ld (warm-up %ld)\nomp wait    %s\n",
-           f->path, n_threads, f->iters, f->warm, wait_desc);
+    printf("model       %s\nthreads     %d\niterations  %ld (warm-up %ld)\nomp wait    %s\n"
+           "isa         %s (CPU: %s)\n",
+           f->path, n_threads, f->iters, f->warm, wait_desc, qp_isa_name(qp_kernel_isa()),
+           qp_isa_name(qp_cpu_isa()));
     printf("%-8s %11s %11s %11s %12s %13s\n", "engine", "median_ms", "min_ms", "mean_ms", "items/s",
            "peak_rss_MB");
     print_row("qplace", q);
