@@ -338,7 +338,17 @@ void qp_gemm_f32_packed(int64_t m, int64_t n, int64_t k, const float *a, int64_t
 
 void qp_gemm_panels(int64_t m, int64_t k, const float *a, int64_t lda, const float *b, int64_t bs,
                     int64_t np, float *c, int64_t ldc) {
-    tiles(gemm_wide(), m, k, a, lda, b, bs, np, c, ldc, 1, GEMM_NR);
+    /* AVX-512: each pair of panels meets every row block (measured a little faster on
+     * ResNet-50's Winograd shapes); AVX2: each block of six rows meets every panel, the order
+     * measured there (docs/engine.md). */
+    if (gemm_wide()) {
+        tiles(1, m, k, a, lda, b, bs, np, c, ldc, 1, GEMM_NR);
+        return;
+    }
+    for (int64_t r = 0; r < m; r += GEMM_MR) {
+        int mr = (int)(m - r < GEMM_MR ? m - r : GEMM_MR);
+        tiles(0, mr, k, a + r * lda, lda, b, bs, np, c + r * ldc, ldc, 1, GEMM_NR);
+    }
 }
 
 void qp_gemm_f32_batch(int64_t n_mats, int64_t m, int64_t n, int64_t k, qp_gemm_locate_fn locate,
