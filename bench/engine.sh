@@ -8,6 +8,9 @@
 # warm-up and iterations) and the table shows median and min latency, their ratios qplace/ORT,
 # peak RSS (whole process, including load; ORT's includes node itself) and whether the outputs
 # agree (rtol 1e-3, atol 1e-4).
+# The ISA column says what each engine ran with: qplace's kernels follow oneDNN's ISA, which
+# ONEDNN_MAX_CPU_ISA caps (ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 machine runs what an AVX2-only
+# machine runs); ONNX Runtime's MLAS dispatches on the CPU alone, so its ISA is the CPU's.
 # ENGINE_BENCH_PAIRS (default 3) repeats each same-run pair: the VM's own speed drifts by up to
 # 25% from minute to minute, so a row shows the median over the pairs of each figure and the
 # latency ratio of every pair.
@@ -32,12 +35,12 @@ rows=(
     "PaddleOCR det|$MODELS/ch_PP-OCRv4_det_infer.onnx|x=1x3x640x640"
     "PaddleOCR rec|$MODELS/ch_PP-OCRv4_rec_infer.onnx|x=1x3x48x320"
 )
-printf '| model | input | qplace median / min ms | ORT median / min ms | ratio median (min) | ratio of each pair | peak RSS qplace / ORT MB | RSS ratio | outputs |\n'
-printf '|---|---|---|---|---|---|---|---|---|\n'
+printf '| model | input | ISA qplace / ORT | qplace median / min ms | ORT median / min ms | ratio median (min) | ratio of each pair | peak RSS qplace / ORT MB | RSS ratio | outputs |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|\n'
 for row in "${rows[@]}"; do
     IFS='|' read -r name model shape <<<"$row"
     if [ ! -s "$model" ]; then
-        printf '| %s | %s | missing %s | | | | | | |\n' "$name" "${shape#*=}" "$model"
+        printf '| %s | %s | | missing %s | | | | | | |\n' "$name" "${shape#*=}" "$model"
         continue
     fi
     runs=()
@@ -53,8 +56,10 @@ def med(f): return st.median(f(r) for r in rs)
 pairs = ", ".join("%.2f%s" % (r["qplace"]["median_ms"] / r["ort"]["median_ms"],
                                "" if "passive" not in r.get("omp_wait", "") else " (passive)")
                   for r in rs)
-print("| %s | %s | %.1f / %.1f | %.1f / %.1f | %.2f (%.2f) | %s | %.0f / %.0f | %.2f | %s |" % (
-    sys.argv[1], sys.argv[2], med(lambda r: r["qplace"]["median_ms"]),
+isas = "/".join(sorted({r.get("isa", "?") for r in rs})) + " / " + \
+    "/".join(sorted({r.get("cpu_isa", "?") for r in rs}))
+print("| %s | %s | %s | %.1f / %.1f | %.1f / %.1f | %.2f (%.2f) | %s | %.0f / %.0f | %.2f | %s |" % (
+    sys.argv[1], sys.argv[2], isas, med(lambda r: r["qplace"]["median_ms"]),
     med(lambda r: r["qplace"]["min_ms"]), med(lambda r: r["ort"]["median_ms"]),
     med(lambda r: r["ort"]["min_ms"]),
     med(lambda r: r["qplace"]["median_ms"] / r["ort"]["median_ms"]),
@@ -65,4 +70,4 @@ print("| %s | %s | %.1f / %.1f | %.1f / %.1f | %.2f (%.2f) | %s | %.0f / %.0f | 
 ' "$name" "${shape#*=}" "${runs[@]}"
 done
 echo
-echo "threads $THREADS, $PAIRS same-run pairs of $ITERS timed runs after 3 warm-up each, onnxruntime-node $(node -p "require('$ROOT/.cache/npm/node_modules/onnxruntime-node/package.json').version"), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "threads $THREADS${ONEDNN_MAX_CPU_ISA:+, ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA}, $PAIRS same-run pairs of $ITERS timed runs after 3 warm-up each, onnxruntime-node $(node -p "require('$ROOT/.cache/npm/node_modules/onnxruntime-node/package.json').version"), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"

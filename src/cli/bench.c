@@ -29,6 +29,7 @@
 
 #include "cli.h"
 #include "ir/ir.h"
+#include "kernels/isa.h"
 #include "pipeline/bench.h"
 #include "qplace/array.h"
 #include "qplace/model.h"
@@ -528,6 +529,7 @@ static void print_json(const struct flags *f, int n_threads, const char *wait_de
     cJSON_AddNumberToObject(r, "warmup", (double)f->warm);
     cJSON_AddStringToObject(r, "omp_wait", wait_desc);
     cJSON_AddStringToObject(r, "isa", qp_session_isa());
+    cJSON_AddStringToObject(r, "cpu_isa", qp_isa_name(qp_cpu_isa()));
     cJSON_AddStringToObject(r, "int8", f->int8 ? "auto" : "off");
     add_stats_json(r, "qplace", q);
     if (o) {
@@ -555,9 +557,9 @@ static void print_row(const char *engine, const struct stats *st) {
 static void print_text(const struct flags *f, int n_threads, const char *wait_desc,
                        const struct stats *q, const struct ort *o) {
     printf("model       %s\nthreads     %d\niterations  %ld (warm-up %ld)\nomp wait    %s\n"
-           "isa         %s\nint8        %s\n",
+           "isa         %s (CPU: %s)\nint8        %s\n",
            f->path, n_threads, f->iters, f->warm, wait_desc, qp_session_isa(),
-           f->int8 ? "auto" : "off");
+           qp_isa_name(qp_cpu_isa()), f->int8 ? "auto" : "off");
     printf("%-8s %11s %11s %11s %12s %13s\n", "engine", "median_ms", "min_ms", "mean_ms", "items/s",
            "peak_rss_MB");
     print_row("qplace", q);

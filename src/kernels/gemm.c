@@ -1,5 +1,5 @@
 /*
- * gemm.h: packed-B GEMM with a 6x16 AVX2+FMA register tile.
+ * gemm.h: packed-B GEMM with a 6x16 AVX2+FMA register tile, or 6x32 with AVX-512.
  *
  * Blocking: K in blocks of GEMM_KC (a 16-column panel slice of B, KC x 16 floats = 16 KB, stays
  * in L1 while it meets GEMM_MC rows of A, which stay in L2). Work items are (GEMM_MC rows, or
@@ -12,6 +12,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "kernels/isa.h"
 #include "kernels/vecmath.h"
 
 #define GEMM_MR 6
@@ -133,20 +134,115 @@ GEMM_ATTR static void micro_any(int mr, int64_t kc, const float *a, int64_t lda,
     }
 }
 
-GEMM_ATTR static void gemm_item(int64_t r0, int64_t r1, int64_t p0, int64_t p1, int64_t n,
-                                int64_t k, const float *a, int64_t lda, const float *pack, float *c,
-                                int64_t ldc) {
-    for (int64_t kb = 0; kb < k; kb += GEMM_KC) {
-        int64_t kc = k - kb < GEMM_KC ? k - kb : GEMM_KC;
-        for (int64_t p = p0; p < p1; p++) {
-            int64_t w = n - p * GEMM_NR < GEMM_NR ? n - p * GEMM_NR : GEMM_NR;
-            const float *bp = pack + p * k * GEMM_NR + kb * GEMM_NR;
-            for (int64_t r = r0; r < r1; r += GEMM_MR) {
-                int mr = (int)(r1 - r < GEMM_MR ? r1 - r : GEMM_MR);
-                micro_any(mr, kc, a + r * lda + kb, lda, bp, c + r * ldc + p * GEMM_NR, ldc,
-                          kb == 0, w);
+/* The AVX-512 tile: up to 6 rows x two 16-column panels (32 columns), one zmm accumulator per
+ * row and panel (12 hide the FMA latency; per k two loads of B and six broadcasts of A, and as
+ * few address registers as the AVX2 tile). The same chain of fused multiply-adds per element as
+ * micro(), so both tiles give the same bits. two: the second panel (bs floats after the first)
+ * is computed too; w0, w1: the columns of each panel that exist. */
+#define GEMM512_ATTR __attribute__((target("avx512f,fma")))
+static inline __attribute__((always_inline, target("avx512f,fma"))) void
+micro512(int mr, int two, int64_t kc, const float *a, int64_t lda, const float *bp, int64_t bs,
+         float *c, int64_t ldc, int first, int64_t w0, int64_t w1) {
+    __mmask16 m0 = (__mmask16)((1u << w0) - 1u), m1 = (__mmask16)((1u << w1) - 1u);
+    const float *bq = bp + bs;
+#define GEMM_DECL(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();
+    GEMM_ROWS(GEMM_DECL)
+#define GEMM_LOAD(r)                                                                               \
+    if (mr > r && !first) {                                                                        \
+        c##r##0 = _mm512_maskz_loadu_ps(m0, c + r * ldc);                                          \
+        if (two) c##r##1 = _mm512_maskz_loadu_ps(m1, c + r * ldc + GEMM_NR);                       \
+    }
+    GEMM_ROWS(GEMM_LOAD)
+#pragma GCC unroll 4
+    for (int64_t kk = 0; kk < kc; kk++) {
+        __m512 b0 = _mm512_loadu_ps(bp + kk * GEMM_NR);
+        __m512 b1 = two ? _mm512_loadu_ps(bq + kk * GEMM_NR) : b0;
+#define GEMM_FMA(r)                                                                                \
+    if (mr > r) {                                                                                  \
+        __m512 av = _mm512_set1_ps(a[r * lda + kk]);                                               \
+        c##r##0 = _mm512_fmadd_ps(av, b0, c##r##0);                                                \
+        if (two) c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1);                                       \
+    }
+        GEMM_ROWS(GEMM_FMA)
+    }
+#define GEMM_STORE(r)                                                                              \
+    if (mr > r) {                                                                                  \
+        _mm512_mask_storeu_ps(c + r * ldc, m0, c##r##0);                                           \
+        if (two) _mm512_mask_storeu_ps(c + r * ldc + GEMM_NR, m1, c##r##1);                        \
+    }
+    GEMM_ROWS(GEMM_STORE)
+#undef GEMM_DECL
+#undef GEMM_LOAD
+#undef GEMM_FMA
+#undef GEMM_STORE
+}
+
+#define MICRO512_CASE(MR)                                                                          \
+    case MR:                                                                                       \
+        if (two)                                                                                   \
+            micro512(MR, 1, kc, a, lda, bp, bs, c, ldc, first, w0, w1);                            \
+        else                                                                                       \
+            micro512(MR, 0, kc, a, lda, bp, bs, c, ldc, first, w0, 0);                             \
+        break;
+
+GEMM512_ATTR static void micro_any512(int mr, int two, int64_t kc, const float *a, int64_t lda,
+                                      const float *bp, int64_t bs, float *c, int64_t ldc, int first,
+                                      int64_t w0, int64_t w1) {
+    switch (mr) {
+        MICRO512_CASE(6)
+        MICRO512_CASE(5)
+        MICRO512_CASE(4)
+        MICRO512_CASE(3)
+        MICRO512_CASE(2)
+        MICRO512_CASE(1)
+    default:
+        break;
+    }
+}
+
+/* Rows [0, m) of C (row stride ldc) for panels [0, np) of B (bs floats apart, panel j at column
+ * 16 j, the last one w_last columns wide), kc terms from A: the AVX-512 tile takes two panels at
+ * a time, the AVX2 tile one. */
+static void tiles(int wide, int64_t m, int64_t kc, const float *a, int64_t lda, const float *b,
+                  int64_t bs, int64_t np, float *c, int64_t ldc, int first, int64_t w_last) {
+    if (wide) {
+        for (int64_t j = 0; j < np; j += 2) {
+            int two = j + 1 < np;
+            int64_t w0 = j == np - 1 ? w_last : GEMM_NR, w1 = j + 1 == np - 1 ? w_last : GEMM_NR;
+            for (int64_t r = 0; r < m; r += GEMM_MR) {
+                int mr = (int)(m - r < GEMM_MR ? m - r : GEMM_MR);
+                micro_any512(mr, two, kc, a + r * lda, lda, b + j * bs, bs,
+                             c + r * ldc + j * GEMM_NR, ldc, first, w0, w1);
             }
         }
+        return;
+    }
+    for (int64_t j = 0; j < np; j++) {
+        int64_t w = j == np - 1 ? w_last : GEMM_NR;
+        for (int64_t r = 0; r < m; r += GEMM_MR) {
+            int mr = (int)(m - r < GEMM_MR ? m - r : GEMM_MR);
+            micro_any(mr, kc, a + r * lda, lda, b + j * bs, c + r * ldc + j * GEMM_NR, ldc, first,
+                      w);
+        }
+    }
+}
+
+static int gemm_wide(void) {
+    return qp_kernel_isa() >= QP_ISA_AVX512;
+}
+
+enum qp_isa qp_gemm_isa(void) {
+    return !qp_gemm_available() ? QP_ISA_PORTABLE : gemm_wide() ? QP_ISA_AVX512 : QP_ISA_AVX2;
+}
+
+static void gemm_item(int64_t r0, int64_t r1, int64_t p0, int64_t p1, int64_t n, int64_t k,
+                      const float *a, int64_t lda, const float *pack, float *c, int64_t ldc) {
+    int wide = gemm_wide();
+    int64_t w_last = n - (p1 - 1) * GEMM_NR < GEMM_NR ? n - (p1 - 1) * GEMM_NR : GEMM_NR;
+    for (int64_t kb = 0; kb < k; kb += GEMM_KC) {
+        int64_t kc = k - kb < GEMM_KC ? k - kb : GEMM_KC;
+        tiles(wide, r1 - r0, kc, a + r0 * lda + kb, lda, pack + p0 * k * GEMM_NR + kb * GEMM_NR,
+              k * GEMM_NR, p1 - p0, c + r0 * ldc + p0 * GEMM_NR, ldc, kb == 0, w_last);
     }
 }
 
@@ -240,13 +336,18 @@ void qp_gemm_f32_packed(int64_t m, int64_t n, int64_t k, const float *a, int64_t
     gemm_run(1, m, n, k, locate_one, &o, lda, 0, ldc, NULL, pack, n_threads);
 }
 
-GEMM_ATTR void qp_gemm_panels(int64_t m, int64_t k, const float *a, int64_t lda, const float *b,
-                              int64_t bs, int64_t np, float *c, int64_t ldc) {
+void qp_gemm_panels(int64_t m, int64_t k, const float *a, int64_t lda, const float *b, int64_t bs,
+                    int64_t np, float *c, int64_t ldc) {
+    /* AVX-512: each pair of panels meets every row block (measured a little faster on
+     * ResNet-50's Winograd shapes); AVX2: each block of six rows meets every panel, the order
+     * measured there (docs/engine.md). */
+    if (gemm_wide()) {
+        tiles(1, m, k, a, lda, b, bs, np, c, ldc, 1, GEMM_NR);
+        return;
+    }
     for (int64_t r = 0; r < m; r += GEMM_MR) {
         int mr = (int)(m - r < GEMM_MR ? m - r : GEMM_MR);
-        for (int64_t j = 0; j < np; j++)
-            micro_any(mr, k, a + r * lda, lda, b + j * bs, c + r * ldc + j * GEMM_NR, ldc, 1,
-                      GEMM_NR);
+        tiles(0, mr, k, a + r * lda, lda, b, bs, np, c + r * ldc, ldc, 1, GEMM_NR);
     }
 }
 
@@ -260,6 +361,10 @@ void qp_gemm_f32_batch(int64_t n_mats, int64_t m, int64_t n, int64_t k, qp_gemm_
 
 int qp_gemm_available(void) {
     return 0;
+}
+
+enum qp_isa qp_gemm_isa(void) {
+    return QP_ISA_PORTABLE;
 }
 
 void qp_gemm_pack(int64_t k, int64_t n, const float *b, int64_t ldb, float *pack) {

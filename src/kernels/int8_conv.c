@@ -22,6 +22,7 @@
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_util.h"
 #include "kernels/int8_conv.h"
+#include "kernels/isa.h"
 #include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 #include "qmath/qparams.h"
@@ -77,27 +78,7 @@ static int env_flag(const char *name, int def) {
 }
 
 int qp_int8_cpu_has_vnni(void) {
-    int def = 0;
-    if (qp_dnnl_enabled()) {
-        dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-        def = (isa & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni ||
-              (isa & dnnl_cpu_isa_avx2_vnni) == dnnl_cpu_isa_avx2_vnni;
-    }
-    return env_flag("QP_INT8_VNNI", def);
-}
-
-const char *qp_int8_isa_name(void) {
-    if (!qp_dnnl_enabled()) return "reference C (oneDNN off)";
-    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    if ((isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx) return "AVX-512 AMX";
-    if ((isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16)
-        return "AVX-512 VNNI BF16";
-    if ((isa & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni)
-        return "AVX-512 VNNI";
-    if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core) return "AVX-512";
-    if ((isa & dnnl_cpu_isa_avx2_vnni) == dnnl_cpu_isa_avx2_vnni) return "AVX2 AVX-VNNI";
-    if ((isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2) return "AVX2";
-    return "SSE4.1";
+    return env_flag("QP_INT8_VNNI", qp_dnnl_enabled() && qp_isa_has_vnni());
 }
 
 enum qp_int8_path qp_int8_conv_path(const void *state) {

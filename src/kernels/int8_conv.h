@@ -35,12 +35,9 @@ enum qp_int8_path { QP_INT8_PATH_REF = 0, QP_INT8_PATH_DNNL_INT8, QP_INT8_PATH_D
 /* The path a QConv state runs (tests, bench --explain). */
 enum qp_int8_path qp_int8_conv_path(const void *state);
 
-/* 1 when the CPU oneDNN runs on (ONEDNN_MAX_CPU_ISA honoured) has VNNI, so u8 x s8 dot products
- * accumulate exactly in int32. QP_INT8_VNNI=0/1 in the environment overrides it (tests of both
- * selections on one machine). */
+/* 1 when the ISA oneDNN runs with (kernels/isa.h: ONEDNN_MAX_CPU_ISA honoured) has VNNI, so
+ * u8 x s8 dot products accumulate exactly in int32, and oneDNN is on. QP_INT8_VNNI=0/1 in the
+ * environment overrides it (tests of both selections on one machine). */
 int qp_int8_cpu_has_vnni(void);
-
-/* The ISA oneDNN runs with, as a short name ("AVX-512 VNNI", "AVX2", ...), for benchmark lines. */
-const char *qp_int8_isa_name(void);
 
 #endif

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/isa.h"
+
 /* ---- plain C: one lane ---------------------------------------------------------------------- */
 
 static inline float vm_bits_f(uint32_t u) {
@@ -214,15 +216,7 @@ VM_ATTR static void softmax_rows_avx2(const float *x, float *y, int64_t rows, in
 
 int qp_vf_have_avx2(void) {
 #ifdef QP_VM_X86
-    /* Kernels call this from OpenMP threads: relaxed atomics, every writer stores the same. */
-    static int have = -1;
-    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
-    if (h < 0) {
-        __builtin_cpu_init();
-        h = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
-    }
-    return h;
+    return qp_kernel_isa() >= QP_ISA_AVX2;
 #else
     return 0;
 #endif

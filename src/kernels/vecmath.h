@@ -50,7 +50,8 @@ void qp_vf_apply_portable(enum qp_vfn f, const float *x, float *y, int64_t n);
 int qp_vf_softmax_rows(const float *x, float *y, int64_t rows, int64_t n);
 /* The plain-C twin (bit-identical to the AVX2 code). */
 void qp_vf_softmax_rows_portable(const float *x, float *y, int64_t rows, int64_t n);
-/* 1 when qp_vf_apply runs the AVX2+FMA code. */
+/* 1 when qp_vf_apply runs the AVX2+FMA code: the CPU has it and qp_kernel_isa (isa.h, which
+ * honours ONEDNN_MAX_CPU_ISA) is at least QP_ISA_AVX2. */
 int qp_vf_have_avx2(void);
 
 #endif

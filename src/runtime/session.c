@@ -7,6 +7,7 @@
 #include "core/size.h"
 #include "qmath/qparams.h"
 #include "kernels/int8_conv.h"
+#include "kernels/isa.h"
 #include "qplace/model.h"
 #include "runtime/int8.h"
 #include "runtime/runtime.h"
@@ -324,7 +325,7 @@ size_t qp_session_int8_decisions(const struct qp_session *s, const struct qp_int
 }
 
 const char *qp_session_isa(void) {
-    return qp_int8_isa_name();
+    return qp_isa_describe();
 }
 
 enum qp_status qp_session_create(const struct qp_model *model,

@@ -373,6 +373,52 @@ static void test_gemm(void **state) {
     free(pack);
 }
 
+/* qp_gemm_panels (Winograd's GEMMs): B as panels bs floats apart, an odd panel count (the
+ * AVX-512 tile takes two at a time), row counts off the tile height: each element the fma chain
+ * bit for bit, the columns beyond the panels untouched. */
+static void test_gemm_panels(void **state) {
+    (void)state;
+    if (!qp_gemm_available()) return;
+    static const int64_t dims[][3] = {{13, 37, 3}, {6, 1, 1}, {1, 64, 2}, {25, 128, 5}, {60, 9, 4}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        int64_t m = dims[i][0], k = dims[i][1], np = dims[i][2];
+        int64_t lda = k + 3, bs = k * 16 + 8, ldc = np * 16 + 5;
+        float *a = malloc((size_t)(m * lda) * sizeof(float));
+        float *b = aligned_alloc(64, (size_t)(np * bs) * sizeof(float));
+        float *c = malloc((size_t)(m * ldc) * sizeof(float));
+        assert_non_null(a);
+        assert_non_null(b);
+        assert_non_null(c);
+        for (int64_t q = 0; q < m * lda; q++)
+            a[q] = frand();
+        for (int64_t q = 0; q < np * bs; q++)
+            b[q] = frand();
+        for (int64_t q = 0; q < m * ldc; q++)
+            c[q] = 12345.0f;
+        qp_gemm_panels(m, k, a, lda, b, bs, np, c, ldc);
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t j = 0; j < ldc; j++) {
+                float got = c[r * ldc + j], chain = 0.0f;
+                if (j >= np * 16) {
+                    assert_true(got == 12345.0f);
+                    continue;
+                }
+                for (int64_t q = 0; q < k; q++)
+                    chain = fmaf(a[r * lda + q], b[j / 16 * bs + q * 16 + j % 16], chain);
+                if (memcmp(&got, &chain, sizeof got)) {
+                    fprintf(stderr,
+                            "panels %lldx%lldx%lld (%s tile): C[%lld,%lld] %.9g, chain %.9g\n",
+                            (long long)m, (long long)k, (long long)np, qp_isa_name(qp_gemm_isa()),
+                            (long long)r, (long long)j, got, chain);
+                    fail();
+                }
+            }
+        free(a);
+        free(b);
+        free(c);
+    }
+}
+
 /* MatMul's row on gemm.c with batches: B packed at prepare (shared constant B), every batch's
  * B packed into the scratch in one region (per-batch or broadcast B), and a shared non-constant
  * B; 1, 2 and 3 threads bit for bit, every element the in-order fused multiply-add chain. */
@@ -951,6 +997,7 @@ int main(void) {
         cmocka_unit_test(test_vecmath_avx2_equals_portable),
         cmocka_unit_test(test_vecmath_rows),
         cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_gemm_panels),
         cmocka_unit_test(test_matmul_batched),
         cmocka_unit_test(test_transpose_fast),
         cmocka_unit_test(test_softmax_rows),

@@ -282,7 +282,7 @@ static void test_exact_float_path(void **state) {
  * variant of this test takes the other branch on an AVX-512 VNNI machine). */
 static void test_path_selection(void **state) {
     (void)state;
-    const char *isa = qp_int8_isa_name();
+    const char *isa = qp_session_isa();
     int vnni = qp_int8_cpu_has_vnni();
     assert_int_equal(vnni, strstr(isa, "VNNI") != NULL);
     setenv("QP_INT8_VNNI", "0", 1);
