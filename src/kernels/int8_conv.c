@@ -22,6 +22,7 @@
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_util.h"
 #include "kernels/int8_conv.h"
+#include "kernels/int8_util.h"
 #include "kernels/isa.h"
 #include "kernels/kcheck.h"
 #include "kernels/kernels.h"
@@ -32,10 +33,7 @@ struct i8_key {
     int32_t src_dt, dst_dt, has_bias, src_zp_on;
     int64_t n, c, m, group;
     int64_t in[3], k[3], out[3], stride[3], dil[3], pb[3], pe[3];
-    int32_t n_post, post_kind[QP_CONV_MAX_POST];
-    float post_alpha[QP_CONV_MAX_POST], post_beta[QP_CONV_MAX_POST];
-    int32_t sum_dt, sum_zp;
-    float sum_scale;
+    struct qp_i8_posts posts;
     int32_t pad;
     uint64_t osc_hash; /* the output scales (baked into the primitive: oneDNN 2.6's int8
                           convolutions take no run-time scales) */
@@ -54,17 +52,9 @@ struct i8_entry {
 struct i8_state {
     struct qp_conv_state geo;
     enum qp_int8_path path;
-    enum qp_dtype xdt, ydt, rdt;
-    int has_res, src_nhwc, dst_nhwc, res_nhwc;
-    int y_int8;       /* the output is int8/uint8 */
-    int direct;       /* the primitive writes the output tensor itself (int8, NHWC) */
-    int dst_f32;      /* the primitive's destination is float (converted by the epilogue) */
-    int res_in_dst;   /* the residual is copied into the destination as is (SUM on int8) */
-    float oscale_mul; /* the primitive's output scales are osc * this (1 / y_scale: folded) */
-    float xs, ys, rs;
-    int32_t xzp, yzp, rzp;
-    int n_post;
-    struct qp_conv_post post[QP_CONV_MAX_POST];
+    struct qp_i8_io io;
+    int src_nhwc, dst_nhwc, res_nhwc;
+    int direct; /* the primitive writes the output tensor itself (int8, NHWC) */
     struct i8_key key;
     struct i8_entry *entry;
     size_t off_wei, off_osc, off_psc, off_bias, off_wraw, off_wsc; /* in the state blob */
@@ -87,38 +77,6 @@ enum qp_int8_path qp_int8_conv_path(const void *state) {
 
 /* ---- constants ------------------------------------------------------------------------------ */
 
-static int is_q8(enum qp_dtype dt) {
-    return dt == QP_DTYPE_INT8 || dt == QP_DTYPE_UINT8;
-}
-
-static const struct qp_kt *opt_in(const struct qp_kprep *p, int i) {
-    return i < p->n_in ? p->in[i] : NULL;
-}
-
-static enum qp_status const_scale(const struct qp_kprep *p, int i, float *out, const char *what) {
-    const struct qp_kt *t = opt_in(p, i);
-    if (!t || !t->is_const || t->numel != 1 ||
-        (t->dtype != QP_DTYPE_FLOAT && t->dtype != QP_DTYPE_FLOAT16))
-        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "%s must be one constant float", what);
-    *out = (float)qp_kt_get_f64(t, 0);
-    if (!(*out > 0.0f) || !isfinite(*out))
-        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "%s is %g (must be positive)", what,
-                            (double)*out);
-    return QP_OK;
-}
-
-static enum qp_status const_zp(const struct qp_kprep *p, int i, enum qp_dtype like, int32_t *out,
-                               const char *what) {
-    const struct qp_kt *t = opt_in(p, i);
-    *out = 0;
-    if (!t) return QP_OK;
-    if (!t->is_const || t->numel != 1 || t->dtype != like)
-        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "%s must be one constant %s", what,
-                            qp_dtype_name(like));
-    *out = (int32_t)qp_kt_get_i64(t, 0);
-    return QP_OK;
-}
-
 /* Channels-last element offset of (b, c, pixel) for C channels and P pixels. */
 static inline int64_t nhwc_at(int64_t b, int64_t c, int64_t px, int64_t C, int64_t P) {
     return (b * P + px) * C + c;
@@ -130,32 +88,10 @@ static dnnl_data_type_t dnnl_dt(enum qp_dtype dt) {
     return dt == QP_DTYPE_INT8 ? dnnl_s8 : dt == QP_DTYPE_UINT8 ? dnnl_u8 : dnnl_f32;
 }
 
-static const dnnl_alg_kind_t post_alg[QP_CONV_POST_COUNT] = {
-    [QP_CONV_POST_LINEAR] = dnnl_eltwise_linear,
-    [QP_CONV_POST_RELU] = dnnl_eltwise_relu,
-    [QP_CONV_POST_CLIP] = dnnl_eltwise_clip,
-    [QP_CONV_POST_SIGMOID] = dnnl_eltwise_logistic,
-    [QP_CONV_POST_HARDSWISH] = dnnl_eltwise_hardswish,
-    [QP_CONV_POST_SUM] = dnnl_alg_kind_undef,
-};
-
 static int attr_setup(dnnl_primitive_attr_t attr, const struct i8_key *k, const float *osc) {
-    dnnl_post_ops_t po = NULL;
-    if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ||
-        dnnl_post_ops_create(&po))
-        return 0;
-    int ok = 1;
-    for (int i = 0; ok && i < k->n_post; i++) {
-        int kind = k->post_kind[i];
-        dnnl_status_t rc = kind == QP_CONV_POST_SUM
-                               ? dnnl_post_ops_append_sum_v3(po, k->sum_scale, k->sum_zp,
-                                                             (dnnl_data_type_t)k->sum_dt)
-                               : dnnl_post_ops_append_eltwise(po, 1.0f, post_alg[kind],
-                                                              k->post_alpha[i], k->post_beta[i]);
-        ok = rc == dnnl_success;
-    }
-    if (ok && dnnl_primitive_attr_set_post_ops(attr, po)) ok = 0;
-    dnnl_post_ops_destroy(po);
+    int ok =
+        dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
+        qp_i8_attr_posts(attr, &k->posts);
     if (ok && k->path == QP_INT8_PATH_DNNL_INT8) {
         if (!osc || dnnl_primitive_attr_set_output_scales(attr, k->m, 1 << 1, osc)) ok = 0;
         int32_t rz = DNNL_RUNTIME_S32_VAL;
@@ -326,66 +262,15 @@ static int reorder_weights(const struct i8_key *k, const struct i8_entry *e, con
 
 /* ---- prepare -------------------------------------------------------------------------------- */
 
-static enum qp_status read_posts(struct qp_kprep *p, struct i8_state *s) {
-    const int64_t *kinds;
-    const float *al, *be;
-    int64_t n = qp_kattr_ints(p->node, "post", &kinds);
-    if (n < 0) n = 0;
-    if (n > QP_CONV_MAX_POST - 1 || qp_kattr_floats(p->node, "post_alpha", &al) != n ||
-        qp_kattr_floats(p->node, "post_beta", &be) != n)
-        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "post, post_alpha, post_beta disagree");
-    int sums = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (kinds[i] < 0 || kinds[i] >= QP_CONV_POST_COUNT)
-            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "post %lld", (long long)kinds[i]);
-        sums += kinds[i] == QP_CONV_POST_SUM;
-        s->post[i] = (struct qp_conv_post){(int)kinds[i], al[i], be[i]};
-    }
-    s->n_post = (int)n;
-    if (sums != (s->has_res ? 1 : 0))
-        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "a residual needs exactly one SUM post");
-    return QP_OK;
-}
-
 static enum qp_status read_io(struct qp_kprep *p, struct i8_state *s) {
-    enum qp_status st;
-    const struct qp_kt *x = opt_in(p, 0), *w = opt_in(p, 3);
-    if (!x || !is_q8(x->dtype))
-        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "input 0 must be int8 or uint8");
+    const struct qp_kt *w = qp_i8_in(p, 3), *r = qp_i8_in(p, 9);
     if (!w || !w->is_const || w->dtype != QP_DTYPE_INT8)
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "weights must be a constant int8 tensor");
-    s->xdt = x->dtype;
-    if ((st = const_scale(p, 1, &s->xs, "x_scale")) ||
-        (st = const_zp(p, 2, x->dtype, &s->xzp, "x_zero_point")))
-        return st;
-    const struct qp_kt *ysc = opt_in(p, 7), *yzp = opt_in(p, 8);
-    s->y_int8 = ysc != NULL;
-    if (s->y_int8) {
-        if ((st = const_scale(p, 7, &s->ys, "y_scale"))) return st;
-        s->ydt = yzp ? yzp->dtype : QP_DTYPE_UINT8;
-        if (!is_q8(s->ydt)) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "y is not int8/uint8");
-        if ((st = const_zp(p, 8, s->ydt, &s->yzp, "y_zero_point"))) return st;
-    } else {
-        s->ydt = (enum qp_dtype)qp_kattr_int(p->node, "out_dtype", QP_DTYPE_FLOAT);
-        if (s->ydt != QP_DTYPE_FLOAT && s->ydt != QP_DTYPE_FLOAT16)
-            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "out_dtype %s", qp_dtype_name(s->ydt));
-    }
-    const struct qp_kt *r = opt_in(p, 9);
-    s->has_res = r != NULL;
-    if (r) {
-        s->rdt = r->dtype;
-        if (is_q8(r->dtype)) {
-            if ((st = const_scale(p, 10, &s->rs, "r_scale")) ||
-                (st = const_zp(p, 11, r->dtype, &s->rzp, "r_zero_point")))
-                return st;
-        } else if (r->dtype != QP_DTYPE_FLOAT && r->dtype != QP_DTYPE_FLOAT16) {
-            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "residual is %s",
-                                qp_dtype_name(r->dtype));
-        }
-    }
+    enum qp_status st = qp_i8_read_io(p, &s->io);
+    if (st) return st;
     s->src_nhwc = (int)qp_kattr_int(p->node, "src_nhwc", 0);
-    s->dst_nhwc = s->y_int8 && qp_kattr_int(p->node, "dst_nhwc", 0);
-    s->res_nhwc = r && is_q8(r->dtype) && qp_kattr_int(p->node, "res_nhwc", 0);
+    s->dst_nhwc = s->io.y_int8 && qp_kattr_int(p->node, "dst_nhwc", 0);
+    s->res_nhwc = r && qp_i8_is_q8(r->dtype) && qp_kattr_int(p->node, "res_nhwc", 0);
     return QP_OK;
 }
 
@@ -394,11 +279,11 @@ static enum qp_status geometry(struct qp_kprep *p, struct i8_state *s) {
     struct qp_kt xf = *p->in[0], wf = *p->in[3], bf, yf;
     xf.dtype = wf.dtype = QP_DTYPE_FLOAT;
     memset(&yf, 0, sizeof yf);
-    if (opt_in(p, 6)) {
+    if (qp_i8_in(p, 6)) {
         bf = *p->in[6];
         bf.dtype = QP_DTYPE_FLOAT;
     }
-    const struct qp_kt *ins[3] = {&xf, &wf, opt_in(p, 6) ? &bf : NULL};
+    const struct qp_kt *ins[3] = {&xf, &wf, qp_i8_in(p, 6) ? &bf : NULL};
     struct qp_kt *outs[1] = {&yf};
     struct qp_kprep g = *p;
     g.in = ins;
@@ -409,52 +294,16 @@ static enum qp_status geometry(struct qp_kprep *p, struct i8_state *s) {
     if (st) return st;
     if (xf.rank - 2 > 3)
         return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "spatial rank %d", xf.rank - 2);
-    const struct qp_kt *b = opt_in(p, 6);
+    const struct qp_kt *b = qp_i8_in(p, 6);
     s->geo.has_bias = b != NULL;
     if (b && (!b->is_const || b->numel != (uint64_t)s->geo.m ||
               (b->dtype != QP_DTYPE_FLOAT && b->dtype != QP_DTYPE_FLOAT16)))
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "bias must be %lld constant floats",
                             (long long)s->geo.m);
-    const struct qp_kt *r = opt_in(p, 9);
+    const struct qp_kt *r = qp_i8_in(p, 9);
     if (r && (r->rank != yf.rank || memcmp(r->dims, yf.dims, sizeof(int64_t) * (size_t)yf.rank)))
         return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "the residual's shape is not the output's");
-    return qp_kt_set(p->out[0], s->ydt, yf.rank, yf.dims, p->err);
-}
-
-/* The output scales the primitive applies: osc * mul (malloc'd; NULL when out of memory). */
-static float *primitive_scales(const float *osc, int64_t m, float mul) {
-    float *v = qp_malloc_n((size_t)m, sizeof *v);
-    for (int64_t i = 0; v && i < m; i++)
-        v[i] = osc[i] * mul;
-    return v;
-}
-
-/* FNV-1a of the primitive's output scales, for the cache key. */
-static uint64_t scale_hash(const float *osc, int64_t m, float mul) {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t i = 0; i < m; i++) {
-        float v = osc[i] * mul;
-        unsigned char b[sizeof v];
-        memcpy(b, &v, sizeof v);
-        for (size_t j = 0; j < sizeof v; j++)
-            h = (h ^ b[j]) * 1099511628211ull;
-    }
-    return h;
-}
-
-/* 1 when the requantization folds into the primitive: an int8 output of zero point 0 whose
- * post-operations commute with a positive scale (Relu, LeakyRelu, Clip with its bounds scaled,
- * the residual sum with its scale), so 1 / y_scale joins the output scales and oneDNN rounds
- * and saturates on store. Anything else (a Sigmoid, HardSigmoid's linear step, a zero point)
- * writes float and is requantized by the epilogue: oneDNN 2.6's int8 convolutions gave wrong
- * results for HardSigmoid (linear, clip) followed by a requantizing linear post-op. */
-static int requant_folds(const struct i8_state *s) {
-    if (!s->y_int8 || s->yzp != 0) return 0;
-    for (int i = 0; i < s->n_post; i++)
-        if (s->post[i].kind != QP_CONV_POST_RELU && s->post[i].kind != QP_CONV_POST_CLIP &&
-            s->post[i].kind != QP_CONV_POST_SUM)
-            return 0;
-    return 1;
+    return qp_kt_set(p->out[0], s->io.ydt, yf.rank, yf.dims, p->err);
 }
 
 static void fill_key(struct i8_state *s) {
@@ -469,8 +318,8 @@ static void fill_key(struct i8_state *s) {
     k->m = g->m;
     k->group = g->group;
     k->has_bias = 1;
-    k->src_dt = (int32_t)dnnl_dt(s->xdt);
-    k->src_zp_on = s->path == QP_INT8_PATH_DNNL_INT8 && s->xzp != 0;
+    k->src_dt = (int32_t)dnnl_dt(s->io.xdt);
+    k->src_zp_on = s->path == QP_INT8_PATH_DNNL_INT8 && s->io.xzp != 0;
     for (int i = 0; i < g->w.nsp; i++) {
         k->in[i] = g->w.in[i];
         k->k[i] = g->w.k[i];
@@ -480,29 +329,15 @@ static void fill_key(struct i8_state *s) {
         k->pb[i] = g->w.pad_begin[i];
         k->pe[i] = g->w.pad_end[i];
     }
-    s->dst_f32 =
-        s->path == QP_INT8_PATH_DNNL_F32 || !requant_folds(s) || (s->has_res && !is_q8(s->rdt));
-    k->dst_dt = s->dst_f32 ? dnnl_f32 : (int32_t)dnnl_dt(s->ydt);
-    s->res_in_dst = s->has_res && !s->dst_f32;
-    /* Folded requantization: everything after the output scales is in units of y_scale. */
-    float inv = s->dst_f32 ? 1.0f : 1.0f / s->ys;
-    s->oscale_mul = inv;
-    k->n_post = s->n_post;
-    for (int i = 0; i < s->n_post; i++) {
-        int clip = s->post[i].kind == QP_CONV_POST_CLIP;
-        k->post_kind[i] = s->post[i].kind;
-        k->post_alpha[i] = clip ? s->post[i].alpha * inv : s->post[i].alpha;
-        k->post_beta[i] = clip ? s->post[i].beta * inv : s->post[i].beta;
-    }
-    k->sum_dt = s->res_in_dst ? (int32_t)dnnl_dt(s->rdt) : dnnl_data_type_undef;
-    k->sum_scale = s->res_in_dst ? s->rs * inv : 1.0f;
-    k->sum_zp = s->res_in_dst ? s->rzp : 0;
-    s->direct = !s->dst_f32 && s->dst_nhwc;
+    qp_i8_key_posts(&s->io, s->path == QP_INT8_PATH_DNNL_INT8, &k->posts);
+    k->dst_dt = s->io.dst_f32 ? dnnl_f32 : (int32_t)dnnl_dt(s->io.ydt);
+    s->direct = !s->io.dst_f32 && s->dst_nhwc;
 }
 
 /* The state blob: the struct, then per-channel floats and the weights. */
 static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
-    const struct qp_kt *w = p->in[3], *ws = opt_in(p, 4), *wz = opt_in(p, 5), *b = opt_in(p, 6);
+    const struct qp_kt *w = p->in[3], *ws = qp_i8_in(p, 4), *wz = qp_i8_in(p, 5),
+                       *b = qp_i8_in(p, 6);
     int64_t m = s->geo.m;
     if (!ws || !ws->is_const || (ws->numel != 1 && ws->numel != (uint64_t)m))
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "w_scale must be 1 or %lld constants",
@@ -527,8 +362,8 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
     float *wsc = (float *)(blob + s->off_wsc), *psc = (float *)(blob + s->off_psc);
     for (int64_t oc = 0; oc < m; oc++) {
         wsc[oc] = (float)qp_kt_get_f64(ws, ws->numel == 1 ? 0 : (uint64_t)oc);
-        osc[oc] = s->xs * wsc[oc];
-        psc[oc] = osc[oc] * s->oscale_mul;
+        osc[oc] = s->io.xs * wsc[oc];
+        psc[oc] = osc[oc] * s->io.oscale_mul;
         float bf = b ? (float)qp_kt_get_f64(b, (uint64_t)oc) : 0.0f;
         bias[oc] = s->path == QP_INT8_PATH_DNNL_INT8 ? bf / osc[oc] : bf;
     }
@@ -560,12 +395,12 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
 
 /* x_scale * w_scale[oc] (malloc'd), or NULL for a bad w_scale. */
 static float *output_scales(const struct qp_kprep *p, const struct i8_state *s) {
-    const struct qp_kt *ws = opt_in(p, 4);
+    const struct qp_kt *ws = qp_i8_in(p, 4);
     int64_t m = s->geo.m;
     if (!ws || !ws->is_const || (ws->numel != 1 && ws->numel != (uint64_t)m)) return NULL;
     float *osc = qp_malloc_n((size_t)m, sizeof *osc);
     for (int64_t oc = 0; osc && oc < m; oc++)
-        osc[oc] = s->xs * (float)qp_kt_get_f64(ws, ws->numel == 1 ? 0 : (uint64_t)oc);
+        osc[oc] = s->io.xs * (float)qp_kt_get_f64(ws, ws->numel == 1 ? 0 : (uint64_t)oc);
     return osc;
 }
 
@@ -579,7 +414,7 @@ static size_t plan_scratch(struct i8_state *s) {
                                            : in_n;
     size_t b = s->path == QP_INT8_PATH_REF ? 0
                : s->direct                 ? 0
-                                           : out_n * (s->dst_f32 ? sizeof(float) : 1);
+                                           : out_n * (s->io.dst_f32 ? sizeof(float) : 1);
     s->off_src = 0;
     s->off_dst = qp_dnnl_align(a);
     s->off_scr = s->off_dst + qp_dnnl_align(b);
@@ -590,27 +425,34 @@ enum qp_status qp_k_qconv_fused_prepare(struct qp_kprep *p) {
     struct i8_state s;
     memset(&s, 0, sizeof s);
     enum qp_status st;
-    if ((st = read_io(p, &s)) || (st = geometry(p, &s)) || (st = read_posts(p, &s))) return st;
+    if ((st = read_io(p, &s)) || (st = geometry(p, &s))) return st;
     s.path = !qp_dnnl_enabled()       ? QP_INT8_PATH_REF
              : qp_int8_cpu_has_vnni() ? QP_INT8_PATH_DNNL_INT8
                                       : QP_INT8_PATH_DNNL_F32;
-    float *osc = NULL;
-    if (s.path != QP_INT8_PATH_REF && !(osc = output_scales(p, &s)))
-        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "w_scale must be 1 or %lld constants",
-                            (long long)s.geo.m);
+    float *osc = NULL, *psc = NULL;
+    if (s.path != QP_INT8_PATH_REF) {
+        osc = output_scales(p, &s);
+        psc = osc ? qp_malloc_n((size_t)s.geo.m, sizeof *psc) : NULL;
+        if (!psc) {
+            free(osc);
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "w_scale must be 1 or %lld constants",
+                                (long long)s.geo.m);
+        }
+    }
     while (s.path != QP_INT8_PATH_REF) {
         fill_key(&s);
-        s.key.osc_hash = scale_hash(osc, s.geo.m, s.oscale_mul);
-        float *psc = primitive_scales(osc, s.geo.m, s.oscale_mul);
+        for (int64_t oc = 0; oc < s.geo.m; oc++) /* the scales the primitive applies */
+            psc[oc] = osc[oc] * s.io.oscale_mul;
+        s.key.osc_hash = qp_i8_hash(psc, s.geo.m);
         struct i8_force f = {NULL, NULL, psc};
-        s.entry = psc ? qp_dnnl_cache_get(&s.key, sizeof s.key, entry_build, &f) : NULL;
-        free(psc);
+        s.entry = qp_dnnl_cache_get(&s.key, sizeof s.key, entry_build, &f);
         if (s.entry) break;
         /* oneDNN cannot take it on int8 (an unusual zero point, a geometry): try float. */
         s.path = s.path == QP_INT8_PATH_DNNL_INT8 ? QP_INT8_PATH_DNNL_F32 : QP_INT8_PATH_REF;
     }
     free(osc);
-    if (s.path == QP_INT8_PATH_REF) s.dst_f32 = 1;
+    free(psc);
+    if (s.path == QP_INT8_PATH_REF) s.io.dst_f32 = 1;
     qp_log(QP_LOG_DEBUG, "QConv '%s': path %d (%s), output %s%s",
            p->node->name ? p->node->name : "", (int)s.path, s.entry ? s.entry->impl : "reference C",
            s.direct ? "direct" : "converted", s.src_nhwc ? ", NHWC source" : "");
@@ -619,32 +461,6 @@ enum qp_status qp_k_qconv_fused_prepare(struct qp_kprep *p) {
 }
 
 /* ---- run ------------------------------------------------------------------------------------ */
-
-static inline float q8_at(const void *d, enum qp_dtype dt, int64_t i) {
-    return dt == QP_DTYPE_INT8 ? (float)((const int8_t *)d)[i] : (float)((const uint8_t *)d)[i];
-}
-
-static inline float real_at(const struct qp_kt *t, int64_t i, float scale, int32_t zp) {
-    if (t->dtype == QP_DTYPE_FLOAT) return ((const float *)t->data)[i];
-    if (t->dtype == QP_DTYPE_FLOAT16) return qp_fp16_to_f32(((const uint16_t *)t->data)[i]);
-    return scale * (q8_at(t->data, t->dtype, i) - (float)zp);
-}
-
-static inline void store_out(const struct i8_state *s, void *y, int64_t i, float v) {
-    if (s->ydt == QP_DTYPE_FLOAT) {
-        ((float *)y)[i] = v;
-    } else if (s->ydt == QP_DTYPE_FLOAT16) {
-        ((uint16_t *)y)[i] = qp_f32_to_fp16(v);
-    } else {
-        float q = qp_round_half_even(v / s->ys) + (float)s->yzp;
-        float lo = s->ydt == QP_DTYPE_INT8 ? -128.0f : 0.0f, hi = lo + 255.0f;
-        q = q < lo ? lo : q > hi ? hi : q;
-        if (s->ydt == QP_DTYPE_INT8)
-            ((int8_t *)y)[i] = (int8_t)q;
-        else
-            ((uint8_t *)y)[i] = (uint8_t)q;
-    }
-}
 
 /* The reference: int64 sums, then the real-valued epilogue, element by element. */
 static enum qp_status run_ref(const struct qp_krun *r) {
@@ -655,7 +471,7 @@ static enum qp_status run_ref(const struct qp_krun *r) {
     const float *osc = (const float *)(blob + s->off_osc),
                 *bias = (const float *)(blob + s->off_bias);
     const void *x = r->in[0]->data;
-    const struct qp_kt *res = s->has_res ? r->in[9] : NULL;
+    const struct qp_kt *res = s->io.has_res ? r->in[9] : NULL;
     int64_t cg = g->c / g->group, mg = g->m / g->group, P = g->out_sz, IP = g->in_sz;
     int64_t planes = g->n * g->m;
 #pragma omp parallel for num_threads(r->n_threads) schedule(static)
@@ -679,17 +495,16 @@ static enum qp_status run_ref(const struct qp_krun *r) {
                     int64_t px = (i0 * g->in3[1] + i1) * g->in3[2] + i2;
                     int64_t xi =
                         s->src_nhwc ? nhwc_at(b, c, px, g->c, IP) : (b * g->c + c) * IP + px;
-                    acc += ((int64_t)q8_at(x, s->xdt, xi) - s->xzp) * wk[k];
+                    acc += ((int64_t)qp_i8_q8_at(x, s->io.xdt, xi) - s->io.xzp) * wk[k];
                 }
             }
             float v = (float)acc * osc[m] + bias[m];
             int64_t yi = (b * g->m + m) * P + o, yo = s->dst_nhwc ? nhwc_at(b, m, o, g->m, P) : yi;
             float rv = 0.0f;
-            if (res) rv = real_at(res, s->res_nhwc ? nhwc_at(b, m, o, g->m, P) : yi, s->rs, s->rzp);
-            for (int k = 0; k < s->n_post; k++)
-                v = s->post[k].kind == QP_CONV_POST_SUM ? v + rv
-                                                        : qp_conv_post_ref(1, &s->post[k], v, 0);
-            store_out(s, r->out[0]->data, yo, v);
+            if (res)
+                rv = qp_i8_real_at(res, s->res_nhwc ? nhwc_at(b, m, o, g->m, P) : yi, s->io.rs,
+                                   s->io.rzp);
+            qp_i8_store(&s->io, r->out[0]->data, yo, qp_i8_posts_ref(&s->io, v, rv));
         }
     }
     return QP_OK;
@@ -723,7 +538,7 @@ static void src_to_f32(const struct i8_state *s, const struct qp_kt *x, float *d
         int64_t b = rw / P, px = rw % P;
         for (int64_t c = 0; c < C; c++) {
             int64_t xi = s->src_nhwc ? rw * C + c : (b * C + c) * P + px;
-            dst[rw * C + c] = s->xs * (q8_at(x->data, s->xdt, xi) - (float)s->xzp);
+            dst[rw * C + c] = s->io.xs * (qp_i8_q8_at(x->data, s->io.xdt, xi) - (float)s->io.xzp);
         }
     }
 }
@@ -732,7 +547,7 @@ static void src_to_f32(const struct i8_state *s, const struct qp_kt *x, float *d
 static void residual_into(const struct i8_state *s, const struct qp_kt *res, void *dbuf, int nthr) {
     const struct qp_conv_state *g = &s->geo;
     int64_t C = g->m, P = g->out_sz;
-    if (s->res_in_dst) { /* int8 as it is: the SUM post-op dequantizes it */
+    if (s->io.res_in_dst) { /* int8 as it is: the SUM post-op dequantizes it */
         if (s->res_nhwc)
             memcpy(dbuf, res->data, res->nbytes);
         else
@@ -747,7 +562,7 @@ static void residual_into(const struct i8_state *s, const struct qp_kt *res, voi
         int64_t b = rw / P, px = rw % P;
         for (int64_t c = 0; c < C; c++) {
             int64_t ri = s->res_nhwc ? rw * C + c : (b * C + c) * P + px;
-            d[rw * C + c] = real_at(res, ri, s->rs, s->rzp);
+            d[rw * C + c] = qp_i8_real_at(res, ri, s->io.rs, s->io.rzp);
         }
     }
 }
@@ -756,7 +571,7 @@ static void residual_into(const struct i8_state *s, const struct qp_kt *res, voi
 static void dst_out(const struct i8_state *s, const void *dbuf, void *y, int nthr) {
     const struct qp_conv_state *g = &s->geo;
     int64_t C = g->m, P = g->out_sz, rows = g->n * P;
-    if (!s->dst_f32) { /* int8 already: only the layout changes */
+    if (!s->io.dst_f32) { /* int8 already: only the layout changes */
         transpose_cp(y, dbuf, g->n, C, P, 1, 0, nthr);
         return;
     }
@@ -766,7 +581,7 @@ static void dst_out(const struct i8_state *s, const void *dbuf, void *y, int nth
     for (int64_t rw = 0; rw < rows; rw++) {
         int64_t b = rw / P, px = rw % P;
         for (int64_t c = 0; c < C; c++)
-            store_out(s, y, s->dst_nhwc ? rw * C + c : (b * C + c) * P + px, d[rw * C + c]);
+            qp_i8_store(&s->io, y, s->dst_nhwc ? rw * C + c : (b * C + c) * P + px, d[rw * C + c]);
     }
 }
 
@@ -785,7 +600,7 @@ enum qp_status qp_k_qconv_fused_run(const struct qp_krun *r) {
         src = scr + s->off_src;
         transpose_cp(src, x->data, g->n, g->c, g->in_sz, 1, 1, r->n_threads);
     }
-    if (s->has_res) residual_into(s, r->in[9], dbuf, r->n_threads);
+    if (s->io.has_res) residual_into(s, r->in[9], dbuf, r->n_threads);
     pthread_mutex_lock(&e->lock);
     int saved = qp_dnnl_threads_push(e == s->entry ? s->key.nthr : r->n_threads);
     dnnl_memory_set_data_handle(e->m_src, src);
@@ -793,7 +608,7 @@ enum qp_status qp_k_qconv_fused_run(const struct qp_krun *r) {
     dnnl_memory_set_data_handle(e->m_bias, blob + s->off_bias);
     dnnl_memory_set_data_handle(e->m_dst, dbuf);
     dnnl_memory_set_data_handle(e->m_osc, blob + s->off_osc);
-    int32_t zp = s->xzp;
+    int32_t zp = s->io.xzp;
     dnnl_memory_set_data_handle(e->m_zp, &zp);
     if (e->scr_bytes) dnnl_memory_set_data_handle(e->m_scr, scr + s->off_scr);
     dnnl_exec_arg_t a[7] = {{DNNL_ARG_SRC, e->m_src},

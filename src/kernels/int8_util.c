@@ -1,0 +1,183 @@
+/* int8_util.h: what QConv and QMatMul share. */
+#include "kernels/int8_util.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "qmath/qparams.h"
+
+enum qp_status qp_i8_const_scale(const struct qp_kprep *p, int i, float *out, const char *what) {
+    const struct qp_kt *t = qp_i8_in(p, i);
+    if (!t || !t->is_const || t->numel != 1 ||
+        (t->dtype != QP_DTYPE_FLOAT && t->dtype != QP_DTYPE_FLOAT16))
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "%s must be one constant float", what);
+    *out = (float)qp_kt_get_f64(t, 0);
+    if (!(*out > 0.0f) || !isfinite(*out))
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "%s is %g (must be positive)", what,
+                            (double)*out);
+    return QP_OK;
+}
+
+static enum qp_status const_zp(const struct qp_kprep *p, int i, enum qp_dtype like, int32_t *out,
+                               const char *what) {
+    const struct qp_kt *t = qp_i8_in(p, i);
+    *out = 0;
+    if (!t) return QP_OK;
+    if (!t->is_const || t->numel != 1 || t->dtype != like)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "%s must be one constant %s", what,
+                            qp_dtype_name(like));
+    *out = (int32_t)qp_kt_get_i64(t, 0);
+    return QP_OK;
+}
+
+static enum qp_status read_posts(struct qp_kprep *p, struct qp_i8_io *io) {
+    const int64_t *kinds;
+    const float *al, *be;
+    int64_t n = qp_kattr_ints(p->node, "post", &kinds);
+    if (n < 0) n = 0;
+    if (n > QP_CONV_MAX_POST - 1 || qp_kattr_floats(p->node, "post_alpha", &al) != n ||
+        qp_kattr_floats(p->node, "post_beta", &be) != n)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "post, post_alpha, post_beta disagree");
+    int sums = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (kinds[i] < 0 || kinds[i] >= QP_CONV_POST_COUNT)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "post %lld", (long long)kinds[i]);
+        sums += kinds[i] == QP_CONV_POST_SUM;
+        io->post[i] = (struct qp_conv_post){(int)kinds[i], al[i], be[i]};
+    }
+    io->n_post = (int)n;
+    if (sums != (io->has_res ? 1 : 0))
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "a residual needs exactly one SUM post");
+    return QP_OK;
+}
+
+static enum qp_status read_output(struct qp_kprep *p, struct qp_i8_io *io) {
+    const struct qp_kt *yzp = qp_i8_in(p, 8);
+    io->y_int8 = qp_i8_in(p, 7) != NULL;
+    if (!io->y_int8) {
+        io->ydt = (enum qp_dtype)qp_kattr_int(p->node, "out_dtype", QP_DTYPE_FLOAT);
+        if (io->ydt != QP_DTYPE_FLOAT && io->ydt != QP_DTYPE_FLOAT16)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "out_dtype %s", qp_dtype_name(io->ydt));
+        return QP_OK;
+    }
+    enum qp_status st = qp_i8_const_scale(p, 7, &io->ys, "y_scale");
+    if (st) return st;
+    io->ydt = yzp ? yzp->dtype : QP_DTYPE_UINT8;
+    if (!qp_i8_is_q8(io->ydt)) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "y is not int8/uint8");
+    return const_zp(p, 8, io->ydt, &io->yzp, "y_zero_point");
+}
+
+enum qp_status qp_i8_read_io(struct qp_kprep *p, struct qp_i8_io *io) {
+    enum qp_status st;
+    const struct qp_kt *x = qp_i8_in(p, 0), *r = qp_i8_in(p, 9);
+    if (!x || !qp_i8_is_q8(x->dtype))
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "input 0 must be int8 or uint8");
+    io->xdt = x->dtype;
+    if ((st = qp_i8_const_scale(p, 1, &io->xs, "x_scale")) ||
+        (st = const_zp(p, 2, x->dtype, &io->xzp, "x_zero_point")) || (st = read_output(p, io)))
+        return st;
+    io->has_res = r != NULL;
+    if (r) {
+        io->rdt = r->dtype;
+        if (qp_i8_is_q8(r->dtype)) {
+            if ((st = qp_i8_const_scale(p, 10, &io->rs, "r_scale")) ||
+                (st = const_zp(p, 11, r->dtype, &io->rzp, "r_zero_point")))
+                return st;
+        } else if (r->dtype != QP_DTYPE_FLOAT && r->dtype != QP_DTYPE_FLOAT16) {
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "residual is %s",
+                                qp_dtype_name(r->dtype));
+        }
+    }
+    return read_posts(p, io);
+}
+
+static int requant_folds(const struct qp_i8_io *io) {
+    if (!io->y_int8 || io->yzp != 0) return 0;
+    for (int i = 0; i < io->n_post; i++)
+        if (io->post[i].kind != QP_CONV_POST_RELU && io->post[i].kind != QP_CONV_POST_CLIP &&
+            io->post[i].kind != QP_CONV_POST_SUM)
+            return 0;
+    return 1;
+}
+
+void qp_i8_key_posts(struct qp_i8_io *io, int int8, struct qp_i8_posts *k) {
+    memset(k, 0, sizeof *k);
+    io->dst_f32 = !int8 || !requant_folds(io) || (io->has_res && !qp_i8_is_q8(io->rdt));
+    io->res_in_dst = io->has_res && !io->dst_f32;
+    float inv = io->dst_f32 ? 1.0f : 1.0f / io->ys; /* after the output scales: y_scale units */
+    io->oscale_mul = inv;
+    k->n = io->n_post;
+    for (int i = 0; i < io->n_post; i++) {
+        int clip = io->post[i].kind == QP_CONV_POST_CLIP;
+        k->kind[i] = io->post[i].kind;
+        k->alpha[i] = clip ? io->post[i].alpha * inv : io->post[i].alpha;
+        k->beta[i] = clip ? io->post[i].beta * inv : io->post[i].beta;
+    }
+    k->sum_dt =
+        io->res_in_dst ? (io->rdt == QP_DTYPE_INT8 ? dnnl_s8 : dnnl_u8) : dnnl_data_type_undef;
+    k->sum_scale = io->res_in_dst ? io->rs * inv : 1.0f;
+    k->sum_zp = io->res_in_dst ? io->rzp : 0;
+}
+
+static const dnnl_alg_kind_t post_alg[QP_CONV_POST_COUNT] = {
+    [QP_CONV_POST_LINEAR] = dnnl_eltwise_linear,
+    [QP_CONV_POST_RELU] = dnnl_eltwise_relu,
+    [QP_CONV_POST_CLIP] = dnnl_eltwise_clip,
+    [QP_CONV_POST_SIGMOID] = dnnl_eltwise_logistic,
+    [QP_CONV_POST_HARDSWISH] = dnnl_eltwise_hardswish,
+    [QP_CONV_POST_SUM] = dnnl_alg_kind_undef,
+};
+
+int qp_i8_attr_posts(dnnl_primitive_attr_t attr, const struct qp_i8_posts *k) {
+    dnnl_post_ops_t po = NULL;
+    if (dnnl_post_ops_create(&po)) return 0;
+    int ok = 1;
+    for (int i = 0; ok && i < k->n; i++) {
+        int kind = k->kind[i];
+        dnnl_status_t rc =
+            kind == QP_CONV_POST_SUM
+                ? dnnl_post_ops_append_sum_v3(po, k->sum_scale, k->sum_zp,
+                                              (dnnl_data_type_t)k->sum_dt)
+                : dnnl_post_ops_append_eltwise(po, 1.0f, post_alg[kind], k->alpha[i], k->beta[i]);
+        ok = rc == dnnl_success;
+    }
+    if (ok && dnnl_primitive_attr_set_post_ops(attr, po)) ok = 0;
+    dnnl_post_ops_destroy(po);
+    return ok;
+}
+
+uint64_t qp_i8_hash(const float *v, int64_t n) {
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *b = (const unsigned char *)v;
+    for (size_t i = 0; i < (size_t)n * sizeof *v; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+float qp_i8_real_at(const struct qp_kt *t, int64_t i, float scale, int32_t zp) {
+    if (t->dtype == QP_DTYPE_FLOAT) return ((const float *)t->data)[i];
+    if (t->dtype == QP_DTYPE_FLOAT16) return qp_fp16_to_f32(((const uint16_t *)t->data)[i]);
+    return scale * (qp_i8_q8_at(t->data, t->dtype, i) - (float)zp);
+}
+
+void qp_i8_store(const struct qp_i8_io *io, void *y, int64_t i, float v) {
+    if (io->ydt == QP_DTYPE_FLOAT) {
+        ((float *)y)[i] = v;
+    } else if (io->ydt == QP_DTYPE_FLOAT16) {
+        ((uint16_t *)y)[i] = qp_f32_to_fp16(v);
+    } else {
+        float q = qp_round_half_even(v / io->ys) + (float)io->yzp;
+        float lo = io->ydt == QP_DTYPE_INT8 ? -128.0f : 0.0f, hi = lo + 255.0f;
+        q = q < lo ? lo : q > hi ? hi : q;
+        if (io->ydt == QP_DTYPE_INT8)
+            ((int8_t *)y)[i] = (int8_t)q;
+        else
+            ((uint8_t *)y)[i] = (uint8_t)q;
+    }
+}
+
+float qp_i8_posts_ref(const struct qp_i8_io *io, float v, float rv) {
+    for (int k = 0; k < io->n_post; k++)
+        v = io->post[k].kind == QP_CONV_POST_SUM ? v + rv : qp_conv_post_ref(1, &io->post[k], v, 0);
+    return v;
+}
