@@ -32,8 +32,11 @@
 
 enum qp_int8_path { QP_INT8_PATH_REF = 0, QP_INT8_PATH_DNNL_INT8, QP_INT8_PATH_DNNL_F32 };
 
-/* The path a QConv state runs (tests, bench --explain). */
+/* The path a QConv / QMatMul state runs (tests). QMatMul (int8_matmul.c) is the same fusion
+ * around MatMul and Gemm: DQ(a) @ DQ(b) [+ bias] [-> activations] [-> residual Add] [-> Q],
+ * b a constant [K, N] (per column) or a computed int8 tensor (per tensor). */
 enum qp_int8_path qp_int8_conv_path(const void *state);
+enum qp_int8_path qp_int8_matmul_path(const void *state);
 
 /* 1 when the ISA oneDNN runs with (kernels/isa.h: ONEDNN_MAX_CPU_ISA honoured) has VNNI, so
  * u8 x s8 dot products accumulate exactly in int32, and oneDNN is on. QP_INT8_VNNI=0/1 in the

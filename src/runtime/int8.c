@@ -301,8 +301,8 @@ static int flow_pass(struct qp_graph *g, struct rt_int8_report *rep, int *ok,
 
 /* The int8 weights behind DQ output v: an int8 constant, or Q of a constant (folded at plan
  * time); per tensor, or per output channel (axis 0) with zero points 0. */
-static const char *weight_blocker(const struct qp_graph *g, int v, int *w_out, int *ws_out,
-                                  int *wz_out) {
+static const char *weight_blocker(const struct qp_graph *g, int v, int axis, int *w_out,
+                                  int *ws_out, int *wz_out) {
     const struct qp_node *d = producer(g, v);
     if (!d || !qp_node_is(d, "DequantizeLinear")) return "its weights are not DequantizeLinear-fed";
     int w = in_at(d, 0);
@@ -311,11 +311,11 @@ static const char *weight_blocker(const struct qp_graph *g, int v, int *w_out, i
     int64_t m = -1;
     if (wt) {
         if (wt->dtype != QP_DTYPE_INT8) return "its weights are not int8";
-        m = wt->rank > 0 ? wt->dims[0] : -1;
+        m = wt->rank > axis ? wt->dims[axis] : -1;
     } else if (qw && qp_node_is(qw, "QuantizeLinear") && const_of(g, in_at(qw, 0))) {
         const struct qp_tensor *zq = const_of(g, in_at(qw, 2)), *wf = const_of(g, in_at(qw, 0));
         if (!zq || zq->dtype != QP_DTYPE_INT8) return "its weights are not quantized to int8";
-        m = wf->rank > 0 ? wf->dims[0] : -1;
+        m = wf->rank > axis ? wf->dims[axis] : -1;
     } else {
         return "its weights are not a constant";
     }
@@ -323,8 +323,11 @@ static const char *weight_blocker(const struct qp_graph *g, int v, int *w_out, i
     if (!sc || (sc->numel != 1 && (int64_t)sc->numel != m))
         return "its weight scales are not per channel";
     const struct qp_attr *ax = qp_node_attr(d, "axis");
-    if (sc->numel > 1 && ax && ax->i != 0) return "its weights are quantized along another axis";
-    if (sc->numel > 1 && !ax) return "its weights are quantized along axis 1";
+    int64_t ax_v = ax ? ax->i : 1; /* DequantizeLinear's default axis */
+    if (ax_v < 0) ax_v += 2;       /* rank-2 MatMul weights */
+    if (sc->numel > 1 && ax_v != axis)
+        return axis ? "its weights are not quantized per output column"
+                    : "its weights are not quantized per output channel (axis 0)";
     for (uint64_t i = 0; zp && i < zp->numel; i++) {
         int64_t z;
         if (!tensor_i(zp, i, &z) || z != 0) return "its weights have a zero point";
@@ -383,11 +386,17 @@ static int act_posts(const struct qp_graph *g, const struct qp_node *u, struct c
 }
 
 /* Grows the chain after Conv `conv`: activations, one residual Add, a final Q. */
+static void grow_from(const struct qp_graph *g, struct chain *c, int v);
+
 static void grow(const struct qp_graph *g, int conv, struct chain *c) {
     memset(c, 0, sizeof *c);
     c->mem[c->n++] = conv;
     c->res = c->q = -1;
-    int v = g->nodes[conv].outputs[0];
+    grow_from(g, c, g->nodes[conv].outputs[0]);
+}
+
+/* Continues chain c from value v (the last member's output). */
+static void grow_from(const struct qp_graph *g, struct chain *c, int v) {
     for (;;) {
         c->out = v;
         struct qparam yq;
@@ -422,64 +431,164 @@ static void grow(const struct qp_graph *g, int conv, struct chain *c) {
     }
 }
 
+/* A fused node to write: the head (Conv, MatMul, Gemm), its operands and the chain after it. */
+struct fused {
+    int head;
+    const char *op;
+    int xq, w, ws, wz, bias, trans_b;
+    struct qparam xp;
+    struct chain c;
+};
+
+/* Notes the decisions and replaces the head and its chain by the fused node. */
+static int emit(struct qp_graph *g, struct fused *f, struct rt_int8_report *rep,
+                struct qp_error *err, int *ok) {
+    const struct qp_node *n = &g->nodes[f->head];
+    struct chain *c = &f->c;
+    char into[160];
+    snprintf(into, sizeof into, "%s '%s' (%d nodes%s%s)", f->op, n->name, c->n,
+             c->res >= 0 ? ", residual add" : "", c->q >= 0 ? ", int8 output" : ", float output");
+    *ok = note(rep, producer(g, in_at(n, 0)), 1, into, NULL) &&
+          note(rep, producer(g, in_at(n, 1)), 1, into, NULL);
+    const struct qp_node *qw = producer(g, f->w);
+    if (*ok && qw && qp_node_is(qw, "QuantizeLinear") && const_of(g, in_at(qw, 0)))
+        *ok = note(rep, qw, 1, into, NULL);
+    if (*ok && c->q >= 0) *ok = note(rep, &g->nodes[c->q], 1, into, NULL);
+    if (*ok && c->res_q) *ok = note(rep, &g->nodes[c->res_dq], 1, into, NULL);
+    int in[12] = {f->xq, f->xp.scale_v, f->xp.zp_v, f->w, f->ws, f->wz, f->bias, -1,
+                  -1,    c->res,        -1,         -1};
+    if (c->q >= 0) {
+        in[7] = c->yq.scale_v;
+        in[8] = c->yq.zp_v;
+        c->mem[c->n++] = c->q;
+    }
+    if (c->res_q) {
+        in[10] = c->rq.scale_v;
+        in[11] = c->rq.zp_v;
+    }
+    int conv = strcmp(f->op, "QConv") == 0;
+    const char *name = n->name;
+    int nn = *ok ? replace(g, c->mem, c->n, name, f->op, QP_INT8_DOMAIN, 12, in, c->out,
+                           conv ? f->head : -1, err)
+                 : -1;
+    if (nn < 0) {
+        *ok = 0;
+        return 0;
+    }
+    enum qp_dtype od = f->xp.sdt == QP_DTYPE_FLOAT16 ? QP_DTYPE_FLOAT16 : QP_DTYPE_FLOAT;
+    *ok = add_ints(g, nn, "post", c->n_post, c->kind) &&
+          add_floats(g, nn, "post_alpha", c->n_post, c->al) &&
+          add_floats(g, nn, "post_beta", c->n_post, c->be) && add_int(g, nn, "out_dtype", od) &&
+          (conv || add_int(g, nn, "trans_b", f->trans_b));
+    if (conv)
+        rep->n_qconv++;
+    else
+        rep->n_qmatmul++;
+    return 1;
+}
+
 static int fuse_conv(struct qp_graph *g, int k, struct rt_int8_report *rep, struct qp_error *err,
                      int *ok) {
     struct qp_node *n = &g->nodes[k];
-    int xq, w, ws, wz;
-    struct qparam xp;
+    struct fused f = {.head = k, .op = "QConv", .bias = in_at(n, 2)};
     char msg[160];
-    if (!dq_act(g, in_at(n, 0), &xq, &xp)) return 0;
+    if (!dq_act(g, in_at(n, 0), &f.xq, &f.xp)) return 0;
     const char *why = n->n_inputs > 2 && in_at(n, 2) >= 0 && !const_of(g, in_at(n, 2))
                           ? "its bias is not a constant"
-                          : weight_blocker(g, in_at(n, 1), &w, &ws, &wz);
+                          : weight_blocker(g, in_at(n, 1), 0, &f.w, &f.ws, &f.wz);
     if (why) {
         snprintf(msg, sizeof msg, "DQ feeds Conv '%s', which runs in float: %s", n->name, why);
         *ok = note(rep, producer(g, in_at(n, 0)), 0, "", msg);
         return 0;
     }
-    struct chain c;
-    grow(g, k, &c);
-    char into[160];
-    snprintf(into, sizeof into, "QConv '%s' (%d nodes%s%s)", n->name, c.n,
-             c.res >= 0 ? ", residual add" : "", c.q >= 0 ? ", int8 output" : ", float output");
-    *ok = note(rep, producer(g, in_at(n, 0)), 1, into, NULL) &&
-          note(rep, producer(g, in_at(n, 1)), 1, into, NULL);
-    const struct qp_node *qw = producer(g, w);
-    if (*ok && qw && qp_node_is(qw, "QuantizeLinear")) *ok = note(rep, qw, 1, into, NULL);
-    if (*ok && c.q >= 0) *ok = note(rep, &g->nodes[c.q], 1, into, NULL);
-    if (*ok && c.res_q) *ok = note(rep, &g->nodes[c.res_dq], 1, into, NULL);
-    int in[12] = {xq, xp.scale_v, xp.zp_v, w, ws, wz, in_at(n, 2), -1, -1, c.res, -1, -1};
-    if (c.q >= 0) {
-        in[7] = c.yq.scale_v;
-        in[8] = c.yq.zp_v;
+    grow(g, k, &f.c);
+    return emit(g, &f, rep, err, ok);
+}
+
+/* A constant of N floats (a MatMul's bias Add, a Gemm's C). */
+static int bias_of(const struct qp_graph *g, int v, int64_t n) {
+    const struct qp_tensor *t = const_of(g, v);
+    return t && (int64_t)t->numel == n && t->rank >= 1 && t->dims[t->rank - 1] == n &&
+           (t->dtype == QP_DTYPE_FLOAT || t->dtype == QP_DTYPE_FLOAT16);
+}
+
+/* The right-hand operand: constant int8 weights per column (per row with transB), or DQ of a
+ * computed int8 tensor; N its column count (-1: unknown). */
+static const char *rhs(const struct qp_graph *g, int v, int trans_b, struct fused *f,
+                       int64_t *n_out) {
+    struct qparam q;
+    int x;
+    *n_out = -1;
+    if (!trans_b && dq_act(g, v, &x, &q)) {
+        if (q.dt != QP_DTYPE_INT8 || q.z != 0) return "its second operand is not symmetric int8";
+        f->w = x;
+        f->ws = q.scale_v;
+        f->wz = q.zp_v;
+        return NULL;
     }
-    if (c.res_q) {
-        in[10] = c.rq.scale_v;
-        in[11] = c.rq.zp_v;
+    const char *why = weight_blocker(g, v, trans_b ? 0 : 1, &f->w, &f->ws, &f->wz);
+    if (why) return why;
+    const struct qp_node *d = producer(g, v);
+    const struct qp_tensor *wt = const_of(g, in_at(d, 0));
+    if (!wt) wt = const_of(g, in_at(producer(g, in_at(d, 0)), 0));
+    if (!wt || wt->rank != 2) return "its weights are not a matrix";
+    *n_out = wt->dims[trans_b ? 0 : 1];
+    return NULL;
+}
+
+static int fuse_matmul(struct qp_graph *g, int k, struct rt_int8_report *rep, struct qp_error *err,
+                       int *ok) {
+    struct qp_node *n = &g->nodes[k];
+    int gemm = qp_node_is(n, "Gemm");
+    struct fused f = {.head = k, .op = "QMatMul", .bias = -1};
+    char msg[160];
+    if (!dq_act(g, in_at(n, 0), &f.xq, &f.xp)) return 0;
+    const struct qp_attr *ta = qp_node_attr(n, "transA"), *tb = qp_node_attr(n, "transB");
+    f.trans_b = gemm && tb && tb->i;
+    int64_t nn = -1;
+    const char *why = NULL;
+    if (gemm &&
+        ((ta && ta->i) || attr_f(n, "alpha", 1.0f) != 1.0f || attr_f(n, "beta", 1.0f) != 1.0f))
+        why = "Gemm with transA, alpha or beta";
+    if (!why) why = rhs(g, in_at(n, 1), f.trans_b, &f, &nn);
+    if (!why && gemm && in_at(n, 2) >= 0) {
+        if (!bias_of(g, in_at(n, 2), nn)) why = "its C is not a constant vector";
+        f.bias = in_at(n, 2);
     }
-    if (c.q >= 0) c.mem[c.n++] = c.q;
-    const char *name = n->name;
-    int nn =
-        *ok ? replace(g, c.mem, c.n, name, "QConv", QP_INT8_DOMAIN, 12, in, c.out, k, err) : -1;
-    if (nn < 0) {
-        *ok = 0;
+    if (why) {
+        snprintf(msg, sizeof msg, "DQ feeds %s '%s', which runs in float: %s", n->op_type, n->name,
+                 why);
+        *ok = note(rep, producer(g, in_at(n, 0)), 0, "", msg);
         return 0;
     }
-    *ok =
-        add_ints(g, nn, "post", c.n_post, c.kind) &&
-        add_floats(g, nn, "post_alpha", c.n_post, c.al) &&
-        add_floats(g, nn, "post_beta", c.n_post, c.be) &&
-        add_int(g, nn, "out_dtype", xp.sdt == QP_DTYPE_FLOAT16 ? QP_DTYPE_FLOAT16 : QP_DTYPE_FLOAT);
-    rep->n_qconv++;
-    return 1;
+    memset(&f.c, 0, sizeof f.c);
+    f.c.mem[f.c.n++] = k;
+    f.c.res = f.c.q = -1;
+    int v = n->outputs[0];
+    const struct qp_value *val = &g->values[v];
+    if (!gemm && nn > 0 && !val->is_graph_output && val->n_uses == 1) { /* the bias Add */
+        const struct qp_node *u = &g->nodes[val->uses[0].node];
+        int o = qp_node_is(u, "Add") && u->n_inputs == 2 ? u->inputs[1 - val->uses[0].input] : -1;
+        if (bias_of(g, o, nn)) {
+            f.bias = o;
+            f.c.mem[f.c.n++] = val->uses[0].node;
+            v = u->outputs[0];
+        }
+    }
+    grow_from(g, &f.c, v);
+    return emit(g, &f, rep, err, ok);
 }
 
 static void conv_pass(struct qp_graph *g, struct rt_int8_report *rep, int *ok,
                       struct qp_error *err) {
     size_t n0 = g->n_nodes; /* nodes added by the pass are QConv already */
     for (size_t k = 0; k < n0 && *ok; k++)
-        if (!g->nodes[k].dead && qp_node_is(&g->nodes[k], "Conv") && g->nodes[k].n_outputs == 1)
+        if (g->nodes[k].dead || g->nodes[k].n_outputs != 1)
+            continue;
+        else if (qp_node_is(&g->nodes[k], "Conv"))
             fuse_conv(g, (int)k, rep, err, ok);
+        else if (qp_node_is(&g->nodes[k], "MatMul") || qp_node_is(&g->nodes[k], "Gemm"))
+            fuse_matmul(g, (int)k, rep, err, ok);
 }
 
 /* ---- clean-up, layouts, decisions ----------------------------------------------------------- */
@@ -491,6 +600,10 @@ static int is_qdq(const struct qp_node *n) {
 static int is_qconv(const struct qp_node *n) {
     return !n->dead && n->domain && strcmp(n->domain, QP_INT8_DOMAIN) == 0 &&
            strcmp(n->op_type, "QConv") == 0;
+}
+
+static int is_fused(const struct qp_node *n) {
+    return !n->dead && n->domain && strcmp(n->domain, QP_INT8_DOMAIN) == 0;
 }
 
 /* Removes Q/DQ nodes whose outputs nobody reads (repeatedly: a Q feeding only such a DQ). */
@@ -542,7 +655,7 @@ static void own_reason(const struct qp_graph *g, const struct qp_node *n, char *
     if (qp_node_is(n, "DequantizeLinear")) {
         for (size_t u = 0; u < v->n_uses; u++) {
             const struct qp_node *c = &g->nodes[v->uses[u].node];
-            if (is_qconv(c)) continue;
+            if (is_fused(c)) continue;
             snprintf(out, size, "DQ feeds %s '%s': no int8 kernel", c->op_type, c->name);
             return;
         }
@@ -553,11 +666,11 @@ static void own_reason(const struct qp_graph *g, const struct qp_node *n, char *
     int quantized = 0;
     for (size_t u = 0; u < v->n_uses; u++) {
         const struct qp_node *c = &g->nodes[v->uses[u].node];
-        if (is_qconv(c) || !qp_node_is(c, "DequantizeLinear")) quantized |= is_qconv(c);
+        if (is_fused(c) || !qp_node_is(c, "DequantizeLinear")) quantized |= is_fused(c);
         const struct qp_value *dv =
             qp_node_is(c, "DequantizeLinear") ? &g->values[c->outputs[0]] : NULL;
         for (size_t w = 0; dv && w < dv->n_uses; w++)
-            quantized |= is_qconv(&g->nodes[dv->uses[w].node]);
+            quantized |= is_fused(&g->nodes[dv->uses[w].node]);
     }
     if (!p)
         snprintf(out, size, "Q of graph input '%s': quantizes the float input as its own pass",

@@ -239,6 +239,132 @@ static void test_gate_requantized(void **state) {
     qp_model_free(m);
 }
 
+/* MatMul weights `name` [K, N] as DQ(Q(W)) per column (axis 1) and a bias [N]. */
+#define MK 32
+#define MN 24
+static void matmul_weights(struct qp_model *m, const char *name, const char *out) {
+    int64_t wd[2] = {MK, MN}, sd[1] = {MN};
+    static float w[MK * MN], sc[MN], b[MN];
+    static int8_t z[MN];
+    for (int n = 0; n < MN; n++) {
+        sc[n] = 0.004f + 0.0003f * n;
+        b[n] = 0.2f * rt_frand();
+    }
+    for (int i = 0; i < MK * MN; i++)
+        w[i] = (float)(int)(127 * rt_frand()) * sc[i % MN];
+    char ws[96], wz[96], wq[96], wqo[96], wdq[96], bn[96];
+    snprintf(ws, sizeof ws, "%s_ws", name);
+    snprintf(wz, sizeof wz, "%s_wz", name);
+    snprintf(wq, sizeof wq, "%s_wQ", name);
+    snprintf(wqo, sizeof wqo, "%s_wq", name);
+    snprintf(wdq, sizeof wdq, "%s_wDQ", name);
+    snprintf(bn, sizeof bn, "%s_b", name);
+    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 2, wd, w, sizeof w);
+    graph_add_init(m, m->graph, ws, QP_DTYPE_FLOAT, 1, sd, sc, sizeof sc);
+    graph_add_init(m, m->graph, wz, QP_DTYPE_INT8, 1, sd, z, sizeof z);
+    graph_add_init(m, m->graph, bn, QP_DTYPE_FLOAT, 1, sd, b, sizeof b);
+    const char *qi[3] = {name, ws, wz}, *di[3] = {wqo, ws, wz};
+    node(m, wq, "QuantizeLinear", 3, qi, wqo);
+    node(m, wdq, "DequantizeLinear", 3, di, out);
+    int_attr(m, wq, "axis", 1);
+    int_attr(m, wdq, "axis", 1);
+}
+
+static void run_dims(struct qp_model *m, int int8, int rank, const int64_t *d, const float *x,
+                     size_t nx, float *y, size_t ny, struct qp_session **keep) {
+    struct qp_error err = {0};
+    struct qp_session_options o = {.n_threads = 2, .int8 = int8};
+    struct qp_session *s = NULL;
+    assert_int_equal(qp_session_create(m, &o, 0, NULL, &s, &err), QP_OK);
+    struct qp_array in, out;
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, rank, d, (void *)x, nx * 4, &err), QP_OK);
+    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    assert_int_equal(qp_session_output(s, 0, &out, &err), QP_OK);
+    assert_int_equal(out.nbytes, ny * sizeof *y);
+    memcpy(y, out.data, out.nbytes);
+    if (keep)
+        *keep = s;
+    else
+        qp_session_free(s);
+}
+
+/* A transformer's projection: DQ(x) @ DQ(W) + b, plus a residual that is another projection's
+ * int8 output, Relu, Q: two QMatMul nodes, within one step of the oracle. */
+static void test_matmul_projection(void **state) {
+    (void)state;
+    static struct qp_dim d3[3] = {{2, NULL}, {6, NULL}, {MK, NULL}};
+    rt_rng = 11;
+    struct qp_model *m = test_model_create(&rt_test_opset19);
+    test_model_add_input(m, "x", QP_DTYPE_FLOAT, 3, d3);
+    qdq(m, "x", "xd", 0.01f);
+    matmul_weights(m, "w", "wf");
+    matmul_weights(m, "v", "vf");
+    const char *mm1[2] = {"xd", "wf"}, *mm2[2] = {"xd", "vf"};
+    node(m, "mm_a", "MatMul", 2, mm1, "a0");
+    const char *ab[2] = {"a0", "w_b"};
+    node(m, "bias_a", "Add", 2, ab, "a");
+    node(m, "mm_b", "MatMul", 2, mm2, "b0");
+    qdq(m, "b0", "bd", 0.02f);
+    const char *add[2] = {"bd", "a"};
+    node(m, "add", "Add", 2, add, "s");
+    const char *rl[1] = {"s"};
+    node(m, "relu", "Relu", 1, rl, "sr");
+    qdq(m, "sr", "y", 0.02f);
+    finish(m, "y");
+    static float x[2 * 6 * MK], a[2 * 6 * MN], b[2 * 6 * MN];
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+        x[i] = rt_frand();
+    int64_t d[3] = {2, 6, MK};
+    run_dims(m, QP_INT8_OFF, 3, d, x, 2 * 6 * MK, b, 2 * 6 * MN, NULL);
+    struct qp_session *s;
+    run_dims(m, QP_INT8_AUTO, 3, d, x, 2 * 6 * MK, a, 2 * 6 * MN, &s);
+    assert_int_equal(s->int8->n_qmatmul, 2);
+    assert_non_null(strstr(find(s, "y_Q")->into, "QMatMul 'mm_a' (4 nodes, residual add"));
+    assert_non_null(strstr(find(s, "bd_Q")->into, "QMatMul 'mm_b'"));
+    size_t nz = 0;
+    for (size_t i = 0; i < 2 * 6 * MN; i++) {
+        assert_true(fabsf(a[i] - b[i]) <= 0.02f * 1.001f);
+        nz += b[i] != 0;
+    }
+    assert_true(nz > 2 * 6 * MN / 4);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
+/* Attention's product of two computed tensors: DQ(q) @ DQ(k^T), int8 x int8 per tensor. */
+static void test_matmul_two_activations(void **state) {
+    (void)state;
+    static struct qp_dim d3[3] = {{2, NULL}, {6, NULL}, {8, NULL}};
+    struct qp_model *m = test_model_create(&rt_test_opset19);
+    test_model_add_input(m, "x", QP_DTYPE_FLOAT, 3, d3);
+    qdq(m, "x", "xd", 0.01f);
+    const char *t[1] = {"x"};
+    node(m, "tr", "Transpose", 1, t, "xt");
+    int n = qp_graph_find_node(m->graph, "tr");
+    struct qp_attr *pa = qp_node_add_attr(m->graph, n, "perm", QP_ATTR_INTS);
+    static const int64_t perm[3] = {0, 2, 1};
+    pa->ints = perm;
+    pa->n = 3;
+    qdq(m, "xt", "kd", 0.01f);
+    const char *mm[2] = {"xd", "kd"};
+    node(m, "mm", "MatMul", 2, mm, "p");
+    qdq(m, "p", "y", 0.002f);
+    finish(m, "y");
+    static float x[2 * 6 * 8], a[2 * 6 * 6], b[2 * 6 * 6];
+    rt_rng = 13;
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+        x[i] = rt_frand();
+    int64_t d[3] = {2, 6, 8};
+    run_dims(m, QP_INT8_OFF, 3, d, x, 96, b, 72, NULL);
+    struct qp_session *s;
+    run_dims(m, QP_INT8_AUTO, 3, d, x, 96, a, 72, &s);
+    assert_int_equal(s->int8->n_qmatmul, 1);
+    for (size_t i = 0; i < 72; i++)
+        assert_true(fabsf(a[i] - b[i]) <= 0.002f * 1.001f);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
 /* Weights over the whole int8 range and activations near +-127: on AVX2 without VNNI u8 x s8
  * pair sums would saturate int16. Scales are powers of two and sums below 2^24, so the float
  * oracle is exact and every path must give the very same bytes. */
@@ -282,6 +408,7 @@ static void test_exact_float_path(void **state) {
  * variant of this test takes the other branch on an AVX-512 VNNI machine). */
 static void test_path_selection(void **state) {
     (void)state;
+    if (getenv("QP_NO_DNNL")) skip(); /* the reference path only */
     const char *isa = qp_session_isa();
     int vnni = qp_int8_cpu_has_vnni();
     assert_int_equal(vnni, strstr(isa, "VNNI") != NULL);
@@ -354,9 +481,10 @@ static void test_flow_decisions(void **state) {
 int main(void) {
     (void)insert_qdq;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_residual_block),   cmocka_unit_test(test_exact_vnni_path),
-        cmocka_unit_test(test_exact_float_path), cmocka_unit_test(test_path_selection),
-        cmocka_unit_test(test_flow_decisions),   cmocka_unit_test(test_gate_requantized),
+        cmocka_unit_test(test_residual_block),    cmocka_unit_test(test_exact_vnni_path),
+        cmocka_unit_test(test_exact_float_path),  cmocka_unit_test(test_path_selection),
+        cmocka_unit_test(test_flow_decisions),    cmocka_unit_test(test_gate_requantized),
+        cmocka_unit_test(test_matmul_projection), cmocka_unit_test(test_matmul_two_activations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
