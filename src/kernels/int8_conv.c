@@ -334,6 +334,26 @@ static void fill_key(struct i8_state *s) {
     s->direct = !s->io.dst_f32 && s->dst_nhwc;
 }
 
+/* A folded BatchNormalization (attributes ch_scale, ch_shift: m values each), or 1 and 0. */
+static void channel_affine(const struct qp_kprep *p, int64_t oc, float *scale, float *shift) {
+    const float *sc, *sh;
+    if (qp_kattr_floats(p->node, "ch_scale", &sc) > oc &&
+        qp_kattr_floats(p->node, "ch_shift", &sh) > oc) {
+        *scale = sc[oc];
+        *shift = sh[oc];
+    } else {
+        *scale = 1.0f;
+        *shift = 0.0f;
+    }
+}
+
+/* Weight scale of output channel oc, times a folded BatchNormalization's scale. */
+static float weight_scale(const struct qp_kprep *p, const struct qp_kt *ws, int64_t oc) {
+    float cs, ch;
+    channel_affine(p, oc, &cs, &ch);
+    return (float)qp_kt_get_f64(ws, ws->numel == 1 ? 0 : (uint64_t)oc) * cs;
+}
+
 /* The state blob: the struct, then per-channel floats and the weights. */
 static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
     const struct qp_kt *w = p->in[3], *ws = qp_i8_in(p, 4), *wz = qp_i8_in(p, 5),
@@ -361,10 +381,12 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
     float *osc = (float *)(blob + s->off_osc), *bias = (float *)(blob + s->off_bias);
     float *wsc = (float *)(blob + s->off_wsc), *psc = (float *)(blob + s->off_psc);
     for (int64_t oc = 0; oc < m; oc++) {
-        wsc[oc] = (float)qp_kt_get_f64(ws, ws->numel == 1 ? 0 : (uint64_t)oc);
+        float cs, ch;
+        channel_affine(p, oc, &cs, &ch);
+        wsc[oc] = weight_scale(p, ws, oc);
         osc[oc] = s->io.xs * wsc[oc];
         psc[oc] = osc[oc] * s->io.oscale_mul;
-        float bf = b ? (float)qp_kt_get_f64(b, (uint64_t)oc) : 0.0f;
+        float bf = (b ? (float)qp_kt_get_f64(b, (uint64_t)oc) : 0.0f) * cs + ch;
         bias[oc] = s->path == QP_INT8_PATH_DNNL_INT8 ? bf / osc[oc] : bf;
     }
     memcpy(blob + s->off_wraw, w->data, w->nbytes);
@@ -398,9 +420,12 @@ static float *output_scales(const struct qp_kprep *p, const struct i8_state *s) 
     const struct qp_kt *ws = qp_i8_in(p, 4);
     int64_t m = s->geo.m;
     if (!ws || !ws->is_const || (ws->numel != 1 && ws->numel != (uint64_t)m)) return NULL;
+    const float *v;
+    int64_t nb = qp_kattr_floats(p->node, "ch_scale", &v);
+    if (nb >= 0 && (nb != m || qp_kattr_floats(p->node, "ch_shift", &v) != m)) return NULL;
     float *osc = qp_malloc_n((size_t)m, sizeof *osc);
     for (int64_t oc = 0; osc && oc < m; oc++)
-        osc[oc] = s->io.xs * (float)qp_kt_get_f64(ws, ws->numel == 1 ? 0 : (uint64_t)oc);
+        osc[oc] = s->io.xs * weight_scale(p, ws, oc);
     return osc;
 }
 

@@ -348,6 +348,7 @@ struct chain {
     int q;
     struct qparam yq;
     int out;
+    int bn; /* a BatchNormalization right after the Conv (its node index), or -1 */
 };
 
 static int post(struct chain *c, int kind, float al, float be) {
@@ -388,11 +389,73 @@ static int act_posts(const struct qp_graph *g, const struct qp_node *u, struct c
 /* Grows the chain after Conv `conv`: activations, one residual Add, a final Q. */
 static void grow_from(const struct qp_graph *g, struct chain *c, int v);
 
+/* An inference BatchNormalization of constant parameters that only reads v, or -1. */
+static int bn_after(const struct qp_graph *g, int v) {
+    const struct qp_value *val = &g->values[v];
+    if (val->is_graph_output || val->n_uses != 1 || val->uses[0].input != 0) return -1;
+    int ui = val->uses[0].node;
+    const struct qp_node *u = &g->nodes[ui];
+    if (u->dead || !qp_node_is(u, "BatchNormalization") || u->n_inputs < 5) return -1;
+    for (int i = 1; i < u->n_outputs; i++)
+        if (u->outputs[i] >= 0 && g->values[u->outputs[i]].n_uses) return -1;
+    const struct qp_attr *tm = qp_node_attr(u, "training_mode");
+    if (tm && tm->i) return -1;
+    int64_t m = -1;
+    for (int i = 1; i < 5; i++) {
+        const struct qp_tensor *t = const_of(g, u->inputs[i]);
+        if (!t || (t->dtype != QP_DTYPE_FLOAT && t->dtype != QP_DTYPE_FLOAT16) ||
+            (m >= 0 && (int64_t)t->numel != m))
+            return -1;
+        m = (int64_t)t->numel;
+    }
+    return ui;
+}
+
 static void grow(const struct qp_graph *g, int conv, struct chain *c) {
     memset(c, 0, sizeof *c);
     c->mem[c->n++] = conv;
-    c->res = c->q = -1;
-    grow_from(g, c, g->nodes[conv].outputs[0]);
+    c->res = c->q = c->bn = -1;
+    int v = g->nodes[conv].outputs[0];
+    if (qp_node_is(&g->nodes[conv], "Conv") && (c->bn = bn_after(g, v)) >= 0) {
+        c->mem[c->n++] = c->bn;
+        v = g->nodes[c->bn].outputs[0];
+    }
+    grow_from(g, c, v);
+}
+
+/* The per-channel affine map of BatchNormalization node `bn`: ch_scale = gamma / sqrt(var +
+ * eps), ch_shift = beta - mean * ch_scale, as attributes of fused node nn (computed in
+ * double, rounded once). */
+static int bn_affine(struct qp_graph *g, int bn, float **sc_out, float **sh_out, int *m_out) {
+    const struct qp_node *u = &g->nodes[bn];
+    const struct qp_tensor *ga = const_of(g, u->inputs[1]), *be = const_of(g, u->inputs[2]);
+    const struct qp_tensor *mu = const_of(g, u->inputs[3]), *va = const_of(g, u->inputs[4]);
+    float eps = attr_f(u, "epsilon", 1e-5f);
+    size_t m = (size_t)ga->numel;
+    float *sc = malloc(m * sizeof *sc), *sh = malloc(m * sizeof *sh);
+    int ok = sc && sh;
+    for (size_t i = 0; ok && i < m; i++) {
+        float fg = 1, fb = 0, fm = 0, fv = 1;
+        ok = tensor_f(ga, i, &fg) && tensor_f(be, i, &fb) && tensor_f(mu, i, &fm) &&
+             tensor_f(va, i, &fv);
+        double s = (double)fg / sqrt((double)fv + (double)eps);
+        sc[i] = (float)s;
+        sh[i] = (float)((double)fb - (double)fm * s);
+    }
+    *sc_out = ok ? qp_arena_dup(g, sc, m * sizeof *sc) : NULL;
+    *sh_out = ok ? qp_arena_dup(g, sh, m * sizeof *sh) : NULL;
+    *m_out = (int)m;
+    free(sc);
+    free(sh);
+    return *sc_out && *sh_out;
+}
+
+static int set_floats(struct qp_graph *g, int node, const char *name, int n, const float *v) {
+    struct qp_attr *a = qp_node_add_attr(g, node, name, QP_ATTR_FLOATS);
+    if (!a) return 0;
+    a->floats = v;
+    a->n = (size_t)n;
+    return 1;
 }
 
 /* Continues chain c from value v (the last member's output). */
@@ -446,8 +509,9 @@ static int emit(struct qp_graph *g, struct fused *f, struct rt_int8_report *rep,
     const struct qp_node *n = &g->nodes[f->head];
     struct chain *c = &f->c;
     char into[160];
-    snprintf(into, sizeof into, "%s '%s' (%d nodes%s%s)", f->op, n->name, c->n,
-             c->res >= 0 ? ", residual add" : "", c->q >= 0 ? ", int8 output" : ", float output");
+    snprintf(into, sizeof into, "%s '%s' (%d nodes%s%s%s)", f->op, n->name, c->n + (c->q >= 0),
+             c->bn >= 0 ? ", BatchNormalization folded" : "", c->res >= 0 ? ", residual add" : "",
+             c->q >= 0 ? ", int8 output" : ", float output");
     *ok = note(rep, producer(g, in_at(n, 0)), 1, into, NULL) &&
           note(rep, producer(g, in_at(n, 1)), 1, into, NULL);
     const struct qp_node *qw = producer(g, f->w);
@@ -466,7 +530,9 @@ static int emit(struct qp_graph *g, struct fused *f, struct rt_int8_report *rep,
         in[10] = c->rq.scale_v;
         in[11] = c->rq.zp_v;
     }
-    int conv = strcmp(f->op, "QConv") == 0;
+    int conv = strcmp(f->op, "QConv") == 0, m = 0;
+    float *bn_sc = NULL, *bn_sh = NULL; /* read before the BatchNormalization node goes */
+    if (*ok && c->bn >= 0) *ok = bn_affine(g, c->bn, &bn_sc, &bn_sh, &m);
     const char *name = n->name;
     int nn = *ok ? replace(g, c->mem, c->n, name, f->op, QP_INT8_DOMAIN, 12, in, c->out,
                            conv ? f->head : -1, err)
@@ -479,7 +545,9 @@ static int emit(struct qp_graph *g, struct fused *f, struct rt_int8_report *rep,
     *ok = add_ints(g, nn, "post", c->n_post, c->kind) &&
           add_floats(g, nn, "post_alpha", c->n_post, c->al) &&
           add_floats(g, nn, "post_beta", c->n_post, c->be) && add_int(g, nn, "out_dtype", od) &&
-          (conv || add_int(g, nn, "trans_b", f->trans_b));
+          (conv || add_int(g, nn, "trans_b", f->trans_b)) &&
+          (c->bn < 0 ||
+           (set_floats(g, nn, "ch_scale", m, bn_sc) && set_floats(g, nn, "ch_shift", m, bn_sh)));
     if (conv)
         rep->n_qconv++;
     else
@@ -563,7 +631,7 @@ static int fuse_matmul(struct qp_graph *g, int k, struct rt_int8_report *rep, st
     }
     memset(&f.c, 0, sizeof f.c);
     f.c.mem[f.c.n++] = k;
-    f.c.res = f.c.q = -1;
+    f.c.res = f.c.q = f.c.bn = -1;
     int v = n->outputs[0];
     const struct qp_value *val = &g->values[v];
     if (!gemm && nn > 0 && !val->is_graph_output && val->n_uses == 1) { /* the bias Add */

@@ -239,6 +239,49 @@ static void test_gate_requantized(void **state) {
     qp_model_free(m);
 }
 
+/* Conv -> BatchNormalization (some channels with a negative scale) -> Relu -> Q, as PaddleOCR
+ * exports its blocks: the BatchNormalization folds into the QConv's scales and bias. */
+static void test_conv_bn(void **state) {
+    (void)state;
+    rt_rng = 17;
+    struct qp_model *m = model_with_x(4, x_dims);
+    qdq(m, "x", "xd", 0.02f);
+    conv_weights(m, "w", 0);
+    conv(m, "conv", "xd", "wf", "w_b", "a");
+    int64_t md[1] = {M};
+    float ga[M], be[M], mu[M], va[M];
+    for (int i = 0; i < M; i++) {
+        ga[i] = (i % 5 == 0 ? -1.0f : 1.0f) * (0.5f + 0.05f * i);
+        be[i] = 0.1f * rt_frand();
+        mu[i] = 0.2f * rt_frand();
+        va[i] = 0.5f + 0.03f * i;
+    }
+    graph_add_init(m, m->graph, "bn_g", QP_DTYPE_FLOAT, 1, md, ga, sizeof ga);
+    graph_add_init(m, m->graph, "bn_b", QP_DTYPE_FLOAT, 1, md, be, sizeof be);
+    graph_add_init(m, m->graph, "bn_m", QP_DTYPE_FLOAT, 1, md, mu, sizeof mu);
+    graph_add_init(m, m->graph, "bn_v", QP_DTYPE_FLOAT, 1, md, va, sizeof va);
+    const char *bn[5] = {"a", "bn_g", "bn_b", "bn_m", "bn_v"};
+    node(m, "bn", "BatchNormalization", 5, bn, "n");
+    const char *r[1] = {"n"};
+    node(m, "relu", "Relu", 1, r, "nr");
+    qdq(m, "nr", "y", 0.03f);
+    finish(m, "y");
+    fill_x(2.0f);
+    run(m, QP_INT8_OFF, xin, y_off, M * HW * HW, NULL);
+    struct qp_session *s;
+    run(m, QP_INT8_AUTO, xin, y_on, M * HW * HW, &s);
+    assert_non_null(strstr(find(s, "y_Q")->into, "BatchNormalization folded"));
+    size_t nz = 0;
+    for (size_t i = 0; i < M * HW * HW; i++) {
+        if (fabsf(y_on[i] - y_off[i]) > 0.03f * 1.001f)
+            fail_msg("element %zu: int8 %g, oracle %g", i, (double)y_on[i], (double)y_off[i]);
+        nz += y_off[i] != 0;
+    }
+    assert_true(nz > M * HW * HW / 4);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
 /* MatMul weights `name` [K, N] as DQ(Q(W)) per column (axis 1) and a bias [N]. */
 #define MK 32
 #define MN 24
@@ -319,7 +362,7 @@ static void test_matmul_projection(void **state) {
     struct qp_session *s;
     run_dims(m, QP_INT8_AUTO, 3, d, x, 2 * 6 * MK, a, 2 * 6 * MN, &s);
     assert_int_equal(s->int8->n_qmatmul, 2);
-    assert_non_null(strstr(find(s, "y_Q")->into, "QMatMul 'mm_a' (4 nodes, residual add"));
+    assert_non_null(strstr(find(s, "y_Q")->into, "QMatMul 'mm_a' (5 nodes, residual add"));
     assert_non_null(strstr(find(s, "bd_Q")->into, "QMatMul 'mm_b'"));
     size_t nz = 0;
     for (size_t i = 0; i < 2 * 6 * MN; i++) {
@@ -481,10 +524,15 @@ static void test_flow_decisions(void **state) {
 int main(void) {
     (void)insert_qdq;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_residual_block),    cmocka_unit_test(test_exact_vnni_path),
-        cmocka_unit_test(test_exact_float_path),  cmocka_unit_test(test_path_selection),
-        cmocka_unit_test(test_flow_decisions),    cmocka_unit_test(test_gate_requantized),
-        cmocka_unit_test(test_matmul_projection), cmocka_unit_test(test_matmul_two_activations),
+        cmocka_unit_test(test_residual_block),
+        cmocka_unit_test(test_exact_vnni_path),
+        cmocka_unit_test(test_exact_float_path),
+        cmocka_unit_test(test_path_selection),
+        cmocka_unit_test(test_flow_decisions),
+        cmocka_unit_test(test_gate_requantized),
+        cmocka_unit_test(test_conv_bn),
+        cmocka_unit_test(test_matmul_projection),
+        cmocka_unit_test(test_matmul_two_activations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
