@@ -535,20 +535,31 @@ static enum qp_status run_ref(const struct qp_krun *r) {
     return QP_OK;
 }
 
-/* NCHW -> NHWC (or the reverse) of `n` images of C channels and P pixels, `es` bytes each. */
+/* NCHW -> NHWC (or the reverse) of `n` images of C channels and P pixels of one byte, in tiles
+ * of TILE x TILE so both sides stream. */
+#define TILE 32
+
 static void transpose_cp(void *dst, const void *src, int64_t n, int64_t C, int64_t P, size_t es,
                          int to_nhwc, int nthr) {
-    int64_t rows = n * P;
-    int nt = rows * C < 32768 ? 1 : nthr;
+    (void)es; /* int8 only */
+    int64_t pt = (P + TILE - 1) / TILE, ct = (C + TILE - 1) / TILE, tasks = n * pt * ct;
+    int nt = n * P * C < 65536 ? 1 : nthr;
+    const uint8_t *x = src;
+    uint8_t *y = dst;
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t rw = 0; rw < rows; rw++) {
-        int64_t b = rw / P, px = rw % P;
-        for (int64_t c = 0; c < C; c++) {
-            int64_t a = (b * C + c) * P + px, h = rw * C + c;
-            if (to_nhwc)
-                memcpy((char *)dst + h * es, (const char *)src + a * es, es);
-            else
-                memcpy((char *)dst + a * es, (const char *)src + h * es, es);
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t b = t / (pt * ct), p0 = t / ct % pt * TILE, c0 = t % ct * TILE;
+        int64_t p1 = p0 + TILE < P ? p0 + TILE : P, c1 = c0 + TILE < C ? c0 + TILE : C;
+        const uint8_t *xb = x + b * C * P;
+        uint8_t *yb = y + b * C * P;
+        if (to_nhwc) {
+            for (int64_t px = p0; px < p1; px++)
+                for (int64_t c = c0; c < c1; c++)
+                    yb[px * C + c] = xb[c * P + px];
+        } else {
+            for (int64_t c = c0; c < c1; c++)
+                for (int64_t px = p0; px < p1; px++)
+                    yb[c * P + px] = xb[px * C + c];
         }
     }
 }
@@ -595,18 +606,28 @@ static void residual_into(const struct i8_state *s, const struct qp_kt *res, voi
 /* The primitive's channels-last destination into the output tensor. */
 static void dst_out(const struct i8_state *s, const void *dbuf, void *y, int nthr) {
     const struct qp_conv_state *g = &s->geo;
-    int64_t C = g->m, P = g->out_sz, rows = g->n * P;
+    int64_t C = g->m, P = g->out_sz;
     if (!s->io.dst_f32) { /* int8 already: only the layout changes */
         transpose_cp(y, dbuf, g->n, C, P, 1, 0, nthr);
         return;
     }
     const float *d = dbuf;
-    int nt = rows * C < 32768 ? 1 : nthr;
+    if (s->dst_nhwc) { /* same order: store only */
+        qp_i8_store_n(&s->io, y, d, g->n * P * C, nthr);
+        return;
+    }
+    int64_t pt = (P + TILE - 1) / TILE, ct = (C + TILE - 1) / TILE, tasks = g->n * pt * ct;
+    int nt = g->n * P * C < 65536 ? 1 : nthr;
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t rw = 0; rw < rows; rw++) {
-        int64_t b = rw / P, px = rw % P;
-        for (int64_t c = 0; c < C; c++)
-            qp_i8_store(&s->io, y, s->dst_nhwc ? rw * C + c : (b * C + c) * P + px, d[rw * C + c]);
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t b = t / (pt * ct), p0 = t / ct % pt * TILE, c0 = t % ct * TILE;
+        int64_t p1 = p0 + TILE < P ? p0 + TILE : P, c1 = c0 + TILE < C ? c0 + TILE : C;
+        float tile[TILE];
+        for (int64_t c = c0; c < c1; c++) {
+            for (int64_t px = p0; px < p1; px++)
+                tile[px - p0] = d[(b * P + px) * C + c];
+            qp_i8_store_row(&s->io, y, (b * C + c) * P + p0, tile, p1 - p0);
+        }
     }
 }
 

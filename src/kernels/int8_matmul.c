@@ -459,14 +459,8 @@ enum qp_status qp_k_qmatmul_fused_run(const struct qp_krun *r) {
     if (rc != dnnl_success)
         return qp_error_set(r->err, QP_ERR_INTERNAL, "oneDNN int8 matmul failed (status %d)",
                             (int)rc);
-    if (convert) {
-        const float *d = dbuf;
-        int64_t n = (int64_t)r->out[0]->numel;
-        int nt = n < 65536 ? 1 : r->n_threads;
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            qp_i8_store(&s->io, r->out[0]->data, i, d[i]);
-    }
+    if (convert)
+        qp_i8_store_n(&s->io, r->out[0]->data, dbuf, (int64_t)r->out[0]->numel, r->n_threads);
     return QP_OK;
 }
 

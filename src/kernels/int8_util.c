@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "qmath/qparams.h"
+#include <omp.h>
 
 enum qp_status qp_i8_const_scale(const struct qp_kprep *p, int i, float *out, const char *what) {
     const struct qp_kt *t = qp_i8_in(p, i);
@@ -180,4 +181,36 @@ float qp_i8_posts_ref(const struct qp_i8_io *io, float v, float rv) {
     for (int k = 0; k < io->n_post; k++)
         v = io->post[k].kind == QP_CONV_POST_SUM ? v + rv : qp_conv_post_ref(1, &io->post[k], v, 0);
     return v;
+}
+
+void qp_i8_store_row(const struct qp_i8_io *io, void *y, int64_t at, const float *v, int64_t n) {
+    if (io->ydt == QP_DTYPE_FLOAT) {
+        memcpy((float *)y + at, v, (size_t)n * sizeof *v);
+        return;
+    }
+    if (io->ydt == QP_DTYPE_FLOAT16) {
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)y)[at + i] = qp_f32_to_fp16(v[i]);
+        return;
+    }
+    /* y = saturate(round_half_even(v / y_scale) + zp), qmath's arithmetic (qp_quantize_f32) */
+    struct qp_qspec q = {
+        .qtype = io->ydt, .outer = 1, .axis_len = n, .inner = 1, .n_params = 1, .scale = &io->ys};
+    int8_t z8 = (int8_t)io->yzp;
+    uint8_t zu = (uint8_t)io->yzp;
+    q.zero_point = io->ydt == QP_DTYPE_INT8 ? (const void *)&z8 : (const void *)&zu;
+    qp_quantize_f32(&q, v, (char *)y + at, 0, n);
+}
+
+#define STORE_PIECE 4096
+
+void qp_i8_store_n(const struct qp_i8_io *io, void *y, const float *v, int64_t n, int nthr) {
+    int64_t pieces = (n + STORE_PIECE - 1) / STORE_PIECE;
+    int nt = n < 65536 ? 1 : nthr;
+    size_t es = io->ydt == QP_DTYPE_FLOAT ? 4 : io->ydt == QP_DTYPE_FLOAT16 ? 2 : 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t k = 0; k < pieces; k++) {
+        int64_t a = k * STORE_PIECE, len = n - a < STORE_PIECE ? n - a : STORE_PIECE;
+        qp_i8_store_row(io, (char *)y + (size_t)a * es, 0, v + a, len);
+    }
 }

@@ -76,6 +76,10 @@ float qp_i8_real_at(const struct qp_kt *t, int64_t i, float scale, int32_t zp);
 
 /* Stores real value v as element i of the output: float, fp16, or requantized to int8. */
 void qp_i8_store(const struct qp_i8_io *io, void *y, int64_t i, float v);
+/* The same for v[0..n) into elements at..at+n (one dtype branch per row, vectorizable). */
+void qp_i8_store_row(const struct qp_i8_io *io, void *y, int64_t at, const float *v, int64_t n);
+/* Elements 0..n of v into y, split over threads. */
+void qp_i8_store_n(const struct qp_i8_io *io, void *y, const float *v, int64_t n, int nthr);
 
 /* The real-valued post-operations on v (residual value rv for SUM). */
 float qp_i8_posts_ref(const struct qp_i8_io *io, float v, float rv);

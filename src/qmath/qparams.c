@@ -154,6 +154,16 @@ static inline int32_t round_half_even_small(float q) {
  * float arithmetic on int32 (no overflow: |round| <= 2^23, |zp| < 2^16), which compilers
  * vectorize; a block holding a larger value, an infinity or a NaN takes quantize_one per element.
  */
+/* Compiled for AVX-512, AVX2 and baseline x86-64, picked by the CPU at load time: IEEE division
+ * and integer rounding give the same bits on each. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
+    !defined(__SANITIZE_ADDRESS__)
+#define QP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define QP_CLONES
+#endif
+
+QP_CLONES
 static void fake_quantize_run16(const struct qp_qspec *s, const float *x, float *y, int64_t i,
                                 int64_t stop, int64_t p, float sc, int32_t zp, int32_t lo,
                                 int32_t hi) {
@@ -243,6 +253,7 @@ void qp_fake_quantize_f32(const struct qp_qspec *s, const float *x, float *y, in
  * are all below 2^23 round inline (vectorized), anything else goes through quantize_one. The
  * same values as quantize_one element by element (QuantizeLinear of every Q/DQ model runs
  * here: the generic loop took 10-15 ns per element). */
+QP_CLONES
 static void quantize_q8(const struct qp_qspec *s, const float *x, void *out, int64_t begin,
                         int64_t end, int32_t lo, int32_t hi) {
     int sgn = s->qtype == QP_DTYPE_INT8;
@@ -260,15 +271,21 @@ static void quantize_q8(const struct qp_qspec *s, const float *x, void *out, int
                 q[k] = x[i + k] / sc;
                 ok &= fabsf(q[k]) < 8388608.0f;
             }
-            for (int64_t k = 0; k < n; k++) {
-                int32_t v = ok ? round_half_even_small(q[k]) + zp
-                               : (int32_t)quantize_one(s, x[i + k], p, lo, hi);
-                v = v < lo ? lo : v > hi ? hi : v;
-                if (sgn)
-                    ((int8_t *)out)[i + k] = (int8_t)v;
-                else
-                    ((uint8_t *)out)[i + k] = (uint8_t)v;
-            }
+            int32_t v[FQ_BLOCK];
+            if (ok)
+                for (int64_t k = 0; k < n; k++) {
+                    int32_t t = round_half_even_small(q[k]) + zp;
+                    v[k] = t < lo ? lo : t > hi ? hi : t;
+                }
+            else
+                for (int64_t k = 0; k < n; k++)
+                    v[k] = (int32_t)quantize_one(s, x[i + k], p, lo, hi);
+            if (sgn)
+                for (int64_t k = 0; k < n; k++)
+                    ((int8_t *)out)[i + k] = (int8_t)v[k];
+            else
+                for (int64_t k = 0; k < n; k++)
+                    ((uint8_t *)out)[i + k] = (uint8_t)v[k];
             i += n;
         }
     }
@@ -292,6 +309,17 @@ void qp_quantize_f32(const struct qp_qspec *s, const float *x, void *q, int64_t 
     }
 }
 
+QP_CLONES
+static void dequantize_q8(int sgn, const void *q, float *y, int64_t i, int64_t stop, float sc,
+                          int32_t zp) {
+    if (sgn)
+        for (; i < stop; i++)
+            y[i] = (float)((int32_t)((const int8_t *)q)[i] - zp) * sc;
+    else
+        for (; i < stop; i++)
+            y[i] = (float)((int32_t)((const uint8_t *)q)[i] - zp) * sc;
+}
+
 void qp_dequantize_f32(const struct qp_qspec *s, const void *q, float *y, int64_t begin,
                        int64_t end) {
     if ((s->qtype != QP_DTYPE_INT8 && s->qtype != QP_DTYPE_UINT8) || s->block > 0) {
@@ -299,18 +327,14 @@ void qp_dequantize_f32(const struct qp_qspec *s, const void *q, float *y, int64_
             y[i] = dequantize_one(s, q, i, qp_qspec_param(s, i));
         return;
     }
-    int sgn = s->qtype == QP_DTYPE_INT8;
     for (int64_t i = begin; i < end;) { /* int8/uint8: one scale and zero point per run */
         int64_t p = qp_qspec_param(s, i), stop = end;
         if (s->n_params != 1 && s->inner > 0 && (i / s->inner + 1) * s->inner < end)
             stop = (i / s->inner + 1) * s->inner;
         float sc = s->scale[p];
         int32_t zp = s->zero_point ? (int32_t)qint_get(s->qtype, s->zero_point, (uint64_t)p) : 0;
-        for (; i < stop; i++)
-            y[i] =
-                (float)((sgn ? (int32_t)((const int8_t *)q)[i] : (int32_t)((const uint8_t *)q)[i]) -
-                        zp) *
-                sc;
+        dequantize_q8(s->qtype == QP_DTYPE_INT8, q, y, i, stop, sc, zp);
+        i = stop;
     }
 }
 
