@@ -244,3 +244,72 @@ uint8_t qp_f32_to_fp8(enum qp_dtype dt, float f, int saturate) {
     if (code == 0 && fmt->uz) return 0; /* no negative zero: 0x80 is NaN */
     return (uint8_t)(sign | code);
 }
+
+/* ---- bulk fp16 (core/half.h) --------------------------------------------------------------- */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+__attribute__((target("avx,f16c"))) static void h2f_f16c(const uint16_t *src, float *dst,
+                                                         size_t n) {
+    const __m128i expo = _mm_set1_epi16(0x7c00);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(src + i));
+        /* Infinities and NaNs the scalar way: F16C quiets signalling NaNs, qplace keeps them. */
+        if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(h, expo), expo))) {
+            for (size_t k = i; k < i + 8; k++)
+                dst[k] = qp_fp16_to_f32(src[k]);
+            continue;
+        }
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; i++)
+        dst[i] = qp_fp16_to_f32(src[i]);
+}
+
+__attribute__((target("avx,f16c"))) static void f2h_f16c(const float *src, uint16_t *dst,
+                                                         size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        dst[i] = qp_f32_to_fp16(src[i]);
+}
+
+static int have_f16c(void) {
+    static int v = -1;
+    int h = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (h < 0) {
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+        __atomic_store_n(&v, h, __ATOMIC_RELAXED);
+    }
+    return h;
+}
+#else
+static int have_f16c(void) {
+    return 0;
+}
+#define h2f_f16c(s, d, n) ((void)0)
+#define f2h_f16c(s, d, n) ((void)0)
+#endif
+
+void qp_fp16_to_f32_n(const uint16_t *src, float *dst, size_t n) {
+    if (have_f16c()) {
+        h2f_f16c(src, dst, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        dst[i] = qp_fp16_to_f32(src[i]);
+}
+
+void qp_f32_to_fp16_n(const float *src, uint16_t *dst, size_t n) {
+    if (have_f16c()) {
+        f2h_f16c(src, dst, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        dst[i] = qp_f32_to_fp16(src[i]);
+}

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "qmath/qparams.h"
 #include <omp.h>
 
@@ -189,8 +190,7 @@ void qp_i8_store_row(const struct qp_i8_io *io, void *y, int64_t at, const float
         return;
     }
     if (io->ydt == QP_DTYPE_FLOAT16) {
-        for (int64_t i = 0; i < n; i++)
-            ((uint16_t *)y)[at + i] = qp_f32_to_fp16(v[i]);
+        qp_f32_to_fp16_n(v, (uint16_t *)y + at, (size_t)n);
         return;
     }
     /* y = saturate(round_half_even(v / y_scale) + zp), qmath's arithmetic (qp_quantize_f32) */

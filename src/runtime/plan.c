@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "core/size.h"
 #include "qmath/qparams.h"
 #include "runtime/memplan.h"
@@ -120,18 +121,35 @@ void rt_plan_free(struct rt_plan *p, size_t n_inputs) {
     free(p);
 }
 
-static void convert_f16_to_f32(const struct qp_kt *src, struct qp_kt *dst) {
+/* Pieces of a float16 conversion (a plain per-element map: the split cannot change results). */
+#define CONV_PIECE 16384
+
+static void convert_f16_to_f32_par(const struct qp_kt *src, struct qp_kt *dst, int n_threads) {
+    int64_t n = (int64_t)src->numel, pieces = (n + CONV_PIECE - 1) / CONV_PIECE;
     const uint16_t *a = src->data;
     float *b = dst->data;
-    for (uint64_t i = 0; i < src->numel; i++)
-        b[i] = qp_fp16_to_f32(a[i]);
+    int nt = pieces < 4 ? 1 : n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t k = 0; k < pieces; k++) {
+        int64_t o = k * CONV_PIECE, len = n - o < CONV_PIECE ? n - o : CONV_PIECE;
+        qp_fp16_to_f32_n(a + o, b + o, (size_t)len);
+    }
 }
 
-static void convert_f32_to_f16(const struct qp_kt *src, struct qp_kt *dst) {
+static void convert_f16_to_f32(const struct qp_kt *src, struct qp_kt *dst) {
+    convert_f16_to_f32_par(src, dst, 1);
+}
+
+static void convert_f32_to_f16_par(const struct qp_kt *src, struct qp_kt *dst, int n_threads) {
+    int64_t n = (int64_t)src->numel, pieces = (n + CONV_PIECE - 1) / CONV_PIECE;
     const float *a = src->data;
     uint16_t *b = dst->data;
-    for (uint64_t i = 0; i < src->numel; i++)
-        b[i] = qp_f32_to_fp16(a[i]);
+    int nt = pieces < 4 ? 1 : n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t k = 0; k < pieces; k++) {
+        int64_t o = k * CONV_PIECE, len = n - o < CONV_PIECE ? n - o : CONV_PIECE;
+        qp_f32_to_fp16_n(a + o, b + o, (size_t)len);
+    }
 }
 
 static void overlay_run(const struct qp_session *s, const struct rt_step *st) {
@@ -201,7 +219,7 @@ enum qp_status rt_step_run(const struct qp_session *s, struct rt_plan *p, struct
         return rc == QP_OK ? rc : node_err(err, s->g, st->node, NULL);
     }
     for (int i = 0; i < st->n_conv_in; i++)
-        convert_f16_to_f32(st->conv_in[i].src, st->conv_in[i].dst);
+        convert_f16_to_f32_par(st->conv_in[i].src, st->conv_in[i].dst, s->n_threads);
     struct qp_krun r = {.node = &s->g->nodes[st->node],
                         .state = st->state,
                         .n_in = st->n_in,
@@ -215,7 +233,7 @@ enum qp_status rt_step_run(const struct qp_session *s, struct rt_plan *p, struct
     enum qp_status rc = st->k->run(&r);
     if (rc != QP_OK) return node_err(err, s->g, st->node, NULL);
     for (int i = 0; i < st->n_conv_out; i++)
-        convert_f32_to_f16(st->conv_out[i].src, st->conv_out[i].dst);
+        convert_f32_to_f16_par(st->conv_out[i].src, st->conv_out[i].dst, s->n_threads);
     return QP_OK;
 }
 

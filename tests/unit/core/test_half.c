@@ -1,0 +1,76 @@
+/* core/half.h: the bulk fp16 conversions give the scalar ones' bits, for every fp16 value and
+ * for float32 values around every rounding boundary, NaN and infinity included, at every
+ * length (the vector body and the scalar tail). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/half.h"
+#include "qplace/dtype.h"
+
+static void test_fp16_to_f32_all(void **state) {
+    (void)state;
+    uint16_t *h = malloc(65536 * sizeof *h);
+    float *f = malloc(65536 * sizeof *f);
+    assert_non_null(h);
+    assert_non_null(f);
+    for (uint32_t i = 0; i < 65536; i++)
+        h[i] = (uint16_t)i;
+    qp_fp16_to_f32_n(h, f, 65536);
+    for (uint32_t i = 0; i < 65536; i++) {
+        float want = qp_fp16_to_f32((uint16_t)i);
+        if (memcmp(&want, &f[i], sizeof want) != 0) fail_msg("fp16 0x%04x", i);
+    }
+    free(h);
+    free(f);
+}
+
+static void test_f32_to_fp16_boundaries(void **state) {
+    (void)state;
+    enum { N = 1 << 20 };
+    uint32_t *u = malloc(N * sizeof *u);
+    uint16_t *h = malloc(N * sizeof *h);
+    assert_non_null(u);
+    assert_non_null(h);
+    uint32_t x = 12345;
+    for (uint32_t i = 0; i < N; i++) {
+        /* Every fp16 value's float bits with the 13 dropped bits at and around the halfway
+         * point, and pseudo-random floats (NaNs and infinities among them). */
+        float f = qp_fp16_to_f32((uint16_t)(i & 0xffff));
+        uint32_t b;
+        memcpy(&b, &f, sizeof b);
+        static const uint32_t tails[16] = {0,      1,      0xfff,  0x1000, 0x1001, 0x17ff,
+                                           0x1800, 0x1fff, 0x800,  0x7ff,  0x801,  0xfff,
+                                           0x1,    0x2,    0x1ffe, 0x1000};
+        x = x * 1664525u + 1013904223u;
+        u[i] = (i >> 16) < 8 ? b + tails[(i >> 16) * 2 + (x & 1)] : x;
+    }
+    qp_f32_to_fp16_n((const float *)u, h, N);
+    for (uint32_t i = 0; i < N; i++) {
+        float f;
+        memcpy(&f, &u[i], sizeof f);
+        if (h[i] != qp_f32_to_fp16(f))
+            fail_msg("f32 0x%08x: bulk 0x%04x, scalar 0x%04x", u[i], h[i], qp_f32_to_fp16(f));
+    }
+    for (size_t n = 0; n < 20; n++) { /* tails */
+        uint16_t t[20];
+        qp_f32_to_fp16_n((const float *)u, t, n);
+        for (size_t i = 0; i < n; i++)
+            assert_int_equal(t[i], h[i]);
+    }
+    free(u);
+    free(h);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fp16_to_f32_all),
+        cmocka_unit_test(test_f32_to_fp16_boundaries),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
