@@ -374,7 +374,9 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
     s->off_wsc = base + 2 * fl;
     s->off_psc = base + 3 * fl;
     s->off_wraw = base + 4 * fl;
-    s->off_wei = s->off_wraw + qp_dnnl_align(w->nbytes);
+    /* The plain int8 weights only for the reference path: oneDNN keeps its own reorder. */
+    int ref = s->path == QP_INT8_PATH_REF;
+    s->off_wei = s->off_wraw + (ref ? qp_dnnl_align(w->nbytes) : 0);
     size_t wei_bytes = s->entry ? s->entry->wei_bytes : 0;
     char *blob = calloc(1, s->off_wei + wei_bytes + 64);
     if (!blob) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
@@ -389,7 +391,7 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
         float bf = (b ? (float)qp_kt_get_f64(b, (uint64_t)oc) : 0.0f) * cs + ch;
         bias[oc] = s->path == QP_INT8_PATH_DNNL_INT8 ? bf / osc[oc] : bf;
     }
-    memcpy(blob + s->off_wraw, w->data, w->nbytes);
+    if (ref) memcpy(blob + s->off_wraw, w->data, w->nbytes);
     enum qp_status st = QP_OK;
     if (s->entry) {
         const void *src = w->data;
