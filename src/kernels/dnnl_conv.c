@@ -141,6 +141,10 @@ static const dnnl_alg_kind_t post_alg[QP_CONV_POST_COUNT] = {
 };
 _Static_assert(sizeof post_alg / sizeof post_alg[0] == QP_CONV_POST_COUNT, "post_alg rows");
 
+dnnl_alg_kind_t qp_dnnl_post_alg(int kind) {
+    return kind >= 0 && kind < QP_CONV_POST_COUNT ? post_alg[kind] : dnnl_alg_kind_undef;
+}
+
 /* The key's post-operations as the attribute's post-ops; 0 on failure. */
 static int set_post_ops(dnnl_primitive_attr_t attr, const struct conv_key *k) {
     dnnl_post_ops_t po = NULL;

@@ -131,3 +131,26 @@ done:
 size_t qp_dnnl_md_bytes(const dnnl_memory_desc_t *md) {
     return dnnl_memory_desc_get_size(md);
 }
+
+int qp_dnnl_reorder_once(const dnnl_memory_desc_t *from, const void *src,
+                         const dnnl_memory_desc_t *to, void *dst) {
+    dnnl_engine_t eng = qp_dnnl_engine();
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t r = NULL;
+    dnnl_memory_t ms = NULL, md = NULL;
+    dnnl_stream_t strm = NULL;
+    int ok = eng && !dnnl_reorder_primitive_desc_create(&pd, from, eng, to, eng, NULL) &&
+             !dnnl_primitive_create(&r, pd) && !dnnl_memory_create(&ms, from, eng, (void *)src) &&
+             !dnnl_memory_create(&md, to, eng, dst) &&
+             !dnnl_stream_create(&strm, eng, dnnl_stream_default_flags);
+    if (ok) {
+        dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
+        ok = !dnnl_primitive_execute(r, strm, 2, a) && !dnnl_stream_wait(strm);
+    }
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_primitive_destroy(r);
+    dnnl_memory_destroy(ms);
+    dnnl_memory_destroy(md);
+    dnnl_stream_destroy(strm);
+    return ok;
+}

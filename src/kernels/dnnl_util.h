@@ -58,6 +58,15 @@ dnnl_status_t qp_dnnl_pd_create(dnnl_primitive_desc_t *pd_out, const_dnnl_op_des
  * "" when oneDNN names none). */
 void qp_dnnl_pd_impl_name(const_dnnl_primitive_desc_t pd, char *out, size_t size);
 
+/* Reorders `src` (laid out as `from`) into `dst` (as `to`) once, on a stream of its own: for
+ * constants at prepare (weights into a primitive's layout). 1 on success. */
+int qp_dnnl_reorder_once(const dnnl_memory_desc_t *from, const void *src,
+                         const dnnl_memory_desc_t *to, void *dst);
+
+/* The oneDNN eltwise algorithm of a fused post-operation (enum qp_conv_post_kind of
+ * kernels/dnnl_conv.h; dnnl_alg_kind_undef for the SUM). */
+dnnl_alg_kind_t qp_dnnl_post_alg(int kind);
+
 /* Bytes of a memory descriptor. */
 size_t qp_dnnl_md_bytes(const dnnl_memory_desc_t *md);
 

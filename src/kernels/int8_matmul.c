@@ -177,25 +177,7 @@ static int reorder_weights(const struct mm_key *k, const struct mm_entry *e, con
     dnnl_memory_desc_t uw;
     dnnl_data_type_t dt = k->path == QP_INT8_PATH_DNNL_F32 ? dnnl_f32 : dnnl_s8;
     if (dnnl_memory_desc_init_by_tag(&uw, 2, wd, dt, dnnl_ab)) return 0;
-    dnnl_engine_t eng = qp_dnnl_engine();
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_primitive_t r = NULL;
-    dnnl_memory_t mu = NULL, mw = NULL;
-    dnnl_stream_t strm = NULL;
-    int ok = !dnnl_reorder_primitive_desc_create(&pd, &uw, eng, &e->wei, eng, NULL) &&
-             !dnnl_primitive_create(&r, pd) && !dnnl_memory_create(&mu, &uw, eng, (void *)w) &&
-             !dnnl_memory_create(&mw, &e->wei, eng, to) &&
-             !dnnl_stream_create(&strm, eng, dnnl_stream_default_flags);
-    if (ok) {
-        dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, mu}, {DNNL_ARG_TO, mw}};
-        ok = !dnnl_primitive_execute(r, strm, 2, a) && !dnnl_stream_wait(strm);
-    }
-    dnnl_primitive_desc_destroy(pd);
-    dnnl_primitive_destroy(r);
-    dnnl_memory_destroy(mu);
-    dnnl_memory_destroy(mw);
-    dnnl_stream_destroy(strm);
-    return ok;
+    return qp_dnnl_reorder_once(&uw, w, &e->wei, to);
 }
 
 /* ---- prepare -------------------------------------------------------------------------------- */

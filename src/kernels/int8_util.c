@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/half.h"
+#include "kernels/dnnl_util.h"
 #include "qmath/qparams.h"
 #include <omp.h>
 
@@ -121,26 +122,17 @@ void qp_i8_key_posts(struct qp_i8_io *io, int int8, struct qp_i8_posts *k) {
     k->sum_zp = io->res_in_dst ? io->rzp : 0;
 }
 
-static const dnnl_alg_kind_t post_alg[QP_CONV_POST_COUNT] = {
-    [QP_CONV_POST_LINEAR] = dnnl_eltwise_linear,
-    [QP_CONV_POST_RELU] = dnnl_eltwise_relu,
-    [QP_CONV_POST_CLIP] = dnnl_eltwise_clip,
-    [QP_CONV_POST_SIGMOID] = dnnl_eltwise_logistic,
-    [QP_CONV_POST_HARDSWISH] = dnnl_eltwise_hardswish,
-    [QP_CONV_POST_SUM] = dnnl_alg_kind_undef,
-};
-
 int qp_i8_attr_posts(dnnl_primitive_attr_t attr, const struct qp_i8_posts *k) {
     dnnl_post_ops_t po = NULL;
     if (dnnl_post_ops_create(&po)) return 0;
     int ok = 1;
     for (int i = 0; ok && i < k->n; i++) {
         int kind = k->kind[i];
-        dnnl_status_t rc =
-            kind == QP_CONV_POST_SUM
-                ? dnnl_post_ops_append_sum_v3(po, k->sum_scale, k->sum_zp,
-                                              (dnnl_data_type_t)k->sum_dt)
-                : dnnl_post_ops_append_eltwise(po, 1.0f, post_alg[kind], k->alpha[i], k->beta[i]);
+        dnnl_status_t rc = kind == QP_CONV_POST_SUM
+                               ? dnnl_post_ops_append_sum_v3(po, k->sum_scale, k->sum_zp,
+                                                             (dnnl_data_type_t)k->sum_dt)
+                               : dnnl_post_ops_append_eltwise(po, 1.0f, qp_dnnl_post_alg(kind),
+                                                              k->alpha[i], k->beta[i]);
         ok = rc == dnnl_success;
     }
     if (ok && dnnl_primitive_attr_set_post_ops(attr, po)) ok = 0;
