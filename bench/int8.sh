@@ -43,7 +43,7 @@ for row in "${rows[@]}"; do
     for hp in fp32 fp16; do
         q="$OUT/${name}_$hp.onnx"
         [ -s "$q" ] || "$QPLACE" quantize --onnx_path "$model" --output_path "$q" \
-            --high_precision_dtype "$hp" --calibration_shapes "$shape" >/dev/null
+            --high_precision_dtype "$hp" --calibration_shapes "${shape/=/:}" >/dev/null
     done
     f=$(bench "$model" "$shape")
     isa=$(med "$f" isa)

@@ -181,7 +181,20 @@ int cli_run_run(const struct cli_args *args) {
         if (check_feed(v, &feeds[k].a, feeds[k].name, &err) != QP_OK) goto fail;
         ins[k] = feeds[k].a;
     }
-    if (qp_session_run(s, n_in, ins, &err) != QP_OK) {
+    enum qp_status rst = qp_session_run(s, n_in, ins, &err);
+    if (rst != QP_OK && rst != QP_ERR_NOMEM && qp_session_int8_decisions(s, NULL, NULL)) {
+        /* The integer path planned only now (shapes from the inputs) and failed: the model as
+         * written, saying why. */
+        fprintf(stderr, "qplace run: warning: the integer path failed (%s); running --int8 off\n",
+                err.msg);
+        qp_session_free(s);
+        s = NULL;
+        so.int8 = QP_INT8_OFF;
+        err = (struct qp_error){0};
+        if (qp_session_create(m, &so, 0, NULL, &s, &err) != QP_OK) goto fail;
+        rst = qp_session_run(s, n_in, ins, &err);
+    }
+    if (rst != QP_OK) {
         if (err.status == QP_ERR_USAGE) err.status = QP_ERR_BAD_INPUT; /* caller data, not flags */
         goto fail;
     }
