@@ -176,6 +176,43 @@ enum qp_status qp_k_maxpool_prepare(struct qp_kprep *p) {
     return qp_kt_set(y, x->dtype, y->rank, y->dims, p->err);
 }
 
+/* 2-D int8/uint8 max pooling without indices or dilation (the integer path's MaxPool between
+ * a Q and a DQ): window bounds clipped once per output row and column, then plain maxima; int8
+ * compares as uint8 with the sign bit flipped (an order-preserving map). The same values as the
+ * generic loop: a maximum does not depend on the order. 0 when the node is not that case. */
+static int maxpool8_fast(const struct qp_krun *r) {
+    const struct pool_state *s = r->state;
+    if (!s->is_max || (r->n_out > 1 && r->out[1]) || s->in3[0] != 1 || s->k3[0] != 1 ||
+        s->out3[0] != 1 || s->p3[0] != 0 || s->pe3[0] != 0 || s->d3[1] != 1 || s->d3[2] != 1)
+        return 0;
+    const uint8_t *x = r->in[0]->data;
+    uint8_t *y = r->out[0]->data;
+    uint8_t flip = r->in[0]->dtype == QP_DTYPE_INT8 ? 0x80 : 0;
+    int64_t oh_n = s->out3[1], ow_n = s->out3[2], in_h = s->in3[1], in_w = s->in3[2];
+    int64_t rows = s->planes * oh_n;
+    int nt = s->planes * s->out_sz < 4096 ? 1 : r->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t row = 0; row < rows; row++) {
+        int64_t pl = row / oh_n, oh = row % oh_n;
+        const uint8_t *xp = x + pl * s->in_sz;
+        uint8_t *yr = y + row * ow_n;
+        int64_t h0 = oh * s->s3[1] - s->p3[1];
+        int64_t ha = h0 < 0 ? 0 : h0, hb = h0 + s->k3[1] > in_h ? in_h : h0 + s->k3[1];
+        for (int64_t ow = 0; ow < ow_n; ow++) {
+            int64_t w0 = ow * s->s3[2] - s->p3[2];
+            int64_t wa = w0 < 0 ? 0 : w0, wb = w0 + s->k3[2] > in_w ? in_w : w0 + s->k3[2];
+            uint8_t best = 0;
+            for (int64_t h = ha; h < hb; h++)
+                for (int64_t w = wa; w < wb; w++) {
+                    uint8_t v = (uint8_t)(xp[h * in_w + w] ^ flip);
+                    best = v > best ? v : best;
+                }
+            yr[ow] = (uint8_t)(best ^ flip);
+        }
+    }
+    return 1;
+}
+
 enum qp_status qp_k_maxpool_run(const struct qp_krun *r) {
     enum qp_dtype dt = r->in[0]->dtype;
     if (!is_int8_pool(dt)) return qp_k_pool_run(r);
@@ -401,6 +438,7 @@ __attribute__((target("avx2"))) static void max8_avx2(const float *xp, int64_t i
 enum qp_status qp_k_maxpool_fast_run(const struct qp_krun *r) {
     const struct pool_state *s = r->state;
     int has_ind = r->n_out > 1 && r->out[1];
+    if (is_int8_pool(r->in[0]->dtype) && maxpool8_fast(r)) return QP_OK;
     if (!s->is_max || has_ind || r->in[0]->dtype != QP_DTYPE_FLOAT || s->in3[0] != 1 ||
         s->k3[0] != 1 || s->out3[0] != 1 || s->p3[0] != 0 || s->pe3[0] != 0 || s->d3[1] != 1 ||
         s->d3[2] != 1)

@@ -682,6 +682,9 @@ static void test_maxpool_fast(void **state) {
          QP_DTYPE_FLOAT}, /* 3-D: general */
         {4, {1, 8, 30, 30}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 0, QP_DTYPE_INT8},
         {4, {1, 8, 30, 30}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 1, QP_DTYPE_UINT8},
+        {4, {1, 64, 112, 112}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 0, QP_DTYPE_INT8}, /* ResNet */
+        {4, {2, 3, 9, 41}, {2, 3}, {2, 1}, {0, 1, 1, 2}, {1, 1}, 1, QP_DTYPE_INT8},
+        {4, {1, 3, 12, 12}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {2, 2}, 0, QP_DTYPE_UINT8}, /* dilated */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int nsp = cases[c].rank - 2;
