@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The integer path against the float engine and ONNX Runtime, batch 1, in one run:
 #   bash bench/int8.sh [QPLACE] [THREADS] [ITERATIONS]
-# For each model: the float model on qplace's float engine; `qplace quantize` output (trt
-# policy, synthetic calibration) with --high_precision_dtype fp32 and with the default fp16, each
-# on qplace --int8 auto, qplace --int8 off (the fake-quantization oracle) and ONNX Runtime on the
+# For ResNet-50 and ViT-tiny (generated), PaddleOCR det, rec and cls: the float model on
+# qplace's float engine; `qplace quantize` output (trt policy, synthetic calibration) with
+# --high_precision_dtype fp32 and with the default fp16, each on qplace --int8 auto, qplace --int8 off (the fake-quantization oracle) and ONNX Runtime on the
 # same file (`bench --compare-ort`). Prints the ISA of the run and the ratios the issue's targets
 # are stated in: float engine / int8 path, ORT on the Q/DQ file / int8 path, fp16 / fp32 output.
 set -euo pipefail
@@ -16,9 +16,12 @@ MODELS="$ROOT/.cache/models"
 OUT="${INT8_BENCH_DIR:-$ROOT/.cache/int8-bench}"
 mkdir -p "$GEN" "$OUT"
 . "$ROOT/bench/lib.sh"
-generate "$ROOT/tests/models/gen_resnet50.py" "$GEN/resnet50.onnx"
+for m in resnet50 vit_tiny; do
+    generate "$ROOT/tests/models/gen_$m.py" "$GEN/$m.onnx"
+done
 rows=(
     "resnet50|$GEN/resnet50.onnx|input=1x3x224x224"
+    "vit_tiny|$GEN/vit_tiny.onnx|input=1x3x224x224"
     "det|$MODELS/ch_PP-OCRv4_det_infer.onnx|x=1x3x640x640"
     "rec|$MODELS/ch_PP-OCRv4_rec_infer.onnx|x=1x3x48x320"
     "cls|$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx|x=1x3x48x192"
