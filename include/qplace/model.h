@@ -83,6 +83,12 @@ enum qp_status qp_model_save_buffer(const struct qp_model *model, void **data_ou
 enum qp_status qp_model_clone(const struct qp_model *model, struct qp_model **out,
                               struct qp_error *err);
 
+/* Like qp_model_clone, but the clone's initializers borrow their bytes from `model`, which must
+ * outlive the clone and keep its initializers unchanged: a copy of the graph at the cost of its
+ * structure only (the integer path rewrites one per session). */
+enum qp_status qp_model_clone_shared(const struct qp_model *model, struct qp_model **out,
+                                     struct qp_error *err);
+
 /* NULL-safe. */
 void qp_model_free(struct qp_model *model);
 

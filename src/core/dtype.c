@@ -248,6 +248,7 @@ uint8_t qp_f32_to_fp8(enum qp_dtype dt, float f, int saturate) {
 /* ---- bulk fp16 (core/half.h) --------------------------------------------------------------- */
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 __attribute__((target("avx,f16c"))) static void h2f_f16c(const uint16_t *src, float *dst,
@@ -278,12 +279,23 @@ __attribute__((target("avx,f16c"))) static void f2h_f16c(const float *src, uint1
         dst[i] = qp_f32_to_fp16(src[i]);
 }
 
+/* F16C and AVX, with the OS saving the AVX state (CPUID leaf 1 ECX bits 29, 28 and 27, and
+ * XCR0's SSE and AVX bits): what the two functions above need. */
+static int cpu_f16c(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    if (!(c & (1u << 29)) || !(c & (1u << 28)) || !(c & (1u << 27))) return 0;
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    return (lo & 6u) == 6u;
+}
+
 static int have_f16c(void) {
     static int v = -1;
     int h = __atomic_load_n(&v, __ATOMIC_RELAXED);
     if (h < 0) {
-        __builtin_cpu_init();
-        h = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+        h = cpu_f16c();
         __atomic_store_n(&v, h, __ATOMIC_RELAXED);
     }
     return h;

@@ -457,9 +457,10 @@ static enum qp_status build_model(struct qp_onnx_load *c, const Onnx__ModelProto
  * every error message. */
 static enum qp_status load_bytes(struct file_buf *owned, const uint8_t *data, size_t size,
                                  const char *where, const char *real_path, const char *dir,
-                                 const struct qp_load_options *opts, struct qp_model **model_out,
+                                 const struct qp_load_options *opts,
+                                 const struct qp_onnx_shared *shared, struct qp_model **model_out,
                                  struct qp_error *err) {
-    struct qp_onnx_load c = {0};
+    struct qp_onnx_load c = {.shared = shared};
     struct qp_model *m = NULL;
     Onnx__ModelProto *mp = NULL;
     enum qp_status st;
@@ -523,8 +524,8 @@ enum qp_status qp_model_load_buffer(const void *data, size_t size, const char *b
                                 strerror(errno));
     }
     static const uint8_t empty[1];
-    enum qp_status st =
-        load_bytes(NULL, data ? data : empty, size, "(buffer)", NULL, dir, opts, model_out, err);
+    enum qp_status st = load_bytes(NULL, data ? data : empty, size, "(buffer)", NULL, dir, opts,
+                                   NULL, model_out, err);
     free(dir);
     return st;
 }
@@ -609,7 +610,7 @@ enum qp_status qp_model_load_file(const char *path, const struct qp_load_options
         st = qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", path);
         goto fail;
     }
-    st = load_bytes(&buf, buf.data, size, path, real, dir, opts, model_out, err);
+    st = load_bytes(&buf, buf.data, size, path, real, dir, opts, NULL, model_out, err);
     buf.data = NULL; /* load_bytes releases it */
 fail:
     if (fd >= 0) close(fd);
@@ -617,4 +618,10 @@ fail:
     free(real);
     free(dir);
     return st;
+}
+
+enum qp_status qp_onnx_load_shared(const void *data, size_t size,
+                                   const struct qp_onnx_shared *shared, struct qp_model **model_out,
+                                   struct qp_error *err) {
+    return load_bytes(NULL, data, size, "clone", NULL, NULL, NULL, shared, model_out, err);
 }

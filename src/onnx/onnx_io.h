@@ -37,8 +37,29 @@ void qp_onnx_set_proto_limit_for_testing(uint64_t limit);
 
 /* ---- loading (load.c, tensor.c) ----------------------------------------------------------- */
 
+/* A piece of the data a saver externalizes: `n` bytes of `data` at `offset` of the data file. */
+struct qp_onnx_chunk {
+    const void *data;
+    size_t n;
+    uint64_t offset;
+};
+
+/* qp_model_clone_shared: tensors whose external location is `location` borrow their bytes from
+ * the chunk at their offset (chunks sorted by offset) instead of reading a file. */
+struct qp_onnx_shared {
+    const char *location;
+    const struct qp_onnx_chunk *chunks;
+    size_t n_chunks;
+};
+
+/* Loads `size` bytes at `data` like qp_model_load_buffer, with external data from `shared`. */
+enum qp_status qp_onnx_load_shared(const void *data, size_t size,
+                                   const struct qp_onnx_shared *shared, struct qp_model **model_out,
+                                   struct qp_error *err);
+
 struct qp_onnx_load {
     struct qp_model *m;
+    const struct qp_onnx_shared *shared; /* NULL, or where shared tensors' bytes are */
     int skip_external;
     const char *dir; /* real path of the folder external data resolves against, or NULL */
     /* Distinct external data locations seen so far (borrowed from the proto), malloc'd. */

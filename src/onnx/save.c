@@ -26,19 +26,13 @@ void qp_onnx_set_proto_limit_for_testing(uint64_t limit) {
     proto_limit = limit ? limit : QP_ONNX_PROTO_LIMIT;
 }
 
-struct chunk {
-    const void *data;
-    size_t n;
-    uint64_t offset;
-};
-
 struct saver {
     struct qp_arena *a;
     const struct qp_model *m;
     int externalize; /* initializers of >= min_bytes go to the data file */
     size_t min_bytes;
     char *location; /* data file name as written into the model */
-    struct chunk *chunks;
+    struct qp_onnx_chunk *chunks;
     size_t n_chunks, cap_chunks;
     uint64_t data_size; /* bytes the data file will hold */
 };
@@ -80,12 +74,12 @@ static enum qp_status add_chunk(struct saver *s, const void *data, size_t n, uin
     if (off < s->data_size || off > UINT64_MAX - n) return nomem(err);
     if (s->n_chunks == s->cap_chunks) {
         size_t cap = s->cap_chunks ? s->cap_chunks * 2 : 64;
-        struct chunk *c = qp_realloc_n(s->chunks, cap, sizeof *c);
+        struct qp_onnx_chunk *c = qp_realloc_n(s->chunks, cap, sizeof *c);
         if (!c) return nomem(err);
         s->chunks = c;
         s->cap_chunks = cap;
     }
-    s->chunks[s->n_chunks++] = (struct chunk){data, n, off};
+    s->chunks[s->n_chunks++] = (struct qp_onnx_chunk){data, n, off};
     s->data_size = off + n;
     *offset = off;
     return QP_OK;
@@ -888,5 +882,31 @@ enum qp_status qp_model_clone(const struct qp_model *model, struct qp_model **ou
     st = qp_model_load_buffer(buf, size, model->dir, NULL, out, err);
     free(buf);
     if (st != QP_OK) qp_error_prefix(err, "clone");
+    return st;
+}
+
+/* The location shared tensors get: no file of this name is ever read or written. */
+#define SHARED_LOCATION "qplace-shared-initializer-bytes"
+
+enum qp_status qp_model_clone_shared(const struct qp_model *model, struct qp_model **out,
+                                     struct qp_error *err) {
+    if (!model || !model->graph || !out) return qp_error_set(err, QP_ERR_USAGE, "clone: NULL");
+    struct saver s = {.m = model, .min_bytes = 256, .location = SHARED_LOCATION};
+    Onnx__ModelProto *mp = NULL;
+    uint8_t *buf = NULL;
+    size_t size = 0;
+    enum qp_status st = qp_graph_toposort(model->graph, err);
+    /* Initializers become "external" chunks that point at the source's bytes. */
+    if (st == QP_OK) st = build(&s, 1, &mp, &size, err);
+    if (st == QP_OK && !(buf = malloc(size ? size : 1))) st = nomem(err);
+    if (st == QP_OK && protobuf_c_message_pack(&mp->base, buf) != size)
+        st = qp_error_set(err, QP_ERR_INTERNAL, "clone: the model did not serialize");
+    if (st == QP_OK) {
+        struct qp_onnx_shared sh = {SHARED_LOCATION, s.chunks, s.n_chunks};
+        st = qp_onnx_load_shared(buf, size, &sh, out, err);
+    }
+    free(buf);
+    free(s.chunks);
+    qp_arena_free(s.a);
     return st;
 }

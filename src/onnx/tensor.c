@@ -241,6 +241,30 @@ static int pread_all(int fd, uint8_t *dst, size_t n, uint64_t off) {
     return 1;
 }
 
+/* A shared tensor (qp_model_clone_shared): its bytes are the source model's, found by offset. */
+static enum qp_status read_shared(const struct qp_onnx_shared *sh, const Onnx__TensorProto *tp,
+                                  const char *what, const char *off_s, size_t nbytes,
+                                  struct qp_tensor *t, struct qp_error *err) {
+    uint64_t offset = 0;
+    if (!off_s || !parse_u64(off_s, &offset))
+        return qp_error_set(err, QP_ERR_INTERNAL, "%s '%s': shared tensor without an offset", what,
+                            tname(tp));
+    size_t lo = 0, hi = sh->n_chunks;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sh->chunks[mid].offset < offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == sh->n_chunks || sh->chunks[lo].offset != offset || sh->chunks[lo].n != nbytes)
+        return qp_error_set(err, QP_ERR_INTERNAL, "%s '%s': no shared bytes at offset %llu", what,
+                            tname(tp), (unsigned long long)offset);
+    t->data = sh->chunks[lo].data;
+    t->nbytes = nbytes;
+    return QP_OK;
+}
+
 static enum qp_status read_external(struct qp_onnx_load *c, const Onnx__TensorProto *tp,
                                     const char *what, size_t nbytes, struct qp_tensor *t,
                                     struct qp_error *err) {
@@ -263,6 +287,8 @@ static enum qp_status read_external(struct qp_onnx_load *c, const Onnx__TensorPr
             len_s = v;
         /* "checksum" and unknown keys are informational. */
     }
+    if (c->shared && loc && strcmp(loc, c->shared->location) == 0)
+        return read_shared(c->shared, tp, what, off_s, nbytes, t, err);
     if (!c->dir)
         return qp_error_set(err, QP_ERR_BAD_INPUT,
                             "%s '%s': uses external data, but the model was loaded from memory "

@@ -291,7 +291,7 @@ static enum qp_status create_int8(const struct qp_model *model,
     struct qp_error e2 = {0};
     struct rt_int8_report *rep = calloc(1, sizeof *rep);
     if (!rep) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
-    enum qp_status st = qp_model_clone(model, &clone, &e2);
+    enum qp_status st = qp_model_clone_shared(model, &clone, &e2);
     if (!st) st = rt_int8_rewrite(qp_model_graph(clone), rep, &e2);
     struct qp_session *s = NULL;
     if (!st) st = qp_session_create(clone, &o, n_shapes, shapes, &s, &e2);

@@ -384,7 +384,9 @@ static void test_gemm_panels(void **state) {
         int64_t m = dims[i][0], k = dims[i][1], np = dims[i][2];
         int64_t lda = k + 3, bs = k * 16 + 8, ldc = np * 16 + 5;
         float *a = malloc((size_t)(m * lda) * sizeof(float));
-        float *b = aligned_alloc(64, (size_t)(np * bs) * sizeof(float));
+        /* aligned_alloc wants a size that is a multiple of the alignment */
+        size_t b_bytes = ((size_t)(np * bs) * sizeof(float) + 63) / 64 * 64;
+        float *b = aligned_alloc(64, b_bytes);
         float *c = malloc((size_t)(m * ldc) * sizeof(float));
         assert_non_null(a);
         assert_non_null(b);
