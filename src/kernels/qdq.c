@@ -173,3 +173,29 @@ enum qp_status qp_k_dequantize_run(const struct qp_krun *r) {
     }
     return QP_OK;
 }
+
+/* QP_INT8_DOMAIN "FakeQuant" (x, scale, zero_point): QuantizeLinear then DequantizeLinear in one
+ * pass, float in and float out, for a Q whose only readers are DQs of the same parameters that
+ * feed float ops (src/runtime/int8.c). The same values as the two nodes. */
+enum qp_status qp_k_fakequant_prepare(struct qp_kprep *p) {
+    enum qp_status st = qdq_common(p, 1);
+    if (st) return st;
+    const struct qp_kt *x = p->in[0];
+    return qp_kt_set(p->out[0], QP_DTYPE_FLOAT, x->rank, x->dims, p->err);
+}
+
+enum qp_status qp_k_fakequant_run(const struct qp_krun *r) {
+    const struct qdq_state *s = r->state;
+    struct qp_qspec q = spec(s, r);
+    int64_t n = (int64_t)r->in[0]->numel;
+    int nt = split_threads(s, n, r->n_threads);
+    const float *x = r->in[0]->data;
+    float *y = r->out[0]->data;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        qp_ksplit(n, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        qp_fake_quantize_f32(&q, x, y, lo, hi);
+    }
+    return QP_OK;
+}

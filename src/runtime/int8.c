@@ -752,6 +752,63 @@ static void own_reason(const struct qp_graph *g, const struct qp_node *n, char *
                  p->op_type, p->name, p->op_type);
 }
 
+/* A Q whose readers are all DQs of its own parameters that feed float ops becomes one
+ * FakeQuant pass (float in, float out: the two nodes' values) instead of a quantize and a
+ * dequantize pass through an int8 tensor. */
+static int fakequant_pass(struct qp_graph *g, size_t n_orig, struct rt_int8_report *rep,
+                          struct qp_error *err) {
+    for (size_t k = 0; k < n_orig; k++) {
+        struct qp_node *q = &g->nodes[k];
+        struct qparam qp;
+        if (q->dead || !qp_node_is(q, "QuantizeLinear") || q->n_outputs != 1 ||
+            !per_tensor(g, q, &qp) || const_of(g, in_at(q, 0)))
+            continue;
+        const struct qp_value *qv = &g->values[q->outputs[0]];
+        int ok = qv->n_uses > 0 && !qv->is_graph_output && qv->n_uses <= 8;
+        int dqs[8];
+        for (size_t u = 0; ok && u < qv->n_uses; u++) {
+            const struct qp_node *d = &g->nodes[qv->uses[u].node];
+            struct qparam dp;
+            ok = qp_node_is(d, "DequantizeLinear") && qv->uses[u].input == 0 &&
+                 per_tensor(g, d, &dp) && same_q(&qp, &dp) && d->n_outputs == 1;
+            dqs[u] = qv->uses[u].node;
+        }
+        int nd = (int)qv->n_uses;
+        for (int i = 1; ok && i < nd; i++) /* keep it simple: several DQ outputs named outside */
+            ok = !g->values[g->nodes[dqs[i]].outputs[0]].is_graph_output;
+        if (!ok) continue;
+        char why[110];
+        own_reason(g, q, why, sizeof why);
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s (Q and DQ run as one fake-quantize pass)", why);
+        if (!note(rep, q, 0, "", msg)) return 0;
+        for (int i = 0; i < nd; i++) {
+            own_reason(g, &g->nodes[dqs[i]], why, sizeof why);
+            snprintf(msg, sizeof msg, "%s (Q and DQ run as one fake-quantize pass)", why);
+            if (!note(rep, &g->nodes[dqs[i]], 0, "", msg)) return 0;
+        }
+        /* The other DQs' readers read the first one's output. */
+        int out = g->nodes[dqs[0]].outputs[0];
+        for (int i = 1; i < nd; i++) {
+            const struct qp_value *dv = &g->values[g->nodes[dqs[i]].outputs[0]];
+            while (dv->n_uses) {
+                int c = dv->uses[0].node, in = dv->uses[0].input;
+                if (qp_graph_set_input(g, c, in, out, err)) return 0;
+            }
+        }
+        int in3[3] = {in_at(q, 0), in_at(q, 1), in_at(q, 2)}, dead[9];
+        dead[0] = (int)k;
+        for (int i = 0; i < nd; i++)
+            dead[1 + i] = dqs[i];
+        char name[256];
+        snprintf(name, sizeof name, "%s", q->name ? q->name : "");
+        if (replace(g, dead, 1 + nd, name, "FakeQuant", QP_INT8_DOMAIN, 3, in3, out, -1, err) < 0)
+            return 0;
+        rep->n_fakequant++;
+    }
+    return 1;
+}
+
 static int decide_rest(const struct qp_graph *g, size_t n_orig, struct rt_int8_report *rep) {
     for (size_t k = 0; k < n_orig; k++) {
         const struct qp_node *n = &g->nodes[k];
@@ -782,6 +839,7 @@ enum qp_status rt_int8_rewrite(struct qp_graph *g, struct rt_int8_report *rep,
     enum qp_status st = QP_OK;
     if (ok && (st = sweep(g, rep, err))) ok = 0;
     if (ok && !mark_nhwc(g)) ok = 0;
+    if (ok && !fakequant_pass(g, n_orig, rep, err)) ok = 0;
     if (ok && !decide_rest(g, n_orig, rep)) ok = 0;
     if (ok && (st = qp_graph_toposort(g, err))) ok = 0;
     if (!ok) {

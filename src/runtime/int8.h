@@ -24,7 +24,7 @@ struct rt_int8_report {
     size_t n, cap;
     struct qp_int8_decision *d; /* strings on the rewritten model's arena or `text` */
     char (*text)[2][160];       /* per decision: `into` and `reason` storage */
-    size_t n_qconv, n_qmatmul, n_flow, n_removed;
+    size_t n_qconv, n_qmatmul, n_flow, n_fakequant, n_removed;
 };
 
 /* Rewrites `g` (a graph of a model the caller owns: a clone) in place and fills `rep`.

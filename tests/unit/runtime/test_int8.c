@@ -498,6 +498,8 @@ static void test_flow_decisions(void **state) {
     assert_non_null(strstr(find(s, "cd_Q")->reason, "Concat inputs have different scales"));
     assert_non_null(strstr(find(s, "cd_DQ")->reason, "DQ feeds Softmax 'soft': no int8 kernel"));
     assert_int_equal(s->int8->n_flow, 1);
+    /* Q(cat) -> DQ -> Softmax: one fake-quantize pass, the oracle's values (compared below) */
+    assert_int_equal(s->int8->n_fakequant, 2);
     /* the rewritten graph runs and agrees with the oracle within one step */
     fill_x(1.0f);
     float a[C * 9 * 9 * 2], b[C * 9 * 9 * 2];
