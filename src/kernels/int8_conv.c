@@ -523,9 +523,8 @@ static enum qp_status run_ref(const struct qp_krun *r) {
  * of TILE x TILE so both sides stream. */
 #define TILE 32
 
-static void transpose_cp(void *dst, const void *src, int64_t n, int64_t C, int64_t P, size_t es,
-                         int to_nhwc, int nthr) {
-    (void)es; /* int8 only */
+static void transpose_cp(void *dst, const void *src, int64_t n, int64_t C, int64_t P, int to_nhwc,
+                         int nthr) {
     int64_t pt = (P + TILE - 1) / TILE, ct = (C + TILE - 1) / TILE, tasks = n * pt * ct;
     int nt = n * P * C < 65536 ? 1 : nthr;
     const uint8_t *x = src;
@@ -571,7 +570,7 @@ static void residual_into(const struct i8_state *s, const struct qp_kt *res, voi
         if (s->res_nhwc)
             memcpy(dbuf, res->data, res->nbytes);
         else
-            transpose_cp(dbuf, res->data, g->n, C, P, 1, 1, nthr);
+            transpose_cp(dbuf, res->data, g->n, C, P, 1, nthr);
         return;
     }
     int64_t rows = g->n * P;
@@ -592,7 +591,7 @@ static void dst_out(const struct i8_state *s, const void *dbuf, void *y, int nth
     const struct qp_conv_state *g = &s->geo;
     int64_t C = g->m, P = g->out_sz;
     if (!s->io.dst_f32) { /* int8 already: only the layout changes */
-        transpose_cp(y, dbuf, g->n, C, P, 1, 0, nthr);
+        transpose_cp(y, dbuf, g->n, C, P, 0, nthr);
         return;
     }
     const float *d = dbuf;
@@ -628,7 +627,7 @@ enum qp_status qp_k_qconv_fused_run(const struct qp_krun *r) {
         src_to_f32(s, x, src, r->n_threads);
     } else if (!s->src_nhwc) {
         src = scr + s->off_src;
-        transpose_cp(src, x->data, g->n, g->c, g->in_sz, 1, 1, r->n_threads);
+        transpose_cp(src, x->data, g->n, g->c, g->in_sz, 1, r->n_threads);
     }
     if (s->io.has_res) residual_into(s, r->in[9], dbuf, r->n_threads);
     pthread_mutex_lock(&e->lock);

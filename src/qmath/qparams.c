@@ -190,6 +190,14 @@ static void fake_quantize_run16(const struct qp_qspec *s, const float *x, float 
     }
 }
 
+/* The end of the run of elements from i (below `end`) that share element i's scale and zero
+ * point: `end` per tensor, the next multiple of `inner` per axis (no blocks). */
+static inline int64_t run_end(const struct qp_qspec *s, int64_t i, int64_t end) {
+    if (s->n_params != 1 && s->inner > 0 && (i / s->inner + 1) * s->inner < end)
+        return (i / s->inner + 1) * s->inner;
+    return end;
+}
+
 /* Integer qtypes without blocks: scale and zero point are constant over runs of `inner`
  * elements (the whole range per tensor), so they are read once per run, and the common case
  * (|x / scale| < 2^23) rounds inline; anything else goes through quantize_one. Same values as
@@ -200,9 +208,7 @@ static void fake_quantize_int(const struct qp_qspec *s, const float *x, float *y
     int64_t i = begin;
     int narrow = lo >= -65536 && hi <= 65536;
     while (i < end) {
-        int64_t p = qp_qspec_param(s, i), stop = end;
-        if (s->n_params != 1 && s->inner > 0 && (i / s->inner + 1) * s->inner < end)
-            stop = (i / s->inner + 1) * s->inner;
+        int64_t p = qp_qspec_param(s, i), stop = run_end(s, i, end);
         float sc = s->scale[p];
         int64_t zp = s->zero_point ? qint_get(s->qtype, s->zero_point, (uint64_t)p) : 0;
         if (narrow) {
@@ -259,9 +265,7 @@ static void quantize_q8(const struct qp_qspec *s, const float *x, void *out, int
     int sgn = s->qtype == QP_DTYPE_INT8;
     float q[FQ_BLOCK];
     for (int64_t i = begin; i < end;) {
-        int64_t p = qp_qspec_param(s, i), stop = end;
-        if (s->n_params != 1 && s->inner > 0 && (i / s->inner + 1) * s->inner < end)
-            stop = (i / s->inner + 1) * s->inner;
+        int64_t p = qp_qspec_param(s, i), stop = run_end(s, i, end);
         float sc = s->scale[p];
         int32_t zp = s->zero_point ? (int32_t)qint_get(s->qtype, s->zero_point, (uint64_t)p) : 0;
         while (i < stop) {
@@ -328,9 +332,7 @@ void qp_dequantize_f32(const struct qp_qspec *s, const void *q, float *y, int64_
         return;
     }
     for (int64_t i = begin; i < end;) { /* int8/uint8: one scale and zero point per run */
-        int64_t p = qp_qspec_param(s, i), stop = end;
-        if (s->n_params != 1 && s->inner > 0 && (i / s->inner + 1) * s->inner < end)
-            stop = (i / s->inner + 1) * s->inner;
+        int64_t p = qp_qspec_param(s, i), stop = run_end(s, i, end);
         float sc = s->scale[p];
         int32_t zp = s->zero_point ? (int32_t)qint_get(s->qtype, s->zero_point, (uint64_t)p) : 0;
         dequantize_q8(s->qtype == QP_DTYPE_INT8, q, y, i, stop, sc, zp);
