@@ -217,6 +217,7 @@ struct qp_session {
     struct qp_model *int8_model;
     struct rt_int8_report *int8;
     char int8_fallback[QP_ERROR_MSG_SIZE];
+    struct rt_profile *prof; /* QP_PROFILE (profile.h); NULL when off */
 };
 
 /* Fusion groups of a session's graph for its current overlays and observer (fuse.c). */

@@ -4,12 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/size.h"
 #include "qmath/qparams.h"
 #include "kernels/int8_conv.h"
 #include "kernels/isa.h"
 #include "qplace/model.h"
 #include "runtime/int8.h"
+#include "runtime/profile.h"
 #include "runtime/runtime.h"
 
 static const char *dom_name(const char *d) {
@@ -347,6 +349,7 @@ enum qp_status qp_session_create(const struct qp_model *model,
     if (!s) return qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");
     s->model = model;
     s->g = g;
+    s->prof = rt_profile_new();
     qp_session_set_threads(s, opts ? opts->n_threads : 0);
     s->no_fusion = opts ? opts->no_fusion : 0;
     s->lane = opts ? opts->lane : 0;
@@ -482,6 +485,7 @@ void qp_session_free(struct qp_session *s) {
     free(s->cache.lay);
     free(s->cache.home);
     free(s->cache.buf);
+    rt_profile_print_free(s->prof);
     struct qp_model *m8 = s->int8_model;
     if (s->int8) {
         rt_int8_report_free(s->int8);
@@ -948,6 +952,20 @@ static void cache_aim(struct qp_session *s, struct rt_plan *p, int on) {
     }
 }
 
+/* The profile row of a step: its (last) node's op type, "+N" for the other nodes of a fused
+ * step, "overlay" for an edge overlay. */
+static void profile_step(const struct qp_session *s, const struct rt_step *stp, double dt) {
+    char label[64];
+    if (stp->kind == RT_STEP_OVERLAY)
+        snprintf(label, sizeof label, "overlay");
+    else if (stp->nodes)
+        snprintf(label, sizeof label, "%s+%d", s->g->nodes[stp->nodes[0]].op_type,
+                 stp->n_nodes - 1);
+    else
+        snprintf(label, sizeof label, "%s", s->g->nodes[stp->node].op_type);
+    rt_profile_add(s->prof, label, dt);
+}
+
 enum qp_status qp_session_run(struct qp_session *s, size_t n_inputs, const struct qp_array *inputs,
                               struct qp_error *err) {
     if (!s || (n_inputs && !inputs))
@@ -965,12 +983,15 @@ enum qp_status qp_session_run(struct qp_session *s, size_t n_inputs, const struc
     if (record) cache_aim(s, p, 1);
     for (size_t k = 0; k < p->n_steps; k++) {
         struct rt_step *stp = &p->steps[k];
+        double t0 = s->prof ? qp_clock_seconds() : 0;
         if ((st = rt_step_run(s, p, stp, p->scratch, err))) goto fail;
+        if (s->prof) profile_step(s, stp, qp_clock_seconds() - t0);
         s->n_executed += rt_step_count(stp);
         if (record) cache_store(s, p, stp);
         if (s->observer && stp->kind != RT_STEP_OVERLAY && (st = observe(s, stp, err))) goto fail;
     }
     s->last = p;
+    rt_profile_run(s->prof);
     if (record) {
         cache_aim(s, p, 0);
         s->cache.valid = 1;

@@ -1,0 +1,23 @@
+/*
+ * Per-op time of a session's runs, for engineers (docs/engine.md "Profiling"): with
+ * QP_PROFILE=1 in the environment, every step's wall time is added to its label (the op type;
+ * "Conv+4" for a fused step of five nodes) and the table is printed to stderr, largest first,
+ * when the session is freed. Off (NULL) otherwise, costing one branch per step.
+ */
+#ifndef QP_RUNTIME_PROFILE_H
+#define QP_RUNTIME_PROFILE_H
+
+#include <stddef.h>
+
+struct rt_profile;
+
+/* A profile when QP_PROFILE is set (and not "0"), else NULL (also when out of memory). */
+struct rt_profile *rt_profile_new(void);
+/* Adds `seconds` to `label`'s row (labels are copied; up to 63 characters kept). */
+void rt_profile_add(struct rt_profile *p, const char *label, double seconds);
+/* Counts one run. */
+void rt_profile_run(struct rt_profile *p);
+/* Prints the table to stderr (nothing for NULL or no runs) and frees p. */
+void rt_profile_print_free(struct rt_profile *p);
+
+#endif
