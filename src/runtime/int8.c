@@ -14,214 +14,7 @@
 #include "kernels/dnnl_conv.h"
 #include "kernels/int8_conv.h"
 #include "runtime/int8.h"
-
-/* ---- reading the graph ---------------------------------------------------------------------- */
-
-static const struct qp_node *producer(const struct qp_graph *g, int v) {
-    if (v < 0) return NULL;
-    int p = g->values[v].producer;
-    return p >= 0 && !g->nodes[p].dead ? &g->nodes[p] : NULL;
-}
-
-/* The constant tensor value v holds (an initializer or a Constant node's `value`), or NULL. */
-static const struct qp_tensor *const_of(const struct qp_graph *g, int v) {
-    if (v < 0) return NULL;
-    const struct qp_value *val = &g->values[v];
-    if (val->initializer >= 0) return &g->inits[val->initializer];
-    const struct qp_node *p = producer(g, v);
-    if (!p || !qp_node_is(p, "Constant")) return NULL;
-    const struct qp_attr *a = qp_node_attr(p, "value");
-    return a && a->type == QP_ATTR_TENSOR ? a->t : NULL;
-}
-
-static int tensor_f(const struct qp_tensor *t, uint64_t i, float *out) {
-    if (!t || !t->data || i >= t->numel) return 0;
-    if (t->dtype == QP_DTYPE_FLOAT)
-        *out = ((const float *)t->data)[i];
-    else if (t->dtype == QP_DTYPE_FLOAT16)
-        *out = qp_fp16_to_f32(((const uint16_t *)t->data)[i]);
-    else
-        return 0;
-    return 1;
-}
-
-static int tensor_i(const struct qp_tensor *t, uint64_t i, int64_t *out) {
-    if (!t || !t->data || i >= t->numel) return 0;
-    if (t->dtype == QP_DTYPE_INT8)
-        *out = ((const int8_t *)t->data)[i];
-    else if (t->dtype == QP_DTYPE_UINT8)
-        *out = ((const uint8_t *)t->data)[i];
-    else
-        return 0;
-    return 1;
-}
-
-static int in_at(const struct qp_node *n, int i) {
-    return i < n->n_inputs ? n->inputs[i] : -1;
-}
-
-/* Per-tensor quantization of a Q or DQ node: scale, zero point, dtype. */
-struct qparam {
-    float s;
-    int64_t z;
-    enum qp_dtype dt;
-    int scale_v, zp_v; /* the values holding them */
-    enum qp_dtype sdt; /* the scale's dtype (float or float16): the float side's dtype */
-};
-
-static int per_tensor(const struct qp_graph *g, const struct qp_node *n, struct qparam *q) {
-    const struct qp_tensor *sc = const_of(g, in_at(n, 1)), *zp = const_of(g, in_at(n, 2));
-    if (!sc || sc->numel != 1 || !zp || zp->numel != 1) return 0;
-    if (!tensor_f(sc, 0, &q->s) || !tensor_i(zp, 0, &q->z) || !(q->s > 0.0f)) return 0;
-    const struct qp_attr *sat = qp_node_attr(n, "saturate");
-    if (sat && sat->i == 0) return 0;
-    q->dt = zp->dtype;
-    q->sdt = sc->dtype;
-    q->scale_v = in_at(n, 1);
-    q->zp_v = in_at(n, 2);
-    return 1;
-}
-
-static int same_q(const struct qparam *a, const struct qparam *b) {
-    return a->s == b->s && a->z == b->z && a->dt == b->dt;
-}
-
-/* v is DQ(x) of a computed int8 tensor x with per-tensor parameters. */
-static int dq_act(const struct qp_graph *g, int v, int *x_out, struct qparam *q) {
-    const struct qp_node *d = producer(g, v);
-    if (!d || !qp_node_is(d, "DequantizeLinear") || !per_tensor(g, d, q)) return 0;
-    int x = in_at(d, 0);
-    if (x < 0 || const_of(g, x)) return 0;
-    const struct qp_node *px = producer(g, x);
-    if (px && qp_node_is(px, "QuantizeLinear") && const_of(g, in_at(px, 0))) return 0;
-    *x_out = x;
-    return 1;
-}
-
-/* The Q node that is v's only reader with per-tensor parameters, or -1. */
-static int sole_q(const struct qp_graph *g, int v, struct qparam *q) {
-    const struct qp_value *val = &g->values[v];
-    if (val->is_graph_output || val->n_uses != 1 || val->uses[0].input != 0) return -1;
-    int u = val->uses[0].node;
-    const struct qp_node *n = &g->nodes[u];
-    if (n->dead || !qp_node_is(n, "QuantizeLinear") || !per_tensor(g, n, q)) return -1;
-    if (q->dt != QP_DTYPE_INT8 && q->dt != QP_DTYPE_UINT8) return -1;
-    return u;
-}
-
-/* ---- the report ----------------------------------------------------------------------------- */
-
-static int note(struct rt_int8_report *rep, const struct qp_node *n, int fused, const char *into,
-                const char *reason) {
-    for (size_t i = 0; i < rep->n; i++)
-        if (rep->d[i].node == n->name) { /* already decided: a fusion wins over a reason */
-            if (fused && !rep->d[i].fused) {
-                rep->d[i].fused = 1;
-                snprintf(rep->text[i][0], sizeof rep->text[i][0], "%s", into);
-                rep->text[i][1][0] = 0;
-            }
-            return 1;
-        }
-    if (rep->n == rep->cap) {
-        size_t cap = rep->cap ? rep->cap * 2 : 64;
-        struct qp_int8_decision *d = qp_realloc_n(rep->d, cap, sizeof *d);
-        if (!d) return 0;
-        rep->d = d;
-        char(*t)[2][160] = qp_realloc_n(rep->text, cap, sizeof *t);
-        if (!t) return 0;
-        rep->text = t;
-        rep->cap = cap;
-    }
-    size_t i = rep->n++;
-    snprintf(rep->text[i][0], sizeof rep->text[i][0], "%s", into ? into : "");
-    snprintf(rep->text[i][1], sizeof rep->text[i][1], "%s", reason ? reason : "");
-    /* into/reason point at `text` once every decision is made (it moves while growing) */
-    rep->d[i] = (struct qp_int8_decision){n->name ? n->name : "", n->op_type, fused, "", ""};
-    return 1;
-}
-
-void rt_int8_report_free(struct rt_int8_report *rep) {
-    if (!rep) return;
-    free(rep->d);
-    free(rep->text);
-    memset(rep, 0, sizeof *rep);
-}
-
-int rt_int8_has_qdq(const struct qp_graph *g) {
-    for (size_t i = 0; i < g->n_nodes; i++)
-        if (!g->nodes[i].dead && (qp_node_is(&g->nodes[i], "QuantizeLinear") ||
-                                  qp_node_is(&g->nodes[i], "DequantizeLinear")))
-            return 1;
-    return 0;
-}
-
-/* ---- editing -------------------------------------------------------------------------------- */
-
-#define MAX_IN 16
-
-static const char *vname(const struct qp_graph *g, int v) {
-    return v >= 0 ? g->values[v].name : "";
-}
-
-/* Replaces nodes dead[0..n_dead) by a node of op/domain with the given inputs and one output,
- * copying the attributes of `attrs_of` (may be NULL). Returns the new node or -1. */
-static int replace(struct qp_graph *g, const int *dead, int n_dead, const char *name,
-                   const char *op, const char *domain, int n_in, const int *in, int out,
-                   int attrs_of, struct qp_error *err) {
-    const char *names[MAX_IN];
-    for (int i = 0; i < n_in; i++)
-        names[i] = vname(g, in[i]);
-    const char *oname = vname(g, out);
-    struct qp_node keep = attrs_of >= 0 ? g->nodes[attrs_of] : (struct qp_node){0};
-    for (int i = 0; i < n_dead; i++)
-        if (qp_graph_remove_node(g, dead[i], err)) return -1;
-    int nn;
-    if (qp_graph_add_node(g, name, op, domain, n_in, names, 1, &oname, &nn, err)) return -1;
-    for (int i = 0; i < keep.n_attrs; i++) {
-        struct qp_attr *a = qp_node_add_attr(g, nn, keep.attrs[i].name, keep.attrs[i].type);
-        if (!a) return -1;
-        const char *nm = a->name;
-        *a = keep.attrs[i];
-        a->name = nm;
-    }
-    return nn;
-}
-
-/* A copy of n bytes owned by the graph's model. */
-static void *qp_arena_dup(struct qp_graph *g, const void *v, size_t n) {
-    void *c = malloc(n);
-    if (!c) return NULL;
-    memcpy(c, v, n);
-    if (qp_model_own(g->model, c, NULL)) return NULL; /* freed by qp_model_own on failure */
-    return c;
-}
-
-static int add_ints(struct qp_graph *g, int node, const char *name, int n, const int64_t *v) {
-    struct qp_attr *a = qp_node_add_attr(g, node, name, QP_ATTR_INTS);
-    if (!a) return 0;
-    int64_t *c = qp_arena_dup(g, v, (size_t)(n ? n : 1) * sizeof *v);
-    if (!c) return 0;
-    a->ints = c;
-    a->n = (size_t)n;
-    return 1;
-}
-
-static int add_floats(struct qp_graph *g, int node, const char *name, int n, const float *v) {
-    struct qp_attr *a = qp_node_add_attr(g, node, name, QP_ATTR_FLOATS);
-    if (!a) return 0;
-    float *c = qp_arena_dup(g, v, (size_t)(n ? n : 1) * sizeof *v);
-    if (!c) return 0;
-    a->floats = c;
-    a->n = (size_t)n;
-    return 1;
-}
-
-static int add_int(struct qp_graph *g, int node, const char *name, int64_t v) {
-    struct qp_attr *a = qp_node_add_attr(g, node, name, QP_ATTR_INT);
-    if (!a) return 0;
-    a->i = v;
-    return 1;
-}
+#include "runtime/int8_graph.h"
 
 /* ---- integer data flows --------------------------------------------------------------------- */
 
@@ -236,21 +29,21 @@ static int is_flow_op(const struct qp_node *n) {
 
 /* Why op `n` cannot run on the int8 tensors (NULL: it can), given the Q after it. */
 static const char *flow_blocker(const struct qp_graph *g, const struct qp_node *n,
-                                const struct qparam *qo, int *xq) {
+                                const struct i8g_qparam *qo, int *xq) {
     int n_data = qp_node_is(n, "Concat") ? n->n_inputs : 1;
     for (int i = 1; i < n->n_outputs; i++)
         if (n->outputs[i] >= 0 && g->values[n->outputs[i]].n_uses) return "a second output is read";
     if (qp_node_is(n, "Pad")) {
         const struct qp_attr *m = qp_node_attr(n, "mode");
         if (m && !(m->s.len == 8 && memcmp(m->s.data, "constant", 8) == 0)) return "Pad mode";
-        if (in_at(n, 2) >= 0 || qp_node_attr(n, "value")) return "Pad with a value";
+        if (i8g_in_at(n, 2) >= 0 || qp_node_attr(n, "value")) return "Pad with a value";
         if (qo->z != 0) return "Pad of a tensor with a zero point";
     }
     for (int i = 0; i < n_data; i++) {
-        struct qparam qi;
-        if (!dq_act(g, in_at(n, i), &xq[i], &qi))
+        struct i8g_qparam qi;
+        if (!i8g_dq_act(g, i8g_in_at(n, i), &xq[i], &qi))
             return i ? "an input is not DequantizeLinear-fed" : NULL;
-        if (!same_q(&qi, qo))
+        if (!i8g_same_q(&qi, qo))
             return qp_node_is(n, "Concat") ? "Concat inputs have different scales"
                                            : "the Q after it has another scale";
     }
@@ -265,9 +58,9 @@ static int flow_pass(struct qp_graph *g, struct rt_int8_report *rep, int *ok,
         struct qp_node *n = &g->nodes[k];
         if (n->dead || !is_flow_op(n) || n->n_outputs < 1 || n->outputs[0] < 0) continue;
         int x0;
-        struct qparam q0, qo;
-        if (!dq_act(g, in_at(n, 0), &x0, &q0)) continue;
-        int q = sole_q(g, n->outputs[0], &qo);
+        struct i8g_qparam q0, qo;
+        if (!i8g_dq_act(g, i8g_in_at(n, 0), &x0, &q0)) continue;
+        int q = i8g_sole_q(g, n->outputs[0], &qo);
         if (q < 0) continue;
         int xq[MAX_IN];
         if (n->n_inputs > MAX_IN) continue;
@@ -275,7 +68,7 @@ static int flow_pass(struct qp_graph *g, struct rt_int8_report *rep, int *ok,
         if (why) {
             char msg[160];
             snprintf(msg, sizeof msg, "%s '%s' runs in float: %s", n->op_type, n->name, why);
-            *ok = note(rep, &g->nodes[q], 0, "", msg);
+            *ok = i8g_note(rep, &g->nodes[q], 0, "", msg);
             continue;
         }
         int in[MAX_IN], nd = qp_node_is(n, "Concat") ? n->n_inputs : 1;
@@ -284,12 +77,12 @@ static int flow_pass(struct qp_graph *g, struct rt_int8_report *rep, int *ok,
         char into[160];
         snprintf(into, sizeof into, "%s '%s' on int8", n->op_type, n->name);
         for (int i = 0; i < nd; i++)
-            *ok = *ok && note(rep, producer(g, n->inputs[i]), 1, into, NULL);
-        *ok = *ok && note(rep, &g->nodes[q], 1, into, NULL);
+            *ok = *ok && i8g_note(rep, i8g_producer(g, n->inputs[i]), 1, into, NULL);
+        *ok = *ok && i8g_note(rep, &g->nodes[q], 1, into, NULL);
         int dead[2] = {(int)k, q};
         const char *name = n->name, *op = n->op_type, *dom = n->domain;
         int out = g->nodes[q].outputs[0];
-        if (*ok && replace(g, dead, 2, name, op, dom, n->n_inputs, in, out, (int)k, err) < 0)
+        if (*ok && i8g_replace(g, dead, 2, name, op, dom, n->n_inputs, in, out, (int)k, err) < 0)
             *ok = 0;
         made++;
         rep->n_flow++;
@@ -303,23 +96,25 @@ static int flow_pass(struct qp_graph *g, struct rt_int8_report *rep, int *ok,
  * time); per tensor, or per output channel (axis 0) with zero points 0. */
 static const char *weight_blocker(const struct qp_graph *g, int v, int axis, int *w_out,
                                   int *ws_out, int *wz_out) {
-    const struct qp_node *d = producer(g, v);
+    const struct qp_node *d = i8g_producer(g, v);
     if (!d || !qp_node_is(d, "DequantizeLinear")) return "its weights are not DequantizeLinear-fed";
-    int w = in_at(d, 0);
-    const struct qp_tensor *wt = const_of(g, w);
-    const struct qp_node *qw = producer(g, w);
+    int w = i8g_in_at(d, 0);
+    const struct qp_tensor *wt = i8g_const_of(g, w);
+    const struct qp_node *qw = i8g_producer(g, w);
     int64_t m = -1;
     if (wt) {
         if (wt->dtype != QP_DTYPE_INT8) return "its weights are not int8";
         m = wt->rank > axis ? wt->dims[axis] : -1;
-    } else if (qw && qp_node_is(qw, "QuantizeLinear") && const_of(g, in_at(qw, 0))) {
-        const struct qp_tensor *zq = const_of(g, in_at(qw, 2)), *wf = const_of(g, in_at(qw, 0));
+    } else if (qw && qp_node_is(qw, "QuantizeLinear") && i8g_const_of(g, i8g_in_at(qw, 0))) {
+        const struct qp_tensor *zq = i8g_const_of(g, i8g_in_at(qw, 2)),
+                               *wf = i8g_const_of(g, i8g_in_at(qw, 0));
         if (!zq || zq->dtype != QP_DTYPE_INT8) return "its weights are not quantized to int8";
         m = wf->rank > axis ? wf->dims[axis] : -1;
     } else {
         return "its weights are not a constant";
     }
-    const struct qp_tensor *sc = const_of(g, in_at(d, 1)), *zp = const_of(g, in_at(d, 2));
+    const struct qp_tensor *sc = i8g_const_of(g, i8g_in_at(d, 1)),
+                           *zp = i8g_const_of(g, i8g_in_at(d, 2));
     if (!sc || (sc->numel != 1 && (int64_t)sc->numel != m))
         return "its weight scales are not per channel";
     const struct qp_attr *ax = qp_node_attr(d, "axis");
@@ -330,11 +125,11 @@ static const char *weight_blocker(const struct qp_graph *g, int v, int axis, int
                     : "its weights are not quantized per output channel (axis 0)";
     for (uint64_t i = 0; zp && i < zp->numel; i++) {
         int64_t z;
-        if (!tensor_i(zp, i, &z) || z != 0) return "its weights have a zero point";
+        if (!i8g_tensor_i(zp, i, &z) || z != 0) return "its weights have a zero point";
     }
     *w_out = w;
-    *ws_out = in_at(d, 1);
-    *wz_out = in_at(d, 2);
+    *ws_out = i8g_in_at(d, 1);
+    *wz_out = i8g_in_at(d, 2);
     return NULL;
 }
 
@@ -344,9 +139,9 @@ struct chain {
     int64_t kind[QP_CONV_MAX_POST];
     float al[QP_CONV_MAX_POST], be[QP_CONV_MAX_POST];
     int res, res_q, res_dq; /* the residual, 1 when int8, and its DequantizeLinear node */
-    struct qparam rq;
+    struct i8g_qparam rq;
     int q;
-    struct qparam yq;
+    struct i8g_qparam yq;
     int out;
     int bn; /* a BatchNormalization right after the Conv (its node index), or -1 */
 };
@@ -378,7 +173,7 @@ static int act_posts(const struct qp_graph *g, const struct qp_node *u, struct c
         for (int i = 1; i < 3 && i < u->n_inputs; i++) {
             if (u->inputs[i] < 0) continue;
             float v;
-            if (!tensor_f(const_of(g, u->inputs[i]), 0, &v)) return 0;
+            if (!i8g_tensor_f(i8g_const_of(g, u->inputs[i]), 0, &v)) return 0;
             *(i == 1 ? &lo : &hi) = v;
         }
         return post(c, QP_CONV_POST_CLIP, lo, hi);
@@ -402,7 +197,7 @@ static int bn_after(const struct qp_graph *g, int v) {
     if (tm && tm->i) return -1;
     int64_t m = -1;
     for (int i = 1; i < 5; i++) {
-        const struct qp_tensor *t = const_of(g, u->inputs[i]);
+        const struct qp_tensor *t = i8g_const_of(g, u->inputs[i]);
         if (!t || (t->dtype != QP_DTYPE_FLOAT && t->dtype != QP_DTYPE_FLOAT16) ||
             (m >= 0 && (int64_t)t->numel != m))
             return -1;
@@ -428,22 +223,22 @@ static void grow(const struct qp_graph *g, int conv, struct chain *c) {
  * double, rounded once). */
 static int bn_affine(struct qp_graph *g, int bn, float **sc_out, float **sh_out, int *m_out) {
     const struct qp_node *u = &g->nodes[bn];
-    const struct qp_tensor *ga = const_of(g, u->inputs[1]), *be = const_of(g, u->inputs[2]);
-    const struct qp_tensor *mu = const_of(g, u->inputs[3]), *va = const_of(g, u->inputs[4]);
+    const struct qp_tensor *ga = i8g_const_of(g, u->inputs[1]), *be = i8g_const_of(g, u->inputs[2]);
+    const struct qp_tensor *mu = i8g_const_of(g, u->inputs[3]), *va = i8g_const_of(g, u->inputs[4]);
     float eps = attr_f(u, "epsilon", 1e-5f);
     size_t m = (size_t)ga->numel;
     float *sc = malloc(m * sizeof *sc), *sh = malloc(m * sizeof *sh);
     int ok = sc && sh;
     for (size_t i = 0; ok && i < m; i++) {
         float fg = 1, fb = 0, fm = 0, fv = 1;
-        ok = tensor_f(ga, i, &fg) && tensor_f(be, i, &fb) && tensor_f(mu, i, &fm) &&
-             tensor_f(va, i, &fv);
+        ok = i8g_tensor_f(ga, i, &fg) && i8g_tensor_f(be, i, &fb) && i8g_tensor_f(mu, i, &fm) &&
+             i8g_tensor_f(va, i, &fv);
         double s = (double)fg / sqrt((double)fv + (double)eps);
         sc[i] = (float)s;
         sh[i] = (float)((double)fb - (double)fm * s);
     }
-    *sc_out = ok ? qp_arena_dup(g, sc, m * sizeof *sc) : NULL;
-    *sh_out = ok ? qp_arena_dup(g, sh, m * sizeof *sh) : NULL;
+    *sc_out = ok ? i8g_arena_dup(g, sc, m * sizeof *sc) : NULL;
+    *sh_out = ok ? i8g_arena_dup(g, sh, m * sizeof *sh) : NULL;
     *m_out = (int)m;
     free(sc);
     free(sh);
@@ -462,8 +257,8 @@ static int set_floats(struct qp_graph *g, int node, const char *name, int n, con
 static void grow_from(const struct qp_graph *g, struct chain *c, int v) {
     for (;;) {
         c->out = v;
-        struct qparam yq;
-        int q = sole_q(g, v, &yq);
+        struct i8g_qparam yq;
+        int q = i8g_sole_q(g, v, &yq);
         if (q >= 0) {
             c->q = q;
             c->yq = yq;
@@ -478,8 +273,8 @@ static void grow_from(const struct qp_graph *g, struct chain *c, int v) {
         struct chain save = *c;
         if (qp_node_is(u, "Add") && c->res < 0 && u->n_inputs == 2) {
             int o = u->inputs[1 - val->uses[0].input];
-            if (o < 0 || const_of(g, o) || o == v) return;
-            c->res_q = dq_act(g, o, &c->res, &c->rq);
+            if (o < 0 || i8g_const_of(g, o) || o == v) return;
+            c->res_q = i8g_dq_act(g, o, &c->res, &c->rq);
             c->res_dq = g->values[o].producer;
             if (!c->res_q) c->res = o;
             if (!post(c, QP_CONV_POST_SUM, 0, 0)) {
@@ -499,7 +294,7 @@ struct fused {
     int head;
     const char *op;
     int xq, w, ws, wz, bias, trans_b;
-    struct qparam xp;
+    struct i8g_qparam xp;
     struct chain c;
 };
 
@@ -512,13 +307,13 @@ static int emit(struct qp_graph *g, struct fused *f, struct rt_int8_report *rep,
     snprintf(into, sizeof into, "%s '%s' (%d nodes%s%s%s)", f->op, n->name, c->n + (c->q >= 0),
              c->bn >= 0 ? ", BatchNormalization folded" : "", c->res >= 0 ? ", residual add" : "",
              c->q >= 0 ? ", int8 output" : ", float output");
-    *ok = note(rep, producer(g, in_at(n, 0)), 1, into, NULL) &&
-          note(rep, producer(g, in_at(n, 1)), 1, into, NULL);
-    const struct qp_node *qw = producer(g, f->w);
-    if (*ok && qw && qp_node_is(qw, "QuantizeLinear") && const_of(g, in_at(qw, 0)))
-        *ok = note(rep, qw, 1, into, NULL);
-    if (*ok && c->q >= 0) *ok = note(rep, &g->nodes[c->q], 1, into, NULL);
-    if (*ok && c->res_q) *ok = note(rep, &g->nodes[c->res_dq], 1, into, NULL);
+    *ok = i8g_note(rep, i8g_producer(g, i8g_in_at(n, 0)), 1, into, NULL) &&
+          i8g_note(rep, i8g_producer(g, i8g_in_at(n, 1)), 1, into, NULL);
+    const struct qp_node *qw = i8g_producer(g, f->w);
+    if (*ok && qw && qp_node_is(qw, "QuantizeLinear") && i8g_const_of(g, i8g_in_at(qw, 0)))
+        *ok = i8g_note(rep, qw, 1, into, NULL);
+    if (*ok && c->q >= 0) *ok = i8g_note(rep, &g->nodes[c->q], 1, into, NULL);
+    if (*ok && c->res_q) *ok = i8g_note(rep, &g->nodes[c->res_dq], 1, into, NULL);
     int in[12] = {f->xq, f->xp.scale_v, f->xp.zp_v, f->w, f->ws, f->wz, f->bias, -1,
                   -1,    c->res,        -1,         -1};
     if (c->q >= 0) {
@@ -534,18 +329,19 @@ static int emit(struct qp_graph *g, struct fused *f, struct rt_int8_report *rep,
     float *bn_sc = NULL, *bn_sh = NULL; /* read before the BatchNormalization node goes */
     if (*ok && c->bn >= 0) *ok = bn_affine(g, c->bn, &bn_sc, &bn_sh, &m);
     const char *name = n->name;
-    int nn = *ok ? replace(g, c->mem, c->n, name, f->op, QP_INT8_DOMAIN, 12, in, c->out,
-                           conv ? f->head : -1, err)
+    int nn = *ok ? i8g_replace(g, c->mem, c->n, name, f->op, QP_INT8_DOMAIN, 12, in, c->out,
+                               conv ? f->head : -1, err)
                  : -1;
     if (nn < 0) {
         *ok = 0;
         return 0;
     }
     enum qp_dtype od = f->xp.sdt == QP_DTYPE_FLOAT16 ? QP_DTYPE_FLOAT16 : QP_DTYPE_FLOAT;
-    *ok = add_ints(g, nn, "post", c->n_post, c->kind) &&
-          add_floats(g, nn, "post_alpha", c->n_post, c->al) &&
-          add_floats(g, nn, "post_beta", c->n_post, c->be) && add_int(g, nn, "out_dtype", od) &&
-          (conv || add_int(g, nn, "trans_b", f->trans_b)) &&
+    *ok = i8g_add_ints(g, nn, "post", c->n_post, c->kind) &&
+          i8g_add_floats(g, nn, "post_alpha", c->n_post, c->al) &&
+          i8g_add_floats(g, nn, "post_beta", c->n_post, c->be) &&
+          i8g_add_int(g, nn, "out_dtype", od) &&
+          (conv || i8g_add_int(g, nn, "trans_b", f->trans_b)) &&
           (c->bn < 0 ||
            (set_floats(g, nn, "ch_scale", m, bn_sc) && set_floats(g, nn, "ch_shift", m, bn_sh)));
     if (conv)
@@ -558,15 +354,15 @@ static int emit(struct qp_graph *g, struct fused *f, struct rt_int8_report *rep,
 static int fuse_conv(struct qp_graph *g, int k, struct rt_int8_report *rep, struct qp_error *err,
                      int *ok) {
     struct qp_node *n = &g->nodes[k];
-    struct fused f = {.head = k, .op = "QConv", .bias = in_at(n, 2)};
+    struct fused f = {.head = k, .op = "QConv", .bias = i8g_in_at(n, 2)};
     char msg[160];
-    if (!dq_act(g, in_at(n, 0), &f.xq, &f.xp)) return 0;
-    const char *why = n->n_inputs > 2 && in_at(n, 2) >= 0 && !const_of(g, in_at(n, 2))
+    if (!i8g_dq_act(g, i8g_in_at(n, 0), &f.xq, &f.xp)) return 0;
+    const char *why = n->n_inputs > 2 && i8g_in_at(n, 2) >= 0 && !i8g_const_of(g, i8g_in_at(n, 2))
                           ? "its bias is not a constant"
-                          : weight_blocker(g, in_at(n, 1), 0, &f.w, &f.ws, &f.wz);
+                          : weight_blocker(g, i8g_in_at(n, 1), 0, &f.w, &f.ws, &f.wz);
     if (why) {
         snprintf(msg, sizeof msg, "DQ feeds Conv '%s', which runs in float: %s", n->name, why);
-        *ok = note(rep, producer(g, in_at(n, 0)), 0, "", msg);
+        *ok = i8g_note(rep, i8g_producer(g, i8g_in_at(n, 0)), 0, "", msg);
         return 0;
     }
     grow(g, k, &f.c);
@@ -575,7 +371,7 @@ static int fuse_conv(struct qp_graph *g, int k, struct rt_int8_report *rep, stru
 
 /* A constant of N floats (a MatMul's bias Add, a Gemm's C). */
 static int bias_of(const struct qp_graph *g, int v, int64_t n) {
-    const struct qp_tensor *t = const_of(g, v);
+    const struct qp_tensor *t = i8g_const_of(g, v);
     return t && (int64_t)t->numel == n && t->rank >= 1 && t->dims[t->rank - 1] == n &&
            (t->dtype == QP_DTYPE_FLOAT || t->dtype == QP_DTYPE_FLOAT16);
 }
@@ -584,10 +380,10 @@ static int bias_of(const struct qp_graph *g, int v, int64_t n) {
  * computed int8 tensor; N its column count (-1: unknown). */
 static const char *rhs(const struct qp_graph *g, int v, int trans_b, struct fused *f,
                        int64_t *n_out) {
-    struct qparam q;
+    struct i8g_qparam q;
     int x;
     *n_out = -1;
-    if (!trans_b && dq_act(g, v, &x, &q)) {
+    if (!trans_b && i8g_dq_act(g, v, &x, &q)) {
         if (q.dt != QP_DTYPE_INT8 || q.z != 0) return "its second operand is not symmetric int8";
         f->w = x;
         f->ws = q.scale_v;
@@ -596,9 +392,9 @@ static const char *rhs(const struct qp_graph *g, int v, int trans_b, struct fuse
     }
     const char *why = weight_blocker(g, v, trans_b ? 0 : 1, &f->w, &f->ws, &f->wz);
     if (why) return why;
-    const struct qp_node *d = producer(g, v);
-    const struct qp_tensor *wt = const_of(g, in_at(d, 0));
-    if (!wt) wt = const_of(g, in_at(producer(g, in_at(d, 0)), 0));
+    const struct qp_node *d = i8g_producer(g, v);
+    const struct qp_tensor *wt = i8g_const_of(g, i8g_in_at(d, 0));
+    if (!wt) wt = i8g_const_of(g, i8g_in_at(i8g_producer(g, i8g_in_at(d, 0)), 0));
     if (!wt || wt->rank != 2) return "its weights are not a matrix";
     *n_out = wt->dims[trans_b ? 0 : 1];
     return NULL;
@@ -610,7 +406,7 @@ static int fuse_matmul(struct qp_graph *g, int k, struct rt_int8_report *rep, st
     int gemm = qp_node_is(n, "Gemm");
     struct fused f = {.head = k, .op = "QMatMul", .bias = -1};
     char msg[160];
-    if (!dq_act(g, in_at(n, 0), &f.xq, &f.xp)) return 0;
+    if (!i8g_dq_act(g, i8g_in_at(n, 0), &f.xq, &f.xp)) return 0;
     const struct qp_attr *ta = qp_node_attr(n, "transA"), *tb = qp_node_attr(n, "transB");
     f.trans_b = gemm && tb && tb->i;
     int64_t nn = -1;
@@ -618,15 +414,15 @@ static int fuse_matmul(struct qp_graph *g, int k, struct rt_int8_report *rep, st
     if (gemm &&
         ((ta && ta->i) || attr_f(n, "alpha", 1.0f) != 1.0f || attr_f(n, "beta", 1.0f) != 1.0f))
         why = "Gemm with transA, alpha or beta";
-    if (!why) why = rhs(g, in_at(n, 1), f.trans_b, &f, &nn);
-    if (!why && gemm && in_at(n, 2) >= 0) {
-        if (!bias_of(g, in_at(n, 2), nn)) why = "its C is not a constant vector";
-        f.bias = in_at(n, 2);
+    if (!why) why = rhs(g, i8g_in_at(n, 1), f.trans_b, &f, &nn);
+    if (!why && gemm && i8g_in_at(n, 2) >= 0) {
+        if (!bias_of(g, i8g_in_at(n, 2), nn)) why = "its C is not a constant vector";
+        f.bias = i8g_in_at(n, 2);
     }
     if (why) {
         snprintf(msg, sizeof msg, "DQ feeds %s '%s', which runs in float: %s", n->op_type, n->name,
                  why);
-        *ok = note(rep, producer(g, in_at(n, 0)), 0, "", msg);
+        *ok = i8g_note(rep, i8g_producer(g, i8g_in_at(n, 0)), 0, "", msg);
         return 0;
     }
     memset(&f.c, 0, sizeof f.c);
@@ -696,16 +492,17 @@ static enum qp_status sweep(struct qp_graph *g, struct rt_int8_report *rep, stru
 static int mark_nhwc(struct qp_graph *g) {
     for (size_t k = 0; k < g->n_nodes; k++) {
         const struct qp_node *n = &g->nodes[k];
-        if (!is_qconv(n) || in_at(n, 7) < 0) continue;
+        if (!is_qconv(n) || i8g_in_at(n, 7) < 0) continue;
         const struct qp_value *v = &g->values[n->outputs[0]];
         int all = v->n_uses > 0 && !v->is_graph_output;
         for (size_t u = 0; all && u < v->n_uses; u++)
             all = is_qconv(&g->nodes[v->uses[u].node]) &&
                   (v->uses[u].input == 0 || v->uses[u].input == 9);
         if (!all) continue;
-        if (!add_int(g, (int)k, "dst_nhwc", 1)) return 0;
+        if (!i8g_add_int(g, (int)k, "dst_nhwc", 1)) return 0;
         for (size_t u = 0; u < v->n_uses; u++)
-            if (!add_int(g, v->uses[u].node, v->uses[u].input == 0 ? "src_nhwc" : "res_nhwc", 1))
+            if (!i8g_add_int(g, v->uses[u].node, v->uses[u].input == 0 ? "src_nhwc" : "res_nhwc",
+                             1))
                 return 0;
     }
     return 1;
@@ -714,9 +511,10 @@ static int mark_nhwc(struct qp_graph *g) {
 /* Why a Q/DQ node that survived runs as its own pass. */
 static void own_reason(const struct qp_graph *g, const struct qp_node *n, char *out, size_t size) {
     const struct qp_value *v = &g->values[n->outputs[0]];
-    int in0 = in_at(n, 0);
-    if (const_of(g, in0) ||
-        (producer(g, in0) && const_of(g, in_at(producer(g, in0), 0)) && is_qdq(producer(g, in0)))) {
+    int in0 = i8g_in_at(n, 0);
+    if (i8g_const_of(g, in0) ||
+        (i8g_producer(g, in0) && i8g_const_of(g, i8g_in_at(i8g_producer(g, in0), 0)) &&
+         is_qdq(i8g_producer(g, in0)))) {
         snprintf(out, size, "on a constant: evaluated once when the plan is built");
         return;
     }
@@ -730,7 +528,7 @@ static void own_reason(const struct qp_graph *g, const struct qp_node *n, char *
         snprintf(out, size, "its output is a graph output");
         return;
     }
-    const struct qp_node *p = producer(g, in0);
+    const struct qp_node *p = i8g_producer(g, in0);
     int quantized = 0;
     for (size_t u = 0; u < v->n_uses; u++) {
         const struct qp_node *c = &g->nodes[v->uses[u].node];
@@ -759,18 +557,18 @@ static int fakequant_pass(struct qp_graph *g, size_t n_orig, struct rt_int8_repo
                           struct qp_error *err) {
     for (size_t k = 0; k < n_orig; k++) {
         struct qp_node *q = &g->nodes[k];
-        struct qparam qp;
+        struct i8g_qparam qp;
         if (q->dead || !qp_node_is(q, "QuantizeLinear") || q->n_outputs != 1 ||
-            !per_tensor(g, q, &qp) || const_of(g, in_at(q, 0)))
+            !i8g_per_tensor(g, q, &qp) || i8g_const_of(g, i8g_in_at(q, 0)))
             continue;
         const struct qp_value *qv = &g->values[q->outputs[0]];
         int ok = qv->n_uses > 0 && !qv->is_graph_output && qv->n_uses <= 8;
         int dqs[8];
         for (size_t u = 0; ok && u < qv->n_uses; u++) {
             const struct qp_node *d = &g->nodes[qv->uses[u].node];
-            struct qparam dp;
+            struct i8g_qparam dp;
             ok = qp_node_is(d, "DequantizeLinear") && qv->uses[u].input == 0 &&
-                 per_tensor(g, d, &dp) && same_q(&qp, &dp) && d->n_outputs == 1;
+                 i8g_per_tensor(g, d, &dp) && i8g_same_q(&qp, &dp) && d->n_outputs == 1;
             dqs[u] = qv->uses[u].node;
         }
         int nd = (int)qv->n_uses;
@@ -781,11 +579,11 @@ static int fakequant_pass(struct qp_graph *g, size_t n_orig, struct rt_int8_repo
         own_reason(g, q, why, sizeof why);
         char msg[160];
         snprintf(msg, sizeof msg, "%s (Q and DQ run as one fake-quantize pass)", why);
-        if (!note(rep, q, 0, "", msg)) return 0;
+        if (!i8g_note(rep, q, 0, "", msg)) return 0;
         for (int i = 0; i < nd; i++) {
             own_reason(g, &g->nodes[dqs[i]], why, sizeof why);
             snprintf(msg, sizeof msg, "%s (Q and DQ run as one fake-quantize pass)", why);
-            if (!note(rep, &g->nodes[dqs[i]], 0, "", msg)) return 0;
+            if (!i8g_note(rep, &g->nodes[dqs[i]], 0, "", msg)) return 0;
         }
         /* The other DQs' readers read the first one's output. */
         int out = g->nodes[dqs[0]].outputs[0];
@@ -796,13 +594,14 @@ static int fakequant_pass(struct qp_graph *g, size_t n_orig, struct rt_int8_repo
                 if (qp_graph_set_input(g, c, in, out, err)) return 0;
             }
         }
-        int in3[3] = {in_at(q, 0), in_at(q, 1), in_at(q, 2)}, dead[9];
+        int in3[3] = {i8g_in_at(q, 0), i8g_in_at(q, 1), i8g_in_at(q, 2)}, dead[9];
         dead[0] = (int)k;
         for (int i = 0; i < nd; i++)
             dead[1 + i] = dqs[i];
         char name[256];
         snprintf(name, sizeof name, "%s", q->name ? q->name : "");
-        if (replace(g, dead, 1 + nd, name, "FakeQuant", QP_INT8_DOMAIN, 3, in3, out, -1, err) < 0)
+        if (i8g_replace(g, dead, 1 + nd, name, "FakeQuant", QP_INT8_DOMAIN, 3, in3, out, -1, err) <
+            0)
             return 0;
         rep->n_fakequant++;
     }
@@ -816,7 +615,7 @@ static int decide_rest(const struct qp_graph *g, size_t n_orig, struct rt_int8_r
         char why[128];
         own_reason(g, n, why, sizeof why);
         int folded = strncmp(why, "on a constant", 13) == 0;
-        if (!note(rep, n, 0, "", why)) return 0;
+        if (!i8g_note(rep, n, 0, "", why)) return 0;
         for (size_t i = 0; i < rep->n; i++)
             if (rep->d[i].node == n->name && rep->d[i].fused && !folded) /* partly fused */
                 snprintf(rep->text[i][1], sizeof rep->text[i][1], "also runs on its own: %s", why);

@@ -1,0 +1,206 @@
+/* Graph helpers of the integer path's passes (int8_graph.h). */
+#include "runtime/int8_graph.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/size.h"
+
+/* ---- reading the graph ---------------------------------------------------------------------- */
+
+const struct qp_node *i8g_producer(const struct qp_graph *g, int v) {
+    if (v < 0) return NULL;
+    int p = g->values[v].producer;
+    return p >= 0 && !g->nodes[p].dead ? &g->nodes[p] : NULL;
+}
+
+/* The constant tensor value v holds (an initializer or a Constant node's `value`), or NULL. */
+const struct qp_tensor *i8g_const_of(const struct qp_graph *g, int v) {
+    if (v < 0) return NULL;
+    const struct qp_value *val = &g->values[v];
+    if (val->initializer >= 0) return &g->inits[val->initializer];
+    const struct qp_node *p = i8g_producer(g, v);
+    if (!p || !qp_node_is(p, "Constant")) return NULL;
+    const struct qp_attr *a = qp_node_attr(p, "value");
+    return a && a->type == QP_ATTR_TENSOR ? a->t : NULL;
+}
+
+int i8g_tensor_f(const struct qp_tensor *t, uint64_t i, float *out) {
+    if (!t || !t->data || i >= t->numel) return 0;
+    if (t->dtype == QP_DTYPE_FLOAT)
+        *out = ((const float *)t->data)[i];
+    else if (t->dtype == QP_DTYPE_FLOAT16)
+        *out = qp_fp16_to_f32(((const uint16_t *)t->data)[i]);
+    else
+        return 0;
+    return 1;
+}
+
+int i8g_tensor_i(const struct qp_tensor *t, uint64_t i, int64_t *out) {
+    if (!t || !t->data || i >= t->numel) return 0;
+    if (t->dtype == QP_DTYPE_INT8)
+        *out = ((const int8_t *)t->data)[i];
+    else if (t->dtype == QP_DTYPE_UINT8)
+        *out = ((const uint8_t *)t->data)[i];
+    else
+        return 0;
+    return 1;
+}
+
+int i8g_in_at(const struct qp_node *n, int i) {
+    return i < n->n_inputs ? n->inputs[i] : -1;
+}
+
+int i8g_per_tensor(const struct qp_graph *g, const struct qp_node *n, struct i8g_qparam *q) {
+    const struct qp_tensor *sc = i8g_const_of(g, i8g_in_at(n, 1)),
+                           *zp = i8g_const_of(g, i8g_in_at(n, 2));
+    if (!sc || sc->numel != 1 || !zp || zp->numel != 1) return 0;
+    if (!i8g_tensor_f(sc, 0, &q->s) || !i8g_tensor_i(zp, 0, &q->z) || !(q->s > 0.0f)) return 0;
+    const struct qp_attr *sat = qp_node_attr(n, "saturate");
+    if (sat && sat->i == 0) return 0;
+    q->dt = zp->dtype;
+    q->sdt = sc->dtype;
+    q->scale_v = i8g_in_at(n, 1);
+    q->zp_v = i8g_in_at(n, 2);
+    return 1;
+}
+
+int i8g_same_q(const struct i8g_qparam *a, const struct i8g_qparam *b) {
+    return a->s == b->s && a->z == b->z && a->dt == b->dt;
+}
+
+/* v is DQ(x) of a computed int8 tensor x with per-tensor parameters. */
+int i8g_dq_act(const struct qp_graph *g, int v, int *x_out, struct i8g_qparam *q) {
+    const struct qp_node *d = i8g_producer(g, v);
+    if (!d || !qp_node_is(d, "DequantizeLinear") || !i8g_per_tensor(g, d, q)) return 0;
+    int x = i8g_in_at(d, 0);
+    if (x < 0 || i8g_const_of(g, x)) return 0;
+    const struct qp_node *px = i8g_producer(g, x);
+    if (px && qp_node_is(px, "QuantizeLinear") && i8g_const_of(g, i8g_in_at(px, 0))) return 0;
+    *x_out = x;
+    return 1;
+}
+
+/* The Q node that is v's only reader with per-tensor parameters, or -1. */
+int i8g_sole_q(const struct qp_graph *g, int v, struct i8g_qparam *q) {
+    const struct qp_value *val = &g->values[v];
+    if (val->is_graph_output || val->n_uses != 1 || val->uses[0].input != 0) return -1;
+    int u = val->uses[0].node;
+    const struct qp_node *n = &g->nodes[u];
+    if (n->dead || !qp_node_is(n, "QuantizeLinear") || !i8g_per_tensor(g, n, q)) return -1;
+    if (q->dt != QP_DTYPE_INT8 && q->dt != QP_DTYPE_UINT8) return -1;
+    return u;
+}
+
+/* ---- the report ----------------------------------------------------------------------------- */
+
+int i8g_note(struct rt_int8_report *rep, const struct qp_node *n, int fused, const char *into,
+             const char *reason) {
+    for (size_t i = 0; i < rep->n; i++)
+        if (rep->d[i].node == n->name) { /* already decided: a fusion wins over a reason */
+            if (fused && !rep->d[i].fused) {
+                rep->d[i].fused = 1;
+                snprintf(rep->text[i][0], sizeof rep->text[i][0], "%s", into);
+                rep->text[i][1][0] = 0;
+            }
+            return 1;
+        }
+    if (rep->n == rep->cap) {
+        size_t cap = rep->cap ? rep->cap * 2 : 64;
+        struct qp_int8_decision *d = qp_realloc_n(rep->d, cap, sizeof *d);
+        if (!d) return 0;
+        rep->d = d;
+        char(*t)[2][160] = qp_realloc_n(rep->text, cap, sizeof *t);
+        if (!t) return 0;
+        rep->text = t;
+        rep->cap = cap;
+    }
+    size_t i = rep->n++;
+    snprintf(rep->text[i][0], sizeof rep->text[i][0], "%s", into ? into : "");
+    snprintf(rep->text[i][1], sizeof rep->text[i][1], "%s", reason ? reason : "");
+    /* into/reason point at `text` once every decision is made (it moves while growing) */
+    rep->d[i] = (struct qp_int8_decision){n->name ? n->name : "", n->op_type, fused, "", ""};
+    return 1;
+}
+
+void rt_int8_report_free(struct rt_int8_report *rep) {
+    if (!rep) return;
+    free(rep->d);
+    free(rep->text);
+    memset(rep, 0, sizeof *rep);
+}
+
+int rt_int8_has_qdq(const struct qp_graph *g) {
+    for (size_t i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && (qp_node_is(&g->nodes[i], "QuantizeLinear") ||
+                                  qp_node_is(&g->nodes[i], "DequantizeLinear")))
+            return 1;
+    return 0;
+}
+
+/* ---- editing -------------------------------------------------------------------------------- */
+
+const char *i8g_vname(const struct qp_graph *g, int v) {
+    return v >= 0 ? g->values[v].name : "";
+}
+
+/* Replaces nodes dead[0..n_dead) by a node of op/domain with the given inputs and one output,
+ * copying the attributes of `attrs_of` (may be NULL). Returns the new node or -1. */
+int i8g_replace(struct qp_graph *g, const int *dead, int n_dead, const char *name, const char *op,
+                const char *domain, int n_in, const int *in, int out, int attrs_of,
+                struct qp_error *err) {
+    const char *names[MAX_IN];
+    for (int i = 0; i < n_in; i++)
+        names[i] = i8g_vname(g, in[i]);
+    const char *oname = i8g_vname(g, out);
+    struct qp_node keep = attrs_of >= 0 ? g->nodes[attrs_of] : (struct qp_node){0};
+    for (int i = 0; i < n_dead; i++)
+        if (qp_graph_remove_node(g, dead[i], err)) return -1;
+    int nn;
+    if (qp_graph_add_node(g, name, op, domain, n_in, names, 1, &oname, &nn, err)) return -1;
+    for (int i = 0; i < keep.n_attrs; i++) {
+        struct qp_attr *a = qp_node_add_attr(g, nn, keep.attrs[i].name, keep.attrs[i].type);
+        if (!a) return -1;
+        const char *nm = a->name;
+        *a = keep.attrs[i];
+        a->name = nm;
+    }
+    return nn;
+}
+
+/* A copy of n bytes owned by the graph's model. */
+void *i8g_arena_dup(struct qp_graph *g, const void *v, size_t n) {
+    void *c = malloc(n);
+    if (!c) return NULL;
+    memcpy(c, v, n);
+    if (qp_model_own(g->model, c, NULL)) return NULL; /* freed by qp_model_own on failure */
+    return c;
+}
+
+int i8g_add_ints(struct qp_graph *g, int node, const char *name, int n, const int64_t *v) {
+    struct qp_attr *a = qp_node_add_attr(g, node, name, QP_ATTR_INTS);
+    if (!a) return 0;
+    int64_t *c = i8g_arena_dup(g, v, (size_t)(n ? n : 1) * sizeof *v);
+    if (!c) return 0;
+    a->ints = c;
+    a->n = (size_t)n;
+    return 1;
+}
+
+int i8g_add_floats(struct qp_graph *g, int node, const char *name, int n, const float *v) {
+    struct qp_attr *a = qp_node_add_attr(g, node, name, QP_ATTR_FLOATS);
+    if (!a) return 0;
+    float *c = i8g_arena_dup(g, v, (size_t)(n ? n : 1) * sizeof *v);
+    if (!c) return 0;
+    a->floats = c;
+    a->n = (size_t)n;
+    return 1;
+}
+
+int i8g_add_int(struct qp_graph *g, int node, const char *name, int64_t v) {
+    struct qp_attr *a = qp_node_add_attr(g, node, name, QP_ATTR_INT);
+    if (!a) return 0;
+    a->i = v;
+    return 1;
+}

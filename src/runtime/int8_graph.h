@@ -1,0 +1,58 @@
+/*
+ * What the integer path's graph passes share (src/runtime/int8.c, int8_pw.c): reading constants
+ * and Q/DQ parameters off the graph, the per-node decisions of the report, and the edits that
+ * replace nodes by fused ones. Internal to the runtime.
+ */
+#ifndef QP_RUNTIME_INT8_GRAPH_H
+#define QP_RUNTIME_INT8_GRAPH_H
+
+#include "ir/ir.h"
+#include "runtime/int8.h"
+
+#define MAX_IN 16
+
+/* Per-tensor quantization of a Q or DQ node: scale, zero point, dtype. */
+struct i8g_qparam {
+    float s;
+    int64_t z;
+    enum qp_dtype dt;
+    int scale_v, zp_v; /* the values holding them */
+    enum qp_dtype sdt; /* the scale's dtype (float or float16): the float side's dtype */
+};
+
+/* The live node that produces value v, or NULL (graph input, initializer, v < 0). */
+const struct qp_node *i8g_producer(const struct qp_graph *g, int v);
+/* The constant tensor value v holds (an initializer or a Constant node's `value`), or NULL. */
+const struct qp_tensor *i8g_const_of(const struct qp_graph *g, int v);
+/* Element i of a float/float16 (tensor_f) or int8/uint8 (tensor_i) constant; 0 if none. */
+int i8g_tensor_f(const struct qp_tensor *t, uint64_t i, float *out);
+int i8g_tensor_i(const struct qp_tensor *t, uint64_t i, int64_t *out);
+/* Input i of n, or -1. */
+int i8g_in_at(const struct qp_node *n, int i);
+/* Per-tensor parameters of a Q or DQ node (constant scale > 0 and zero point, saturating). */
+int i8g_per_tensor(const struct qp_graph *g, const struct qp_node *n, struct i8g_qparam *q);
+int i8g_same_q(const struct i8g_qparam *a, const struct i8g_qparam *b);
+/* v is DQ(x) of a computed int8 tensor x with per-tensor parameters. */
+int i8g_dq_act(const struct qp_graph *g, int v, int *x_out, struct i8g_qparam *q);
+/* The Q node that is v's only reader with per-tensor int8/uint8 parameters, or -1. */
+int i8g_sole_q(const struct qp_graph *g, int v, struct i8g_qparam *q);
+
+/* Records the decision for Q/DQ node n (a fusion overrides an earlier reason); 0: no memory. */
+int i8g_note(struct rt_int8_report *rep, const struct qp_node *n, int fused, const char *into,
+             const char *reason);
+
+/* The name of value v ("" for -1). */
+const char *i8g_vname(const struct qp_graph *g, int v);
+/* Replaces nodes dead[0..n_dead) by a node of op/domain with the given inputs and one output,
+ * copying the attributes of `attrs_of` (may be -1). Returns the new node or -1. */
+int i8g_replace(struct qp_graph *g, const int *dead, int n_dead, const char *name, const char *op,
+                const char *domain, int n_in, const int *in, int out, int attrs_of,
+                struct qp_error *err);
+/* A copy of n bytes owned by the graph's model (NULL: out of memory). */
+void *i8g_arena_dup(struct qp_graph *g, const void *v, size_t n);
+/* Adds an attribute to node `node`; 0: out of memory. */
+int i8g_add_ints(struct qp_graph *g, int node, const char *name, int n, const int64_t *v);
+int i8g_add_floats(struct qp_graph *g, int node, const char *name, int n, const float *v);
+int i8g_add_int(struct qp_graph *g, int node, const char *name, int64_t v);
+
+#endif
