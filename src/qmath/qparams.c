@@ -1,3 +1,4 @@
+#include "core/clones.h"
 #include "qmath/qparams.h"
 
 #include <math.h>
@@ -154,14 +155,8 @@ static inline int32_t round_half_even_small(float q) {
  * float arithmetic on int32 (no overflow: |round| <= 2^23, |zp| < 2^16), which compilers
  * vectorize; a block holding a larger value, an infinity or a NaN takes quantize_one per element.
  */
-/* Compiled for AVX-512, AVX2 and baseline x86-64, picked by the CPU at load time: IEEE division
- * and integer rounding give the same bits on each. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
-    !defined(__SANITIZE_ADDRESS__)
-#define QP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define QP_CLONES
-#endif
+/* Compiled for AVX-512, AVX2 and baseline x86-64 (core/clones.h): IEEE division and integer
+ * rounding give the same bits on each. */
 
 QP_CLONES
 static void fake_quantize_run16(const struct qp_qspec *s, const float *x, float *y, int64_t i,

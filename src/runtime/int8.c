@@ -600,9 +600,18 @@ static int fakequant_pass(struct qp_graph *g, size_t n_orig, struct rt_int8_repo
             dead[1 + i] = dqs[i];
         char name[256];
         snprintf(name, sizeof name, "%s", q->name ? q->name : "");
-        if (i8g_replace(g, dead, 1 + nd, name, "FakeQuant", QP_INT8_DOMAIN, 3, in3, out, -1, err) <
-            0)
-            return 0;
+        int64_t idx[9];
+        int n_idx = 0;
+        for (size_t i = 0; i < rep->n && n_idx < 9; i++)
+            for (int j = 0; j < 1 + nd; j++)
+                if (rep->d[i].node == g->nodes[dead[j]].name) {
+                    idx[n_idx++] = (int64_t)i;
+                    break;
+                }
+        int fq =
+            i8g_replace(g, dead, 1 + nd, name, "FakeQuant", QP_INT8_DOMAIN, 3, in3, out, -1, err);
+        /* which decisions are this pair's, for a pass that fuses the FakeQuant later */
+        if (fq < 0 || !i8g_add_ints(g, fq, "qp_decisions", n_idx, idx)) return 0;
         rep->n_fakequant++;
     }
     return 1;
@@ -627,6 +636,12 @@ static int decide_rest(const struct qp_graph *g, size_t n_orig, struct rt_int8_r
     return 1;
 }
 
+/* QP_INT8_POINTWISE=0 keeps elementwise chains node by node (measurements, bisecting). */
+static int pointwise_off(void) {
+    const char *e = getenv("QP_INT8_POINTWISE");
+    return e && strcmp(e, "0") == 0;
+}
+
 enum qp_status rt_int8_rewrite(struct qp_graph *g, struct rt_int8_report *rep,
                                struct qp_error *err) {
     memset(rep, 0, sizeof *rep);
@@ -639,6 +654,7 @@ enum qp_status rt_int8_rewrite(struct qp_graph *g, struct rt_int8_report *rep,
     if (ok && (st = sweep(g, rep, err))) ok = 0;
     if (ok && !mark_nhwc(g)) ok = 0;
     if (ok && !fakequant_pass(g, n_orig, rep, err)) ok = 0;
+    if (ok && !pointwise_off() && !rt_int8_pw_pass(g, rep, err)) ok = 0;
     if (ok && !decide_rest(g, n_orig, rep)) ok = 0;
     if (ok && (st = qp_graph_toposort(g, err))) ok = 0;
     if (!ok) {

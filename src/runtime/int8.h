@@ -9,6 +9,9 @@
  *   - DQ(x) -> op -> Q with the same scale and zero point, for ops that commute with
  *     quantization (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Slice,
  *     Gather, Pad with zeros, Concat whose inputs share the scale), becomes op on the int8 tensor;
+ *   - a Q whose readers are DQs of its parameters feeding float ops becomes one FakeQuant pass;
+ *   - connected elementwise chains with their FakeQuant passes, the DQs that feed them and the
+ *     Qs that end them become one QP_INT8_DOMAIN "Pointwise" node (int8_pw.c, kernels/int8_pw.h);
  *   - Q/DQ nodes nothing reads any more go; the rest run as their own pass.
  *
  * Int8 tensors that only QConv nodes exchange are stored channels last (NHWC). Every Q/DQ node of
@@ -24,7 +27,7 @@ struct rt_int8_report {
     size_t n, cap;
     struct qp_int8_decision *d; /* strings on the rewritten model's arena or `text` */
     char (*text)[2][160];       /* per decision: `into` and `reason` storage */
-    size_t n_qconv, n_qmatmul, n_flow, n_fakequant, n_removed;
+    size_t n_qconv, n_qmatmul, n_flow, n_fakequant, n_pointwise, n_removed;
 };
 
 /* Rewrites `g` (a graph of a model the caller owns: a clone) in place and fills `rep`.

@@ -55,4 +55,8 @@ int i8g_add_ints(struct qp_graph *g, int node, const char *name, int n, const in
 int i8g_add_floats(struct qp_graph *g, int node, const char *name, int n, const float *v);
 int i8g_add_int(struct qp_graph *g, int node, const char *name, int64_t v);
 
+/* The pointwise pass (int8_pw.c): elementwise chains, their FakeQuant passes, DQ sources and Q
+ * sinks become Pointwise nodes (kernels/int8_pw.h). 0 on failure (err set, or out of memory). */
+int rt_int8_pw_pass(struct qp_graph *g, struct rt_int8_report *rep, struct qp_error *err);
+
 #endif

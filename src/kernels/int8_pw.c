@@ -1,0 +1,667 @@
+/*
+ * Pointwise: one pass for a group of elementwise nodes (int8_pw.h describes the op).
+ *
+ * prepare checks the program (registers defined before use, operands and parameters in range),
+ * computes the main shape and each output's shape, and picks the split axis; run walks tiles
+ * of one row: it resolves each operand to a vector (a register, a float input read in place, or
+ * an input converted into a per-input tile buffer) or a scalar (an input constant over the
+ * row), runs the instructions, and stores the outputs.
+ */
+#include "kernels/int8_pw.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clones.h"
+#include "core/half.h"
+#include "kernels/dnnl_util.h"
+#include "kernels/kcheck.h"
+#include "kernels/kernels.h"
+#include "kernels/vecmath.h"
+#include "qmath/qparams.h"
+
+enum in_kind { IN_FULL = 0, IN_SCALAR, IN_ROW, IN_COL, IN_GEN };
+
+struct pw_input {
+    enum in_kind kind;
+    enum qp_dtype dt;
+    float scale;                 /* int8/uint8: dequantized as read */
+    uint8_t zp;                  /* raw byte of the zero point (its dtype is dt) */
+    int rank;                    /* aligned to the main rank */
+    int64_t stride[QP_MAX_RANK]; /* in the main shape's coordinates; 0 where broadcast */
+};
+
+struct pw_output {
+    enum qp_dtype dt;
+    int reg, quant;
+    float scale;
+    uint8_t zp;
+    int full;                    /* its shape is the main shape */
+    int64_t stride[QP_MAX_RANK]; /* main coordinates -> its index; 0 where broadcast */
+};
+
+struct pw_instr {
+    int op, dst, a, b;
+    float p[4];
+    uint8_t fq_zp;
+    enum qp_dtype fq_dt;
+};
+
+struct pw_state {
+    int n_in, n_out, n_instr, n_regs, rank, split, general, max_threads;
+    int64_t main[QP_MAX_RANK], rows, inner;
+    struct pw_input in[QP_PW_MAX_IN];
+    struct pw_output out[QP_PW_MAX_OUT];
+    struct pw_instr ins[]; /* n_instr */
+};
+
+struct tile_bufs {
+    float reg[QP_PW_MAX_REGS][QP_PW_TILE];
+    float in[QP_PW_MAX_IN][QP_PW_TILE];
+};
+
+static int n_params(int op) {
+    switch (op) {
+    case QP_PW_CLIP:
+    case QP_PW_HSIGMOID:
+        return 2;
+    case QP_PW_LEAKY:
+        return 1;
+    case QP_PW_FQ:
+        return 3;
+    default:
+        return 0;
+    }
+}
+
+static int binary(int op) {
+    return op <= QP_PW_DIV;
+}
+
+/* ---- prepare -------------------------------------------------------------------------------- */
+
+/* Broadcasts shape (rank r, dims d) into the main shape; 0 when incompatible. */
+static int broadcast_into(int64_t *main, int *mrank, int r, const int64_t *d) {
+    if (r > *mrank) {
+        int sh = r - *mrank;
+        memmove(main + sh, main, (size_t)*mrank * sizeof *main);
+        for (int i = 0; i < sh; i++)
+            main[i] = 1;
+        *mrank = r;
+    }
+    for (int i = 0; i < r; i++) {
+        int64_t *m = &main[*mrank - r + i];
+        if (d[i] == *m || d[i] == 1) continue;
+        if (*m != 1) return 0;
+        *m = d[i];
+    }
+    return 1;
+}
+
+/* Strides of a tensor of rank r, dims d, viewed in the main shape (0 on broadcast axes). */
+static void view_strides(const struct pw_state *s, int r, const int64_t *d, int64_t *stride) {
+    int64_t acc = 1;
+    for (int i = s->rank - 1; i >= 0; i--) {
+        int j = i - (s->rank - r);
+        int64_t n = j >= 0 ? d[j] : 1;
+        stride[i] = n == 1 && s->main[i] != 1 ? 0 : acc;
+        acc *= n;
+    }
+}
+
+static int zp_byte(enum qp_dtype dt, float zp, uint8_t *out) {
+    if (dt == QP_DTYPE_INT8 && zp >= -128 && zp <= 127) {
+        int8_t v = (int8_t)zp;
+        memcpy(out, &v, 1);
+        return 1;
+    }
+    if (dt == QP_DTYPE_UINT8 && zp >= 0 && zp <= 255) {
+        *out = (uint8_t)zp;
+        return 1;
+    }
+    return 0;
+}
+
+static enum qp_status read_prog(struct qp_kprep *p, struct pw_state *s, const int64_t *prog,
+                                const float *par, int64_t n_par) {
+    unsigned char defined[QP_PW_MAX_REGS] = {0};
+    for (int k = 0; k < s->n_instr; k++) {
+        const int64_t *c = prog + 5 * k;
+        struct pw_instr *in = &s->ins[k];
+        if (c[0] < 0 || c[0] >= QP_PW_OP_COUNT || c[1] < 0 || c[1] >= s->n_regs)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "instruction %d: bad op or register", k);
+        in->op = (int)c[0];
+        in->dst = (int)c[1];
+        int nop = binary(in->op) ? 2 : 1;
+        for (int o = 0; o < nop; o++) {
+            int64_t v = c[2 + o];
+            int ok = v >= 0 ? v < s->n_regs && defined[v] : -v - 1 < s->n_in;
+            if (!ok)
+                return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                    "instruction %d: operand %lld is undefined", k, (long long)v);
+        }
+        in->a = (int)c[2];
+        in->b = nop == 2 ? (int)c[3] : 0;
+        int np = n_params(in->op);
+        if (np && (c[4] < 0 || c[4] + np > n_par))
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "instruction %d: parameters missing", k);
+        for (int i = 0; i < np; i++)
+            in->p[i] = par[c[4] + i];
+        if (in->op == QP_PW_FQ) {
+            in->fq_dt = (enum qp_dtype)(int)in->p[2];
+            if (!(in->p[0] > 0) || !zp_byte(in->fq_dt, in->p[1], &in->fq_zp))
+                return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                    "instruction %d: bad fake-quantize parameters", k);
+        }
+        defined[in->dst] = 1;
+    }
+    for (int o = 0; o < s->n_out; o++)
+        if (s->out[o].reg < 0 || s->out[o].reg >= s->n_regs || !defined[s->out[o].reg])
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "output %d: undefined register", o);
+    return QP_OK;
+}
+
+static enum qp_status read_inputs(struct qp_kprep *p, struct pw_state *s, const float *par,
+                                  int64_t n_par) {
+    const int64_t *inq;
+    if (qp_kattr_ints(p->node, "pw_in_q", &inq) != s->n_in)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT, "pw_in_q must have one entry per input");
+    for (int i = 0; i < s->n_in; i++) {
+        const struct qp_kt *t = p->in[i];
+        if (!t) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "input %d is missing", i);
+        struct pw_input *x = &s->in[i];
+        x->dt = t->dtype;
+        int q8 = t->dtype == QP_DTYPE_INT8 || t->dtype == QP_DTYPE_UINT8;
+        if (q8 != (inq[i] >= 0) ||
+            (!q8 && t->dtype != QP_DTYPE_FLOAT && t->dtype != QP_DTYPE_FLOAT16))
+            return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "input %d: dtype %s", i,
+                                qp_dtype_name(t->dtype));
+        if (q8 && (inq[i] + 2 > n_par || !(par[inq[i]] > 0) ||
+                   !zp_byte(t->dtype, par[inq[i] + 1], &x->zp)))
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "input %d: bad scale or zero point", i);
+        if (q8) x->scale = par[inq[i]];
+        if (!broadcast_into(s->main, &s->rank, t->rank, t->dims))
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                                "input %d does not broadcast with the others", i);
+    }
+    return QP_OK;
+}
+
+/* The shape of each output: the broadcast of the inputs its register depends on. */
+static enum qp_status output_shapes(struct qp_kprep *p, struct pw_state *s) {
+    uint32_t dep[QP_PW_MAX_REGS] = {0}; /* input bit sets */
+    for (int k = 0; k < s->n_instr; k++) {
+        const struct pw_instr *in = &s->ins[k];
+        uint32_t m = 0;
+        for (int o = 0; o < (binary(in->op) ? 2 : 1); o++) {
+            int v = o ? in->b : in->a;
+            m |= v >= 0 ? dep[v] : 1u << (-v - 1);
+        }
+        dep[in->dst] = m;
+    }
+    for (int o = 0; o < s->n_out; o++) {
+        int64_t d[QP_MAX_RANK];
+        int r = 0;
+        for (int i = 0; i < s->n_in; i++)
+            if (dep[s->out[o].reg] >> i & 1) broadcast_into(d, &r, p->in[i]->rank, p->in[i]->dims);
+        int64_t full[QP_MAX_RANK];
+        for (int i = 0; i < s->rank; i++)
+            full[i] = i < s->rank - r ? 1 : d[i - (s->rank - r)];
+        s->out[o].full = 1;
+        for (int i = 0; i < s->rank; i++)
+            s->out[o].full &= full[i] == s->main[i];
+        view_strides(s, s->rank, full, s->out[o].stride);
+        enum qp_status st = qp_kt_set(p->out[o], s->out[o].dt, r, d, p->err);
+        if (st) return st;
+    }
+    return QP_OK;
+}
+
+/* How input x reads at split axis sp: 1 when it fits a fast kind (set in *kind). */
+static int classify(const struct pw_state *s, const struct qp_kt *t, int sp, enum in_kind *kind) {
+    int off = s->rank - t->rank, row = 1, col = 1, full = 1;
+    for (int i = 0; i < s->rank; i++) {
+        int64_t n = i < off ? 1 : t->dims[i - off];
+        full &= n == s->main[i];
+        if (i >= sp) row &= n == 1;
+        if (i < sp) col &= n == 1;
+        if (i >= sp) col &= n == s->main[i];
+    }
+    *kind = t->numel == 1 ? IN_SCALAR : full ? IN_FULL : row ? IN_ROW : col ? IN_COL : IN_GEN;
+    return *kind != IN_GEN;
+}
+
+static void choose_split(const struct qp_kprep *p, struct pw_state *s) {
+    int all_full = 1;
+    for (int o = 0; o < s->n_out; o++)
+        all_full &= s->out[o].full;
+    s->general = 1;
+    for (int sp = 0; all_full && sp <= s->rank && s->general; sp++) {
+        int ok = 1;
+        for (int i = 0; ok && i < s->n_in; i++)
+            ok = classify(s, p->in[i], sp, &s->in[i].kind);
+        if (ok) {
+            s->general = 0;
+            s->split = sp;
+        }
+    }
+    s->rows = 1;
+    s->inner = 1;
+    for (int i = 0; i < s->rank; i++)
+        *(i < s->split || s->general ? &s->rows : &s->inner) *= s->main[i];
+    if (s->general) { /* one row of everything, every input gathered */
+        s->inner = s->rows;
+        s->rows = 1;
+        for (int i = 0; i < s->n_in; i++)
+            s->in[i].kind = p->in[i]->numel == 1 ? IN_SCALAR : IN_GEN;
+    }
+    for (int i = 0; i < s->n_in; i++)
+        view_strides(s, p->in[i]->rank, p->in[i]->dims, s->in[i].stride);
+}
+
+static enum qp_status read_outputs(struct qp_kprep *p, struct pw_state *s, const float *par,
+                                   int64_t n_par) {
+    const int64_t *oreg, *oq, *odt;
+    if (qp_kattr_ints(p->node, "pw_out", &oreg) != s->n_out ||
+        qp_kattr_ints(p->node, "pw_out_q", &oq) != s->n_out ||
+        qp_kattr_ints(p->node, "pw_out_dt", &odt) != s->n_out)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                            "pw_out, pw_out_q and pw_out_dt need one entry per output");
+    for (int o = 0; o < s->n_out; o++) {
+        struct pw_output *y = &s->out[o];
+        y->reg = (int)oreg[o];
+        y->dt = (enum qp_dtype)odt[o];
+        y->quant = oq[o] >= 0;
+        int q8 = y->dt == QP_DTYPE_INT8 || y->dt == QP_DTYPE_UINT8;
+        int fl = y->dt == QP_DTYPE_FLOAT || y->dt == QP_DTYPE_FLOAT16;
+        if (y->quant ? !q8 || oq[o] + 2 > n_par || !(par[oq[o]] > 0) ||
+                           !zp_byte(y->dt, par[oq[o] + 1], &y->zp)
+                     : !fl)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "output %d: bad dtype or parameters", o);
+        if (y->quant) y->scale = par[oq[o]];
+    }
+    return QP_OK;
+}
+
+enum qp_status qp_k_pointwise_prepare(struct qp_kprep *p) {
+    const int64_t *prog;
+    const float *par;
+    int64_t np = qp_kattr_ints(p->node, "pw_prog", &prog);
+    int64_t n_par = qp_kattr_floats(p->node, "pw_params", &par);
+    int64_t regs = qp_kattr_int(p->node, "pw_regs", 0);
+    if (np <= 0 || np % 5 || regs <= 0 || regs > QP_PW_MAX_REGS || p->n_in < 1 ||
+        p->n_in > QP_PW_MAX_IN || p->n_out < 1 || p->n_out > QP_PW_MAX_OUT)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                            "needs pw_prog (5 ints per instruction), 1..%d registers, 1..%d "
+                            "inputs and 1..%d outputs",
+                            QP_PW_MAX_REGS, QP_PW_MAX_IN, QP_PW_MAX_OUT);
+    if (n_par < 0) n_par = 0;
+    size_t bytes = sizeof(struct pw_state) + (size_t)(np / 5) * sizeof(struct pw_instr);
+    struct pw_state *s = calloc(1, bytes);
+    if (!s) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    s->n_in = p->n_in;
+    s->n_out = p->n_out;
+    s->n_instr = (int)(np / 5);
+    s->n_regs = (int)regs;
+    enum qp_status st = read_inputs(p, s, par, n_par);
+    if (!st) st = read_outputs(p, s, par, n_par);
+    if (!st) st = read_prog(p, s, prog, par, n_par);
+    if (!st) st = output_shapes(p, s);
+    if (st) {
+        free(s);
+        return st;
+    }
+    choose_split(p, s);
+    int mt = qp_dnnl_default_threads();
+    s->max_threads = mt < 1 ? 1 : mt > 64 ? 64 : mt;
+    p->scratch = (size_t)s->max_threads * sizeof(struct tile_bufs);
+    p->state = s;
+    qp_log(QP_LOG_DEBUG,
+           "Pointwise '%s': %d instructions, %d inputs, %d outputs, %d registers, %s %lld x %lld",
+           p->node->name ? p->node->name : "", s->n_instr, s->n_in, s->n_out, s->n_regs,
+           s->general ? "gathered" : "rows x inner", (long long)s->rows, (long long)s->inner);
+    return QP_OK;
+}
+
+/* ---- run ------------------------------------------------------------------------------------ */
+
+struct operand {
+    const float *v; /* NULL: scalar */
+    float s;
+};
+
+struct tile {
+    int64_t row, j0, len;
+    int64_t coord[QP_MAX_RANK]; /* main coordinates of the tile's first element */
+};
+
+static void tile_coords(const struct pw_state *s, struct tile *t) {
+    int64_t e = t->row * s->inner + t->j0;
+    for (int i = s->rank - 1; i >= 0; i--) {
+        t->coord[i] = s->main[i] ? e % s->main[i] : 0;
+        e = s->main[i] ? e / s->main[i] : 0;
+    }
+}
+
+/* Index of element j of the tile in a tensor of strides `st` (walks the coordinates). */
+static void gather_index(const struct pw_state *s, const struct tile *t, const int64_t *st,
+                         int64_t *idx) {
+    int64_t c[QP_MAX_RANK], at = 0;
+    memcpy(c, t->coord, sizeof c);
+    for (int i = 0; i < s->rank; i++)
+        at += c[i] * st[i];
+    for (int64_t j = 0; j < t->len; j++) {
+        idx[j] = at;
+        for (int i = s->rank - 1; i >= 0; i--) { /* next coordinate */
+            at += st[i];
+            if (++c[i] < s->main[i]) break;
+            at -= st[i] * c[i];
+            c[i] = 0;
+        }
+    }
+}
+
+static float read_one(const struct pw_input *x, const void *d, int64_t i) {
+    switch (x->dt) {
+    case QP_DTYPE_FLOAT:
+        return ((const float *)d)[i];
+    case QP_DTYPE_FLOAT16:
+        return qp_fp16_to_f32(((const uint16_t *)d)[i]);
+    case QP_DTYPE_INT8:
+        return ((float)((const int8_t *)d)[i] - (float)(int8_t)x->zp) * x->scale;
+    default:
+        return ((float)((const uint8_t *)d)[i] - (float)x->zp) * x->scale;
+    }
+}
+
+/* n contiguous elements from d + at into buf as float. */
+static void read_run(const struct pw_input *x, const void *d, int64_t at, int64_t n, float *buf) {
+    if (x->dt == QP_DTYPE_FLOAT16) {
+        qp_fp16_to_f32_n((const uint16_t *)d + at, buf, (size_t)n);
+        return;
+    }
+    struct qp_qspec q = {.qtype = x->dt,
+                         .outer = 1,
+                         .axis_len = 1,
+                         .inner = n,
+                         .n_params = 1,
+                         .scale = &x->scale,
+                         .zero_point = &x->zp};
+    qp_dequantize_f32(&q, (const uint8_t *)d + at, buf, 0, n);
+}
+
+static struct operand load(const struct pw_state *s, const struct qp_krun *r, int i,
+                           const struct tile *t, float *buf) {
+    const struct pw_input *x = &s->in[i];
+    const void *d = r->in[i]->data;
+    struct operand o = {NULL, 0.0f};
+    int64_t at = 0;
+    switch (x->kind) {
+    case IN_SCALAR:
+        o.s = read_one(x, d, 0);
+        return o;
+    case IN_ROW:
+        for (int k = 0; k < s->split; k++)
+            at += t->coord[k] * x->stride[k];
+        o.s = read_one(x, d, at);
+        return o;
+    case IN_FULL:
+        at = t->row * s->inner + t->j0;
+        break;
+    case IN_COL:
+        at = t->j0;
+        break;
+    case IN_GEN: {
+        int64_t idx[QP_PW_TILE];
+        gather_index(s, t, x->stride, idx);
+        for (int64_t j = 0; j < t->len; j++)
+            buf[j] = read_one(x, d, idx[j]);
+        o.v = buf;
+        return o;
+    }
+    }
+    if (x->dt == QP_DTYPE_FLOAT) {
+        o.v = (const float *)d + at;
+    } else {
+        read_run(x, d, at, t->len, buf);
+        o.v = buf;
+    }
+    return o;
+}
+
+static inline float bin1(int op, float a, float b) {
+    switch (op) {
+    case QP_PW_ADD:
+        return a + b;
+    case QP_PW_SUB:
+        return a - b;
+    case QP_PW_MUL:
+        return a * b;
+    default:
+        return a / b;
+    }
+}
+
+#define BIN_LOOP(EXPR)                                                                             \
+    do {                                                                                           \
+        if (a.v && b.v)                                                                            \
+            for (int64_t j = 0; j < n; j++) {                                                      \
+                float x = a.v[j], y = b.v[j];                                                      \
+                d[j] = EXPR;                                                                       \
+            }                                                                                      \
+        else if (a.v)                                                                              \
+            for (int64_t j = 0; j < n; j++) {                                                      \
+                float x = a.v[j], y = b.s;                                                         \
+                d[j] = EXPR;                                                                       \
+            }                                                                                      \
+        else                                                                                       \
+            for (int64_t j = 0; j < n; j++) {                                                      \
+                float x = a.s, y = b.v[j];                                                         \
+                d[j] = EXPR;                                                                       \
+            }                                                                                      \
+    } while (0)
+
+QP_CLONES
+static void run_binary(int op, struct operand a, struct operand b, float *d, int64_t n) {
+    switch (op) {
+    case QP_PW_ADD:
+        BIN_LOOP(x + y);
+        break;
+    case QP_PW_SUB:
+        BIN_LOOP(x - y);
+        break;
+    case QP_PW_MUL:
+        BIN_LOOP(x * y);
+        break;
+    default:
+        BIN_LOOP(x / y);
+        break;
+    }
+}
+
+static void vf(enum qp_vfn f, const float *x, float *d, int64_t n) {
+    if (qp_vf_apply(f, x, d, n)) return;
+    for (int64_t j = 0; j < n; j++)
+        d[j] = f == QP_VF_TANH  ? tanhf(x[j])
+               : f == QP_VF_ERF ? erff(x[j])
+                                : 1.0f / (1.0f + expf(-x[j]));
+}
+
+/* d = op(x) for a unary instruction (x may be d). Ternaries, not fminf/fmaxf, so that
+ * the loops vectorize (a NaN stays NaN). */
+QP_CLONES
+static void run_unary(const struct pw_instr *in, const float *x, float *d, int64_t n) {
+    const float lo = in->p[0], hi = in->p[1];
+    switch (in->op) {
+    case QP_PW_CLIP:
+        for (int64_t j = 0; j < n; j++) {
+            float v = x[j] < lo ? lo : x[j];
+            d[j] = v > hi ? hi : v;
+        }
+        break;
+    case QP_PW_RELU:
+        for (int64_t j = 0; j < n; j++)
+            d[j] = x[j] < 0.0f ? 0.0f : x[j];
+        break;
+    case QP_PW_LEAKY:
+        for (int64_t j = 0; j < n; j++)
+            d[j] = x[j] >= 0.0f ? x[j] : x[j] * lo;
+        break;
+    case QP_PW_HSIGMOID:
+        for (int64_t j = 0; j < n; j++) {
+            float t = lo * x[j] + hi;
+            t = t < 0.0f ? 0.0f : t;
+            d[j] = t > 1.0f ? 1.0f : t;
+        }
+        break;
+    case QP_PW_HSWISH:
+        for (int64_t j = 0; j < n; j++) {
+            float t = x[j] / 6.0f + 0.5f;
+            t = t < 0.0f ? 0.0f : t;
+            d[j] = x[j] * (t > 1.0f ? 1.0f : t);
+        }
+        break;
+    case QP_PW_SQUARE:
+        for (int64_t j = 0; j < n; j++)
+            d[j] = x[j] * x[j];
+        break;
+    case QP_PW_SIGMOID:
+        vf(QP_VF_SIGMOID, x, d, n);
+        break;
+    case QP_PW_TANH:
+        vf(QP_VF_TANH, x, d, n);
+        break;
+    case QP_PW_ERF:
+        vf(QP_VF_ERF, x, d, n);
+        break;
+    case QP_PW_FQ: {
+        struct qp_qspec q = {.qtype = in->fq_dt,
+                             .outer = 1,
+                             .axis_len = 1,
+                             .inner = n,
+                             .n_params = 1,
+                             .scale = &in->p[0],
+                             .zero_point = &in->fq_zp};
+        qp_fake_quantize_f32(&q, x, d, 0, n);
+        break;
+    }
+    default: /* COPY */
+        if (x != d) memcpy(d, x, (size_t)n * sizeof *d);
+        break;
+    }
+}
+
+static void store_canonical(const struct pw_state *s, const struct pw_output *y, void *out,
+                            const struct tile *t, const float *v) {
+    int64_t idx[QP_PW_TILE], c[QP_MAX_RANK];
+    memcpy(c, t->coord, sizeof c);
+    gather_index(s, t, y->stride, idx);
+    struct qp_qspec q = {.qtype = y->dt,
+                         .outer = 1,
+                         .axis_len = 1,
+                         .inner = 1,
+                         .n_params = 1,
+                         .scale = &y->scale,
+                         .zero_point = &y->zp};
+    for (int64_t j = 0; j < t->len; j++) {
+        int canon = 1;
+        for (int i = 0; i < s->rank; i++)
+            canon &= y->stride[i] != 0 || c[i] == 0;
+        if (canon && y->quant)
+            qp_quantize_f32(&q, v + j, (uint8_t *)out + idx[j], 0, 1);
+        else if (canon && y->dt == QP_DTYPE_FLOAT16)
+            ((uint16_t *)out)[idx[j]] = qp_f32_to_fp16(v[j]);
+        else if (canon)
+            ((float *)out)[idx[j]] = v[j];
+        for (int i = s->rank - 1; i >= 0; i--) {
+            if (++c[i] < s->main[i]) break;
+            c[i] = 0;
+        }
+    }
+}
+
+static void store(const struct pw_state *s, const struct pw_output *y, void *out,
+                  const struct tile *t, struct operand v, float *tmp) {
+    if (!v.v) { /* a scalar register: spread it */
+        for (int64_t j = 0; j < t->len; j++)
+            tmp[j] = v.s;
+        v.v = tmp;
+    }
+    if (!y->full) {
+        store_canonical(s, y, out, t, v.v);
+        return;
+    }
+    int64_t at = t->row * s->inner + t->j0;
+    if (y->quant) {
+        struct qp_qspec q = {.qtype = y->dt,
+                             .outer = 1,
+                             .axis_len = 1,
+                             .inner = t->len,
+                             .n_params = 1,
+                             .scale = &y->scale,
+                             .zero_point = &y->zp};
+        qp_quantize_f32(&q, v.v, (uint8_t *)out + at, 0, t->len);
+    } else if (y->dt == QP_DTYPE_FLOAT16) {
+        qp_f32_to_fp16_n(v.v, (uint16_t *)out + at, (size_t)t->len);
+    } else if ((const float *)out + at != v.v) {
+        memcpy((float *)out + at, v.v, (size_t)t->len * sizeof(float));
+    }
+}
+
+static void run_tile(const struct pw_state *s, const struct qp_krun *r, struct tile *t,
+                     struct tile_bufs *b) {
+    tile_coords(s, t);
+    struct operand in[QP_PW_MAX_IN], reg[QP_PW_MAX_REGS];
+    for (int i = 0; i < s->n_in; i++)
+        in[i] = load(s, r, i, t, b->in[i]);
+    int64_t n = t->len;
+    for (int k = 0; k < s->n_instr; k++) {
+        const struct pw_instr *ins = &s->ins[k];
+        struct operand a = ins->a >= 0 ? reg[ins->a] : in[-ins->a - 1];
+        struct operand c = binary(ins->op) ? (ins->b >= 0 ? reg[ins->b] : in[-ins->b - 1]) : a;
+        float *d = b->reg[ins->dst];
+        if (!a.v && !c.v) { /* both scalar: stays scalar */
+            struct operand o = {NULL, binary(ins->op) ? bin1(ins->op, a.s, c.s) : a.s};
+            if (!binary(ins->op)) {
+                float one = o.s;
+                run_unary(ins, &one, &one, 1);
+                o.s = one;
+            }
+            reg[ins->dst] = o;
+            continue;
+        }
+        if (binary(ins->op)) {
+            run_binary(ins->op, a, c, d, n);
+        } else {
+            run_unary(ins, a.v, d, n);
+        }
+        reg[ins->dst] = (struct operand){d, 0.0f};
+    }
+    for (int o = 0; o < s->n_out; o++)
+        store(s, &s->out[o], r->out[o]->data, t, reg[s->out[o].reg], b->in[0]);
+}
+
+enum qp_status qp_k_pointwise_run(const struct qp_krun *r) {
+    const struct pw_state *s = r->state;
+    int64_t per = (s->inner + QP_PW_TILE - 1) / QP_PW_TILE, tasks = s->rows * per;
+    int64_t numel = s->rows * s->inner;
+    int nt = numel < 32768 || s->general ? 1 : r->n_threads;
+    if (nt > s->max_threads) nt = s->max_threads;
+    if (numel == 0) return QP_OK;
+    struct tile_bufs *bufs = r->scratch;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int me = omp_get_thread_num();
+        int64_t lo, hi;
+        qp_ksplit(tasks, omp_get_num_threads(), me, &lo, &hi);
+        for (int64_t k = lo; k < hi; k++) {
+            int64_t j0 = k % per * QP_PW_TILE;
+            struct tile t = {
+                k / per, j0, s->inner - j0 < QP_PW_TILE ? s->inner - j0 : QP_PW_TILE, {0}};
+            run_tile(s, r, &t, &bufs[me]);
+        }
+    }
+    return QP_OK;
+}

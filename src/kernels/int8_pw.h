@@ -1,0 +1,65 @@
+/*
+ * Pointwise: the integer path's fused elementwise kernel (QP_INT8_DOMAIN "Pointwise"). The
+ * runtime's rewrite (src/runtime/int8_pw.c) turns a connected group of elementwise nodes of a
+ * Q/DQ model -- DequantizeLinear of an int8 tensor, Add/Sub/Mul/Div, Clip, Relu, LeakyRelu,
+ * Sigmoid, HardSigmoid, HardSwish, Tanh, Erf, Pow by 2, the FakeQuant of a Q/DQ pair, and the
+ * QuantizeLinear that ends it -- into one node that reads each input once and writes each
+ * output once, so the chain a Conv's output goes through (PaddleOCR's LearnableAffineBlock and
+ * decomposed HardSwish, with Q/DQ between them) costs one pass instead of one per node.
+ *
+ * The node is a small program over registers of one "main" shape, the broadcast of all its
+ * inputs' shapes; every intermediate value is computed at that shape. Attributes:
+ *   pw_prog    ints, 5 per instruction: op (enum qp_pw_op), dst register, operand a, operand b,
+ *              parameter index (into pw_params; -1: none). An operand >= 0 is a register, < 0
+ *              is node input -1 - operand (a constant or a computed tensor, broadcast).
+ *   pw_params  floats: parameters (Clip bounds, LeakyRelu alpha, HardSigmoid alpha/beta,
+ *              FakeQuant scale/zero point/qmin/qmax, an input's or output's scale/zero point).
+ *   pw_regs    int: number of registers.
+ *   pw_in_q    ints per input: -1 (float or float16, read as float) or the parameter index of
+ *              (scale, zero point) for an int8/uint8 input, dequantized as it is read.
+ *   pw_out     ints per output: the register it stores.
+ *   pw_out_q   ints per output: -1 (a float output of dtype pw_out_dt) or the parameter index of
+ *              (scale, zero point): quantized (round half to even, saturated) to pw_out_dt.
+ *   pw_out_dt  ints per output: ONNX dtype (1 float, 10 float16, 3 int8, 2 uint8).
+ * Each output's shape is the broadcast of the inputs it depends on (not always the main shape).
+ *
+ * Arithmetic is float32 whatever the model's float type: an fp16 model's intermediate values
+ * are not rounded to fp16 between nodes (more accurate than the written model; outputs within
+ * fp16 rounding of it). Every op computes what the engine's own kernel computes on float32
+ * (FakeQuant bit-identical to qmath's), so a float model's group matches node-by-node runs up
+ * to fp16 storage.
+ *
+ * Run: the main shape is split at one axis into rows x inner, so that each input is full,
+ * scalar, constant within a row (e.g. per channel over NCHW, or an SE gate [N,C,1,1]) or the
+ * same for every row (e.g. an affine [C] over [N,T,C]); the rows are processed in tiles of up to
+ * QP_PW_TILE elements, threads over tiles. Other broadcasts, and outputs smaller than the main
+ * shape, run through an index-gathering path that is slower and equally exact.
+ */
+#ifndef QP_KERNELS_INT8_PW_H
+#define QP_KERNELS_INT8_PW_H
+
+enum qp_pw_op {
+    QP_PW_ADD = 0,
+    QP_PW_SUB,
+    QP_PW_MUL,
+    QP_PW_DIV,
+    QP_PW_CLIP, /* params: lo, hi */
+    QP_PW_RELU,
+    QP_PW_LEAKY, /* params: alpha */
+    QP_PW_SIGMOID,
+    QP_PW_HSIGMOID, /* params: alpha, beta */
+    QP_PW_HSWISH,
+    QP_PW_TANH,
+    QP_PW_ERF,
+    QP_PW_SQUARE, /* Pow(x, 2) */
+    QP_PW_FQ,     /* params: scale, zero point, qmin, qmax */
+    QP_PW_COPY,   /* Identity */
+    QP_PW_OP_COUNT
+};
+
+#define QP_PW_TILE     256
+#define QP_PW_MAX_REGS 16
+#define QP_PW_MAX_IN   16
+#define QP_PW_MAX_OUT  8
+
+#endif

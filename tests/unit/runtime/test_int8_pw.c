@@ -1,0 +1,287 @@
+/*
+ * The integer path's pointwise pass (runtime/int8_pw.c + kernels/int8_pw.c): elementwise chains
+ * with their Q/DQ become one Pointwise node, bit-identical to the node-by-node run on float32
+ * (QP_INT8_OFF), with each broadcast kind: per-channel and scalar constants over NCHW, a
+ * computed SE gate [N,C,1,1], a [C] constant over [N,T,C], and an output smaller than the
+ * group's shape (the gathering path). A malformed Pointwise node is refused at session create.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ir/ir.h"
+#include "qplace/session.h"
+
+#include "rt_testmodel.h"
+
+#define CH 6
+#define HW 9
+#define NX (CH * HW * HW)
+
+static void node(struct qp_model *m, const char *name, const char *op, int n_in,
+                 const char *const *in, const char *out) {
+    struct qp_error err = {0};
+    int idx;
+    assert_int_equal(qp_graph_add_node(m->graph, name, op, "", n_in, in, 1, &out, &idx, &err),
+                     QP_OK);
+}
+
+static void scalar(struct qp_model *m, const char *name, float v) {
+    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 0, NULL, &v, sizeof v);
+}
+
+/* Q -> DQ of `x` into `out` (per tensor, int8, zero point z). */
+static void qdq(struct qp_model *m, const char *x, const char *out, float s, int8_t z) {
+    char sc[64], zp[64], qn[64], qo[64], dn[64];
+    snprintf(sc, sizeof sc, "%s_s", out);
+    snprintf(zp, sizeof zp, "%s_z", out);
+    snprintf(qn, sizeof qn, "%s_Q", out);
+    snprintf(qo, sizeof qo, "%s_q", out);
+    snprintf(dn, sizeof dn, "%s_DQ", out);
+    scalar(m, sc, s);
+    graph_add_init(m, m->graph, zp, QP_DTYPE_INT8, 0, NULL, &z, 1);
+    const char *qi[3] = {x, sc, zp}, *di[3] = {qo, sc, zp};
+    node(m, qn, "QuantizeLinear", 3, qi, qo);
+    node(m, dn, "DequantizeLinear", 3, di, out);
+}
+
+static void bin(struct qp_model *m, const char *name, const char *op, const char *a, const char *b,
+                const char *out) {
+    const char *in[2] = {a, b};
+    node(m, name, op, 2, in, out);
+}
+
+static void finish(struct qp_model *m, int n_out, const char *const *outs) {
+    struct qp_error err = {0};
+    for (int i = 0; i < n_out; i++)
+        assert_int_equal(
+            qp_graph_add_output(m->graph, qp_graph_find_value(m->graph, outs[i]), &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(m->graph, &err), QP_OK);
+}
+
+/* Runs m on x (shape d) with `int8`, copies output k into y (n floats); returns the session
+ * when `keep`. */
+static struct qp_session *run(struct qp_model *m, int int8, const float *x, int rank,
+                              const int64_t *d, size_t nx, int n_out, float **y, size_t *ny,
+                              int keep) {
+    struct qp_error err = {0};
+    struct qp_session_options o = {.n_threads = 2, .int8 = int8};
+    struct qp_session *s = NULL;
+    if (qp_session_create(m, &o, 0, NULL, &s, &err)) fail_msg("session: %s", err.msg);
+    struct qp_array in, out;
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, rank, d, (void *)x, nx * sizeof *x, &err),
+                     QP_OK);
+    if (qp_session_run(s, 1, &in, &err)) fail_msg("run (int8 %d): %s", int8, err.msg);
+    for (int k = 0; k < n_out; k++) {
+        assert_int_equal(qp_session_output(s, (size_t)k, &out, &err), QP_OK);
+        assert_int_equal(out.dtype, QP_DTYPE_FLOAT);
+        assert_int_equal(out.nbytes, ny[k] * sizeof(float));
+        memcpy(y[k], out.data, out.nbytes);
+    }
+    if (keep) return s;
+    qp_session_free(s);
+    return NULL;
+}
+
+/* The Pointwise nodes' decisions: how many Q/DQ nodes went into one. */
+static size_t n_into_pointwise(const struct qp_session *s) {
+    const struct qp_int8_decision *d;
+    size_t n = qp_session_int8_decisions(s, &d, NULL), k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += d[i].fused && strncmp(d[i].into, "Pointwise", 9) == 0;
+    return k;
+}
+
+/* Runs both ways and checks bit-identical outputs and `want` Q/DQ nodes fused into Pointwise. */
+static void check_same(struct qp_model *m, const float *x, int rank, const int64_t *d, size_t nx,
+                       int n_out, size_t *ny, size_t want) {
+    float *off[2], *on[2];
+    for (int k = 0; k < n_out; k++) {
+        off[k] = calloc(ny[k], sizeof(float));
+        on[k] = calloc(ny[k], sizeof(float));
+        assert_true(off[k] && on[k]);
+    }
+    run(m, QP_INT8_OFF, x, rank, d, nx, n_out, off, ny, 0);
+    struct qp_session *s = run(m, QP_INT8_AUTO, x, rank, d, nx, n_out, on, ny, 1);
+    const char *why = "";
+    qp_session_int8_decisions(s, NULL, &why);
+    assert_string_equal(why, "");
+    if (n_into_pointwise(s) != want) {
+        const struct qp_int8_decision *dd;
+        size_t nd = qp_session_int8_decisions(s, &dd, NULL);
+        for (size_t i = 0; i < nd; i++)
+            print_message("%s %s: %s%s\n", dd[i].op_type, dd[i].node, dd[i].into, dd[i].reason);
+        fail_msg("%zu Q/DQ nodes fused into Pointwise, expected %zu", n_into_pointwise(s), want);
+    }
+    for (int k = 0; k < n_out; k++) {
+        for (size_t i = 0; i < ny[k]; i++)
+            if (memcmp(&off[k][i], &on[k][i], sizeof(float)) != 0)
+                fail_msg("output %d element %zu: %g (int8 off) vs %g (pointwise)", k, i,
+                         (double)off[k][i], (double)on[k][i]);
+        free(off[k]);
+        free(on[k]);
+    }
+    qp_session_free(s);
+}
+
+static float xin[NX];
+
+static void fill(float *v, size_t n, float amp) {
+    rt_rng = 11;
+    for (size_t i = 0; i < n; i++)
+        v[i] = amp * rt_frand();
+}
+
+/* PaddleOCR's block after a Conv, as the trt policy writes it: a LearnableAffineBlock (here a
+ * per-channel Mul and a scalar Add) then x * Clip(x + 3, 0, 6) / 6 with Q/DQ on the Mul's and
+ * the Clip's inputs, then the Q of the next Conv. */
+static void test_hardswish_chain(void **state) {
+    (void)state;
+    struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
+    struct qp_model *m = model_with_x(4, xd);
+    qdq(m, "x", "xd", 0.05f, 3);
+    int64_t cd[4] = {1, CH, 1, 1};
+    rt_rng = 5;
+    rt_rand_init(m, "a", 4, cd, 0.5f, 2.0f);
+    scalar(m, "b", 0.25f);
+    scalar(m, "three", 3.0f);
+    scalar(m, "zero", 0.0f);
+    scalar(m, "six", 6.0f);
+    bin(m, "lab_mul", "Mul", "xd", "a", "t0");
+    bin(m, "lab_add", "Add", "t0", "b", "t");
+    qdq(m, "t", "td", 0.04f, 0);
+    bin(m, "hs_add", "Add", "t", "three", "u");
+    qdq(m, "u", "ud", 0.05f, 0);
+    const char *ci[3] = {"ud", "zero", "six"};
+    node(m, "hs_clip", "Clip", 3, ci, "c");
+    qdq(m, "c", "cd", 6.0f / 127, 0);
+    bin(m, "hs_mul", "Mul", "td", "cd", "h");
+    bin(m, "hs_div", "Div", "h", "six", "hs");
+    qdq(m, "hs", "y", 0.03f, 0);
+    const char *outs[1] = {"y"};
+    finish(m, 1, outs);
+    fill(xin, NX, 4.0f);
+    int64_t d[4] = {1, CH, HW, HW};
+    size_t ny[1] = {NX};
+    /* every Q/DQ node: the input's and the output's pairs are fake-quantize steps too */
+    check_same(m, xin, 4, d, NX, 1, ny, 10);
+    qp_model_free(m);
+}
+
+/* A squeeze-and-excitation gate: DQ(x) * Sigmoid(GlobalAveragePool(DQ(x))), then a Q. The gate
+ * is computed at [1,C,1,1] and read per row; with the gate also a graph output the group has an
+ * output smaller than its shape (the gathering path). */
+static void se_model(int gate_out, struct qp_model **out) {
+    static struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
+    struct qp_model *m = model_with_x(4, xd);
+    qdq(m, "x", "xd", 0.05f, 0);
+    const char *gi[1] = {"xd"};
+    node(m, "gap", "GlobalAveragePool", 1, gi, "g");
+    const char *si[1] = {"g"};
+    node(m, "gate", "Sigmoid", 1, si, "s");
+    bin(m, "se_mul", "Mul", "xd", "s", "e");
+    qdq(m, "e", "y", 0.02f, 0);
+    const char *outs[2] = {"y", "s"};
+    finish(m, gate_out ? 2 : 1, outs);
+    *out = m;
+}
+
+static void test_se_gate(void **state) {
+    (void)state;
+    int64_t d[4] = {1, CH, HW, HW};
+    fill(xin, NX, 4.0f);
+    for (int gate_out = 0; gate_out < 2; gate_out++) {
+        struct qp_model *m;
+        se_model(gate_out, &m);
+        size_t ny[2] = {NX, CH};
+        check_same(m, xin, 4, d, NX, 1 + gate_out, ny, 2);
+        qp_model_free(m);
+    }
+}
+
+/* An affine [C] over [N, T, C] (a LayerNorm's scale and shift): the constants vary along the
+ * innermost axis, read as one vector per row. */
+static void test_last_axis_affine(void **state) {
+    (void)state;
+    enum { T = 7, CC = 40 };
+    struct qp_dim xd[3] = {{2, NULL}, {T, NULL}, {CC, NULL}};
+    struct qp_model *m = model_with_x(3, xd);
+    qdq(m, "x", "xd", 0.05f, 0);
+    int64_t cd[1] = {CC};
+    rt_rng = 9;
+    rt_rand_init(m, "gamma", 1, cd, -2.0f, 2.0f);
+    rt_rand_init(m, "beta", 1, cd, -1.0f, 1.0f);
+    bin(m, "ln_mul", "Mul", "xd", "gamma", "p");
+    bin(m, "ln_add", "Add", "p", "beta", "q");
+    const char *ri[1] = {"q"};
+    node(m, "act", "Relu", 1, ri, "r");
+    qdq(m, "r", "y", 0.03f, 0);
+    const char *outs[1] = {"y"};
+    finish(m, 1, outs);
+    static float x3[2 * T * CC];
+    fill(x3, 2 * T * CC, 3.0f);
+    int64_t d[3] = {2, T, CC};
+    size_t ny[1] = {2 * T * CC};
+    check_same(m, x3, 3, d, 2 * T * CC, 1, ny, 4);
+    qp_model_free(m);
+}
+
+/* A Pointwise node written by hand with an instruction that reads an undefined register: the
+ * session is refused with a message naming the node and the instruction. */
+static void test_bad_program(void **state) {
+    (void)state;
+    struct qp_dim xd[2] = {{4, NULL}, {4, NULL}};
+    struct qp_model *m = model_with_x(2, xd);
+    struct qp_error err = {0};
+    const char *in[1] = {"x"}, *out = "y";
+    int n;
+    assert_int_equal(
+        qp_graph_add_node(m->graph, "pw", "Pointwise", "qplace.int8", 1, in, 1, &out, &n, &err),
+        QP_OK);
+    static const int64_t prog[5] = {2 /* MUL */, 0, 3 /* register 3: undefined */, -1, -1};
+    static const int64_t zero = 0, minus1 = -1, f32 = 1;
+    struct {
+        const char *name;
+        const int64_t *v;
+        size_t n;
+    } attrs[] = {{"pw_prog", prog, 5},
+                 {"pw_in_q", &minus1, 1},
+                 {"pw_out", &zero, 1},
+                 {"pw_out_q", &minus1, 1},
+                 {"pw_out_dt", &f32, 1}};
+    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
+        struct qp_attr *a = qp_node_add_attr(m->graph, n, attrs[i].name, QP_ATTR_INTS);
+        assert_non_null(a);
+        a->ints = attrs[i].v;
+        a->n = attrs[i].n;
+    }
+    struct qp_attr *r = qp_node_add_attr(m->graph, n, "pw_regs", QP_ATTR_INT);
+    r->i = 4;
+    const char *outs[1] = {"y"};
+    finish(m, 1, outs);
+    struct qp_session_options so = {.n_threads = 1};
+    struct qp_session *s = NULL;
+    assert_int_not_equal(qp_session_create(m, &so, 0, NULL, &s, &err), QP_OK);
+    assert_null(s);
+    assert_non_null(strstr(err.msg, "pw"));
+    assert_non_null(strstr(err.msg, "undefined"));
+    qp_model_free(m);
+}
+
+int main(void) {
+    (void)insert_qdq;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hardswish_chain),
+        cmocka_unit_test(test_se_gate),
+        cmocka_unit_test(test_last_axis_affine),
+        cmocka_unit_test(test_bad_program),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
