@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "kernels/kernels.h"
 
 struct cast_state {
@@ -61,8 +62,9 @@ enum qp_status qp_k_cast_run(const struct qp_krun *r) {
     int from_int = !qp_dtype_traits(x->dtype)->is_float;
     int to_int = !qp_dtype_traits(y->dtype)->is_float;
     if (x->dtype == QP_DTYPE_FLOAT && y->dtype == QP_DTYPE_FLOAT16) {
-        for (uint64_t i = 0; i < n; i++)
-            ((uint16_t *)y->data)[i] = qp_f32_to_fp16(((const float *)x->data)[i]);
+        qp_f32_to_fp16_n(x->data, y->data, (size_t)n); /* F16C where the CPU has it */
+    } else if (x->dtype == QP_DTYPE_FLOAT16 && y->dtype == QP_DTYPE_FLOAT) {
+        qp_fp16_to_f32_n(x->data, y->data, (size_t)n);
     } else if (x->dtype == QP_DTYPE_FLOAT && y->dtype == QP_DTYPE_BFLOAT16) {
         for (uint64_t i = 0; i < n; i++)
             ((uint16_t *)y->data)[i] = qp_f32_to_bf16(((const float *)x->data)[i]);
