@@ -144,6 +144,9 @@ struct chain {
     struct i8g_qparam yq;
     int out;
     int bn; /* a BatchNormalization right after the Conv (its node index), or -1 */
+    /* Then Mul/Add by constants per channel or scalar (PaddleOCR's LearnableAffineBlock):
+     * folded into the channel affine map with the BatchNormalization. */
+    int n_aff, aff[4], aff_c[4]; /* the node, and its constant's value */
 };
 
 static int post(struct chain *c, int kind, float al, float be) {
@@ -206,6 +209,31 @@ static int bn_after(const struct qp_graph *g, int v) {
     return ui;
 }
 
+/* A Mul or Add that is v's only reader, by a float constant that is a scalar or one value per
+ * channel of a 2-D convolution's output ([1,M,1,1] or [M,1,1]): its node, the constant in
+ * *c_out; -1 otherwise. */
+static int affine_after(const struct qp_graph *g, int v, int *c_out) {
+    const struct qp_value *val = &g->values[v];
+    if (val->is_graph_output || val->n_uses != 1) return -1;
+    int ui = val->uses[0].node;
+    const struct qp_node *u = &g->nodes[ui];
+    if (u->dead || u->n_inputs != 2 || u->n_outputs != 1 ||
+        !(qp_node_is(u, "Mul") || qp_node_is(u, "Add")))
+        return -1;
+    int cv = u->inputs[1 - val->uses[0].input];
+    const struct qp_tensor *t = i8g_const_of(g, cv);
+    if (!t || (t->dtype != QP_DTYPE_FLOAT && t->dtype != QP_DTYPE_FLOAT16) || cv == v) return -1;
+    int ok = t->numel == 1;
+    if (!ok && t->rank >= 3 && t->rank <= 4) {
+        ok = t->dims[t->rank - 1] == 1 && t->dims[t->rank - 2] == 1 &&
+             (uint64_t)t->dims[t->rank - 3] == t->numel;
+        for (int i = 0; ok && i < t->rank - 3; i++)
+            ok = t->dims[i] == 1;
+    }
+    *c_out = cv;
+    return ok ? ui : -1;
+}
+
 static void grow(const struct qp_graph *g, int conv, struct chain *c) {
     memset(c, 0, sizeof *c);
     c->mem[c->n++] = conv;
@@ -215,7 +243,66 @@ static void grow(const struct qp_graph *g, int conv, struct chain *c) {
         c->mem[c->n++] = c->bn;
         v = g->nodes[c->bn].outputs[0];
     }
+    int a, cv;
+    while (qp_node_is(&g->nodes[conv], "Conv") && c->n_aff < 4 &&
+           (a = affine_after(g, v, &cv)) >= 0) {
+        c->aff[c->n_aff] = a;
+        c->aff_c[c->n_aff++] = cv;
+        c->mem[c->n++] = a;
+        v = g->nodes[a].outputs[0];
+    }
     grow_from(g, c, v);
+}
+
+/* The output channels of a fused Conv: its int8 weights' (or their float source's) first dim. */
+static int64_t out_channels(const struct qp_graph *g, int w) {
+    const struct qp_tensor *t = i8g_const_of(g, w);
+    const struct qp_node *q = i8g_producer(g, w);
+    if (!t && q && qp_node_is(q, "QuantizeLinear")) t = i8g_const_of(g, i8g_in_at(q, 0));
+    return t && t->rank >= 1 ? t->dims[0] : -1;
+}
+
+static int bn_affine(struct qp_graph *g, int bn, float **sc_out, float **sh_out, int *m_out);
+
+/* The channel affine map of chain c: its BatchNormalization's (or identity), then each Mul/Add
+ * by a constant, composed in double and rounded once (arena copies in *sc_out, *sh_out). */
+static int chain_affine(struct qp_graph *g, const struct chain *c, int64_t m, float **sc_out,
+                        float **sh_out) {
+    double *sc = qp_malloc_n((size_t)m, sizeof *sc), *sh = qp_malloc_n((size_t)m, sizeof *sh);
+    float *bs = NULL, *bh = NULL, *fs = qp_malloc_n((size_t)m, sizeof *fs),
+          *fh = qp_malloc_n((size_t)m, sizeof *fh);
+    int bm = 0, ok = sc && sh && fs && fh;
+    if (ok && c->bn >= 0) ok = bn_affine(g, c->bn, &bs, &bh, &bm) && bm == m;
+    for (int64_t i = 0; ok && i < m; i++) {
+        sc[i] = bs ? bs[i] : 1.0;
+        sh[i] = bh ? bh[i] : 0.0;
+    }
+    for (int k = 0; ok && k < c->n_aff; k++) {
+        const struct qp_tensor *t = i8g_const_of(g, c->aff_c[k]);
+        int mul = qp_node_is(&g->nodes[c->aff[k]], "Mul");
+        ok = t->numel == 1 || (int64_t)t->numel == m;
+        for (int64_t i = 0; ok && i < m; i++) {
+            float v;
+            ok = i8g_tensor_f(t, t->numel == 1 ? 0 : (uint64_t)i, &v);
+            if (mul) {
+                sc[i] *= v;
+                sh[i] *= v;
+            } else {
+                sh[i] += v;
+            }
+        }
+    }
+    for (int64_t i = 0; ok && i < m; i++) {
+        fs[i] = (float)sc[i];
+        fh[i] = (float)sh[i];
+    }
+    *sc_out = ok ? i8g_arena_dup(g, fs, (size_t)m * sizeof *fs) : NULL;
+    *sh_out = ok ? i8g_arena_dup(g, fh, (size_t)m * sizeof *fh) : NULL;
+    free(sc);
+    free(sh);
+    free(fs);
+    free(fh);
+    return *sc_out && *sh_out;
 }
 
 /* The per-channel affine map of BatchNormalization node `bn`: ch_scale = gamma / sqrt(var +
@@ -304,8 +391,9 @@ static int emit(struct qp_graph *g, struct fused *f, struct rt_int8_report *rep,
     const struct qp_node *n = &g->nodes[f->head];
     struct chain *c = &f->c;
     char into[160];
-    snprintf(into, sizeof into, "%s '%s' (%d nodes%s%s%s)", f->op, n->name, c->n + (c->q >= 0),
-             c->bn >= 0 ? ", BatchNormalization folded" : "", c->res >= 0 ? ", residual add" : "",
+    snprintf(into, sizeof into, "%s '%s' (%d nodes%s%s%s%s)", f->op, n->name, c->n + (c->q >= 0),
+             c->bn >= 0 ? ", BatchNormalization folded" : "",
+             c->n_aff ? ", constant Mul/Add folded" : "", c->res >= 0 ? ", residual add" : "",
              c->q >= 0 ? ", int8 output" : ", float output");
     *ok = i8g_note(rep, i8g_producer(g, i8g_in_at(n, 0)), 1, into, NULL) &&
           i8g_note(rep, i8g_producer(g, i8g_in_at(n, 1)), 1, into, NULL);
@@ -325,9 +413,10 @@ static int emit(struct qp_graph *g, struct fused *f, struct rt_int8_report *rep,
         in[10] = c->rq.scale_v;
         in[11] = c->rq.zp_v;
     }
-    int conv = strcmp(f->op, "QConv") == 0, m = 0;
-    float *bn_sc = NULL, *bn_sh = NULL; /* read before the BatchNormalization node goes */
-    if (*ok && c->bn >= 0) *ok = bn_affine(g, c->bn, &bn_sc, &bn_sh, &m);
+    int conv = strcmp(f->op, "QConv") == 0, affine = c->bn >= 0 || c->n_aff > 0;
+    int64_t m = out_channels(g, f->w);
+    float *bn_sc = NULL, *bn_sh = NULL; /* read before the folded nodes go */
+    if (*ok && affine) *ok = m > 0 && chain_affine(g, c, m, &bn_sc, &bn_sh);
     const char *name = n->name;
     int nn = *ok ? i8g_replace(g, c->mem, c->n, name, f->op, QP_INT8_DOMAIN, 12, in, c->out,
                                conv ? f->head : -1, err)
@@ -342,8 +431,8 @@ static int emit(struct qp_graph *g, struct fused *f, struct rt_int8_report *rep,
           i8g_add_floats(g, nn, "post_beta", c->n_post, c->be) &&
           i8g_add_int(g, nn, "out_dtype", od) &&
           (conv || i8g_add_int(g, nn, "trans_b", f->trans_b)) &&
-          (c->bn < 0 ||
-           (set_floats(g, nn, "ch_scale", m, bn_sc) && set_floats(g, nn, "ch_shift", m, bn_sh)));
+          (!affine || (set_floats(g, nn, "ch_scale", (int)m, bn_sc) &&
+                       set_floats(g, nn, "ch_shift", (int)m, bn_sh)));
     if (conv)
         rep->n_qconv++;
     else

@@ -215,12 +215,26 @@ static void try_sink(struct pass *ps, struct group *gr, int v) {
     gr->q[gr->n_q++] = u;
 }
 
+/* Readers of value v may join (those after the group's first node). */
+static void join_readers(struct pass *ps, struct group *gr, int v) {
+    const struct qp_value *val = &ps->g->values[v];
+    for (size_t u = 0; u < val->n_uses; u++) {
+        int k = val->uses[u].node;
+        if ((size_t)k < ps->nn && pos_of(ps, &ps->g->nodes[k]) > gr->seed_pos) try_join(ps, gr, k);
+    }
+}
+
+/* Members' readers join, and so do the other readers of the group's computed inputs (the
+ * branches a tensor fans out to: x and x + 3 of a HardSwish both read the Conv's output). */
 static void grow(struct pass *ps, struct group *gr) {
     for (int m = 0; m < gr->n; m++) { /* gr->n grows while we walk */
         const struct qp_node *n = &ps->g->nodes[gr->member[m]];
-        const struct qp_value *v = &ps->g->values[n->outputs[0]];
-        for (size_t u = 0; u < v->n_uses; u++)
-            try_join(ps, gr, v->uses[u].node);
+        int out = n->outputs[0];
+        for (int i = 0; i < data_inputs(n); i++) {
+            int v = i8g_in_at(&ps->g->nodes[gr->member[m]], i);
+            if (v >= 0 && !member_value(ps, v) && !i8g_const_of(ps->g, v)) join_readers(ps, gr, v);
+        }
+        join_readers(ps, gr, out);
     }
     for (int m = 0; m < gr->n; m++)
         try_sink(ps, gr, ps->g->nodes[gr->member[m]].outputs[0]);
