@@ -3,7 +3,8 @@
  * with their Q/DQ become one Pointwise node, bit-identical to the node-by-node run on float32
  * (QP_INT8_OFF), with each broadcast kind: per-channel and scalar constants over NCHW, a
  * computed SE gate [N,C,1,1], a [C] constant over [N,T,C], and an output smaller than the
- * group's shape (the gathering path). A malformed Pointwise node is refused at session create.
+ * group's shape (the gathering path). A Conv's constant Mul/Add folds into the QConv instead. A
+ * malformed Pointwise node is refused at session create.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -233,6 +234,71 @@ static void test_last_axis_affine(void **state) {
     qp_model_free(m);
 }
 
+/* Conv -> Mul by a per-channel constant -> Add of a scalar (PaddleOCR's LearnableAffineBlock)
+ * -> Relu -> Q: the constant Mul and Add fold into the QConv's channel affine map (so the
+ * Pointwise pass has nothing left to do there), within one quantization step of the oracle. */
+static void test_conv_affine(void **state) {
+    (void)state;
+    enum { MO = 8 };
+    struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
+    struct qp_model *m = model_with_x(4, xd);
+    qdq(m, "x", "xd", 0.05f, 0);
+    static int8_t w[MO * CH];
+    static float ws[MO];
+    int8_t wz[MO] = {0};
+    for (int i = 0; i < MO * CH; i++)
+        w[i] = (int8_t)((i * 37) % 255 - 127);
+    for (int oc = 0; oc < MO; oc++)
+        ws[oc] = 0.002f * (float)(oc + 1);
+    int64_t wd[4] = {MO, CH, 1, 1}, sd[1] = {MO}, cd[4] = {1, MO, 1, 1};
+    graph_add_init(m, m->graph, "w", QP_DTYPE_INT8, 4, wd, w, sizeof w);
+    graph_add_init(m, m->graph, "ws", QP_DTYPE_FLOAT, 1, sd, ws, sizeof ws);
+    graph_add_init(m, m->graph, "wz", QP_DTYPE_INT8, 1, sd, wz, sizeof wz);
+    const char *di[3] = {"w", "ws", "wz"};
+    node(m, "w_DQ", "DequantizeLinear", 3, di, "wf");
+    struct qp_error err = {0};
+    struct qp_attr *ax =
+        qp_node_add_attr(m->graph, qp_graph_find_node(m->graph, "w_DQ"), "axis", QP_ATTR_INT);
+    assert_non_null(ax);
+    ax->i = 0;
+    bin(m, "conv", "Conv", "xd", "wf", "c");
+    rt_rng = 3;
+    rt_rand_init(m, "a", 4, cd, 0.5f, 1.5f);
+    scalar(m, "b", -0.1f);
+    bin(m, "lab_mul", "Mul", "c", "a", "c1");
+    bin(m, "lab_add", "Add", "b", "c1", "c2");
+    const char *ri[1] = {"c2"};
+    node(m, "relu", "Relu", 1, ri, "r");
+    qdq(m, "r", "y", 0.02f, 0);
+    const char *outs[1] = {"y"};
+    finish(m, 1, outs);
+    fill(xin, NX, 4.0f);
+    int64_t d[4] = {1, CH, HW, HW};
+    size_t ny[1] = {MO * HW * HW};
+    float *off = calloc(ny[0], sizeof *off), *on = calloc(ny[0], sizeof *on);
+    assert_true(off && on);
+    run(m, QP_INT8_OFF, xin, 4, d, NX, 1, &off, ny, 0);
+    struct qp_session *s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 1, &on, ny, 1);
+    const struct qp_int8_decision *dec;
+    size_t nd = qp_session_int8_decisions(s, &dec, NULL);
+    int found = 0;
+    for (size_t i = 0; i < nd; i++)
+        if (strcmp(dec[i].node, "y_Q") == 0) {
+            found = 1;
+            assert_true(dec[i].fused);
+            assert_non_null(strstr(dec[i].into, "QConv 'conv'"));
+            assert_non_null(strstr(dec[i].into, "constant Mul/Add folded"));
+        }
+    assert_true(found);
+    for (size_t i = 0; i < ny[0]; i++)
+        if (fabsf(off[i] - on[i]) > 0.02f * 1.001f)
+            fail_msg("element %zu: %g (int8 off) vs %g (QConv)", i, (double)off[i], (double)on[i]);
+    free(off);
+    free(on);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
 /* A Pointwise node written by hand with an instruction that reads an undefined register: the
  * session is refused with a message naming the node and the instruction. */
 static void test_bad_program(void **state) {
@@ -278,9 +344,8 @@ static void test_bad_program(void **state) {
 int main(void) {
     (void)insert_qdq;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hardswish_chain),
-        cmocka_unit_test(test_se_gate),
-        cmocka_unit_test(test_last_axis_affine),
+        cmocka_unit_test(test_hardswish_chain),  cmocka_unit_test(test_se_gate),
+        cmocka_unit_test(test_last_axis_affine), cmocka_unit_test(test_conv_affine),
         cmocka_unit_test(test_bad_program),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
