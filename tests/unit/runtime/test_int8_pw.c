@@ -256,7 +256,6 @@ static void test_conv_affine(void **state) {
     graph_add_init(m, m->graph, "wz", QP_DTYPE_INT8, 1, sd, wz, sizeof wz);
     const char *di[3] = {"w", "ws", "wz"};
     node(m, "w_DQ", "DequantizeLinear", 3, di, "wf");
-    struct qp_error err = {0};
     struct qp_attr *ax =
         qp_node_add_attr(m->graph, qp_graph_find_node(m->graph, "w_DQ"), "axis", QP_ATTR_INT);
     assert_non_null(ax);
