@@ -24,7 +24,7 @@
 #define PW_MAX_NODES 40
 
 struct group {
-    int n, member[PW_MAX_NODES]; /* compute nodes, topological order */
+    int n, member[PW_MAX_NODES]; /* compute nodes, each after the members it reads */
     int n_q, q[QP_PW_MAX_OUT];   /* absorbed QuantizeLinear sinks */
     int seed_pos;                /* topological position of the first member */
     enum qp_dtype fdt;           /* the float side's dtype (FLOAT or FLOAT16; 0: not known) */
@@ -40,10 +40,11 @@ struct pass {
     struct qp_error *err;
 };
 
-/* Topological position of node k; nodes the pass made count as late (never "before"). */
+/* Topological position of node n. A Pointwise node the pass made takes its last member's: what
+ * it computes only depends on what came before that. */
 static int pos_of(const struct pass *ps, const struct qp_node *n) {
     size_t k = (size_t)(n - ps->g->nodes);
-    return k < ps->nn && ps->pos[k] >= 0 ? ps->pos[k] : INT32_MAX;
+    return k < 2 * ps->nn && ps->pos[k] >= 0 ? ps->pos[k] : INT32_MAX;
 }
 
 /* ---- eligibility ----------------------------------------------------------------------------- */
@@ -56,34 +57,63 @@ static int float_dt(enum qp_dtype dt) {
     return dt == QP_DTYPE_FLOAT || dt == QP_DTYPE_FLOAT16;
 }
 
-/* 1 when value v is certainly a float tensor (its declared dtype, or what makes it). */
-static int known_float(const struct qp_graph *g, int v) {
+/* 1 when value v is certainly a float tensor: its declared dtype, an op that only makes float,
+ * or a type-preserving op (elementwise arithmetic, data movement) of a float input, looked up
+ * `depth` producers back. */
+static int known_float_d(const struct qp_graph *g, int v, int depth) {
     if (v < 0) return 0;
     if (float_dt(g->values[v].dtype)) return 1;
     const struct qp_tensor *c = i8g_const_of(g, v);
     if (c) return float_dt(c->dtype);
     const struct qp_node *p = i8g_producer(g, v);
-    if (!p) return 0;
-    static const char *ops[] = {"DequantizeLinear",
-                                "Conv",
-                                "ConvTranspose",
-                                "Gemm",
-                                "GlobalAveragePool",
-                                "AveragePool",
-                                "BatchNormalization",
-                                "Softmax",
-                                "LayerNormalization",
-                                "Sigmoid",
-                                "HardSigmoid",
-                                "HardSwish",
-                                "Tanh",
-                                "Erf",
-                                "Sqrt"};
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        if (qp_node_is(p, ops[i])) return 1;
+    if (!p || depth <= 0) return 0;
+    static const char *makes[] = {"DequantizeLinear",
+                                  "Conv",
+                                  "ConvTranspose",
+                                  "Gemm",
+                                  "GlobalAveragePool",
+                                  "AveragePool",
+                                  "BatchNormalization",
+                                  "Softmax",
+                                  "LayerNormalization",
+                                  "Sigmoid",
+                                  "HardSigmoid",
+                                  "HardSwish",
+                                  "Tanh",
+                                  "Erf",
+                                  "Sqrt",
+                                  "Gelu",
+                                  "Resize"};
+    static const char *keeps[] = {"Add",     "Sub",       "Mul",     "Div",        "Relu",
+                                  "Clip",    "LeakyRelu", "Reshape", "Transpose",  "Flatten",
+                                  "Squeeze", "Unsqueeze", "Slice",   "Gather",     "Identity",
+                                  "Concat",  "MaxPool",   "Pow",     "ReduceMean", "MatMul"};
+    for (size_t i = 0; i < sizeof makes / sizeof makes[0]; i++)
+        if (qp_node_is(p, makes[i])) return 1;
     if (is_int8_op(p, "FakeQuant")) return 1;
     if (is_int8_op(p, "QConv") || is_int8_op(p, "QMatMul")) return i8g_in_at(p, 7) < 0;
+    if (is_int8_op(p, "Pointwise")) {
+        const int64_t *dt;
+        int64_t n = qp_kattr_ints(p, "pw_out_dt", &dt);
+        for (int o = 0; o < p->n_outputs && o < n; o++)
+            if (p->outputs[o] == v) return float_dt((enum qp_dtype)dt[o]);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof keeps / sizeof keeps[0]; i++)
+        if (qp_node_is(p, keeps[i])) {
+            int n_data = qp_node_is(p, "Add") || qp_node_is(p, "Sub") || qp_node_is(p, "Mul") ||
+                                 qp_node_is(p, "Div") || qp_node_is(p, "Concat")
+                             ? p->n_inputs
+                             : 1;
+            for (int k = 0; k < n_data; k++)
+                if (known_float_d(g, i8g_in_at(p, k), depth - 1)) return 1;
+            return 0;
+        }
     return 0;
+}
+
+static int known_float(const struct qp_graph *g, int v) {
+    return known_float_d(g, v, 8);
 }
 
 static float attr_f(const struct qp_node *n, const char *name, float def) {
@@ -439,6 +469,10 @@ static int emit_group(struct pass *ps, const struct group *gr) {
         !set_attrs(g, nn, e) || !report(ps, gr, e, name, n_dq))
         goto out;
     (void)dead_dq;
+    int last = 0;
+    for (int m = 0; m < gr->n; m++)
+        last = ps->pos[gr->member[m]] > last ? ps->pos[gr->member[m]] : last;
+    if ((size_t)nn < 2 * ps->nn) ps->pos[nn] = last;
     ps->rep->n_pointwise++;
     rc = 1;
 out:
@@ -446,13 +480,29 @@ out:
     return rc;
 }
 
+/* How many of the group's external inputs are DQ outputs it would read as int8 (a lone Add of
+ * two DQs is worth a node: three passes become one). */
+static int dq_inputs(const struct pass *ps, const struct group *gr) {
+    int k = 0;
+    for (int m = 0; m < gr->n; m++) {
+        const struct qp_node *n = &ps->g->nodes[gr->member[m]];
+        for (int i = 0; i < data_inputs(n); i++) {
+            int v = i8g_in_at(n, i), x;
+            struct i8g_qparam q;
+            k += v >= 0 && !member_value(ps, v) && i8g_dq_act(ps->g, v, &x, &q);
+        }
+    }
+    return k;
+}
+
 int rt_int8_pw_pass(struct qp_graph *g, struct rt_int8_report *rep, struct qp_error *err) {
     if (qp_graph_toposort(g, err)) return 0;
     size_t nn = g->n_nodes;
     struct pass ps = {
-        g, nn, qp_malloc_n(nn + 1, sizeof(int)), calloc(nn + 1, 1), calloc(nn + 1, 1), rep, err};
+        g,   nn, qp_malloc_n(2 * nn + 1, sizeof(int)), calloc(nn + 1, 1), calloc(nn + 1, 1),
+        rep, err};
     int ok = ps.pos && ps.in && ps.done;
-    for (size_t k = 0; ok && k < nn; k++)
+    for (size_t k = 0; ok && k < 2 * nn + 1; k++)
         ps.pos[k] = -1;
     for (size_t t = 0; ok && t < g->n_topo; t++)
         ps.pos[g->topo[t]] = (int)t;
@@ -477,7 +527,7 @@ int rt_int8_pw_pass(struct qp_graph *g, struct rt_int8_report *rep, struct qp_er
         }
         for (int i = 0; i < gr.n_q; i++)
             ps.done[gr.q[i]] = 1;
-        if (!any_float || gr.n + gr.n_q < 2) continue;
+        if (!any_float || gr.n + gr.n_q + dq_inputs(&ps, &gr) < 2) continue;
         if (emit_group(&ps, &gr) == 0) ok = 0;
     }
     free(order);
