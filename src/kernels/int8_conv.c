@@ -3,9 +3,10 @@
  *
  * prepare reads the constants (scales, zero points, int8 weights, bias), picks the path and, on
  * oneDNN, creates the primitive with channels-last (NHWC) source and destination and weights in
- * oneDNN's own layout (reordered once into the state). Tensors stored NCHW are transposed to and
- * from NHWC in scratch at run; the runtime's rewrite keeps tensors between two QConv nodes NHWC
- * so that happens only at the boundaries of the integer regions.
+ * oneDNN's own layout (reordered once into the state); on the AVX2 path it packs the weights
+ * for kernels/int8_gemm.h. Tensors stored NCHW are transposed to and from NHWC in scratch at
+ * run; the runtime's rewrite keeps tensors between two QConv nodes NHWC so that happens only at
+ * the boundaries of the integer regions.
  *
  * Real-valued semantics on every path: acc[oc] = sum (x - x_zp) * w, v = acc * x_scale *
  * w_scale[oc] + bias[oc], the post-operations in order (SUM adds r_scale * (r - r_zp)), then
@@ -22,6 +23,7 @@
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_util.h"
 #include "kernels/int8_conv.h"
+#include "kernels/int8_gemm.h"
 #include "kernels/int8_util.h"
 #include "kernels/isa.h"
 #include "kernels/kcheck.h"
@@ -59,7 +61,14 @@ struct i8_state {
     struct i8_entry *entry;
     size_t off_wei, off_osc, off_psc, off_bias, off_wraw, off_wsc; /* in the state blob */
     size_t off_src, off_dst, off_scr;                              /* in scratch */
+    /* The AVX2 path: how (enum avx2_kind), the packed weights (blob), the residual and im2col
+     * buffers (scratch), the im2col rows' length. */
+    int avx2;
+    size_t off_pack, off_res, off_col;
+    int64_t ldk;
 };
+
+enum avx2_kind { AVX2_NONE = 0, AVX2_GEMM, AVX2_IM2COL, AVX2_DEPTHWISE };
 
 static int env_flag(const char *name, int def) {
     const char *e = getenv(name);
@@ -69,6 +78,27 @@ static int env_flag(const char *name, int def) {
 
 int qp_int8_cpu_has_vnni(void) {
     return env_flag("QP_INT8_VNNI", qp_dnnl_enabled() && qp_isa_has_vnni());
+}
+
+int qp_int8_avx2_allowed(void) {
+    return env_flag("QP_INT8_AVX2", 1);
+}
+
+int qp_int8_ref_forced(void) {
+    return env_flag("QP_INT8_REF", 0);
+}
+
+const char *qp_int8_path_name(enum qp_int8_path path) {
+    switch (path) {
+    case QP_INT8_PATH_DNNL_INT8:
+        return "oneDNN int8";
+    case QP_INT8_PATH_DNNL_F32:
+        return "oneDNN float";
+    case QP_INT8_PATH_AVX2:
+        return "AVX2 int8";
+    default:
+        return "reference";
+    }
 }
 
 enum qp_int8_path qp_int8_conv_path(const void *state) {
@@ -336,11 +366,9 @@ static float weight_scale(const struct qp_kprep *p, const struct qp_kt *ws, int6
     return (float)qp_kt_get_f64(ws, ws->numel == 1 ? 0 : (uint64_t)oc) * cs;
 }
 
-/* The state blob: the struct, then per-channel floats and the weights. */
-static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
-    const struct qp_kt *w = p->in[3], *ws = qp_i8_in(p, 4), *wz = qp_i8_in(p, 5),
-                       *b = qp_i8_in(p, 6);
-    int64_t m = s->geo.m;
+/* w_scale: 1 or m constants; w_zero_point: absent or constant int8 zeros. */
+static enum qp_status check_wq(struct qp_kprep *p, int64_t m) {
+    const struct qp_kt *ws = qp_i8_in(p, 4), *wz = qp_i8_in(p, 5);
     if (!ws || !ws->is_const || (ws->numel != 1 && ws->numel != (uint64_t)m))
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "w_scale must be 1 or %lld constants",
                             (long long)m);
@@ -350,6 +378,15 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
     for (uint64_t i = 0; wz && i < wz->numel; i++)
         wzero &= qp_kt_get_i64(wz, i) == 0;
     if (!wzero) return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "weights with a zero point");
+    return QP_OK;
+}
+
+/* The state blob: the struct, then per-channel floats and the weights. */
+static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
+    const struct qp_kt *w = p->in[3], *ws = qp_i8_in(p, 4), *b = qp_i8_in(p, 6);
+    int64_t m = s->geo.m;
+    enum qp_status st = check_wq(p, m);
+    if (st) return st;
     size_t base = qp_dnnl_align(sizeof *s), fl = qp_dnnl_align((size_t)m * sizeof(float));
     s->off_osc = base;
     s->off_bias = base + fl;
@@ -374,7 +411,6 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
         bias[oc] = s->path == QP_INT8_PATH_DNNL_INT8 ? bf / osc[oc] : bf;
     }
     if (ref) memcpy(blob + s->off_wraw, w->data, w->nbytes);
-    enum qp_status st = QP_OK;
     if (s->entry) {
         const void *src = w->data;
         float *wf = NULL;
@@ -430,14 +466,123 @@ static size_t plan_scratch(struct i8_state *s) {
     return s->off_scr + (s->entry ? qp_dnnl_align(s->entry->scr_bytes) : 0);
 }
 
+/* ---- the AVX2 path ----------------------------------------------------------------------- */
+
+/* How the AVX2 path computes the geometry (AVX2_NONE: it does not take it). */
+static enum avx2_kind avx2_kind(const struct i8_state *s) {
+    const struct qp_conv_state *g = &s->geo;
+    if (qp_kernel_isa() < QP_ISA_AVX2 || !qp_int8_avx2_allowed()) return AVX2_NONE;
+    if (g->group > 1 && g->group == g->c && g->group == g->m)
+        return qp_i8g_dw_pack_bytes(g->c, g->k_sz) ? AVX2_DEPTHWISE : AVX2_NONE;
+    if (g->group != 1 || !qp_i8g_pack_bytes(g->c * g->k_sz, g->m)) return AVX2_NONE;
+    int same = g->k_sz == 1 && g->c % 4 == 0; /* 1x1, stride 1, no padding: the source is A */
+    for (int i = 0; i < 3; i++)
+        same &= g->in3[i] == g->out3[i] && g->s3[i] == 1 && g->p3[i] == 0;
+    return same ? AVX2_GEMM : AVX2_IM2COL;
+}
+
+/* Weights for the AVX2 kernels: depthwise [c][k_sz] as they are, or for the GEMM column oc as
+ * (kernel position, channel), the order of the im2col rows. */
+static enum qp_status pack_avx2(struct qp_kprep *p, const struct i8_state *s, void *to) {
+    const struct qp_conv_state *g = &s->geo;
+    const int8_t *w = p->in[3]->data;
+    if (s->avx2 == AVX2_DEPTHWISE) {
+        qp_i8g_dw_pack(w, g->c, g->k_sz, (uint8_t)s->io.xzp, to);
+        return QP_OK;
+    }
+    int64_t k = g->c * g->k_sz;
+    int8_t *bt = qp_malloc_n((size_t)(g->m * k), 1);
+    if (!bt) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    for (int64_t oc = 0; oc < g->m; oc++)
+        for (int64_t c = 0; c < g->c; c++)
+            for (int64_t kp = 0; kp < g->k_sz; kp++)
+                bt[oc * k + kp * g->c + c] = w[(oc * g->c + c) * g->k_sz + kp];
+    qp_i8g_pack(bt, k, k, g->m, to);
+    free(bt);
+    return QP_OK;
+}
+
+/* The AVX2 path's blob: the struct, x_scale * w_scale and the bias per output channel (padded to
+ * the kernels' 16-channel panels), the packed weights. */
+static enum qp_status build_state_avx2(struct qp_kprep *p, struct i8_state *s) {
+    const struct qp_kt *ws = qp_i8_in(p, 4), *b = qp_i8_in(p, 6);
+    const struct qp_conv_state *g = &s->geo;
+    enum qp_status st = check_wq(p, g->m);
+    if (st) return st;
+    size_t fl = qp_dnnl_align((size_t)qp_i8g_npad(g->m) * sizeof(float));
+    size_t pack = s->avx2 == AVX2_DEPTHWISE ? qp_i8g_dw_pack_bytes(g->c, g->k_sz)
+                                            : qp_i8g_pack_bytes(g->c * g->k_sz, g->m);
+    s->off_osc = qp_dnnl_align(sizeof *s);
+    s->off_bias = s->off_osc + fl;
+    s->off_pack = s->off_bias + fl;
+    char *blob = calloc(1, s->off_pack + pack + 64);
+    if (!blob) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    float *osc = (float *)(blob + s->off_osc), *bias = (float *)(blob + s->off_bias);
+    for (int64_t oc = 0; oc < g->m; oc++) {
+        float cs, ch;
+        channel_affine(p, oc, &cs, &ch);
+        osc[oc] = s->io.xs * weight_scale(p, ws, oc);
+        bias[oc] = (b ? (float)qp_kt_get_f64(b, (uint64_t)oc) : 0.0f) * cs + ch;
+    }
+    if ((st = pack_avx2(p, s, blob + s->off_pack))) {
+        free(blob);
+        return st;
+    }
+    memcpy(blob, s, sizeof *s);
+    p->state = blob;
+    return QP_OK;
+}
+
+/* Scratch: the NHWC source, the NHWC destination (int8, or float reals), the residual (int8 or
+ * float reals, NHWC), the im2col rows. */
+static size_t plan_scratch_avx2(struct i8_state *s) {
+    const struct qp_conv_state *g = &s->geo;
+    size_t in_n = (size_t)(g->n * g->c * g->in_sz), out_n = (size_t)(g->n * g->m * g->out_sz);
+    int rq8 = s->io.has_res && qp_i8_is_q8(s->io.rdt);
+    size_t a = s->src_nhwc ? 0 : in_n;
+    size_t b = s->direct ? 0 : out_n * (s->io.y_int8 ? 1 : sizeof(float));
+    size_t r = !s->io.has_res || (rq8 && s->res_nhwc) ? 0 : out_n * (rq8 ? 1 : sizeof(float));
+    s->ldk = (g->c * g->k_sz + 3) / 4 * 4;
+    size_t col = s->avx2 == AVX2_IM2COL ? (size_t)(g->n * g->out_sz) * (size_t)s->ldk : 0;
+    s->off_src = 0;
+    s->off_dst = qp_dnnl_align(a);
+    s->off_res = s->off_dst + qp_dnnl_align(b);
+    s->off_col = s->off_res + qp_dnnl_align(r);
+    return s->off_col + qp_dnnl_align(col);
+}
+
+/* The state's path: oneDNN int8 with VNNI, else the AVX2 kernels where they take the geometry,
+ * else oneDNN in float; the reference without oneDNN (or when forced). */
+static enum qp_int8_path choose_path(struct i8_state *s) {
+    if (!qp_dnnl_enabled() || qp_int8_ref_forced()) return QP_INT8_PATH_REF;
+    if (qp_int8_cpu_has_vnni()) return QP_INT8_PATH_DNNL_INT8;
+    s->avx2 = avx2_kind(s);
+    return s->avx2 ? QP_INT8_PATH_AVX2 : QP_INT8_PATH_DNNL_F32;
+}
+
+static const char *avx2_kind_name(int kind) {
+    return kind == AVX2_GEMM ? "1x1 GEMM" : kind == AVX2_IM2COL ? "im2col GEMM" : "depthwise";
+}
+
+static enum qp_status prepare_avx2(struct qp_kprep *p, struct i8_state *s) {
+    s->direct = s->io.y_int8 && s->dst_nhwc;
+    s->io.dst_f32 = !s->io.y_int8;                              /* dst_out: float reals, or int8 */
+    s->io.res_in_dst = s->io.has_res && qp_i8_is_q8(s->io.rdt); /* residual_into: int8 as is */
+    qp_log(QP_LOG_DEBUG, "QConv '%s': path %d (%s, %s), output %s%s",
+           p->node->name ? p->node->name : "", (int)s->path, qp_int8_path_name(s->path),
+           avx2_kind_name(s->avx2), s->direct ? "direct" : "converted",
+           s->src_nhwc ? ", NHWC source" : "");
+    p->scratch = plan_scratch_avx2(s);
+    return build_state_avx2(p, s);
+}
+
 enum qp_status qp_k_qconv_fused_prepare(struct qp_kprep *p) {
     struct i8_state s;
     memset(&s, 0, sizeof s);
     enum qp_status st;
     if ((st = read_io(p, &s)) || (st = geometry(p, &s))) return st;
-    s.path = !qp_dnnl_enabled()       ? QP_INT8_PATH_REF
-             : qp_int8_cpu_has_vnni() ? QP_INT8_PATH_DNNL_INT8
-                                      : QP_INT8_PATH_DNNL_F32;
+    s.path = choose_path(&s);
+    if (s.path == QP_INT8_PATH_AVX2) return prepare_avx2(p, &s);
     float *osc = NULL, *psc = NULL;
     if (s.path != QP_INT8_PATH_REF) {
         osc = output_scales(p, &s);
@@ -462,9 +607,10 @@ enum qp_status qp_k_qconv_fused_prepare(struct qp_kprep *p) {
     free(osc);
     free(psc);
     if (s.path == QP_INT8_PATH_REF) s.io.dst_f32 = 1;
-    qp_log(QP_LOG_DEBUG, "QConv '%s': path %d (%s), output %s%s",
-           p->node->name ? p->node->name : "", (int)s.path, s.entry ? s.entry->impl : "reference C",
-           s.direct ? "direct" : "converted", s.src_nhwc ? ", NHWC source" : "");
+    qp_log(QP_LOG_DEBUG, "QConv '%s': path %d (%s, %s), output %s%s",
+           p->node->name ? p->node->name : "", (int)s.path, qp_int8_path_name(s.path),
+           s.entry ? s.entry->impl : "plain C", s.direct ? "direct" : "converted",
+           s.src_nhwc ? ", NHWC source" : "");
     p->scratch = plan_scratch(&s);
     return build_state(p, &s);
 }
@@ -614,9 +760,74 @@ static void dst_out(const struct i8_state *s, const void *dbuf, void *y, int nth
     }
 }
 
+/* 1 when the source may take the vpmaddubsw kernel: every byte below 128, the padding's too. */
+static int small_source(const struct i8_state *s, const void *x, enum qp_isa isa, int nthr) {
+    const struct qp_conv_state *g = &s->geo;
+    int padded = 0;
+    for (int i = 0; i < g->w.nsp; i++)
+        padded |= g->w.pad_begin[i] > 0 || g->w.pad_end[i] > 0;
+    if (padded && (uint8_t)s->io.xzp >= 128) return 0;
+    return qp_i8g_small(isa, x, (size_t)(g->n * g->c * g->in_sz), nthr);
+}
+
+/* The epilogue's residual: the int8 NHWC tensor itself, or a copy (NHWC int8 or float reals). */
+static void residual_avx2(const struct i8_state *s, const struct qp_krun *r, struct qp_i8g_epi *e) {
+    const struct qp_kt *res = r->in[9];
+    int q8 = qp_i8_is_q8(res->dtype);
+    e->rdt = q8 ? res->dtype : QP_DTYPE_FLOAT;
+    if (q8 && s->res_nhwc) {
+        e->res = res->data;
+        return;
+    }
+    void *buf = (char *)r->scratch + s->off_res;
+    residual_into(s, res, buf, r->n_threads);
+    e->res = buf;
+}
+
+static enum qp_status run_avx2(const struct qp_krun *r) {
+    const struct i8_state *s = r->state;
+    const struct qp_conv_state *g = &s->geo;
+    const char *blob = r->state;
+    char *scr = r->scratch;
+    int nt = r->n_threads, sgn = s->io.xdt == QP_DTYPE_INT8;
+    enum qp_isa isa = qp_kernel_isa();
+    const void *x = r->in[0]->data;
+    if (!s->src_nhwc) {
+        transpose_cp(scr + s->off_src, x, g->n, g->c, g->in_sz, 1, nt);
+        x = scr + s->off_src;
+    }
+    void *dbuf = s->direct ? r->out[0]->data : scr + s->off_dst;
+    struct qp_i8g_epi e = {&s->io,
+                           (const float *)(blob + s->off_osc),
+                           (const float *)(blob + s->off_bias),
+                           s->io.y_int8 ? s->io.ydt : QP_DTYPE_FLOAT,
+                           dbuf,
+                           g->m,
+                           NULL,
+                           QP_DTYPE_FLOAT,
+                           g->m};
+    if (s->io.has_res) residual_avx2(s, r, &e);
+    if (s->avx2 == AVX2_DEPTHWISE) {
+        qp_i8g_depthwise(isa, g, x, sgn, s->io.xzp, blob + s->off_pack, &e, nt);
+    } else {
+        struct qp_i8g_b b;
+        qp_i8g_b_view(blob + s->off_pack, g->c * g->k_sz, g->m, &b);
+        struct qp_i8g_a a = {x, g->c, sgn, s->io.xzp, small_source(s, x, isa, nt)};
+        if (s->avx2 == AVX2_IM2COL) {
+            qp_i8g_im2col(g, x, (uint8_t)s->io.xzp, scr + s->off_col, s->ldk, nt);
+            a.data = scr + s->off_col;
+            a.lda = s->ldk;
+        }
+        qp_i8g_gemm(isa, g->n * g->out_sz, &a, &b, &e, nt);
+    }
+    if (!s->direct) dst_out(s, dbuf, r->out[0]->data, nt);
+    return QP_OK;
+}
+
 enum qp_status qp_k_qconv_fused_run(const struct qp_krun *r) {
     const struct i8_state *s = r->state;
     if (s->path == QP_INT8_PATH_REF) return run_ref(r);
+    if (s->path == QP_INT8_PATH_AVX2) return run_avx2(r);
     struct i8_entry *e = entry_for(s, r->n_threads, r->lane);
     const struct qp_conv_state *g = &s->geo;
     char *scr = r->scratch, *blob = (char *)r->state;

@@ -19,8 +19,16 @@
  *     accumulation, per-channel output scales, the post-operations, requantized on store). Only
  *     where the CPU has VNNI (AVX-512 VNNI or AVX-VNNI): without it oneDNN sums u8 x s8 pairs
  *     into saturating int16 (vpmaddubsw) or halves the weights to avoid that, and neither is exact.
- *   - QP_INT8_PATH_DNNL_F32: the same primitive in float on the dequantized values (AVX2 without
- *     VNNI; exact in the sense that matters: no saturation, float rounding only).
+ *   - QP_INT8_PATH_AVX2: qplace's own exact integer kernels (kernels/int8_gemm.h) where the CPU
+ *     has AVX2 but not VNNI: int32 sums of int8 x int8 products through vpmaddwd on int16, or
+ *     vpmaddubsw when a scan of the source shows every byte below 128 (then the pair sums cannot
+ *     saturate), and the reference's epilogue arithmetic vectorized: the same bytes as the
+ *     reference path. Group 1 convolutions (1x1 as a GEMM on the channels-last source, the
+ *     others through an int8 im2col) and depthwise ones (group == channels == outputs, a direct
+ *     channels-last kernel); other groups take the next path.
+ *   - QP_INT8_PATH_DNNL_F32: oneDNN's convolution in float on the dequantized values (AVX2
+ *     without VNNI where the AVX2 path does not take the geometry, or below AVX2; exact in the
+ *     sense that matters: no saturation, float rounding only).
  *   - QP_INT8_PATH_REF: plain C, int64 accumulation (oneDNN disabled or unable): the oracle.
  */
 #ifndef QP_KERNELS_INT8_CONV_H
@@ -30,7 +38,15 @@
 
 #define QP_INT8_DOMAIN "qplace.int8"
 
-enum qp_int8_path { QP_INT8_PATH_REF = 0, QP_INT8_PATH_DNNL_INT8, QP_INT8_PATH_DNNL_F32 };
+enum qp_int8_path {
+    QP_INT8_PATH_REF = 0,
+    QP_INT8_PATH_DNNL_INT8,
+    QP_INT8_PATH_DNNL_F32,
+    QP_INT8_PATH_AVX2
+};
+
+/* The path's name in logs ("reference", "oneDNN int8", "oneDNN float", "AVX2 int8"). */
+const char *qp_int8_path_name(enum qp_int8_path path);
 
 /* The path a QConv / QMatMul state runs (tests). QMatMul (int8_matmul.c) is the same fusion
  * around MatMul and Gemm: DQ(a) @ DQ(b) [+ bias] [-> activations] [-> residual Add] [-> Q],
@@ -42,5 +58,12 @@ enum qp_int8_path qp_int8_matmul_path(const void *state);
  * u8 x s8 dot products accumulate exactly in int32, and oneDNN is on. QP_INT8_VNNI=0/1 in the
  * environment overrides it (tests of both selections on one machine). */
 int qp_int8_cpu_has_vnni(void);
+
+/* Test switches, read when a node is prepared: QP_INT8_AVX2=0 in the environment keeps QConv off
+ * the AVX2 path (oneDNN float then, as before it existed); QP_INT8_REF=1 runs every QConv and
+ * QMatMul on the reference path, the oracle the others are compared with in one process
+ * (QP_NO_DNNL gives the same, but for the whole process and every kernel). */
+int qp_int8_avx2_allowed(void);
+int qp_int8_ref_forced(void);
 
 #endif

@@ -306,9 +306,9 @@ enum qp_status qp_k_qmatmul_fused_prepare(struct qp_kprep *p) {
     if (st || (st = shapes(p, &s, trans_b))) return st;
     const struct qp_kt *b = p->in[3];
     s.bdt = b->dtype;
-    s.path = !qp_dnnl_enabled()       ? QP_INT8_PATH_REF
-             : qp_int8_cpu_has_vnni() ? QP_INT8_PATH_DNNL_INT8
-                                      : QP_INT8_PATH_DNNL_F32;
+    s.path = !qp_dnnl_enabled() || qp_int8_ref_forced() ? QP_INT8_PATH_REF
+             : qp_int8_cpu_has_vnni()                   ? QP_INT8_PATH_DNNL_INT8
+                                                        : QP_INT8_PATH_DNNL_F32;
     /* The constants first (the primitive bakes the output scales in), then the primitive. */
     char *blob = NULL;
     for (;;) {

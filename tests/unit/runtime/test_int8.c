@@ -2,7 +2,8 @@
  * The integer path (runtime/int8.c + kernels/int8_conv.c): fusion decisions per TensorRT
  * pattern, results against the fake-quantization oracle (QP_INT8_OFF) within one quantization
  * step, exact results with weights beyond +-64 and large activations on every kernel path
- * (oneDNN int8 where the CPU has VNNI, oneDNN float without, plain C), and the path selection.
+ * (oneDNN int8 where the CPU has VNNI, the AVX2 integer kernels and oneDNN float without, plain
+ * C), and the path selection.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,8 @@
 
 #include "ir/ir.h"
 #include "kernels/int8_conv.h"
+#include "kernels/isa.h"
+#include "kernels/kernel.h"
 #include "qplace/session.h"
 #include "runtime/int8.h"
 #include "runtime/runtime.h"
@@ -444,11 +447,146 @@ static void test_exact_vnni_path(void **state) {
 
 static void test_exact_float_path(void **state) {
     (void)state;
+    setenv("QP_INT8_AVX2", "0", 1); /* oneDNN float, not the AVX2 kernels */
     check_exact("0");
+    unsetenv("QP_INT8_AVX2");
+}
+
+/* The paths of a session's QConv steps, in plan order, into paths[] (at most n); the count. */
+static int qconv_paths(const struct qp_session *s, enum qp_int8_path *paths, int n) {
+    int k = 0;
+    for (size_t i = 0; s->last && i < s->last->n_steps; i++) {
+        const struct rt_step *st = &s->last->steps[i];
+        if (st->kind == RT_STEP_OVERLAY || !st->k || strcmp(st->k->op, "QConv") != 0) continue;
+        if (k < n) paths[k] = qp_int8_conv_path(st->state);
+        k++;
+    }
+    return k;
+}
+
+/* Conv weights [M, cin, k, k] as DQ(Q(W)) per output channel into `out`: integers over the
+ * whole int8 range (|q| up to 127) times a power-of-two scale per channel, a power-of-two bias. */
+static void conv_weights_k(struct qp_model *m, const char *name, const char *out, int64_t cin,
+                           int64_t k) {
+    int64_t wd[4] = {M, cin, k, k}, sd[1] = {M};
+    float *w = model_alloc(m, sizeof(float) * (size_t)(M * cin * k * k));
+    float *sc = model_alloc(m, sizeof(float) * M), *b = model_alloc(m, sizeof(float) * M);
+    int8_t *z = model_alloc(m, M);
+    memset(z, 0, M);
+    for (int oc = 0; oc < M; oc++) {
+        sc[oc] = ldexpf(1.0f, -6 - oc % 3);
+        b[oc] = ldexpf((float)(oc - 8), -4);
+        for (int64_t i = 0; i < cin * k * k; i++) {
+            int q = (int)((oc * 53 + i * 29 + oc * i) % 255) - 127;
+            w[oc * cin * k * k + i] = (float)q * sc[oc];
+        }
+    }
+    char ws[96], wz[96], wq[96], wqo[96], wdq[96], bn[96];
+    snprintf(ws, sizeof ws, "%s_ws", name);
+    snprintf(wz, sizeof wz, "%s_wz", name);
+    snprintf(wq, sizeof wq, "%s_wQ", name);
+    snprintf(wqo, sizeof wqo, "%s_wq", name);
+    snprintf(wdq, sizeof wdq, "%s_wDQ", name);
+    snprintf(bn, sizeof bn, "%s_b", name);
+    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 4, wd, w,
+                   sizeof(float) * (size_t)(M * cin * k * k));
+    graph_add_init(m, m->graph, ws, QP_DTYPE_FLOAT, 1, sd, sc, sizeof(float) * M);
+    graph_add_init(m, m->graph, wz, QP_DTYPE_INT8, 1, sd, z, M);
+    graph_add_init(m, m->graph, bn, QP_DTYPE_FLOAT, 1, sd, b, sizeof(float) * M);
+    const char *qi[3] = {name, ws, wz}, *di[3] = {wqo, ws, wz};
+    node(m, wq, "QuantizeLinear", 3, qi, wqo);
+    node(m, wdq, "DequantizeLinear", 3, di, out);
+    int_attr(m, wq, "axis", 0);
+    int_attr(m, wdq, "axis", 0);
+}
+
+static void ints_attr(struct qp_model *m, const char *node_name, const char *name, const int64_t *v,
+                      int n) {
+    struct qp_attr *a =
+        qp_node_add_attr(m->graph, qp_graph_find_node(m->graph, node_name), name, QP_ATTR_INTS);
+    assert_non_null(a);
+    a->ints = v;
+    a->n = n;
+}
+
+/* x -> QDQ -> Conv 3x3 pad 1 stride 2 (C -> M) -> Relu -> QDQ (a) -> Conv 3x3 pad 1 of `group`
+ * groups (M = group: depthwise) -> Relu -> QDQ -> Conv 1x1 -> Add(a) -> Relu -> QDQ -> y: the
+ * AVX2 path's geometries (im2col GEMM, depthwise, 1x1 GEMM with an int8 residual, int8 output
+ * into NCHW), exact with power-of-two scales. */
+static struct qp_model *chain_model(int64_t group) {
+    static const int64_t pads[4] = {1, 1, 1, 1}, s2[2] = {2, 2};
+    struct qp_model *m = model_with_x(4, x_dims);
+    qdq(m, "x", "xd", 0.0078125f);
+    conv_weights_k(m, "w1", "w1f", C, 3);
+    conv_weights_k(m, "w2", "w2f", M / group, 3);
+    conv_weights_k(m, "w3", "w3f", M, 1);
+    const char *c1[3] = {"xd", "w1f", "w1_b"}, *c2[3] = {"ad", "w2f", "w2_b"},
+               *c3[3] = {"bd", "w3f", "w3_b"};
+    node(m, "c1", "Conv", 3, c1, "a0");
+    ints_attr(m, "c1", "pads", pads, 4);
+    ints_attr(m, "c1", "strides", s2, 2);
+    const char *r1[1] = {"a0"}, *r2[1] = {"b1"}, *r3[1] = {"s"};
+    node(m, "r1", "Relu", 1, r1, "a");
+    qdq(m, "a", "ad", 0.125f);
+    node(m, "c2", "Conv", 3, c2, "b1");
+    ints_attr(m, "c2", "pads", pads, 4);
+    int_attr(m, "c2", "group", group);
+    node(m, "r2", "Relu", 1, r2, "b0");
+    qdq(m, "b0", "bd", 0.25f);
+    node(m, "c3", "Conv", 3, c3, "c");
+    const char *add[2] = {"c", "ad"};
+    node(m, "add", "Add", 2, add, "s");
+    node(m, "r3", "Relu", 1, r3, "sr");
+    qdq(m, "sr", "y", 0.5f);
+    finish(m, "y");
+    return m;
+}
+
+#define HO 5 /* the chain's output size: stride 2 on HW */
+
+/* The chain on the AVX2 kernels is the reference path's bytes (and the float oracle's: every sum
+ * is exact), with weights over the whole int8 range and activations up to +-127. */
+static void test_exact_avx2_path(void **state) {
+    (void)state;
+    if (getenv("QP_NO_DNNL") || qp_kernel_isa() < QP_ISA_AVX2) skip();
+    setenv("QP_INT8_VNNI", "0", 1);
+    rt_rng = 21;
+    struct qp_model *m = chain_model(M);
+    fill_x(0.99f);
+    static float y_ref[M * HO * HO], y_avx[M * HO * HO], y_fq[M * HO * HO];
+    struct qp_session *s;
+    setenv("QP_INT8_REF", "1", 1);
+    run(m, QP_INT8_AUTO, xin, y_ref, M * HO * HO, &s);
+    enum qp_int8_path paths[4];
+    assert_int_equal(qconv_paths(s, paths, 4), 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(paths[i], QP_INT8_PATH_REF);
+    qp_session_free(s);
+    unsetenv("QP_INT8_REF");
+    run(m, QP_INT8_AUTO, xin, y_avx, M * HO * HO, &s);
+    assert_int_equal(qconv_paths(s, paths, 4), 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(paths[i], QP_INT8_PATH_AVX2);
+    qp_session_free(s);
+    run(m, QP_INT8_OFF, xin, y_fq, M * HO * HO, NULL);
+    size_t nonzero = 0, large = 0;
+    for (size_t i = 0; i < M * HO * HO; i++) {
+        if (y_avx[i] != y_ref[i] || y_avx[i] != y_fq[i])
+            fail_msg("element %zu: AVX2 %g, reference %g, float oracle %g", i, (double)y_avx[i],
+                     (double)y_ref[i], (double)y_fq[i]);
+        nonzero += y_avx[i] != 0;
+        large += y_avx[i] >= 16.0f;
+    }
+    assert_true(nonzero > M * HO * HO / 4);
+    assert_true(large > 0);
+    qp_model_free(m);
+    unsetenv("QP_INT8_VNNI");
 }
 
 /* The path follows the CPU: oneDNN int8 only with VNNI (ONEDNN_MAX_CPU_ISA=AVX2 in the @avx2
- * variant of this test takes the other branch on an AVX-512 VNNI machine). */
+ * variant of this test takes the other branch on an AVX-512 VNNI machine); without VNNI the AVX2
+ * kernels for the geometries they take (group 1, depthwise), oneDNN float for the rest or when
+ * QP_INT8_AVX2=0. */
 static void test_path_selection(void **state) {
     (void)state;
     if (getenv("QP_NO_DNNL")) skip(); /* the reference path only */
@@ -457,7 +595,34 @@ static void test_path_selection(void **state) {
     assert_int_equal(vnni, strstr(isa, "VNNI") != NULL);
     setenv("QP_INT8_VNNI", "0", 1);
     assert_false(qp_int8_cpu_has_vnni());
+    int avx2 = qp_kernel_isa() >= QP_ISA_AVX2;
+    enum qp_int8_path want = avx2 ? QP_INT8_PATH_AVX2 : QP_INT8_PATH_DNNL_F32, paths[4];
+    fill_x(0.5f);
+    static float y[M * HO * HO];
+    struct qp_model *m = chain_model(2); /* c2 has 2 groups: not the AVX2 path's */
+    struct qp_session *s;
+    run(m, QP_INT8_AUTO, xin, y, M * HO * HO, &s);
+    assert_int_equal(qconv_paths(s, paths, 4), 3);
+    assert_int_equal(paths[0], want);
+    assert_int_equal(paths[1], QP_INT8_PATH_DNNL_F32);
+    assert_int_equal(paths[2], want);
+    qp_session_free(s);
+    setenv("QP_INT8_AVX2", "0", 1);
+    run(m, QP_INT8_AUTO, xin, y, M * HO * HO, &s);
+    assert_int_equal(qconv_paths(s, paths, 4), 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(paths[i], QP_INT8_PATH_DNNL_F32);
+    qp_session_free(s);
+    unsetenv("QP_INT8_AVX2");
     unsetenv("QP_INT8_VNNI");
+    if (vnni) { /* VNNI: oneDNN's int8 convolution, whatever the groups */
+        run(m, QP_INT8_AUTO, xin, y, M * HO * HO, &s);
+        assert_int_equal(qconv_paths(s, paths, 4), 3);
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(paths[i], QP_INT8_PATH_DNNL_INT8);
+        qp_session_free(s);
+    }
+    qp_model_free(m);
     const char *max = getenv("ONEDNN_MAX_CPU_ISA");
     if (max && strcmp(max, "AVX2") == 0) assert_false(vnni);
 }
@@ -526,15 +691,11 @@ static void test_flow_decisions(void **state) {
 int main(void) {
     (void)insert_qdq;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_residual_block),
-        cmocka_unit_test(test_exact_vnni_path),
-        cmocka_unit_test(test_exact_float_path),
-        cmocka_unit_test(test_path_selection),
-        cmocka_unit_test(test_flow_decisions),
-        cmocka_unit_test(test_gate_requantized),
-        cmocka_unit_test(test_conv_bn),
-        cmocka_unit_test(test_matmul_projection),
-        cmocka_unit_test(test_matmul_two_activations),
+        cmocka_unit_test(test_residual_block),    cmocka_unit_test(test_exact_vnni_path),
+        cmocka_unit_test(test_exact_float_path),  cmocka_unit_test(test_exact_avx2_path),
+        cmocka_unit_test(test_path_selection),    cmocka_unit_test(test_flow_decisions),
+        cmocka_unit_test(test_gate_requantized),  cmocka_unit_test(test_conv_bn),
+        cmocka_unit_test(test_matmul_projection), cmocka_unit_test(test_matmul_two_activations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,697 @@
+/*
+ * int8_gemm.h: exact integer GEMM, im2col and depthwise convolution, AVX2 and plain C.
+ *
+ * GEMM blocking: a tile is MR (4) rows x one 16-column panel, summed over the whole of k in
+ * registers (a panel's slice of B is 16 x k bytes, from L1 or L2; the arithmetic per byte loaded
+ * is high enough that k needs no blocking), then the epilogue stores it. Work items are (row
+ * block, panel group) pairs shared out dynamically; each tile's sums and epilogue run in one
+ * thread in k order, so the partition changes nothing.
+ */
+#include "kernels/int8_gemm.h"
+
+#include <omp.h>
+#include <string.h>
+
+#include "core/half.h"
+#include "core/size.h"
+#include "qmath/qparams.h"
+
+#define NR       16 /* columns per panel */
+#define QB       64 /* bytes per quad of k in a panel: NR x 4 */
+#define MR       4  /* rows per tile */
+#define MC       64 /* rows per work item (at most) */
+#define PG       4  /* panels per work item (at most) */
+#define DW_MAX_K 81
+
+int64_t qp_i8g_npad(int64_t n) {
+    return (n + NR - 1) / NR * NR;
+}
+
+static int64_t kquads(int64_t k) {
+    return (k + 3) / 4;
+}
+
+/* ---- packing ------------------------------------------------------------------------------ */
+
+size_t qp_i8g_pack_bytes(int64_t k, int64_t n) {
+    if (k < 1 || k > QP_I8G_MAX_K || n < 1 || n > (INT64_C(1) << 40)) return 0;
+    size_t panels, sums, total;
+    if (!qp_size_mul3((size_t)(qp_i8g_npad(n) / NR), (size_t)kquads(k), QB, &panels) ||
+        !qp_size_mul((size_t)qp_i8g_npad(n), sizeof(int32_t), &sums) ||
+        !qp_size_add(panels, sums, &total))
+        return 0;
+    return total;
+}
+
+void qp_i8g_pack(const int8_t *bt, int64_t ldbt, int64_t k, int64_t n, void *packed) {
+    int64_t kq = kquads(k), np = qp_i8g_npad(n) / NR;
+    int8_t *d = packed;
+    int32_t *sum = (int32_t *)(d + np * kq * QB);
+    memset(packed, 0, qp_i8g_pack_bytes(k, n));
+    for (int64_t j = 0; j < n; j++) {
+        const int8_t *col = bt + j * ldbt;
+        int8_t *pj = d + j / NR * kq * QB + j % NR * 4;
+        int32_t s = 0;
+        for (int64_t kk = 0; kk < k; kk++) {
+            pj[kk / 4 * QB + kk % 4] = col[kk];
+            s += col[kk];
+        }
+        sum[j] = s;
+    }
+}
+
+void qp_i8g_b_view(const void *packed, int64_t k, int64_t n, struct qp_i8g_b *b) {
+    b->panels = packed;
+    b->colsum = (const int32_t *)((const int8_t *)packed + qp_i8g_npad(n) / NR * kquads(k) * QB);
+    b->k = k;
+    b->n = n;
+}
+
+/* Depthwise: blocks of 16 channels; per block and pair of kernel positions (k0 = 2 pp, k1 =
+ * k0 + 1), 32 int16 in the order the AVX2 kernel's unpacklo / unpackhi of the two positions'
+ * channels give: element e is channel 8 L + 4 h + u / 2 at position k0 + u % 2, for h = e / 16,
+ * L = e / 8 % 2, u = e % 8. Then the per-channel weight sums (int32) and the zero point's row
+ * (bytes), both padded to the 16-channel blocks. */
+static int64_t dw_pairs(int64_t k_sz) {
+    return (k_sz + 1) / 2;
+}
+
+size_t qp_i8g_dw_pack_bytes(int64_t c, int64_t k_sz) {
+    if (c < 1 || c > (INT64_C(1) << 40) || k_sz < 1 || k_sz > DW_MAX_K) return 0;
+    size_t cp = (size_t)qp_i8g_npad(c), w, total;
+    if (!qp_size_mul3(cp, (size_t)dw_pairs(k_sz), 2 * sizeof(int16_t), &w) ||
+        !qp_size_add(w, cp * (sizeof(int32_t) + 1), &total))
+        return 0;
+    return total;
+}
+
+/* Where channel ch's weight at kernel position kpos sits within its block's pair. */
+static int64_t dw_index(int64_t ch, int64_t kpos) {
+    int64_t cl = ch % 16, lane = cl / 8, h = cl % 8 / 4, u = cl % 4 * 2 + kpos % 2;
+    return h * 16 + lane * 8 + u;
+}
+
+void qp_i8g_dw_pack(const int8_t *w, int64_t c, int64_t k_sz, uint8_t zp_byte, void *packed) {
+    int64_t cp = qp_i8g_npad(c), npair = dw_pairs(k_sz);
+    memset(packed, 0, qp_i8g_dw_pack_bytes(c, k_sz));
+    int16_t *w16 = packed;
+    int32_t *wsum = (int32_t *)(w16 + cp * npair * 2);
+    uint8_t *zrow = (uint8_t *)(wsum + cp);
+    for (int64_t ch = 0; ch < c; ch++) {
+        int32_t s = 0;
+        for (int64_t k = 0; k < k_sz; k++) {
+            w16[(ch / 16 * npair + k / 2) * 32 + dw_index(ch, k)] = w[ch * k_sz + k];
+            s += w[ch * k_sz + k];
+        }
+        wsum[ch] = s;
+    }
+    memset(zrow, zp_byte, (size_t)cp);
+}
+
+struct dw_view {
+    const int16_t *w;
+    const int32_t *wsum;
+    const uint8_t *zrow;
+    int64_t npair;
+};
+
+static struct dw_view dw_view(const void *packed, int64_t c, int64_t k_sz) {
+    struct dw_view v;
+    int64_t cp = qp_i8g_npad(c);
+    v.npair = dw_pairs(k_sz);
+    v.w = packed;
+    v.wsum = (const int32_t *)(v.w + cp * v.npair * 2);
+    v.zrow = (const uint8_t *)(v.wsum + cp);
+    return v;
+}
+
+/* ---- the epilogue, one element (the reference's arithmetic) ------------------------------- */
+
+/* The sums' context: the column sums the zero point multiplies. */
+struct epi_ctx {
+    const struct qp_i8g_epi *e;
+    const int32_t *colsum;
+    int32_t zp;
+};
+
+static float res_real(const struct qp_i8g_epi *e, int64_t at) {
+    if (e->rdt == QP_DTYPE_FLOAT) return ((const float *)e->res)[at];
+    float q = e->rdt == QP_DTYPE_INT8 ? (float)((const int8_t *)e->res)[at]
+                                      : (float)((const uint8_t *)e->res)[at];
+    return e->io->rs * (q - (float)e->io->rzp);
+}
+
+static void store_one(const struct qp_i8g_epi *e, int64_t at, float v) {
+    if (e->ydt == QP_DTYPE_FLOAT) {
+        ((float *)e->y)[at] = v;
+    } else if (e->ydt == QP_DTYPE_FLOAT16) {
+        ((uint16_t *)e->y)[at] = qp_f32_to_fp16(v);
+    } else {
+        float q = qp_round_half_even(v / e->io->ys) + (float)e->io->yzp;
+        float lo = e->ydt == QP_DTYPE_INT8 ? -128.0f : 0.0f, hi = lo + 255.0f;
+        q = q < lo ? lo : q > hi ? hi : q;
+        if (e->ydt == QP_DTYPE_INT8)
+            ((int8_t *)e->y)[at] = (int8_t)q;
+        else
+            ((uint8_t *)e->y)[at] = (uint8_t)q;
+    }
+}
+
+/* Row i, column j from the sum of x * w (before the zero point). */
+static void epi_one(const struct epi_ctx *c, int64_t i, int64_t j, int64_t sum) {
+    const struct qp_i8g_epi *e = c->e;
+    int32_t acc = (int32_t)(sum - (int64_t)c->zp * c->colsum[j]);
+    if (!e->io) {
+        ((int32_t *)e->y)[i * e->ldy + j] = acc;
+        return;
+    }
+    float v = (float)acc * e->osc[j] + e->bias[j];
+    float rv = e->res ? res_real(e, i * e->ldr + j) : 0.0f;
+    store_one(e, i * e->ldy + j, qp_i8_posts_ref(e->io, v, rv));
+}
+
+/* ---- plain C ------------------------------------------------------------------------------ */
+
+struct job {
+    const struct qp_i8g_a *a;
+    const struct qp_i8g_b *b;
+    struct epi_ctx ctx;
+    int64_t m, kq, np;
+};
+
+static void tile_c(const struct job *jb, int64_t i0, int mr, int64_t p) {
+    const int8_t *bp = jb->b->panels + p * jb->kq * QB;
+    int64_t w = jb->b->n - p * NR < NR ? jb->b->n - p * NR : NR;
+    for (int r = 0; r < mr; r++) {
+        const uint8_t *row = (const uint8_t *)jb->a->data + (i0 + r) * jb->a->lda;
+        int64_t acc[NR] = {0};
+        for (int64_t q = 0; q < jb->kq; q++)
+            for (int t = 0; t < 4; t++) {
+                int32_t x = jb->a->is_signed ? (int8_t)row[4 * q + t] : row[4 * q + t];
+                for (int c = 0; c < NR; c++)
+                    acc[c] += x * bp[q * QB + 4 * c + t];
+            }
+        for (int64_t c = 0; c < w; c++)
+            epi_one(&jb->ctx, i0 + r, p * NR + c, acc[c]);
+    }
+}
+
+static void dw_row_c(const struct qp_conv_state *g, const uint8_t *const *px, int is_signed,
+                     const struct dw_view *v, const struct epi_ctx *ctx, int64_t row) {
+    for (int64_t ch = 0; ch < g->c; ch++) {
+        int64_t acc = 0;
+        for (int64_t k = 0; k < g->k_sz; k++) {
+            int32_t x = is_signed ? (int8_t)px[k][ch] : px[k][ch];
+            acc += x * v->w[(ch / 16 * v->npair + k / 2) * 32 + dw_index(ch, k)];
+        }
+        epi_one(ctx, row, ch, acc);
+    }
+}
+
+/* ---- AVX2 --------------------------------------------------------------------------------- */
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define HAVE_AVX2  1
+#define AVX        __attribute__((target("avx2,fma")))
+#define AVX_INLINE static inline __attribute__((always_inline, target("avx2,fma")))
+
+AVX_INLINE int32_t load4(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* The post-operations on n vectors, one operation at a time over all of them:
+ * qp_conv_post_ref's operations, lane by lane. */
+AVX_INLINE void posts_n(const struct qp_i8_io *io, __m256 *v, const __m256 *rv, int n) {
+    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
+    for (int k = 0; k < io->n_post; k++) {
+        const struct qp_conv_post *q = &io->post[k];
+        __m256 al = _mm256_set1_ps(q->alpha), be = _mm256_set1_ps(q->beta);
+        switch (q->kind) {
+        case QP_CONV_POST_LINEAR:
+            for (int i = 0; i < n; i++)
+                v[i] = _mm256_add_ps(_mm256_mul_ps(al, v[i]), be);
+            break;
+        case QP_CONV_POST_RELU:
+            for (int i = 0; i < n; i++)
+                v[i] = _mm256_blendv_ps(_mm256_mul_ps(al, v[i]), v[i],
+                                        _mm256_cmp_ps(v[i], zero, _CMP_GT_OQ));
+            break;
+        case QP_CONV_POST_CLIP:
+            for (int i = 0; i < n; i++) {
+                __m256 lt = _mm256_cmp_ps(v[i], al, _CMP_LT_OQ);
+                __m256 gt = _mm256_cmp_ps(v[i], be, _CMP_GT_OQ);
+                v[i] = _mm256_blendv_ps(_mm256_blendv_ps(v[i], be, gt), al, lt);
+            }
+            break;
+        case QP_CONV_POST_HARDSWISH:
+            for (int i = 0; i < n; i++) {
+                __m256 h = _mm256_add_ps(v[i], _mm256_set1_ps(3.0f));
+                __m256 lt = _mm256_cmp_ps(h, zero, _CMP_LT_OQ);
+                __m256 gt = _mm256_cmp_ps(h, six, _CMP_GT_OQ);
+                h = _mm256_blendv_ps(_mm256_blendv_ps(h, six, gt), zero, lt);
+                v[i] = _mm256_div_ps(_mm256_mul_ps(v[i], h), six);
+            }
+            break;
+        case QP_CONV_POST_SUM:
+            for (int i = 0; i < n; i++)
+                v[i] = _mm256_add_ps(v[i], rv[i]);
+            break;
+        default: /* Sigmoid: the reference's expf, lane by lane */
+            for (int i = 0; i < n; i++) {
+                float t[8];
+                _mm256_storeu_ps(t, v[i]);
+                for (int l = 0; l < 8; l++)
+                    t[l] = qp_conv_post_ref(1, q, t[l], 0.0f);
+                v[i] = _mm256_loadu_ps(t);
+            }
+            break;
+        }
+    }
+}
+
+/* The residual's real values at element `at`, w (<= 16) of them, into r[0] and r[1] (the
+ * lanes beyond w are 0). */
+AVX_INLINE void res_load(const struct qp_i8g_epi *e, int64_t at, int w, __m256 *r) {
+    if (e->rdt == QP_DTYPE_FLOAT) {
+        const float *p = (const float *)e->res + at;
+        if (w == 16) {
+            r[0] = _mm256_loadu_ps(p);
+            r[1] = _mm256_loadu_ps(p + 8);
+            return;
+        }
+        float t[16] = {0};
+        memcpy(t, p, (size_t)w * sizeof *t);
+        r[0] = _mm256_loadu_ps(t);
+        r[1] = _mm256_loadu_ps(t + 8);
+        return;
+    }
+    const uint8_t *p = (const uint8_t *)e->res + at;
+    __m128i b;
+    if (w == 16) {
+        b = _mm_loadu_si128((const __m128i *)p);
+    } else {
+        uint8_t t[16] = {0};
+        memcpy(t, p, (size_t)w);
+        b = _mm_loadu_si128((const __m128i *)t);
+    }
+    __m128i b1 = _mm_srli_si128(b, 8);
+    int sgn = e->rdt == QP_DTYPE_INT8;
+    __m256i q0 = sgn ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+    __m256i q1 = sgn ? _mm256_cvtepi8_epi32(b1) : _mm256_cvtepu8_epi32(b1);
+    __m256 zp = _mm256_set1_ps((float)e->io->rzp), sc = _mm256_set1_ps(e->io->rs);
+    r[0] = _mm256_mul_ps(sc, _mm256_sub_ps(_mm256_cvtepi32_ps(q0), zp));
+    r[1] = _mm256_mul_ps(sc, _mm256_sub_ps(_mm256_cvtepi32_ps(q1), zp));
+}
+
+/* Stores 16 real values (w of them) at element `at` of y: store_one, lane by lane. */
+AVX_INLINE void store16(const struct qp_i8g_epi *e, int64_t at, const __m256 *v, int w) {
+    if (e->ydt == QP_DTYPE_FLOAT || e->ydt == QP_DTYPE_FLOAT16) {
+        float t[16];
+        _mm256_storeu_ps(t, v[0]);
+        _mm256_storeu_ps(t + 8, v[1]);
+        if (e->ydt == QP_DTYPE_FLOAT16)
+            qp_f32_to_fp16_n(t, (uint16_t *)e->y + at, (size_t)w);
+        else
+            memcpy((float *)e->y + at, t, (size_t)w * sizeof *t);
+        return;
+    }
+    float lo = e->ydt == QP_DTYPE_INT8 ? -128.0f : 0.0f;
+    __m256 ys = _mm256_set1_ps(e->io->ys), zp = _mm256_set1_ps((float)e->io->yzp);
+    __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(lo + 255.0f);
+    __m256i q[2];
+    for (int h = 0; h < 2; h++) {
+        __m256 t = _mm256_div_ps(v[h], ys);
+        t = _mm256_add_ps(_mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
+        q[h] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(t, vlo), vhi));
+    }
+    /* in range already: the packs saturate nothing */
+    __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);
+    __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
+    __m128i p8 = e->ydt == QP_DTYPE_INT8 ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
+    if (w == 16) {
+        _mm_storeu_si128((__m128i *)((uint8_t *)e->y + at), p8);
+    } else {
+        uint8_t t[16];
+        _mm_storeu_si128((__m128i *)t, p8);
+        memcpy((uint8_t *)e->y + at, t, (size_t)w);
+    }
+}
+
+/* Rows i0 .. i0 + mr, columns j .. j + w (w <= 16) from the sums of x * w (acc[r][h]: columns
+ * j + 8 h ..): epi_one's arithmetic, each step over the whole tile. */
+AVX static void epi_tile(const struct epi_ctx *c, int64_t i0, int mr, int64_t j, int w,
+                         __m256i (*acc)[2]) {
+    const struct qp_i8g_epi *e = c->e;
+    if (c->zp) {
+        __m256i z = _mm256_set1_epi32(c->zp);
+        __m256i z0 = _mm256_mullo_epi32(z, _mm256_loadu_si256((const __m256i *)(c->colsum + j)));
+        __m256i z1 =
+            _mm256_mullo_epi32(z, _mm256_loadu_si256((const __m256i *)(c->colsum + j + 8)));
+        for (int r = 0; r < mr; r++) {
+            acc[r][0] = _mm256_sub_epi32(acc[r][0], z0);
+            acc[r][1] = _mm256_sub_epi32(acc[r][1], z1);
+        }
+    }
+    if (!e->io) {
+        for (int r = 0; r < mr; r++) {
+            int32_t t[16];
+            _mm256_storeu_si256((__m256i *)t, acc[r][0]);
+            _mm256_storeu_si256((__m256i *)(t + 8), acc[r][1]);
+            memcpy((int32_t *)e->y + (i0 + r) * e->ldy + j, t, (size_t)w * sizeof *t);
+        }
+        return;
+    }
+    __m256 osc0 = _mm256_loadu_ps(e->osc + j), osc1 = _mm256_loadu_ps(e->osc + j + 8);
+    __m256 b0 = _mm256_loadu_ps(e->bias + j), b1 = _mm256_loadu_ps(e->bias + j + 8);
+    __m256 v[2 * MR], rv[2 * MR] = {0};
+    for (int r = 0; r < mr; r++) {
+        v[2 * r] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][0]), osc0), b0);
+        v[2 * r + 1] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][1]), osc1), b1);
+    }
+    if (e->res)
+        for (int r = 0; r < mr; r++)
+            res_load(e, (i0 + r) * e->ldr + j, w, rv + 2 * r);
+    posts_n(e->io, v, rv, 2 * mr);
+    for (int r = 0; r < mr; r++)
+        store16(e, (i0 + r) * e->ldy + j, v + 2 * r, w);
+}
+
+#define ROWS4(X) X(0) X(1) X(2) X(3)
+
+/* Rows [0, mr) of A (a, lda apart) times the panel bp over kq quads, every A byte below 128:
+ * vpmaddubsw (pair sums within +-32512: no saturation), vpmaddwd with ones into int32. The
+ * accumulators are named variables so that they stay in registers. */
+AVX_INLINE void micro_u8(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *bp,
+                         __m256i acc[MR][2]) {
+    const __m256i one = _mm256_set1_epi16(1);
+#define U8_DECL(r) __m256i c##r##0 = _mm256_setzero_si256(), c##r##1 = _mm256_setzero_si256();
+    ROWS4(U8_DECL)
+    for (int64_t q = 0; q < kq; q++) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + q * QB));
+        __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + q * QB + 32));
+#define U8_STEP(r)                                                                                 \
+    if (mr > r) {                                                                                  \
+        __m256i av = _mm256_set1_epi32(load4(a + r * lda + 4 * q));                                \
+        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), one)); \
+        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), one)); \
+    }
+        ROWS4(U8_STEP)
+    }
+#define U8_OUT(r)                                                                                  \
+    acc[r][0] = c##r##0;                                                                           \
+    acc[r][1] = c##r##1;
+    ROWS4(U8_OUT)
+#undef U8_DECL
+#undef U8_STEP
+#undef U8_OUT
+}
+
+AVX_INLINE __m256i ext16(int is_signed, __m128i v) {
+    return is_signed ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v);
+}
+
+/* Rows [0, mr) (mr <= 2) for any A: bytes and weights widened to int16, vpmaddwd. Each
+ * accumulator holds two partial sums per column (quads' first and second pairs), added at the
+ * end. */
+AVX_INLINE void micro_s16(int is_signed, int mr, int64_t kq, const uint8_t *a, int64_t lda,
+                          const int8_t *bp, __m256i acc[2][2]) {
+    __m256i d00 = _mm256_setzero_si256(), d01 = d00, d02 = d00, d03 = d00;
+    __m256i d10 = d00, d11 = d00, d12 = d00, d13 = d00;
+    for (int64_t q = 0; q < kq; q++) {
+        const int8_t *bq = bp + q * QB;
+        __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bq));
+        __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bq + 16)));
+        __m256i w2 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bq + 32)));
+        __m256i w3 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bq + 48)));
+        __m256i a0 = ext16(is_signed, _mm_set1_epi32(load4(a + 4 * q)));
+        d00 = _mm256_add_epi32(d00, _mm256_madd_epi16(a0, w0));
+        d01 = _mm256_add_epi32(d01, _mm256_madd_epi16(a0, w1));
+        d02 = _mm256_add_epi32(d02, _mm256_madd_epi16(a0, w2));
+        d03 = _mm256_add_epi32(d03, _mm256_madd_epi16(a0, w3));
+        if (mr > 1) {
+            __m256i a1 = ext16(is_signed, _mm_set1_epi32(load4(a + lda + 4 * q)));
+            d10 = _mm256_add_epi32(d10, _mm256_madd_epi16(a1, w0));
+            d11 = _mm256_add_epi32(d11, _mm256_madd_epi16(a1, w1));
+            d12 = _mm256_add_epi32(d12, _mm256_madd_epi16(a1, w2));
+            d13 = _mm256_add_epi32(d13, _mm256_madd_epi16(a1, w3));
+        }
+    }
+    /* hadd gives columns (0 1 4 5 | 2 3 6 7); the permute puts them in order */
+    acc[0][0] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(d00, d01), 0xD8);
+    acc[0][1] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(d02, d03), 0xD8);
+    acc[1][0] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(d10, d11), 0xD8);
+    acc[1][1] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(d12, d13), 0xD8);
+}
+
+AVX static void sums_u8(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *bp,
+                        __m256i acc[MR][2]) {
+    switch (mr) {
+    case 4:
+        micro_u8(4, kq, a, lda, bp, acc);
+        break;
+    case 3:
+        micro_u8(3, kq, a, lda, bp, acc);
+        break;
+    case 2:
+        micro_u8(2, kq, a, lda, bp, acc);
+        break;
+    default:
+        micro_u8(1, kq, a, lda, bp, acc);
+        break;
+    }
+}
+
+AVX static void sums_s16(int is_signed, int mr, int64_t kq, const uint8_t *a, int64_t lda,
+                         const int8_t *bp, __m256i acc[MR][2]) {
+    for (int r = 0; r < mr; r += 2) {
+        int two = mr - r >= 2;
+        const uint8_t *ar = a + r * lda;
+        if (is_signed && two)
+            micro_s16(1, 2, kq, ar, lda, bp, acc + r);
+        else if (is_signed)
+            micro_s16(1, 1, kq, ar, lda, bp, acc + r);
+        else if (two)
+            micro_s16(0, 2, kq, ar, lda, bp, acc + r);
+        else
+            micro_s16(0, 1, kq, ar, lda, bp, acc + r);
+    }
+}
+
+AVX static void tile_avx2(const struct job *jb, int64_t i0, int mr, int64_t p) {
+    __m256i acc[MR + 1][2]; /* micro_s16 writes pairs of rows */
+    const uint8_t *a = (const uint8_t *)jb->a->data + i0 * jb->a->lda;
+    const int8_t *bp = jb->b->panels + p * jb->kq * QB;
+    if (jb->a->small)
+        sums_u8(mr, jb->kq, a, jb->a->lda, bp, acc);
+    else
+        sums_s16(jb->a->is_signed, mr, jb->kq, a, jb->a->lda, bp, acc);
+    int w = (int)(jb->b->n - p * NR < NR ? jb->b->n - p * NR : NR);
+    epi_tile(&jb->ctx, i0, mr, p * NR, w, acc);
+}
+
+AVX static int small_avx2(const uint8_t *x, size_t n) {
+    __m256i acc = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        acc = _mm256_or_si256(acc, _mm256_loadu_si256((const __m256i *)(x + i)));
+    int bad = _mm256_movemask_epi8(acc);
+    for (; i < n; i++)
+        bad |= x[i] & 0x80;
+    return !bad;
+}
+
+/* 16 channels' bytes at p (fewer when only `left` remain: the rest 0), widened to int16. */
+AVX_INLINE __m256i dw_load(int is_signed, const uint8_t *p, int64_t left) {
+    __m128i v;
+    if (left >= 16) {
+        v = _mm_loadu_si128((const __m128i *)p);
+    } else {
+        uint8_t t[16] = {0};
+        memcpy(t, p, (size_t)left);
+        v = _mm_loadu_si128((const __m128i *)t);
+    }
+    return ext16(is_signed, v);
+}
+
+AVX static void dw_row_avx2(const struct qp_conv_state *g, const uint8_t *const *px, int is_signed,
+                            const struct dw_view *v, const struct epi_ctx *ctx, int64_t row) {
+    int64_t ks = g->k_sz;
+    for (int64_t c0 = 0; c0 < g->c; c0 += 16) {
+        int64_t left = g->c - c0;
+        __m256i lo = _mm256_setzero_si256(), hi = lo;
+        const int16_t *wb = v->w + c0 / 16 * v->npair * 32;
+        for (int64_t pp = 0; pp < v->npair; pp++) {
+            const uint8_t *p1 = 2 * pp + 1 < ks ? px[2 * pp + 1] : px[2 * pp];
+            __m256i x0 = dw_load(is_signed, px[2 * pp] + c0, left);
+            __m256i x1 = dw_load(is_signed, p1 + c0, left);
+            __m256i wl = _mm256_loadu_si256((const __m256i *)(wb + pp * 32));
+            __m256i wh = _mm256_loadu_si256((const __m256i *)(wb + pp * 32 + 16));
+            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), wl));
+            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), wh));
+        }
+        /* lo holds channels (0..3 | 8..11), hi (4..7 | 12..15) */
+        __m256i a[1][2] = {
+            {_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31)}};
+        epi_tile(ctx, row, 1, c0, left < 16 ? (int)left : 16, a);
+    }
+}
+
+#else
+#define HAVE_AVX2 0
+#endif
+
+/* ---- drivers ------------------------------------------------------------------------------ */
+
+static int use_avx2(enum qp_isa isa) {
+    return HAVE_AVX2 && isa >= QP_ISA_AVX2;
+}
+
+static void item(enum qp_isa isa, const struct job *jb, int64_t r0, int64_t r1, int64_t p0,
+                 int64_t p1) {
+    for (int64_t p = p0; p < p1; p++)
+        for (int64_t i = r0; i < r1; i += MR) {
+            int mr = (int)(r1 - i < MR ? r1 - i : MR);
+#if HAVE_AVX2
+            if (use_avx2(isa)) {
+                tile_avx2(jb, i, mr, p);
+                continue;
+            }
+#endif
+            tile_c(jb, i, mr, p);
+        }
+}
+
+void qp_i8g_gemm(enum qp_isa isa, int64_t m, const struct qp_i8g_a *a, const struct qp_i8g_b *b,
+                 const struct qp_i8g_epi *e, int n_threads) {
+    if (m <= 0 || b->n <= 0) return;
+    struct job jb = {a, b, {e, b->colsum, a->zp}, m, kquads(b->k), qp_i8g_npad(b->n) / NR};
+    /* Smaller items when there would be too few for the threads (ResNet's 7x7 layers). */
+    int64_t mc = MC, pg = PG;
+    int nt = (double)m * (double)b->n * (double)b->k < 262144.0 ? 1 : n_threads;
+    while (((m + mc - 1) / mc) * ((jb.np + pg - 1) / pg) < 4 * nt && (pg > 1 || mc > MR)) {
+        if (pg > 1)
+            pg /= 2;
+        else
+            mc /= 2;
+    }
+    int64_t nrb = (m + mc - 1) / mc, npg = (jb.np + pg - 1) / pg;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int64_t t = 0; t < nrb * npg; t++) {
+        int64_t r0 = t / npg * mc, p0 = t % npg * pg;
+        int64_t r1 = r0 + mc < m ? r0 + mc : m, p1 = p0 + pg < jb.np ? p0 + pg : jb.np;
+        item(isa, &jb, r0, r1, p0, p1);
+    }
+}
+
+#define SCAN_PIECE 65536
+
+int qp_i8g_small(enum qp_isa isa, const void *x, size_t n, int n_threads) {
+    const uint8_t *b = x;
+    int64_t pieces = (int64_t)((n + SCAN_PIECE - 1) / SCAN_PIECE);
+    int bad = 0, nt = n < 4 * SCAN_PIECE ? 1 : n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(| : bad)
+    for (int64_t k = 0; k < pieces; k++) {
+        size_t at = (size_t)k * SCAN_PIECE, len = n - at < SCAN_PIECE ? n - at : SCAN_PIECE;
+#if HAVE_AVX2
+        if (use_avx2(isa)) {
+            bad |= !small_avx2(b + at, len);
+            continue;
+        }
+#endif
+        uint8_t acc = 0;
+        for (size_t i = 0; i < len; i++)
+            acc |= b[at + i];
+        bad |= acc >> 7;
+    }
+    return !bad;
+}
+
+/* One im2col row: output pixel r (batch folded in). */
+static void im2col_row(const struct qp_conv_state *g, const uint8_t *x, uint8_t fill, uint8_t *dst,
+                       int64_t r, int64_t ld) {
+    int64_t C = g->c, P = g->out_sz, b = r / P, o = r % P;
+    int64_t o0 = o / (g->out3[1] * g->out3[2]), o1 = o / g->out3[2] % g->out3[1],
+            o2 = o % g->out3[2];
+    const uint8_t *xb = x + b * g->in_sz * C;
+    uint8_t *d = dst;
+    int64_t i2a = o2 * g->s3[2] - g->p3[2], run = g->k3[2] * C;
+    int whole = g->d3[2] == 1 && i2a >= 0 && i2a + g->k3[2] <= g->in3[2];
+    for (int64_t k0 = 0; k0 < g->k3[0]; k0++) {
+        int64_t i0 = o0 * g->s3[0] - g->p3[0] + k0 * g->d3[0];
+        for (int64_t k1 = 0; k1 < g->k3[1]; k1++) {
+            int64_t i1 = o1 * g->s3[1] - g->p3[1] + k1 * g->d3[1];
+            int in01 = i0 >= 0 && i0 < g->in3[0] && i1 >= 0 && i1 < g->in3[1];
+            const uint8_t *xr = in01 ? xb + (i0 * g->in3[1] + i1) * g->in3[2] * C : xb;
+            if (in01 && whole) {
+                memcpy(d, xr + i2a * C, (size_t)run);
+                d += run;
+                continue;
+            }
+            for (int64_t k2 = 0; k2 < g->k3[2]; k2++, d += C) {
+                int64_t i2 = i2a + k2 * g->d3[2];
+                if (in01 && i2 >= 0 && i2 < g->in3[2])
+                    memcpy(d, xr + i2 * C, (size_t)C);
+                else
+                    memset(d, fill, (size_t)C);
+            }
+        }
+    }
+    memset(d, 0, (size_t)(ld - (d - dst)));
+}
+
+void qp_i8g_im2col(const struct qp_conv_state *g, const void *x, uint8_t fill, void *col,
+                   int64_t ld, int n_threads) {
+    int64_t rows = g->n * g->out_sz;
+    int nt = rows * ld < 65536 ? 1 : n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        im2col_row(g, x, fill, (uint8_t *)col + r * ld, r, ld);
+}
+
+/* The input pixels (channels-last rows) of output pixel `row`'s kernel positions, the zero
+ * point's row for those in the padding. */
+static void dw_pixels(const struct qp_conv_state *g, const uint8_t *x, const uint8_t *zrow,
+                      int64_t row, const uint8_t **px) {
+    int64_t C = g->c, P = g->out_sz, b = row / P, o = row % P;
+    int64_t o0 = o / (g->out3[1] * g->out3[2]), o1 = o / g->out3[2] % g->out3[1],
+            o2 = o % g->out3[2];
+    const uint8_t *xb = x + b * g->in_sz * C;
+    int64_t k = 0;
+    for (int64_t k0 = 0; k0 < g->k3[0]; k0++) {
+        int64_t i0 = o0 * g->s3[0] - g->p3[0] + k0 * g->d3[0];
+        for (int64_t k1 = 0; k1 < g->k3[1]; k1++) {
+            int64_t i1 = o1 * g->s3[1] - g->p3[1] + k1 * g->d3[1];
+            for (int64_t k2 = 0; k2 < g->k3[2]; k2++, k++) {
+                int64_t i2 = o2 * g->s3[2] - g->p3[2] + k2 * g->d3[2];
+                int in = i0 >= 0 && i0 < g->in3[0] && i1 >= 0 && i1 < g->in3[1] && i2 >= 0 &&
+                         i2 < g->in3[2];
+                px[k] = in ? xb + ((i0 * g->in3[1] + i1) * g->in3[2] + i2) * C : zrow;
+            }
+        }
+    }
+}
+
+void qp_i8g_depthwise(enum qp_isa isa, const struct qp_conv_state *g, const void *x, int is_signed,
+                      int32_t zp, const void *packed, const struct qp_i8g_epi *e, int n_threads) {
+    if (g->k_sz > DW_MAX_K) return; /* qp_i8g_dw_pack_bytes refused it */
+    struct dw_view v = dw_view(packed, g->c, g->k_sz);
+    struct epi_ctx ctx = {e, v.wsum, zp};
+    int64_t rows = g->n * g->out_sz;
+    int nt = rows * g->c * g->k_sz < 65536 ? 1 : n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t row = 0; row < rows; row++) {
+        const uint8_t *px[DW_MAX_K];
+        dw_pixels(g, x, v.zrow, row, px);
+#if HAVE_AVX2
+        if (use_avx2(isa)) {
+            dw_row_avx2(g, px, is_signed, &v, &ctx, row);
+            continue;
+        }
+#endif
+        dw_row_c(g, px, is_signed, &v, &ctx, row);
+    }
+}
