@@ -256,8 +256,8 @@ AVX_INLINE void posts_n(const struct qp_i8_io *io, __m256 *v, const __m256 *rv, 
                 v[i] = _mm256_div_ps(_mm256_mul_ps(v[i], h), six);
             }
             break;
-        case QP_CONV_POST_SUM:
-            for (int i = 0; i < n; i++)
+        case QP_CONV_POST_SUM: /* rv is NULL only without a residual, hence without a SUM */
+            for (int i = 0; rv && i < n; i++)
                 v[i] = _mm256_add_ps(v[i], rv[i]);
             break;
         default: /* Sigmoid: the reference's expf, lane by lane */
@@ -367,7 +367,7 @@ AVX static void epi_tile(const struct epi_ctx *c, int64_t i0, int mr, int64_t j,
     }
     __m256 osc0 = _mm256_loadu_ps(e->osc + j), osc1 = _mm256_loadu_ps(e->osc + j + 8);
     __m256 b0 = _mm256_loadu_ps(e->bias + j), b1 = _mm256_loadu_ps(e->bias + j + 8);
-    __m256 v[2 * MR], rv[2 * MR] = {0};
+    __m256 v[2 * MR], rv[2 * MR];
     for (int r = 0; r < mr; r++) {
         v[2 * r] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][0]), osc0), b0);
         v[2 * r + 1] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][1]), osc1), b1);
@@ -375,7 +375,7 @@ AVX static void epi_tile(const struct epi_ctx *c, int64_t i0, int mr, int64_t j,
     if (e->res)
         for (int r = 0; r < mr; r++)
             res_load(e, (i0 + r) * e->ldr + j, w, rv + 2 * r);
-    posts_n(e->io, v, rv, 2 * mr);
+    posts_n(e->io, v, e->res ? rv : NULL, 2 * mr);
     for (int r = 0; r < mr; r++)
         store16(e, (i0 + r) * e->ldy + j, v + 2 * r, w);
 }

@@ -14,6 +14,7 @@
 
 struct pool_state {
     int is_max, count_pad, storage_order;
+    int nhwc; /* int8 MaxPool: the tensors are stored channels last (attribute nhwc) */
     int64_t planes, c;
     int64_t in3[3], out3[3], k3[3], s3[3], d3[3], p3[3], pe3[3];
     int64_t in_sz, out_sz;
@@ -172,8 +173,54 @@ enum qp_status qp_k_maxpool_prepare(struct qp_kprep *p) {
     p->state = q.state;
     p->scratch = q.scratch;
     if (st) return st;
+    struct pool_state *s = p->state;
+    s->nhwc = qp_kattr_int(p->node, "nhwc", 0) != 0;
+    if (s->nhwc && p->n_out > 1 && p->out[1])
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "indices of a channels-last MaxPool");
     struct qp_kt *y = p->out[0];
     return qp_kt_set(y, x->dtype, y->rank, y->dims, p->err);
+}
+
+/* int8/uint8 max pooling on channels-last tensors (attribute nhwc: the integer path keeps the
+ * tensors between QConv nodes so, kernels/int8_conv.h): per output pixel, the maximum over the
+ * window's pixels, channel by channel (int8 compares as uint8 with the sign bit flipped). A
+ * window entirely in the padding gives the type's minimum, as the generic loop does. */
+static void maxpool8_nhwc(const struct qp_krun *r) {
+    const struct pool_state *s = r->state;
+    const uint8_t *x = r->in[0]->data;
+    uint8_t *y = r->out[0]->data;
+    uint8_t flip = r->in[0]->dtype == QP_DTYPE_INT8 ? 0x80 : 0;
+    int64_t C = s->c, pix = s->planes / (C ? C : 1) * s->out_sz;
+    int nt = pix * C < 4096 ? 1 : r->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t px = 0; px < pix; px++) {
+        int64_t b = px / s->out_sz, o = px % s->out_sz;
+        int64_t o0 = o / (s->out3[1] * s->out3[2]), o1 = o / s->out3[2] % s->out3[1];
+        int64_t o2 = o % s->out3[2];
+        uint8_t *yp = y + px * C;
+        memset(yp, 0, (size_t)C);
+        for (int64_t k0 = 0; k0 < s->k3[0]; k0++) {
+            int64_t i0 = o0 * s->s3[0] - s->p3[0] + k0 * s->d3[0];
+            for (int64_t k1 = 0; k1 < s->k3[1]; k1++) {
+                int64_t i1 = o1 * s->s3[1] - s->p3[1] + k1 * s->d3[1];
+                for (int64_t k2 = 0; k2 < s->k3[2]; k2++) {
+                    int64_t i2 = o2 * s->s3[2] - s->p3[2] + k2 * s->d3[2];
+                    if (i0 < 0 || i0 >= s->in3[0] || i1 < 0 || i1 >= s->in3[1] || i2 < 0 ||
+                        i2 >= s->in3[2])
+                        continue;
+                    const uint8_t *xp =
+                        x + (b * s->in_sz + (i0 * s->in3[1] + i1) * s->in3[2] + i2) * C;
+#pragma omp simd
+                    for (int64_t c = 0; c < C; c++) {
+                        uint8_t v = (uint8_t)(xp[c] ^ flip);
+                        yp[c] = v > yp[c] ? v : yp[c];
+                    }
+                }
+            }
+        }
+        for (int64_t c = 0; c < C; c++)
+            yp[c] ^= flip;
+    }
 }
 
 /* 2-D int8/uint8 max pooling without indices or dilation (the integer path's MaxPool between
@@ -217,6 +264,10 @@ enum qp_status qp_k_maxpool_run(const struct qp_krun *r) {
     enum qp_dtype dt = r->in[0]->dtype;
     if (!is_int8_pool(dt)) return qp_k_pool_run(r);
     const struct pool_state *s = r->state;
+    if (s->nhwc) {
+        maxpool8_nhwc(r);
+        return QP_OK;
+    }
     const uint8_t *x = r->in[0]->data;
     uint8_t *y = r->out[0]->data;
     int is_signed = dt == QP_DTYPE_INT8;
@@ -438,7 +489,7 @@ __attribute__((target("avx2"))) static void max8_avx2(const float *xp, int64_t i
 enum qp_status qp_k_maxpool_fast_run(const struct qp_krun *r) {
     const struct pool_state *s = r->state;
     int has_ind = r->n_out > 1 && r->out[1];
-    if (is_int8_pool(r->in[0]->dtype) && maxpool8_fast(r)) return QP_OK;
+    if (is_int8_pool(r->in[0]->dtype) && !s->nhwc && maxpool8_fast(r)) return QP_OK;
     if (!s->is_max || has_ind || r->in[0]->dtype != QP_DTYPE_FLOAT || s->in3[0] != 1 ||
         s->k3[0] != 1 || s->out3[0] != 1 || s->p3[0] != 0 || s->pe3[0] != 0 || s->d3[1] != 1 ||
         s->d3[2] != 1)

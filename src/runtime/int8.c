@@ -577,22 +577,57 @@ static enum qp_status sweep(struct qp_graph *g, struct rt_int8_report *rep, stru
     return QP_OK;
 }
 
-/* Int8 tensors that only QConv nodes exchange, as source or residual, stay channels last. */
+/* 1 when every reader of v is a QConv reading it as source or residual. */
+static int qconv_readers(const struct qp_graph *g, const struct qp_value *v) {
+    int all = v->n_uses > 0 && !v->is_graph_output;
+    for (size_t u = 0; all && u < v->n_uses; u++)
+        all = is_qconv(&g->nodes[v->uses[u].node]) &&
+              (v->uses[u].input == 0 || v->uses[u].input == 9);
+    return all;
+}
+
+/* A MaxPool (on the int8 output of a QConv, so int8 itself) without indices whose output only
+ * QConv nodes read: it can run channels last between them (pool.c, attribute `nhwc`). */
+static int nhwc_maxpool(const struct qp_graph *g, const struct qp_use *u) {
+    const struct qp_node *n = &g->nodes[u->node];
+    if (n->dead || !qp_node_is(n, "MaxPool") || u->input != 0 || n->n_outputs < 1 ||
+        (n->n_outputs > 1 && n->outputs[1] >= 0) || n->outputs[0] < 0)
+        return 0;
+    return qconv_readers(g, &g->values[n->outputs[0]]);
+}
+
+static int mark_readers(struct qp_graph *g, const struct qp_value *v) {
+    for (size_t u = 0; u < v->n_uses; u++)
+        if (!i8g_add_int(g, v->uses[u].node, v->uses[u].input == 0 ? "src_nhwc" : "res_nhwc", 1))
+            return 0;
+    return 1;
+}
+
+/* Int8 tensors that only QConv nodes exchange, as source or residual, stay channels last; so do
+ * those around a MaxPool between QConv nodes (ResNet's stem). */
 static int mark_nhwc(struct qp_graph *g) {
     for (size_t k = 0; k < g->n_nodes; k++) {
         const struct qp_node *n = &g->nodes[k];
         if (!is_qconv(n) || i8g_in_at(n, 7) < 0) continue;
         const struct qp_value *v = &g->values[n->outputs[0]];
         int all = v->n_uses > 0 && !v->is_graph_output;
-        for (size_t u = 0; all && u < v->n_uses; u++)
-            all = is_qconv(&g->nodes[v->uses[u].node]) &&
-                  (v->uses[u].input == 0 || v->uses[u].input == 9);
+        for (size_t u = 0; all && u < v->n_uses; u++) {
+            const struct qp_use *vu = &v->uses[u];
+            all = (is_qconv(&g->nodes[vu->node]) && (vu->input == 0 || vu->input == 9)) ||
+                  nhwc_maxpool(g, vu);
+        }
         if (!all) continue;
         if (!i8g_add_int(g, (int)k, "dst_nhwc", 1)) return 0;
-        for (size_t u = 0; u < v->n_uses; u++)
-            if (!i8g_add_int(g, v->uses[u].node, v->uses[u].input == 0 ? "src_nhwc" : "res_nhwc",
-                             1))
-                return 0;
+        for (size_t u = 0; u < v->n_uses; u++) {
+            int r = v->uses[u].node;
+            if (!is_qconv(&g->nodes[r])) {
+                if (!i8g_add_int(g, r, "nhwc", 1) ||
+                    !mark_readers(g, &g->values[g->nodes[r].outputs[0]]))
+                    return 0;
+                continue;
+            }
+            if (!i8g_add_int(g, r, v->uses[u].input == 0 ? "src_nhwc" : "res_nhwc", 1)) return 0;
+        }
     }
     return 1;
 }

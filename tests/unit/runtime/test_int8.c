@@ -583,6 +583,51 @@ static void test_exact_avx2_path(void **state) {
     unsetenv("QP_INT8_VNNI");
 }
 
+/* QConv -> MaxPool 3x3 stride 2 pad 1 (between Q/DQ of one scale) -> QConv: the MaxPool runs on
+ * the channels-last int8 tensors the QConv nodes exchange (attribute nhwc), and the result is
+ * the float oracle's exactly (power-of-two scales). */
+static void test_maxpool_nhwc(void **state) {
+    (void)state;
+    static const int64_t pads[4] = {1, 1, 1, 1}, s2[2] = {2, 2}, k3[2] = {3, 3};
+    rt_rng = 31;
+    struct qp_model *m = model_with_x(4, x_dims);
+    qdq(m, "x", "xd", 0.0078125f);
+    conv_weights_k(m, "w1", "w1f", C, 3);
+    conv_weights_k(m, "w2", "w2f", M, 1);
+    const char *c1[3] = {"xd", "w1f", "w1_b"}, *c2[3] = {"pd", "w2f", "w2_b"};
+    node(m, "c1", "Conv", 3, c1, "a0");
+    ints_attr(m, "c1", "pads", pads, 4);
+    const char *r1[1] = {"a0"}, *mp[1] = {"ad"};
+    node(m, "r1", "Relu", 1, r1, "a");
+    qdq(m, "a", "ad", 0.125f);
+    node(m, "pool", "MaxPool", 1, mp, "p");
+    ints_attr(m, "pool", "kernel_shape", k3, 2);
+    ints_attr(m, "pool", "strides", s2, 2);
+    ints_attr(m, "pool", "pads", pads, 4);
+    qdq(m, "p", "pd", 0.125f);
+    node(m, "c2", "Conv", 3, c2, "b");
+    qdq(m, "b", "y", 0.5f);
+    finish(m, "y");
+    fill_x(0.99f);
+    static float y_mp[M * HO * HO], y_fq[M * HO * HO];
+    struct qp_session *s;
+    run(m, QP_INT8_AUTO, xin, y_mp, M * HO * HO, &s);
+    assert_int_equal(s->int8->n_qconv, 2);
+    int pool = qp_graph_find_node(s->g, "pool");
+    assert_true(pool >= 0);
+    assert_int_equal(qp_kattr_int(&s->g->nodes[pool], "nhwc", 0), 1);
+    qp_session_free(s);
+    run(m, QP_INT8_OFF, xin, y_fq, M * HO * HO, NULL);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < M * HO * HO; i++) {
+        if (y_mp[i] != y_fq[i])
+            fail_msg("element %zu: int8 %g, float oracle %g", i, (double)y_mp[i], (double)y_fq[i]);
+        nonzero += y_mp[i] != 0;
+    }
+    assert_true(nonzero > M * HO * HO / 4);
+    qp_model_free(m);
+}
+
 /* The path follows the CPU: oneDNN int8 only with VNNI (ONEDNN_MAX_CPU_ISA=AVX2 in the @avx2
  * variant of this test takes the other branch on an AVX-512 VNNI machine); without VNNI the AVX2
  * kernels for the geometries they take (group 1, depthwise), oneDNN float for the rest or when
@@ -691,11 +736,17 @@ static void test_flow_decisions(void **state) {
 int main(void) {
     (void)insert_qdq;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_residual_block),    cmocka_unit_test(test_exact_vnni_path),
-        cmocka_unit_test(test_exact_float_path),  cmocka_unit_test(test_exact_avx2_path),
-        cmocka_unit_test(test_path_selection),    cmocka_unit_test(test_flow_decisions),
-        cmocka_unit_test(test_gate_requantized),  cmocka_unit_test(test_conv_bn),
-        cmocka_unit_test(test_matmul_projection), cmocka_unit_test(test_matmul_two_activations),
+        cmocka_unit_test(test_residual_block),
+        cmocka_unit_test(test_exact_vnni_path),
+        cmocka_unit_test(test_exact_float_path),
+        cmocka_unit_test(test_exact_avx2_path),
+        cmocka_unit_test(test_maxpool_nhwc),
+        cmocka_unit_test(test_path_selection),
+        cmocka_unit_test(test_flow_decisions),
+        cmocka_unit_test(test_gate_requantized),
+        cmocka_unit_test(test_conv_bn),
+        cmocka_unit_test(test_matmul_projection),
+        cmocka_unit_test(test_matmul_two_activations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
