@@ -224,8 +224,10 @@ AVX_INLINE int32_t load4(const uint8_t *p) {
 }
 
 /* The post-operations on n vectors, one operation at a time over all of them:
- * qp_conv_post_ref's operations, lane by lane. */
-AVX_INLINE void posts_n(const struct qp_i8_io *io, __m256 *v, const __m256 *rv, int n) {
+ * qp_conv_post_ref's operations, lane by lane. q8: the values go to an int8 store, which does
+ * not see the sign of a zero, so Relu may give +0 where the reference's alpha * x gives -0 (the
+ * only difference a maximum makes on finite values, and the later operations keep it a zero). */
+AVX_INLINE void posts_n(const struct qp_i8_io *io, __m256 *v, const __m256 *rv, int n, int q8) {
     const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
     for (int k = 0; k < io->n_post; k++) {
         const struct qp_conv_post *q = &io->post[k];
@@ -236,6 +238,11 @@ AVX_INLINE void posts_n(const struct qp_i8_io *io, __m256 *v, const __m256 *rv, 
                 v[i] = _mm256_add_ps(_mm256_mul_ps(al, v[i]), be);
             break;
         case QP_CONV_POST_RELU:
+            if (q8 && q->alpha == 0.0f) {
+                for (int i = 0; i < n; i++)
+                    v[i] = _mm256_max_ps(v[i], zero);
+                break;
+            }
             for (int i = 0; i < n; i++)
                 v[i] = _mm256_blendv_ps(_mm256_mul_ps(al, v[i]), v[i],
                                         _mm256_cmp_ps(v[i], zero, _CMP_GT_OQ));
@@ -303,41 +310,79 @@ AVX_INLINE void res_load(const struct qp_i8g_epi *e, int64_t at, int w, __m256 *
     __m256i q0 = sgn ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
     __m256i q1 = sgn ? _mm256_cvtepi8_epi32(b1) : _mm256_cvtepu8_epi32(b1);
     __m256 zp = _mm256_set1_ps((float)e->io->rzp), sc = _mm256_set1_ps(e->io->rs);
-    r[0] = _mm256_mul_ps(sc, _mm256_sub_ps(_mm256_cvtepi32_ps(q0), zp));
-    r[1] = _mm256_mul_ps(sc, _mm256_sub_ps(_mm256_cvtepi32_ps(q1), zp));
+    __m256 f0 = _mm256_cvtepi32_ps(q0), f1 = _mm256_cvtepi32_ps(q1);
+    if (e->io->rzp) { /* q - 0.0f is q: integers, never -0 */
+        f0 = _mm256_sub_ps(f0, zp);
+        f1 = _mm256_sub_ps(f1, zp);
+    }
+    r[0] = _mm256_mul_ps(sc, f0);
+    r[1] = _mm256_mul_ps(sc, f1);
 }
 
-/* Stores 16 real values (w of them) at element `at` of y: store_one, lane by lane. */
-AVX_INLINE void store16(const struct qp_i8g_epi *e, int64_t at, const __m256 *v, int w) {
-    if (e->ydt == QP_DTYPE_FLOAT || e->ydt == QP_DTYPE_FLOAT16) {
-        float t[16];
-        _mm256_storeu_ps(t, v[0]);
-        _mm256_storeu_ps(t + 8, v[1]);
-        if (e->ydt == QP_DTYPE_FLOAT16)
-            qp_f32_to_fp16_n(t, (uint16_t *)e->y + at, (size_t)w);
-        else
-            memcpy((float *)e->y + at, t, (size_t)w * sizeof *t);
-        return;
+/* Float and fp16 outputs: 16 values (w of them) at element `at` of y. */
+AVX_INLINE void store16_float(const struct qp_i8g_epi *e, int64_t at, const __m256 *v, int w) {
+    float t[16];
+    _mm256_storeu_ps(t, v[0]);
+    _mm256_storeu_ps(t + 8, v[1]);
+    if (e->ydt == QP_DTYPE_FLOAT16)
+        qp_f32_to_fp16_n(t, (uint16_t *)e->y + at, (size_t)w);
+    else
+        memcpy((float *)e->y + at, t, (size_t)w * sizeof *t);
+}
+
+/* round_half_even(v / y_scale) for n vectors into v, exactly as the reference rounds the
+ * quotient (a division is slow: 8 of them cost more than the rest of the epilogue). The quotient
+ * is taken as t = v * fl(1 / y_scale), within 3 * 2^-24 |t| of the correctly rounded v / y_scale
+ * (two roundings of 2^-24 each, one more for the reference's own quotient), so both round to
+ * the same integer unless t is within that of a half-integer: then, or for NaN or |t| >= 2^23
+ * (where t - round(t) is not exact), the tile divides. The margin checked is 8 * 2^-24 |t|. */
+AVX_INLINE void quotient_rounded(const struct qp_i8g_epi *e, const __m256 *v, __m256 *t, int n) {
+    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m256 inv = _mm256_set1_ps(1.0f / e->io->ys), half = _mm256_set1_ps(0.5f);
+    const __m256 sign = _mm256_set1_ps(-0.0f), eps = _mm256_set1_ps(0x1p-21f);
+    __m256 ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    for (int i = 0; i < n; i++) {
+        t[i] = _mm256_mul_ps(v[i], inv);
+        __m256 r = _mm256_round_ps(t[i], mode);
+        __m256 off = _mm256_andnot_ps(sign, _mm256_sub_ps(t[i], r)); /* exact: |t| < 2^23 */
+        __m256 lim = _mm256_sub_ps(half, _mm256_mul_ps(_mm256_andnot_ps(sign, t[i]), eps));
+        ok = _mm256_and_ps(ok, _mm256_cmp_ps(off, lim, _CMP_LT_OQ));
+        t[i] = r;
     }
+    if (_mm256_movemask_ps(ok) == 0xff) return;
+    const __m256 ys = _mm256_set1_ps(e->io->ys);
+    for (int i = 0; i < n; i++)
+        t[i] = _mm256_round_ps(_mm256_div_ps(v[i], ys), mode);
+}
+
+/* Int8 outputs: rows i0 .. i0 + mr of 16 real values each (w of them) at column j of y,
+ * requantized as store_one does. */
+AVX_INLINE void store_q8(const struct qp_i8g_epi *e, int64_t i0, int mr, int64_t j, int w,
+                         const __m256 *v) {
     float lo = e->ydt == QP_DTYPE_INT8 ? -128.0f : 0.0f;
-    __m256 ys = _mm256_set1_ps(e->io->ys), zp = _mm256_set1_ps((float)e->io->yzp);
-    __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(lo + 255.0f);
-    __m256i q[2];
-    for (int h = 0; h < 2; h++) {
-        __m256 t = _mm256_div_ps(v[h], ys);
-        t = _mm256_add_ps(_mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
-        q[h] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(t, vlo), vhi));
-    }
-    /* in range already: the packs saturate nothing */
-    __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);
-    __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
-    __m128i p8 = e->ydt == QP_DTYPE_INT8 ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
-    if (w == 16) {
-        _mm_storeu_si128((__m128i *)((uint8_t *)e->y + at), p8);
-    } else {
-        uint8_t t[16];
-        _mm_storeu_si128((__m128i *)t, p8);
-        memcpy((uint8_t *)e->y + at, t, (size_t)w);
+    const __m256 zp = _mm256_set1_ps((float)e->io->yzp), vlo = _mm256_set1_ps(lo),
+                 vhi = _mm256_set1_ps(lo + 255.0f);
+    __m256 rq[2 * MR];
+    quotient_rounded(e, v, rq, 2 * mr);
+    int sgn = e->ydt == QP_DTYPE_INT8;
+    for (int r = 0; r < mr; r++) {
+        __m256i q[2];
+        for (int h = 0; h < 2; h++) {
+            __m256 t = _mm256_add_ps(rq[2 * r + h], zp);
+            q[h] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(t, vlo), vhi));
+        }
+        /* in range already: the packs saturate nothing */
+        __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);
+        __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
+        __m128i p8 = sgn ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
+        uint8_t *y = (uint8_t *)e->y + (i0 + r) * e->ldy + j;
+        if (w == 16) {
+            _mm_storeu_si128((__m128i *)y, p8);
+        } else {
+            uint8_t t[16];
+            _mm_storeu_si128((__m128i *)t, p8);
+            memcpy(y, t, (size_t)w);
+        }
     }
 }
 
@@ -375,9 +420,14 @@ AVX static void epi_tile(const struct epi_ctx *c, int64_t i0, int mr, int64_t j,
     if (e->res)
         for (int r = 0; r < mr; r++)
             res_load(e, (i0 + r) * e->ldr + j, w, rv + 2 * r);
-    posts_n(e->io, v, e->res ? rv : NULL, 2 * mr);
+    posts_n(e->io, v, e->res ? rv : NULL, 2 * mr,
+            e->ydt == QP_DTYPE_INT8 || e->ydt == QP_DTYPE_UINT8);
+    if (e->ydt == QP_DTYPE_INT8 || e->ydt == QP_DTYPE_UINT8) {
+        store_q8(e, i0, mr, j, w, v);
+        return;
+    }
     for (int r = 0; r < mr; r++)
-        store16(e, (i0 + r) * e->ldy + j, v + 2 * r, w);
+        store16_float(e, (i0 + r) * e->ldy + j, v + 2 * r, w);
 }
 
 #define ROWS4(X) X(0) X(1) X(2) X(3)
@@ -578,7 +628,11 @@ void qp_i8g_gemm(enum qp_isa isa, int64_t m, const struct qp_i8g_a *a, const str
         else
             mc /= 2;
     }
-    int64_t nrb = (m + mc - 1) / mc, npg = (jb.np + pg - 1) / pg;
+    /* Row blocks of equal size (a multiple of MR), so that the items are alike. */
+    int64_t nrb = (m + mc - 1) / mc;
+    mc = ((m + nrb - 1) / nrb + MR - 1) / MR * MR;
+    nrb = (m + mc - 1) / mc;
+    int64_t npg = (jb.np + pg - 1) / pg;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (int64_t t = 0; t < nrb * npg; t++) {
         int64_t r0 = t / npg * mc, p0 = t % npg * pg;
@@ -610,6 +664,35 @@ int qp_i8g_small(enum qp_isa isa, const void *x, size_t n, int n_threads) {
     return !bad;
 }
 
+/* n bytes from s to d (apart), as a few fixed-size moves: im2col's pieces are a pixel's channels
+ * (3 for an RGB image), too short for a memcpy call to pay. */
+static inline void copy_short(uint8_t *d, const uint8_t *s, int64_t n) {
+    if (n >= 16) {
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            memcpy(d + i, s + i, 16);
+        if (i < n) memcpy(d + n - 16, s + n - 16, 16);
+    } else if (n >= 8) {
+        memcpy(d, s, 8);
+        memcpy(d + n - 8, s + n - 8, 8);
+    } else if (n >= 4) {
+        memcpy(d, s, 4);
+        memcpy(d + n - 4, s + n - 4, 4);
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            d[i] = s[i];
+    }
+}
+
+static inline void fill_short(uint8_t *d, uint8_t v, int64_t n) {
+    if (n > 64) {
+        memset(d, v, (size_t)n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        d[i] = v;
+}
+
 /* One im2col row: output pixel r (batch folded in). */
 static void im2col_row(const struct qp_conv_state *g, const uint8_t *x, uint8_t fill, uint8_t *dst,
                        int64_t r, int64_t ld) {
@@ -627,20 +710,20 @@ static void im2col_row(const struct qp_conv_state *g, const uint8_t *x, uint8_t 
             int in01 = i0 >= 0 && i0 < g->in3[0] && i1 >= 0 && i1 < g->in3[1];
             const uint8_t *xr = in01 ? xb + (i0 * g->in3[1] + i1) * g->in3[2] * C : xb;
             if (in01 && whole) {
-                memcpy(d, xr + i2a * C, (size_t)run);
+                copy_short(d, xr + i2a * C, run);
                 d += run;
                 continue;
             }
             for (int64_t k2 = 0; k2 < g->k3[2]; k2++, d += C) {
                 int64_t i2 = i2a + k2 * g->d3[2];
                 if (in01 && i2 >= 0 && i2 < g->in3[2])
-                    memcpy(d, xr + i2 * C, (size_t)C);
+                    copy_short(d, xr + i2 * C, C);
                 else
-                    memset(d, fill, (size_t)C);
+                    fill_short(d, fill, C);
             }
         }
     }
-    memset(d, 0, (size_t)(ld - (d - dst)));
+    fill_short(d, 0, ld - (d - dst));
 }
 
 void qp_i8g_im2col(const struct qp_conv_state *g, const void *x, uint8_t fill, void *col,

@@ -331,6 +331,55 @@ static void test_epilogue(void **state) {
         check_epilogue(&cases[i]);
 }
 
+/* Quotients v / y_scale at and within a few ulps of half-integers, where a reciprocal's product
+ * and the division may round apart: the requantized bytes are still the reference's. */
+static void test_epilogue_ties(void **state) {
+    (void)state;
+    struct prob p;
+    prob_make(&p, 64, 48, 1, 0, 0); /* acc = x: 0..255 */
+    for (int64_t i = 0; i < p.m; i++)
+        p.a[i * p.lda] = (uint8_t)(i * 4 + 1);
+    for (int64_t j = 0; j < p.n; j++)
+        p.bt[j] = (int8_t)(j % 2 ? 1 : -1);
+    prob_finish(&p);
+    static const float yss[] = {0.1f, 0.0517f, 0.3f, 1.0f / 3.0f, 0.25f};
+    enum qp_isa isas[2];
+    int ni = n_isas(isas);
+    int64_t np = qp_i8g_npad(p.n), nel = p.m * p.n;
+    float *osc = calloc((size_t)np, sizeof *osc), *bias = calloc((size_t)np, sizeof *bias);
+    int8_t *want = malloc((size_t)nel), *got = malloc((size_t)nel);
+    for (size_t c = 0; c < sizeof yss / sizeof yss[0]; c++) {
+        struct qp_i8_io io;
+        memset(&io, 0, sizeof io);
+        io.ydt = QP_DTYPE_INT8;
+        io.y_int8 = 1;
+        io.ys = yss[c];
+        for (int64_t j = 0; j < p.n; j++) { /* acc * osc / ys near k / 2, nudged by ulps */
+            osc[j] = nextafterf(yss[c] * 0.5f, (j / 2) % 3 == 0 ? 0.0f : 1.0f);
+            for (int64_t u = 0; u < j / 6; u++)
+                osc[j] = nextafterf(osc[j], j % 4 < 2 ? 0.0f : 1.0f);
+            bias[j] = (j % 3 - 1) * ldexpf(yss[c], -22);
+        }
+        for (int64_t i = 0; i < p.m; i++)
+            for (int64_t j = 0; j < p.n; j++)
+                ref_element(&io, p.want[i * p.n + j], osc[j], bias[j], NULL, i * p.n + j, want);
+        struct qp_i8g_a a = {p.a, p.lda, 0, 0, 1};
+        struct qp_i8g_epi e = {&io, osc, bias, QP_DTYPE_INT8, got, p.n, NULL, QP_DTYPE_FLOAT, 0};
+        for (int ii = 0; ii < ni; ii++) {
+            qp_i8g_gemm(isas[ii], p.m, &a, &p.b, &e, 1);
+            for (int64_t i = 0; i < nel; i++)
+                if (got[i] != want[i])
+                    fail_msg("ties, y_scale %g, %s: element %lld is %d, want %d", (double)yss[c],
+                             qp_isa_name(isas[ii]), (long long)i, got[i], want[i]);
+        }
+    }
+    free(osc);
+    free(bias);
+    free(want);
+    free(got);
+    prob_free(&p);
+}
+
 /* ---- convolutions ------------------------------------------------------------------------ */
 
 /* A 2-D geometry as qp_conv_geometry fills it (3-D form, leading dim 1). */
@@ -525,8 +574,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_random),    cmocka_unit_test(test_gemm_extreme),
         cmocka_unit_test(test_gemm_longest_k), cmocka_unit_test(test_epilogue),
-        cmocka_unit_test(test_im2col_conv),    cmocka_unit_test(test_depthwise),
-        cmocka_unit_test(test_small_scan),
+        cmocka_unit_test(test_epilogue_ties),  cmocka_unit_test(test_im2col_conv),
+        cmocka_unit_test(test_depthwise),      cmocka_unit_test(test_small_scan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
