@@ -440,6 +440,7 @@ AVX_INLINE void micro_u8(int mr, int64_t kq, const uint8_t *a, int64_t lda, cons
     const __m256i one = _mm256_set1_epi16(1);
 #define U8_DECL(r) __m256i c##r##0 = _mm256_setzero_si256(), c##r##1 = _mm256_setzero_si256();
     ROWS4(U8_DECL)
+#pragma GCC unroll 4
     for (int64_t q = 0; q < kq; q++) {
         __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + q * QB));
         __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + q * QB + 32));
