@@ -760,14 +760,18 @@ static void dst_out(const struct i8_state *s, const void *dbuf, void *y, int nth
     }
 }
 
-/* 1 when the source may take the vpmaddubsw kernel: every byte below 128, the padding's too. */
-static int small_source(const struct i8_state *s, const void *x, enum qp_isa isa, int nthr) {
+/* What holds for every byte of the source (and of the padding, the zero point's): the GEMM's
+ * kernel choice (kernels/int8_gemm.h). */
+static unsigned source_range(const struct i8_state *s, const void *x, enum qp_isa isa, int nthr) {
     const struct qp_conv_state *g = &s->geo;
     int padded = 0;
     for (int i = 0; i < g->w.nsp; i++)
         padded |= g->w.pad_begin[i] > 0 || g->w.pad_end[i] > 0;
-    if (padded && (uint8_t)s->io.xzp >= 128) return 0;
-    return qp_i8g_small(isa, x, (size_t)(g->n * g->c * g->in_sz), nthr);
+    unsigned r = qp_i8g_range(isa, x, (size_t)(g->n * g->c * g->in_sz), nthr);
+    uint8_t zb = (uint8_t)s->io.xzp;
+    if (padded && zb >= 128) r &= ~(unsigned)QP_I8G_BELOW_128;
+    if (padded && zb == 0x80) r &= ~(unsigned)QP_I8G_NO_MIN;
+    return r;
 }
 
 /* The epilogue's residual: the int8 NHWC tensor itself, or a copy (NHWC int8 or float reals). */
@@ -812,7 +816,7 @@ static enum qp_status run_avx2(const struct qp_krun *r) {
     } else {
         struct qp_i8g_b b;
         qp_i8g_b_view(blob + s->off_pack, g->c * g->k_sz, g->m, &b);
-        struct qp_i8g_a a = {x, g->c, sgn, s->io.xzp, small_source(s, x, isa, nt)};
+        struct qp_i8g_a a = {x, g->c, sgn, s->io.xzp, source_range(s, x, isa, nt)};
         if (s->avx2 == AVX2_IM2COL) {
             qp_i8g_im2col(g, x, (uint8_t)s->io.xzp, scr + s->off_col, s->ldk, nt);
             a.data = scr + s->off_col;

@@ -456,9 +456,32 @@ AVX_INLINE void micro_u8(int mr, int64_t kq, const uint8_t *a, int64_t lda, cons
     acc[r][0] = c##r##0;                                                                           \
     acc[r][1] = c##r##1;
     ROWS4(U8_OUT)
-#undef U8_DECL
 #undef U8_STEP
-#undef U8_OUT
+}
+
+/* The same for int8 A without -128: vpmaddubsw of |w| (unsigned, 0..128) and sign(w) * x
+ * (-127..127), whose products are w * x and pair sums within +-32512. */
+AVX_INLINE void micro_sgn(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *bp,
+                          __m256i acc[MR][2]) {
+    const __m256i one = _mm256_set1_epi16(1);
+    ROWS4(U8_DECL)
+#pragma GCC unroll 2
+    for (int64_t q = 0; q < kq; q++) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + q * QB));
+        __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + q * QB + 32));
+        __m256i m0 = _mm256_abs_epi8(b0), m1 = _mm256_abs_epi8(b1);
+#define SG_STEP(r)                                                                                 \
+    if (mr > r) {                                                                                  \
+        __m256i av = _mm256_set1_epi32(load4(a + r * lda + 4 * q));                                \
+        __m256i p0 = _mm256_maddubs_epi16(m0, _mm256_sign_epi8(av, b0));                           \
+        __m256i p1 = _mm256_maddubs_epi16(m1, _mm256_sign_epi8(av, b1));                           \
+        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(p0, one));                           \
+        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(p1, one));                           \
+    }
+        ROWS4(SG_STEP)
+    }
+    ROWS4(U8_OUT)
+#undef SG_STEP
 }
 
 AVX_INLINE __m256i ext16(int is_signed, __m128i v) {
@@ -516,6 +539,24 @@ AVX static void sums_u8(int mr, int64_t kq, const uint8_t *a, int64_t lda, const
     }
 }
 
+AVX static void sums_sgn(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *bp,
+                         __m256i acc[MR][2]) {
+    switch (mr) {
+    case 4:
+        micro_sgn(4, kq, a, lda, bp, acc);
+        break;
+    case 3:
+        micro_sgn(3, kq, a, lda, bp, acc);
+        break;
+    case 2:
+        micro_sgn(2, kq, a, lda, bp, acc);
+        break;
+    default:
+        micro_sgn(1, kq, a, lda, bp, acc);
+        break;
+    }
+}
+
 AVX static void sums_s16(int is_signed, int mr, int64_t kq, const uint8_t *a, int64_t lda,
                          const int8_t *bp, __m256i acc[MR][2]) {
     for (int r = 0; r < mr; r += 2) {
@@ -536,23 +577,31 @@ AVX static void tile_avx2(const struct job *jb, int64_t i0, int mr, int64_t p) {
     __m256i acc[MR + 1][2]; /* micro_s16 writes pairs of rows */
     const uint8_t *a = (const uint8_t *)jb->a->data + i0 * jb->a->lda;
     const int8_t *bp = jb->b->panels + p * jb->kq * QB;
-    if (jb->a->small)
+    if (jb->a->range & QP_I8G_BELOW_128)
         sums_u8(mr, jb->kq, a, jb->a->lda, bp, acc);
+    else if (jb->a->is_signed && (jb->a->range & QP_I8G_NO_MIN))
+        sums_sgn(mr, jb->kq, a, jb->a->lda, bp, acc);
     else
         sums_s16(jb->a->is_signed, mr, jb->kq, a, jb->a->lda, bp, acc);
     int w = (int)(jb->b->n - p * NR < NR ? jb->b->n - p * NR : NR);
     epi_tile(&jb->ctx, i0, mr, p * NR, w, acc);
 }
 
-AVX static int small_avx2(const uint8_t *x, size_t n) {
-    __m256i acc = _mm256_setzero_si256();
+AVX static unsigned range_avx2(const uint8_t *x, size_t n) {
+    const __m256i min = _mm256_set1_epi8((char)0x80);
+    __m256i top = _mm256_setzero_si256(), eq = top;
     size_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        acc = _mm256_or_si256(acc, _mm256_loadu_si256((const __m256i *)(x + i)));
-    int bad = _mm256_movemask_epi8(acc);
-    for (; i < n; i++)
-        bad |= x[i] & 0x80;
-    return !bad;
+    for (; i + 32 <= n; i += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(x + i));
+        top = _mm256_or_si256(top, v);
+        eq = _mm256_or_si256(eq, _mm256_cmpeq_epi8(v, min));
+    }
+    int any_top = _mm256_movemask_epi8(top), any_min = _mm256_movemask_epi8(eq);
+    for (; i < n; i++) {
+        any_top |= x[i] & 0x80;
+        any_min |= x[i] == 0x80;
+    }
+    return (any_top ? 0u : QP_I8G_BELOW_128) | (any_min ? 0u : QP_I8G_NO_MIN);
 }
 
 /* 16 channels' bytes at p (fewer when only `left` remain: the rest 0), widened to int16. */
@@ -644,25 +693,28 @@ void qp_i8g_gemm(enum qp_isa isa, int64_t m, const struct qp_i8g_a *a, const str
 
 #define SCAN_PIECE 65536
 
-int qp_i8g_small(enum qp_isa isa, const void *x, size_t n, int n_threads) {
+unsigned qp_i8g_range(enum qp_isa isa, const void *x, size_t n, int n_threads) {
     const uint8_t *b = x;
     int64_t pieces = (int64_t)((n + SCAN_PIECE - 1) / SCAN_PIECE);
-    int bad = 0, nt = n < 4 * SCAN_PIECE ? 1 : n_threads;
-#pragma omp parallel for num_threads(nt) schedule(static) reduction(| : bad)
+    unsigned all = QP_I8G_BELOW_128 | QP_I8G_NO_MIN;
+    int nt = n < 4 * SCAN_PIECE ? 1 : n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(& : all)
     for (int64_t k = 0; k < pieces; k++) {
         size_t at = (size_t)k * SCAN_PIECE, len = n - at < SCAN_PIECE ? n - at : SCAN_PIECE;
 #if HAVE_AVX2
         if (use_avx2(isa)) {
-            bad |= !small_avx2(b + at, len);
+            all &= range_avx2(b + at, len);
             continue;
         }
 #endif
-        uint8_t acc = 0;
-        for (size_t i = 0; i < len; i++)
-            acc |= b[at + i];
-        bad |= acc >> 7;
+        uint8_t top = 0, min = 0;
+        for (size_t i = 0; i < len; i++) {
+            top |= b[at + i];
+            min |= b[at + i] == 0x80;
+        }
+        all &= (top & 0x80 ? 0u : QP_I8G_BELOW_128) | (min ? 0u : QP_I8G_NO_MIN);
     }
-    return !bad;
+    return all;
 }
 
 /* n bytes from s to d (apart), as a few fixed-size moves: im2col's pieces are a pixel's channels

@@ -7,15 +7,18 @@
  *
  * A is m rows of bytes (int8 or uint8, any values), B int8 constants packed once (qp_i8g_pack).
  * The zero point enters as - a_zp * colsum[j], the column sums of B computed when packing. The
- * products are summed exactly, whatever the values (k <= QP_I8G_MAX_K):
- *   - "small" A (every byte below 128: int8 activations after a Relu, the common case; the caller
- *     scans with qp_i8g_small): vpmaddubsw of the unsigned A bytes and the signed weights, whose
- *     pair sums are at most 2 * 127 * 128 = 32512 and never saturate int16, then vpmaddwd with
- *     ones into int32;
- *   - any A: bytes and weights sign- or zero-extended to int16 and vpmaddwd (the pair sums of
- *     int16 products are exact in int32).
- * vpmaddubsw never sees a byte that may be 128..255 as an unsigned operand: that is where oneDNN's
- * AVX2 int8 kernels saturate (docs/engine.md, "INT8 path").
+ * products are summed exactly, whatever the values (k <= QP_I8G_MAX_K), by one of three kernels
+ * the caller picks from a scan of A (qp_i8g_range):
+ *   - QP_I8G_BELOW_128 (every byte below 128: int8 activations after a Relu, the common case):
+ *     vpmaddubsw of the A bytes as unsigned and the signed weights, whose pair sums are within
+ *     2 * 127 * 128 = 32512 and never saturate int16, then vpmaddwd with ones into int32;
+ *   - QP_I8G_NO_MIN (int8 A without -128: an image, activations without a Relu): vpmaddubsw of
+ *     |w| (0..128, unsigned) and sign(w) * x (vpsignb, -127..127), the same products, pair sums
+ *     within 2 * 128 * 127 = 32512;
+ *   - QP_I8G_ANY: bytes and weights sign- or zero-extended to int16 and vpmaddwd (the pair sums
+ *     of int16 products are exact in int32), half the speed of the others.
+ * vpmaddubsw never sees an operand pair whose sum may leave int16: that is where oneDNN's AVX2
+ * int8 kernels saturate (docs/engine.md, "INT8 path").
  *
  * Packed B: ceil(n / 16) panels of 16 columns (zero weights beyond n); panel p holds, for each
  * quad q of k (k padded to a multiple of 4 with zero weights), 16 columns x 4 bytes: byte
@@ -65,6 +68,13 @@ struct qp_i8g_b {
 };
 void qp_i8g_b_view(const void *packed, int64_t k, int64_t n, struct qp_i8g_b *b);
 
+/* What a scan of A's bytes showed, which decides the kernel (flags; 0: any bytes). */
+enum qp_i8g_range {
+    QP_I8G_ANY = 0,
+    QP_I8G_BELOW_128 = 1, /* every byte below 128 (int8 >= 0, uint8 <= 127) */
+    QP_I8G_NO_MIN = 2     /* no byte is 0x80 (int8 >= -127) */
+};
+
 /* The A operand: row i is the bytes at data + i * lda; 4 * ceil(k / 4) bytes of each row are
  * read (those beyond k meet zero weights: any value). */
 struct qp_i8g_a {
@@ -72,7 +82,7 @@ struct qp_i8g_a {
     int64_t lda;
     int is_signed; /* int8 (else uint8) */
     int32_t zp;
-    int small; /* every byte below 128 (qp_i8g_small): the vpmaddubsw kernel may run */
+    unsigned range; /* enum qp_i8g_range flags that hold for every byte read */
 };
 
 /* What is done with the sums of row i, column j. */
@@ -91,8 +101,8 @@ struct qp_i8g_epi {
 void qp_i8g_gemm(enum qp_isa isa, int64_t m, const struct qp_i8g_a *a, const struct qp_i8g_b *b,
                  const struct qp_i8g_epi *e, int n_threads);
 
-/* 1 when every one of the n bytes at x is below 128 (int8 >= 0, uint8 <= 127). */
-int qp_i8g_small(enum qp_isa isa, const void *x, size_t n, int n_threads);
+/* The enum qp_i8g_range flags that hold for every one of the n bytes at x. */
+unsigned qp_i8g_range(enum qp_isa isa, const void *x, size_t n, int n_threads);
 
 /* The convolution g (group 1) as a GEMM operand: one row per output pixel (n * out_sz rows, ld
  * bytes apart, ld >= 4 * ceil(g->c * g->k_sz / 4)), k = (kernel position, channel) in that

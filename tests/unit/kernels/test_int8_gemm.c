@@ -1,8 +1,9 @@
 /* The exact integer cores (kernels/int8_gemm.h) against int64 references: the GEMM's raw sums on
- * random and extreme inputs (x = -128 / 127 / 255 with zero points, w = -128 / 127, k odd and
- * not a multiple of the vector width, rows and columns at tile edges, k at QP_I8G_MAX_K), with
- * both kernels (vpmaddubsw for bytes below 128, vpmaddwd for any), the AVX2 code and the plain C
- * fallback, 1 and 2 threads; the epilogue against the reference path's functions (int8_util.h)
+ * random and extreme inputs (x = -128 / -127 / 127 / 255 with zero points, w = -128 / 127, k odd
+ * and not a multiple of the vector width, rows and columns at tile edges, k at QP_I8G_MAX_K),
+ * with each kernel the bytes allow (vpmaddubsw for bytes below 128, vpmaddubsw of |w| and
+ * sign(w) x for int8 without -128, vpmaddwd for any), the AVX2 code and the plain C fallback, 1
+ * and 2 threads; the epilogue against the reference path's functions (int8_util.h)
  * bit for bit; im2col and depthwise convolutions against direct loops; the byte scan. */
 #include <math.h>
 #include <setjmp.h>
@@ -94,14 +95,24 @@ static void prob_free(struct prob *p) {
     free(p->want);
 }
 
-/* The raw sums with every ISA, both thread counts, and the given kernel choice (small: the
- * vpmaddubsw kernel; the caller's bytes are then below 128), all equal to the reference. */
-static void check_raw(const struct prob *p, int small, const char *what) {
+/* The flags that hold for A's bytes (what a scan would give). */
+static unsigned range_of(const struct prob *p) {
+    int top = 0, min = 0;
+    for (int64_t i = 0; i < p->m * p->lda; i++) {
+        top |= p->a[i] >= 128;
+        min |= p->a[i] == 0x80;
+    }
+    return (top ? 0u : QP_I8G_BELOW_128) | (min ? 0u : QP_I8G_NO_MIN);
+}
+
+/* The raw sums with every ISA, both thread counts, and the given kernel choice (range: flags the
+ * caller's bytes satisfy), all equal to the reference. */
+static void check_raw(const struct prob *p, unsigned range, const char *what) {
     enum qp_isa isas[2];
     int ni = n_isas(isas);
     int32_t *y = malloc((size_t)(p->m * p->n) * sizeof *y);
     assert_non_null(y);
-    struct qp_i8g_a a = {p->a, p->lda, p->is_signed, p->zp, small};
+    struct qp_i8g_a a = {p->a, p->lda, p->is_signed, p->zp, range};
     struct qp_i8g_epi e = {NULL, NULL, NULL, QP_DTYPE_INT32, y, p->n, NULL, QP_DTYPE_FLOAT, 0};
     for (int ii = 0; ii < ni; ii++)
         for (int nt = 1; nt <= 2; nt++) {
@@ -109,19 +120,23 @@ static void check_raw(const struct prob *p, int small, const char *what) {
             qp_i8g_gemm(isas[ii], p->m, &a, &p->b, &e, nt);
             for (int64_t i = 0; i < p->m * p->n; i++)
                 if (y[i] != p->want[i])
-                    fail_msg("%s: m %lld n %lld k %lld %s zp %d, %s, small %d, %d threads: "
+                    fail_msg("%s: m %lld n %lld k %lld %s zp %d, %s, range %u, %d threads: "
                              "element %lld is %d, want %lld",
                              what, (long long)p->m, (long long)p->n, (long long)p->k,
-                             p->is_signed ? "int8" : "uint8", p->zp, qp_isa_name(isas[ii]), small,
+                             p->is_signed ? "int8" : "uint8", p->zp, qp_isa_name(isas[ii]), range,
                              nt, (long long)i, y[i], (long long)p->want[i]);
         }
     free(y);
 }
 
-static void fill_random(struct prob *p, int below_128) {
+/* Random A bytes: any (kind 0), below 128 (1), or any but 0x80 (2); random weights. */
+static void fill_random(struct prob *p, int kind) {
     for (int64_t i = 0; i < p->m; i++)
-        for (int64_t kk = 0; kk < p->k; kk++)
-            p->a[i * p->lda + kk] = (uint8_t)(below_128 ? irand(0, 127) : irand(0, 255));
+        for (int64_t kk = 0; kk < p->k; kk++) {
+            int v = kind == 1 ? irand(0, 127) : irand(0, 255);
+            if (kind == 2 && v == 0x80) v = 0x81;
+            p->a[i * p->lda + kk] = (uint8_t)v;
+        }
     for (int64_t i = 0; i < p->n * p->k; i++)
         p->bt[i] = (int8_t)irand(-128, 127);
 }
@@ -139,11 +154,15 @@ static void test_gemm_random(void **state) {
                     prob_make(&p, ms[mi], ns[ni], ks[ki], sg, zp);
                     fill_random(&p, 0);
                     prob_finish(&p);
-                    check_raw(&p, 0, "random");
-                    fill_random(&p, 1); /* bytes below 128: both kernels */
+                    check_raw(&p, QP_I8G_ANY, "random");
+                    fill_random(&p, 1); /* bytes below 128: every kernel */
                     prob_finish(&p);
-                    check_raw(&p, 1, "random, small");
-                    check_raw(&p, 0, "random, small bytes, any kernel");
+                    check_raw(&p, QP_I8G_BELOW_128, "random, below 128");
+                    check_raw(&p, QP_I8G_ANY, "random, below 128, any kernel");
+                    if (sg) check_raw(&p, QP_I8G_NO_MIN, "random, below 128, no -128 kernel");
+                    fill_random(&p, 2); /* no 0x80 byte */
+                    prob_finish(&p);
+                    check_raw(&p, sg ? QP_I8G_NO_MIN : QP_I8G_ANY, "random, no -128");
                     prob_free(&p);
                 }
 }
@@ -154,36 +173,37 @@ static void test_gemm_extreme(void **state) {
     (void)state;
     static const struct {
         int is_signed;
-        int x; /* byte value; -1: alternate the two extremes */
+        int x; /* value; 1000: alternate the two extremes (int8: 127 and -127 here) */
         int32_t zp;
-        int w; /* -1: alternate -128 and 127 */
+        int w; /* 1000: alternate -128 and 127 */
     } cases[] = {
-        {0, 255, 0, -128}, {0, 255, 0, 127},   {0, 255, 255, 127},   {0, 0, 255, -128},
-        {1, 127, 0, 127},  {1, -128, 0, -128}, {1, -128, 127, -128}, {1, 127, -128, 127},
-        {0, -1, 3, -1},    {1, -1, -5, -1},    {0, 127, 0, -128},    {1, 127, 1, -1},
+        {0, 255, 0, -128},  {0, 255, 0, 127},     {0, 255, 255, 127},   {0, 0, 255, -128},
+        {1, 127, 0, 127},   {1, -128, 0, -128},   {1, -128, 127, -128}, {1, 127, -128, 127},
+        {0, 1000, 3, 1000}, {1, 1000, -5, 1000},  {0, 127, 0, -128},    {1, 127, 1, 1000},
+        {1, -127, 0, -128}, {1, -127, 127, 1000}, {1, -127, -128, 127}, {1, 1000, 0, -128},
     };
     static const int64_t ks[] = {1, 5, 33, 1001};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
             struct prob p;
             prob_make(&p, 9, 21, ks[ki], cases[c].is_signed, cases[c].zp);
+            int alt_hi = cases[c].is_signed ? 127 : 255, alt_lo = cases[c].is_signed ? -127 : 0;
             for (int64_t i = 0; i < p.m; i++)
                 for (int64_t kk = 0; kk < p.k; kk++) {
-                    int x = cases[c].x >= 0 ? cases[c].x : ((i + kk) % 2 ? 255 : 0);
-                    if (cases[c].x < 0 && cases[c].is_signed) x = (i + kk) % 2 ? 127 : 128;
-                    p.a[i * p.lda + kk] = (uint8_t)(cases[c].is_signed ? (int8_t)x : x);
+                    int x = cases[c].x != 1000 ? cases[c].x : (i + kk) % 2 ? alt_hi : alt_lo;
+                    p.a[i * p.lda + kk] = (uint8_t)x;
                 }
             for (int64_t j = 0; j < p.n; j++)
                 for (int64_t kk = 0; kk < p.k; kk++)
-                    p.bt[j * p.k + kk] = (int8_t)(cases[c].w >= 0 || cases[c].w == -128
-                                                      ? cases[c].w
-                                                      : ((j + kk) % 3 ? 127 : -128));
+                    p.bt[j * p.k + kk] = (int8_t)(cases[c].w != 1000 ? cases[c].w
+                                                  : (j + kk) % 3     ? 127
+                                                                     : -128);
             prob_finish(&p);
-            int small = 1;
-            for (int64_t i = 0; i < p.m * p.lda; i++)
-                small &= p.a[i] < 128;
-            check_raw(&p, 0, "extreme");
-            if (small) check_raw(&p, 1, "extreme, small");
+            unsigned r = range_of(&p);
+            check_raw(&p, QP_I8G_ANY, "extreme");
+            if (r & QP_I8G_BELOW_128) check_raw(&p, QP_I8G_BELOW_128, "extreme, below 128");
+            if (cases[c].is_signed && (r & QP_I8G_NO_MIN))
+                check_raw(&p, QP_I8G_NO_MIN, "extreme, no -128");
             prob_free(&p);
         }
 }
@@ -196,7 +216,11 @@ static void test_gemm_longest_k(void **state) {
         uint8_t x;
         int32_t zp;
         int8_t w;
-    } cases[] = {{0, 255, 0, -128}, {0, 255, 0, 127}, {1, 0x80, 127, -128}, {1, 127, -128, 127}};
+    } cases[] = {{0, 255, 0, -128},
+                 {0, 255, 0, 127},
+                 {1, 0x80, 127, -128},
+                 {1, 127, -128, 127},
+                 {1, 0x81, 127, -128}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         struct prob p;
         prob_make(&p, 2, 3, QP_I8G_MAX_K, cases[c].is_signed, cases[c].zp);
@@ -204,8 +228,9 @@ static void test_gemm_longest_k(void **state) {
         memset(p.bt, (uint8_t)cases[c].w, (size_t)(p.n * p.k));
         prob_finish(&p);
         assert_true(llabs(p.want[0]) > 2000000000LL);
-        check_raw(&p, 0, "longest k");
-        if (cases[c].x < 128) check_raw(&p, 1, "longest k, small");
+        check_raw(&p, QP_I8G_ANY, "longest k");
+        check_raw(&p, range_of(&p) & (p.is_signed ? ~0u : ~(unsigned)QP_I8G_NO_MIN),
+                  "longest k, the fastest kernel the bytes allow");
         prob_free(&p);
     }
     assert_int_equal(qp_i8g_pack_bytes(QP_I8G_MAX_K + 1, 3), 0);
@@ -281,7 +306,7 @@ static void check_epilogue(const struct epi_case *ec) {
                         want);
     enum qp_isa isas[2];
     int ni = n_isas(isas);
-    struct qp_i8g_a a = {p.a, p.lda, 1, p.zp, 0};
+    struct qp_i8g_a a = {p.a, p.lda, 1, p.zp, QP_I8G_ANY};
     struct qp_i8g_epi e = {&io, osc, bias, ec->ydt, got, p.n, res, ec->rdt, p.n};
     for (int ii = 0; ii < ni; ii++)
         for (int nt = 1; nt <= 2; nt++) {
@@ -363,7 +388,7 @@ static void test_epilogue_ties(void **state) {
         for (int64_t i = 0; i < p.m; i++)
             for (int64_t j = 0; j < p.n; j++)
                 ref_element(&io, p.want[i * p.n + j], osc[j], bias[j], NULL, i * p.n + j, want);
-        struct qp_i8g_a a = {p.a, p.lda, 0, 0, 1};
+        struct qp_i8g_a a = {p.a, p.lda, 0, 0, QP_I8G_BELOW_128};
         struct qp_i8g_epi e = {&io, osc, bias, QP_DTYPE_INT8, got, p.n, NULL, QP_DTYPE_FLOAT, 0};
         for (int ii = 0; ii < ni; ii++) {
             qp_i8g_gemm(isas[ii], p.m, &a, &p.b, &e, 1);
@@ -471,7 +496,7 @@ static void test_im2col_conv(void **state) {
             int32_t *y = malloc((size_t)(rows * g.m) * sizeof *y);
             for (int ii = 0; ii < ni; ii++) {
                 qp_i8g_im2col(&g, x, (uint8_t)zp, col, ld, 2);
-                struct qp_i8g_a a = {col, ld, sg, zp, 0};
+                struct qp_i8g_a a = {col, ld, sg, zp, QP_I8G_ANY};
                 struct qp_i8g_epi e = {NULL, NULL,           NULL, QP_DTYPE_INT32, y, g.m,
                                        NULL, QP_DTYPE_FLOAT, 0};
                 qp_i8g_gemm(isas[ii], rows, &a, &b, &e, 2);
@@ -544,12 +569,13 @@ static void test_depthwise(void **state) {
         }
 }
 
-/* The scan finds one byte of 128 or more wherever it is. */
-static void test_small_scan(void **state) {
+/* The scan finds one byte of 128 or more, or one 0x80, wherever it is. */
+static void test_range_scan(void **state) {
     (void)state;
     enum qp_isa isas[2];
     int ni = n_isas(isas);
     static const size_t ns[] = {1, 31, 32, 33, 100, 65536 * 4 + 77};
+    const unsigned both = QP_I8G_BELOW_128 | QP_I8G_NO_MIN;
     for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++) {
         size_t n = ns[c];
         uint8_t *x = malloc(n);
@@ -557,12 +583,15 @@ static void test_small_scan(void **state) {
             x[i] = (uint8_t)irand(0, 127);
         size_t at[3] = {0, n / 2, n - 1};
         for (int ii = 0; ii < ni; ii++) {
-            assert_true(qp_i8g_small(isas[ii], x, n, 2));
+            assert_int_equal(qp_i8g_range(isas[ii], x, n, 2), both);
             for (int k = 0; k < 3; k++) {
                 uint8_t keep = x[at[k]];
-                x[at[k]] = (uint8_t)(k == 1 ? 0x80 : 0xff);
-                assert_false(qp_i8g_small(isas[ii], x, n, 1));
-                assert_false(qp_i8g_small(isas[ii], x, n, 2));
+                for (int nt = 1; nt <= 2; nt++) {
+                    x[at[k]] = (uint8_t)(0x81 + k * 0x30);
+                    assert_int_equal(qp_i8g_range(isas[ii], x, n, nt), QP_I8G_NO_MIN);
+                    x[at[k]] = 0x80;
+                    assert_int_equal(qp_i8g_range(isas[ii], x, n, nt), QP_I8G_ANY);
+                }
                 x[at[k]] = keep;
             }
         }
@@ -575,7 +604,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_random),    cmocka_unit_test(test_gemm_extreme),
         cmocka_unit_test(test_gemm_longest_k), cmocka_unit_test(test_epilogue),
         cmocka_unit_test(test_epilogue_ties),  cmocka_unit_test(test_im2col_conv),
-        cmocka_unit_test(test_depthwise),      cmocka_unit_test(test_small_scan),
+        cmocka_unit_test(test_depthwise),      cmocka_unit_test(test_range_scan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -544,15 +544,9 @@ static struct qp_model *chain_model(int64_t group) {
 
 #define HO 5 /* the chain's output size: stride 2 on HW */
 
-/* The chain on the AVX2 kernels is the reference path's bytes (and the float oracle's: every sum
- * is exact), with weights over the whole int8 range and activations up to +-127. */
-static void test_exact_avx2_path(void **state) {
-    (void)state;
-    if (getenv("QP_NO_DNNL") || qp_kernel_isa() < QP_ISA_AVX2) skip();
-    setenv("QP_INT8_VNNI", "0", 1);
-    rt_rng = 21;
-    struct qp_model *m = chain_model(M);
-    fill_x(0.99f);
+/* The chain on the AVX2 kernels for the input in xin: the reference path's bytes (and the float
+ * oracle's: every sum is exact). */
+static void check_chain(struct qp_model *m, const char *what) {
     static float y_ref[M * HO * HO], y_avx[M * HO * HO], y_fq[M * HO * HO];
     struct qp_session *s;
     setenv("QP_INT8_REF", "1", 1);
@@ -572,13 +566,29 @@ static void test_exact_avx2_path(void **state) {
     size_t nonzero = 0, large = 0;
     for (size_t i = 0; i < M * HO * HO; i++) {
         if (y_avx[i] != y_ref[i] || y_avx[i] != y_fq[i])
-            fail_msg("element %zu: AVX2 %g, reference %g, float oracle %g", i, (double)y_avx[i],
-                     (double)y_ref[i], (double)y_fq[i]);
+            fail_msg("%s: element %zu: AVX2 %g, reference %g, float oracle %g", what, i,
+                     (double)y_avx[i], (double)y_ref[i], (double)y_fq[i]);
         nonzero += y_avx[i] != 0;
         large += y_avx[i] >= 16.0f;
     }
     assert_true(nonzero > M * HO * HO / 4);
     assert_true(large > 0);
+}
+
+/* The AVX2 kernels with weights over the whole int8 range and activations up to +-127: the first
+ * convolution's source has negative values (without -128 it takes the |w|, sign(w) x kernel, with
+ * it the int16 one), the others are Relu outputs (the unsigned-byte kernel). */
+static void test_exact_avx2_path(void **state) {
+    (void)state;
+    if (getenv("QP_NO_DNNL") || qp_kernel_isa() < QP_ISA_AVX2) skip();
+    setenv("QP_INT8_VNNI", "0", 1);
+    rt_rng = 21;
+    struct qp_model *m = chain_model(M);
+    fill_x(0.99f); /* x / x_scale within +-127 */
+    check_chain(m, "source without -128");
+    xin[5] = -1.0f; /* -128 */
+    xin[77] = -1.5f;
+    check_chain(m, "source with -128");
     qp_model_free(m);
     unsetenv("QP_INT8_VNNI");
 }
