@@ -10,7 +10,8 @@
  * are a's or absent. bias is [N]. Attribute `b_const` says which (the rewrite knows).
  *
  * With a constant b, a's leading dimensions fold into M: one [M', K] x [K, N] product with the
- * weights reordered once; with a computed b, a batched product of plain tensors.
+ * weights reordered once (oneDNN) or packed once for kernels/int8_gemm.h (the AVX2 path, CPUs
+ * with AVX2 but not VNNI); with a computed b, a batched product of plain tensors on oneDNN.
  */
 #include <omp.h>
 #include <pthread.h>
@@ -20,7 +21,9 @@
 #include "core/size.h"
 #include "kernels/dnnl_util.h"
 #include "kernels/int8_conv.h"
+#include "kernels/int8_gemm.h"
 #include "kernels/int8_util.h"
+#include "kernels/isa.h"
 #include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 
@@ -53,6 +56,8 @@ struct mm_state {
     size_t off_osc, off_psc, off_bias, off_bsc, off_wraw, off_wei; /* in the state blob */
     size_t off_a, off_b, off_dst;                                  /* in scratch */
     size_t off_scr;
+    size_t off_pack; /* the AVX2 path: packed b (blob) */
+    int64_t lda;     /* the AVX2 path: a's rows, padded to 4 bytes in scratch when K is not */
 };
 
 struct mm_ctx {
@@ -298,6 +303,44 @@ static void fill_key(struct mm_state *s, const struct qp_kprep *p) {
     k->dst_dt = s->io.dst_f32 ? dnnl_f32 : s->io.ydt == QP_DTYPE_INT8 ? dnnl_s8 : dnnl_u8;
 }
 
+/* The AVX2 path takes a constant b (and a residual it reads: int8, uint8 or float). */
+static int avx2_takes(const struct qp_kprep *p, const struct mm_state *s) {
+    const struct qp_kt *r = qp_i8_in(p, 9);
+    return s->b_const && qp_kernel_isa() >= QP_ISA_AVX2 && qp_int8_avx2_allowed() &&
+           qp_i8g_pack_bytes(s->K, s->N) > 0 && (!r || r->dtype != QP_DTYPE_FLOAT16);
+}
+
+/* The AVX2 path's blob: the constants (blob_layout's arrays are padded to the kernels' 16
+ * columns), the plain [K, N] weights, then the packed ones. */
+static enum qp_status prepare_avx2(struct qp_kprep *p, struct mm_state *s, int trans_b) {
+    s->off_pack = qp_dnnl_align(blob_layout(s));
+    char *blob = calloc(1, s->off_pack + qp_i8g_pack_bytes(s->K, s->N) + 64);
+    int8_t *bt = qp_malloc_n((size_t)(s->K * s->N), 1);
+    enum qp_status st =
+        !blob || !bt ? qp_error_set(p->err, QP_ERR_NOMEM, "out of memory") : constants(p, s, blob);
+    if (!st) {
+        int8_t *w = (int8_t *)(blob + s->off_wraw);
+        copy_b(p->in[3], trans_b, s->K, s->N, w);
+        for (int64_t k = 0; k < s->K; k++)
+            for (int64_t n = 0; n < s->N; n++)
+                bt[n * s->K + k] = w[k * s->N + n];
+        qp_i8g_pack(bt, s->K, s->K, s->N, blob + s->off_pack);
+    }
+    free(bt);
+    if (st) {
+        free(blob);
+        return st;
+    }
+    s->lda = (s->K + 3) / 4 * 4;
+    p->scratch = s->lda == s->K ? 0 : qp_dnnl_align((size_t)(s->B * s->M * s->lda));
+    qp_log(QP_LOG_DEBUG, "QMatMul '%s': path %d (%s), M %lld K %lld N %lld",
+           p->node->name ? p->node->name : "", (int)s->path, qp_int8_path_name(s->path),
+           (long long)(s->B * s->M), (long long)s->K, (long long)s->N);
+    memcpy(blob, s, sizeof *s);
+    p->state = blob;
+    return QP_OK;
+}
+
 enum qp_status qp_k_qmatmul_fused_prepare(struct qp_kprep *p) {
     struct mm_state s;
     memset(&s, 0, sizeof s);
@@ -308,7 +351,9 @@ enum qp_status qp_k_qmatmul_fused_prepare(struct qp_kprep *p) {
     s.bdt = b->dtype;
     s.path = !qp_dnnl_enabled() || qp_int8_ref_forced() ? QP_INT8_PATH_REF
              : qp_int8_cpu_has_vnni()                   ? QP_INT8_PATH_DNNL_INT8
+             : avx2_takes(p, &s)                        ? QP_INT8_PATH_AVX2
                                                         : QP_INT8_PATH_DNNL_F32;
+    if (s.path == QP_INT8_PATH_AVX2) return prepare_avx2(p, &s, trans_b);
     /* The constants first (the primitive bakes the output scales in), then the primitive. */
     char *blob = NULL;
     for (;;) {
@@ -413,9 +458,44 @@ static void stage(const struct qp_krun *r, const struct mm_state *s, void **src,
         d[i] = qp_i8_real_at(res, i, s->io.rs, s->io.rzp);
 }
 
+/* The AVX2 kernels on the constant b: a's rows (padded to 4 bytes in scratch when K is not),
+ * the epilogue writing the output (and reading the residual) in place. */
+static enum qp_status run_avx2(const struct qp_krun *r) {
+    const struct mm_state *s = r->state;
+    const char *blob = r->state;
+    enum qp_isa isa = qp_kernel_isa();
+    int64_t rows = s->B * s->M;
+    const struct qp_kt *x = r->in[0], *res = s->io.has_res ? r->in[9] : NULL;
+    unsigned range = qp_i8g_range(isa, x->data, x->nbytes, r->n_threads);
+    const void *a = x->data;
+    if (s->lda != s->K) {
+        uint8_t *pad = r->scratch;
+        for (int64_t i = 0; i < rows; i++) {
+            memcpy(pad + i * s->lda, (const uint8_t *)x->data + i * s->K, (size_t)s->K);
+            memset(pad + i * s->lda + s->K, 0, (size_t)(s->lda - s->K));
+        }
+        a = pad;
+    }
+    struct qp_i8g_b b;
+    qp_i8g_b_view(blob + s->off_pack, s->K, s->N, &b);
+    struct qp_i8g_a av = {a, s->lda, s->io.xdt == QP_DTYPE_INT8, s->io.xzp, range};
+    struct qp_i8g_epi e = {&s->io,
+                           (const float *)(blob + s->off_osc),
+                           (const float *)(blob + s->off_bias),
+                           s->io.ydt,
+                           r->out[0]->data,
+                           s->N,
+                           res ? res->data : NULL,
+                           res ? res->dtype : QP_DTYPE_FLOAT,
+                           s->N};
+    qp_i8g_gemm(isa, rows, &av, &b, &e, r->n_threads);
+    return QP_OK;
+}
+
 enum qp_status qp_k_qmatmul_fused_run(const struct qp_krun *r) {
     const struct mm_state *s = r->state;
     if (s->path == QP_INT8_PATH_REF) return run_ref(r);
+    if (s->path == QP_INT8_PATH_AVX2) return run_avx2(r);
     struct mm_entry *e = entry_for(s, r->n_threads, r->lane);
     char *scr = r->scratch, *blob = (char *)r->state;
     /* A float32 output is the primitive's destination itself. */

@@ -377,6 +377,108 @@ static void test_matmul_projection(void **state) {
     qp_model_free(m);
 }
 
+/* The paths of a session's QMatMul steps, in plan order, into paths[] (at most n); the count. */
+static int qmatmul_paths(const struct qp_session *s, enum qp_int8_path *paths, int n) {
+    int k = 0;
+    for (size_t i = 0; s->last && i < s->last->n_steps; i++) {
+        const struct rt_step *st = &s->last->steps[i];
+        if (st->kind == RT_STEP_OVERLAY || !st->k || strcmp(st->k->op, "QMatMul") != 0) continue;
+        if (k < n) paths[k] = qp_int8_matmul_path(st->state);
+        k++;
+    }
+    return k;
+}
+
+/* MatMul weights [kk, nn] over the whole int8 range, per column scales, into `out`; bias. */
+static void matmul_weights_kn(struct qp_model *m, const char *name, const char *out, int64_t kk,
+                              int64_t nn) {
+    int64_t wd[2] = {kk, nn}, sd[1] = {nn};
+    float *w = model_alloc(m, sizeof(float) * (size_t)(kk * nn));
+    float *sc = model_alloc(m, sizeof(float) * (size_t)nn), *b = model_alloc(m, 4 * (size_t)nn);
+    int8_t *z = model_alloc(m, (size_t)nn);
+    memset(z, 0, (size_t)nn);
+    for (int64_t n = 0; n < nn; n++) {
+        sc[n] = 0.004f + 0.0003f * (float)n;
+        b[n] = 0.2f * rt_frand();
+    }
+    for (int64_t i = 0; i < kk * nn; i++)
+        w[i] = (float)((i * 37 + i / nn * 11) % 255 - 127) * sc[i % nn];
+    char ws[96], wz[96], wq[96], wqo[96], wdq[96], bn[96];
+    snprintf(ws, sizeof ws, "%s_ws", name);
+    snprintf(wz, sizeof wz, "%s_wz", name);
+    snprintf(wq, sizeof wq, "%s_wQ", name);
+    snprintf(wqo, sizeof wqo, "%s_wq", name);
+    snprintf(wdq, sizeof wdq, "%s_wDQ", name);
+    snprintf(bn, sizeof bn, "%s_b", name);
+    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 2, wd, w, sizeof(float) * (size_t)(kk * nn));
+    graph_add_init(m, m->graph, ws, QP_DTYPE_FLOAT, 1, sd, sc, sizeof(float) * (size_t)nn);
+    graph_add_init(m, m->graph, wz, QP_DTYPE_INT8, 1, sd, z, (size_t)nn);
+    graph_add_init(m, m->graph, bn, QP_DTYPE_FLOAT, 1, sd, b, sizeof(float) * (size_t)nn);
+    const char *qi[3] = {name, ws, wz}, *di[3] = {wqo, ws, wz};
+    node(m, wq, "QuantizeLinear", 3, qi, wqo);
+    node(m, wdq, "DequantizeLinear", 3, di, out);
+    int_attr(m, wq, "axis", 1);
+    int_attr(m, wdq, "axis", 1);
+}
+
+/* DQ(x) @ DQ(W) + b + DQ(x @ V) residual, Relu, Q (two QMatMul nodes) with k = kk: the AVX2
+ * kernels give the reference path's bytes, a's rows padded in scratch when kk is not a
+ * multiple of 4. */
+static void check_matmul_avx2(int64_t kk) {
+    struct qp_dim d3[3] = {{2, NULL}, {6, NULL}, {kk, NULL}};
+    struct qp_model *m = test_model_create(&rt_test_opset19);
+    test_model_add_input(m, "x", QP_DTYPE_FLOAT, 3, d3);
+    qdq(m, "x", "xd", 0.01f);
+    matmul_weights_kn(m, "w", "wf", kk, 40);
+    matmul_weights_kn(m, "v", "vf", kk, 40);
+    const char *mm1[2] = {"xd", "wf"}, *mm2[2] = {"xd", "vf"}, *ab[2] = {"a0", "w_b"};
+    node(m, "mm_a", "MatMul", 2, mm1, "a0");
+    node(m, "bias_a", "Add", 2, ab, "a");
+    node(m, "mm_b", "MatMul", 2, mm2, "b0");
+    qdq(m, "b0", "bd", 0.02f);
+    const char *add[2] = {"bd", "a"}, *rl[1] = {"s"};
+    node(m, "add", "Add", 2, add, "s");
+    node(m, "relu", "Relu", 1, rl, "sr");
+    qdq(m, "sr", "y", 0.02f);
+    finish(m, "y");
+    static float x[2 * 6 * 64], ya[2 * 6 * 40], yr[2 * 6 * 40];
+    for (int64_t i = 0; i < 2 * 6 * kk; i++)
+        x[i] = 1.3f * rt_frand(); /* up to +-127 after Q */
+    int64_t d[3] = {2, 6, kk};
+    struct qp_session *s;
+    enum qp_int8_path paths[3];
+    setenv("QP_INT8_REF", "1", 1);
+    run_dims(m, QP_INT8_AUTO, 3, d, x, (size_t)(2 * 6 * kk), yr, 2 * 6 * 40, &s);
+    assert_int_equal(qmatmul_paths(s, paths, 3), 2);
+    assert_int_equal(paths[0], QP_INT8_PATH_REF);
+    qp_session_free(s);
+    unsetenv("QP_INT8_REF");
+    run_dims(m, QP_INT8_AUTO, 3, d, x, (size_t)(2 * 6 * kk), ya, 2 * 6 * 40, &s);
+    assert_int_equal(qmatmul_paths(s, paths, 3), 2);
+    assert_int_equal(paths[0], QP_INT8_PATH_AVX2);
+    assert_int_equal(paths[1], QP_INT8_PATH_AVX2);
+    qp_session_free(s);
+    size_t nz = 0;
+    for (size_t i = 0; i < 2 * 6 * 40; i++) {
+        if (ya[i] != yr[i])
+            fail_msg("k %lld: element %zu: AVX2 %g, reference %g", (long long)kk, i, (double)ya[i],
+                     (double)yr[i]);
+        nz += ya[i] != 0;
+    }
+    assert_true(nz > 2 * 6 * 40 / 4);
+    qp_model_free(m);
+}
+
+static void test_exact_avx2_matmul(void **state) {
+    (void)state;
+    if (getenv("QP_NO_DNNL") || qp_kernel_isa() < QP_ISA_AVX2) skip();
+    setenv("QP_INT8_VNNI", "0", 1);
+    rt_rng = 41;
+    check_matmul_avx2(32);
+    check_matmul_avx2(37);
+    unsetenv("QP_INT8_VNNI");
+}
+
 /* Attention's product of two computed tensors: DQ(q) @ DQ(k^T), int8 x int8 per tensor. */
 static void test_matmul_two_activations(void **state) {
     (void)state;
@@ -746,17 +848,12 @@ static void test_flow_decisions(void **state) {
 int main(void) {
     (void)insert_qdq;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_residual_block),
-        cmocka_unit_test(test_exact_vnni_path),
-        cmocka_unit_test(test_exact_float_path),
-        cmocka_unit_test(test_exact_avx2_path),
-        cmocka_unit_test(test_maxpool_nhwc),
-        cmocka_unit_test(test_path_selection),
-        cmocka_unit_test(test_flow_decisions),
-        cmocka_unit_test(test_gate_requantized),
-        cmocka_unit_test(test_conv_bn),
-        cmocka_unit_test(test_matmul_projection),
-        cmocka_unit_test(test_matmul_two_activations),
+        cmocka_unit_test(test_residual_block),    cmocka_unit_test(test_exact_vnni_path),
+        cmocka_unit_test(test_exact_float_path),  cmocka_unit_test(test_exact_avx2_path),
+        cmocka_unit_test(test_maxpool_nhwc),      cmocka_unit_test(test_path_selection),
+        cmocka_unit_test(test_flow_decisions),    cmocka_unit_test(test_gate_requantized),
+        cmocka_unit_test(test_conv_bn),           cmocka_unit_test(test_matmul_projection),
+        cmocka_unit_test(test_exact_avx2_matmul), cmocka_unit_test(test_matmul_two_activations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
