@@ -216,6 +216,7 @@ static void dw_row_c(const struct qp_conv_state *g, const uint8_t *const *px, in
 #define HAVE_AVX2  1
 #define AVX        __attribute__((target("avx2,fma")))
 #define AVX_INLINE static inline __attribute__((always_inline, target("avx2,fma")))
+#define RNE        (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) /* an immediate, also at -O0 */
 
 AVX_INLINE int32_t load4(const uint8_t *p) {
     int32_t v;
@@ -337,13 +338,12 @@ AVX_INLINE void store16_float(const struct qp_i8g_epi *e, int64_t at, const __m2
  * the same integer unless t is within that of a half-integer: then, or for NaN or |t| >= 2^23
  * (where t - round(t) is not exact), the tile divides. The margin checked is 8 * 2^-24 |t|. */
 AVX_INLINE void quotient_rounded(const struct qp_i8g_epi *e, const __m256 *v, __m256 *t, int n) {
-    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
     const __m256 inv = _mm256_set1_ps(1.0f / e->io->ys), half = _mm256_set1_ps(0.5f);
     const __m256 sign = _mm256_set1_ps(-0.0f), eps = _mm256_set1_ps(0x1p-21f);
     __m256 ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
     for (int i = 0; i < n; i++) {
         t[i] = _mm256_mul_ps(v[i], inv);
-        __m256 r = _mm256_round_ps(t[i], mode);
+        __m256 r = _mm256_round_ps(t[i], RNE);
         __m256 off = _mm256_andnot_ps(sign, _mm256_sub_ps(t[i], r)); /* exact: |t| < 2^23 */
         __m256 lim = _mm256_sub_ps(half, _mm256_mul_ps(_mm256_andnot_ps(sign, t[i]), eps));
         ok = _mm256_and_ps(ok, _mm256_cmp_ps(off, lim, _CMP_LT_OQ));
@@ -352,7 +352,7 @@ AVX_INLINE void quotient_rounded(const struct qp_i8g_epi *e, const __m256 *v, __
     if (_mm256_movemask_ps(ok) == 0xff) return;
     const __m256 ys = _mm256_set1_ps(e->io->ys);
     for (int i = 0; i < n; i++)
-        t[i] = _mm256_round_ps(_mm256_div_ps(v[i], ys), mode);
+        t[i] = _mm256_round_ps(_mm256_div_ps(v[i], ys), RNE);
 }
 
 /* Int8 outputs: rows i0 .. i0 + mr of 16 real values each (w of them) at column j of y,
