@@ -20,12 +20,12 @@
  *     where the CPU has VNNI (AVX-512 VNNI or AVX-VNNI): without it oneDNN sums u8 x s8 pairs
  *     into saturating int16 (vpmaddubsw) or halves the weights to avoid that, and neither is exact.
  *   - QP_INT8_PATH_AVX2: qplace's own exact integer kernels (kernels/int8_gemm.h) where the CPU
- *     has AVX2 but not VNNI: int32 sums of int8 x int8 products through vpmaddwd on int16, or
- *     vpmaddubsw when a scan of the source shows every byte below 128 (then the pair sums cannot
- *     saturate), and the reference's epilogue arithmetic vectorized: the same bytes as the
- *     reference path. Group 1 convolutions (1x1 as a GEMM on the channels-last source, the
- *     others through an int8 im2col) and depthwise ones (group == channels == outputs, a direct
- *     channels-last kernel); other groups take the next path.
+ *     has AVX2 but not VNNI: int32 sums through vpmaddubsw where a scan of the source shows the
+ *     pair sums cannot saturate (every byte below 128; or int8 without -128, as |w| and
+ *     sign(w) x), else vpmaddwd on int16, and the reference's epilogue arithmetic vectorized:
+ *     the same bytes as the reference path. Group 1 convolutions (1x1 as a GEMM on the
+ * channels-last source, the others through an int8 im2col) and depthwise ones (group == channels ==
+ * outputs, a direct channels-last kernel); other groups take the next path.
  *   - QP_INT8_PATH_DNNL_F32: oneDNN's convolution in float on the dequantized values (AVX2
  *     without VNNI where the AVX2 path does not take the geometry, or below AVX2; exact in the
  *     sense that matters: no saturation, float rounding only).
@@ -50,7 +50,8 @@ const char *qp_int8_path_name(enum qp_int8_path path);
 
 /* The path a QConv / QMatMul state runs (tests). QMatMul (int8_matmul.c) is the same fusion
  * around MatMul and Gemm: DQ(a) @ DQ(b) [+ bias] [-> activations] [-> residual Add] [-> Q],
- * b a constant [K, N] (per column) or a computed int8 tensor (per tensor). */
+ * b a constant [K, N] (per column) or a computed int8 tensor (per tensor); it takes the same
+ * paths (AVX2 for a constant b only). */
 enum qp_int8_path qp_int8_conv_path(const void *state);
 enum qp_int8_path qp_int8_matmul_path(const void *state);
 
@@ -59,9 +60,9 @@ enum qp_int8_path qp_int8_matmul_path(const void *state);
  * environment overrides it (tests of both selections on one machine). */
 int qp_int8_cpu_has_vnni(void);
 
-/* Test switches, read when a node is prepared: QP_INT8_AVX2=0 in the environment keeps QConv off
- * the AVX2 path (oneDNN float then, as before it existed); QP_INT8_REF=1 runs every QConv and
- * QMatMul on the reference path, the oracle the others are compared with in one process
+/* Test switches, read when a node is prepared: QP_INT8_AVX2=0 in the environment keeps QConv and
+ * QMatMul off the AVX2 path (oneDNN float then, as before it existed); QP_INT8_REF=1 runs every
+ * QConv and QMatMul on the reference path, the oracle the others are compared with in one process
  * (QP_NO_DNNL gives the same, but for the whole process and every kernel). */
 int qp_int8_avx2_allowed(void);
 int qp_int8_ref_forced(void);

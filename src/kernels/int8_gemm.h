@@ -1,6 +1,6 @@
 /*
- * The exact integer cores of the integer path on CPUs without VNNI (QConv's QP_INT8_PATH_AVX2,
- * kernels/int8_conv.h): a GEMM, an im2col and a depthwise convolution on int8 / uint8
+ * The exact integer cores of the integer path on CPUs without VNNI (QP_INT8_PATH_AVX2 of QConv
+ * and QMatMul, kernels/int8_conv.h): a GEMM, an im2col and a depthwise convolution on int8 / uint8
  * activations and int8 weights, with int32 accumulation that is exact for every input.
  *
  *   y[i][j] = epilogue_j( sum_k (A[i][k] - a_zp) * B[k][j] )
