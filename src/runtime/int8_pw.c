@@ -449,7 +449,7 @@ static int emit_group(struct pass *ps, const struct group *gr) {
     snprintf(name, sizeof name, "%s",
              g->nodes[gr->member[0]].name ? g->nodes[gr->member[0]].name : "pointwise");
     /* DQ nodes read through go when nothing else reads them */
-    int dead_dq[QP_PW_MAX_IN], n_dq = 0;
+    int n_dq = 0;
     rc = 0;
     for (int m = gr->n - 1; m >= 0; m--)
         if (qp_graph_remove_node(g, gr->member[m], ps->err)) goto out;
@@ -460,7 +460,7 @@ static int emit_group(struct pass *ps, const struct group *gr) {
         if (d >= 0 && !g->nodes[d].dead && !g->values[g->nodes[d].outputs[0]].n_uses &&
             !g->values[g->nodes[d].outputs[0]].is_graph_output) {
             if (qp_graph_remove_node(g, d, ps->err)) goto out;
-            dead_dq[n_dq++] = d;
+            n_dq++;
         }
     }
     int nn;
@@ -468,7 +468,6 @@ static int emit_group(struct pass *ps, const struct group *gr) {
                           out_names, &nn, ps->err) ||
         !set_attrs(g, nn, e) || !report(ps, gr, e, name, n_dq))
         goto out;
-    (void)dead_dq;
     int last = 0;
     for (int m = 0; m < gr->n; m++)
         last = ps->pos[gr->member[m]] > last ? ps->pos[gr->member[m]] : last;
