@@ -10,7 +10,8 @@ generate() {
     sum=$(sha256sum "$gen" | cut -d' ' -f1)
     if [ ! -s "$out" ] || [ "$(cat "$out.gen.sha256" 2>/dev/null)" != "$sum" ]; then
         echo "bench: generating $out" >&2
-        /usr/bin/python3 "$gen" "$out"
+        mkdir -p "$(dirname "$out")"
+        /usr/bin/python3 "$gen" "$out" || return 1
         echo "$sum" >"$out.gen.sha256.tmp.$$"
         mv -f "$out.gen.sha256.tmp.$$" "$out.gen.sha256"
     fi
