@@ -6,12 +6,13 @@
 #include <string.h>
 
 struct row {
-    char label[64];
+    char label[128];
     double seconds;
     size_t calls;
 };
 
 struct rt_profile {
+    int by_node;
     size_t n, cap, runs;
     struct row *rows;
 };
@@ -19,7 +20,13 @@ struct rt_profile {
 struct rt_profile *rt_profile_new(void) {
     const char *e = getenv("QP_PROFILE");
     if (!e || !e[0] || strcmp(e, "0") == 0) return NULL;
-    return calloc(1, sizeof(struct rt_profile));
+    struct rt_profile *p = calloc(1, sizeof(struct rt_profile));
+    if (p) p->by_node = strcmp(e, "node") == 0;
+    return p;
+}
+
+int rt_profile_by_node(const struct rt_profile *p) {
+    return p && p->by_node;
 }
 
 void rt_profile_add(struct rt_profile *p, const char *label, double seconds) {
@@ -61,7 +68,7 @@ void rt_profile_print_free(struct rt_profile *p) {
         qsort(p->rows, p->n, sizeof *p->rows, by_time);
         fprintf(stderr, "profile: %zu runs, %.3f ms per run in steps\n", p->runs,
                 1e3 * total / (double)p->runs);
-        fprintf(stderr, "%-28s %12s %8s %10s\n", "op", "ms per run", "share", "steps/run");
+        fprintf(stderr, "%-28s %12s %8s %10s\n", p->by_node ? "step" : "op", "ms per run", "share", "steps/run");
         for (size_t i = 0; i < p->n; i++) {
             const struct row *r = &p->rows[i];
             fprintf(stderr, "%-28s %12.3f %7.1f%% %10.1f\n", r->label,

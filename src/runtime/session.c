@@ -952,17 +952,32 @@ static void cache_aim(struct qp_session *s, struct rt_plan *p, int on) {
     }
 }
 
+/* "1x3x48x320" (or "-" for no tensor) into buf. */
+static void profile_dims(const struct qp_kt *t, char *buf, size_t n) {
+    size_t at = (size_t)snprintf(buf, n, t ? "" : "-");
+    for (int i = 0; t && i < t->rank && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? "x" : "", (long long)t->dims[i]);
+}
+
 /* The profile row of a step: its (last) node's op type, "+N" for the other nodes of a fused
- * step, "overlay" for an edge overlay. */
+ * step, "overlay" for an edge overlay; per node (QP_PROFILE=node) also the node's name and the
+ * step's first input and output shapes. */
 static void profile_step(const struct qp_session *s, const struct rt_step *stp, double dt) {
-    char label[64];
+    char label[128];
+    const struct qp_node *nd = &s->g->nodes[stp->nodes ? stp->nodes[0] : stp->node];
     if (stp->kind == RT_STEP_OVERLAY)
         snprintf(label, sizeof label, "overlay");
     else if (stp->nodes)
-        snprintf(label, sizeof label, "%s+%d", s->g->nodes[stp->nodes[0]].op_type,
-                 stp->n_nodes - 1);
+        snprintf(label, sizeof label, "%s+%d", nd->op_type, stp->n_nodes - 1);
     else
-        snprintf(label, sizeof label, "%s", s->g->nodes[stp->node].op_type);
+        snprintf(label, sizeof label, "%s", nd->op_type);
+    if (rt_profile_by_node(s->prof)) {
+        char in[48], out[48];
+        profile_dims(stp->n_in && stp->in ? stp->in[0] : NULL, in, sizeof in);
+        profile_dims(stp->n_out && stp->out ? stp->out[0] : NULL, out, sizeof out);
+        size_t at = strlen(label);
+        snprintf(label + at, sizeof label - at, " %s %s->%s", nd->name ? nd->name : "", in, out);
+    }
     rt_profile_add(s->prof, label, dt);
 }
 
