@@ -56,7 +56,7 @@ struct i8_state {
     enum qp_int8_path path;
     struct qp_i8_io io;
     int src_nhwc, dst_nhwc, res_nhwc;
-    int direct; /* the primitive writes the output tensor itself (int8, NHWC) */
+    int direct; /* the primitive writes the output tensor itself (int8 or float32, NHWC) */
     struct i8_key key;
     struct i8_entry *entry;
     size_t off_wei, off_osc, off_psc, off_bias, off_wraw, off_wsc; /* in the state blob */
@@ -281,7 +281,7 @@ static enum qp_status read_io(struct qp_kprep *p, struct i8_state *s) {
     enum qp_status st = qp_i8_read_io(p, &s->io);
     if (st) return st;
     s->src_nhwc = (int)qp_kattr_int(p->node, "src_nhwc", 0);
-    s->dst_nhwc = s->io.y_int8 && qp_kattr_int(p->node, "dst_nhwc", 0);
+    s->dst_nhwc = (int)qp_kattr_int(p->node, "dst_nhwc", 0);
     s->res_nhwc = r && qp_i8_is_q8(r->dtype) && qp_kattr_int(p->node, "res_nhwc", 0);
     return QP_OK;
 }
@@ -343,7 +343,7 @@ static void fill_key(struct i8_state *s) {
     }
     qp_i8_key_posts(&s->io, s->path == QP_INT8_PATH_DNNL_INT8, &k->posts);
     k->dst_dt = s->io.dst_f32 ? dnnl_f32 : (int32_t)dnnl_dt(s->io.ydt);
-    s->direct = !s->io.dst_f32 && s->dst_nhwc;
+    s->direct = s->dst_nhwc && (!s->io.dst_f32 || s->io.ydt == QP_DTYPE_FLOAT);
 }
 
 /* A folded BatchNormalization (attributes ch_scale, ch_shift: m values each), or 1 and 0. */
@@ -366,6 +366,14 @@ static float weight_scale(const struct qp_kprep *p, const struct qp_kt *ws, int6
     return (float)qp_kt_get_f64(ws, ws->numel == 1 ? 0 : (uint64_t)oc) * cs;
 }
 
+/* Output channel oc's bias with a folded BatchNormalization or Mul/Add: bias * scale + shift. */
+static float channel_bias(const struct qp_kprep *p, int64_t oc) {
+    const struct qp_kt *b = qp_i8_in(p, 6);
+    float cs, ch;
+    channel_affine(p, oc, &cs, &ch);
+    return (b ? (float)qp_kt_get_f64(b, (uint64_t)oc) : 0.0f) * cs + ch;
+}
+
 /* w_scale: 1 or m constants; w_zero_point: absent or constant int8 zeros. */
 static enum qp_status check_wq(struct qp_kprep *p, int64_t m) {
     const struct qp_kt *ws = qp_i8_in(p, 4), *wz = qp_i8_in(p, 5);
@@ -383,7 +391,7 @@ static enum qp_status check_wq(struct qp_kprep *p, int64_t m) {
 
 /* The state blob: the struct, then per-channel floats and the weights. */
 static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
-    const struct qp_kt *w = p->in[3], *ws = qp_i8_in(p, 4), *b = qp_i8_in(p, 6);
+    const struct qp_kt *w = p->in[3], *ws = qp_i8_in(p, 4);
     int64_t m = s->geo.m;
     enum qp_status st = check_wq(p, m);
     if (st) return st;
@@ -402,13 +410,11 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
     float *osc = (float *)(blob + s->off_osc), *bias = (float *)(blob + s->off_bias);
     float *wsc = (float *)(blob + s->off_wsc), *psc = (float *)(blob + s->off_psc);
     for (int64_t oc = 0; oc < m; oc++) {
-        float cs, ch;
-        channel_affine(p, oc, &cs, &ch);
         wsc[oc] = weight_scale(p, ws, oc);
         osc[oc] = s->io.xs * wsc[oc];
+        float bf = channel_bias(p, oc);
+        bias[oc] = s->path == QP_INT8_PATH_DNNL_INT8 ? qp_i8_acc_bias(bf, &osc[oc]) : bf;
         psc[oc] = osc[oc] * s->io.oscale_mul;
-        float bf = (b ? (float)qp_kt_get_f64(b, (uint64_t)oc) : 0.0f) * cs + ch;
-        bias[oc] = s->path == QP_INT8_PATH_DNNL_INT8 ? bf / osc[oc] : bf;
     }
     if (ref) memcpy(blob + s->off_wraw, w->data, w->nbytes);
     if (s->entry) {
@@ -435,7 +441,8 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
     return QP_OK;
 }
 
-/* x_scale * w_scale[oc] (malloc'd), or NULL for a bad w_scale. */
+/* x_scale * w_scale[oc] (malloc'd; as raised by qp_i8_acc_bias, as build_state stores them for
+ * the int8 primitive), or NULL for a bad w_scale. */
 static float *output_scales(const struct qp_kprep *p, const struct i8_state *s) {
     const struct qp_kt *ws = qp_i8_in(p, 4);
     int64_t m = s->geo.m;
@@ -444,8 +451,10 @@ static float *output_scales(const struct qp_kprep *p, const struct i8_state *s) 
     int64_t nb = qp_kattr_floats(p->node, "ch_scale", &v);
     if (nb >= 0 && (nb != m || qp_kattr_floats(p->node, "ch_shift", &v) != m)) return NULL;
     float *osc = qp_malloc_n((size_t)m, sizeof *osc);
-    for (int64_t oc = 0; osc && oc < m; oc++)
+    for (int64_t oc = 0; osc && oc < m; oc++) {
         osc[oc] = s->io.xs * weight_scale(p, ws, oc);
+        qp_i8_acc_bias(channel_bias(p, oc), &osc[oc]);
+    }
     return osc;
 }
 
@@ -505,7 +514,7 @@ static enum qp_status pack_avx2(struct qp_kprep *p, const struct i8_state *s, vo
 /* The AVX2 path's blob: the struct, x_scale * w_scale and the bias per output channel (padded to
  * the kernels' 16-channel panels), the packed weights. */
 static enum qp_status build_state_avx2(struct qp_kprep *p, struct i8_state *s) {
-    const struct qp_kt *ws = qp_i8_in(p, 4), *b = qp_i8_in(p, 6);
+    const struct qp_kt *ws = qp_i8_in(p, 4);
     const struct qp_conv_state *g = &s->geo;
     enum qp_status st = check_wq(p, g->m);
     if (st) return st;
@@ -519,10 +528,8 @@ static enum qp_status build_state_avx2(struct qp_kprep *p, struct i8_state *s) {
     if (!blob) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     float *osc = (float *)(blob + s->off_osc), *bias = (float *)(blob + s->off_bias);
     for (int64_t oc = 0; oc < g->m; oc++) {
-        float cs, ch;
-        channel_affine(p, oc, &cs, &ch);
         osc[oc] = s->io.xs * weight_scale(p, ws, oc);
-        bias[oc] = (b ? (float)qp_kt_get_f64(b, (uint64_t)oc) : 0.0f) * cs + ch;
+        bias[oc] = channel_bias(p, oc);
     }
     if ((st = pack_avx2(p, s, blob + s->off_pack))) {
         free(blob);
@@ -565,7 +572,7 @@ static const char *avx2_kind_name(int kind) {
 }
 
 static enum qp_status prepare_avx2(struct qp_kprep *p, struct i8_state *s) {
-    s->direct = s->io.y_int8 && s->dst_nhwc;
+    s->direct = s->dst_nhwc && (s->io.y_int8 || s->io.ydt == QP_DTYPE_FLOAT);
     s->io.dst_f32 = !s->io.y_int8;                              /* dst_out: float reals, or int8 */
     s->io.res_in_dst = s->io.has_res && qp_i8_is_q8(s->io.rdt); /* residual_into: int8 as is */
     qp_log(QP_LOG_DEBUG, "QConv '%s': path %d (%s, %s), output %s%s",

@@ -11,8 +11,10 @@
  *   9 residual (int8/uint8 with 10 r_scale and 11 r_zero_point, or float, of the output's shape)
  * Attributes: Conv's own, `post` (ints: enum qp_conv_post_kind, QP_CONV_POST_SUM marks where
  * the residual is added), `post_alpha` / `post_beta` (floats), `out_dtype` (the float output's
- * dtype when no Q follows), `src_nhwc` / `dst_nhwc` / `res_nhwc` (1: that int8 tensor is stored
- * channels last, NHWC, as the integer kernels exchange it; only QConv nodes read such tensors).
+ * dtype when no Q follows), `src_nhwc` / `dst_nhwc` / `res_nhwc` (1: that tensor -- the int8
+ * source, the output, int8 or float, the int8 residual -- is stored channels last, NHWC, as the
+ * integer kernels exchange it; only QConv, Pointwise (int8_pw.h, attribute nhwc) and a MaxPool
+ * between QConv nodes read such tensors).
  *
  * Paths, chosen when the node is prepared (qp_int8_conv_path):
  *   - QP_INT8_PATH_DNNL_INT8: oneDNN's int8 convolution (s8/u8 source, s8 weights, int32

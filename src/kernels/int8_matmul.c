@@ -240,9 +240,9 @@ static enum qp_status constants(struct qp_kprep *p, struct mm_state *s, char *bl
     for (int64_t n = 0; n < s->N; n++) {
         bsc[n] = (float)qp_kt_get_f64(bs, bs->numel == 1 ? 0 : (uint64_t)n);
         osc[n] = s->io.xs * bsc[n];
-        psc[n] = osc[n] * s->io.oscale_mul;
         float b = bias ? (float)qp_kt_get_f64(bias, (uint64_t)n) : 0.0f;
-        bf[n] = s->path == QP_INT8_PATH_DNNL_INT8 ? b / osc[n] : b;
+        bf[n] = s->path == QP_INT8_PATH_DNNL_INT8 ? qp_i8_acc_bias(b, &osc[n]) : b;
+        psc[n] = osc[n] * s->io.oscale_mul;
     }
     return QP_OK;
 }

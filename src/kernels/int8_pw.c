@@ -51,6 +51,7 @@ struct pw_instr {
 
 struct pw_state {
     int n_in, n_out, n_instr, n_regs, rank, split, general, max_threads;
+    int nhwc; /* the main shape is channels last (attribute nhwc) */
     int64_t main[QP_MAX_RANK], rows, inner;
     struct pw_input in[QP_PW_MAX_IN];
     struct pw_output out[QP_PW_MAX_OUT];
@@ -100,15 +101,40 @@ static int broadcast_into(int64_t *main, int *mrank, int r, const int64_t *d) {
     return 1;
 }
 
-/* Strides of a tensor of rank r, dims d, viewed in the main shape (0 on broadcast axes). */
-static void view_strides(const struct pw_state *s, int r, const int64_t *d, int64_t *stride) {
-    int64_t acc = 1;
-    for (int i = s->rank - 1; i >= 0; i--) {
+/* Main axis i of a channels-last main shape of rank r holds logical axis nhwc_axis(r, i):
+ * (N, C, D1..Dk) is computed as (N, D1..Dk, C). */
+static int nhwc_axis(int r, int i) {
+    return i == 0 ? 0 : i == r - 1 ? 1 : i + 1;
+}
+
+/* Strides of a tensor of rank r, dims d (in main coordinates), viewed in the main shape (0 on
+ * broadcast axes). `phys_nchw`: in a channels-last main shape, the tensor is stored in its
+ * logical order (channels first), so its strides are those of that order. */
+static void view_strides(const struct pw_state *s, int r, const int64_t *d, int phys_nchw,
+                         int64_t *stride) {
+    int64_t n[QP_MAX_RANK], st[QP_MAX_RANK], acc = 1;
+    for (int i = 0; i < s->rank; i++) {
         int j = i - (s->rank - r);
-        int64_t n = j >= 0 ? d[j] : 1;
-        stride[i] = n == 1 && s->main[i] != 1 ? 0 : acc;
-        acc *= n;
+        n[i] = j >= 0 ? d[j] : 1;
     }
+    for (int k = s->rank - 1; k >= 0; k--) { /* k: storage order */
+        int i = phys_nchw ? (k == 0 ? 0 : k == 1 ? s->rank - 1 : k - 1) : k;
+        st[i] = acc;
+        acc *= n[i];
+    }
+    for (int i = 0; i < s->rank; i++)
+        stride[i] = n[i] == 1 && s->main[i] != 1 ? 0 : st[i];
+}
+
+/* 1 when axes from..rank of a tensor with dims d (aligned) and strides st are the main shape's,
+ * stored contiguously in main order. */
+static int main_order(const struct pw_state *s, int from, const int64_t *d, const int64_t *st) {
+    int64_t acc = 1;
+    for (int i = s->rank - 1; i >= from; i--) {
+        if (d[i] != s->main[i] || (s->main[i] != 1 && st[i] != acc)) return 0;
+        acc *= s->main[i];
+    }
+    return 1;
 }
 
 static int zp_byte(enum qp_dtype dt, float zp, uint8_t *out) {
@@ -189,8 +215,11 @@ static enum qp_status read_inputs(struct qp_kprep *p, struct pw_state *s, const 
     return QP_OK;
 }
 
-/* The shape of each output: the broadcast of the inputs its register depends on. */
-static enum qp_status output_shapes(struct qp_kprep *p, struct pw_state *s) {
+/* The shape of each output: the broadcast of the inputs its register depends on (`lin`: the
+ * inputs as the graph has them, p->in their views in main coordinates; `phys` per output as
+ * in view_strides). */
+static enum qp_status output_shapes(struct qp_kprep *p, struct pw_state *s,
+                                    const struct qp_kt *const *lin, const int *phys) {
     uint32_t dep[QP_PW_MAX_REGS] = {0}; /* input bit sets */
     for (int k = 0; k < s->n_instr; k++) {
         const struct pw_instr *in = &s->ins[k];
@@ -202,46 +231,57 @@ static enum qp_status output_shapes(struct qp_kprep *p, struct pw_state *s) {
         dep[in->dst] = m;
     }
     for (int o = 0; o < s->n_out; o++) {
-        int64_t d[QP_MAX_RANK];
-        int r = 0;
+        int64_t d[QP_MAX_RANK], ld[QP_MAX_RANK];
+        int r = 0, lr = 0;
         for (int i = 0; i < s->n_in; i++)
-            if (dep[s->out[o].reg] >> i & 1) broadcast_into(d, &r, p->in[i]->rank, p->in[i]->dims);
+            if (dep[s->out[o].reg] >> i & 1) {
+                broadcast_into(d, &r, p->in[i]->rank, p->in[i]->dims);
+                broadcast_into(ld, &lr, lin[i]->rank, lin[i]->dims);
+            }
         int64_t full[QP_MAX_RANK];
         for (int i = 0; i < s->rank; i++)
             full[i] = i < s->rank - r ? 1 : d[i - (s->rank - r)];
-        s->out[o].full = 1;
-        for (int i = 0; i < s->rank; i++)
-            s->out[o].full &= full[i] == s->main[i];
-        view_strides(s, s->rank, full, s->out[o].stride);
-        enum qp_status st = qp_kt_set(p->out[o], s->out[o].dt, r, d, p->err);
+        view_strides(s, s->rank, full, phys[o], s->out[o].stride);
+        s->out[o].full = main_order(s, 0, full, s->out[o].stride);
+        if (s->nhwc && !phys[o] && lr != s->rank)
+            return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
+                                "output %d is stored channels last but has rank %d, not %d", o,
+                                lr, s->rank);
+        enum qp_status st = qp_kt_set(p->out[o], s->out[o].dt, lr, ld, p->err);
         if (st) return st;
     }
     return QP_OK;
 }
 
-/* How input x reads at split axis sp: 1 when it fits a fast kind (set in *kind). */
-static int classify(const struct pw_state *s, const struct qp_kt *t, int sp, enum in_kind *kind) {
-    int off = s->rank - t->rank, row = 1, col = 1, full = 1;
+/* How input x (its view t, strides st) reads at split axis sp: 1 when it fits a fast kind (set
+ * in *kind). */
+static int classify(const struct pw_state *s, const struct qp_kt *t, const int64_t *st, int sp,
+                    enum in_kind *kind) {
+    int off = s->rank - t->rank, row = 1, col = 1;
+    int64_t n[QP_MAX_RANK];
     for (int i = 0; i < s->rank; i++) {
-        int64_t n = i < off ? 1 : t->dims[i - off];
-        full &= n == s->main[i];
-        if (i >= sp) row &= n == 1;
-        if (i < sp) col &= n == 1;
-        if (i >= sp) col &= n == s->main[i];
+        n[i] = i < off ? 1 : t->dims[i - off];
+        if (i >= sp) row &= n[i] == 1;
+        if (i < sp) col &= n[i] == 1;
     }
+    int full = main_order(s, 0, n, st);
+    col &= main_order(s, sp, n, st);
     *kind = t->numel == 1 ? IN_SCALAR : full ? IN_FULL : row ? IN_ROW : col ? IN_COL : IN_GEN;
     return *kind != IN_GEN;
 }
 
-static void choose_split(const struct qp_kprep *p, struct pw_state *s) {
+/* `phys` (per input): stored channels first in a channels-last main shape (view_strides). */
+static void choose_split(const struct qp_kprep *p, struct pw_state *s, const int *phys) {
     int all_full = 1;
     for (int o = 0; o < s->n_out; o++)
         all_full &= s->out[o].full;
+    for (int i = 0; i < s->n_in; i++)
+        view_strides(s, p->in[i]->rank, p->in[i]->dims, phys[i], s->in[i].stride);
     s->general = 1;
     for (int sp = 0; all_full && sp <= s->rank && s->general; sp++) {
         int ok = 1;
         for (int i = 0; ok && i < s->n_in; i++)
-            ok = classify(s, p->in[i], sp, &s->in[i].kind);
+            ok = classify(s, p->in[i], s->in[i].stride, sp, &s->in[i].kind);
         if (ok) {
             s->general = 0;
             s->split = sp;
@@ -257,8 +297,6 @@ static void choose_split(const struct qp_kprep *p, struct pw_state *s) {
         for (int i = 0; i < s->n_in; i++)
             s->in[i].kind = p->in[i]->numel == 1 ? IN_SCALAR : IN_GEN;
     }
-    for (int i = 0; i < s->n_in; i++)
-        view_strides(s, p->in[i]->rank, p->in[i]->dims, s->in[i].stride);
 }
 
 static enum qp_status read_outputs(struct qp_kprep *p, struct pw_state *s, const float *par,
@@ -285,6 +323,42 @@ static enum qp_status read_outputs(struct qp_kprep *p, struct pw_state *s, const
     return QP_OK;
 }
 
+/* A channels-last node (attribute nhwc): each input viewed in main coordinates (N, D1..Dk, C);
+ * in_phys / out_phys mark the tensors stored channels first (pw_in_nhwc / pw_out_nhwc 0). */
+static enum qp_status nhwc_views(const struct qp_kprep *p, struct qp_kt *view,
+                                 const struct qp_kt **vin, int *in_phys, int *out_phys) {
+    const int64_t *fi, *fo;
+    if (qp_kattr_ints(p->node, "pw_in_nhwc", &fi) != p->n_in ||
+        qp_kattr_ints(p->node, "pw_out_nhwc", &fo) != p->n_out)
+        return qp_error_set(p->err, QP_ERR_BAD_INPUT,
+                            "nhwc needs pw_in_nhwc and pw_out_nhwc, one entry per input / output");
+    int r = 0;
+    for (int i = 0; i < p->n_in; i++)
+        if (p->in[i] && p->in[i]->rank > r) r = p->in[i]->rank;
+    if (r < 3)
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "nhwc needs rank 3 or more, not %d", r);
+    for (int i = 0; i < p->n_in; i++) {
+        const struct qp_kt *t = p->in[i];
+        if (!t) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "input %d is missing", i);
+        if (fi[i] && t->rank != r)
+            return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
+                                "input %d is stored channels last but has rank %d, not %d", i,
+                                t->rank, r);
+        int64_t a[QP_MAX_RANK];
+        for (int k = 0; k < r; k++)
+            a[k] = k < r - t->rank ? 1 : t->dims[k - (r - t->rank)];
+        view[i] = *t;
+        view[i].rank = r;
+        for (int k = 0; k < r; k++)
+            view[i].dims[k] = a[nhwc_axis(r, k)];
+        vin[i] = &view[i];
+        in_phys[i] = !fi[i];
+    }
+    for (int o = 0; o < p->n_out; o++)
+        out_phys[o] = !fo[o];
+    return QP_OK;
+}
+
 enum qp_status qp_k_pointwise_prepare(struct qp_kprep *p) {
     const int64_t *prog;
     const float *par;
@@ -305,23 +379,34 @@ enum qp_status qp_k_pointwise_prepare(struct qp_kprep *p) {
     s->n_out = p->n_out;
     s->n_instr = (int)(np / 5);
     s->n_regs = (int)regs;
-    enum qp_status st = read_inputs(p, s, par, n_par);
+    s->nhwc = qp_kattr_int(p->node, "nhwc", 0) != 0;
+    const struct qp_kt *lin[QP_PW_MAX_IN], *vin[QP_PW_MAX_IN];
+    struct qp_kt view[QP_PW_MAX_IN];
+    int in_phys[QP_PW_MAX_IN] = {0}, out_phys[QP_PW_MAX_OUT] = {0};
+    struct qp_kprep q = *p; /* q.in: the inputs in main coordinates */
+    enum qp_status st = QP_OK;
+    for (int i = 0; i < p->n_in; i++)
+        lin[i] = vin[i] = p->in[i];
+    if (s->nhwc) st = nhwc_views(p, view, vin, in_phys, out_phys);
+    q.in = vin;
+    if (!st) st = read_inputs(&q, s, par, n_par);
     if (!st) st = read_outputs(p, s, par, n_par);
     if (!st) st = read_prog(p, s, prog, par, n_par);
-    if (!st) st = output_shapes(p, s);
+    if (!st) st = output_shapes(&q, s, lin, out_phys);
     if (st) {
         free(s);
         return st;
     }
-    choose_split(p, s);
+    choose_split(&q, s, in_phys);
     int mt = qp_dnnl_default_threads();
     s->max_threads = mt < 1 ? 1 : mt > 64 ? 64 : mt;
     p->scratch = (size_t)s->max_threads * sizeof(struct tile_bufs);
     p->state = s;
     qp_log(QP_LOG_DEBUG,
-           "Pointwise '%s': %d instructions, %d inputs, %d outputs, %d registers, %s %lld x %lld",
+           "Pointwise '%s': %d instructions, %d inputs, %d outputs, %d registers, %s %lld x %lld%s",
            p->node->name ? p->node->name : "", s->n_instr, s->n_in, s->n_out, s->n_regs,
-           s->general ? "gathered" : "rows x inner", (long long)s->rows, (long long)s->inner);
+           s->general ? "gathered" : "rows x inner", (long long)s->rows, (long long)s->inner,
+           s->nhwc ? ", channels last" : "");
     return QP_OK;
 }
 

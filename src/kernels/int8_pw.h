@@ -22,6 +22,13 @@
  *              (scale, zero point): quantized (round half to even, saturated) to pw_out_dt.
  *   pw_out_dt  ints per output: ONNX dtype (1 float, 10 float16, 3 int8, 2 uint8).
  * Each output's shape is the broadcast of the inputs it depends on (not always the main shape).
+ *   nhwc       int (optional): 1 computes in channels-last order: the main shape (N, C, D1..Dk)
+ *              is walked as (N, D1..Dk, C), so tensors the integer path keeps channels last
+ *              (between QConv nodes, src/runtime/int8.c) are read and written without a
+ *              transposition. Then pw_in_nhwc and pw_out_nhwc (ints, one per input / output)
+ *              say which are stored channels last (those must have the main rank); the others
+ *              are stored as their shape says and read through their strides (a constant
+ *              [1,C,1,1] or an SE gate [N,C,1,1] as fast as before, anything else gathered).
  *
  * Arithmetic is float32 whatever the model's float type: an fp16 model's intermediate values
  * are not rounded to fp16 between nodes (more accurate than the written model; outputs within

@@ -1,6 +1,7 @@
 /* int8_util.h: what QConv and QMatMul share. */
 #include "kernels/int8_util.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -138,6 +139,14 @@ int qp_i8_attr_posts(dnnl_primitive_attr_t attr, const struct qp_i8_posts *k) {
     if (ok && dnnl_primitive_attr_set_post_ops(attr, po)) ok = 0;
     dnnl_post_ops_destroy(po);
     return ok;
+}
+
+float qp_i8_acc_bias(float bias, float *osc) {
+    if (bias == 0.0f) return 0.0f;
+    float lim = fabsf(bias) * 0x1p-100f;
+    if (lim < FLT_MIN) lim = FLT_MIN;
+    if (!(fabsf(*osc) >= lim)) *osc = *osc < 0.0f ? -lim : lim;
+    return bias / *osc;
 }
 
 uint64_t qp_i8_hash(const float *v, int64_t n) {

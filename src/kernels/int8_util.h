@@ -64,6 +64,13 @@ void qp_i8_key_posts(struct qp_i8_io *io, int int8, struct qp_i8_posts *k);
 /* The key's post-operations on `attr`; 0 on failure. */
 int qp_i8_attr_posts(dnnl_primitive_attr_t attr, const struct qp_i8_posts *k);
 
+/* The bias in accumulator units for a oneDNN int8 primitive, which adds it to the int32
+ * accumulator before the output scale *osc: bias / *osc, with |*osc| first raised to
+ * |bias| * 2^-100 where it is smaller (a channel of all-zero weights has a w_scale near 0, and
+ * bias / osc would overflow to inf; the raised scale keeps that channel's products far below
+ * the bias's rounding, so the output is still the bias within float rounding). */
+float qp_i8_acc_bias(float bias, float *osc);
+
 /* FNV-1a of v[0..n), for cache keys of primitives with baked-in scales. */
 uint64_t qp_i8_hash(const float *v, int64_t n);
 

@@ -577,6 +577,24 @@ static enum qp_status sweep(struct qp_graph *g, struct rt_int8_report *rep, stru
     return QP_OK;
 }
 
+/* ---- channels-last tensors ------------------------------------------------------------------ */
+
+static int is_pw(const struct qp_node *n) {
+    return is_fused(n) && strcmp(n->op_type, "Pointwise") == 0;
+}
+
+/* 1 when value v is int8 as the integer path leaves it: a QConv's or a Pointwise's quantized
+ * output. */
+static int int8_output(const struct qp_graph *g, int v) {
+    const struct qp_value *x = &g->values[v];
+    if (x->producer < 0) return 0;
+    const struct qp_node *n = &g->nodes[x->producer];
+    if (is_qconv(n)) return i8g_in_at(n, 7) >= 0;
+    const int64_t *oq;
+    return is_pw(n) && qp_kattr_ints(n, "pw_out_q", &oq) > x->producer_output &&
+           oq[x->producer_output] >= 0;
+}
+
 /* 1 when every reader of v is a QConv reading it as source or residual. */
 static int qconv_readers(const struct qp_graph *g, const struct qp_value *v) {
     int all = v->n_uses > 0 && !v->is_graph_output;
@@ -596,6 +614,46 @@ static int nhwc_maxpool(const struct qp_graph *g, const struct qp_use *u) {
     return qconv_readers(g, &g->values[n->outputs[0]]);
 }
 
+/* 1 when value v, made by a QConv or a Pointwise node that `ok` admits, can be stored channels
+ * last: every reader takes it so (a QConv's source, its int8 residual, a MaxPool between
+ * QConv nodes, a Pointwise node `ok` admits) and it is no graph output. */
+static int nhwc_value(const struct qp_graph *g, const unsigned char *ok, int v) {
+    const struct qp_value *x = &g->values[v];
+    if (x->producer < 0 || x->is_graph_output || x->n_uses == 0) return 0;
+    const struct qp_node *p = &g->nodes[x->producer];
+    if (!is_qconv(p) && !(is_pw(p) && ok[x->producer])) return 0;
+    for (size_t u = 0; u < x->n_uses; u++) {
+        const struct qp_use *xu = &x->uses[u];
+        const struct qp_node *r = &g->nodes[xu->node];
+        int fine = is_qconv(r) ? xu->input == 0 || (xu->input == 9 && int8_output(g, v))
+                   : is_pw(r)  ? ok[xu->node]
+                               : is_qconv(p) && int8_output(g, v) && nhwc_maxpool(g, xu);
+        if (!fine) return 0;
+    }
+    return 1;
+}
+
+/* Whether Pointwise node k can run channels last: every output can be stored so, some input is,
+ * and no other input is an activation of the integer path stored channels first (it would be
+ * gathered element by element; a constant or an SE gate [N,C,1,1] is read as it is). */
+static int nhwc_pointwise(const struct qp_graph *g, const unsigned char *ok, int k) {
+    const struct qp_node *n = &g->nodes[k];
+    for (int o = 0; o < n->n_outputs; o++)
+        if (n->outputs[o] < 0 || !nhwc_value(g, ok, n->outputs[o])) return 0;
+    int some = 0;
+    for (int i = 0; i < n->n_inputs; i++) {
+        int v = n->inputs[i];
+        if (v < 0 || i8g_const_of(g, v)) continue;
+        if (nhwc_value(g, ok, v)) {
+            some = 1;
+            continue;
+        }
+        const struct qp_node *p = i8g_producer(g, v);
+        if (p && (is_qconv(p) || is_pw(p))) return 0;
+    }
+    return some;
+}
+
 static int mark_readers(struct qp_graph *g, const struct qp_value *v) {
     for (size_t u = 0; u < v->n_uses; u++)
         if (!i8g_add_int(g, v->uses[u].node, v->uses[u].input == 0 ? "src_nhwc" : "res_nhwc", 1))
@@ -603,33 +661,60 @@ static int mark_readers(struct qp_graph *g, const struct qp_value *v) {
     return 1;
 }
 
-/* Int8 tensors that only QConv nodes exchange, as source or residual, stay channels last; so do
- * those around a MaxPool between QConv nodes (ResNet's stem). */
-static int mark_nhwc(struct qp_graph *g) {
-    for (size_t k = 0; k < g->n_nodes; k++) {
-        const struct qp_node *n = &g->nodes[k];
-        if (!is_qconv(n) || i8g_in_at(n, 7) < 0) continue;
-        const struct qp_value *v = &g->values[n->outputs[0]];
-        int all = v->n_uses > 0 && !v->is_graph_output;
-        for (size_t u = 0; all && u < v->n_uses; u++) {
-            const struct qp_use *vu = &v->uses[u];
-            all = (is_qconv(&g->nodes[vu->node]) && (vu->input == 0 || vu->input == 9)) ||
-                  nhwc_maxpool(g, vu);
-        }
-        if (!all) continue;
-        if (!i8g_add_int(g, (int)k, "dst_nhwc", 1)) return 0;
-        for (size_t u = 0; u < v->n_uses; u++) {
-            int r = v->uses[u].node;
-            if (!is_qconv(&g->nodes[r])) {
-                if (!i8g_add_int(g, r, "nhwc", 1) ||
-                    !mark_readers(g, &g->values[g->nodes[r].outputs[0]]))
-                    return 0;
-                continue;
-            }
-            if (!i8g_add_int(g, r, v->uses[u].input == 0 ? "src_nhwc" : "res_nhwc", 1)) return 0;
-        }
+/* The attributes of one node on channels-last tensors (`ok`: the Pointwise nodes admitted). */
+static int mark_node(struct qp_graph *g, const unsigned char *ok, int k) {
+    const struct qp_node *n = &g->nodes[k];
+    if (is_pw(n)) {
+        int64_t fi[64], fo[64];
+        if (n->n_inputs > 64 || n->n_outputs > 64) return 1;
+        for (int i = 0; i < n->n_inputs; i++)
+            fi[i] = n->inputs[i] >= 0 && nhwc_value(g, ok, n->inputs[i]);
+        for (int o = 0; o < n->n_outputs; o++)
+            fo[o] = 1;
+        return i8g_add_int(g, k, "nhwc", 1) && i8g_add_ints(g, k, "pw_in_nhwc", n->n_inputs, fi) &&
+               i8g_add_ints(g, k, "pw_out_nhwc", n->n_outputs, fo);
+    }
+    int x = i8g_in_at(n, 0), r = i8g_in_at(n, 9), y = n->outputs[0];
+    if ((x >= 0 && nhwc_value(g, ok, x) && !i8g_add_int(g, k, "src_nhwc", 1)) ||
+        (r >= 0 && nhwc_value(g, ok, r) && !i8g_add_int(g, k, "res_nhwc", 1)))
+        return 0;
+    if (y < 0 || !nhwc_value(g, ok, y)) return 1;
+    if (!i8g_add_int(g, k, "dst_nhwc", 1)) return 0;
+    const struct qp_value *v = &g->values[y];
+    for (size_t u = 0; u < v->n_uses; u++) { /* a MaxPool between QConv nodes */
+        int m = v->uses[u].node;
+        if (qp_node_is(&g->nodes[m], "MaxPool") &&
+            (!i8g_add_int(g, m, "nhwc", 1) || !mark_readers(g, &g->values[g->nodes[m].outputs[0]])))
+            return 0;
     }
     return 1;
+}
+
+/* Tensors that only the integer path's QConv and Pointwise nodes exchange stay channels last
+ * (NHWC), so that no transposition runs between them; so do those around a MaxPool between
+ * QConv nodes (ResNet's stem). The Pointwise nodes admitted are the largest set in which each
+ * satisfies nhwc_pointwise given the others (every node admitted, then those that fail dropped
+ * until none does). */
+static int mark_nhwc(struct qp_graph *g) {
+    unsigned char *ok = calloc(g->n_nodes ? g->n_nodes : 1, 1);
+    if (!ok) return 0;
+    const char *e = getenv("QP_INT8_NHWC_POINTWISE");
+    int pw = !e || strcmp(e, "0") != 0;
+    for (size_t k = 0; k < g->n_nodes; k++)
+        ok[k] = pw && is_pw(&g->nodes[k]);
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (size_t k = 0; k < g->n_nodes; k++)
+            if (ok[k] && !nhwc_pointwise(g, ok, (int)k)) {
+                ok[k] = 0;
+                changed = 1;
+            }
+    }
+    int fine = 1;
+    for (size_t k = 0; fine && k < g->n_nodes; k++)
+        if (is_qconv(&g->nodes[k]) || ok[k]) fine = mark_node(g, ok, (int)k);
+    free(ok);
+    return fine;
 }
 
 /* Why a Q/DQ node that survived runs as its own pass. */
@@ -776,9 +861,9 @@ enum qp_status rt_int8_rewrite(struct qp_graph *g, struct rt_int8_report *rep,
     if (ok) conv_pass(g, rep, &ok, err);
     enum qp_status st = QP_OK;
     if (ok && (st = sweep(g, rep, err))) ok = 0;
-    if (ok && !mark_nhwc(g)) ok = 0;
     if (ok && !fakequant_pass(g, n_orig, rep, err)) ok = 0;
     if (ok && !pointwise_off() && !rt_int8_pw_pass(g, rep, err)) ok = 0;
+    if (ok && !mark_nhwc(g)) ok = 0;
     if (ok && !decide_rest(g, n_orig, rep)) ok = 0;
     if (ok && (st = qp_graph_toposort(g, err))) ok = 0;
     if (!ok) {

@@ -740,6 +740,66 @@ static void test_maxpool_nhwc(void **state) {
     qp_model_free(m);
 }
 
+/* A Conv whose output channel 0 has weights near 0 (w_scale 2.5e-41, as an all-zero channel of
+ * a real model gets) and a bias of 0.75, float output: on every path that channel is its bias
+ * (oneDNN's int8 convolution adds the bias before the output scales, and bias / (x_scale *
+ * w_scale) overflowed to inf), and the other channels agree with the oracle. */
+static void check_tiny_scale(const char *path) {
+    static const int64_t pads[4] = {1, 1, 1, 1};
+    int64_t wd[4] = {M, C, 3, 3}, sd[1] = {M};
+    static float w[M * C * 9], sc[M], b[M], y_fq[M * HW * HW], y_q[M * HW * HW];
+    static int8_t z[M];
+    rt_rng = 41;
+    for (int oc = 0; oc < M; oc++) {
+        sc[oc] = oc == 0 ? 2.5e-41f : 0.01f;
+        b[oc] = oc == 0 ? 0.75f : 0.1f * rt_frand();
+        for (int i = 0; i < C * 9; i++)
+            w[oc * C * 9 + i] = (float)(int)(127 * rt_frand()) * sc[oc];
+    }
+    struct qp_model *m = model_with_x(4, x_dims);
+    qdq(m, "x", "xd", 0.0078125f);
+    graph_add_init(m, m->graph, "w", QP_DTYPE_FLOAT, 4, wd, w, sizeof w);
+    graph_add_init(m, m->graph, "ws", QP_DTYPE_FLOAT, 1, sd, sc, sizeof sc);
+    graph_add_init(m, m->graph, "wz", QP_DTYPE_INT8, 1, sd, z, sizeof z);
+    graph_add_init(m, m->graph, "b", QP_DTYPE_FLOAT, 1, sd, b, sizeof b);
+    const char *qi[3] = {"w", "ws", "wz"}, *di[3] = {"wq", "ws", "wz"}, *ci[3] = {"xd", "wf", "b"};
+    node(m, "wQ", "QuantizeLinear", 3, qi, "wq");
+    node(m, "wDQ", "DequantizeLinear", 3, di, "wf");
+    int_attr(m, "wQ", "axis", 0);
+    int_attr(m, "wDQ", "axis", 0);
+    node(m, "c", "Conv", 3, ci, "y");
+    ints_attr(m, "c", "pads", pads, 4);
+    finish(m, "y");
+    fill_x(0.99f);
+    run(m, QP_INT8_OFF, xin, y_fq, M * HW * HW, NULL);
+    struct qp_session *s;
+    run(m, QP_INT8_AUTO, xin, y_q, M * HW * HW, &s);
+    assert_int_equal(s->int8->n_qconv, 1);
+    qp_session_free(s);
+    for (size_t i = 0; i < M * HW * HW; i++) {
+        float want = y_fq[i], tol = i < HW * HW ? 1e-6f : 1e-4f + 1e-3f * fabsf(want);
+        if (!(fabsf(y_q[i] - want) <= tol))
+            fail_msg("%s path, element %zu: int8 %g, oracle %g", path, i, (double)y_q[i],
+                     (double)want);
+    }
+    assert_true(fabsf(y_q[0] - 0.75f) < 1e-6f);
+    qp_model_free(m);
+}
+
+static void test_tiny_weight_scale(void **state) {
+    (void)state;
+    if (qp_int8_cpu_has_vnni()) check_tiny_scale("oneDNN int8");
+    setenv("QP_INT8_VNNI", "0", 1);
+    if (qp_kernel_isa() >= QP_ISA_AVX2) check_tiny_scale("AVX2");
+    setenv("QP_INT8_AVX2", "0", 1);
+    check_tiny_scale("oneDNN float");
+    setenv("QP_INT8_REF", "1", 1);
+    check_tiny_scale("reference");
+    unsetenv("QP_INT8_REF");
+    unsetenv("QP_INT8_AVX2");
+    unsetenv("QP_INT8_VNNI");
+}
+
 /* The path follows the CPU: oneDNN int8 only with VNNI (ONEDNN_MAX_CPU_ISA=AVX2 in the @avx2
  * variant of this test takes the other branch on an AVX-512 VNNI machine); without VNNI the AVX2
  * kernels for the geometries they take (group 1, depthwise), oneDNN float for the rest or when
@@ -854,6 +914,7 @@ int main(void) {
         cmocka_unit_test(test_flow_decisions),    cmocka_unit_test(test_gate_requantized),
         cmocka_unit_test(test_conv_bn),           cmocka_unit_test(test_matmul_projection),
         cmocka_unit_test(test_exact_avx2_matmul), cmocka_unit_test(test_matmul_two_activations),
+        cmocka_unit_test(test_tiny_weight_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

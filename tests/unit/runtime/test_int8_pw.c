@@ -18,7 +18,9 @@
 #include <cmocka.h>
 
 #include "ir/ir.h"
+#include "kernels/kernel.h"
 #include "qplace/session.h"
+#include "runtime/runtime.h"
 
 #include "rt_testmodel.h"
 
@@ -298,6 +300,107 @@ static void test_conv_affine(void **state) {
     qp_model_free(m);
 }
 
+/* Conv `name` 1x1 from `x` (CH channels) to CH channels, int8 weights per channel, into out. */
+static void conv1x1(struct qp_model *m, const char *name, const char *x, const char *out, int seed) {
+    static int8_t w[2][CH * CH];
+    static float ws[2][CH];
+    int8_t wz[CH] = {0};
+    for (int i = 0; i < CH * CH; i++)
+        w[seed][i] = (int8_t)((i * 37 + seed * 11) % 255 - 127);
+    for (int oc = 0; oc < CH; oc++)
+        ws[seed][oc] = 0.002f * (float)(oc + 1);
+    int64_t wd[4] = {CH, CH, 1, 1}, sd[1] = {CH};
+    char wn[64], sn[64], zn[64], dn[64], fn[64];
+    snprintf(wn, sizeof wn, "%s_w", name);
+    snprintf(sn, sizeof sn, "%s_ws", name);
+    snprintf(zn, sizeof zn, "%s_wz", name);
+    snprintf(dn, sizeof dn, "%s_wDQ", name);
+    snprintf(fn, sizeof fn, "%s_wf", name);
+    graph_add_init(m, m->graph, wn, QP_DTYPE_INT8, 4, wd, w[seed], sizeof w[seed]);
+    graph_add_init(m, m->graph, sn, QP_DTYPE_FLOAT, 1, sd, ws[seed], sizeof ws[seed]);
+    graph_add_init(m, m->graph, zn, QP_DTYPE_INT8, 1, sd, wz, sizeof wz);
+    const char *di[3] = {wn, sn, zn};
+    node(m, dn, "DequantizeLinear", 3, di, fn);
+    struct qp_attr *ax =
+        qp_node_add_attr(m->graph, qp_graph_find_node(m->graph, dn), "axis", QP_ATTR_INT);
+    assert_non_null(ax);
+    ax->i = 0;
+    bin(m, name, "Conv", x, fn, out);
+}
+
+static int64_t attr_of(const struct qp_session *s, const char *op, const char *attr) {
+    for (size_t k = 0; k < s->g->n_nodes; k++)
+        if (!s->g->nodes[k].dead && strcmp(s->g->nodes[k].op_type, op) == 0)
+            return qp_kattr_int(&s->g->nodes[k], attr, -1);
+    return -2;
+}
+
+/* QConv (float output) -> Pointwise (per-channel affine, HardSwish with Q/DQ inside, times an
+ * SE gate [1,C,1,1] computed from the source) -> QConv: the tensors between the QConv nodes and
+ * the Pointwise node stay channels last (attributes dst_nhwc, nhwc, src_nhwc), the gate is read
+ * as it is, and the output is bit for bit what QP_INT8_NHWC_POINTWISE=0 (transposed at each QConv)
+ * gives, and within one step of the oracle. */
+static void test_nhwc_between_qconv(void **state) {
+    (void)state;
+    struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
+    struct qp_model *m = model_with_x(4, xd);
+    qdq(m, "x", "xd", 0.05f, 0);
+    conv1x1(m, "conv1", "xd", "c", 0);
+    int64_t cd[4] = {1, CH, 1, 1};
+    rt_rng = 13;
+    rt_rand_init(m, "a", 4, cd, 0.5f, 1.5f);
+    scalar(m, "three", 3.0f);
+    scalar(m, "zero", 0.0f);
+    scalar(m, "six", 6.0f);
+    bin(m, "lab_mul", "Mul", "c", "a", "t");
+    qdq(m, "t", "td", 0.04f, 0);
+    bin(m, "hs_add", "Add", "t", "three", "u");
+    qdq(m, "u", "ud", 0.05f, 0);
+    const char *ci[3] = {"ud", "zero", "six"};
+    node(m, "hs_clip", "Clip", 3, ci, "cl");
+    bin(m, "hs_mul", "Mul", "td", "cl", "h");
+    bin(m, "hs_div", "Div", "h", "six", "hs");
+    const char *gi[1] = {"xd"};
+    node(m, "gap", "GlobalAveragePool", 1, gi, "g");
+    const char *si[1] = {"g"};
+    node(m, "gate", "Sigmoid", 1, si, "sg");
+    bin(m, "se_mul", "Mul", "hs", "sg", "e");
+    qdq(m, "e", "ed", 0.02f, 0);
+    conv1x1(m, "conv2", "ed", "o", 1);
+    qdq(m, "o", "y", 0.01f, 0);
+    const char *outs[1] = {"y"};
+    finish(m, 1, outs);
+    fill(xin, NX, 4.0f);
+    int64_t d[4] = {1, CH, HW, HW};
+    size_t ny[1] = {NX};
+    static float off[NX], on[NX], tr[NX];
+    float *po = off, *pn = on, *pt = tr;
+    run(m, QP_INT8_OFF, xin, 4, d, NX, 1, &po, ny, 0);
+    struct qp_session *s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 1, &pn, ny, 1);
+    assert_int_equal(attr_of(s, "Pointwise", "nhwc"), 1);
+    assert_int_equal(qp_kattr_int(&s->g->nodes[qp_graph_find_node(s->g, "conv1")], "dst_nhwc", 0),
+                     1);
+    assert_int_equal(qp_kattr_int(&s->g->nodes[qp_graph_find_node(s->g, "conv2")], "src_nhwc", 0),
+                     1);
+    qp_session_free(s);
+    setenv("QP_INT8_NHWC_POINTWISE", "0", 1);
+    s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 1, &pt, ny, 1);
+    assert_int_equal(attr_of(s, "Pointwise", "nhwc"), -1);
+    qp_session_free(s);
+    unsetenv("QP_INT8_NHWC_POINTWISE");
+    size_t nonzero = 0;
+    for (size_t i = 0; i < NX; i++) {
+        if (memcmp(&on[i], &tr[i], sizeof on[i]) != 0)
+            fail_msg("element %zu: %g channels last, %g transposed", i, (double)on[i],
+                     (double)tr[i]);
+        if (fabsf(on[i] - off[i]) > 0.01f * 1.001f)
+            fail_msg("element %zu: %g (int8) vs %g (oracle)", i, (double)on[i], (double)off[i]);
+        nonzero += on[i] != 0;
+    }
+    assert_true(nonzero > NX / 4);
+    qp_model_free(m);
+}
+
 /* A Pointwise node written by hand with an instruction that reads an undefined register: the
  * session is refused with a message naming the node and the instruction. */
 static void test_bad_program(void **state) {
@@ -345,7 +448,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hardswish_chain),  cmocka_unit_test(test_se_gate),
         cmocka_unit_test(test_last_axis_affine), cmocka_unit_test(test_conv_affine),
-        cmocka_unit_test(test_bad_program),
+        cmocka_unit_test(test_bad_program),      cmocka_unit_test(test_nhwc_between_qconv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
