@@ -198,6 +198,31 @@ int i8g_add_floats(struct qp_graph *g, int node, const char *name, int n, const 
     return 1;
 }
 
+static struct qp_attr *find_attr(struct qp_graph *g, int node, const char *name,
+                                 enum qp_attr_type type) {
+    struct qp_node *n = &g->nodes[node];
+    for (int i = 0; i < n->n_attrs; i++)
+        if (n->attrs[i].type == type && strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
+    return NULL;
+}
+
+int i8g_set_int(struct qp_graph *g, int node, const char *name, int64_t v) {
+    struct qp_attr *a = find_attr(g, node, name, QP_ATTR_INT);
+    if (!a) return i8g_add_int(g, node, name, v);
+    a->i = v;
+    return 1;
+}
+
+int i8g_set_ints(struct qp_graph *g, int node, const char *name, int n, const int64_t *v) {
+    struct qp_attr *a = find_attr(g, node, name, QP_ATTR_INTS);
+    if (!a) return i8g_add_ints(g, node, name, n, v);
+    int64_t *c = i8g_arena_dup(g, v, (size_t)(n ? n : 1) * sizeof *v);
+    if (!c) return 0;
+    a->ints = c;
+    a->n = (size_t)n;
+    return 1;
+}
+
 int i8g_add_int(struct qp_graph *g, int node, const char *name, int64_t v) {
     struct qp_attr *a = qp_node_add_attr(g, node, name, QP_ATTR_INT);
     if (!a) return 0;

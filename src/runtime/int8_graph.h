@@ -54,6 +54,9 @@ void *i8g_arena_dup(struct qp_graph *g, const void *v, size_t n);
 int i8g_add_ints(struct qp_graph *g, int node, const char *name, int n, const int64_t *v);
 int i8g_add_floats(struct qp_graph *g, int node, const char *name, int n, const float *v);
 int i8g_add_int(struct qp_graph *g, int node, const char *name, int64_t v);
+/* Sets an int / ints attribute: the existing one of that name changed in place, or a new one. */
+int i8g_set_int(struct qp_graph *g, int node, const char *name, int64_t v);
+int i8g_set_ints(struct qp_graph *g, int node, const char *name, int n, const int64_t *v);
 
 /* The pointwise pass (int8_pw.c): elementwise chains, their FakeQuant passes, DQ sources and Q
  * sinks become Pointwise nodes (kernels/int8_pw.h). 0 on failure (err set, or out of memory). */

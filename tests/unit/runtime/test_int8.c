@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "core/half.h"
 #include "ir/ir.h"
 #include "kernels/int8_conv.h"
 #include "kernels/isa.h"
@@ -800,6 +801,83 @@ static void test_tiny_weight_scale(void **state) {
     unsetenv("QP_INT8_VNNI");
 }
 
+/* An fp16 model: x -> Cast fp16 -> Q/DQ -> Conv -> Softmax -> Q/DQ -> Cast float -> y, and, when
+ * `conv_out`, the Conv's output as a second graph output. The QConv's float output is written
+ * float32 when only the Softmax (which follows its input's dtype) and then a Q read it, fp16 when
+ * it is a graph output; either way the result is within fp16 rounding of one step of the
+ * oracle. */
+static void check_fp16_out(int conv_out) {
+    static const int64_t pads[4] = {1, 1, 1, 1};
+    int64_t wd[4] = {M, C, 3, 3}, sd[1] = {M};
+    static int8_t w[M * C * 9], wz[M];
+    static uint16_t ws[M], b[M];
+    rt_rng = 43;
+    for (int oc = 0; oc < M; oc++) {
+        ws[oc] = qp_f32_to_fp16(0.004f + 0.0005f * (float)oc);
+        b[oc] = qp_f32_to_fp16(0.1f * rt_frand());
+    }
+    for (int i = 0; i < M * C * 9; i++)
+        w[i] = (int8_t)(int)(127 * rt_frand());
+    struct qp_model *m = model_with_x(4, x_dims);
+    uint16_t xs = qp_f32_to_fp16(0.0078125f), ys = qp_f32_to_fp16(1.0f / 256);
+    int8_t z = 0;
+    graph_add_init(m, m->graph, "xs", QP_DTYPE_FLOAT16, 0, NULL, &xs, sizeof xs);
+    graph_add_init(m, m->graph, "ys", QP_DTYPE_FLOAT16, 0, NULL, &ys, sizeof ys);
+    graph_add_init(m, m->graph, "z", QP_DTYPE_INT8, 0, NULL, &z, 1);
+    graph_add_init(m, m->graph, "w", QP_DTYPE_INT8, 4, wd, w, sizeof w);
+    graph_add_init(m, m->graph, "ws", QP_DTYPE_FLOAT16, 1, sd, ws, sizeof ws);
+    graph_add_init(m, m->graph, "wz", QP_DTYPE_INT8, 1, sd, wz, sizeof wz);
+    graph_add_init(m, m->graph, "b", QP_DTYPE_FLOAT16, 1, sd, b, sizeof b);
+    const char *c0[1] = {"x"}, *q0[3] = {"xh", "xs", "z"}, *d0[3] = {"xq", "xs", "z"};
+    const char *wi[3] = {"w", "ws", "wz"}, *ci[3] = {"xd", "wf", "b"}, *si[1] = {"c"};
+    const char *q1[3] = {"sm", "ys", "z"}, *d1[3] = {"sq", "ys", "z"}, *c1[1] = {"sd"};
+    node(m, "to16", "Cast", 1, c0, "xh");
+    int_attr(m, "to16", "to", QP_DTYPE_FLOAT16);
+    node(m, "xQ", "QuantizeLinear", 3, q0, "xq");
+    node(m, "xDQ", "DequantizeLinear", 3, d0, "xd");
+    node(m, "wDQ", "DequantizeLinear", 3, wi, "wf");
+    int_attr(m, "wDQ", "axis", 0);
+    node(m, "c", "Conv", 3, ci, "c");
+    ints_attr(m, "c", "pads", pads, 4);
+    node(m, "sm", "Softmax", 1, si, "sm");
+    int_attr(m, "sm", "axis", 1);
+    node(m, "sQ", "QuantizeLinear", 3, q1, "sq");
+    node(m, "sDQ", "DequantizeLinear", 3, d1, "sd");
+    node(m, "to32", "Cast", 1, c1, "y");
+    int_attr(m, "to32", "to", QP_DTYPE_FLOAT);
+    finish(m, "y");
+    struct qp_error err = {0};
+    if (conv_out)
+        assert_int_equal(qp_graph_add_output(m->graph, qp_graph_find_value(m->graph, "c"), &err),
+                         QP_OK);
+    fill_x(0.99f);
+    static float y_fq[M * HW * HW], y_q[M * HW * HW];
+    run(m, QP_INT8_OFF, xin, y_fq, M * HW * HW, NULL);
+    struct qp_session *s;
+    run(m, QP_INT8_AUTO, xin, y_q, M * HW * HW, &s);
+    assert_int_equal(s->int8->n_qconv, 1);
+    int k = qp_graph_find_node(s->g, "c");
+    assert_true(k >= 0);
+    assert_int_equal(qp_kattr_int(&s->g->nodes[k], "out_dtype", 0),
+                     conv_out ? QP_DTYPE_FLOAT16 : QP_DTYPE_FLOAT);
+    qp_session_free(s);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < M * HW * HW; i++) {
+        if (fabsf(y_q[i] - y_fq[i]) > (1.0f / 256) * 1.01f)
+            fail_msg("element %zu: int8 %g, oracle %g (conv output %d)", i, (double)y_q[i],
+                     (double)y_fq[i], conv_out);
+        nonzero += y_q[i] != 0;
+    }
+    assert_true(nonzero > M * HW * HW / 4);
+    qp_model_free(m);
+}
+
+static void test_fp16_float_out(void **state) {
+    (void)state;
+    check_fp16_out(0);
+    check_fp16_out(1);
+}
+
 /* The path follows the CPU: oneDNN int8 only with VNNI (ONEDNN_MAX_CPU_ISA=AVX2 in the @avx2
  * variant of this test takes the other branch on an AVX-512 VNNI machine); without VNNI the AVX2
  * kernels for the geometries they take (group 1, depthwise), oneDNN float for the rest or when
@@ -914,7 +992,7 @@ int main(void) {
         cmocka_unit_test(test_flow_decisions),    cmocka_unit_test(test_gate_requantized),
         cmocka_unit_test(test_conv_bn),           cmocka_unit_test(test_matmul_projection),
         cmocka_unit_test(test_exact_avx2_matmul), cmocka_unit_test(test_matmul_two_activations),
-        cmocka_unit_test(test_tiny_weight_scale),
+        cmocka_unit_test(test_tiny_weight_scale), cmocka_unit_test(test_fp16_float_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
