@@ -245,8 +245,8 @@ static enum qp_status output_shapes(struct qp_kprep *p, struct pw_state *s,
         s->out[o].full = main_order(s, 0, full, s->out[o].stride);
         if (s->nhwc && !phys[o] && lr != s->rank)
             return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
-                                "output %d is stored channels last but has rank %d, not %d", o,
-                                lr, s->rank);
+                                "output %d is stored channels last but has rank %d, not %d", o, lr,
+                                s->rank);
         enum qp_status st = qp_kt_set(p->out[o], s->out[o].dt, lr, ld, p->err);
         if (st) return st;
     }

@@ -726,10 +726,9 @@ static int is_qmatmul(const struct qp_node *n) {
 /* Ops whose output has their (only float) input's dtype and that run float32 as they run
  * float16: a float32 input makes a float32 output and changes nothing else. */
 static int dtype_follows(const struct qp_node *n, int input) {
-    static const char *const ops[] = {"Softmax",   "Transpose",         "Reshape",
-                                      "Flatten",   "Squeeze",           "Unsqueeze",
-                                      "Identity",  "GlobalAveragePool", "AveragePool",
-                                      "Relu",      NULL};
+    static const char *const ops[] = {"Softmax",     "Transpose", "Reshape",  "Flatten",
+                                      "Squeeze",     "Unsqueeze", "Identity", "GlobalAveragePool",
+                                      "AveragePool", "Relu",      NULL};
     if (n->dead || input != 0 || n->n_outputs != 1 || n->outputs[0] < 0 ||
         (n->domain && n->domain[0]))
         return 0;
@@ -740,8 +739,8 @@ static int dtype_follows(const struct qp_node *n, int input) {
 
 /* 1 when float16 value v can be float32 instead with no other value changing type: every
  * reader takes either (the input of a QuantizeLinear, a FakeQuant or a Cast, a Pointwise input,
- * a QConv's or QMatMul's float residual) or follows its input's dtype with an output that can change too (to depth
- * 8), and v is no graph output. */
+ * a QConv's or QMatMul's float residual) or follows its input's dtype with an output that can
+ * change too (to depth 8), and v is no graph output. */
 static int f32_ok(const struct qp_graph *g, int v, int depth) {
     const struct qp_value *x = &g->values[v];
     if (x->is_graph_output || x->n_uses == 0 || depth > 8) return 0;
@@ -751,8 +750,7 @@ static int f32_ok(const struct qp_graph *g, int v, int depth) {
         int fine = ((qp_node_is(r, "QuantizeLinear") || qp_node_is(r, "Cast") ||
                      (is_fused(r) && strcmp(r->op_type, "FakeQuant") == 0)) &&
                     xu->input == 0) ||
-                   is_pw(r) ||
-                   ((is_qconv(r) || is_qmatmul(r)) && xu->input == 9) ||
+                   is_pw(r) || ((is_qconv(r) || is_qmatmul(r)) && xu->input == 9) ||
                    (dtype_follows(r, xu->input) && f32_ok(g, r->outputs[0], depth + 1));
         if (!fine) return 0;
     }

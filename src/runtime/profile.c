@@ -68,7 +68,8 @@ void rt_profile_print_free(struct rt_profile *p) {
         qsort(p->rows, p->n, sizeof *p->rows, by_time);
         fprintf(stderr, "profile: %zu runs, %.3f ms per run in steps\n", p->runs,
                 1e3 * total / (double)p->runs);
-        fprintf(stderr, "%-28s %12s %8s %10s\n", p->by_node ? "step" : "op", "ms per run", "share", "steps/run");
+        fprintf(stderr, "%-28s %12s %8s %10s\n", p->by_node ? "step" : "op", "ms per run", "share",
+                "steps/run");
         for (size_t i = 0; i < p->n; i++) {
             const struct row *r = &p->rows[i];
             fprintf(stderr, "%-28s %12.3f %7.1f%% %10.1f\n", r->label,

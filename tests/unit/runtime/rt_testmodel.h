@@ -77,6 +77,37 @@ static inline void rt_rand_init(struct qp_model *m, const char *name, int rank, 
     free(v);
 }
 
+/* A node of m's graph with one output (a failure fails the test). */
+static inline void rt_node(struct qp_model *m, const char *name, const char *op, int n_in,
+                           const char *const *in, const char *out) {
+    struct qp_error err = {0};
+    int idx;
+    assert_int_equal(qp_graph_add_node(m->graph, name, op, "", n_in, in, 1, &out, &idx, &err),
+                     QP_OK);
+}
+
+/* "<base><suffix>" into buf (64 bytes): the names of a helper's nodes and initializers. */
+static inline const char *rt_name(char *buf, const char *base, const char *suffix) {
+    snprintf(buf, 64, "%s%s", base, suffix);
+    return buf;
+}
+
+/* QuantizeLinear -> DequantizeLinear of `x` into `out`, per tensor, int8 with zero point z and
+ * scale s (initializers out_s, out_z; nodes out_Q, out_DQ; the int8 tensor out_q). */
+static inline void rt_qdq(struct qp_model *m, const char *x, const char *out, float s, int8_t z) {
+    char sc[64], zp[64], qn[64], qo[64], dn[64];
+    rt_name(sc, out, "_s");
+    rt_name(zp, out, "_z");
+    rt_name(qn, out, "_Q");
+    rt_name(qo, out, "_q");
+    rt_name(dn, out, "_DQ");
+    graph_add_init(m, m->graph, sc, QP_DTYPE_FLOAT, 0, NULL, &s, sizeof s);
+    graph_add_init(m, m->graph, zp, QP_DTYPE_INT8, 0, NULL, &z, 1);
+    const char *qi[3] = {x, sc, zp}, *di[3] = {qo, sc, zp};
+    rt_node(m, qn, "QuantizeLinear", 3, qi, qo);
+    rt_node(m, dn, "DequantizeLinear", 3, di, out);
+}
+
 /* Inserts QuantizeLinear -> DequantizeLinear on overlay o's edge of m's graph, with o's scale,
  * zero point (zeros when NULL; one byte per parameter) and axis; initializers qs<k>, qz<k>.
  * The caller toposorts once all are inserted. */

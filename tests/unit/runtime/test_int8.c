@@ -35,39 +35,11 @@ static struct qp_dim x_dims[4] = {{1, NULL}, {C, NULL}, {HW, NULL}, {HW, NULL}};
 static float xin[C * HW * HW];
 static float y_off[M * HW * HW], y_on[M * HW * HW];
 
-static void node(struct qp_model *m, const char *name, const char *op, int n_in,
-                 const char *const *in, const char *out) {
-    struct qp_error err = {0};
-    int idx;
-    assert_int_equal(qp_graph_add_node(m->graph, name, op, "", n_in, in, 1, &out, &idx, &err),
-                     QP_OK);
-}
-
 static void int_attr(struct qp_model *m, const char *node_name, const char *name, int64_t v) {
     int n = qp_graph_find_node(m->graph, node_name);
     struct qp_attr *a = qp_node_add_attr(m->graph, n, name, QP_ATTR_INT);
     assert_non_null(a);
     a->i = v;
-}
-
-static void scale_init(struct qp_model *m, const char *name, float s, const char *zp) {
-    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 0, NULL, &s, sizeof s);
-    int8_t z = 0;
-    graph_add_init(m, m->graph, zp, QP_DTYPE_INT8, 0, NULL, &z, 1);
-}
-
-/* Q -> DQ of tensor `x` into `out`, with scale s (per tensor, int8, zero point 0). */
-static void qdq(struct qp_model *m, const char *x, const char *out, float s) {
-    char sc[96], zp[96], qn[96], qo[96], dn[96];
-    snprintf(sc, sizeof sc, "%s_s", out);
-    snprintf(zp, sizeof zp, "%s_z", out);
-    snprintf(qn, sizeof qn, "%s_Q", out);
-    snprintf(qo, sizeof qo, "%s_q", out);
-    snprintf(dn, sizeof dn, "%s_DQ", out);
-    scale_init(m, sc, s, zp);
-    const char *qi[3] = {x, sc, zp}, *di[3] = {qo, sc, zp};
-    node(m, qn, "QuantizeLinear", 3, qi, qo);
-    node(m, dn, "DequantizeLinear", 3, di, out);
 }
 
 /* Conv weights `name` [M, C, 3, 3] as DQ(Q(W float)) per output channel; values integers times
@@ -96,8 +68,8 @@ static void conv_weights(struct qp_model *m, const char *name, int exact) {
     graph_add_init(m, m->graph, wz, QP_DTYPE_INT8, 1, sd, z, sizeof z);
     graph_add_init(m, m->graph, bn, QP_DTYPE_FLOAT, 1, sd, b, sizeof b);
     const char *qi[3] = {name, ws, wz}, *di[3] = {wqo, ws, wz};
-    node(m, wq, "QuantizeLinear", 3, qi, wqo);
-    node(m, wdq, "DequantizeLinear", 3, di, name[0] == 'w' ? "wf" : "wf2");
+    rt_node(m, wq, "QuantizeLinear", 3, qi, wqo);
+    rt_node(m, wdq, "DequantizeLinear", 3, di, name[0] == 'w' ? "wf" : "wf2");
     int_attr(m, wq, "axis", 0);
     int_attr(m, wdq, "axis", 0);
 }
@@ -105,7 +77,7 @@ static void conv_weights(struct qp_model *m, const char *name, int exact) {
 static void conv(struct qp_model *m, const char *name, const char *x, const char *w, const char *b,
                  const char *out) {
     const char *in[3] = {x, w, b};
-    node(m, name, "Conv", 3, in, out);
+    rt_node(m, name, "Conv", 3, in, out);
     int n = qp_graph_find_node(m->graph, name);
     struct qp_attr *a = qp_node_add_attr(m->graph, n, "pads", QP_ATTR_INTS);
     static const int64_t pads[4] = {1, 1, 1, 1};
@@ -124,19 +96,19 @@ static void finish(struct qp_model *m, const char *out) {
  * residual block, as the trt policy writes it. */
 static struct qp_model *residual_model(int exact, float xs, float ys) {
     struct qp_model *m = model_with_x(4, x_dims);
-    qdq(m, "x", "xd", xs);
+    rt_qdq(m, "x", "xd", xs, 0);
     conv_weights(m, "w", exact);
     conv_weights(m, "v", exact);
     conv(m, "conv_a", "xd", "wf", "w_b", "a");
     const char *r[1] = {"a"};
-    node(m, "relu_a", "Relu", 1, r, "ar");
+    rt_node(m, "relu_a", "Relu", 1, r, "ar");
     conv(m, "conv_b", "xd", "wf2", "v_b", "bo");
-    qdq(m, "bo", "bd", ys * 2);
+    rt_qdq(m, "bo", "bd", ys * 2, 0);
     const char *add[2] = {"ar", "bd"};
-    node(m, "add", "Add", 2, add, "s");
+    rt_node(m, "add", "Add", 2, add, "s");
     const char *r2[1] = {"s"};
-    node(m, "relu_s", "Relu", 1, r2, "sr");
-    qdq(m, "sr", "y", ys);
+    rt_node(m, "relu_s", "Relu", 1, r2, "sr");
+    rt_qdq(m, "sr", "y", ys, 0);
     finish(m, "y");
     return m;
 }
@@ -210,12 +182,12 @@ static void test_residual_block(void **state) {
 /* x -> QDQ -> Conv -> HardSigmoid -> QDQ -> y: PaddleOCR's squeeze-excitation gate. */
 static struct qp_model *gate_model(void) {
     struct qp_model *m = model_with_x(4, x_dims);
-    qdq(m, "x", "xd", 0.02f);
+    rt_qdq(m, "x", "xd", 0.02f, 0);
     conv_weights(m, "w", 0);
     conv(m, "conv", "xd", "wf", "w_b", "a");
     const char *h[1] = {"a"};
-    node(m, "hsig", "HardSigmoid", 1, h, "g");
-    qdq(m, "g", "y", 1.0f / 127);
+    rt_node(m, "hsig", "HardSigmoid", 1, h, "g");
+    rt_qdq(m, "g", "y", 1.0f / 127, 0);
     finish(m, "y");
     return m;
 }
@@ -249,7 +221,7 @@ static void test_conv_bn(void **state) {
     (void)state;
     rt_rng = 17;
     struct qp_model *m = model_with_x(4, x_dims);
-    qdq(m, "x", "xd", 0.02f);
+    rt_qdq(m, "x", "xd", 0.02f, 0);
     conv_weights(m, "w", 0);
     conv(m, "conv", "xd", "wf", "w_b", "a");
     int64_t md[1] = {M};
@@ -265,10 +237,10 @@ static void test_conv_bn(void **state) {
     graph_add_init(m, m->graph, "bn_m", QP_DTYPE_FLOAT, 1, md, mu, sizeof mu);
     graph_add_init(m, m->graph, "bn_v", QP_DTYPE_FLOAT, 1, md, va, sizeof va);
     const char *bn[5] = {"a", "bn_g", "bn_b", "bn_m", "bn_v"};
-    node(m, "bn", "BatchNormalization", 5, bn, "n");
+    rt_node(m, "bn", "BatchNormalization", 5, bn, "n");
     const char *r[1] = {"n"};
-    node(m, "relu", "Relu", 1, r, "nr");
-    qdq(m, "nr", "y", 0.03f);
+    rt_node(m, "relu", "Relu", 1, r, "nr");
+    rt_qdq(m, "nr", "y", 0.03f, 0);
     finish(m, "y");
     fill_x(2.0f);
     run(m, QP_INT8_OFF, xin, y_off, M * HW * HW, NULL);
@@ -311,8 +283,8 @@ static void matmul_weights(struct qp_model *m, const char *name, const char *out
     graph_add_init(m, m->graph, wz, QP_DTYPE_INT8, 1, sd, z, sizeof z);
     graph_add_init(m, m->graph, bn, QP_DTYPE_FLOAT, 1, sd, b, sizeof b);
     const char *qi[3] = {name, ws, wz}, *di[3] = {wqo, ws, wz};
-    node(m, wq, "QuantizeLinear", 3, qi, wqo);
-    node(m, wdq, "DequantizeLinear", 3, di, out);
+    rt_node(m, wq, "QuantizeLinear", 3, qi, wqo);
+    rt_node(m, wdq, "DequantizeLinear", 3, di, out);
     int_attr(m, wq, "axis", 1);
     int_attr(m, wdq, "axis", 1);
 }
@@ -343,20 +315,20 @@ static void test_matmul_projection(void **state) {
     rt_rng = 11;
     struct qp_model *m = test_model_create(&rt_test_opset19);
     test_model_add_input(m, "x", QP_DTYPE_FLOAT, 3, d3);
-    qdq(m, "x", "xd", 0.01f);
+    rt_qdq(m, "x", "xd", 0.01f, 0);
     matmul_weights(m, "w", "wf");
     matmul_weights(m, "v", "vf");
     const char *mm1[2] = {"xd", "wf"}, *mm2[2] = {"xd", "vf"};
-    node(m, "mm_a", "MatMul", 2, mm1, "a0");
+    rt_node(m, "mm_a", "MatMul", 2, mm1, "a0");
     const char *ab[2] = {"a0", "w_b"};
-    node(m, "bias_a", "Add", 2, ab, "a");
-    node(m, "mm_b", "MatMul", 2, mm2, "b0");
-    qdq(m, "b0", "bd", 0.02f);
+    rt_node(m, "bias_a", "Add", 2, ab, "a");
+    rt_node(m, "mm_b", "MatMul", 2, mm2, "b0");
+    rt_qdq(m, "b0", "bd", 0.02f, 0);
     const char *add[2] = {"bd", "a"};
-    node(m, "add", "Add", 2, add, "s");
+    rt_node(m, "add", "Add", 2, add, "s");
     const char *rl[1] = {"s"};
-    node(m, "relu", "Relu", 1, rl, "sr");
-    qdq(m, "sr", "y", 0.02f);
+    rt_node(m, "relu", "Relu", 1, rl, "sr");
+    rt_qdq(m, "sr", "y", 0.02f, 0);
     finish(m, "y");
     static float x[2 * 6 * MK], a[2 * 6 * MN], b[2 * 6 * MN];
     for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
@@ -416,8 +388,8 @@ static void matmul_weights_kn(struct qp_model *m, const char *name, const char *
     graph_add_init(m, m->graph, wz, QP_DTYPE_INT8, 1, sd, z, (size_t)nn);
     graph_add_init(m, m->graph, bn, QP_DTYPE_FLOAT, 1, sd, b, sizeof(float) * (size_t)nn);
     const char *qi[3] = {name, ws, wz}, *di[3] = {wqo, ws, wz};
-    node(m, wq, "QuantizeLinear", 3, qi, wqo);
-    node(m, wdq, "DequantizeLinear", 3, di, out);
+    rt_node(m, wq, "QuantizeLinear", 3, qi, wqo);
+    rt_node(m, wdq, "DequantizeLinear", 3, di, out);
     int_attr(m, wq, "axis", 1);
     int_attr(m, wdq, "axis", 1);
 }
@@ -429,18 +401,18 @@ static void check_matmul_avx2(int64_t kk) {
     struct qp_dim d3[3] = {{2, NULL}, {6, NULL}, {kk, NULL}};
     struct qp_model *m = test_model_create(&rt_test_opset19);
     test_model_add_input(m, "x", QP_DTYPE_FLOAT, 3, d3);
-    qdq(m, "x", "xd", 0.01f);
+    rt_qdq(m, "x", "xd", 0.01f, 0);
     matmul_weights_kn(m, "w", "wf", kk, 40);
     matmul_weights_kn(m, "v", "vf", kk, 40);
     const char *mm1[2] = {"xd", "wf"}, *mm2[2] = {"xd", "vf"}, *ab[2] = {"a0", "w_b"};
-    node(m, "mm_a", "MatMul", 2, mm1, "a0");
-    node(m, "bias_a", "Add", 2, ab, "a");
-    node(m, "mm_b", "MatMul", 2, mm2, "b0");
-    qdq(m, "b0", "bd", 0.02f);
+    rt_node(m, "mm_a", "MatMul", 2, mm1, "a0");
+    rt_node(m, "bias_a", "Add", 2, ab, "a");
+    rt_node(m, "mm_b", "MatMul", 2, mm2, "b0");
+    rt_qdq(m, "b0", "bd", 0.02f, 0);
     const char *add[2] = {"bd", "a"}, *rl[1] = {"s"};
-    node(m, "add", "Add", 2, add, "s");
-    node(m, "relu", "Relu", 1, rl, "sr");
-    qdq(m, "sr", "y", 0.02f);
+    rt_node(m, "add", "Add", 2, add, "s");
+    rt_node(m, "relu", "Relu", 1, rl, "sr");
+    rt_qdq(m, "sr", "y", 0.02f, 0);
     finish(m, "y");
     static float x[2 * 6 * 64], ya[2 * 6 * 40], yr[2 * 6 * 40];
     for (int64_t i = 0; i < 2 * 6 * kk; i++)
@@ -486,18 +458,18 @@ static void test_matmul_two_activations(void **state) {
     static struct qp_dim d3[3] = {{2, NULL}, {6, NULL}, {8, NULL}};
     struct qp_model *m = test_model_create(&rt_test_opset19);
     test_model_add_input(m, "x", QP_DTYPE_FLOAT, 3, d3);
-    qdq(m, "x", "xd", 0.01f);
+    rt_qdq(m, "x", "xd", 0.01f, 0);
     const char *t[1] = {"x"};
-    node(m, "tr", "Transpose", 1, t, "xt");
+    rt_node(m, "tr", "Transpose", 1, t, "xt");
     int n = qp_graph_find_node(m->graph, "tr");
     struct qp_attr *pa = qp_node_add_attr(m->graph, n, "perm", QP_ATTR_INTS);
     static const int64_t perm[3] = {0, 2, 1};
     pa->ints = perm;
     pa->n = 3;
-    qdq(m, "xt", "kd", 0.01f);
+    rt_qdq(m, "xt", "kd", 0.01f, 0);
     const char *mm[2] = {"xd", "kd"};
-    node(m, "mm", "MatMul", 2, mm, "p");
-    qdq(m, "p", "y", 0.002f);
+    rt_node(m, "mm", "MatMul", 2, mm, "p");
+    rt_qdq(m, "p", "y", 0.002f, 0);
     finish(m, "y");
     static float x[2 * 6 * 8], a[2 * 6 * 6], b[2 * 6 * 6];
     rt_rng = 13;
@@ -597,8 +569,8 @@ static void conv_weights_k(struct qp_model *m, const char *name, const char *out
     graph_add_init(m, m->graph, wz, QP_DTYPE_INT8, 1, sd, z, M);
     graph_add_init(m, m->graph, bn, QP_DTYPE_FLOAT, 1, sd, b, sizeof(float) * M);
     const char *qi[3] = {name, ws, wz}, *di[3] = {wqo, ws, wz};
-    node(m, wq, "QuantizeLinear", 3, qi, wqo);
-    node(m, wdq, "DequantizeLinear", 3, di, out);
+    rt_node(m, wq, "QuantizeLinear", 3, qi, wqo);
+    rt_node(m, wdq, "DequantizeLinear", 3, di, out);
     int_attr(m, wq, "axis", 0);
     int_attr(m, wdq, "axis", 0);
 }
@@ -619,28 +591,28 @@ static void ints_attr(struct qp_model *m, const char *node_name, const char *nam
 static struct qp_model *chain_model(int64_t group) {
     static const int64_t pads[4] = {1, 1, 1, 1}, s2[2] = {2, 2};
     struct qp_model *m = model_with_x(4, x_dims);
-    qdq(m, "x", "xd", 0.0078125f);
+    rt_qdq(m, "x", "xd", 0.0078125f, 0);
     conv_weights_k(m, "w1", "w1f", C, 3);
     conv_weights_k(m, "w2", "w2f", M / group, 3);
     conv_weights_k(m, "w3", "w3f", M, 1);
     const char *c1[3] = {"xd", "w1f", "w1_b"}, *c2[3] = {"ad", "w2f", "w2_b"},
                *c3[3] = {"bd", "w3f", "w3_b"};
-    node(m, "c1", "Conv", 3, c1, "a0");
+    rt_node(m, "c1", "Conv", 3, c1, "a0");
     ints_attr(m, "c1", "pads", pads, 4);
     ints_attr(m, "c1", "strides", s2, 2);
     const char *r1[1] = {"a0"}, *r2[1] = {"b1"}, *r3[1] = {"s"};
-    node(m, "r1", "Relu", 1, r1, "a");
-    qdq(m, "a", "ad", 0.125f);
-    node(m, "c2", "Conv", 3, c2, "b1");
+    rt_node(m, "r1", "Relu", 1, r1, "a");
+    rt_qdq(m, "a", "ad", 0.125f, 0);
+    rt_node(m, "c2", "Conv", 3, c2, "b1");
     ints_attr(m, "c2", "pads", pads, 4);
     int_attr(m, "c2", "group", group);
-    node(m, "r2", "Relu", 1, r2, "b0");
-    qdq(m, "b0", "bd", 0.25f);
-    node(m, "c3", "Conv", 3, c3, "c");
+    rt_node(m, "r2", "Relu", 1, r2, "b0");
+    rt_qdq(m, "b0", "bd", 0.25f, 0);
+    rt_node(m, "c3", "Conv", 3, c3, "c");
     const char *add[2] = {"c", "ad"};
-    node(m, "add", "Add", 2, add, "s");
-    node(m, "r3", "Relu", 1, r3, "sr");
-    qdq(m, "sr", "y", 0.5f);
+    rt_node(m, "add", "Add", 2, add, "s");
+    rt_node(m, "r3", "Relu", 1, r3, "sr");
+    rt_qdq(m, "sr", "y", 0.5f, 0);
     finish(m, "y");
     return m;
 }
@@ -704,22 +676,22 @@ static void test_maxpool_nhwc(void **state) {
     static const int64_t pads[4] = {1, 1, 1, 1}, s2[2] = {2, 2}, k3[2] = {3, 3};
     rt_rng = 31;
     struct qp_model *m = model_with_x(4, x_dims);
-    qdq(m, "x", "xd", 0.0078125f);
+    rt_qdq(m, "x", "xd", 0.0078125f, 0);
     conv_weights_k(m, "w1", "w1f", C, 3);
     conv_weights_k(m, "w2", "w2f", M, 1);
     const char *c1[3] = {"xd", "w1f", "w1_b"}, *c2[3] = {"pd", "w2f", "w2_b"};
-    node(m, "c1", "Conv", 3, c1, "a0");
+    rt_node(m, "c1", "Conv", 3, c1, "a0");
     ints_attr(m, "c1", "pads", pads, 4);
     const char *r1[1] = {"a0"}, *mp[1] = {"ad"};
-    node(m, "r1", "Relu", 1, r1, "a");
-    qdq(m, "a", "ad", 0.125f);
-    node(m, "pool", "MaxPool", 1, mp, "p");
+    rt_node(m, "r1", "Relu", 1, r1, "a");
+    rt_qdq(m, "a", "ad", 0.125f, 0);
+    rt_node(m, "pool", "MaxPool", 1, mp, "p");
     ints_attr(m, "pool", "kernel_shape", k3, 2);
     ints_attr(m, "pool", "strides", s2, 2);
     ints_attr(m, "pool", "pads", pads, 4);
-    qdq(m, "p", "pd", 0.125f);
-    node(m, "c2", "Conv", 3, c2, "b");
-    qdq(m, "b", "y", 0.5f);
+    rt_qdq(m, "p", "pd", 0.125f, 0);
+    rt_node(m, "c2", "Conv", 3, c2, "b");
+    rt_qdq(m, "b", "y", 0.5f, 0);
     finish(m, "y");
     fill_x(0.99f);
     static float y_mp[M * HO * HO], y_fq[M * HO * HO];
@@ -758,17 +730,17 @@ static void check_tiny_scale(const char *path) {
             w[oc * C * 9 + i] = (float)(int)(127 * rt_frand()) * sc[oc];
     }
     struct qp_model *m = model_with_x(4, x_dims);
-    qdq(m, "x", "xd", 0.0078125f);
+    rt_qdq(m, "x", "xd", 0.0078125f, 0);
     graph_add_init(m, m->graph, "w", QP_DTYPE_FLOAT, 4, wd, w, sizeof w);
     graph_add_init(m, m->graph, "ws", QP_DTYPE_FLOAT, 1, sd, sc, sizeof sc);
     graph_add_init(m, m->graph, "wz", QP_DTYPE_INT8, 1, sd, z, sizeof z);
     graph_add_init(m, m->graph, "b", QP_DTYPE_FLOAT, 1, sd, b, sizeof b);
     const char *qi[3] = {"w", "ws", "wz"}, *di[3] = {"wq", "ws", "wz"}, *ci[3] = {"xd", "wf", "b"};
-    node(m, "wQ", "QuantizeLinear", 3, qi, "wq");
-    node(m, "wDQ", "DequantizeLinear", 3, di, "wf");
+    rt_node(m, "wQ", "QuantizeLinear", 3, qi, "wq");
+    rt_node(m, "wDQ", "DequantizeLinear", 3, di, "wf");
     int_attr(m, "wQ", "axis", 0);
     int_attr(m, "wDQ", "axis", 0);
-    node(m, "c", "Conv", 3, ci, "y");
+    rt_node(m, "c", "Conv", 3, ci, "y");
     ints_attr(m, "c", "pads", pads, 4);
     finish(m, "y");
     fill_x(0.99f);
@@ -831,19 +803,19 @@ static void check_fp16_out(int conv_out) {
     const char *c0[1] = {"x"}, *q0[3] = {"xh", "xs", "z"}, *d0[3] = {"xq", "xs", "z"};
     const char *wi[3] = {"w", "ws", "wz"}, *ci[3] = {"xd", "wf", "b"}, *si[1] = {"c"};
     const char *q1[3] = {"sm", "ys", "z"}, *d1[3] = {"sq", "ys", "z"}, *c1[1] = {"sd"};
-    node(m, "to16", "Cast", 1, c0, "xh");
+    rt_node(m, "to16", "Cast", 1, c0, "xh");
     int_attr(m, "to16", "to", QP_DTYPE_FLOAT16);
-    node(m, "xQ", "QuantizeLinear", 3, q0, "xq");
-    node(m, "xDQ", "DequantizeLinear", 3, d0, "xd");
-    node(m, "wDQ", "DequantizeLinear", 3, wi, "wf");
+    rt_node(m, "xQ", "QuantizeLinear", 3, q0, "xq");
+    rt_node(m, "xDQ", "DequantizeLinear", 3, d0, "xd");
+    rt_node(m, "wDQ", "DequantizeLinear", 3, wi, "wf");
     int_attr(m, "wDQ", "axis", 0);
-    node(m, "c", "Conv", 3, ci, "c");
+    rt_node(m, "c", "Conv", 3, ci, "c");
     ints_attr(m, "c", "pads", pads, 4);
-    node(m, "sm", "Softmax", 1, si, "sm");
+    rt_node(m, "sm", "Softmax", 1, si, "sm");
     int_attr(m, "sm", "axis", 1);
-    node(m, "sQ", "QuantizeLinear", 3, q1, "sq");
-    node(m, "sDQ", "DequantizeLinear", 3, d1, "sd");
-    node(m, "to32", "Cast", 1, c1, "y");
+    rt_node(m, "sQ", "QuantizeLinear", 3, q1, "sq");
+    rt_node(m, "sDQ", "DequantizeLinear", 3, d1, "sd");
+    rt_node(m, "to32", "Cast", 1, c1, "y");
     int_attr(m, "to32", "to", QP_DTYPE_FLOAT);
     finish(m, "y");
     struct qp_error err = {0};
@@ -927,10 +899,10 @@ static void test_path_selection(void **state) {
 static void test_flow_decisions(void **state) {
     (void)state;
     struct qp_model *m = model_with_x(4, x_dims);
-    qdq(m, "x", "xd", 0.02f);
+    rt_qdq(m, "x", "xd", 0.02f, 0);
     const char *p1[1] = {"xd"};
-    node(m, "pool_same", "MaxPool", 1, p1, "p1");
-    node(m, "pool_other", "MaxPool", 1, p1, "p2");
+    rt_node(m, "pool_same", "MaxPool", 1, p1, "p1");
+    rt_node(m, "pool_other", "MaxPool", 1, p1, "p2");
     for (int i = 0; i < 2; i++) {
         static const int64_t k[2] = {2, 2};
         int n = qp_graph_find_node(m->graph, i ? "pool_other" : "pool_same");
@@ -938,14 +910,14 @@ static void test_flow_decisions(void **state) {
         a->ints = k;
         a->n = 2;
     }
-    qdq(m, "p1", "p1d", 0.02f);
-    qdq(m, "p2", "p2d", 0.03f);
+    rt_qdq(m, "p1", "p1d", 0.02f, 0);
+    rt_qdq(m, "p2", "p2d", 0.03f, 0);
     const char *cc[2] = {"p1d", "p2d"};
-    node(m, "cat", "Concat", 2, cc, "c");
+    rt_node(m, "cat", "Concat", 2, cc, "c");
     int_attr(m, "cat", "axis", 1);
-    qdq(m, "c", "cd", 0.03f);
+    rt_qdq(m, "c", "cd", 0.03f, 0);
     const char *sm[1] = {"cd"};
-    node(m, "soft", "Softmax", 1, sm, "y");
+    rt_node(m, "soft", "Softmax", 1, sm, "y");
     finish(m, "y");
     struct qp_error err = {0};
     struct qp_session_options o = {.n_threads = 1, .int8 = QP_INT8_AUTO};

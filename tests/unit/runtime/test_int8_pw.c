@@ -28,37 +28,14 @@
 #define HW 9
 #define NX (CH * HW * HW)
 
-static void node(struct qp_model *m, const char *name, const char *op, int n_in,
-                 const char *const *in, const char *out) {
-    struct qp_error err = {0};
-    int idx;
-    assert_int_equal(qp_graph_add_node(m->graph, name, op, "", n_in, in, 1, &out, &idx, &err),
-                     QP_OK);
-}
-
 static void scalar(struct qp_model *m, const char *name, float v) {
     graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 0, NULL, &v, sizeof v);
-}
-
-/* Q -> DQ of `x` into `out` (per tensor, int8, zero point z). */
-static void qdq(struct qp_model *m, const char *x, const char *out, float s, int8_t z) {
-    char sc[64], zp[64], qn[64], qo[64], dn[64];
-    snprintf(sc, sizeof sc, "%s_s", out);
-    snprintf(zp, sizeof zp, "%s_z", out);
-    snprintf(qn, sizeof qn, "%s_Q", out);
-    snprintf(qo, sizeof qo, "%s_q", out);
-    snprintf(dn, sizeof dn, "%s_DQ", out);
-    scalar(m, sc, s);
-    graph_add_init(m, m->graph, zp, QP_DTYPE_INT8, 0, NULL, &z, 1);
-    const char *qi[3] = {x, sc, zp}, *di[3] = {qo, sc, zp};
-    node(m, qn, "QuantizeLinear", 3, qi, qo);
-    node(m, dn, "DequantizeLinear", 3, di, out);
 }
 
 static void bin(struct qp_model *m, const char *name, const char *op, const char *a, const char *b,
                 const char *out) {
     const char *in[2] = {a, b};
-    node(m, name, op, 2, in, out);
+    rt_node(m, name, op, 2, in, out);
 }
 
 static void finish(struct qp_model *m, int n_out, const char *const *outs) {
@@ -149,7 +126,7 @@ static void test_hardswish_chain(void **state) {
     (void)state;
     struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
     struct qp_model *m = model_with_x(4, xd);
-    qdq(m, "x", "xd", 0.05f, 3);
+    rt_qdq(m, "x", "xd", 0.05f, 3);
     int64_t cd[4] = {1, CH, 1, 1};
     rt_rng = 5;
     rt_rand_init(m, "a", 4, cd, 0.5f, 2.0f);
@@ -159,15 +136,15 @@ static void test_hardswish_chain(void **state) {
     scalar(m, "six", 6.0f);
     bin(m, "lab_mul", "Mul", "xd", "a", "t0");
     bin(m, "lab_add", "Add", "t0", "b", "t");
-    qdq(m, "t", "td", 0.04f, 0);
+    rt_qdq(m, "t", "td", 0.04f, 0);
     bin(m, "hs_add", "Add", "t", "three", "u");
-    qdq(m, "u", "ud", 0.05f, 0);
+    rt_qdq(m, "u", "ud", 0.05f, 0);
     const char *ci[3] = {"ud", "zero", "six"};
-    node(m, "hs_clip", "Clip", 3, ci, "c");
-    qdq(m, "c", "cd", 6.0f / 127, 0);
+    rt_node(m, "hs_clip", "Clip", 3, ci, "c");
+    rt_qdq(m, "c", "cd", 6.0f / 127, 0);
     bin(m, "hs_mul", "Mul", "td", "cd", "h");
     bin(m, "hs_div", "Div", "h", "six", "hs");
-    qdq(m, "hs", "y", 0.03f, 0);
+    rt_qdq(m, "hs", "y", 0.03f, 0);
     const char *outs[1] = {"y"};
     finish(m, 1, outs);
     fill(xin, NX, 4.0f);
@@ -184,13 +161,13 @@ static void test_hardswish_chain(void **state) {
 static void se_model(int gate_out, struct qp_model **out) {
     static struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
     struct qp_model *m = model_with_x(4, xd);
-    qdq(m, "x", "xd", 0.05f, 0);
+    rt_qdq(m, "x", "xd", 0.05f, 0);
     const char *gi[1] = {"xd"};
-    node(m, "gap", "GlobalAveragePool", 1, gi, "g");
+    rt_node(m, "gap", "GlobalAveragePool", 1, gi, "g");
     const char *si[1] = {"g"};
-    node(m, "gate", "Sigmoid", 1, si, "s");
+    rt_node(m, "gate", "Sigmoid", 1, si, "s");
     bin(m, "se_mul", "Mul", "xd", "s", "e");
-    qdq(m, "e", "y", 0.02f, 0);
+    rt_qdq(m, "e", "y", 0.02f, 0);
     const char *outs[2] = {"y", "s"};
     finish(m, gate_out ? 2 : 1, outs);
     *out = m;
@@ -216,7 +193,7 @@ static void test_last_axis_affine(void **state) {
     enum { T = 7, CC = 40 };
     struct qp_dim xd[3] = {{2, NULL}, {T, NULL}, {CC, NULL}};
     struct qp_model *m = model_with_x(3, xd);
-    qdq(m, "x", "xd", 0.05f, 0);
+    rt_qdq(m, "x", "xd", 0.05f, 0);
     int64_t cd[1] = {CC};
     rt_rng = 9;
     rt_rand_init(m, "gamma", 1, cd, -2.0f, 2.0f);
@@ -224,8 +201,8 @@ static void test_last_axis_affine(void **state) {
     bin(m, "ln_mul", "Mul", "xd", "gamma", "p");
     bin(m, "ln_add", "Add", "p", "beta", "q");
     const char *ri[1] = {"q"};
-    node(m, "act", "Relu", 1, ri, "r");
-    qdq(m, "r", "y", 0.03f, 0);
+    rt_node(m, "act", "Relu", 1, ri, "r");
+    rt_qdq(m, "r", "y", 0.03f, 0);
     const char *outs[1] = {"y"};
     finish(m, 1, outs);
     static float x3[2 * T * CC];
@@ -244,7 +221,7 @@ static void test_conv_affine(void **state) {
     enum { MO = 8 };
     struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
     struct qp_model *m = model_with_x(4, xd);
-    qdq(m, "x", "xd", 0.05f, 0);
+    rt_qdq(m, "x", "xd", 0.05f, 0);
     static int8_t w[MO * CH];
     static float ws[MO];
     int8_t wz[MO] = {0};
@@ -257,7 +234,7 @@ static void test_conv_affine(void **state) {
     graph_add_init(m, m->graph, "ws", QP_DTYPE_FLOAT, 1, sd, ws, sizeof ws);
     graph_add_init(m, m->graph, "wz", QP_DTYPE_INT8, 1, sd, wz, sizeof wz);
     const char *di[3] = {"w", "ws", "wz"};
-    node(m, "w_DQ", "DequantizeLinear", 3, di, "wf");
+    rt_node(m, "w_DQ", "DequantizeLinear", 3, di, "wf");
     struct qp_attr *ax =
         qp_node_add_attr(m->graph, qp_graph_find_node(m->graph, "w_DQ"), "axis", QP_ATTR_INT);
     assert_non_null(ax);
@@ -269,8 +246,8 @@ static void test_conv_affine(void **state) {
     bin(m, "lab_mul", "Mul", "c", "a", "c1");
     bin(m, "lab_add", "Add", "b", "c1", "c2");
     const char *ri[1] = {"c2"};
-    node(m, "relu", "Relu", 1, ri, "r");
-    qdq(m, "r", "y", 0.02f, 0);
+    rt_node(m, "relu", "Relu", 1, ri, "r");
+    rt_qdq(m, "r", "y", 0.02f, 0);
     const char *outs[1] = {"y"};
     finish(m, 1, outs);
     fill(xin, NX, 4.0f);
@@ -301,7 +278,8 @@ static void test_conv_affine(void **state) {
 }
 
 /* Conv `name` 1x1 from `x` (CH channels) to CH channels, int8 weights per channel, into out. */
-static void conv1x1(struct qp_model *m, const char *name, const char *x, const char *out, int seed) {
+static void conv1x1(struct qp_model *m, const char *name, const char *x, const char *out,
+                    int seed) {
     static int8_t w[2][CH * CH];
     static float ws[2][CH];
     int8_t wz[CH] = {0};
@@ -311,16 +289,16 @@ static void conv1x1(struct qp_model *m, const char *name, const char *x, const c
         ws[seed][oc] = 0.002f * (float)(oc + 1);
     int64_t wd[4] = {CH, CH, 1, 1}, sd[1] = {CH};
     char wn[64], sn[64], zn[64], dn[64], fn[64];
-    snprintf(wn, sizeof wn, "%s_w", name);
-    snprintf(sn, sizeof sn, "%s_ws", name);
-    snprintf(zn, sizeof zn, "%s_wz", name);
-    snprintf(dn, sizeof dn, "%s_wDQ", name);
-    snprintf(fn, sizeof fn, "%s_wf", name);
+    rt_name(wn, name, "_w");
+    rt_name(sn, name, "_ws");
+    rt_name(zn, name, "_wz");
+    rt_name(dn, name, "_wDQ");
+    rt_name(fn, name, "_wf");
     graph_add_init(m, m->graph, wn, QP_DTYPE_INT8, 4, wd, w[seed], sizeof w[seed]);
     graph_add_init(m, m->graph, sn, QP_DTYPE_FLOAT, 1, sd, ws[seed], sizeof ws[seed]);
     graph_add_init(m, m->graph, zn, QP_DTYPE_INT8, 1, sd, wz, sizeof wz);
     const char *di[3] = {wn, sn, zn};
-    node(m, dn, "DequantizeLinear", 3, di, fn);
+    rt_node(m, dn, "DequantizeLinear", 3, di, fn);
     struct qp_attr *ax =
         qp_node_add_attr(m->graph, qp_graph_find_node(m->graph, dn), "axis", QP_ATTR_INT);
     assert_non_null(ax);
@@ -344,7 +322,7 @@ static void test_nhwc_between_qconv(void **state) {
     (void)state;
     struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
     struct qp_model *m = model_with_x(4, xd);
-    qdq(m, "x", "xd", 0.05f, 0);
+    rt_qdq(m, "x", "xd", 0.05f, 0);
     conv1x1(m, "conv1", "xd", "c", 0);
     int64_t cd[4] = {1, CH, 1, 1};
     rt_rng = 13;
@@ -353,21 +331,21 @@ static void test_nhwc_between_qconv(void **state) {
     scalar(m, "zero", 0.0f);
     scalar(m, "six", 6.0f);
     bin(m, "lab_mul", "Mul", "c", "a", "t");
-    qdq(m, "t", "td", 0.04f, 0);
+    rt_qdq(m, "t", "td", 0.04f, 0);
     bin(m, "hs_add", "Add", "t", "three", "u");
-    qdq(m, "u", "ud", 0.05f, 0);
+    rt_qdq(m, "u", "ud", 0.05f, 0);
     const char *ci[3] = {"ud", "zero", "six"};
-    node(m, "hs_clip", "Clip", 3, ci, "cl");
+    rt_node(m, "hs_clip", "Clip", 3, ci, "cl");
     bin(m, "hs_mul", "Mul", "td", "cl", "h");
     bin(m, "hs_div", "Div", "h", "six", "hs");
     const char *gi[1] = {"xd"};
-    node(m, "gap", "GlobalAveragePool", 1, gi, "g");
+    rt_node(m, "gap", "GlobalAveragePool", 1, gi, "g");
     const char *si[1] = {"g"};
-    node(m, "gate", "Sigmoid", 1, si, "sg");
+    rt_node(m, "gate", "Sigmoid", 1, si, "sg");
     bin(m, "se_mul", "Mul", "hs", "sg", "e");
-    qdq(m, "e", "ed", 0.02f, 0);
+    rt_qdq(m, "e", "ed", 0.02f, 0);
     conv1x1(m, "conv2", "ed", "o", 1);
-    qdq(m, "o", "y", 0.01f, 0);
+    rt_qdq(m, "o", "y", 0.01f, 0);
     const char *outs[1] = {"y"};
     finish(m, 1, outs);
     fill(xin, NX, 4.0f);
