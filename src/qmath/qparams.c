@@ -1,5 +1,6 @@
 #include "core/clones.h"
 #include "qmath/qparams.h"
+#include "qmath/qsimd.h"
 
 #include <math.h>
 #include <string.h>
@@ -149,6 +150,7 @@ static inline int32_t round_half_even_small(float q) {
 }
 
 #define FQ_BLOCK 256
+_Static_assert(FQ_BLOCK <= QP_QSIMD_BLOCK, "the SIMD blocks take whole blocks");
 
 /* One run of elements sharing scale `sc` and zero point `zp`, for types of at most 16 bits: in
  * blocks whose |x / sc| are all below 2^23 (the usual case) every step is branch-free integer or
@@ -165,6 +167,10 @@ static void fake_quantize_run16(const struct qp_qspec *s, const float *x, float 
     float q[FQ_BLOCK];
     while (i < stop) {
         int64_t n = stop - i < FQ_BLOCK ? stop - i : FQ_BLOCK;
+        if (qp_qsimd_fake_quantize(x + i, y + i, n, sc, (float)zp, (float)lo, (float)hi)) {
+            i += n;
+            continue;
+        }
         int ok = 1;
         for (int64_t k = 0; k < n; k++) {
             q[k] = x[i + k] / sc;
@@ -265,6 +271,11 @@ static void quantize_q8(const struct qp_qspec *s, const float *x, void *out, int
         int32_t zp = s->zero_point ? (int32_t)qint_get(s->qtype, s->zero_point, (uint64_t)p) : 0;
         while (i < stop) {
             int64_t n = stop - i < FQ_BLOCK ? stop - i : FQ_BLOCK;
+            if (qp_qsimd_quantize_q8(x + i, (char *)out + i, sgn, n, sc, (float)zp, (float)lo,
+                                     (float)hi)) {
+                i += n;
+                continue;
+            }
             int ok = 1;
             for (int64_t k = 0; k < n; k++) {
                 q[k] = x[i + k] / sc;

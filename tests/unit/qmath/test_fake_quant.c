@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "qmath/qparams.h"
+#include "qmath/qsimd.h"
 
 #define N_AXIS 3
 #define INNER  200
@@ -171,10 +172,67 @@ static void test_known_values(void **state) {
         assert_true(y[i] == want[i]);
 }
 
+/* The SIMD blocks against a scalar model of the same arithmetic (rintf: round half to even in
+ * the default rounding mode), every length 1..256 (vector tails), int8 and uint8 with zero
+ * points, ties, negative zeros and saturation; a block holding NaN, an infinity or |x / s| >= 2^23
+ * is refused with nothing written. Runs whichever path the CPU has (unit/qmath/fake_quant@avx2
+ * and @sse41 cap it: AVX2 on an AVX-512 machine, none). */
+static void test_simd_blocks(void **state) {
+    (void)state;
+    static const struct {
+        float sc, zp, lo, hi;
+        int sgn;
+    } cfg[] = {{0.25f, 0.0f, -128.0f, 127.0f, 1},
+               {0.3f, -5.0f, -128.0f, 127.0f, 1},
+               {0.0371f, 128.0f, 0.0f, 255.0f, 0},
+               {2.0f, 3.0f, 0.0f, 255.0f, 0}};
+    int level = qp_qsimd_level();
+    print_message("SIMD level %d\n", level);
+    float x[QP_QSIMD_BLOCK], y[QP_QSIMD_BLOCK], want[QP_QSIMD_BLOCK];
+    unsigned char q8[QP_QSIMD_BLOCK + 1], qwant[QP_QSIMD_BLOCK];
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
+        for (int64_t n = 1; n <= QP_QSIMD_BLOCK; n += n < 40 ? 1 : 23) {
+            float sc = cfg[c].sc;
+            for (int64_t i = 0; i < n; i++) {
+                uint32_t r = next_u32();
+                int k = (int)(r % 700) - 350;
+                x[i] = r >> 30 == 0   ? ((float)k + 0.5f) * sc
+                       : r >> 30 == 1 ? -0.0f * (float)(r & 1) - 0.1f * sc * (float)(r >> 31)
+                                      : (float)k * sc * 0.37f;
+                float v = rintf(x[i] / sc) + cfg[c].zp;
+                v = v < cfg[c].lo ? cfg[c].lo : v > cfg[c].hi ? cfg[c].hi : v;
+                want[i] = (v - cfg[c].zp) * sc;
+                qwant[i] = (unsigned char)(cfg[c].sgn ? (unsigned char)(int8_t)v : (uint8_t)v);
+            }
+            int ok = qp_qsimd_fake_quantize(x, y, n, sc, cfg[c].zp, cfg[c].lo, cfg[c].hi);
+            assert_int_equal(ok, level > 0);
+            if (ok) assert_memory_equal(y, want, (size_t)n * sizeof *y);
+            memcpy(y, x, (size_t)n * sizeof *y); /* in place */
+            if (qp_qsimd_fake_quantize(y, y, n, sc, cfg[c].zp, cfg[c].lo, cfg[c].hi))
+                assert_memory_equal(y, want, (size_t)n * sizeof *y);
+            q8[n] = 0xa5;
+            ok = qp_qsimd_quantize_q8(x, q8, cfg[c].sgn, n, sc, cfg[c].zp, cfg[c].lo, cfg[c].hi);
+            assert_int_equal(ok, level > 0);
+            if (ok) assert_memory_equal(q8, qwant, (size_t)n);
+            assert_int_equal(q8[n], 0xa5); /* nothing past the block */
+            static const float bad[] = {NAN, INFINITY, -INFINITY, 8388608.0f, 1e30f};
+            x[(n - 1) / 2] = bad[n % 5] * (n % 5 == 3 ? sc : 1.0f);
+            memset(y, 0x5a, sizeof y);
+            memset(q8, 0x5a, sizeof q8);
+            assert_int_equal(qp_qsimd_fake_quantize(x, y, n, sc, cfg[c].zp, cfg[c].lo, cfg[c].hi),
+                             0);
+            assert_int_equal(
+                qp_qsimd_quantize_q8(x, q8, cfg[c].sgn, n, sc, cfg[c].zp, cfg[c].lo, cfg[c].hi), 0);
+            for (int64_t i = 0; i < n; i++)
+                assert_true(((unsigned char *)y)[4 * i] == 0x5a && q8[i] == 0x5a);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integer_types),
         cmocka_unit_test(test_known_values),
+        cmocka_unit_test(test_simd_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
