@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/deconv_patch.h"
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_util.h"
 #include "kernels/kernels.h"
@@ -86,6 +87,9 @@ struct dnnl_conv_state {
     int wino;
     struct qp_wino wp;
     struct qp_wino_layout wl_src, wl_dst;
+    /* ConvTranspose with kernel == stride as a GEMM and a scatter (deconv_patch.h), its
+     * rearranged weights at wei_off, NCHW in and out, the epilogue plain. */
+    int patch;
 };
 
 /* Weight reorders done by prepare, process-wide (qp_dnnl_conv_weight_reorders). */
@@ -449,6 +453,39 @@ static void run_epilogue(const struct dnnl_conv_state *s, float *y, const float 
     }
 }
 
+/* QP_DECONV_PATCH=0 keeps kernel == stride ConvTranspose on oneDNN (for measurements). */
+static int patch_off(void) {
+    const char *e = getenv("QP_DECONV_PATCH");
+    return e && strcmp(e, "0") == 0;
+}
+
+/* The kernel == stride ConvTranspose state: rearranged weights, the plain epilogue. */
+static enum qp_status prepare_patch(struct qp_kprep *p, const struct qp_conv_state *ref, int n_post,
+                                    const struct qp_conv_post *post) {
+    size_t head = qp_dnnl_align(sizeof(struct dnnl_conv_state));
+    struct dnnl_conv_state *s = aligned_alloc(64, head + qp_dnnl_align(qp_patch_weight_bytes(ref)));
+    if (!s) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    memset(s, 0, sizeof *s);
+    s->ref = *ref;
+    s->n_post = n_post;
+    if (n_post) memcpy(s->post, post, (size_t)n_post * sizeof *post);
+    s->epilogue = ref->has_bias || n_post;
+    s->blk = 1;
+    s->ep_sn = ref->m * ref->out_sz;
+    s->ep_sc = ref->out_sz;
+    s->small =
+        (double)ref->n * (double)ref->m * (double)ref->in_sz * (double)ref->c * (double)ref->k_sz <
+        (double)QP_CONV_SMALL_MACS;
+    s->patch = 1;
+    s->use_dnnl = 1; /* the fast path, as Winograd's: fusable; no blocked layouts (no entry) */
+    s->wei_off = head;
+    qp_patch_weights(ref, p->in[1]->data, (float *)((char *)s + head));
+    s->scratch = qp_patch_scratch_bytes(ref);
+    p->scratch = s->scratch;
+    p->state = s;
+    return QP_OK;
+}
+
 static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
                               const struct qp_conv_post *post) {
     struct qp_conv_state ref;
@@ -481,6 +518,8 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
         key.n_post = 0;
     }
     int usable = qp_dnnl_enabled() && p->in[1]->is_const && (!ref.has_bias || p->in[2]->is_const);
+    if (usable && transpose && !patch_off() && qp_patch_takes(&ref))
+        return prepare_patch(p, &ref, n_post, post);
     struct conv_entry *e = NULL;
     if (usable) {
         key.transpose = transpose;
@@ -692,11 +731,22 @@ static enum qp_status run_wino(const struct qp_krun *r) {
     return QP_OK;
 }
 
+static enum qp_status run_patch(const struct qp_krun *r) {
+    const struct dnnl_conv_state *s = r->state;
+    int nthr = s->small ? 1 : r->n_threads;
+    float *y = r->out[0]->data;
+    qp_patch_run(&s->ref, r->in[0]->data, (const float *)((const char *)s + s->wei_off), y,
+                 r->scratch, nthr);
+    if (s->epilogue) run_epilogue(s, y, s->ref.has_bias ? r->in[2]->data : NULL, nthr);
+    return QP_OK;
+}
+
 static enum qp_status run(const struct qp_krun *r, int transpose) {
     const struct dnnl_conv_state *s = r->state;
     if (s->deferred)
         return qp_error_set(r->err, QP_ERR_INTERNAL, "%s run before it was prepared",
                             transpose ? "ConvTranspose" : "Conv");
+    if (s->patch) return run_patch(r);
     if (s->wino) return run_wino(r);
     struct conv_entry *e = NULL;
     /* A small convolution runs on one thread whatever the session's count: a parallel region
@@ -791,6 +841,10 @@ int qp_dnnl_conv_state_uses_dnnl(const void *state) {
 
 int qp_dnnl_conv_state_uses_winograd(const void *state) {
     return state && ((const struct dnnl_conv_state *)state)->wino;
+}
+
+int qp_dnnl_conv_state_uses_patch(const void *state) {
+    return state && ((const struct dnnl_conv_state *)state)->patch;
 }
 
 const void *qp_dnnl_conv_blocked_dst(const void *state, size_t *bytes_out) {

@@ -86,6 +86,8 @@ int qp_dnnl_conv_state_uses_dnnl(const void *state);
 
 /* 1 when the state runs the Winograd path instead of the oneDNN primitive (tests). */
 int qp_dnnl_conv_state_uses_winograd(const void *state);
+/* 1 when a ConvTranspose state runs as a GEMM and a scatter (kernel == stride, deconv_patch.h). */
+int qp_dnnl_conv_state_uses_patch(const void *state);
 
 /* The reference kernels (conv.c): the oracle the oneDNN rows are tested against, and their
  * fallback. The registry rows use qp_k_dnnl_conv_* / qp_k_dnnl_conv_transpose_*. */

@@ -194,9 +194,15 @@ static void test_conv_transpose_shapes(void **state) {
     (void)state;
     static const struct conv_case cases[] = {
         {2, 1, 16, 8, 1, 10, 2, 2, 1, 0, 0, 0, 1}, /* 2x upsampling (PaddleOCR det head) */
-        {2, 1, 8, 4, 1, 7, 3, 2, 1, 1, 1, 1, 1},   /* output_padding */
-        {2, 1, 12, 6, 3, 6, 4, 2, 1, 1, 1, 0, 0},  /* groups */
-        {1, 2, 6, 10, 2, 12, 3, 1, 2, 1, 1, 0, 1}, /* 1-D, dilation */
+        /* kernel == stride: the GEMM-and-scatter path (deconv_patch.h) */
+        {2, 2, 24, 1, 1, 13, 2, 2, 1, 0, 0, 0, 1},  /* det's last layer, batch 2 */
+        {2, 1, 24, 24, 1, 40, 2, 2, 1, 0, 0, 0, 0}, /* det's first, no bias, 2 threads split */
+        {2, 1, 5, 3, 1, 7, 3, 3, 1, 0, 0, 0, 1},    /* 3x3 stride 3 */
+        {1, 1, 6, 4, 1, 9, 4, 4, 1, 0, 0, 0, 1},    /* 1-D */
+        {3, 1, 3, 2, 1, 4, 2, 2, 1, 0, 0, 0, 1},    /* 3-D */
+        {2, 1, 8, 4, 1, 7, 3, 2, 1, 1, 1, 1, 1},    /* output_padding */
+        {2, 1, 12, 6, 3, 6, 4, 2, 1, 1, 1, 0, 0},   /* groups */
+        {1, 2, 6, 10, 2, 12, 3, 1, 2, 1, 1, 0, 1},  /* 1-D, dilation */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         conv_case_run(&cases[i], 1);
@@ -364,16 +370,17 @@ static void test_conv_nonconst_weights(void **state) {
     free(w);
 }
 
-/* Prepares a fused Conv or ConvTranspose (transpose 1; 3x3, pads 1) with `post` and runs it on
- * x (and residual r) with `threads`; returns the output (malloc'd) and whether oneDNN ran it. */
-static float *fused_run(int transpose, struct qp_kt *in, const struct qp_kt *res, int n_post,
-                        const struct qp_conv_post *post, int threads, int *uses_out) {
-    int64_t pads[4] = {1, 1, 1, 1};
-    struct qp_attr attrs[1] = {{.name = "pads", .type = QP_ATTR_INTS, .n = 4, .ints = pads}};
+/* Prepares a fused Conv or ConvTranspose (transpose 1) with attributes `attrs` and `post` and
+ * runs it on x (and residual r) with `threads`; returns the output (malloc'd) and whether
+ * oneDNN (or a hand path: Winograd, the kernel == stride GEMM) ran it, and in *patch_out the
+ * latter. */
+static float *fused_run(int transpose, struct qp_attr *attrs, int n_attrs, struct qp_kt *in,
+                        const struct qp_kt *res, int n_post, const struct qp_conv_post *post,
+                        int threads, int *uses_out, int *patch_out) {
     struct qp_node node = {.name = "n",
                            .op_type = transpose ? "ConvTranspose" : "Conv",
                            .domain = "",
-                           .n_attrs = 1,
+                           .n_attrs = n_attrs,
                            .attrs = attrs};
     const struct qp_kt *ins[4] = {&in[0], &in[1], &in[2], res};
     struct qp_kt out;
@@ -405,9 +412,44 @@ static float *fused_run(int transpose, struct qp_kt *in, const struct qp_kt *res
                         .err = &err};
     assert_int_equal(transpose ? qp_k_dnnl_conv_transpose_run(&r) : qp_k_dnnl_conv_run(&r), QP_OK);
     *uses_out = qp_dnnl_conv_state_uses_dnnl(p.state);
+    if (patch_out) *patch_out = qp_dnnl_conv_state_uses_patch(p.state);
     free(scratch);
     free(p.state);
     return y;
+}
+
+/* A fused ConvTranspose with kernel == stride (the GEMM-and-scatter path, deconv_patch.h): the
+ * bias and an affine + Sigmoid after it (PaddleOCR det's head) against the reference
+ * ConvTranspose and qp_conv_post_ref, 1 and 2 threads bit for bit. */
+static void test_conv_transpose_patch_fused(void **state) {
+    (void)state;
+    int64_t dx[4] = {2, 24, 13, 11}, dw[4] = {24, 3, 2, 2}, db[1] = {3}, st[2] = {2, 2};
+    uint64_t nx = 2 * 24 * 13 * 11, ny = 2 * 3 * 26 * 22;
+    float *x = kh_rand_buf(&rng_state, nx), *w = kh_rand_buf(&rng_state, 24 * 3 * 4),
+          *b = kh_rand_buf(&rng_state, 3);
+    struct qp_kt in[3] = {kt(4, dx, x, 0), kt(4, dw, w, 1), kt(1, db, b, 1)};
+    struct qp_attr attrs[1] = {{.name = "strides", .type = QP_ATTR_INTS, .n = 2, .ints = st}};
+    static const struct qp_conv_post post[2] = {{QP_CONV_POST_LINEAR, 1.3f, 0.25f},
+                                                {QP_CONV_POST_SIGMOID, 0, 0}};
+    float *want;
+    uint64_t n;
+    run_kernel(qp_k_conv_transpose_prepare, qp_k_conv_transpose_run, "ConvTranspose", attrs, 1, 3,
+               in, 1, &want, &n, NULL);
+    assert_int_equal(n, ny);
+    for (uint64_t i = 0; i < n; i++)
+        want[i] = qp_conv_post_ref(2, post, want[i], 0.0f);
+    int u1, u2, p1, p2;
+    float *y1 = fused_run(1, attrs, 1, in, NULL, 2, post, 1, &u1, &p1);
+    float *y2 = fused_run(1, attrs, 1, in, NULL, 2, post, 2, &u2, &p2);
+    assert_true(u1 && u2 && p1 && p2);
+    kh_assert_close(y1, want, n, 24.0, "ConvTranspose kernel == stride, fused");
+    assert_memory_equal(y1, y2, n * sizeof *y1);
+    free(y1);
+    free(y2);
+    free(want);
+    free(x);
+    free(w);
+    free(b);
 }
 
 /* Fused Conv and ConvTranspose post-operations (the runtime's fusion pass): oneDNN's post-ops
@@ -469,8 +511,8 @@ static void conv_fused_post(int transpose) {
             want[i] = qp_conv_post_ref(counts[l], lists[l], want[i], res[i]);
         int u1, u2, u3;
         const struct qp_kt *r = has_sum ? &resk : NULL;
-        float *y1 = fused_run(transpose, in, r, counts[l], lists[l], 1, &u1);
-        float *y2 = fused_run(transpose, in, r, counts[l], lists[l], 2, &u2);
+        float *y1 = fused_run(transpose, attrs, 1, in, r, counts[l], lists[l], 1, &u1, NULL);
+        float *y2 = fused_run(transpose, attrs, 1, in, r, counts[l], lists[l], 2, &u2, NULL);
         assert_true(u1 && u2);
         char what[64];
         snprintf(what, sizeof what, "fused %s, post-op list %zu",
@@ -478,7 +520,7 @@ static void conv_fused_post(int transpose) {
         kh_assert_close(y1, want, n, 144.0, what);
         assert_memory_equal(y1, y2, n * sizeof *y1);
         in[1].is_const = 0; /* no oneDNN: the reference convolution and the post-ops in C */
-        float *y3 = fused_run(transpose, in, r, counts[l], lists[l], 2, &u3);
+        float *y3 = fused_run(transpose, attrs, 1, in, r, counts[l], lists[l], 2, &u3, NULL);
         assert_false(u3);
         assert_memory_equal(y3, want, n * sizeof *y3);
         free(want);
@@ -573,6 +615,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_shapes),
         cmocka_unit_test(test_conv_transpose_shapes),
+        cmocka_unit_test(test_conv_transpose_patch_fused),
         cmocka_unit_test(test_matmul_shapes),
         cmocka_unit_test(test_gemm_shapes),
         cmocka_unit_test(test_conv_nonconst_weights),
