@@ -51,12 +51,21 @@ struct i8_entry {
     pthread_mutex_t lock;
 };
 
+/* Below this many multiply-adds a QConv runs on one thread whatever the session's count (an
+ * SE block's 1x1 on a pooled tensor: waking a second thread and oneDNN's parallel setup cost
+ * more than they save). 8x dnnl_conv.c's float threshold: an int8 multiply-add is several times
+ * cheaper; on PaddleOCR cls (AVX-512 VNNI, 2 threads) 2^18 / 2^20 / 2^21 / 2^22 gave 2.1 / 1.7 /
+ * 1.5 / 1.8 ms per run, rec and det best at 2^21 too. The thread count of every run is then the
+ * same for the node, so results do not depend on the session's. */
+#define I8_SMALL_MACS (1 << 21)
+
 struct i8_state {
     struct qp_conv_state geo;
     enum qp_int8_path path;
     struct qp_i8_io io;
     int src_nhwc, dst_nhwc, res_nhwc;
     int direct; /* the primitive writes the output tensor itself (int8 or float32, NHWC) */
+    int small;  /* fewer multiply-adds than I8_SMALL_MACS: one thread (as dnnl_conv.c does) */
     struct i8_key key;
     struct i8_entry *entry;
     size_t off_wei, off_osc, off_psc, off_bias, off_wraw, off_wsc; /* in the state blob */
@@ -323,7 +332,7 @@ static void fill_key(struct i8_state *s) {
     struct i8_key *k = &s->key;
     memset(k, 0, sizeof *k);
     k->path = (int32_t)s->path;
-    k->nthr = qp_dnnl_default_threads();
+    k->nthr = s->small ? 1 : qp_dnnl_default_threads();
     k->nsp = g->w.nsp;
     k->n = g->n;
     k->c = g->c;
@@ -588,6 +597,10 @@ enum qp_status qp_k_qconv_fused_prepare(struct qp_kprep *p) {
     memset(&s, 0, sizeof s);
     enum qp_status st;
     if ((st = read_io(p, &s)) || (st = geometry(p, &s))) return st;
+    const struct qp_conv_state *g = &s.geo;
+    s.small = (double)g->n * (double)g->m * (double)g->out_sz * (double)(g->c / g->group) *
+                  (double)g->k_sz <
+              (double)I8_SMALL_MACS;
     s.path = choose_path(&s);
     if (s.path == QP_INT8_PATH_AVX2) return prepare_avx2(p, &s);
     float *osc = NULL, *psc = NULL;
@@ -782,7 +795,8 @@ static unsigned source_range(const struct i8_state *s, const void *x, enum qp_is
 }
 
 /* The epilogue's residual: the int8 NHWC tensor itself, or a copy (NHWC int8 or float reals). */
-static void residual_avx2(const struct i8_state *s, const struct qp_krun *r, struct qp_i8g_epi *e) {
+static void residual_avx2(const struct i8_state *s, const struct qp_krun *r, struct qp_i8g_epi *e,
+                          int nthr) {
     const struct qp_kt *res = r->in[9];
     int q8 = qp_i8_is_q8(res->dtype);
     e->rdt = q8 ? res->dtype : QP_DTYPE_FLOAT;
@@ -791,7 +805,7 @@ static void residual_avx2(const struct i8_state *s, const struct qp_krun *r, str
         return;
     }
     void *buf = (char *)r->scratch + s->off_res;
-    residual_into(s, res, buf, r->n_threads);
+    residual_into(s, res, buf, nthr);
     e->res = buf;
 }
 
@@ -800,7 +814,7 @@ static enum qp_status run_avx2(const struct qp_krun *r) {
     const struct qp_conv_state *g = &s->geo;
     const char *blob = r->state;
     char *scr = r->scratch;
-    int nt = r->n_threads, sgn = s->io.xdt == QP_DTYPE_INT8;
+    int nt = s->small ? 1 : r->n_threads, sgn = s->io.xdt == QP_DTYPE_INT8;
     enum qp_isa isa = qp_kernel_isa();
     const void *x = r->in[0]->data;
     if (!s->src_nhwc) {
@@ -817,7 +831,7 @@ static enum qp_status run_avx2(const struct qp_krun *r) {
                            NULL,
                            QP_DTYPE_FLOAT,
                            g->m};
-    if (s->io.has_res) residual_avx2(s, r, &e);
+    if (s->io.has_res) residual_avx2(s, r, &e, nt);
     if (s->avx2 == AVX2_DEPTHWISE) {
         qp_i8g_depthwise(isa, g, x, sgn, s->io.xzp, blob + s->off_pack, &e, nt);
     } else {
@@ -839,21 +853,22 @@ enum qp_status qp_k_qconv_fused_run(const struct qp_krun *r) {
     const struct i8_state *s = r->state;
     if (s->path == QP_INT8_PATH_REF) return run_ref(r);
     if (s->path == QP_INT8_PATH_AVX2) return run_avx2(r);
-    struct i8_entry *e = entry_for(s, r->n_threads, r->lane);
+    int nthr = s->small ? 1 : r->n_threads;
+    struct i8_entry *e = entry_for(s, nthr, r->lane);
     const struct qp_conv_state *g = &s->geo;
     char *scr = r->scratch, *blob = (char *)r->state;
     const struct qp_kt *x = r->in[0];
     void *src = x->data, *dbuf = s->direct ? r->out[0]->data : scr + s->off_dst;
     if (s->path == QP_INT8_PATH_DNNL_F32) {
         src = scr + s->off_src;
-        src_to_f32(s, x, src, r->n_threads);
+        src_to_f32(s, x, src, nthr);
     } else if (!s->src_nhwc) {
         src = scr + s->off_src;
-        transpose_cp(src, x->data, g->n, g->c, g->in_sz, 1, r->n_threads);
+        transpose_cp(src, x->data, g->n, g->c, g->in_sz, 1, nthr);
     }
-    if (s->io.has_res) residual_into(s, r->in[9], dbuf, r->n_threads);
+    if (s->io.has_res) residual_into(s, r->in[9], dbuf, nthr);
     pthread_mutex_lock(&e->lock);
-    int saved = qp_dnnl_threads_push(e == s->entry ? s->key.nthr : r->n_threads);
+    int saved = qp_dnnl_threads_push(e == s->entry ? s->key.nthr : nthr);
     dnnl_memory_set_data_handle(e->m_src, src);
     dnnl_memory_set_data_handle(e->m_wei, blob + s->off_wei);
     dnnl_memory_set_data_handle(e->m_bias, blob + s->off_bias);
@@ -877,6 +892,6 @@ enum qp_status qp_k_qconv_fused_run(const struct qp_krun *r) {
     if (rc != dnnl_success)
         return qp_error_set(r->err, QP_ERR_INTERNAL, "oneDNN int8 convolution failed (status %d)",
                             (int)rc);
-    if (!s->direct) dst_out(s, dbuf, r->out[0]->data, r->n_threads);
+    if (!s->direct) dst_out(s, dbuf, r->out[0]->data, nthr);
     return QP_OK;
 }

@@ -850,6 +850,60 @@ static void test_fp16_float_out(void **state) {
     check_fp16_out(1);
 }
 
+/* Runs m on x [1, C, hw, hw] with 2 threads into y (n floats). */
+static void run_hw(struct qp_model *m, int int8, int64_t hw, const float *x, float *y, size_t n) {
+    struct qp_error err = {0};
+    struct qp_session_options o = {.n_threads = 2, .int8 = int8};
+    struct qp_session *s = NULL;
+    assert_int_equal(qp_session_create(m, &o, 0, NULL, &s, &err), QP_OK);
+    struct qp_array in, out;
+    int64_t d[4] = {1, C, hw, hw};
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 4, d, (void *)x,
+                                   sizeof(float) * (size_t)(C * hw * hw), &err),
+                     QP_OK);
+    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    assert_int_equal(qp_session_output(s, 0, &out, &err), QP_OK);
+    assert_int_equal(out.nbytes, n * sizeof *y);
+    memcpy(y, out.data, out.nbytes);
+    qp_session_free(s);
+}
+
+/* A QConv above the one-thread size (I8_SMALL_MACS: 16 x 72 x 48^2 multiply-adds) runs on the
+ * session's 2 threads and gives the reference path's and the oracle's bytes (power-of-two
+ * scales: every path is exact). */
+static void test_large_conv_threads(void **state) {
+    (void)state;
+    enum { LH = 48 };
+    static const int64_t pads[4] = {1, 1, 1, 1};
+    static struct qp_dim ld[4] = {{1, NULL}, {C, NULL}, {LH, NULL}, {LH, NULL}};
+    static float x[C * LH * LH], y_q[M * LH * LH], y_ref[M * LH * LH], y_fq[M * LH * LH];
+    rt_rng = 47;
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+        x[i] = 0.99f * rt_frand();
+    struct qp_model *m = model_with_x(4, ld);
+    rt_qdq(m, "x", "xd", 0.0078125f, 0);
+    conv_weights_k(m, "wl", "wlf", C, 3);
+    const char *ci[3] = {"xd", "wlf", "wl_b"};
+    rt_node(m, "cl", "Conv", 3, ci, "o");
+    ints_attr(m, "cl", "pads", pads, 4);
+    rt_qdq(m, "o", "y", 0.5f, 0);
+    finish(m, "y");
+    run_hw(m, QP_INT8_AUTO, LH, x, y_q, M * LH * LH);
+    setenv("QP_INT8_REF", "1", 1);
+    run_hw(m, QP_INT8_AUTO, LH, x, y_ref, M * LH * LH);
+    unsetenv("QP_INT8_REF");
+    run_hw(m, QP_INT8_OFF, LH, x, y_fq, M * LH * LH);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < M * LH * LH; i++) {
+        if (y_q[i] != y_ref[i] || y_q[i] != y_fq[i])
+            fail_msg("element %zu: int8 %g, reference %g, oracle %g", i, (double)y_q[i],
+                     (double)y_ref[i], (double)y_fq[i]);
+        nonzero += y_q[i] != 0;
+    }
+    assert_true(nonzero > M * LH * LH / 4);
+    qp_model_free(m);
+}
+
 /* The path follows the CPU: oneDNN int8 only with VNNI (ONEDNN_MAX_CPU_ISA=AVX2 in the @avx2
  * variant of this test takes the other branch on an AVX-512 VNNI machine); without VNNI the AVX2
  * kernels for the geometries they take (group 1, depthwise), oneDNN float for the rest or when
@@ -958,13 +1012,21 @@ static void test_flow_decisions(void **state) {
 int main(void) {
     (void)insert_qdq;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_residual_block),    cmocka_unit_test(test_exact_vnni_path),
-        cmocka_unit_test(test_exact_float_path),  cmocka_unit_test(test_exact_avx2_path),
-        cmocka_unit_test(test_maxpool_nhwc),      cmocka_unit_test(test_path_selection),
-        cmocka_unit_test(test_flow_decisions),    cmocka_unit_test(test_gate_requantized),
-        cmocka_unit_test(test_conv_bn),           cmocka_unit_test(test_matmul_projection),
-        cmocka_unit_test(test_exact_avx2_matmul), cmocka_unit_test(test_matmul_two_activations),
-        cmocka_unit_test(test_tiny_weight_scale), cmocka_unit_test(test_fp16_float_out),
+        cmocka_unit_test(test_residual_block),
+        cmocka_unit_test(test_exact_vnni_path),
+        cmocka_unit_test(test_exact_float_path),
+        cmocka_unit_test(test_exact_avx2_path),
+        cmocka_unit_test(test_maxpool_nhwc),
+        cmocka_unit_test(test_path_selection),
+        cmocka_unit_test(test_flow_decisions),
+        cmocka_unit_test(test_gate_requantized),
+        cmocka_unit_test(test_conv_bn),
+        cmocka_unit_test(test_matmul_projection),
+        cmocka_unit_test(test_exact_avx2_matmul),
+        cmocka_unit_test(test_matmul_two_activations),
+        cmocka_unit_test(test_tiny_weight_scale),
+        cmocka_unit_test(test_fp16_float_out),
+        cmocka_unit_test(test_large_conv_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
