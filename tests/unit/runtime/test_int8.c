@@ -113,15 +113,19 @@ static struct qp_model *residual_model(int exact, float xs, float ys) {
     return m;
 }
 
-static void run(struct qp_model *m, int int8, const float *x, float *y, size_t ny,
-                struct qp_session **keep) {
+/* Runs m on x [1, C, hw, hw] with 2 threads, copies output 0 (ny floats) into y; keeps the
+ * session in *keep when given. */
+static void run_hw(struct qp_model *m, int int8, int64_t hw, const float *x, float *y, size_t ny,
+                   struct qp_session **keep) {
     struct qp_error err = {0};
     struct qp_session_options o = {.n_threads = 2, .int8 = int8};
     struct qp_session *s = NULL;
     assert_int_equal(qp_session_create(m, &o, 0, NULL, &s, &err), QP_OK);
     struct qp_array in, out;
-    int64_t d[4] = {1, C, HW, HW};
-    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 4, d, (void *)x, sizeof xin, &err), QP_OK);
+    int64_t d[4] = {1, C, hw, hw};
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 4, d, (void *)x,
+                                   sizeof(float) * (size_t)(C * hw * hw), &err),
+                     QP_OK);
     assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
     assert_int_equal(qp_session_output(s, 0, &out, &err), QP_OK);
     assert_int_equal(out.nbytes, ny * sizeof *y);
@@ -130,6 +134,11 @@ static void run(struct qp_model *m, int int8, const float *x, float *y, size_t n
         *keep = s;
     else
         qp_session_free(s);
+}
+
+static void run(struct qp_model *m, int int8, const float *x, float *y, size_t ny,
+                struct qp_session **keep) {
+    run_hw(m, int8, HW, x, y, ny, keep);
 }
 
 static const struct qp_int8_decision *find(const struct qp_session *s, const char *name) {
@@ -850,24 +859,6 @@ static void test_fp16_float_out(void **state) {
     check_fp16_out(1);
 }
 
-/* Runs m on x [1, C, hw, hw] with 2 threads into y (n floats). */
-static void run_hw(struct qp_model *m, int int8, int64_t hw, const float *x, float *y, size_t n) {
-    struct qp_error err = {0};
-    struct qp_session_options o = {.n_threads = 2, .int8 = int8};
-    struct qp_session *s = NULL;
-    assert_int_equal(qp_session_create(m, &o, 0, NULL, &s, &err), QP_OK);
-    struct qp_array in, out;
-    int64_t d[4] = {1, C, hw, hw};
-    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 4, d, (void *)x,
-                                   sizeof(float) * (size_t)(C * hw * hw), &err),
-                     QP_OK);
-    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
-    assert_int_equal(qp_session_output(s, 0, &out, &err), QP_OK);
-    assert_int_equal(out.nbytes, n * sizeof *y);
-    memcpy(y, out.data, out.nbytes);
-    qp_session_free(s);
-}
-
 /* A QConv above the one-thread size (I8_SMALL_MACS: 16 x 72 x 48^2 multiply-adds) runs on the
  * session's 2 threads and gives the reference path's and the oracle's bytes (power-of-two
  * scales: every path is exact). */
@@ -888,11 +879,11 @@ static void test_large_conv_threads(void **state) {
     ints_attr(m, "cl", "pads", pads, 4);
     rt_qdq(m, "o", "y", 0.5f, 0);
     finish(m, "y");
-    run_hw(m, QP_INT8_AUTO, LH, x, y_q, M * LH * LH);
+    run_hw(m, QP_INT8_AUTO, LH, x, y_q, M * LH * LH, NULL);
     setenv("QP_INT8_REF", "1", 1);
-    run_hw(m, QP_INT8_AUTO, LH, x, y_ref, M * LH * LH);
+    run_hw(m, QP_INT8_AUTO, LH, x, y_ref, M * LH * LH, NULL);
     unsetenv("QP_INT8_REF");
-    run_hw(m, QP_INT8_OFF, LH, x, y_fq, M * LH * LH);
+    run_hw(m, QP_INT8_OFF, LH, x, y_fq, M * LH * LH, NULL);
     size_t nonzero = 0;
     for (size_t i = 0; i < M * LH * LH; i++) {
         if (y_q[i] != y_ref[i] || y_q[i] != y_fq[i])
