@@ -59,6 +59,65 @@ static int stacked_quantifier(const char *pat, size_t n) {
     return 0;
 }
 
+/* An estimate of the nodes glibc's regcomp builds for extended regex t: it copies the subtree of
+ * each '+' (x+ is x x*) and of each bound ({m,n}: max(m, n) copies), so quantified groups nested
+ * in quantified groups multiply ("((a)+)+..." doubles per level; found by fuzzing: gigabytes).
+ * Counted on a stack of open groups; alternatives add up. Stops counting above `limit`. */
+static double regex_nodes(const char *t, double limit) {
+    double total[64] = {0}, last[64] = {0};
+    int d = 0;
+    for (size_t i = 0; t[i]; i++) {
+        char c = t[i];
+        double atom = 1;
+        if (c == '(') {
+            if (d == 63) return limit + 1;
+            d++;
+            total[d] = last[d] = 0;
+            continue;
+        }
+        if (c == ')' && d > 0) {
+            atom = total[d] + 1;
+            d--;
+        } else if (c == '|') {
+            last[d] = 0;
+            continue;
+        } else if (c == '*' || c == '?') {
+            total[d] += 1;
+            continue;
+        } else if (c == '+' || c == '{') {
+            double copies = 2;
+            if (c == '{') {
+                long lo = strtol(t + i + 1, NULL, 10), hi = lo;
+                const char *comma = strchr(t + i, ','), *end = strchr(t + i, '}');
+                if (comma && end && comma < end && comma + 1 < end)
+                    hi = strtol(comma + 1, NULL, 10);
+                copies = (double)(lo > hi ? lo : hi) + 1;
+                while (t[i + 1] && t[i] != '}')
+                    i++;
+            }
+            total[d] += last[d] * (copies - 1);
+            last[d] *= copies;
+            if (total[d] > limit) return total[d];
+            continue;
+        } else if (c == '\\' && t[i + 1]) {
+            i++;
+        } else if (c == '[') {
+            i++;
+            if (t[i] == '^') i++;
+            if (t[i] == ']') i++;
+            while (t[i] && t[i] != ']')
+                i++;
+            if (!t[i]) break;
+        }
+        total[d] += atom;
+        last[d] = atom;
+        if (total[d] > limit) return total[d];
+    }
+    return total[0];
+}
+
+#define SELECT_MAX_REGEX_NODES 100000.0
+
 static int compile_regex(regex_t *re, const char *pat, char *msg, size_t msg_size) {
     size_t n = strlen(pat);
     if (n > SELECT_MAX_PATTERN)
@@ -99,6 +158,14 @@ static int compile_regex(regex_t *re, const char *pat, char *msg, size_t msg_siz
         t[k++] = c;
     }
     t[k] = '\0';
+    if (regex_nodes(t, SELECT_MAX_REGEX_NODES) > SELECT_MAX_REGEX_NODES) {
+        free(t);
+        return snprintf(msg, msg_size,
+                        "pattern too complex (quantified groups nested in quantified groups "
+                        "expand past %d nodes)",
+                        (int)SELECT_MAX_REGEX_NODES),
+               0;
+    }
     int rc = regcomp(re, t, REG_EXTENDED);
     free(t);
     if (rc != 0) {

@@ -114,6 +114,22 @@ static void test_lists_and_files(void **state) {
     assert_int_equal(qp_select_add(s, QP_SELECT_NODES_TO_EXCLUDE, "a*?", &err), QP_ERR_USAGE);
     /* ...but quantifiers in brackets or escaped, and bounded repeats, are fine. */
     assert_int_equal(qp_select_add(s, QP_SELECT_NODES_TO_EXCLUDE, "[+*]+x\\++y{2}z", &err), QP_OK);
+    /* Quantified groups nested in quantified groups multiply regcomp's copies (a fuzz finding):
+     * twenty levels of (...)+ (2^20 copies) or a{99}{99}-like bounds on groups are refused with
+     * a message, ordinary nesting passes. */
+    char deep[128] = "";
+    for (int i = 0; i < 20; i++)
+        strcat(deep, "(");
+    strcat(deep, "a");
+    for (int i = 0; i < 20; i++)
+        strcat(deep, ")+");
+    assert_int_equal(qp_select_add(s, QP_SELECT_NODES_TO_EXCLUDE, deep, &err), QP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "too complex"));
+    assert_int_equal(qp_select_add(s, QP_SELECT_NODES_TO_EXCLUDE, "(((ab){99}c){99}d){99}", &err),
+                     QP_ERR_USAGE);
+    assert_int_equal(qp_select_add(s, QP_SELECT_NODES_TO_EXCLUDE,
+                                   "(blocks\\.(\\d+)\\.)+(conv|fc)[0-9]{1,3}", &err),
+                     QP_OK);
     qp_select_free(s);
     qp_select_free(NULL);
     qp_model_free(m);
