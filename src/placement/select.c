@@ -32,13 +32,13 @@ static int stacked_quantifier(const char *pat, size_t n) {
     int in_bracket = 0, prev_quant = 0;
     for (size_t i = 0; i < n; i++) {
         char c = pat[i];
+        if (in_bracket) { /* POSIX: a backslash is literal in a bracket expression */
+            if (c == ']') in_bracket = 0;
+            continue;
+        }
         if (c == '\\' && i + 1 < n) {
             i++;
             prev_quant = 0;
-            continue;
-        }
-        if (in_bracket) {
-            if (c == ']') in_bracket = 0;
             continue;
         }
         if (c == '[') {
@@ -122,11 +122,6 @@ static int compile_regex(regex_t *re, const char *pat, char *msg, size_t msg_siz
     size_t n = strlen(pat);
     if (n > SELECT_MAX_PATTERN)
         return snprintf(msg, msg_size, "pattern longer than %d bytes", SELECT_MAX_PATTERN), 0;
-    if (stacked_quantifier(pat, n))
-        return snprintf(msg, msg_size,
-                        "stacked quantifiers (like '++' or '*?') are not "
-                        "supported"),
-               0;
     char *t = malloc(n * 8 + 1);
     if (!t) return snprintf(msg, msg_size, "out of memory"), 0;
     size_t k = 0;
@@ -158,6 +153,14 @@ static int compile_regex(regex_t *re, const char *pat, char *msg, size_t msg_siz
         t[k++] = c;
     }
     t[k] = '\0';
+    /* Both checks on what regcomp will read (brackets end where POSIX ends them). */
+    if (stacked_quantifier(t, k)) {
+        free(t);
+        return snprintf(msg, msg_size,
+                        "stacked quantifiers (like '++' or '*?') are not "
+                        "supported"),
+               0;
+    }
     if (regex_nodes(t, SELECT_MAX_REGEX_NODES) > SELECT_MAX_REGEX_NODES) {
         free(t);
         return snprintf(msg, msg_size,
