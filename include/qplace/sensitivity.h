@@ -250,6 +250,36 @@ const char *qp_sensitivity_excluded(const struct qp_sensitivity_exclusions *x, s
 enum qp_status qp_sensitivity_exclusions_placement(const struct qp_sensitivity_exclusions *x,
                                                    struct qp_placement **out, struct qp_error *err);
 
+/* ---- picking on plain scores ---------------------------------------------------------------
+ *
+ * ModelOpt's suggest_exclusion(scores, ...) on a {name: score} table that no analysis holds (a
+ * scores file, another tool's scores, a table edited by hand): the picker of
+ * qp_sensitivity_pick over names[0..n) ranked by score (highest first, ties in input order),
+ * without the budget mode, which runs the model. */
+struct qp_sensitivity_score_pick {
+    size_t n_excluded;
+    size_t *excluded;      /* indices into names, in the order chosen */
+    double excluded_score; /* the sum of their scores */
+    double total_score;    /* the sum of every score */
+    double coverage_pct;   /* 100 * excluded_score / total_score (0 when the total is <= 0) */
+    int near_tie;          /* the cut fell between near-equal scores */
+    char warning[256];     /* the near-tie warning, or "" */
+};
+
+/* Picks among names[0..n) with scores[0..n) (both borrowed for the call; every score finite,
+ * names not repeated) with `o` (mode coverage or threshold). Blocks come from o->blocks_path or,
+ * when that is NULL, from `blocks_json` (the text of a blocks file, blocks_len bytes; NULL: no
+ * blocks). On success *out owns the result (qp_sensitivity_score_pick_free). Returns QP_ERR_USAGE
+ * (the budget mode, bad options, a non-finite score, a repeated or NULL name), QP_ERR_IO and
+ * QP_ERR_BAD_INPUT (blocks that cannot be read or parsed, naming the group), QP_ERR_NOMEM. */
+enum qp_status qp_sensitivity_pick_scores(const char *const *names, const double *scores, size_t n,
+                                          const struct qp_sensitivity_pick_options *o,
+                                          const char *blocks_json, size_t blocks_len,
+                                          struct qp_sensitivity_score_pick **out,
+                                          struct qp_error *err);
+/* NULL-safe. */
+void qp_sensitivity_score_pick_free(struct qp_sensitivity_score_pick *p);
+
 #ifdef __cplusplus
 }
 #endif

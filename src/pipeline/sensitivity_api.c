@@ -3,6 +3,7 @@
 #include "qplace/sensitivity.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -329,4 +330,87 @@ enum qp_status qp_sensitivity_exclusions_placement(const struct qp_sensitivity_e
                                                    struct qp_error *err) {
     if (!x || !out) return qp_error_set(err, QP_ERR_USAGE, "sensitivity: NULL exclusions or out");
     return qp_sens_exclusions_placement(x->s->pl, x->s->r, &x->ex, out, err);
+}
+
+/* ---- picking on plain scores ------------------------------------------------------------ */
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static enum qp_status check_scores(const char *const *names, const double *scores, size_t n,
+                                   struct qp_error *err) {
+    if (n && (!names || !scores))
+        return qp_error_set(err, QP_ERR_USAGE, "picker: NULL names or scores");
+    for (size_t i = 0; i < n; i++) {
+        if (!names[i]) return qp_error_set(err, QP_ERR_USAGE, "picker: name %zu is NULL", i);
+        if (!isfinite(scores[i]))
+            return qp_error_set(err, QP_ERR_USAGE, "picker: the score of '%s' is not finite",
+                                names[i]);
+    }
+    /* Repeated names: a sorted copy of the pointers, compared as strings. */
+    const char **sorted = qp_malloc_n(n + 1, sizeof *sorted);
+    if (!sorted) return nomem(err);
+    memcpy(sorted, names, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, cmp_str);
+    enum qp_status st = QP_OK;
+    for (size_t i = 1; i < n && st == QP_OK; i++)
+        if (strcmp(sorted[i - 1], sorted[i]) == 0)
+            st = qp_error_set(err, QP_ERR_USAGE, "picker: name '%s' is given twice", sorted[i]);
+    free(sorted);
+    return st;
+}
+
+enum qp_status qp_sensitivity_pick_scores(const char *const *names, const double *scores, size_t n,
+                                          const struct qp_sensitivity_pick_options *o,
+                                          const char *blocks_json, size_t blocks_len,
+                                          struct qp_sensitivity_score_pick **out,
+                                          struct qp_error *err) {
+    if (!o || !out) return qp_error_set(err, QP_ERR_USAGE, "picker: NULL options or out");
+    if (o->mode == QP_SENSITIVITY_BUDGET)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "picker: an accuracy budget runs the model; pick on the analysis "
+                            "(qp_sensitivity_pick), not on plain scores");
+    struct qp_pick_options po;
+    double max_drift = -1;
+    enum qp_status st = pick_options(o, &po, &max_drift, err);
+    if (st == QP_OK) st = check_scores(names, scores, n, err);
+    if (st != QP_OK) return st;
+    struct qp_sens_blocks *blocks = NULL;
+    if (o->blocks_path)
+        st = qp_sens_blocks_load(o->blocks_path, &blocks, err);
+    else if (blocks_json)
+        st = qp_sens_blocks_parse(blocks_json, blocks_len, "blocks", &blocks, err);
+    if (st != QP_OK) return st;
+    po.blocks = blocks;
+    struct qp_pick_result *pr = NULL;
+    struct qp_sensitivity_score_pick *p = calloc(1, sizeof *p);
+    if (!p) st = nomem(err);
+    if (st == QP_OK) st = qp_sens_pick(names, scores, n, &po, &pr, err);
+    if (st == QP_OK && !(p->excluded = qp_malloc_n(pr->n_excluded + 1, sizeof *p->excluded)))
+        st = nomem(err);
+    if (st == QP_OK) {
+        p->n_excluded = pr->n_excluded;
+        memcpy(p->excluded, pr->excluded, pr->n_excluded * sizeof *p->excluded);
+        for (size_t i = 0; i < n; i++)
+            p->total_score += scores[i];
+        for (size_t i = 0; i < p->n_excluded; i++)
+            p->excluded_score += scores[p->excluded[i]];
+        p->coverage_pct = p->total_score > 0 ? 100.0 * p->excluded_score / p->total_score : 0.0;
+        p->near_tie = pr->near_tie;
+        snprintf(p->warning, sizeof p->warning, "%s", pr->warning);
+        if (pr->near_tie) qp_log(QP_LOG_WARN, "sensitivity: %s", pr->warning);
+        *out = p;
+        p = NULL;
+    }
+    qp_pick_result_free(pr);
+    qp_sens_blocks_free(blocks);
+    qp_sensitivity_score_pick_free(p);
+    return st;
+}
+
+void qp_sensitivity_score_pick_free(struct qp_sensitivity_score_pick *p) {
+    if (!p) return;
+    free(p->excluded);
+    free(p);
 }

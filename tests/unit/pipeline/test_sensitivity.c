@@ -215,11 +215,117 @@ static void test_refusals(void **state) {
     api_free(&a);
 }
 
+/* Picking on plain scores: ModelOpt's worked examples, the analysis' own pick on its scores, the
+ * blocks given as text, and the refusals. */
+static void pick_plain(const char *const *names, const double *scores, size_t n,
+                       const struct qp_sensitivity_pick_options *o, const char *blocks,
+                       size_t want_n, const size_t *want) {
+    struct qp_error err = {0};
+    struct qp_sensitivity_score_pick *p = NULL;
+    if (qp_sensitivity_pick_scores(names, scores, n, o, blocks, blocks ? strlen(blocks) : 0, &p,
+                                   &err) != QP_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(p->n_excluded, want_n);
+    for (size_t i = 0; i < want_n; i++)
+        assert_int_equal(p->excluded[i], want[i]);
+    qp_sensitivity_score_pick_free(p);
+}
+
+static void test_pick_plain_scores(void **state) {
+    (void)state;
+    const char *names[] = {"a", "b", "c", "d"};
+    const double scores[] = {3, 4, 2, 1}; /* ranked b, a, c, d */
+    struct qp_sensitivity_pick_options po;
+    qp_sensitivity_pick_options_default(&po);
+    po.coverage = 0.5;
+    pick_plain(names, scores, 4, &po, NULL, 1, (const size_t[]){1});
+    po.coverage = 0.8;
+    pick_plain(names, scores, 4, &po, NULL, 2, (const size_t[]){1, 0});
+    po.coverage = 0;
+    pick_plain(names, scores, 4, &po, NULL, 0, NULL);
+    po.mode = QP_SENSITIVITY_THRESHOLD;
+    po.threshold = 1.5;
+    pick_plain(names, scores, 4, &po, NULL, 3, (const size_t[]){1, 0, 2});
+    /* Blocks as text: a and d form one group (sum 4; it ties with b and, met first, ranks
+     * before it), picked whole. */
+    qp_sensitivity_pick_options_default(&po);
+    po.coverage = 0.5;
+    pick_plain(names, scores, 4, &po, "{\"ad\": [\"a$\", \"d\"]}", 2, (const size_t[]){0, 3});
+    po.coverage = 1;
+    pick_plain(names, scores, 4, &po, "{\"ad\": [\"a$\", \"d\"]}", 4, (const size_t[]){0, 3, 1, 2});
+    struct qp_error err = {0};
+    struct qp_sensitivity_score_pick *p = NULL;
+    po.coverage = 0.5;
+    assert_int_equal(qp_sensitivity_pick_scores(names, scores, 4, &po, NULL, 0, &p, &err), QP_OK);
+    assert_true(p->total_score == 10 && p->excluded_score == 4 && p->coverage_pct == 40);
+    qp_sensitivity_score_pick_free(p);
+    p = NULL;
+    /* Refusals: nothing is handed out. */
+    const char *twice[] = {"a", "b", "a"};
+    assert_int_equal(qp_sensitivity_pick_scores(twice, scores, 3, &po, NULL, 0, &p, &err),
+                     QP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "'a' is given twice"));
+    const double nan_scores[] = {1, 0.0 / 0.0};
+    assert_int_equal(qp_sensitivity_pick_scores(names, nan_scores, 2, &po, NULL, 0, &p, &err),
+                     QP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "'b' is not finite"));
+    assert_int_equal(qp_sensitivity_pick_scores(names, scores, 4, &po, "[1]", 3, &p, &err),
+                     QP_ERR_BAD_INPUT);
+    po.mode = QP_SENSITIVITY_BUDGET;
+    assert_int_equal(qp_sensitivity_pick_scores(names, scores, 4, &po, NULL, 0, &p, &err),
+                     QP_ERR_USAGE);
+    assert_null(p);
+}
+
+/* The analysis' scores picked as plain scores give the analysis' own exclusions. */
+static void test_pick_plain_matches_analysis(void **state) {
+    (void)state;
+    struct api a;
+    api_score(&a, QP_SENSITIVITY_NODE);
+    size_t n = qp_sensitivity_n_targets(a.s), ns = 0;
+    const char **names = calloc(n, sizeof *names);
+    double *scores = calloc(n, sizeof *scores);
+    assert_non_null(names);
+    assert_non_null(scores);
+    for (size_t i = 0; i < n; i++) {
+        struct qp_sensitivity_target t;
+        qp_sensitivity_target(a.s, n - 1 - i, &t); /* lowest first: the picker must rank */
+        if (t.state != QP_SENSITIVITY_SCORED) continue;
+        names[ns] = t.name;
+        scores[ns++] = t.score;
+    }
+    const double coverages[] = {0.3, 0.6, 0.9, 1.0};
+    for (size_t c = 0; c < 4; c++) {
+        struct qp_sensitivity_pick_options po;
+        qp_sensitivity_pick_options_default(&po);
+        po.coverage = coverages[c];
+        struct qp_error err = {0};
+        struct qp_sensitivity_exclusions *x = NULL;
+        struct qp_sensitivity_score_pick *p = NULL;
+        assert_int_equal(qp_sensitivity_pick(a.s, &po, &x, &err), QP_OK);
+        assert_int_equal(qp_sensitivity_pick_scores(names, scores, ns, &po, NULL, 0, &p, &err),
+                         QP_OK);
+        struct qp_sensitivity_pick_summary ps;
+        qp_sensitivity_exclusions_get_summary(x, &ps);
+        assert_int_equal(p->n_excluded, ps.n_excluded);
+        for (size_t i = 0; i < p->n_excluded; i++)
+            assert_string_equal(names[p->excluded[i]], qp_sensitivity_excluded(x, i));
+        assert_true(p->coverage_pct == ps.coverage_pct || ns > 1);
+        qp_sensitivity_score_pick_free(p);
+        qp_sensitivity_exclusions_free(x);
+    }
+    free(names);
+    free(scores);
+    api_free(&a);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threshold_matches_driver),
         cmocka_unit_test(test_budget_matches_driver),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_pick_plain_scores),
+        cmocka_unit_test(test_pick_plain_matches_analysis),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
