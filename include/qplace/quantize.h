@@ -55,10 +55,11 @@ struct qp_quantize_config {
     enum qp_calib_method calibration_method; /* default entropy */
     /* Dynamic dims of synthetic data when no calibration data is given ("x:1x3x224x224"). */
     const char *calibration_shapes;
-    struct qp_provider *eval_data;      /* borrowed; NULL: see above */
-    int dq_only;                        /* weights stored quantized, DequantizeLinear only */
-    enum qp_dtype high_precision_dtype; /* QP_DTYPE_FLOAT16 (default) or QP_DTYPE_FLOAT */
-    int n_threads;                      /* engine threads; 0 (default): all cores */
+    struct qp_provider *eval_data; /* borrowed; NULL: see above */
+    int dq_only;                   /* weights stored quantized, DequantizeLinear only */
+    /* QP_DTYPE_FLOAT16 (default), QP_DTYPE_BFLOAT16 or QP_DTYPE_FLOAT (no conversion). */
+    enum qp_dtype high_precision_dtype;
+    int n_threads; /* engine threads; 0 (default): all cores */
     /* With calibration_method percentile: the percentile in (0, 100]; 0 (default): 99.999. */
     double percentile;
     /* Scales from these ranges (borrowed; qp_ranges_load_json / _load_trt_cache) instead of
@@ -71,6 +72,9 @@ struct qp_quantize_config {
     size_t n_op_types_to_exclude_fp16;
     /* 1: graph I/O in the high precision type, graph-input QuantizeLinear removed. */
     int direct_io_types;
+    /* "name:1x3x224x224,...": the dynamic dims of these graph inputs fixed in the written
+     * model and for calibration (static dims must match), as --override_shapes. NULL: none. */
+    const char *override_shapes;
 };
 
 void qp_quantize_config_default(struct qp_quantize_config *c);
@@ -99,6 +103,10 @@ struct qp_quantize_summary {
     struct qp_quantize_drift *outputs;
     /* The placement the writer applied, each entry with its reason; owned by the summary. */
     struct qp_placement *placement;
+    /* 1: the drift was measured before the bf16 / direct_io_types step (the engine runs neither
+     * bfloat16 nor quantized graph inputs), on the model with float32 high precision. */
+    int drift_before_precision;
+    size_t n_overridden; /* graph inputs fixed by override_shapes */
 };
 
 /* NULL-safe. */

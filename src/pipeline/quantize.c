@@ -663,9 +663,11 @@ static enum qp_status check_config(const struct qp_quantize_config *c, struct qp
     if ((unsigned)c->calibration_method >= QP_CALIB_METHOD_COUNT)
         return qp_error_set(err, QP_ERR_USAGE, "quantize: unknown calibration_method %d",
                             (int)c->calibration_method);
-    if (c->high_precision_dtype != QP_DTYPE_FLOAT && c->high_precision_dtype != QP_DTYPE_FLOAT16)
+    if (c->high_precision_dtype != QP_DTYPE_FLOAT && c->high_precision_dtype != QP_DTYPE_FLOAT16 &&
+        c->high_precision_dtype != QP_DTYPE_BFLOAT16)
         return qp_error_set(err, QP_ERR_USAGE,
-                            "quantize: high_precision_dtype must be float or float16, not %s",
+                            "quantize: high_precision_dtype must be float, float16 or bfloat16, "
+                            "not %s",
                             qp_dtype_name(c->high_precision_dtype));
     if (c->n_threads < 0)
         return qp_error_set(err, QP_ERR_USAGE, "quantize: %d threads", c->n_threads);
@@ -727,6 +729,8 @@ static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantiz
         .n_outputs = r->n_outputs,
         .outputs = r->outputs,
         .placement = r->placement,
+        .drift_before_precision = r->drift_before_precision,
+        .n_overridden = r->n_overridden,
     };
     s->placement_source = strcmp(r->placement_source, "placement") == 0    ? "placement"
                           : strcmp(r->placement_source, "trt policy") == 0 ? "trt policy"
@@ -762,8 +766,12 @@ enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provide
                                   .keep_fp32_ops = c->op_types_to_exclude_fp16,
                                   .n_keep_fp32_ops = c->n_op_types_to_exclude_fp16,
                                   .direct_io_types = c->direct_io_types};
-    if ((st = qp_model_clone(model, &job.mf, err)) != QP_OK ||
+    struct qp_calib_shapes over = {0};
+    if ((c->override_shapes && (st = parse_override(c->override_shapes, &over, err)) != QP_OK) ||
+        (st = qp_model_clone(model, &job.mf, err)) != QP_OK ||
         (st = qp_model_clone(model, &job.mq, err)) != QP_OK ||
+        (st = override_shapes(job.mf->graph, &over, err)) != QP_OK ||
+        (st = override_shapes(job.mq->graph, &over, err)) != QP_OK ||
         (st = prepare_models(job.mf, job.mq, "model", c->opset, &job.opset_in, err)) != QP_OK ||
         (st = place_from_config(c, &job, r, err)) != QP_OK ||
         (st = validate_placement(&job, err)) != QP_OK ||
@@ -776,11 +784,13 @@ enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provide
     job.ev = c->eval_data ? c->eval_data : own_ev;
     if ((st = quantize_job(&job, r, err)) != QP_OK) goto done;
     r->placement = job.pl;
+    r->n_overridden = over.n;
     job.pl = NULL;
     if (summary_out && (st = summary_of(r, summary_out, err)) != QP_OK) goto done;
     *out = job.mq;
     job.mq = NULL;
 done:
+    qp_calib_shapes_release(&over);
     qp_provider_free(own_cal);
     qp_provider_free(own_ev);
     qp_placement_free(job.pl);
