@@ -25,7 +25,7 @@ DEB_PACKAGES=(
     cmake ninja-build gcc clang libclang-rt-14-dev libomp-dev clang-format pkg-config time
     protobuf-c-compiler libprotobuf-c-dev libonnx-dev libonnx-testdata
     libdnnl-dev libopenblas-dev libzip-dev zlib1g-dev libcjson-dev libcmocka-dev
-    libpng-dev libjpeg-dev python3-onnx python3-numpy
+    libpng-dev libjpeg-dev python3-onnx python3-numpy python3-pytest python3-venv
     python3-pil fonts-dejavu fonts-wqy-microhei
 )
 

@@ -1,0 +1,39 @@
+"""qplace: quantize ONNX models to INT8/FP8 with Q/DQ nodes for TensorRT, from Python.
+
+The package binds libqplace's public C API (include/qplace/) with ctypes: no compiled extension,
+numpy arrays passed to the library in memory. The names are ModelOpt's, so switching is an import:
+
+    import qplace
+    qplace.quantize(onnx_path="model.onnx", calibration_data=arrays, output_path="q.onnx")
+    ranges = qplace.calibrate(onnx_path="model.onnx", calibration_data=arrays)
+    result = qplace.sensitivity.score("model.onnx", arrays, granularity="node")
+    qplace.sensitivity.suggest_exclusion(result, coverage=0.9)
+    outputs = qplace.Session("q.onnx", int8="auto").run({"x": image})
+
+docs/python.md is the reference. Every failure raises a qplace.Error subclass carrying the C
+status and message; bad input never crashes the interpreter.
+"""
+
+from . import sensitivity
+from ._lib import path as library_path
+from .calibrate import calibrate
+from .errors import (BadInputError, Error, FileError, InternalError, OutOfMemoryError,
+                     UnsupportedError, UsageError)
+from .placement import Edge, Placement, Weight, trt_placement
+from .quantize import Drift, QuantizeSummary, quantize
+from .ranges import Range, Ranges
+from .session import Session, isa
+
+__version__ = "0.1.0"
+
+__all__ = ["quantize", "calibrate", "sensitivity", "Session", "isa", "Placement", "Edge",
+           "Weight", "trt_placement", "Ranges", "Range", "QuantizeSummary", "Drift", "Error",
+           "UsageError", "BadInputError", "UnsupportedError", "FileError", "OutOfMemoryError",
+           "InternalError", "library_path", "autotune"]
+
+
+def autotune(*args, **kwargs):
+    """Not built yet: `qplace autotune` (latency-driven placement) is an open issue; until it
+    lands this raises UnsupportedError instead of silently doing something else."""
+    raise UnsupportedError("qplace.autotune: autotune is not implemented yet; use "
+                           "qplace.quantize (the trt policy) or a placement")

@@ -1,0 +1,202 @@
+"""qplace.quantize: ModelOpt's modelopt.onnx.quantization.quantize, on qplace's library.
+
+    import qplace                      # was: from modelopt.onnx.quantization import quantize
+    summary = qplace.quantize(onnx_path="model.onnx", quantize_mode="int8",
+                              calibration_data={"x": batch}, calibration_method="entropy",
+                              op_types_to_exclude=["Resize"], nodes_to_exclude=["/head/.*"],
+                              output_path="model.quant.onnx")
+    summary.outputs[0].cosine          # the drift of each graph output from the float model
+
+The keywords are ModelOpt's, with its defaults (int8, entropy, fp16 high precision, output
+<model>.quant.onnx); the model written is the one `qplace quantize` writes with the same flags
+and data, byte for byte. ModelOpt keywords qplace has no use for are accepted with a warning
+saying what qplace does instead (calibration_eps, simplify, ...); those it cannot honour raise
+UsageError saying why (trt_plugins, target_dla, int4). qplace adds: `percentile`, `eval_data`
+(held-out samples for the drift), `placement` (a Placement or file applied as it is), `rules`
+(a rules file), `ranges` (a Ranges or file instead of calibration), `placement_out`, `threads`.
+"""
+
+import ctypes
+import os
+import warnings
+from collections import namedtuple
+
+from . import _lib
+from ._core import as_list, choice, fspath, int_arg, model_arg
+from ._data import open_data, shapes_arg
+from .calibrate import method_arg
+from .errors import check, usage
+from .placement import Placement, trt_options
+from .ranges import Ranges
+
+Drift = namedtuple("Drift", "name cosine max_abs top1 n_rows")
+Drift.__doc__ = ("The drift of one graph output from the float model's: cosine over every "
+                 "element, the largest absolute error, and (class-score outputs) the fraction "
+                 "of rows whose argmax agrees (top1, None otherwise) over n_rows rows.")
+
+QuantizeSummary = namedtuple(
+    "QuantizeSummary",
+    "output_path n_edges n_tensors n_weights n_weight_tensors opset_from opset_to "
+    "high_precision placement_source calibration_source method n_calib_samples "
+    "n_calib_batches n_eval_samples eval_on_calibration drift_before_precision outputs "
+    "placement")
+QuantizeSummary.__doc__ = "What qplace.quantize wrote, and the drift it measured."
+
+_HIGH = {"fp32": 1, "fp16": 10, "bf16": 16}
+
+# ModelOpt keywords accepted with no effect, each with what qplace does instead.
+_ACCEPTED = {
+    "calibration_eps": "qplace calibrates on its own CPU engine, not on ONNX Runtime execution "
+                       "providers",
+    "simplify": "qplace does not run onnxslim; the model is quantized as given",
+    "keep_intermediate_files": "qplace writes no intermediate files",
+    "calibrate_per_node": "qplace's calibration is streamed batch by batch already",
+    "use_zero_point": "int8/fp8 Q/DQ are symmetric (zero point 0), as ModelOpt's",
+    "mha_accumulation_dtype": "qplace writes no Casts around attention's batched MatMuls",
+    "log_level": "the library logs through qplace's hook (set QPLACE_VERBOSE=1 for debug lines)",
+    "log_file": "the library logs through qplace's hook",
+}
+# ModelOpt keywords qplace refuses, and why.
+_REFUSED = {
+    "trt_plugins": "qplace's engine cannot load TensorRT plugins",
+    "trt_plugins_precision": "it only serves trt_plugins, which qplace does not take",
+    "input_shapes_profile": "qplace calibrates on its own engine; give calibration_shapes",
+    "block_size": "int4 is not supported",
+    "target_dla": "qplace's trt policy targets TensorRT GPUs, not DLA",
+    "autotune": "qplace.autotune does not exist yet (issue: autotune)",
+}
+
+
+def _accepted_and_refused(given):
+    for k, v in given.items():
+        if k in _REFUSED and v not in (None, False, [], ()):
+            raise usage("quantize: %s is not supported: %s" % (k, _REFUSED[k]))
+    for k, v in given.items():
+        if k in _ACCEPTED and v not in (None, False, [], ()):
+            warnings.warn("qplace.quantize: %s: %s; the value is ignored" % (k, _ACCEPTED[k]),
+                          stacklevel=3)
+
+
+def _default_output(path):
+    """<model>.quant.onnx beside the model, as `qplace quantize` names it."""
+    return (path[:-5] if path.endswith(".onnx") else path) + ".quant.onnx"
+
+
+def _summary(s, output_path):
+    outs = [Drift(_lib.dec(d.name), d.cosine, d.max_abs, d.top1 if d.has_top1 else None,
+                  d.n_rows) for d in (s.outputs[i] for i in range(s.n_outputs))]
+    return QuantizeSummary(
+        output_path, s.n_edges, s.n_tensors, s.n_weights, s.n_weight_tensors, s.opset_from,
+        s.opset_to, {v: k for k, v in _HIGH.items()}.get(s.high_precision),
+        _lib.dec(s.placement_source), _lib.dec(s.calibration_source), _lib.dec(s.method),
+        s.n_calib_samples, s.n_calib_batches, s.n_eval_samples, bool(s.eval_on_calibration),
+        bool(s.drift_before_precision), outs, Placement._from_ptr(s.placement))
+
+
+def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration_method=None,
+             calibration_cache_path=None, calibration_shapes=None, calibration_eps=None,
+             override_shapes=None, op_types_to_quantize=None, op_types_to_exclude=None,
+             op_types_to_exclude_fp16=None, nodes_to_quantize=None, nodes_to_exclude=None,
+             use_external_data_format=False, keep_intermediate_files=False, output_path=None,
+             log_level=None, log_file=None, trt_plugins=None, trt_plugins_precision=None,
+             high_precision_dtype="fp16", mha_accumulation_dtype=None, disable_mha_qdq=False,
+             dq_only=False, block_size=None, use_zero_point=False, passes=None, simplify=False,
+             calibrate_per_node=False, input_shapes_profile=None, direct_io_types=False,
+             opset=None, calibration_data_reader=None, target_dla=False, autotune=None,
+             *, percentile=None, eval_data=None, placement=None, rules=None, ranges=None,
+             placement_out=None, threads=0):
+    """Quantizes onnx_path (a path, the model's bytes) and writes output_path; returns a
+    QuantizeSummary. Raises qplace.Error subclasses (UsageError for a bad argument,
+    BadInputError for a bad model or data, ...); on failure nothing is written."""
+    _accepted_and_refused(dict(
+        calibration_eps=calibration_eps, simplify=simplify, use_zero_point=use_zero_point,
+        keep_intermediate_files=keep_intermediate_files, calibrate_per_node=calibrate_per_node,
+        mha_accumulation_dtype=mha_accumulation_dtype, log_level=log_level, log_file=log_file,
+        trt_plugins=trt_plugins, trt_plugins_precision=trt_plugins_precision,
+        input_shapes_profile=input_shapes_profile, block_size=block_size,
+        target_dla=target_dla, autotune=autotune))
+    for p in as_list(passes, "passes"):
+        if p != "concat_elimination":
+            raise usage("quantize: passes: the only pass is concat_elimination, not %r" % p)
+    if quantize_mode == "int4":
+        raise usage("quantize: quantize_mode 'int4' is not supported (int8 or fp8)")
+    if calibration_data is not None and calibration_data_reader is not None:
+        raise usage("quantize: give calibration_data or calibration_data_reader, not both")
+    if calibration_data_reader is not None:
+        calibration_data = calibration_data_reader
+    model = model_arg(onnx_path)
+    if output_path is None:
+        if model.path is None:
+            raise usage("quantize: output_path is required when the model is given as bytes")
+        output_path = _default_output(model.path)
+    output_path = fspath(output_path, "output_path")
+    if model.path is not None and os.path.exists(output_path) and os.path.samefile(
+            output_path, model.path):
+        raise usage("quantize: output path '%s' is the input model; choose another "
+                    "output_path" % output_path)
+
+    c = _lib.QuantizeConfig()
+    _lib.qp_quantize_config_default(ctypes.byref(c))
+    c.trt, keep = trt_options(quantize_mode, op_types_to_quantize, op_types_to_exclude,
+                              nodes_to_quantize, nodes_to_exclude, disable_mha_qdq, rules)
+    c.calibration_method, c.percentile = method_arg(calibration_method, percentile)
+    shapes = shapes_arg(calibration_shapes)
+    c.calibration_shapes = _lib.enc(shapes)
+    over = shapes_arg(override_shapes, "override_shapes")
+    c.override_shapes = _lib.enc(over)
+    c.dq_only = 1 if dq_only else 0
+    c.high_precision_dtype = choice(high_precision_dtype, _HIGH, "high_precision_dtype")
+    c.n_threads = int_arg(threads, "threads")
+    c.direct_io_types = 1 if direct_io_types else 0
+    c.opset = 0 if opset is None else int_arg(opset, "opset", 1, 1000)
+    fp16_ops = _lib.StrArray(
+        [t for v in as_list(op_types_to_exclude_fp16, "op_types_to_exclude_fp16")
+         for t in v.split(",") if t])
+    c.op_types_to_exclude_fp16 = fp16_ops.ptr
+    c.n_op_types_to_exclude_fp16 = len(fp16_ops)
+    pl = None
+    if placement is not None:
+        pl = (placement if isinstance(placement, Placement) else Placement.load(placement))
+        pl = pl._handle()
+        c.placement = pl.ptr
+    rg = None
+    if ranges is not None or calibration_cache_path is not None:
+        r = Ranges()
+        if ranges is not None:
+            r = ranges if isinstance(ranges, Ranges) else Ranges.load(ranges)
+        if calibration_cache_path is not None:  # its scales over the ranges, as the CLI
+            cache = Ranges.load_trt_cache(calibration_cache_path)
+            r = Ranges(list(r.items()) + list(cache.items()), r.meta)
+        rg = r._handle()
+        c.ranges = rg.ptr
+    data = None  # None: the library makes seeded synthetic data, as `qplace quantize` does
+    if calibration_data is not None:
+        data = open_data(model, calibration_data, shapes)
+    ev = None
+    if eval_data is not None:
+        ev = open_data(model, eval_data, shapes, what="eval_data")
+        c.eval_data = ev.ptr
+    out = ctypes.c_void_p()
+    summ = ctypes.POINTER(_lib.QuantizeSummary)()
+    err = _lib.Error()
+    try:
+        check(_lib.qp_quantize_model(model.ptr, data.ptr if data else None, ctypes.byref(c),
+                                     ctypes.byref(out), ctypes.byref(summ), ctypes.byref(err)),
+              err)
+    except Exception as ex:
+        cause = next((d.failure for d in (data, ev) if d is not None and d.failure), None)
+        if cause is not None:
+            raise ex from cause
+        raise
+    from ._core import Model
+    q = Model(out)
+    try:
+        s = _summary(summ.contents, output_path)
+    finally:
+        _lib.qp_quantize_summary_free(summ)
+    ext = os.path.basename(output_path) + "_data" if use_external_data_format else None
+    q.save(output_path, external_location=ext)
+    if placement_out is not None:
+        s.placement.save(placement_out)
+    del keep, fp16_ops, pl, rg
+    return s

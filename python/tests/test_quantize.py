@@ -1,0 +1,207 @@
+"""qplace.quantize writes the bytes `qplace quantize` writes, for every form of calibration data
+and the options ModelOpt users pass; bad input raises a qplace.Error and writes nothing."""
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import qplace
+from conftest import read, run_cli
+
+
+def both(cli, tmp_path, model, cli_args, **kw):
+    """(Python's bytes, the CLI's bytes, Python's summary) for the same quantization."""
+    a, b = tmp_path / "py.onnx", tmp_path / "cl.onnx"
+    s = qplace.quantize(onnx_path=model, output_path=str(a), **kw)
+    run_cli(cli, "quantize", "--onnx_path", model, "--output_path", b, *cli_args)
+    return read(a), read(b), s
+
+
+def test_cls_npz_path_and_arrays_match_the_cli(cli, cls_model, cls_npz, tmp_path):
+    x = np.load(cls_npz)["x"]
+    for data in (cls_npz, {"x": x}, x, [{"x": x[i:i + 1]} for i in range(len(x))]):
+        py, cl, s = both(cli, tmp_path, cls_model, ["--calibration_data_path", cls_npz],
+                         calibration_data=data)
+        assert py == cl
+        assert s.n_calib_samples == 6 and s.n_calib_batches == 6 and s.method == "entropy"
+    assert s.calibration_source == "memory"
+    single = py
+    # Batches of two rows (entropy histograms depend on the batching): a generator of dicts,
+    # and a dict cut by calibration_shapes, against the CLI with that batch shape.
+    flags = ["--calibration_data_path", cls_npz, "--calibration_shapes", "x:2x3x48x192"]
+    for data, shapes in ((({"x": x[i:i + 2]} for i in range(0, len(x), 2)), None),
+                         ({"x": x}, {"x": (2, 3, 48, 192)})):
+        py, cl, s = both(cli, tmp_path, cls_model, flags, calibration_data=data,
+                         calibration_shapes=shapes)
+        assert py == cl and s.n_calib_batches == 3 and py != single
+    assert s.placement_source == "trt policy" and s.high_precision == "fp16"
+    assert s.n_tensors > 50 and s.n_weight_tensors > 20
+    assert s.outputs[0].name == "softmax_0.tmp_0" and s.outputs[0].cosine > 0.9
+    assert s.outputs[0].top1 is not None and s.eval_on_calibration
+
+
+def test_rec_with_lists_fp32_and_methods_match_the_cli(cli, rec_model, rec_npz, tmp_path):
+    x = {"x": np.load(rec_npz)["x"]}
+    py, cl, s = both(cli, tmp_path, rec_model,
+                     ["--calibration_data_path", rec_npz, "--high_precision_dtype", "fp32",
+                      "--calibration_method", "max", "--op_types_to_exclude", "Add,Mul",
+                      "--nodes_to_exclude", "p2o.Conv.1.*", "--calibration_shapes",
+                      "x:2x3x48x320"],
+                     calibration_data=x, high_precision_dtype="fp32", calibration_method="max",
+                     op_types_to_exclude=["Add", "Mul"], nodes_to_exclude="p2o.Conv.1.*",
+                     calibration_shapes={"x": (2, 3, 48, 320)})
+    assert py == cl
+    assert s.n_calib_batches == 2 and s.high_precision == "fp32"
+    ops = {e.node for e in s.placement.edges}
+    assert not any(n.startswith("p2o.Conv.1") for n in ops)
+
+
+def test_options_match_the_cli(cli, cls_model, cls_npz, tmp_path):
+    cases = [
+        (["--dq_only", "--opset", "21"], dict(dq_only=True, opset=21)),
+        (["--high_precision_dtype", "bf16", "--override_shapes", "x:1x3x48x192"],
+         dict(high_precision_dtype="bf16", override_shapes="x:1x3x48x192")),
+        (["--direct_io_types", "--op_types_to_exclude_fp16", "Softmax"],
+         dict(direct_io_types=True, op_types_to_exclude_fp16=["Softmax"])),
+        (["--calibration_method", "percentile", "--percentile", "99.9", "--quantize_mode",
+          "fp8"], dict(calibration_method="percentile", percentile=99.9, quantize_mode="fp8")),
+        (["--disable_mha_qdq", "--op_types_to_quantize", "Conv"],
+         dict(disable_mha_qdq=True, op_types_to_quantize="Conv")),
+    ]
+    for flags, kw in cases:
+        py, cl, s = both(cli, tmp_path, cls_model, ["--calibration_data_path", cls_npz] + flags,
+                         calibration_data=cls_npz, **kw)
+        assert py == cl, flags
+    assert s.placement.edges and {e.node.split(".")[1] for e in s.placement.edges} >= {"Conv"}
+
+
+def test_synthetic_data_matches_the_cli(cli, cls_model, tmp_path):
+    py, cl, s = both(cli, tmp_path, cls_model, ["--calibration_shapes", "x:1x3x48x192"],
+                     calibration_shapes="x:1x3x48x192")
+    assert py == cl and s.calibration_source == "synthetic"
+
+
+def test_external_data_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
+    py, cl, _ = both(cli, tmp_path, cls_model, ["--calibration_data_path", cls_npz,
+                                                "--use_external_data_format"],
+                     calibration_data=cls_npz, use_external_data_format=True)
+    assert py.replace(b"py.onnx_data", b"cl.onnx_data") == cl
+    assert read(tmp_path / "py.onnx_data") == read(tmp_path / "cl.onnx_data")
+
+
+def test_placement_and_ranges_round_trip_through_the_cli(cli, cls_model, cls_npz, tmp_path):
+    pl_py, pl_cli = tmp_path / "pl_py.json", tmp_path / "pl_cli.json"
+    s = qplace.quantize(onnx_path=cls_model, calibration_data=cls_npz,
+                        output_path=str(tmp_path / "a.onnx"), placement_out=str(pl_py))
+    run_cli(cli, "quantize", "--onnx_path", cls_model, "--calibration_data_path", cls_npz,
+            "--output_path", tmp_path / "b.onnx", "--placement_out", pl_cli)
+    assert read(pl_py) == read(pl_cli)
+    p = qplace.Placement.load(pl_cli)
+    assert p == s.placement and p.to_json().encode() == read(pl_cli)
+    assert qplace.trt_placement(cls_model) == p.check(cls_model)
+    # An edited placement applied as it is, in both.
+    p.edges = p.edges[: len(p.edges) // 2]
+    p.save(tmp_path / "half.json")
+    py, cl, s2 = both(cli, tmp_path, cls_model, ["--calibration_data_path", cls_npz,
+                                                 "--placement_in", tmp_path / "half.json"],
+                      calibration_data=cls_npz, placement=p)
+    assert py == cl and s2.placement_source == "placement" and s2.placement.edges == p.edges
+    # Ranges from calibrate() and a TensorRT cache, no calibration.
+    r = qplace.calibrate(onnx_path=cls_model, calibration_data=cls_npz)
+    r.save(tmp_path / "r.json")
+    r.save_trt_cache(tmp_path / "r.cache")
+    shape = ["--calibration_shapes", "x:1x3x48x192"]  # the drift runs on synthetic data
+    py, cl, _ = both(cli, tmp_path, cls_model, ["--ranges_in", tmp_path / "r.json"] + shape,
+                     ranges=r, calibration_shapes="x:1x3x48x192")
+    assert py == cl
+    py, cl, _ = both(cli, tmp_path, cls_model,
+                     ["--calibration_cache_path", tmp_path / "r.cache"] + shape,
+                     calibration_cache_path=str(tmp_path / "r.cache"),
+                     calibration_shapes="x:1x3x48x192")
+    assert py == cl
+
+
+def test_default_output_path_and_accepted_flags(cli, cls_model, cls_npz, tmp_path):
+    m = tmp_path / "cls.onnx"
+    m.write_bytes(read(cls_model))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        s = qplace.quantize(onnx_path=str(m), calibration_data=cls_npz, simplify=True,
+                            calibration_eps=["cpu"])
+    assert s.output_path == str(tmp_path / "cls.quant.onnx") and os.path.exists(s.output_path)
+    assert any("simplify" in str(x.message) for x in w)
+    assert any("calibration_eps" in str(x.message) for x in w)
+    # The model as bytes gives the same model.
+    qplace.quantize(onnx_path=read(cls_model), calibration_data=cls_npz,
+                    output_path=str(tmp_path / "b.onnx"))
+    assert read(tmp_path / "b.onnx") == read(s.output_path)
+
+
+def bad(tmp_path, exc, phrase, **kw):
+    out = tmp_path / "never.onnx"
+    with pytest.raises(exc) as e:
+        qplace.quantize(output_path=str(out), **kw)
+    assert phrase in str(e.value), str(e.value)
+    assert not out.exists()
+    assert isinstance(e.value, qplace.Error)
+    return e.value
+
+
+def test_bad_inputs_raise_and_write_nothing(cls_model, cls_npz, tmp_path):
+    x = np.load(cls_npz)["x"]
+    e = bad(tmp_path, qplace.FileError, "no_such.onnx", onnx_path=str(tmp_path / "no_such.onnx"))
+    assert e.exit_code == 2 and e.status_name
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"\x08\x07garbage")
+    bad(tmp_path, qplace.BadInputError, "broken.onnx", onnx_path=str(broken))
+    bad(tmp_path, qplace.UsageError, "quantize_mode", onnx_path=cls_model, quantize_mode="int3")
+    bad(tmp_path, qplace.UsageError, "calibration_method", onnx_path=cls_model,
+        calibration_method="kl")
+    bad(tmp_path, qplace.UsageError, "not inputs: y", onnx_path=cls_model,
+        calibration_data={"y": x})
+    bad(tmp_path, qplace.UsageError, "astype(np.float32)", onnx_path=cls_model,
+        calibration_data={"x": x.astype(np.float64)})
+    bad(tmp_path, qplace.UsageError, "dim 1 is 3", onnx_path=cls_model,
+        calibration_data={"x": np.zeros((2, 4, 48, 192), np.float32)})
+    bad(tmp_path, qplace.UsageError, "trt_plugins", onnx_path=cls_model,
+        trt_plugins=["a.so"])
+    bad(tmp_path, qplace.UsageError, "int4", onnx_path=cls_model, quantize_mode="int4")
+    pickled = os.path.join(os.path.dirname(cls_npz), "bad_pickled.npz")
+    bad(tmp_path, qplace.BadInputError, "bad_pickled.npz", onnx_path=cls_model,
+        calibration_data=pickled)
+    bad(tmp_path, qplace.UsageError, "nodes_to_exclude", onnx_path=cls_model,
+        nodes_to_exclude=["(unclosed"])
+    bad(tmp_path, qplace.BadInputError, "no_such_node", onnx_path=cls_model,
+        placement=qplace.Placement(edges=[("x", "no_such_node", 0, "user")]))
+    with pytest.raises(qplace.UsageError):
+        qplace.quantize(onnx_path=cls_model, output_path=cls_model)
+
+    def boom():
+        yield {"x": x[:1]}
+        raise RuntimeError("the reader broke")
+    # The caller's own exception, raised while its iterable is read, reaches the caller as is.
+    with pytest.raises(RuntimeError, match="the reader broke"):
+        qplace.quantize(onnx_path=cls_model, calibration_data=boom(),
+                        output_path=str(tmp_path / "never.onnx"))
+    assert not (tmp_path / "never.onnx").exists()
+
+
+def test_callback_exceptions_during_calibration(cls_model, tmp_path):
+    class Flaky(list):
+        def __getitem__(self, i):
+            if i == 1:
+                raise KeyError("batch 1 is gone")
+            return list.__getitem__(self, i)
+    # An exception inside the C callback (raised while the library reads batch 1) becomes an
+    # error with the message, never a crash or a silent success.
+    import ctypes
+
+    from qplace import _data, _lib
+    m = qplace._core.Model.load(cls_model)
+    p = _data.open_data(m, [{"x": np.zeros((1, 3, 48, 192), np.float32)}] * 2)
+    p.batches = Flaky(p.batches)
+    out, err = ctypes.c_void_p(), _lib.Error()
+    st = _lib.qp_calibrate(m.ptr, p.ptr, None, ctypes.byref(out), None, ctypes.byref(err))
+    assert st != 0 and b"batch 1 is gone" in err.msg
+    assert isinstance(p.failure, KeyError)
