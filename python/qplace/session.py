@@ -36,7 +36,11 @@ class Session:
         arr = (_lib.Shape * max(1, len(shapes)))()
         self._shape_names = []
         for k, (name, dims) in enumerate(shapes.items()):
-            dims = tuple(int(d) for d in dims)
+            try:
+                dims = tuple(int(d) for d in dims)
+            except (TypeError, ValueError):
+                raise usage("shapes: the shape of '%s' must be a sequence of integers, not %r"
+                            % (name, dims)) from None
             if len(dims) > _lib.MAX_RANK:
                 raise usage("shapes: '%s' has rank %d, above %d" % (name, len(dims),
                                                                    _lib.MAX_RANK))

@@ -58,3 +58,20 @@ def test_wheel_contents(tmp_path):
     assert all(n in record for n in names)
     assert "Requires-Dist: numpy" in meta and "Name: qplace" in meta
     assert name.startswith("qplace-0.1.0-py3-none-linux_")
+
+
+def test_editable_wheel_and_sdist(tmp_path):
+    sys.path.insert(0, PY)
+    try:
+        import _qplace_build as b
+    finally:
+        sys.path.remove(PY)
+    name = b.build_editable(str(tmp_path))
+    with zipfile.ZipFile(tmp_path / name) as z:
+        assert z.read("qplace_editable.pth").decode().strip() == PY
+    assert name.endswith("py3-none-any.whl")
+    import tarfile
+    with tarfile.open(tmp_path / b.build_sdist(str(tmp_path))) as t:
+        names = t.getnames()
+    assert "qplace-0.1.0/pyproject.toml" in names and "qplace-0.1.0/qplace/_lib.py" in names
+    assert not any("__pycache__" in n for n in names)

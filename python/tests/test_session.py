@@ -55,6 +55,8 @@ def test_bad_inputs(cls_model, tmp_path):
         qplace.Session(cls_model, int8="on")
     with pytest.raises(qplace.BadInputError, match="'y'"):
         qplace.Session(cls_model, shapes={"y": (1, 2)})
+    with pytest.raises(qplace.UsageError, match="sequence of integers"):
+        qplace.Session(cls_model, shapes={"x": "1x3"})
     with pytest.raises(qplace.FileError):
         qplace.Session(str(tmp_path / "none.onnx"))
     assert s.run({"x": x})  # the session still works after refusals
