@@ -10,6 +10,7 @@ linker finds libqplace.so.0.
 
 import ctypes
 import ctypes.util
+import logging
 import os
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int,
                     c_int64, c_size_t, c_uint64, c_void_p)
@@ -327,6 +328,25 @@ _DECLS = [
 
 for _d in _DECLS:
     _fn(*_d)
+
+# The library never prints: its log lines go to the "qplace" logger (warnings reach stderr through
+# logging's last-resort handler, as the CLI prints them). The hook may be called from the
+# library's threads; ctypes takes the GIL for it.
+_LEVELS = (logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR)
+logger = logging.getLogger("qplace")
+
+
+def _log(level, msg, user):
+    try:
+        lv = _LEVELS[level] if 0 <= level < len(_LEVELS) else logging.ERROR
+        if logger.isEnabledFor(lv):
+            logger.log(lv, "%s", msg.decode("utf-8", "replace"))
+    except Exception:  # never raise into C
+        pass
+
+
+_log_hook = LogFn(_log)
+lib.qp_log_set_hook(_log_hook, None)
 
 libc = ctypes.CDLL(None)
 libc.free.argtypes = [c_void_p]

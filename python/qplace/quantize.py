@@ -17,6 +17,7 @@ UsageError saying why (trt_plugins, target_dla, int4). qplace adds: `percentile`
 """
 
 import ctypes
+import logging
 import os
 import warnings
 from collections import namedtuple
@@ -53,8 +54,6 @@ _ACCEPTED = {
     "calibrate_per_node": "qplace's calibration is streamed batch by batch already",
     "use_zero_point": "int8/fp8 Q/DQ are symmetric (zero point 0), as ModelOpt's",
     "mha_accumulation_dtype": "qplace writes no Casts around attention's batched MatMuls",
-    "log_level": "the library logs through qplace's hook (set QPLACE_VERBOSE=1 for debug lines)",
-    "log_file": "the library logs through qplace's hook",
 }
 # ModelOpt keywords qplace refuses, and why.
 _REFUSED = {
@@ -108,12 +107,12 @@ def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration
     """Quantizes onnx_path (a path, the model's bytes) and writes output_path; returns a
     QuantizeSummary. Raises qplace.Error subclasses (UsageError for a bad argument,
     BadInputError for a bad model or data, ...); on failure nothing is written."""
+    args = dict(locals())
     _accepted_and_refused(dict(
         calibration_eps=calibration_eps, simplify=simplify, use_zero_point=use_zero_point,
         keep_intermediate_files=keep_intermediate_files, calibrate_per_node=calibrate_per_node,
-        mha_accumulation_dtype=mha_accumulation_dtype, log_level=log_level, log_file=log_file,
-        trt_plugins=trt_plugins, trt_plugins_precision=trt_plugins_precision,
-        input_shapes_profile=input_shapes_profile, block_size=block_size,
+        mha_accumulation_dtype=mha_accumulation_dtype, trt_plugins=trt_plugins,
+        trt_plugins_precision=trt_plugins_precision, input_shapes_profile=input_shapes_profile, block_size=block_size,
         target_dla=target_dla, autotune=autotune))
     for p in as_list(passes, "passes"):
         if p != "concat_elimination":
@@ -123,7 +122,42 @@ def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration
     if calibration_data is not None and calibration_data_reader is not None:
         raise usage("quantize: give calibration_data or calibration_data_reader, not both")
     if calibration_data_reader is not None:
-        calibration_data = calibration_data_reader
+        args["calibration_data"] = calibration_data_reader
+    handler = _logging(log_level, log_file)
+    try:
+        return _quantize(**args)
+    finally:
+        if handler is not None:
+            _lib.logger.removeHandler(handler)
+            handler.close()
+
+
+def _logging(log_level, log_file):
+    """log_level sets the "qplace" logger's level; log_file adds a handler for the call."""
+    if log_level is not None:
+        lv = choice(str(log_level).upper(), {"DEBUG": 10, "INFO": 20, "WARNING": 30,
+                                             "ERROR": 40}, "log_level")
+        _lib.logger.setLevel(lv)
+    if log_file is None:
+        return None
+    try:
+        h = logging.FileHandler(fspath(log_file, "log_file"), mode="a")
+    except OSError as ex:
+        from .errors import FileError
+        raise FileError("log_file '%s': cannot open for appending: %s"
+                        % (log_file, ex.strerror)) from None
+    h.setFormatter(logging.Formatter("qplace: %(levelname)s: %(message)s"))
+    _lib.logger.addHandler(h)
+    return h
+
+
+def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
+              calibration_cache_path, calibration_shapes, override_shapes, op_types_to_quantize,
+              op_types_to_exclude, op_types_to_exclude_fp16, nodes_to_quantize, nodes_to_exclude,
+              use_external_data_format, output_path, high_precision_dtype, disable_mha_qdq,
+              dq_only, direct_io_types, opset, percentile, eval_data, placement, rules, ranges,
+              placement_out, threads, **_checked):
+    """quantize() once its ModelOpt-only keywords are checked (_checked: those, unused)."""
     model = model_arg(onnx_path)
     if output_path is None:
         if model.path is None:

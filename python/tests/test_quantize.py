@@ -132,6 +132,17 @@ def test_default_output_path_and_accepted_flags(cli, cls_model, cls_npz, tmp_pat
     assert s.output_path == str(tmp_path / "cls.quant.onnx") and os.path.exists(s.output_path)
     assert any("simplify" in str(x.message) for x in w)
     assert any("calibration_eps" in str(x.message) for x in w)
+    # log_level / log_file: the "qplace" logger's level, its lines appended to the file.
+    log = tmp_path / "q.log"
+    qplace.quantize(onnx_path=str(m), calibration_data=cls_npz, log_level="debug",
+                    log_file=str(log), output_path=str(tmp_path / "c.onnx"))
+    assert "qplace: DEBUG: " in log.read_text()
+    qplace.quantize(onnx_path=str(m), calibration_data=cls_npz, log_level="WARNING",
+                    output_path=str(tmp_path / "c.onnx"))
+    import logging
+    assert logging.getLogger("qplace").level == logging.WARNING
+    with pytest.raises(qplace.UsageError, match="log_level"):
+        qplace.quantize(onnx_path=str(m), log_level="LOUD")
     # The model as bytes gives the same model.
     qplace.quantize(onnx_path=read(cls_model), calibration_data=cls_npz,
                     output_path=str(tmp_path / "b.onnx"))

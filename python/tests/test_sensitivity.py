@@ -1,5 +1,6 @@
 """qplace.sensitivity: the scores and exclusions `qplace sensitivity` gives, ModelOpt's names."""
 import json
+import logging
 import re
 
 import numpy as np
@@ -74,7 +75,7 @@ def test_op_type_scores_on_rec_and_synthetic(cli, rec_model, rec_npz, cls_model,
     assert r["calibration_source"] == "synthetic"
 
 
-def test_plain_scores_modelopt_examples_and_blocks():
+def test_plain_scores_modelopt_examples_and_blocks(caplog):
     s = {"a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0}
     assert sensitivity.suggest_exclusion(s, coverage=0.5) == ["a"]
     assert sensitivity.suggest_exclusion(s, coverage=0.8) == ["a", "b"]
@@ -84,6 +85,10 @@ def test_plain_scores_modelopt_examples_and_blocks():
         == ["a"]
     assert sensitivity.suggest_exclusion(s, coverage=0.9, blocks={"bd": ["b", "d"]}) \
         == ["a", "b", "d"]
+    with caplog.at_level(logging.WARNING, logger="qplace"):
+        assert sensitivity.suggest_exclusion({"a": 1.0, "b": 0.999, "c": 0.5},
+                                             coverage=0.45) == ["a"]
+    assert any("near-tie" in r.getMessage() for r in caplog.records)
     assert sensitivity.summarize_exclusion(s, ["a", "zz"]) == {
         "coverage_pct": 40.0, "num_excluded": 2, "num_previously_quantized": 4,
         "num_remaining_quantized": 2, "excluded_mass": 4.0, "total_mass": 10.0}
