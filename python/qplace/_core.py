@@ -94,6 +94,34 @@ def fspath(p, what):
     return os.fsdecode(p)
 
 
+def read_file(path, what):
+    """(path as str, its bytes); FileError naming `what` and the path when it cannot be read."""
+    path = fspath(path, what)
+    try:
+        with open(path, "rb") as f:
+            return path, f.read()
+    except OSError as ex:
+        from .errors import FileError
+        raise FileError("%s '%s': cannot read: %s" % (what, path, ex.strerror)) from None
+
+
+def parse(reader, text, source):
+    """A new handle from one of the library's strict readers (text, len, source, out, err)."""
+    data = text.encode() if isinstance(text, str) else bytes(text)
+    out = ctypes.c_void_p()
+    err = _lib.Error()
+    check(reader(data, len(data), _lib.enc(source), ctypes.byref(out), ctypes.byref(err)), err)
+    return out
+
+
+def write(writer, *args):
+    """The text one of the library's writers (..., char **text_out, err) mallocs, as str."""
+    text = ctypes.c_void_p()
+    err = _lib.Error()
+    check(writer(*args, ctypes.byref(text), ctypes.byref(err)), err)
+    return _lib.take_string(text).decode()
+
+
 class Model:
     """A loaded ONNX model (struct qp_model), freed with the object."""
 

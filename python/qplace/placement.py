@@ -14,7 +14,7 @@ import ctypes
 from collections import namedtuple
 
 from . import _lib
-from ._core import as_list, fspath, model_arg
+from ._core import as_list, fspath, model_arg, parse, read_file, write
 from .errors import check, usage
 
 Edge = namedtuple("Edge", "tensor node input reason")
@@ -88,31 +88,17 @@ class Placement:
     @classmethod
     def from_json(cls, text, source=None):
         """Parses the placement file format (strict: unknown keys, repeated slots refused)."""
-        data = text.encode() if isinstance(text, str) else bytes(text)
-        out = ctypes.c_void_p()
-        err = _lib.Error()
-        check(_lib.qp_placement_read_json(data, len(data), _lib.enc(source or "placement"),
-                                          ctypes.byref(out), ctypes.byref(err)), err)
-        h = _Handle(out)
+        h = _Handle(parse(_lib.qp_placement_read_json, text, source or "placement"))
         return cls._from_ptr(h.ptr)
 
     @classmethod
     def load(cls, path):
-        path = fspath(path, "placement")
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as ex:
-            from .errors import FileError
-            raise FileError("placement '%s': cannot read: %s" % (path, ex.strerror)) from None
+        path, data = read_file(path, "placement")
         return cls.from_json(data, path)
 
     def to_json(self):
         h = self._handle()
-        text = ctypes.c_void_p()
-        err = _lib.Error()
-        check(_lib.qp_placement_write_json(h.ptr, ctypes.byref(text), ctypes.byref(err)), err)
-        return _lib.take_string(text).decode()
+        return write(_lib.qp_placement_write_json, h.ptr)
 
     def save(self, path):
         """Writes the file atomically (nothing is left behind on failure)."""

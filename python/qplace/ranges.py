@@ -14,8 +14,8 @@ import ctypes
 from collections import OrderedDict, namedtuple
 
 from . import _lib
-from ._core import fspath
-from .errors import FileError, check
+from ._core import fspath, parse, read_file, write
+from .errors import check
 
 Range = namedtuple("Range", "lo hi amax n_nan n_inf n_values")
 Range.__doc__ = ("One activation tensor: the observed finite range [lo, hi], the calibrated "
@@ -37,15 +37,6 @@ class _Handle:
         if getattr(self, "ptr", None):
             _lib.qp_ranges_free(self.ptr)
             self.ptr = None
-
-
-def _read_file(path, what):
-    path = fspath(path, what)
-    try:
-        with open(path, "rb") as f:
-            return path, f.read()
-    except OSError as ex:
-        raise FileError("%s '%s': cannot read: %s" % (what, path, ex.strerror)) from None
 
 
 class Ranges(OrderedDict):
@@ -97,40 +88,27 @@ class Ranges(OrderedDict):
 
     @classmethod
     def from_json(cls, text, source=None):
-        data = text.encode() if isinstance(text, str) else bytes(text)
-        out = ctypes.c_void_p()
-        err = _lib.Error()
-        check(_lib.qp_ranges_read_json(data, len(data), _lib.enc(source or "ranges"),
-                                       ctypes.byref(out), ctypes.byref(err)), err)
-        h = _Handle(out)
+        h = _Handle(parse(_lib.qp_ranges_read_json, text, source or "ranges"))
         return cls._from_ptr(h.ptr)
 
     @classmethod
     def load(cls, path):
-        path, data = _read_file(path, "ranges")
+        path, data = read_file(path, "ranges")
         return cls.from_json(data, path)
 
     @classmethod
     def from_trt_cache(cls, text, source=None):
-        data = text.encode() if isinstance(text, str) else bytes(text)
-        out = ctypes.c_void_p()
-        err = _lib.Error()
-        check(_lib.qp_ranges_read_trt_cache(data, len(data), _lib.enc(source or "cache"),
-                                            ctypes.byref(out), ctypes.byref(err)), err)
-        h = _Handle(out)
+        h = _Handle(parse(_lib.qp_ranges_read_trt_cache, text, source or "cache"))
         return cls._from_ptr(h.ptr)
 
     @classmethod
     def load_trt_cache(cls, path):
-        path, data = _read_file(path, "calibration cache")
+        path, data = read_file(path, "calibration cache")
         return cls.from_trt_cache(data, path)
 
     def to_json(self):
         h = self._handle()
-        text = ctypes.c_void_p()
-        err = _lib.Error()
-        check(_lib.qp_ranges_write_json(h.ptr, None, ctypes.byref(text), ctypes.byref(err)), err)
-        return _lib.take_string(text).decode()
+        return write(_lib.qp_ranges_write_json, h.ptr, None)
 
     def save(self, path):
         """Writes the ranges file atomically."""
@@ -141,11 +119,7 @@ class Ranges(OrderedDict):
 
     def to_trt_cache(self, trt_version=TRT_CACHE_DEFAULT_VERSION):
         h = self._handle()
-        text = ctypes.c_void_p()
-        err = _lib.Error()
-        check(_lib.qp_ranges_write_trt_cache(h.ptr, None, int(trt_version), ctypes.byref(text),
-                                             ctypes.byref(err)), err)
-        return _lib.take_string(text).decode()
+        return write(_lib.qp_ranges_write_trt_cache, h.ptr, None, int(trt_version))
 
     def save_trt_cache(self, path, trt_version=TRT_CACHE_DEFAULT_VERSION):
         h = self._handle()

@@ -43,13 +43,18 @@ def test_pip_install_offline_and_import(venv, cls_model, tmp_path):
     sh([str(venv / "bin" / "pip"), "uninstall", "-y", "qplace"], env=env)
 
 
-def test_wheel_contents(tmp_path):
+def backend():
+    """python/_qplace_build.py, the package's build backend, as a module."""
     sys.path.insert(0, PY)
     try:
-        import _qplace_build as b
+        import _qplace_build
     finally:
         sys.path.remove(PY)
-    name = b.build_wheel(str(tmp_path))
+    return _qplace_build
+
+
+def test_wheel_contents(tmp_path):
+    name = backend().build_wheel(str(tmp_path))
     with zipfile.ZipFile(tmp_path / name) as z:
         names = set(z.namelist())
         record = z.read("qplace-0.1.0.dist-info/RECORD").decode()
@@ -61,11 +66,7 @@ def test_wheel_contents(tmp_path):
 
 
 def test_editable_wheel_and_sdist(tmp_path):
-    sys.path.insert(0, PY)
-    try:
-        import _qplace_build as b
-    finally:
-        sys.path.remove(PY)
+    b = backend()
     name = b.build_editable(str(tmp_path))
     with zipfile.ZipFile(tmp_path / name) as z:
         assert z.read("qplace_editable.pth").decode().strip() == PY
