@@ -73,6 +73,50 @@ static enum qp_status check_batch_bytes(const struct qp_data_options *o,
     return QP_OK;
 }
 
+/* Data made from nothing but the model's shapes (synthetic data; image folders, whose images are
+ * resized to the input's H x W) never guess a size: a dynamic dim other than the batch dim that
+ * --calibration_shapes does not give is bad input naming the input, its dims and the flag. A
+ * dynamic batch dim is one row per batch, logged. `what` names the data in messages. */
+static enum qp_status check_dynamic(const char *what, const struct qp_npz_provider_input *in,
+                                    size_t n, struct qp_error *err) {
+    for (size_t i = 0; i < n; i++) {
+        const struct qp_npz_provider_input *x = &in[i];
+        if (x->shape_given) continue;
+        char dims[QP_MAX_RANK * 48], want[QP_MAX_RANK * 24];
+        size_t at = 0, aw = 0;
+        int bad = 0;
+        for (int d = 0; d < x->rank; d++) {
+            const char *sep = d ? ", " : "";
+            const char *p = x->dim_params[d];
+            if (x->model_dims[d] >= 0)
+                at += (size_t)snprintf(dims + at, sizeof dims - at, "%s%lld", sep,
+                                       (long long)x->model_dims[d]);
+            else
+                at += (size_t)snprintf(dims + at, sizeof dims - at, "%s%s", sep, p ? p : "?");
+            if (at >= sizeof dims) at = sizeof dims - 1;
+            bad += d > 0 && x->model_dims[d] < 0;
+            if (x->model_dims[d] >= 0 || d == 0)
+                aw += (size_t)snprintf(want + aw, sizeof want - aw, "%s%lld", d ? "x" : "",
+                                       (long long)x->batch_dims[d]);
+            else
+                aw += (size_t)snprintf(want + aw, sizeof want - aw, "x<dim %d>", d);
+            if (aw >= sizeof want) aw = sizeof want - 1;
+        }
+        if (bad)
+            return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                "%s: model input '%s' has dynamic dims [%s] and nothing gives "
+                                "their sizes: set them with --calibration_shapes %s:%s, or give "
+                                "real data with --calibration_data_path",
+                                what, x->name, dims, x->name, want);
+        if (x->rank > 0 && x->model_dims[0] < 0)
+            qp_log(QP_LOG_INFO,
+                   "%s: model input '%s' has a dynamic batch dim [%s]: one row per batch "
+                   "(--calibration_shapes sets another)",
+                   what, x->name, dims);
+    }
+    return QP_OK;
+}
+
 static enum qp_status open_synthetic(const struct qp_data_options *o,
                                      const struct qp_npz_provider_input *in, size_t n,
                                      struct qp_provider **out, struct qp_error *err) {
@@ -132,13 +176,17 @@ enum qp_status qp_provider_open(const char *path, const struct qp_data_options *
     }
     enum qp_status st = QP_OK;
     if (!path) {
-        if ((st = check_batch_bytes(o, in, n, err)) != QP_OK) return st;
+        if ((st = check_dynamic("synthetic calibration data", in, n, err)) != QP_OK ||
+            (st = check_batch_bytes(o, in, n, err)) != QP_OK)
+            return st;
         return open_synthetic(o, in, n, out, err);
     }
     struct stat sb;
     if (stat(path, &sb) != 0) return qp_error_set(err, QP_ERR_IO, "%s: %s", path, strerror(errno));
     if (S_ISDIR(sb.st_mode) && qp_data_is_image_folder(path)) {
-        if ((st = check_batch_bytes(o, in, n, err)) != QP_OK) return st;
+        if ((st = check_dynamic(path, in, n, err)) != QP_OK ||
+            (st = check_batch_bytes(o, in, n, err)) != QP_OK)
+            return st;
         return open_images(path, o, in, n, out, err);
     }
     return qp_provider_npz_create(path, in, n, o->max_bytes, out, err);

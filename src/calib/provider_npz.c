@@ -461,9 +461,12 @@ enum qp_status qp_provider_graph_inputs(const struct qp_graph *g,
             return qp_error_set(err, QP_ERR_UNSUPPORTED, "%s: model input '%s' has rank %d", who,
                                 v->name, m->rank);
         } else {
-            for (int d = 0; d < m->rank; d++)
+            for (int d = 0; d < m->rank; d++) {
                 m->model_dims[d] = v->dims[d].value;
+                m->dim_params[d] = v->dims[d].value < 0 ? v->dims[d].param : NULL;
+            }
         }
+        m->shape_given = qp_calib_shapes_find(shapes, v->name) != NULL;
         enum qp_status st =
             qp_calib_shape_resolve(m->name, m->rank, m->model_dims, shapes, m->batch_dims, err);
         if (st != QP_OK) return st;

@@ -39,8 +39,10 @@ struct qp_npz_provider_input {
     const char *name;
     enum qp_dtype dtype; /* the model's element type */
     int rank;
-    int64_t model_dims[QP_MAX_RANK]; /* negative: dynamic */
-    int64_t batch_dims[QP_MAX_RANK]; /* from qp_calib_shape_resolve */
+    int64_t model_dims[QP_MAX_RANK];     /* negative: dynamic */
+    int64_t batch_dims[QP_MAX_RANK];     /* from qp_calib_shape_resolve */
+    int shape_given;                     /* --calibration_shapes names this input */
+    const char *dim_params[QP_MAX_RANK]; /* a dynamic dim's symbolic name (borrowed), or NULL */
 };
 
 struct qp_graph;

@@ -97,6 +97,43 @@ static void test_images(void **state) {
     }
 }
 
+/* Synthetic data and image folders never guess a dynamic size: a dynamic dim past the batch dim
+ * that --calibration_shapes does not give is refused naming the input, its dims and the flag; a
+ * dynamic batch dim alone is one row per batch; a given shape is used as it is. */
+static void test_dynamic_dims(void **state) {
+    (void)state;
+    struct qp_npz_provider_input in = image_input(0);
+    in.model_dims[0] = in.model_dims[2] = in.model_dims[3] = -1;
+    in.batch_dims[0] = in.batch_dims[2] = in.batch_dims[3] = 1; /* what resolving gives */
+    in.dim_params[0] = "batch";
+    in.dim_params[2] = "height";
+    struct qp_provider *p = NULL;
+    struct qp_error err = {0};
+    const char *paths[2] = {NULL, IMAGES};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(qp_provider_open(paths[k], NULL, &in, 1, &p, &err), QP_ERR_BAD_INPUT);
+        assert_null(p);
+        assert_non_null(strstr(err.msg, "model input 'x' has dynamic dims [batch, 3, height, ?]"));
+        assert_non_null(strstr(err.msg, "--calibration_shapes x:1x3x<dim 2>x<dim 3>"));
+        assert_non_null(strstr(err.msg, k ? IMAGES : "synthetic calibration data"));
+    }
+    in.model_dims[2] = in.model_dims[3] = 4; /* only the batch dim dynamic: one row */
+    in.batch_dims[2] = in.batch_dims[3] = 4;
+    assert_int_equal(qp_provider_open(NULL, NULL, &in, 1, &p, &err), QP_OK);
+    const struct qp_array *a;
+    int end = 0;
+    assert_int_equal(qp_provider_next(p, &a, &end, &err), QP_OK);
+    assert_int_equal(a[0].dims[0], 1);
+    qp_provider_free(p);
+    in.model_dims[2] = -1; /* given by --calibration_shapes: taken as given */
+    in.batch_dims[0] = 2;
+    in.shape_given = 1;
+    assert_int_equal(qp_provider_open(NULL, NULL, &in, 1, &p, &err), QP_OK);
+    assert_int_equal(qp_provider_next(p, &a, &end, &err), QP_OK);
+    assert_int_equal(a[0].dims[0], 2);
+    qp_provider_free(p);
+}
+
 static void test_arrays_and_refusals(void **state) {
     (void)state;
     struct qp_error err = {0};
@@ -153,6 +190,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_synthetic),
         cmocka_unit_test(test_images),
+        cmocka_unit_test(test_dynamic_dims),
         cmocka_unit_test(test_arrays_and_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
