@@ -231,21 +231,22 @@ static enum qp_status make_groups(struct qp_collector *c, struct qp_error *err) 
         goto done;
     }
     concat_union(c, parent, NULL);
-    size_t biggest = 0;
+    size_t biggest = 0, n_groups = 0;
     for (size_t i = 0; i < c->n_slots; i++)
         count[uf_find(parent, (int)i)]++;
     for (size_t i = 0; i < c->n_slots; i++) {
         gid[i] = -1;
-        if (uf_find(parent, (int)i) == (int)i && count[i] >= 2) gid[i] = (int)c->n_groups++;
+        if (uf_find(parent, (int)i) == (int)i && count[i] >= 2) gid[i] = (int)n_groups++;
         if (count[i] > biggest) biggest = count[i];
     }
-    if (!c->n_groups) goto done;
-    c->groups = calloc(c->n_groups, sizeof *c->groups);
+    if (!n_groups) goto done;
+    c->groups = calloc(n_groups, sizeof *c->groups);
     c->pool = calloc(biggest, sizeof *c->pool);
     if (!c->groups || !c->pool) {
         st = qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
         goto done;
     }
+    c->n_groups = n_groups; /* only with the array: qp_collector_free walks it */
     for (size_t i = 0; i < c->n_slots; i++) {
         int gi = gid[uf_find(parent, (int)i)];
         if (gi < 0) continue;

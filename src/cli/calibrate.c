@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "calib/collect.h"
 #include "calib/data.h"
@@ -155,8 +156,10 @@ static int convert_cache(const struct cli_args *args, const char *cache_in) {
     if (qp_ranges_save_json(r, &meta, out, &err) != QP_OK) goto fail;
     const char *cache_out = cli_value(args, "trt_cache_out", NULL);
     if (cache_out && qp_ranges_save_trt_cache(r, meta.method, QP_TRT_CACHE_DEFAULT_VERSION,
-                                              cache_out, &err) != QP_OK)
+                                              cache_out, &err) != QP_OK) {
+        unlink(out); /* all or nothing: the ranges file goes with the cache that failed */
         goto fail;
+    }
     if (!cli_has(args, "quiet"))
         printf("wrote %zu ranges from %s to %s\n", qp_ranges_count(r), cache_in, out);
     goto done;
@@ -276,8 +279,10 @@ int cli_calibrate_run(const struct cli_args *args) {
     if (qp_ranges_save_json(r, &meta, out, &err) != QP_OK) goto fail;
     const char *cache_out = cli_value(args, "trt_cache_out", NULL);
     if (cache_out && qp_ranges_save_trt_cache(r, meta.method, QP_TRT_CACHE_DEFAULT_VERSION,
-                                              cache_out, &err) != QP_OK)
+                                              cache_out, &err) != QP_OK) {
+        unlink(out); /* all or nothing: the ranges file goes with the cache that failed */
         goto fail;
+    }
     if (!quiet)
         printf("wrote %zu ranges (%s, %llu samples%s) to %s\n", rep.n_tensors, meta.method,
                (unsigned long long)rep.n_samples, synthetic ? ", SYNTHETIC data" : "", out);

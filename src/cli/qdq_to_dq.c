@@ -37,9 +37,10 @@ int cli_qdq_to_dq_run(const struct cli_args *a) {
     struct qp_model *m = NULL;
     size_t n = 0;
     int rc = 0;
-    if (qp_model_load_file(in, NULL, &m, &err) != QP_OK || qp_qdq_to_dq(m, &n, &err) != QP_OK ||
+    /* Load and save messages name their file already; the fold's is prefixed with the input. */
+    if (qp_model_load_file(in, NULL, &m, &err) != QP_OK ||
+        (qp_qdq_to_dq(m, &n, &err) != QP_OK && qp_error_prefix(&err, "%s", in)) ||
         qp_model_save_file(m, out, NULL, &err) != QP_OK) {
-        qp_error_prefix(&err, "%s", in);
         rc = cli_fail(&err);
     } else {
         printf("qplace qdq-to-dq: %s -> %s: %zu weight QuantizeLinear nodes folded\n", in, out, n);

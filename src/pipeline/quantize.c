@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "calib/collect.h"
@@ -323,10 +324,11 @@ static enum qp_status measure_drift(const struct qp_quantize_job *job, struct qp
         qp_error_prefix(err, "quantize: the quantized model does not run in the engine");
         goto done;
     }
-    r->n_outputs = qp_session_n_outputs(sf);
-    r->outputs = calloc(r->n_outputs ? r->n_outputs : 1, sizeof *r->outputs);
-    acc = calloc(r->n_outputs ? r->n_outputs : 1, sizeof *acc);
+    size_t n_out = qp_session_n_outputs(sf);
+    r->outputs = calloc(n_out ? n_out : 1, sizeof *r->outputs);
+    acc = calloc(n_out ? n_out : 1, sizeof *acc);
     if (!r->outputs || !acc) goto oom;
+    r->n_outputs = n_out; /* only with the array: qp_quantize_report_free walks it */
     for (size_t i = 0; i < r->n_outputs; i++)
         if (!(r->outputs[i].name = strdup(qp_session_output_name(sf, i)))) goto oom;
     if ((st = input_map(src, sf, map, err)) != QP_OK) goto done;
@@ -354,9 +356,10 @@ done:
 }
 
 /* The placement against the model that is written (its entries then carry graph indices). */
-static enum qp_status validate_placement(const struct qp_quantize_job *job, struct qp_error *err) {
+static enum qp_status validate_placement(const struct qp_quantize_job *job, const char *source,
+                                         struct qp_error *err) {
     enum qp_status st = qp_placement_validate(job->pl, job->mq->graph, err);
-    if (st != QP_OK) qp_error_prefix(err, "quantize: placement");
+    if (st != QP_OK) qp_error_prefix(err, "quantize: %s", source ? source : "the placement");
     return st;
 }
 
@@ -551,6 +554,18 @@ static enum qp_status save_output(const struct qp_quantize_options *o, const str
     return st;
 }
 
+/* Removes the model save_output wrote (and its external data file). */
+static void remove_output(const struct qp_quantize_options *o, const char *path) {
+    unlink(path);
+    if (!o->use_external_data_format) return;
+    size_t n = strlen(path) + 6;
+    char *data = malloc(n);
+    if (!data) return;
+    snprintf(data, n, "%s_data", path);
+    unlink(data);
+    free(data);
+}
+
 enum qp_status qp_quantize(const struct qp_quantize_options *o,
                            struct qp_quantize_report **report_out, struct qp_error *err) {
     if (!o || !o->onnx_path)
@@ -606,7 +621,7 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
         (st = prepare_models(job.mf, job.mq, o->onnx_path, o->opset, &job.opset_in, err)) !=
             QP_OK ||
         (st = place_from_options(o, job.mq->graph, r, &job.pl, err)) != QP_OK ||
-        (st = validate_placement(&job, err)) != QP_OK)
+        (st = validate_placement(&job, o->placement_in, err)) != QP_OK)
         goto done;
     r->n_overridden = over.n;
     if ((o->ranges_in || o->calibration_cache_path) &&
@@ -618,9 +633,12 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
         (st = quantize_job(&job, r, err)) != QP_OK)
         goto done;
     if ((st = save_output(o, job.mq, r->output_path, err)) != QP_OK) goto done;
-    /* The placement last, so a failed run leaves neither file behind. */
-    if (o->placement_out && (st = qp_placement_save_file(job.pl, o->placement_out, err)) != QP_OK)
+    /* The placement last; when it cannot be written, the model just written goes too, so a
+     * failed run leaves neither file behind. */
+    if (o->placement_out && (st = qp_placement_save_file(job.pl, o->placement_out, err)) != QP_OK) {
+        remove_output(o, r->output_path);
         goto done;
+    }
     r->placement = job.pl;
     job.pl = NULL;
 done:
@@ -774,7 +792,7 @@ enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provide
         (st = override_shapes(job.mq->graph, &over, err)) != QP_OK ||
         (st = prepare_models(job.mf, job.mq, "model", c->opset, &job.opset_in, err)) != QP_OK ||
         (st = place_from_config(c, &job, r, err)) != QP_OK ||
-        (st = validate_placement(&job, err)) != QP_OK ||
+        (st = validate_placement(&job, NULL, err)) != QP_OK ||
         (c->ranges &&
          (st = check_ranges_cover(c->ranges, "the given ranges", job.pl, err)) != QP_OK))
         goto done;

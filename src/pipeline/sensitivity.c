@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "calib/provider_npz.h"
@@ -508,9 +509,16 @@ static enum qp_status write_outputs(const struct qp_sensitivity_run_options *o,
         if (outs[i] && same_file(o->onnx_path, outs[i]))
             st = qp_error_set(err, QP_ERR_BAD_INPUT, "sensitivity: output '%s' is the input model",
                               outs[i]);
-    if (st == QP_OK) st = qp_file_write_atomic(r->json_path, json, strlen(json), err);
-    if (st == QP_OK && excl) st = qp_file_write_atomic(r->exclusions_path, excl, strlen(excl), err);
+    /* All or nothing: when a later file cannot be written, the ones written before it go. */
+    int written = 0;
+    if (st == QP_OK && (st = qp_file_write_atomic(r->json_path, json, strlen(json), err)) == QP_OK)
+        written = 1;
+    if (st == QP_OK && excl &&
+        (st = qp_file_write_atomic(r->exclusions_path, excl, strlen(excl), err)) == QP_OK)
+        written = 2;
     if (st == QP_OK && out_pl) st = qp_placement_save_file(out_pl, r->placement_path, err);
+    if (st != QP_OK && written >= 1) unlink(r->json_path);
+    if (st != QP_OK && written >= 2) unlink(r->exclusions_path);
     free(json);
     free(excl);
     qp_placement_free(own);
