@@ -233,25 +233,44 @@ done:
     return st;
 }
 
-enum qp_status qp_image_decode_file(const char *path, struct qp_image *out, struct qp_error *err) {
-    if (!path || !out) return qp_error_set(err, QP_ERR_USAGE, "image: NULL argument");
-    FILE *f = fopen(path, "rb");
-    if (!f) return qp_error_set(err, QP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+/* Decodes the open stream `f` (at its start) by its signature; `name` starts the messages. */
+static enum qp_status decode_stream(const char *name, FILE *f, struct qp_image *out,
+                                    struct qp_error *err) {
     unsigned char sig[8] = {0};
     size_t got = fread(sig, 1, sizeof sig, f);
     enum qp_status st;
     struct qp_image img = {0};
     if (got == 8 && png_sig_cmp(sig, 0, 8) == 0) {
         rewind(f);
-        st = decode_png(path, f, &img, err);
+        st = decode_png(name, f, &img, err);
     } else if (got >= 3 && sig[0] == 0xFF && sig[1] == 0xD8 && sig[2] == 0xFF) {
         rewind(f);
-        st = decode_jpeg(path, f, &img, err);
+        st = decode_jpeg(name, f, &img, err);
     } else {
-        st = qp_error_set(err, QP_ERR_BAD_INPUT, "%s: not a PNG or JPEG file", path);
+        st = qp_error_set(err, QP_ERR_BAD_INPUT, "%s: not a PNG or JPEG file", name);
     }
-    fclose(f);
     if (st == QP_OK) *out = img;
+    return st;
+}
+
+enum qp_status qp_image_decode_file(const char *path, struct qp_image *out, struct qp_error *err) {
+    if (!path || !out) return qp_error_set(err, QP_ERR_USAGE, "image: NULL argument");
+    FILE *f = fopen(path, "rb");
+    if (!f) return qp_error_set(err, QP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    enum qp_status st = decode_stream(path, f, out, err);
+    fclose(f);
+    return st;
+}
+
+enum qp_status qp_image_decode_memory(const char *name, const void *data, size_t size,
+                                      struct qp_image *out, struct qp_error *err) {
+    if (!out || (!data && size)) return qp_error_set(err, QP_ERR_USAGE, "image: NULL argument");
+    const char *nm = name ? name : "image";
+    if (size == 0) return qp_error_set(err, QP_ERR_BAD_INPUT, "%s: not a PNG or JPEG file", nm);
+    FILE *f = fmemopen((void *)data, size, "rb");
+    if (!f) return qp_error_set(err, QP_ERR_NOMEM, "%s: cannot open the bytes as a stream", nm);
+    enum qp_status st = decode_stream(nm, f, out, err);
+    fclose(f);
     return st;
 }
 

@@ -52,6 +52,10 @@ struct qp_image {
  * QP_ERR_UNSUPPORTED (CMYK JPEG, over QP_IMAGE_MAX_PIXELS), QP_ERR_NOMEM. Messages start with
  * the path. `out` is written only on success; release with qp_image_release. */
 enum qp_status qp_image_decode_file(const char *path, struct qp_image *out, struct qp_error *err);
+/* The same for `size` bytes in memory (borrowed for the call); `name` (may be NULL) starts the
+ * messages. What the fuzz harness feeds. */
+enum qp_status qp_image_decode_memory(const char *name, const void *data, size_t size,
+                                      struct qp_image *out, struct qp_error *err);
 void qp_image_release(struct qp_image *img);
 
 enum qp_image_layout { QP_IMAGE_NCHW, QP_IMAGE_NHWC, QP_IMAGE_LAYOUT_COUNT };
