@@ -4,7 +4,8 @@
 #   bash scripts/build.sh asan       ASan+UBSan build in build-asan/ (-DQP_SANITIZE=ON)
 #   bash scripts/build.sh fuzz       libFuzzer harnesses in build-fuzz/ (clang, -DQP_FUZZ=ON)
 # Extra arguments after the variant go to cmake's configure step (e.g. -DQP_TESTS=OFF).
-# JOBS (default 2) sets ninja's parallelism. Run scripts/setup.sh first on a new machine.
+# JOBS (default 2) sets ninja's parallelism; QP_WERROR=1 makes warnings errors (-DQP_WERROR=ON,
+# as CI builds). Run scripts/setup.sh first on a new machine.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,6 +33,7 @@ fuzz)
     ;;
 esac
 
+[ "${QP_WERROR:-0}" = 1 ] && args+=(-DQP_WERROR=ON)
 echo "build: $variant in ${dir#"$ROOT"/}"
 mkdir -p "$dir"
 if ! cmake -S "$ROOT" -B "$dir" -G Ninja "${args[@]}" "$@" >"$dir/configure.log" 2>&1; then

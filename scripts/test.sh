@@ -18,6 +18,8 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
 export JOBS="${JOBS:-2}"
 # Real models are fetched by setup; their absence is a failure here, never a skip.
 export QP_REQUIRE_REAL_MODELS=1
+# Every CI build treats warnings as errors (STYLE.md's flags, CMakeLists.txt QP_WARNINGS).
+export QP_WERROR=1
 export CTEST_OUTPUT_ON_FAILURE=1
 # Test programs link libgomp directly (not through the CLI, which picks passive waiting itself):
 # spinning OpenMP threads slow every test on a shared 2-core machine.
