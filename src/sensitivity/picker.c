@@ -7,6 +7,8 @@
 
 #include "sensitivity/sensitivity.h"
 
+#include "core/regex.h"
+
 static const char *const granularity_names[] = {"op_type", "node"};
 static const char *const metric_names[] = {"kl_div", "mse", "cos"};
 static const char *const probe_names[] = {"quantize_one", "exclude_one"};
@@ -117,35 +119,6 @@ void qp_sens_blocks_free(struct qp_sens_blocks *b) {
     free(b);
 }
 
-/* Compiles `pat` anchored at the start (re.match); "\d"/"\D" become [0-9]/[^0-9]. */
-static int compile_anchored(regex_t *re, const char *pat) {
-    size_t len = strlen(pat);
-    if (len > ((size_t)1 << 20)) return -1;
-    char *buf = malloc(len * 5 + 8);
-    if (!buf) return -1;
-    size_t k = 0;
-    buf[k++] = '^';
-    buf[k++] = '(';
-    for (size_t i = 0; i < len; i++) {
-        if (pat[i] == '\\' && (pat[i + 1] == 'd' || pat[i + 1] == 'D')) {
-            const char *r = pat[i + 1] == 'd' ? "[0-9]" : "[^0-9]";
-            memcpy(buf + k, r, strlen(r));
-            k += strlen(r);
-            i++;
-        } else if (pat[i] == '\\' && pat[i + 1]) {
-            buf[k++] = pat[i++];
-            buf[k++] = pat[i];
-        } else {
-            buf[k++] = pat[i];
-        }
-    }
-    buf[k++] = ')';
-    buf[k] = '\0';
-    int rc = regcomp(re, buf, REG_EXTENDED | REG_NOSUB);
-    free(buf);
-    return rc == 0 ? 0 : -1;
-}
-
 enum qp_status qp_sens_blocks_parse(const char *text, size_t len, const char *source,
                                     struct qp_sens_blocks **out, struct qp_error *err) {
     const char *src = source ? source : "blocks";
@@ -201,10 +174,12 @@ enum qp_status qp_sens_blocks_parse(const char *text, size_t len, const char *so
                                   k);
                 goto fail;
             }
-            if (compile_anchored(&b->patterns[gi][k], p->valuestring) != 0) {
+            char why[256];
+            if (!qp_regex_compile(&b->patterns[gi][k], p->valuestring,
+                                  QP_REGEX_ANCHORED | QP_REGEX_NOSUB, why, sizeof why)) {
                 st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                                  "%s: group '%s': regex '%s' does not compile", src, grp->string,
-                                  p->valuestring);
+                                  "%s: group '%s': regex '%.200s' does not compile: %s", src,
+                                  grp->string, p->valuestring, why);
                 goto fail;
             }
             b->n_patterns[gi]++;

@@ -258,16 +258,16 @@ static void test_blocks(void **state) {
 
 static void test_blocks_errors(void **state) {
     (void)state;
-    static const char *const bad[] = {"[1,2]",
-                                      "{}",
-                                      "{\"a\": []}",
-                                      "{\"a\": [1]}",
-                                      "{\"a\": [\"(\"]}",
-                                      "{\"a\": \"x\", \"a\": \"y\"}",
-                                      "{"};
-    static const char *const what[] = {"expected an object", "no groups",        "non-empty list",
-                                       "not a string",       "does not compile", "repeated",
-                                       "not valid JSON"};
+    static const char *const bad[] = {
+        "[1,2]", "{}", "{\"a\": []}", "{\"a\": [1]}", "{\"a\": [\"(\"]}",
+        "{\"a\": \"x\", \"a\": \"y\"}", "{",
+        /* regcomp would take gigabytes (found by fuzzing) */
+        "{\"a\": \".+++++++++++++++++++++++++++*\"}",
+        "{\"a\": \"((((((((((((((((((a)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+\"}"};
+    static const char *const what[] = {
+        "expected an object", "no groups",           "non-empty list",
+        "not a string",       "does not compile",    "repeated",
+        "not valid JSON",     "stacked quantifiers", "too complex"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         struct qp_error err = {0};
         struct qp_sens_blocks *b = NULL;
@@ -285,6 +285,13 @@ static void test_blocks_errors(void **state) {
     assert_int_equal(qp_sens_blocks_parse(one, strlen(one), NULL, &b, &err), QP_OK);
     assert_int_equal(regexec(&b->patterns[0][0], "n7x", 0, NULL, 0), 0);
     assert_int_not_equal(regexec(&b->patterns[0][0], "xn7", 0, NULL, 0), 0); /* re.match */
+    qp_sens_blocks_free(b);
+    /* \d inside a bracket is the digit range too. */
+    const char *br = "{\"g\": \"n[\\\\dx]$\"}";
+    assert_int_equal(qp_sens_blocks_parse(br, strlen(br), NULL, &b, &err), QP_OK);
+    assert_int_equal(regexec(&b->patterns[0][0], "n7", 0, NULL, 0), 0);
+    assert_int_equal(regexec(&b->patterns[0][0], "nx", 0, NULL, 0), 0);
+    assert_int_not_equal(regexec(&b->patterns[0][0], "n[", 0, NULL, 0), 0);
     qp_sens_blocks_free(b);
 }
 
