@@ -201,7 +201,10 @@ static enum qp_status decode_jpeg(const char *path, FILE *f, struct qp_image *ou
         st = qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", path);
         goto done;
     }
-    while (cinfo.output_scanline < cinfo.output_height) {
+    /* The first warning (corrupt or missing data) ends the decode: libjpeg would otherwise fill
+     * every remaining row of a truncated file, and a 200-byte file may declare 2^28 pixels
+     * (found by fuzzing: minutes per file). */
+    while (cinfo.output_scanline < cinfo.output_height && !ctx.n_warnings) {
         int64_t y = cinfo.output_scanline;
         JSAMPROW rp = row;
         if (jpeg_read_scanlines(&cinfo, &rp, 1) != 1) break;
@@ -216,8 +219,9 @@ static enum qp_status decode_jpeg(const char *path, FILE *f, struct qp_image *ou
             }
         }
     }
-    jpeg_finish_decompress(&cinfo);
-    if (ctx.n_warnings) {
+    if (!ctx.n_warnings && cinfo.output_scanline == cinfo.output_height)
+        jpeg_finish_decompress(&cinfo);
+    if (ctx.n_warnings || cinfo.output_scanline < cinfo.output_height) {
         st =
             qp_error_set(err, QP_ERR_BAD_INPUT, "%s: corrupt or truncated JPEG: %s", path, ctx.msg);
         goto done;

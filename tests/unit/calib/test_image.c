@@ -83,6 +83,20 @@ static void test_png_errors(void **state) {
     assert_non_null(strstr(err.msg, "not a PNG or JPEG"));
     assert_int_equal(qp_image_decode_file(IMG("missing.png"), &img, &err), QP_ERR_IO);
     assert_null(img.rgb);
+    /* 186 bytes declaring a huge JPEG: refused at the first missing row, not decoded for minutes
+     * (fuzz_image), and the same from memory. */
+    const char *huge = QP_TEST_DATA_DIR "/fuzz-regressions/image/truncated_huge.jpg";
+    assert_int_equal(qp_image_decode_file(huge, &img, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "corrupt or truncated JPEG"));
+    FILE *f = fopen(huge, "rb");
+    unsigned char buf[512];
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f) fclose(f);
+    assert_true(n > 100);
+    assert_int_equal(qp_image_decode_memory("mem", buf, n, &img, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "mem: corrupt or truncated JPEG"));
+    assert_int_equal(qp_image_decode_memory(NULL, buf, 0, &img, &err), QP_ERR_BAD_INPUT);
+    assert_null(img.rgb);
 }
 
 /* No resize: scale 1/255, mean/std per channel, NCHW. */
