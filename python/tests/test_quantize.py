@@ -167,6 +167,9 @@ def test_bad_inputs_raise_and_write_nothing(cls_model, cls_npz, tmp_path):
     broken.write_bytes(b"\x08\x07garbage")
     bad(tmp_path, qplace.BadInputError, "broken.onnx", onnx_path=str(broken))
     bad(tmp_path, qplace.UsageError, "quantize_mode", onnx_path=cls_model, quantize_mode="int3")
+    # The newcomer's first call: no data, dynamic H and W: the input, its dims and the keyword.
+    bad(tmp_path, qplace.BadInputError, "--calibration_shapes x:1x3x<dim 2>x<dim 3>",
+        onnx_path=cls_model)
     bad(tmp_path, qplace.UsageError, "calibration_method", onnx_path=cls_model,
         calibration_method="kl")
     bad(tmp_path, qplace.UsageError, "not inputs: y", onnx_path=cls_model,
