@@ -71,10 +71,6 @@ class Provider:
         self._fn = None
         self._names = None
 
-    @property
-    def source(self):
-        return _lib.dec(_lib.qp_provider_source(self.ptr))
-
     def close(self):
         if self.ptr:
             _lib.qp_provider_free(self.ptr)
@@ -128,7 +124,7 @@ def _input_specs(model):
     return specs
 
 
-def _check_array(a, name, dtype, rank, dims, what, batch_axis=True):
+def _check_array(a, name, dtype, rank, dims, what):
     if not isinstance(a, np.ndarray):
         try:
             a = np.asarray(a)
@@ -144,7 +140,7 @@ def _check_array(a, name, dtype, rank, dims, what, batch_axis=True):
     if rank >= 0 and a.ndim != rank:
         raise usage("%s: input '%s' has shape %s, rank %d, but the model's rank is %d"
                     % (what, name, tuple(a.shape), a.ndim, rank))
-    for k in range(1 if batch_axis else 0, min(a.ndim, len(dims))):
+    for k in range(1, min(a.ndim, len(dims))):  # axis 0 is the batch
         if dims[k] > 0 and a.shape[k] != dims[k]:
             raise usage("%s: input '%s' has shape %s but the model's dim %d is %d"
                         % (what, name, tuple(a.shape), k, dims[k]))

@@ -13,6 +13,7 @@
 #include <png.h>
 
 #include "core/size.h"
+#include "core/sort.h"
 
 void qp_image_release(struct qp_image *img) {
     if (!img) return;
@@ -427,10 +428,6 @@ static int has_image_ext(const char *name) {
                    strcasecmp(dot, ".jpeg") == 0);
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static enum qp_status images_next(struct qp_provider *p, int *end_out, struct qp_error *err) {
     struct images *im = p->impl;
     size_t left = im->n_files - im->next;
@@ -539,7 +536,7 @@ enum qp_status qp_provider_images_create(const char *dir, const char *input_name
         st = qp_error_set(err, QP_ERR_BAD_INPUT, "%s: no .png, .jpg or .jpeg files", dir);
         goto fail;
     }
-    qsort(im->files, im->n_files, sizeof *im->files, cmp_str);
+    qsort(im->files, im->n_files, sizeof *im->files, qp_cmp_strp);
     if (o->resize_h) {
         st = qp_image_output_size(o, o->resize_h, o->resize_w, &im->oh, &im->ow, err);
     } else {

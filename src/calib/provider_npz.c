@@ -12,6 +12,7 @@
 #include "core/size.h"
 #include "ir/ir.h"
 #include "qplace/npy.h"
+#include "core/sort.h"
 
 /* Where one input's next rows come from: an open shard (a .npy file or an .npz member) read
  * sequentially, or a Fortran-ordered shard loaded whole. */
@@ -43,10 +44,6 @@ struct npzp {
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* Checks one shard's array header against the model input and the first shard. */
@@ -328,7 +325,7 @@ static enum qp_status list_files(struct npzp *z, const char *path, int is_dir,
     if (st != QP_OK) return st;
     if (z->n_files == 0)
         return qp_error_set(err, QP_ERR_BAD_INPUT, "%s: no .npz or .npy shards", path);
-    qsort(z->files, z->n_files, sizeof *z->files, cmp_str);
+    qsort(z->files, z->n_files, sizeof *z->files, qp_cmp_strp);
     return QP_OK;
 }
 

@@ -120,6 +120,18 @@ static enum qp_status model_inputs(const struct qp_graph *g, const struct qp_cal
 }
 
 /* --trt_cache_in: no run, just a conversion. */
+/* Writes the ranges file `out` and, when cache_out is given, the TensorRT cache: all or nothing
+ * (the ranges file goes again when the cache cannot be written). */
+static enum qp_status save_ranges(const struct qp_ranges *r, const struct qp_ranges_meta *meta,
+                                  const char *out, const char *cache_out, struct qp_error *err) {
+    enum qp_status st = qp_ranges_save_json(r, meta, out, err);
+    if (st == QP_OK && cache_out &&
+        (st = qp_ranges_save_trt_cache(r, meta->method, QP_TRT_CACHE_DEFAULT_VERSION, cache_out,
+                                       err)) != QP_OK)
+        unlink(out);
+    return st;
+}
+
 static int convert_cache(const struct cli_args *args, const char *cache_in) {
     struct qp_error err = {0};
     struct qp_ranges *r = NULL;
@@ -153,13 +165,8 @@ static int convert_cache(const struct cli_args *args, const char *cache_in) {
     if ((rc = outputs_clash(out, cli_value(args, "trt_cache_out", NULL), ins, 2)) != 0) goto done;
     struct qp_ranges_meta meta = *qp_ranges_get_meta(r);
     meta.model_path = model_path;
-    if (qp_ranges_save_json(r, &meta, out, &err) != QP_OK) goto fail;
-    const char *cache_out = cli_value(args, "trt_cache_out", NULL);
-    if (cache_out && qp_ranges_save_trt_cache(r, meta.method, QP_TRT_CACHE_DEFAULT_VERSION,
-                                              cache_out, &err) != QP_OK) {
-        unlink(out); /* all or nothing: the ranges file goes with the cache that failed */
+    if (save_ranges(r, &meta, out, cli_value(args, "trt_cache_out", NULL), &err) != QP_OK)
         goto fail;
-    }
     if (!cli_has(args, "quiet"))
         printf("wrote %zu ranges from %s to %s\n", qp_ranges_count(r), cache_in, out);
     goto done;
@@ -276,13 +283,8 @@ int cli_calibrate_run(const struct cli_args *args) {
                                   .percentile = o.calib.percentile,
                                   .calibration_source = qp_provider_source(prov),
                                   .num_samples = rep.n_samples};
-    if (qp_ranges_save_json(r, &meta, out, &err) != QP_OK) goto fail;
-    const char *cache_out = cli_value(args, "trt_cache_out", NULL);
-    if (cache_out && qp_ranges_save_trt_cache(r, meta.method, QP_TRT_CACHE_DEFAULT_VERSION,
-                                              cache_out, &err) != QP_OK) {
-        unlink(out); /* all or nothing: the ranges file goes with the cache that failed */
+    if (save_ranges(r, &meta, out, cli_value(args, "trt_cache_out", NULL), &err) != QP_OK)
         goto fail;
-    }
     if (!quiet)
         printf("wrote %zu ranges (%s, %llu samples%s) to %s\n", rep.n_tensors, meta.method,
                (unsigned long long)rep.n_samples, synthetic ? ", SYNTHETIC data" : "", out);

@@ -13,6 +13,7 @@
 #include "pipeline/sensitivity.h"
 #include "quant/policy_trt.h"
 #include "quant/writer.h"
+#include "core/sort.h"
 
 _Static_assert((int)QP_SENSITIVITY_OP_TYPE == (int)QP_SENS_OP_TYPE &&
                    (int)QP_SENSITIVITY_NODE == (int)QP_SENS_NODE &&
@@ -334,10 +335,6 @@ enum qp_status qp_sensitivity_exclusions_placement(const struct qp_sensitivity_e
 
 /* ---- picking on plain scores ------------------------------------------------------------ */
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 static enum qp_status check_scores(const char *const *names, const double *scores, size_t n,
                                    struct qp_error *err) {
     if (n && (!names || !scores))
@@ -352,7 +349,7 @@ static enum qp_status check_scores(const char *const *names, const double *score
     const char **sorted = qp_malloc_n(n + 1, sizeof *sorted);
     if (!sorted) return nomem(err);
     memcpy(sorted, names, n * sizeof *sorted);
-    qsort(sorted, n, sizeof *sorted, cmp_str);
+    qsort(sorted, n, sizeof *sorted, qp_cmp_strp);
     enum qp_status st = QP_OK;
     for (size_t i = 1; i < n && st == QP_OK; i++)
         if (strcmp(sorted[i - 1], sorted[i]) == 0)

@@ -15,6 +15,7 @@
 #include "qmath/qparams.h"
 #include "qplace/session.h"
 #include "sensitivity/sensitivity.h"
+#include "core/sort.h"
 
 #define SENS_MAX_INPUTS 64
 
@@ -65,10 +66,6 @@ static int in_scope(const struct qp_sens_options *o, const char *op) {
     for (size_t i = 0; i < o->n_scope; i++)
         if (strcmp(o->scope[i], op) == 0) return 1;
     return 0;
-}
-
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /* Appends entry `e` and node `node` (if new) to target t. */
@@ -147,7 +144,7 @@ static enum qp_status build_targets(const struct qp_graph *g, const struct qp_pl
             seen = strcmp(ops[k], op) == 0;
         if (!seen) ops[nops++] = op;
     }
-    qsort(ops, nops, sizeof *ops, cmp_str);
+    qsort(ops, nops, sizeof *ops, qp_cmp_strp);
     for (size_t k = 0; k < nops; k++) {
         struct qp_sens_target *t = &r->targets[r->n_targets++];
         if (!(t->name = strdup(ops[k])) || !(t->op_type = strdup(ops[k]))) {
