@@ -57,9 +57,16 @@ enum qp_status qp_i8_const_scale(const struct qp_kprep *p, int i, float *out, co
  * the integer path (`int8`: int8 compute; else float compute on dequantized values). When the
  * requantization folds (an int8 output of zero point 0 after Relu, Clip and the residual sum
  * only), 1 / y_scale joins the output scales, Clip's bounds and the SUM's scale and the
- * primitive stores int8 itself; otherwise it writes float and the epilogue requantizes (oneDNN
- * 2.6's int8 convolution got HardSigmoid followed by a requantizing linear post-op wrong). */
+ * primitive stores int8 itself. Other chains ending in an int8 output (hard-swish and linear
+ * maps, as PaddleOCR's blocks) get a last linear post-op (1 / y_scale, + zero point) and the
+ * primitive stores int8 too (rounding as oneDNN rounds: within one step of the reference),
+ * except after HardSigmoid's linear-then-clip pair or with a residual sum (oneDNN 2.6's int8
+ * convolution got HardSigmoid followed by a requantizing linear post-op wrong) or under
+ * QP_INT8_TAIL=0; those write float and the epilogue requantizes. */
 void qp_i8_key_posts(struct qp_i8_io *io, int int8, struct qp_i8_posts *k);
+
+/* 1 when QP_INT8_TAIL=0 keeps the requantizing last post-op off (for comparing paths). */
+int qp_i8_tail_off(void);
 
 /* The key's post-operations on `attr`; 0 on failure. */
 int qp_i8_attr_posts(dnnl_primitive_attr_t attr, const struct qp_i8_posts *k);

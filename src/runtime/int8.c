@@ -133,8 +133,10 @@ static const char *weight_blocker(const struct qp_graph *g, int v, int axis, int
     return NULL;
 }
 
+#define CHAIN_MAX 20
+
 struct chain {
-    int n, mem[12];
+    int n, mem[CHAIN_MAX];
     int n_post;
     int64_t kind[QP_CONV_MAX_POST];
     float al[QP_CONV_MAX_POST], be[QP_CONV_MAX_POST];
@@ -150,6 +152,14 @@ struct chain {
 };
 
 static int post(struct chain *c, int kind, float al, float be) {
+    int last = c->n_post - 1;
+    if (kind == QP_CONV_POST_LINEAR && last >= 0 && c->kind[last] == QP_CONV_POST_LINEAR) {
+        /* one map a2 (a1 x + b1) + b2: oneDNN 2.6's int8 convolution gets two linear post-ops
+         * in a row wrong (test_paddle_block), and one is cheaper anyway */
+        c->be[last] = al * c->be[last] + be;
+        c->al[last] *= al;
+        return 1;
+    }
     if (c->n_post >= QP_CONV_MAX_POST - 1) return 0;
     c->kind[c->n_post] = kind;
     c->al[c->n_post] = al;
@@ -340,6 +350,69 @@ static int set_floats(struct qp_graph *g, int node, const char *name, int n, con
     return 1;
 }
 
+/* The scalar value of float constant v, 1 when it is one. */
+static int scalar_const(const struct qp_graph *g, int v, float *out) {
+    const struct qp_tensor *t = v >= 0 ? i8g_const_of(g, v) : NULL;
+    return t && t->numel == 1 && (t->dtype == QP_DTYPE_FLOAT || t->dtype == QP_DTYPE_FLOAT16) &&
+           i8g_tensor_f(t, 0, out);
+}
+
+/* The only reader of v (not a graph output), or -1; its input slot in *in. */
+static int sole_reader(const struct qp_graph *g, int v, int *in) {
+    const struct qp_value *val = &g->values[v];
+    if (val->is_graph_output || val->n_uses != 1 || g->nodes[val->uses[0].node].dead) return -1;
+    *in = val->uses[0].input;
+    return val->uses[0].node;
+}
+
+/* The hard-swish PaddleOCR exports, read from v: Add(v, 3) -> Clip(0, 6) -> Mul(v, that) ->
+ * Div(6), v read by the Add and the Mul alone, each later value by the next node alone: the four
+ * nodes in mem (the Div last), 1; else 0. It is oneDNN's hardswish post-op, formula for formula. */
+static int hswish_after(const struct qp_graph *g, int v, int mem[4]) {
+    const struct qp_value *val = &g->values[v];
+    if (val->is_graph_output || val->n_uses != 2) return 0;
+    int ia = val->uses[0].node, ib = val->uses[1].node, in;
+    if (!qp_node_is(&g->nodes[ia], "Add")) {
+        int t = ia;
+        ia = ib;
+        ib = t;
+    }
+    const struct qp_node *na = &g->nodes[ia], *nm = &g->nodes[ib];
+    float k;
+    if (ia == ib || na->dead || nm->dead || !qp_node_is(na, "Add") || !qp_node_is(nm, "Mul") ||
+        na->n_inputs != 2 || nm->n_inputs != 2 || na->n_outputs != 1 ||
+        !scalar_const(g, na->inputs[na->inputs[0] == v], &k) || k != 3.0f)
+        return 0;
+    int nc = sole_reader(g, na->outputs[0], &in);
+    const struct qp_node *cl = nc >= 0 ? &g->nodes[nc] : NULL;
+    float lo, hi;
+    if (!cl || !qp_node_is(cl, "Clip") || in != 0 || cl->n_inputs != 3 || cl->n_outputs != 1 ||
+        !scalar_const(g, cl->inputs[1], &lo) || !scalar_const(g, cl->inputs[2], &hi) ||
+        lo != 0.0f || hi != 6.0f)
+        return 0;
+    int vc = cl->outputs[0];
+    if (sole_reader(g, vc, &in) != ib || nm->inputs[1 - in] != v || nm->n_outputs != 1) return 0;
+    int nd = sole_reader(g, nm->outputs[0], &in);
+    const struct qp_node *dv = nd >= 0 ? &g->nodes[nd] : NULL;
+    if (!dv || !qp_node_is(dv, "Div") || in != 0 || dv->n_inputs != 2 || dv->n_outputs != 1 ||
+        !scalar_const(g, dv->inputs[1], &k) || k != 6.0f)
+        return 0;
+    mem[0] = ia, mem[1] = nc, mem[2] = ib, mem[3] = nd;
+    return 1;
+}
+
+/* A Mul, Add, Sub or Div of u's input `in` by a scalar constant (that input first for Sub and
+ * Div) as a linear post-operation; 0 when u is none. */
+static int scalar_post(const struct qp_graph *g, const struct qp_node *u, int in, struct chain *c) {
+    float k;
+    if (u->n_inputs != 2 || !scalar_const(g, u->inputs[1 - in], &k)) return 0;
+    if (qp_node_is(u, "Mul")) return post(c, QP_CONV_POST_LINEAR, k, 0);
+    if (qp_node_is(u, "Add")) return post(c, QP_CONV_POST_LINEAR, 1, k);
+    if (qp_node_is(u, "Sub") && in == 0) return post(c, QP_CONV_POST_LINEAR, 1, -k);
+    if (qp_node_is(u, "Div") && in == 0 && k != 0.0f) return post(c, QP_CONV_POST_LINEAR, 1 / k, 0);
+    return 0;
+}
+
 /* Continues chain c from value v (the last member's output). */
 static void grow_from(const struct qp_graph *g, struct chain *c, int v) {
     for (;;) {
@@ -353,12 +426,22 @@ static void grow_from(const struct qp_graph *g, struct chain *c, int v) {
             return;
         }
         const struct qp_value *val = &g->values[v];
-        if (val->is_graph_output || val->n_uses != 1 || c->n >= 11) return;
+        int hs[4];
+        if (c->n + 4 < CHAIN_MAX - 1 && hswish_after(g, v, hs)) {
+            if (!post(c, QP_CONV_POST_HARDSWISH, 0, 0)) return;
+            for (int i = 0; i < 4; i++)
+                c->mem[c->n++] = hs[i];
+            v = g->nodes[hs[3]].outputs[0];
+            continue;
+        }
+        if (val->is_graph_output || val->n_uses != 1 || c->n >= CHAIN_MAX - 2) return;
         int ui = val->uses[0].node;
         const struct qp_node *u = &g->nodes[ui];
         if (u->dead || u->n_outputs < 1) return;
         struct chain save = *c;
-        if (qp_node_is(u, "Add") && c->res < 0 && u->n_inputs == 2) {
+        if (scalar_post(g, u, val->uses[0].input, c)) {
+            /* a Mul/Add/Sub/Div by a scalar constant (after an activation) */
+        } else if (qp_node_is(u, "Add") && c->res < 0 && u->n_inputs == 2) {
             int o = u->inputs[1 - val->uses[0].input];
             if (o < 0 || i8g_const_of(g, o) || o == v) return;
             c->res_q = i8g_dq_act(g, o, &c->res, &c->rq);

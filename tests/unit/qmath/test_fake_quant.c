@@ -228,11 +228,47 @@ static void test_simd_blocks(void **state) {
         }
 }
 
+/* Values a few ulps either side of every tie, at scales over 18 decades (powers of two and
+ * not): the SIMD blocks round them as the scalar division does, for fake-quantize and quantize
+ * alike (a faster quotient than IEEE division would have to pass this). */
+static void test_simd_near_ties(void **state) {
+    (void)state;
+    if (qp_qsimd_level() == 0) skip();
+    float x[QP_QSIMD_BLOCK], y[QP_QSIMD_BLOCK], want[QP_QSIMD_BLOCK];
+    signed char q8[QP_QSIMD_BLOCK], qwant[QP_QSIMD_BLOCK];
+    int64_t n_ties = 0;
+    for (int rep = 0; rep < 4000; rep++) {
+        uint32_t r = next_u32();
+        float sc = ldexpf(1.0f + (float)(r % 1000) / 1000.0f * (float)(rep % 3 != 0),
+                          (int)(r >> 20) % 60 - 40);
+        for (int i = 0; i < QP_QSIMD_BLOCK; i++) {
+            uint32_t u = next_u32();
+            float t = ((float)((int)(u % 300) - 150) + 0.5f) * sc; /* a tie, up to rounding */
+            for (int k = (int)(u >> 28) % 9 - 4; k != 0; k += k > 0 ? -1 : 1)
+                t = nextafterf(t, k > 0 ? INFINITY : -INFINITY);
+            x[i] = t;
+            float v = rintf(x[i] / sc);
+            n_ties += v == x[i] / sc + 0.5f || v == x[i] / sc - 0.5f;
+            v += 0.0f; /* + the zero point: a -0 becomes +0, as in the blocks */
+            v = v < -128.0f ? -128.0f : v > 127.0f ? 127.0f : v;
+            want[i] = v * sc;
+            qwant[i] = (signed char)v;
+        }
+        assert_int_equal(qp_qsimd_fake_quantize(x, y, QP_QSIMD_BLOCK, sc, 0, -128, 127), 1);
+        assert_memory_equal(y, want, sizeof y);
+        assert_int_equal(qp_qsimd_quantize_q8(x, q8, 1, QP_QSIMD_BLOCK, sc, 0, -128, 127), 1);
+        assert_memory_equal(q8, qwant, sizeof q8);
+    }
+    print_message("%lld exact ties among the values\n", (long long)n_ties);
+    assert_true(n_ties > 1000);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integer_types),
         cmocka_unit_test(test_known_values),
         cmocka_unit_test(test_simd_blocks),
+        cmocka_unit_test(test_simd_near_ties),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

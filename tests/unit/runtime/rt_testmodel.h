@@ -60,7 +60,7 @@ static void graph_add_init(struct qp_model *m, struct qp_graph *g, const char *n
                           .numel = numel,
                           .data = copy,
                           .nbytes = nbytes};
-    assert_int_equal(qp_graph_add_initializer(g, &t, NULL, &err), QP_OK);
+    if (qp_graph_add_initializer(g, &t, NULL, &err)) fail_msg("initializer %s: %s", name, err.msg);
 }
 
 /* A float initializer of m's graph with values from rt_frand in [lo, hi]. */

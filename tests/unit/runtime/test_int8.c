@@ -224,6 +224,78 @@ static void test_gate_requantized(void **state) {
     qp_model_free(m);
 }
 
+/* A scalar float constant `name`. */
+static void scalar(struct qp_model *m, const char *name, float v) {
+    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 0, NULL, &v, sizeof v);
+}
+
+/* x -> QDQ -> Conv -> Mul(a) -> Add(b) -> x' * Clip(x' + 3, 0, 6) / 6 -> Mul(c) -> Add(d) -> QDQ:
+ * PaddleOCR's block (LearnableAffineBlock, the hard-swish as it exports it, another affine) as
+ * the trt policy places it, no Q/DQ inside. */
+static struct qp_model *paddle_block_model(float ys) {
+    struct qp_model *m = model_with_x(4, x_dims);
+    rt_qdq(m, "x", "xd", 0.02f, 0);
+    conv_weights(m, "w", 0);
+    conv(m, "conv", "xd", "wf", "w_b", "a");
+    static const struct {
+        const char *name, *op, *in, *k, *out;
+        float v;
+    } chain[] = {
+        {"aff_mul", "Mul", "a", "k_a", "am", 1.7f},   {"aff_add", "Add", "am", "k_b", "h", -0.4f},
+        {"hs_add", "Add", "h", "k_3", "h3", 3.0f},    {"hs_clip", "Clip", "h3", "k_0", "hc", 0.0f},
+        {"hs_mul", "Mul", "h", "hc", "hm", 0.0f},     {"hs_div", "Div", "hm", "k_6", "hs", 6.0f},
+        {"post_mul", "Mul", "hs", "k_c", "pm", 0.8f}, {"post_add", "Add", "pm", "k_d", "p", 0.05f}};
+    scalar(m, "k_6c", 6.0f);
+    for (size_t i = 0; i < sizeof chain / sizeof chain[0]; i++) {
+        const char *k = chain[i].k;
+        if (strcmp(k, "hc") != 0) scalar(m, k, chain[i].v);
+        const char *in2[3] = {chain[i].in, k, "k_6c"};
+        if (strcmp(chain[i].name, "post_mul") == 0) in2[0] = k, in2[1] = chain[i].in;
+        rt_node(m, chain[i].name, chain[i].op, strcmp(chain[i].op, "Clip") == 0 ? 3 : 2, in2,
+                chain[i].out);
+    }
+    rt_qdq(m, "p", "y", ys, 0);
+    finish(m, "y");
+    return m;
+}
+
+/* The whole block is one QConv with an int8 output (oneDNN's hardswish and linear post-ops, the
+ * requantization a last linear post-op on VNNI), within one step of the oracle on every path:
+ * the requantizing post-op, the float epilogue (QP_INT8_TAIL=0), the AVX2 kernels and plain C. */
+static void test_paddle_block(void **state) {
+    (void)state;
+    static const char *const envs[][2] = {
+        {NULL, NULL}, {"QP_INT8_TAIL", "0"}, {"QP_INT8_VNNI", "0"}, {"QP_INT8_REF", "1"}};
+    const float ys = 0.04f;
+    for (size_t e = 0; e < sizeof envs / sizeof envs[0]; e++) {
+        if (envs[e][0]) setenv(envs[e][0], envs[e][1], 1);
+        rt_rng = 29;
+        struct qp_model *m = paddle_block_model(ys);
+        fill_x(2.0f);
+        run(m, QP_INT8_OFF, xin, y_off, M * HW * HW, NULL);
+        struct qp_session *s;
+        run(m, QP_INT8_AUTO, xin, y_on, M * HW * HW, &s);
+        assert_int_equal(s->int8->n_qconv, 1);
+        const char *into = find(s, "y_Q")->into;
+        assert_non_null(strstr(into, "QConv 'conv' (10 nodes"));
+        assert_non_null(strstr(into, "int8 output"));
+        size_t n_diff = 0, nz = 0;
+        for (size_t i = 0; i < M * HW * HW; i++) {
+            float d = fabsf(y_on[i] - y_off[i]);
+            if (d > ys * 1.001f)
+                fail_msg("%s: element %zu: int8 %g, oracle %g", envs[e][0] ? envs[e][0] : "auto", i,
+                         (double)y_on[i], (double)y_off[i]);
+            n_diff += d > 0;
+            nz += y_off[i] != y_off[0];
+        }
+        assert_true(n_diff < M * HW * HW / 20);
+        assert_true(nz > M * HW * HW / 2); /* the outputs vary: not all clipped */
+        qp_session_free(s);
+        qp_model_free(m);
+        if (envs[e][0]) unsetenv(envs[e][0]);
+    }
+}
+
 /* Conv -> BatchNormalization (some channels with a negative scale) -> Relu -> Q, as PaddleOCR
  * exports its blocks: the BatchNormalization folds into the QConv's scales and bias. */
 static void test_conv_bn(void **state) {
@@ -1012,6 +1084,7 @@ int main(void) {
         cmocka_unit_test(test_flow_decisions),
         cmocka_unit_test(test_gate_requantized),
         cmocka_unit_test(test_conv_bn),
+        cmocka_unit_test(test_paddle_block),
         cmocka_unit_test(test_matmul_projection),
         cmocka_unit_test(test_exact_avx2_matmul),
         cmocka_unit_test(test_matmul_two_activations),
