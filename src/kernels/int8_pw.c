@@ -21,6 +21,9 @@
 #include "kernels/kernels.h"
 #include "kernels/vecmath.h"
 #include "qmath/qparams.h"
+#include "qmath/qsimd.h"
+
+_Static_assert(QP_PW_TILE <= QP_QSIMD_BLOCK, "a tile is one SIMD quantizer block");
 
 enum in_kind { IN_FULL = 0, IN_SCALAR, IN_ROW, IN_COL, IN_GEN };
 
@@ -36,7 +39,7 @@ struct pw_input {
 struct pw_output {
     enum qp_dtype dt;
     int reg, quant;
-    float scale;
+    float scale, z, lo, hi; /* quantized: scale, zero point and range as floats (qsimd.h) */
     uint8_t zp;
     int full;                    /* its shape is the main shape */
     int64_t stride[QP_MAX_RANK]; /* main coordinates -> its index; 0 where broadcast */
@@ -47,6 +50,7 @@ struct pw_instr {
     float p[4];
     uint8_t fq_zp;
     enum qp_dtype fq_dt;
+    float fq_z, fq_lo, fq_hi; /* the zero point and the type's range as floats (qsimd.h) */
 };
 
 struct pw_state {
@@ -150,6 +154,14 @@ static int zp_byte(enum qp_dtype dt, float zp, uint8_t *out) {
     return 0;
 }
 
+/* The zero point (raw byte zp of dtype dt, int8 or uint8) and the type's range, as floats. */
+static void q8_floats(enum qp_dtype dt, uint8_t zp, float *z, float *lo, float *hi) {
+    int sgn = dt == QP_DTYPE_INT8;
+    *z = sgn ? (float)(int8_t)zp : (float)zp;
+    *lo = sgn ? -128.0f : 0.0f;
+    *hi = sgn ? 127.0f : 255.0f;
+}
+
 static enum qp_status read_prog(struct qp_kprep *p, struct pw_state *s, const int64_t *prog,
                                 const float *par, int64_t n_par) {
     unsigned char defined[QP_PW_MAX_REGS] = {0};
@@ -180,6 +192,7 @@ static enum qp_status read_prog(struct qp_kprep *p, struct pw_state *s, const in
             if (!(in->p[0] > 0) || !zp_byte(in->fq_dt, in->p[1], &in->fq_zp))
                 return qp_error_set(p->err, QP_ERR_BAD_INPUT,
                                     "instruction %d: bad fake-quantize parameters", k);
+            q8_floats(in->fq_dt, in->fq_zp, &in->fq_z, &in->fq_lo, &in->fq_hi);
         }
         defined[in->dst] = 1;
     }
@@ -318,7 +331,10 @@ static enum qp_status read_outputs(struct qp_kprep *p, struct pw_state *s, const
                            !zp_byte(y->dt, par[oq[o] + 1], &y->zp)
                      : !fl)
             return qp_error_set(p->err, QP_ERR_BAD_INPUT, "output %d: bad dtype or parameters", o);
-        if (y->quant) y->scale = par[oq[o]];
+        if (y->quant) {
+            y->scale = par[oq[o]];
+            q8_floats(y->dt, y->zp, &y->z, &y->lo, &y->hi);
+        }
     }
     return QP_OK;
 }
@@ -622,6 +638,8 @@ static void run_unary(const struct pw_instr *in, const float *x, float *d, int64
         vf(QP_VF_ERF, x, d, n);
         break;
     case QP_PW_FQ: {
+        /* n <= QP_PW_TILE == QP_QSIMD_BLOCK: one SIMD block where the CPU has one */
+        if (qp_qsimd_fake_quantize(x, d, n, in->p[0], in->fq_z, in->fq_lo, in->fq_hi)) break;
         struct qp_qspec q = {.qtype = in->fq_dt,
                              .outer = 1,
                              .axis_len = 1,
@@ -679,7 +697,10 @@ static void store(const struct pw_state *s, const struct pw_output *y, void *out
         return;
     }
     int64_t at = t->row * s->inner + t->j0;
-    if (y->quant) {
+    if (y->quant && qp_qsimd_quantize_q8(v.v, (uint8_t *)out + at, y->dt == QP_DTYPE_INT8, t->len,
+                                         y->scale, y->z, y->lo, y->hi)) {
+        return;
+    } else if (y->quant) {
         struct qp_qspec q = {.qtype = y->dt,
                              .outer = 1,
                              .axis_len = 1,

@@ -116,12 +116,10 @@ static int64_t quantize_one(const struct qp_qspec *s, float x, int64_t p, int64_
     /* Saturate in float first: r may be huge, Inf or NaN (NaN quantizes to the zero point's
      * clamp of 0, as ONNX Runtime does). */
     int64_t v;
+    if (r >= 9.0e18f) return hi; /* beyond every type's range whatever the zero point */
+    if (r <= -9.0e18f) return lo;
     if (r != r)
         v = 0;
-    else if (r >= 4.0e9f)
-        v = hi;
-    else if (r <= -4.0e9f)
-        v = lo;
     else
         v = (int64_t)r;
     v += zp;

@@ -12,7 +12,6 @@
 
 #ifdef QSIMD_X86
 
-#define LIMIT         8388608.0f /* 2^23: beyond it the scalar path's quantize_one decides */
 #define ROUND_NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 
 /* ---- AVX-512F -------------------------------------------------------------------------------- */
@@ -21,50 +20,37 @@ static inline __mmask16 tail16(int64_t left) {
     return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
 }
 
-/* q = x / sc into q[]; 1 when every |q| < 2^23. */
-__attribute__((target("avx512f"))) static int div512(const float *x, float *q, int64_t n,
-                                                     float sc) {
-    __m512 s = _mm512_set1_ps(sc), lim = _mm512_set1_ps(LIMIT);
-    __mmask16 bad = 0;
-    for (int64_t k = 0; k < n; k += 16) {
-        __mmask16 m = tail16(n - k);
-        __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + k), s);
-        bad |= _mm512_mask_cmp_ps_mask(m, _mm512_abs_ps(v), lim, _CMP_NLT_UQ);
-        _mm512_storeu_ps(q + k, v);
-    }
-    return bad == 0;
-}
-
-/* saturate(round(q) + zp, lo, hi) */
-__attribute__((target("avx512f"))) static inline __m512 level512(__m512 v, __m512 z, __m512 lo,
-                                                                 __m512 hi) {
-    v = _mm512_add_ps(_mm512_roundscale_ps(v, ROUND_NEAREST), z);
+/* One vector of saturate(round_half_even(x / sc) + zp, lo, hi), quantize_one's value for every
+ * input: a quotient of 2^23 or more is an integer already and saturates (so do infinities),
+ * and a NaN gives the zero point. */
+__attribute__((target("avx512f"))) static inline __m512 level512(__m512 x, __m512 s, __m512 z,
+                                                                 __m512 lo, __m512 hi) {
+    __m512 q = _mm512_div_ps(x, s);
+    __mmask16 nan = _mm512_cmp_ps_mask(q, q, _CMP_UNORD_Q);
+    __m512 v = _mm512_mask_mov_ps(_mm512_add_ps(_mm512_roundscale_ps(q, ROUND_NEAREST), z), nan, z);
     return _mm512_min_ps(_mm512_max_ps(v, lo), hi);
 }
 
-__attribute__((target("avx512f"))) static int fq512(const float *x, float *y, int64_t n, float sc,
-                                                    float zp, float lo, float hi) {
-    float q[QP_QSIMD_BLOCK];
-    if (!div512(x, q, n, sc)) return 0;
+__attribute__((target("avx512f"))) static void fq512(const float *x, float *y, int64_t n, float sc,
+                                                     float zp, float lo, float hi) {
     __m512 s = _mm512_set1_ps(sc), z = _mm512_set1_ps(zp), l = _mm512_set1_ps(lo),
            h = _mm512_set1_ps(hi);
     for (int64_t k = 0; k < n; k += 16) {
-        __m512 v = level512(_mm512_loadu_ps(q + k), z, l, h);
-        _mm512_mask_storeu_ps(y + k, tail16(n - k), _mm512_mul_ps(_mm512_sub_ps(v, z), s));
+        __mmask16 m = tail16(n - k);
+        __m512 v = level512(_mm512_maskz_loadu_ps(m, x + k), s, z, l, h);
+        _mm512_mask_storeu_ps(y + k, m, _mm512_mul_ps(_mm512_sub_ps(v, z), s));
     }
-    return 1;
 }
 
-__attribute__((target("avx512f"))) static int q8_512(const float *x, void *out, int64_t n, float sc,
-                                                     float zp, float lo, float hi) {
-    float q[QP_QSIMD_BLOCK];
-    if (!div512(x, q, n, sc)) return 0;
-    __m512 z = _mm512_set1_ps(zp), l = _mm512_set1_ps(lo), h = _mm512_set1_ps(hi);
+__attribute__((target("avx512f"))) static void q8_512(const float *x, void *out, int64_t n,
+                                                      float sc, float zp, float lo, float hi) {
+    __m512 s = _mm512_set1_ps(sc), z = _mm512_set1_ps(zp), l = _mm512_set1_ps(lo),
+           h = _mm512_set1_ps(hi);
     for (int64_t k = 0; k < n; k += 16) {
-        __m512i v = _mm512_cvtps_epi32(level512(_mm512_loadu_ps(q + k), z, l, h));
-        _mm512_mask_cvtepi32_storeu_epi8((char *)out + k, tail16(n - k), v); /* low bytes */
+        __mmask16 m = tail16(n - k);
+        __m512i v = _mm512_cvtps_epi32(level512(_mm512_maskz_loadu_ps(m, x + k), s, z, l, h));
+        _mm512_mask_cvtepi32_storeu_epi8((char *)out + k, m, v); /* low bytes */
     }
-    return 1;
 }
 
 /* ---- AVX2 ------------------------------------------------------------------------------------ */
@@ -74,46 +60,33 @@ __attribute__((target("avx2"))) static inline __m256i tail8(int64_t left) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(l), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-__attribute__((target("avx2"))) static int div256(const float *x, float *q, int64_t n, float sc) {
-    __m256 s = _mm256_set1_ps(sc), lim = _mm256_set1_ps(LIMIT);
-    __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    int bad = 0;
-    for (int64_t k = 0; k < n; k += 8) {
-        __m256i m = tail8(n - k);
-        __m256 v = _mm256_div_ps(_mm256_maskload_ps(x + k, m), s);
-        __m256 nl = _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), lim, _CMP_NLT_UQ);
-        bad |= _mm256_movemask_ps(_mm256_and_ps(nl, _mm256_castsi256_ps(m)));
-        _mm256_storeu_ps(q + k, v);
-    }
-    return bad == 0;
-}
-
-__attribute__((target("avx2"))) static inline __m256 level256(__m256 v, __m256 z, __m256 lo,
-                                                              __m256 hi) {
-    v = _mm256_add_ps(_mm256_round_ps(v, ROUND_NEAREST), z);
+/* level512 on AVX2. */
+__attribute__((target("avx2"))) static inline __m256 level256(__m256 x, __m256 s, __m256 z,
+                                                              __m256 lo, __m256 hi) {
+    __m256 q = _mm256_div_ps(x, s);
+    __m256 nan = _mm256_cmp_ps(q, q, _CMP_UNORD_Q);
+    __m256 v = _mm256_blendv_ps(_mm256_add_ps(_mm256_round_ps(q, ROUND_NEAREST), z), z, nan);
     return _mm256_min_ps(_mm256_max_ps(v, lo), hi);
 }
 
-__attribute__((target("avx2"))) static int fq256(const float *x, float *y, int64_t n, float sc,
-                                                 float zp, float lo, float hi) {
-    float q[QP_QSIMD_BLOCK];
-    if (!div256(x, q, n, sc)) return 0;
+__attribute__((target("avx2"))) static void fq256(const float *x, float *y, int64_t n, float sc,
+                                                  float zp, float lo, float hi) {
     __m256 s = _mm256_set1_ps(sc), z = _mm256_set1_ps(zp), l = _mm256_set1_ps(lo),
            h = _mm256_set1_ps(hi);
     for (int64_t k = 0; k < n; k += 8) {
-        __m256 v = level256(_mm256_loadu_ps(q + k), z, l, h);
-        _mm256_maskstore_ps(y + k, tail8(n - k), _mm256_mul_ps(_mm256_sub_ps(v, z), s));
+        __m256i m = tail8(n - k);
+        __m256 v = level256(_mm256_maskload_ps(x + k, m), s, z, l, h);
+        _mm256_maskstore_ps(y + k, m, _mm256_mul_ps(_mm256_sub_ps(v, z), s));
     }
-    return 1;
 }
 
-__attribute__((target("avx2"))) static int q8_256(const float *x, void *out, int sgn, int64_t n,
-                                                  float sc, float zp, float lo, float hi) {
-    float q[QP_QSIMD_BLOCK];
-    if (!div256(x, q, n, sc)) return 0;
-    __m256 z = _mm256_set1_ps(zp), l = _mm256_set1_ps(lo), h = _mm256_set1_ps(hi);
+__attribute__((target("avx2"))) static void q8_256(const float *x, void *out, int sgn, int64_t n,
+                                                   float sc, float zp, float lo, float hi) {
+    __m256 s = _mm256_set1_ps(sc), z = _mm256_set1_ps(zp), l = _mm256_set1_ps(lo),
+           h = _mm256_set1_ps(hi);
     for (int64_t k = 0; k < n; k += 8) {
-        __m256i v = _mm256_cvtps_epi32(level256(_mm256_loadu_ps(q + k), z, l, h));
+        __m256i v =
+            _mm256_cvtps_epi32(level256(_mm256_maskload_ps(x + k, tail8(n - k)), s, z, l, h));
         __m256i w = _mm256_packs_epi32(v, v); /* values are in range: no saturation happens */
         w = sgn ? _mm256_packs_epi16(w, w) : _mm256_packus_epi16(w, w);
         uint32_t lo4 = (uint32_t)_mm_cvtsi128_si32(_mm256_castsi256_si128(w));
@@ -123,7 +96,6 @@ __attribute__((target("avx2"))) static int q8_256(const float *x, void *out, int
         memcpy(b + 4, &hi4, 4);
         memcpy((char *)out + k, b, (size_t)(n - k < 8 ? n - k : 8));
     }
-    return 1;
 }
 
 /* The CPU's level, capped as the kernels' ISA is (kernels/isa.h): ONEDNN_MAX_CPU_ISA=AVX2... gives
@@ -154,9 +126,11 @@ int qp_qsimd_fake_quantize(const float *x, float *y, int64_t n, float sc, float 
     if (n <= 0 || n > QP_QSIMD_BLOCK) return 0;
     switch (qp_qsimd_level()) {
     case 2:
-        return fq512(x, y, n, sc, zp, lo, hi);
+        fq512(x, y, n, sc, zp, lo, hi);
+        return 1;
     case 1:
-        return fq256(x, y, n, sc, zp, lo, hi);
+        fq256(x, y, n, sc, zp, lo, hi);
+        return 1;
     default:
         return 0;
     }
@@ -167,9 +141,11 @@ int qp_qsimd_quantize_q8(const float *x, void *out, int sgn, int64_t n, float sc
     if (n <= 0 || n > QP_QSIMD_BLOCK) return 0;
     switch (qp_qsimd_level()) {
     case 2:
-        return q8_512(x, out, n, sc, zp, lo, hi);
+        q8_512(x, out, n, sc, zp, lo, hi);
+        return 1;
     case 1:
-        return q8_256(x, out, sgn, n, sc, zp, lo, hi);
+        q8_256(x, out, sgn, n, sc, zp, lo, hi);
+        return 1;
     default:
         return 0;
     }

@@ -7,10 +7,11 @@
  * same; the hardware rounding replaces the scalar code's integer rounding trick, a third of the
  * instructions (on AVX-512, 0.07 ns an element against 0.18 on one core).
  *
- * Each call handles one block of n <= QP_QSIMD_BLOCK elements and returns 1, or returns 0 having
- * written nothing when the block holds an element with |x / scale| >= 2^23 or not a number, or
- * when the CPU has neither AVX2 nor AVX-512F (the caller's scalar path then takes the block). x
- * and y may be the same array. lo and hi are the type's range, zp the zero point (all integers).
+ * Each call handles one block of n <= QP_QSIMD_BLOCK elements in one pass and returns 1, or
+ * returns 0 having written nothing when the CPU has neither AVX2 nor AVX-512F (the caller's
+ * scalar path then takes the block). Every input gets the scalar quantize_one's value: a
+ * quotient of 2^23 or more (an infinity too) saturates, a NaN gives the zero point. x and y may
+ * be the same array. lo and hi are the type's range, zp the zero point (all integers).
  */
 #ifndef QP_QMATH_QSIMD_H
 #define QP_QMATH_QSIMD_H
