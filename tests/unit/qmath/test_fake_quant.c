@@ -174,9 +174,9 @@ static void test_known_values(void **state) {
 
 /* The SIMD blocks against a scalar model of the same arithmetic (rintf: round half to even in
  * the default rounding mode), every length 1..256 (vector tails), int8 and uint8 with zero
- * points, ties, negative zeros and saturation; a block holding NaN, an infinity or |x / s| >= 2^23
- * is refused with nothing written. Runs whichever path the CPU has (unit/qmath/fake_quant@avx2
- * and @sse41 cap it: AVX2 on an AVX-512 machine, none). */
+ * points, ties, negative zeros and saturation; NaN, infinities and quotients of 2^23 or more get
+ * quantize_one's values (the scalar path's, checked too). Runs whichever path the CPU has
+ * (unit/qmath/fake_quant@avx2 and @sse41 cap it: AVX2 on an AVX-512 machine, none). */
 static void test_simd_blocks(void **state) {
     (void)state;
     static const struct {
