@@ -350,11 +350,9 @@ static int set_floats(struct qp_graph *g, int node, const char *name, int n, con
     return 1;
 }
 
-/* The scalar value of float constant v, 1 when it is one. */
+/* The value of v, 1 when it is a scalar the graph fixes (i8g_scalar_f). */
 static int scalar_const(const struct qp_graph *g, int v, float *out) {
-    const struct qp_tensor *t = v >= 0 ? i8g_const_of(g, v) : NULL;
-    return t && t->numel == 1 && (t->dtype == QP_DTYPE_FLOAT || t->dtype == QP_DTYPE_FLOAT16) &&
-           i8g_tensor_f(t, 0, out);
+    return v >= 0 && i8g_scalar_f(g, v, out);
 }
 
 /* The only reader of v (not a graph output), or -1; its input slot in *in. */

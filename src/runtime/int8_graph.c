@@ -2,6 +2,7 @@
 #include "runtime/int8_graph.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,88 @@ int i8g_tensor_f(const struct qp_tensor *t, uint64_t i, float *out) {
         *out = qp_fp16_to_f32(((const uint16_t *)t->data)[i]);
     else
         return 0;
+    return 1;
+}
+
+/* Element i of a constant of any number type, as a double; 0 when it has none. */
+static int tensor_d(const struct qp_tensor *t, uint64_t i, double *out) {
+    if (!t || !t->data || i >= t->numel) return 0;
+    float f;
+    switch (t->dtype) {
+    case QP_DTYPE_INT64:
+        *out = (double)((const int64_t *)t->data)[i];
+        return 1;
+    case QP_DTYPE_INT32:
+        *out = (double)((const int32_t *)t->data)[i];
+        return 1;
+    case QP_DTYPE_DOUBLE:
+        *out = ((const double *)t->data)[i];
+        return 1;
+    default:
+        if (!i8g_tensor_f(t, i, &f)) return 0;
+        *out = f;
+        return 1;
+    }
+}
+
+/* Gather(Shape(t), index) read from the dims shape inference gave t: its dim, when known. */
+static int shape_dim(const struct qp_graph *g, const struct qp_node *gather, double *out) {
+    const struct qp_node *sh = i8g_producer(g, i8g_in_at(gather, 0));
+    const struct qp_attr *ax = qp_node_attr(gather, "axis");
+    double idx;
+    if (!sh || !qp_node_is(sh, "Shape") || (ax && ax->i != 0) || qp_node_attr(sh, "start") ||
+        qp_node_attr(sh, "end") || !tensor_d(i8g_const_of(g, i8g_in_at(gather, 1)), 0, &idx) ||
+        i8g_const_of(g, i8g_in_at(gather, 1))->numel != 1)
+        return 0;
+    const struct qp_value *t = &g->values[i8g_in_at(sh, 0)];
+    int64_t k = (int64_t)idx < 0 ? (int64_t)idx + t->rank : (int64_t)idx;
+    if (t->rank < 0 || k < 0 || k >= t->rank || t->dims[k].param || t->dims[k].value < 0) return 0;
+    *out = (double)t->dims[k].value;
+    return 1;
+}
+
+static int scalar_d(const struct qp_graph *g, int v, int depth, double *out) {
+    const struct qp_tensor *c = v >= 0 ? i8g_const_of(g, v) : NULL;
+    if (c) return c->numel == 1 && tensor_d(c, 0, out);
+    const struct qp_node *n = v >= 0 ? i8g_producer(g, v) : NULL;
+    double a, b;
+    if (!n || depth > 8 || n->n_outputs != 1 || n->n_inputs < 1) return 0;
+    if (qp_node_is(n, "Gather")) return shape_dim(g, n, out);
+    if (!scalar_d(g, i8g_in_at(n, 0), depth + 1, &a)) return 0;
+    if (qp_node_is(n, "Cast") || qp_node_is(n, "Identity") || qp_node_is(n, "Squeeze") ||
+        qp_node_is(n, "Unsqueeze") || qp_node_is(n, "Reshape")) {
+        const struct qp_attr *to = qp_node_attr(n, "to");
+        /* a Cast to an integer type truncates: only whole values pass unchanged */
+        if (to && to->i != QP_DTYPE_FLOAT && to->i != QP_DTYPE_DOUBLE &&
+            to->i != QP_DTYPE_FLOAT16 && a != (double)(int64_t)a)
+            return 0;
+        *out = a;
+        return 1;
+    }
+    if (qp_node_is(n, "Sqrt") || qp_node_is(n, "Reciprocal")) {
+        int sq = qp_node_is(n, "Sqrt");
+        if (sq ? a < 0 : a == 0) return 0;
+        *out = sq ? sqrt(a) : 1 / a;
+        return 1;
+    }
+    if (n->n_inputs != 2 || !scalar_d(g, i8g_in_at(n, 1), depth + 1, &b)) return 0;
+    if (qp_node_is(n, "Mul"))
+        *out = a * b;
+    else if (qp_node_is(n, "Add"))
+        *out = a + b;
+    else if (qp_node_is(n, "Sub"))
+        *out = a - b;
+    else if (qp_node_is(n, "Div") && b != 0)
+        *out = a / b;
+    else
+        return 0;
+    return 1;
+}
+
+int i8g_scalar_f(const struct qp_graph *g, int v, float *out) {
+    double d;
+    if (!scalar_d(g, v, 0, &d)) return 0;
+    *out = (float)d;
     return 1;
 }
 

@@ -27,6 +27,11 @@ const struct qp_tensor *i8g_const_of(const struct qp_graph *g, int v);
 /* Element i of a float/float16 (tensor_f) or int8/uint8 (tensor_i) constant; 0 if none. */
 int i8g_tensor_f(const struct qp_tensor *t, uint64_t i, float *out);
 int i8g_tensor_i(const struct qp_tensor *t, uint64_t i, int64_t *out);
+/* The value of scalar v when the graph fixes it without running: a constant of one element, or
+ * Sqrt, Reciprocal, Cast, Identity, (Un)Squeeze or Reshape of one, Mul/Add/Sub/Div of two, or a
+ * Gather of a Shape whose dim shape inference knows (attention's Div by sqrt(head size) as
+ * exporters write it); 0 otherwise. Integer and float constants alike, computed in double. */
+int i8g_scalar_f(const struct qp_graph *g, int v, float *out);
 /* Input i of n, or -1. */
 int i8g_in_at(const struct qp_node *n, int i);
 /* Per-tensor parameters of a Q or DQ node (constant scale > 0 and zero point, saturating). */

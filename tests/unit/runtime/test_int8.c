@@ -567,6 +567,60 @@ static void test_matmul_two_activations(void **state) {
     qp_model_free(m);
 }
 
+/* Attention's scores as exporters write them: DQ(q) @ DQ(k^T), then Div by
+ * Sqrt(Cast(Gather(Shape(q), -1))). The divisor is fixed by q's static dims, so the Div joins the
+ * QMatMul as a linear post-op (MatMul, Div and Q: 3 nodes); within one step of the oracle. */
+static void test_matmul_shape_scale(void **state) {
+    (void)state;
+    static struct qp_dim d3[3] = {{2, NULL}, {6, NULL}, {8, NULL}};
+    struct qp_model *m = test_model_create(&rt_test_opset19);
+    test_model_add_input(m, "x", QP_DTYPE_FLOAT, 3, d3);
+    rt_qdq(m, "x", "xd", 0.01f, 0);
+    const char *t[1] = {"x"};
+    rt_node(m, "tr", "Transpose", 1, t, "xt");
+    struct qp_attr *pa =
+        qp_node_add_attr(m->graph, qp_graph_find_node(m->graph, "tr"), "perm", QP_ATTR_INTS);
+    static const int64_t perm[3] = {0, 2, 1};
+    pa->ints = perm;
+    pa->n = 3;
+    rt_qdq(m, "xt", "kd", 0.01f, 0);
+    const char *mm[2] = {"xd", "kd"};
+    rt_node(m, "mm", "MatMul", 2, mm, "p");
+    rt_node(m, "shape", "Shape", 1, t, "sh");
+    int64_t last = -1;
+    graph_add_init(m, m->graph, "last", QP_DTYPE_INT64, 0, NULL, &last, sizeof last);
+    const char *gi[2] = {"sh", "last"};
+    rt_node(m, "dim", "Gather", 2, gi, "d");
+    const char *ci[1] = {"d"};
+    rt_node(m, "cast", "Cast", 1, ci, "df");
+    int_attr(m, "cast", "to", QP_DTYPE_FLOAT);
+    const char *si[1] = {"df"};
+    rt_node(m, "sqrt", "Sqrt", 1, si, "sd");
+    const char *di[2] = {"p", "sd"};
+    rt_node(m, "div", "Div", 2, di, "ps");
+    rt_qdq(m, "ps", "y", 0.001f, 0);
+    finish(m, "y");
+    static float x[2 * 6 * 8], a[2 * 6 * 6], b[2 * 6 * 6];
+    rt_rng = 17;
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+        x[i] = rt_frand();
+    int64_t d[3] = {2, 6, 8};
+    run_dims(m, QP_INT8_OFF, 3, d, x, 96, b, 72, NULL);
+    struct qp_session *s;
+    run_dims(m, QP_INT8_AUTO, 3, d, x, 96, a, 72, &s);
+    assert_int_equal(s->int8->n_qmatmul, 1);
+    assert_non_null(strstr(find(s, "xd_DQ")->into, "QMatMul 'mm' (3 nodes"));
+    size_t nz = 0;
+    for (size_t i = 0; i < 72; i++) {
+        if (fabsf(a[i] - b[i]) > 0.001f * 1.001f)
+            fail_msg("element %zu: int8 %g, oracle %g", i, (double)a[i], (double)b[i]);
+        nz += b[i] != 0;
+    }
+    assert_true(nz > 36);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
 /* Weights over the whole int8 range and activations near +-127: on AVX2 without VNNI u8 x s8
  * pair sums would saturate int16. Scales are powers of two and sums below 2^24, so the float
  * oracle is exact and every path must give the very same bytes. */
@@ -1088,6 +1142,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_projection),
         cmocka_unit_test(test_exact_avx2_matmul),
         cmocka_unit_test(test_matmul_two_activations),
+        cmocka_unit_test(test_matmul_shape_scale),
         cmocka_unit_test(test_tiny_weight_scale),
         cmocka_unit_test(test_fp16_float_out),
         cmocka_unit_test(test_large_conv_threads),
