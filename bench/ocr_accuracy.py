@@ -388,6 +388,44 @@ def quantize(a, name, flags, model, calib, work):
     return out, time.time() - t0
 
 
+def jittered(model, seed, rel, out):
+    """A copy of Q/DQ model `model` whose activation scales (the scale of every QuantizeLinear of
+    a computed tensor, shared with its DequantizeLinear) are each multiplied by a factor drawn
+    uniformly from [1 - rel, 1 + rel]: how much the accuracy owes to where the rounding ties of
+    one calibration happen to fall."""
+    import onnx  # python3-onnx; only this option needs it
+    from onnx import numpy_helper
+    m = onnx.load(model)
+    g = m.graph
+    inits = {t.name: t for t in g.initializer}
+    made = {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    names = sorted({n.input[1] for n in g.node if n.op_type == "QuantizeLinear"
+                    and n.input[0] not in inits and n.input[0] not in made
+                    and n.input[1] in inits})
+    rng = np.random.default_rng(seed)
+    for name in names:
+        t = inits[name]
+        v = numpy_helper.to_array(t)
+        f = rng.uniform(1 - rel, 1 + rel)
+        t.CopyFrom(numpy_helper.from_array((v.astype(np.float64) * f).astype(v.dtype), name))
+    onnx.save(m, out)
+    return len(names)
+
+
+def jitter_stats(a, kind, model, x, labels, rotated, classes, work):
+    """Accuracy of a.jitter jittered copies of `model` on `qplace run --int8 off`."""
+    vals = []
+    for k in range(a.jitter):
+        path = os.path.join(work, f"jitter_{kind}.onnx")
+        jittered(model, 1000 + k, a.jitter_rel, path)
+        got = run_qplace(a, path, x, ["--int8", "off"], work)
+        m = rec_metrics(got, labels, classes)[0]["exact_match"] if kind == "rec" else \
+            cls_metrics(got, rotated)["accuracy"]
+        vals.append(m)
+    return {"n": a.jitter, "rel": a.jitter_rel, "mean": float(np.mean(vals)),
+            "min": float(min(vals)), "max": float(max(vals))}
+
+
 def bench_model(a, kind, sets, classes, work, configs):
     """Rows of one model (rec or cls) for every configuration and engine."""
     x, labels = sets["eval"][kind], sets["eval"]["labels"]
@@ -416,6 +454,8 @@ def bench_model(a, kind, sets, classes, work, configs):
             else:
                 m = cls_metrics(got, rotated, ref)
             rows.append(dict(row, engine=label, run_s=round(time.time() - t0, 1), **m))
+        if a.jitter and flags is not None:
+            rows[-1]["jitter"] = jitter_stats(a, kind, model, x, labels, rotated, classes, work)
         print(f"ocr_accuracy: {kind} {name} done", file=sys.stderr, flush=True)
     return rows
 
@@ -452,6 +492,14 @@ def markdown(meta, rows):
             "| config | engine | accuracy | agreement with ORT |", "|---|---|---|---|"]
     out += [f"| {r['config']} | {r['engine']} | {pct(r['accuracy'])} | {pct(r.get('agree_ort'))} |"
             for r in rows if r["model"] == "cls"]
+    jit = [r for r in rows if "jitter" in r]
+    if jit:
+        j = jit[0]["jitter"]
+        out += ["", f"Under scale jitter ({j['n']} copies, every activation scale times a factor "
+                f"within 1 +- {j['rel']:g}; `qplace run --int8 off`):", "",
+                "| model | config | mean | min | max |", "|---|---|---|---|---|"]
+        out += [f"| {r['model']} | {r['config']} | {pct(r['jitter']['mean'])} | "
+                f"{pct(r['jitter']['min'])} | {pct(r['jitter']['max'])} |" for r in jit]
     notes = dict.fromkeys((r["config"], r["flags"]) for r in rows)
     out += ["", "configs: " + "; ".join(f"{c}: {n}" for c, n in notes)]
     return "\n".join(out) + "\n"
@@ -568,6 +616,8 @@ def main():
         p.add_argument("--int8_modes", default="")
         p.add_argument("--run_flags", default="")
         p.add_argument("--which", default="rec,cls")
+        p.add_argument("--jitter", type=int, default=0)
+        p.add_argument("--jitter_rel", type=float, default=5e-4)
     a = ap.parse_args()
     if a.cmd != "render":
         os.makedirs(a.work, exist_ok=True)

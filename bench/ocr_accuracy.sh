@@ -16,6 +16,10 @@
 #                one row, no flag)
 # QPLACE_RUN_FLAGS appended to every `qplace run`
 # OCR_SEED (1), OCR_WIDTH (320, the recognizer's input width), OCR_MODELS (rec,cls)
+# OCR_JITTER     N > 0 also reads N copies of each quantized file whose activation scales are
+#                each multiplied by a random factor within 1 +- OCR_JITTER_REL (default 5e-4),
+#                with `qplace run --int8 off`: mean, min and max accuracy (how much a figure
+#                owes to where one calibration's rounding ties fall)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,4 +36,4 @@ exec /usr/bin/python3 "$ROOT/bench/ocr_accuracy.py" bench --qplace "$QPLACE" \
     --n_calib "${OCR_CALIB_LINES:-100}" --seed "${OCR_SEED:-1}" --width "${OCR_WIDTH:-320}" \
     --configs "${QUANT_CONFIGS:-float default fp16 max percentile}" \
     --int8_modes "${QP_INT8_MODES:-}" --run_flags "${QPLACE_RUN_FLAGS:-}" \
-    --which "${OCR_MODELS:-rec,cls}"
+    --which "${OCR_MODELS:-rec,cls}" --jitter "${OCR_JITTER:-0}" --jitter_rel "${OCR_JITTER_REL:-5e-4}"
