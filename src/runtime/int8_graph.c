@@ -38,10 +38,12 @@ int i8g_tensor_f(const struct qp_tensor *t, uint64_t i, float *out) {
     return 1;
 }
 
-/* Element i of a constant of any number type, as a double; 0 when it has none. */
-static int tensor_d(const struct qp_tensor *t, uint64_t i, double *out) {
+/* Element i of a constant of a number type, as a double, and whether that type is an integer
+ * one (ONNX's integer Div truncates); 0 when it has none. */
+static int tensor_d(const struct qp_tensor *t, uint64_t i, double *out, int *is_int) {
     if (!t || !t->data || i >= t->numel) return 0;
     float f;
+    *is_int = t->dtype == QP_DTYPE_INT64 || t->dtype == QP_DTYPE_INT32;
     switch (t->dtype) {
     case QP_DTYPE_INT64:
         *out = (double)((const int64_t *)t->data)[i];
@@ -63,10 +65,11 @@ static int tensor_d(const struct qp_tensor *t, uint64_t i, double *out) {
 static int shape_dim(const struct qp_graph *g, const struct qp_node *gather, double *out) {
     const struct qp_node *sh = i8g_producer(g, i8g_in_at(gather, 0));
     const struct qp_attr *ax = qp_node_attr(gather, "axis");
+    const struct qp_tensor *it = i8g_const_of(g, i8g_in_at(gather, 1));
     double idx;
+    int is_int;
     if (!sh || !qp_node_is(sh, "Shape") || (ax && ax->i != 0) || qp_node_attr(sh, "start") ||
-        qp_node_attr(sh, "end") || !tensor_d(i8g_const_of(g, i8g_in_at(gather, 1)), 0, &idx) ||
-        i8g_const_of(g, i8g_in_at(gather, 1))->numel != 1)
+        qp_node_attr(sh, "end") || !it || it->numel != 1 || !tensor_d(it, 0, &idx, &is_int))
         return 0;
     const struct qp_value *t = &g->values[i8g_in_at(sh, 0)];
     int64_t k = (int64_t)idx < 0 ? (int64_t)idx + t->rank : (int64_t)idx;
@@ -75,31 +78,43 @@ static int shape_dim(const struct qp_graph *g, const struct qp_node *gather, dou
     return 1;
 }
 
-static int scalar_d(const struct qp_graph *g, int v, int depth, double *out) {
+/* A Cast's target keeps a value (float types, and whole values to int32 / int64). */
+static int cast_keeps(const struct qp_node *n, double a, int *is_int) {
+    const struct qp_attr *to = qp_node_attr(n, "to");
+    if (!to) return 1; /* Identity, (Un)Squeeze, Reshape */
+    if (to->i == QP_DTYPE_FLOAT || to->i == QP_DTYPE_DOUBLE || to->i == QP_DTYPE_FLOAT16) {
+        *is_int = 0;
+        return 1;
+    }
+    *is_int = 1;
+    return (to->i == QP_DTYPE_INT64 || to->i == QP_DTYPE_INT32) && a == (double)(int64_t)a;
+}
+
+static int scalar_d(const struct qp_graph *g, int v, int depth, double *out, int *is_int) {
     const struct qp_tensor *c = v >= 0 ? i8g_const_of(g, v) : NULL;
-    if (c) return c->numel == 1 && tensor_d(c, 0, out);
+    if (c) return c->numel == 1 && tensor_d(c, 0, out, is_int);
     const struct qp_node *n = v >= 0 ? i8g_producer(g, v) : NULL;
     double a, b;
+    int ib;
     if (!n || depth > 8 || n->n_outputs != 1 || n->n_inputs < 1) return 0;
-    if (qp_node_is(n, "Gather")) return shape_dim(g, n, out);
-    if (!scalar_d(g, i8g_in_at(n, 0), depth + 1, &a)) return 0;
+    if (qp_node_is(n, "Gather")) {
+        *is_int = 1; /* a dim: int64 */
+        return shape_dim(g, n, out);
+    }
+    if (!scalar_d(g, i8g_in_at(n, 0), depth + 1, &a, is_int)) return 0;
     if (qp_node_is(n, "Cast") || qp_node_is(n, "Identity") || qp_node_is(n, "Squeeze") ||
         qp_node_is(n, "Unsqueeze") || qp_node_is(n, "Reshape")) {
-        const struct qp_attr *to = qp_node_attr(n, "to");
-        /* a Cast to an integer type truncates: only whole values pass unchanged */
-        if (to && to->i != QP_DTYPE_FLOAT && to->i != QP_DTYPE_DOUBLE &&
-            to->i != QP_DTYPE_FLOAT16 && a != (double)(int64_t)a)
-            return 0;
         *out = a;
-        return 1;
+        return cast_keeps(n, a, is_int);
     }
     if (qp_node_is(n, "Sqrt") || qp_node_is(n, "Reciprocal")) {
         int sq = qp_node_is(n, "Sqrt");
-        if (sq ? a < 0 : a == 0) return 0;
+        if (*is_int || (sq ? a < 0 : a == 0)) return 0;
         *out = sq ? sqrt(a) : 1 / a;
         return 1;
     }
-    if (n->n_inputs != 2 || !scalar_d(g, i8g_in_at(n, 1), depth + 1, &b)) return 0;
+    if (n->n_inputs != 2 || !scalar_d(g, i8g_in_at(n, 1), depth + 1, &b, &ib) || ib != *is_int)
+        return 0;
     if (qp_node_is(n, "Mul"))
         *out = a * b;
     else if (qp_node_is(n, "Add"))
@@ -107,7 +122,7 @@ static int scalar_d(const struct qp_graph *g, int v, int depth, double *out) {
     else if (qp_node_is(n, "Sub"))
         *out = a - b;
     else if (qp_node_is(n, "Div") && b != 0)
-        *out = a / b;
+        *out = *is_int ? trunc(a / b) : a / b;
     else
         return 0;
     return 1;
@@ -115,7 +130,8 @@ static int scalar_d(const struct qp_graph *g, int v, int depth, double *out) {
 
 int i8g_scalar_f(const struct qp_graph *g, int v, float *out) {
     double d;
-    if (!scalar_d(g, v, 0, &d)) return 0;
+    int is_int;
+    if (!scalar_d(g, v, 0, &d, &is_int)) return 0;
     *out = (float)d;
     return 1;
 }

@@ -569,9 +569,10 @@ static void test_matmul_two_activations(void **state) {
 
 /* Attention's scores as exporters write them: DQ(q) @ DQ(k^T), then Div by
  * Sqrt(Cast(Gather(Shape(q), -1))). The divisor is fixed by q's static dims, so the Div joins the
- * QMatMul as a linear post-op (MatMul, Div and Q: 3 nodes); within one step of the oracle. */
-static void test_matmul_shape_scale(void **state) {
-    (void)state;
+ * QMatMul as a linear post-op (MatMul, Div and Q: 3 nodes); within one step of the oracle. With
+ * `int_div`, the dim is first divided by 3 in int64 (8 / 3 = 2, as ONNX's integer Div truncates:
+ * a float quotient would give another scale and fail the comparison). */
+static void check_shape_scale(int int_div) {
     static struct qp_dim d3[3] = {{2, NULL}, {6, NULL}, {8, NULL}};
     struct qp_model *m = test_model_create(&rt_test_opset19);
     test_model_add_input(m, "x", QP_DTYPE_FLOAT, 3, d3);
@@ -587,11 +588,13 @@ static void test_matmul_shape_scale(void **state) {
     const char *mm[2] = {"xd", "kd"};
     rt_node(m, "mm", "MatMul", 2, mm, "p");
     rt_node(m, "shape", "Shape", 1, t, "sh");
-    int64_t last = -1;
+    int64_t last = -1, three = 3;
     graph_add_init(m, m->graph, "last", QP_DTYPE_INT64, 0, NULL, &last, sizeof last);
-    const char *gi[2] = {"sh", "last"};
+    graph_add_init(m, m->graph, "three", QP_DTYPE_INT64, 0, NULL, &three, sizeof three);
+    const char *gi[2] = {"sh", "last"}, *qi[2] = {"d", "three"};
     rt_node(m, "dim", "Gather", 2, gi, "d");
-    const char *ci[1] = {"d"};
+    if (int_div) rt_node(m, "idiv", "Div", 2, qi, "d3");
+    const char *ci[1] = {int_div ? "d3" : "d"};
     rt_node(m, "cast", "Cast", 1, ci, "df");
     int_attr(m, "cast", "to", QP_DTYPE_FLOAT);
     const char *si[1] = {"df"};
@@ -613,12 +616,19 @@ static void test_matmul_shape_scale(void **state) {
     size_t nz = 0;
     for (size_t i = 0; i < 72; i++) {
         if (fabsf(a[i] - b[i]) > 0.001f * 1.001f)
-            fail_msg("element %zu: int8 %g, oracle %g", i, (double)a[i], (double)b[i]);
+            fail_msg("int_div %d: element %zu: int8 %g, oracle %g", int_div, i, (double)a[i],
+                     (double)b[i]);
         nz += b[i] != 0;
     }
     assert_true(nz > 36);
     qp_session_free(s);
     qp_model_free(m);
+}
+
+static void test_matmul_shape_scale(void **state) {
+    (void)state;
+    check_shape_scale(0);
+    check_shape_scale(1);
 }
 
 /* Weights over the whole int8 range and activations near +-127: on AVX2 without VNNI u8 x s8
