@@ -96,8 +96,10 @@ enum qp_status qp_i8_read_io(struct qp_kprep *p, struct qp_i8_io *io) {
     return read_posts(p, io);
 }
 
-int qp_i8_tail_off(void) {
-    const char *e = getenv("QP_INT8_TAIL"); /* read when a node is prepared, as the others */
+/* 1 when QP_INT8_TAIL=0 keeps the requantizing last post-op off (for comparing paths); read
+ * when a node is prepared, as the other test switches. */
+static int tail_off(void) {
+    const char *e = getenv("QP_INT8_TAIL");
     return e && e[0] == '0';
 }
 
@@ -115,7 +117,7 @@ static int requant_folds(const struct qp_i8_io *io) {
  * units, then oneDNN's rounding and saturation on store. Not after a CLIP that follows a LINEAR
  * (HardSigmoid's pair), which oneDNN 2.6 gets wrong with a linear after it, nor with a SUM. */
 static int requant_tail(const struct qp_i8_io *io) {
-    if (!io->y_int8 || io->n_post + 1 > QP_CONV_MAX_POST || qp_i8_tail_off()) return 0;
+    if (!io->y_int8 || io->n_post + 1 > QP_CONV_MAX_POST || tail_off()) return 0;
     int linear = 0;
     for (int i = 0; i < io->n_post; i++) {
         if (io->post[i].kind == QP_CONV_POST_SUM) return 0;

@@ -65,9 +65,6 @@ enum qp_status qp_i8_const_scale(const struct qp_kprep *p, int i, float *out, co
  * QP_INT8_TAIL=0; those write float and the epilogue requantizes. */
 void qp_i8_key_posts(struct qp_i8_io *io, int int8, struct qp_i8_posts *k);
 
-/* 1 when QP_INT8_TAIL=0 keeps the requantizing last post-op off (for comparing paths). */
-int qp_i8_tail_off(void);
-
 /* The key's post-operations on `attr`; 0 on failure. */
 int qp_i8_attr_posts(dnnl_primitive_attr_t attr, const struct qp_i8_posts *k);
 

@@ -533,46 +533,8 @@ static void test_exact_avx2_matmul(void **state) {
     unsetenv("QP_INT8_VNNI");
 }
 
-/* Attention's product of two computed tensors: DQ(q) @ DQ(k^T), int8 x int8 per tensor. */
-static void test_matmul_two_activations(void **state) {
-    (void)state;
-    static struct qp_dim d3[3] = {{2, NULL}, {6, NULL}, {8, NULL}};
-    struct qp_model *m = test_model_create(&rt_test_opset19);
-    test_model_add_input(m, "x", QP_DTYPE_FLOAT, 3, d3);
-    rt_qdq(m, "x", "xd", 0.01f, 0);
-    const char *t[1] = {"x"};
-    rt_node(m, "tr", "Transpose", 1, t, "xt");
-    int n = qp_graph_find_node(m->graph, "tr");
-    struct qp_attr *pa = qp_node_add_attr(m->graph, n, "perm", QP_ATTR_INTS);
-    static const int64_t perm[3] = {0, 2, 1};
-    pa->ints = perm;
-    pa->n = 3;
-    rt_qdq(m, "xt", "kd", 0.01f, 0);
-    const char *mm[2] = {"xd", "kd"};
-    rt_node(m, "mm", "MatMul", 2, mm, "p");
-    rt_qdq(m, "p", "y", 0.002f, 0);
-    finish(m, "y");
-    static float x[2 * 6 * 8], a[2 * 6 * 6], b[2 * 6 * 6];
-    rt_rng = 13;
-    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
-        x[i] = rt_frand();
-    int64_t d[3] = {2, 6, 8};
-    run_dims(m, QP_INT8_OFF, 3, d, x, 96, b, 72, NULL);
-    struct qp_session *s;
-    run_dims(m, QP_INT8_AUTO, 3, d, x, 96, a, 72, &s);
-    assert_int_equal(s->int8->n_qmatmul, 1);
-    for (size_t i = 0; i < 72; i++)
-        assert_true(fabsf(a[i] - b[i]) <= 0.002f * 1.001f);
-    qp_session_free(s);
-    qp_model_free(m);
-}
-
-/* Attention's scores as exporters write them: DQ(q) @ DQ(k^T), then Div by
- * Sqrt(Cast(Gather(Shape(q), -1))). The divisor is fixed by q's static dims, so the Div joins the
- * QMatMul as a linear post-op (MatMul, Div and Q: 3 nodes); within one step of the oracle. With
- * `int_div`, the dim is first divided by 3 in int64 (8 / 3 = 2, as ONNX's integer Div truncates:
- * a float quotient would give another scale and fail the comparison). */
-static void check_shape_scale(int int_div) {
+/* x [2, 6, 8] -> QDQ -> q; Transpose -> QDQ -> k^T; MatMul(q, k^T) -> "p" (not finished). */
+static struct qp_model *scores_model(void) {
     static struct qp_dim d3[3] = {{2, NULL}, {6, NULL}, {8, NULL}};
     struct qp_model *m = test_model_create(&rt_test_opset19);
     test_model_add_input(m, "x", QP_DTYPE_FLOAT, 3, d3);
@@ -587,6 +549,46 @@ static void check_shape_scale(int int_div) {
     rt_qdq(m, "xt", "kd", 0.01f, 0);
     const char *mm[2] = {"xd", "kd"};
     rt_node(m, "mm", "MatMul", 2, mm, "p");
+    return m;
+}
+
+/* Runs a scores_model graph on random x (seed `rng`) with the oracle into off[72] and the
+ * integer path into on[72]; the integer session, which holds one QMatMul. */
+static struct qp_session *run_scores(struct qp_model *m, uint32_t rng, float *off, float *on) {
+    static float x[2 * 6 * 8];
+    rt_rng = rng;
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+        x[i] = rt_frand();
+    int64_t d[3] = {2, 6, 8};
+    run_dims(m, QP_INT8_OFF, 3, d, x, 96, off, 72, NULL);
+    struct qp_session *s;
+    run_dims(m, QP_INT8_AUTO, 3, d, x, 96, on, 72, &s);
+    assert_int_equal(s->int8->n_qmatmul, 1);
+    return s;
+}
+
+/* Attention's product of two computed tensors: DQ(q) @ DQ(k^T), int8 x int8 per tensor. */
+static void test_matmul_two_activations(void **state) {
+    (void)state;
+    struct qp_model *m = scores_model();
+    rt_qdq(m, "p", "y", 0.002f, 0);
+    finish(m, "y");
+    float a[72], b[72];
+    struct qp_session *s = run_scores(m, 13, b, a);
+    for (size_t i = 0; i < 72; i++)
+        assert_true(fabsf(a[i] - b[i]) <= 0.002f * 1.001f);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
+/* Attention's scores as exporters write them: DQ(q) @ DQ(k^T), then Div by
+ * Sqrt(Cast(Gather(Shape(q), -1))). The divisor is fixed by q's static dims, so the Div joins the
+ * QMatMul as a linear post-op (MatMul, Div and Q: 3 nodes); within one step of the oracle. With
+ * `int_div`, the dim is first divided by 3 in int64 (8 / 3 = 2, as ONNX's integer Div truncates:
+ * a float quotient would give another scale and fail the comparison). */
+static void check_shape_scale(int int_div) {
+    struct qp_model *m = scores_model();
+    const char *t[1] = {"x"};
     rt_node(m, "shape", "Shape", 1, t, "sh");
     int64_t last = -1, three = 3;
     graph_add_init(m, m->graph, "last", QP_DTYPE_INT64, 0, NULL, &last, sizeof last);
@@ -603,15 +605,8 @@ static void check_shape_scale(int int_div) {
     rt_node(m, "div", "Div", 2, di, "ps");
     rt_qdq(m, "ps", "y", 0.001f, 0);
     finish(m, "y");
-    static float x[2 * 6 * 8], a[2 * 6 * 6], b[2 * 6 * 6];
-    rt_rng = 17;
-    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
-        x[i] = rt_frand();
-    int64_t d[3] = {2, 6, 8};
-    run_dims(m, QP_INT8_OFF, 3, d, x, 96, b, 72, NULL);
-    struct qp_session *s;
-    run_dims(m, QP_INT8_AUTO, 3, d, x, 96, a, 72, &s);
-    assert_int_equal(s->int8->n_qmatmul, 1);
+    float a[72], b[72];
+    struct qp_session *s = run_scores(m, 17, b, a);
     assert_non_null(strstr(find(s, "xd_DQ")->into, "QMatMul 'mm' (3 nodes"));
     size_t nz = 0;
     for (size_t i = 0; i < 72; i++) {
