@@ -33,6 +33,14 @@ void cli_int8_summary(const struct qp_session *s, int explain) {
     printf("int8 path   %zu Q/DQ nodes: %zu fused (%zu of them also run on their own for other "
            "readers), %zu run on their own%s\n",
            n, fused, partly, n - fused, explain ? "" : " (--explain lists them)");
+    const char *why;
+    size_t widened = qp_session_int8_widened(s, &why);
+    if (widened)
+        printf("float16     computed as float32 on the integer path (%zu constants, casts and "
+               "declared tensors widened)\n",
+               widened);
+    else if (why)
+        printf("float16     kept as written: %s\n", why);
     if (!explain) return;
     for (size_t i = 0; i < n; i++) {
         const char *op = strcmp(d[i].op_type, "QuantizeLinear") == 0 ? "Q " : "DQ";

@@ -798,76 +798,6 @@ static int mark_nhwc(struct qp_graph *g) {
     return fine;
 }
 
-/* ---- float32 between the integer kernels of fp16 models ---------------------------------- */
-
-static int is_qmatmul(const struct qp_node *n) {
-    return is_fused(n) && strcmp(n->op_type, "QMatMul") == 0;
-}
-
-/* Ops whose output has their (only float) input's dtype and that run float32 as they run
- * float16: a float32 input makes a float32 output and changes nothing else. */
-static int dtype_follows(const struct qp_node *n, int input) {
-    static const char *const ops[] = {"Softmax",     "Transpose", "Reshape",  "Flatten",
-                                      "Squeeze",     "Unsqueeze", "Identity", "GlobalAveragePool",
-                                      "AveragePool", "Relu",      NULL};
-    if (n->dead || input != 0 || n->n_outputs != 1 || n->outputs[0] < 0 ||
-        (n->domain && n->domain[0]))
-        return 0;
-    for (int i = 0; ops[i]; i++)
-        if (strcmp(n->op_type, ops[i]) == 0) return 1;
-    return 0;
-}
-
-/* 1 when float16 value v can be float32 instead with no other value changing type: every
- * reader takes either (the input of a QuantizeLinear, a FakeQuant or a Cast, a Pointwise input,
- * a QConv's or QMatMul's float residual) or follows its input's dtype with an output that can
- * change too (to depth 8), and v is no graph output. */
-static int f32_ok(const struct qp_graph *g, int v, int depth) {
-    const struct qp_value *x = &g->values[v];
-    if (x->is_graph_output || x->n_uses == 0 || depth > 8) return 0;
-    for (size_t u = 0; u < x->n_uses; u++) {
-        const struct qp_use *xu = &x->uses[u];
-        const struct qp_node *r = &g->nodes[xu->node];
-        int fine = ((qp_node_is(r, "QuantizeLinear") || qp_node_is(r, "Cast") ||
-                     (is_fused(r) && strcmp(r->op_type, "FakeQuant") == 0)) &&
-                    xu->input == 0) ||
-                   is_pw(r) || ((is_qconv(r) || is_qmatmul(r)) && xu->input == 9) ||
-                   (dtype_follows(r, xu->input) && f32_ok(g, r->outputs[0], depth + 1));
-        if (!fine) return 0;
-    }
-    return 1;
-}
-
-/* In an fp16 model, the float outputs of QConv, QMatMul and Pointwise nodes that only such
- * readers take are written float32: no conversion on either side, and the readers compute in
- * float32 as the Pointwise pass does between its nodes (the written model rounds to fp16
- * there). QP_INT8_FP16_OUT=1 keeps them fp16. */
-static int promote_f32(struct qp_graph *g) {
-    const char *e = getenv("QP_INT8_FP16_OUT");
-    if (e && strcmp(e, "1") == 0) return 1;
-    for (size_t k = 0; k < g->n_nodes; k++) {
-        const struct qp_node *n = &g->nodes[k];
-        if ((is_qconv(n) || is_qmatmul(n)) && i8g_in_at(n, 7) < 0 &&
-            qp_kattr_int(n, "out_dtype", 0) == QP_DTYPE_FLOAT16 && n->outputs[0] >= 0 &&
-            f32_ok(g, n->outputs[0], 0) && !i8g_set_int(g, (int)k, "out_dtype", QP_DTYPE_FLOAT))
-            return 0;
-        const int64_t *dt;
-        int64_t nd = is_pw(n) ? qp_kattr_ints(n, "pw_out_dt", &dt) : 0;
-        if (nd != n->n_outputs || nd > 64) continue;
-        int64_t nt[64];
-        int changed = 0;
-        for (int o = 0; o < n->n_outputs; o++) {
-            nt[o] = dt[o];
-            if (dt[o] == QP_DTYPE_FLOAT16 && n->outputs[o] >= 0 && f32_ok(g, n->outputs[o], 0)) {
-                nt[o] = QP_DTYPE_FLOAT;
-                changed = 1;
-            }
-        }
-        if (changed && !i8g_set_ints(g, (int)k, "pw_out_dt", n->n_outputs, nt)) return 0;
-    }
-    return 1;
-}
-
 /* Why a Q/DQ node that survived runs as its own pass. */
 static void own_reason(const struct qp_graph *g, const struct qp_node *n, char *out, size_t size) {
     const struct qp_value *v = &g->values[n->outputs[0]];
@@ -1007,15 +937,15 @@ enum qp_status rt_int8_rewrite(struct qp_graph *g, struct rt_int8_report *rep,
     memset(rep, 0, sizeof *rep);
     size_t n_orig = g->n_nodes;
     int ok = 1;
+    enum qp_status st = rt_int8_widen(g, &rep->widen_why, &rep->n_widened, err);
+    if (st) ok = 0;
     while (ok && flow_pass(g, rep, &ok, err) > 0) {
     }
     if (ok) conv_pass(g, rep, &ok, err);
-    enum qp_status st = QP_OK;
     if (ok && (st = sweep(g, rep, err))) ok = 0;
     if (ok && !fakequant_pass(g, n_orig, rep, err)) ok = 0;
     if (ok && !pointwise_off() && !rt_int8_pw_pass(g, rep, err)) ok = 0;
     if (ok && !mark_nhwc(g)) ok = 0;
-    if (ok && !promote_f32(g)) ok = 0;
     if (ok && !decide_rest(g, n_orig, rep)) ok = 0;
     if (ok && (st = qp_graph_toposort(g, err))) ok = 0;
     if (!ok) {

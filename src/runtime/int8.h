@@ -14,6 +14,7 @@
  *     Qs that end them become one QP_INT8_DOMAIN "Pointwise" node (int8_pw.c, kernels/int8_pw.h);
  *   - Q/DQ nodes nothing reads any more go; the rest run as their own pass.
  *
+ * First of all, float16 and bfloat16 tensors inside the graph become float32 (rt_int8_widen).
  * Int8 tensors that only QConv nodes exchange are stored channels last (NHWC). Every Q/DQ node of
  * the original graph gets a decision: what it fused into, or why it runs on its own.
  */
@@ -28,6 +29,8 @@ struct rt_int8_report {
     struct qp_int8_decision *d; /* strings on the rewritten model's arena or `text` */
     char (*text)[2][160];       /* per decision: `into` and `reason` storage */
     size_t n_qconv, n_qmatmul, n_flow, n_fakequant, n_pointwise, n_removed;
+    size_t n_widened;       /* narrow constants, Casts and declared types widened (rt_int8_widen) */
+    const char *widen_why;  /* why a graph with such values keeps them (static text), or NULL */
 };
 
 /* Rewrites `g` (a graph of a model the caller owns: a clone) in place and fills `rep`.
@@ -35,6 +38,17 @@ struct rt_int8_report {
 enum qp_status rt_int8_rewrite(struct qp_graph *g, struct rt_int8_report *rep,
                                struct qp_error *err);
 void rt_int8_report_free(struct rt_int8_report *rep);
+
+/* float16/bfloat16 values of `g` that are not graph inputs or outputs become float32: narrow
+ * initializers and node-attribute constants are converted, Casts to a narrow type cast to
+ * float32, narrow graph inputs get a Cast up and narrow graph outputs a Cast down. The CPU has no
+ * narrow float arithmetic, so kernels would convert around every node; results differ from
+ * the written model's by its fp16 rounding between nodes only. Declines (sets *why, changes
+ * nothing) for subgraphs, custom-domain ops on narrow tensors, `dtype` attributes naming a narrow
+ * type, narrow initializers that are graph inputs; QP_INT8_FP16_OUT=1 declines too (tests).
+ * *n_widened: constants converted, Casts retargeted and declared value types changed. QP_ERR_NOMEM or an edit's error: the graph is unusable. */
+enum qp_status rt_int8_widen(struct qp_graph *g, const char **why, size_t *n_widened,
+                             struct qp_error *err);
 
 /* 1 when `g` has a QuantizeLinear or DequantizeLinear node. */
 int rt_int8_has_qdq(const struct qp_graph *g);

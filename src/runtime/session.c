@@ -326,6 +326,11 @@ size_t qp_session_int8_decisions(const struct qp_session *s, const struct qp_int
     return s && s->int8 ? s->int8->n : 0;
 }
 
+size_t qp_session_int8_widened(const struct qp_session *s, const char **why_out) {
+    if (why_out) *why_out = s && s->int8 ? s->int8->widen_why : NULL;
+    return s && s->int8 ? s->int8->n_widened : 0;
+}
+
 const char *qp_session_isa(void) {
     return qp_isa_describe();
 }

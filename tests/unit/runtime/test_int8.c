@@ -914,10 +914,9 @@ static void test_tiny_weight_scale(void **state) {
 }
 
 /* An fp16 model: x -> Cast fp16 -> Q/DQ -> Conv -> Softmax -> Q/DQ -> Cast float -> y, and, when
- * `conv_out`, the Conv's output as a second graph output. The QConv's float output is written
- * float32 when only the Softmax (which follows its input's dtype) and then a Q read it, fp16 when
- * it is a graph output; either way the result is within fp16 rounding of one step of the
- * oracle. */
+ * `conv_out`, the Conv's output as a second graph output. The integer path widens the model to
+ * float32 (rt_int8_widen): the QConv writes float32 either way (a Cast makes the fp16 graph
+ * output), and the result is within fp16 rounding of one step of the oracle. */
 static void check_fp16_out(int conv_out) {
     static const int64_t pads[4] = {1, 1, 1, 1};
     int64_t wd[4] = {M, C, 3, 3}, sd[1] = {M};
@@ -959,9 +958,11 @@ static void check_fp16_out(int conv_out) {
     int_attr(m, "to32", "to", QP_DTYPE_FLOAT);
     finish(m, "y");
     struct qp_error err = {0};
-    if (conv_out)
-        assert_int_equal(qp_graph_add_output(m->graph, qp_graph_find_value(m->graph, "c"), &err),
-                         QP_OK);
+    if (conv_out) {
+        int cv = qp_graph_find_value(m->graph, "c");
+        assert_int_equal(qp_graph_add_output(m->graph, cv, &err), QP_OK);
+        m->graph->values[cv].dtype = QP_DTYPE_FLOAT16; /* graph outputs declare their type */
+    }
     fill_x(0.99f);
     static float y_fq[M * HW * HW], y_q[M * HW * HW];
     run(m, QP_INT8_OFF, xin, y_fq, M * HW * HW, NULL);
@@ -970,8 +971,12 @@ static void check_fp16_out(int conv_out) {
     assert_int_equal(s->int8->n_qconv, 1);
     int k = qp_graph_find_node(s->g, "c");
     assert_true(k >= 0);
-    assert_int_equal(qp_kattr_int(&s->g->nodes[k], "out_dtype", 0),
-                     conv_out ? QP_DTYPE_FLOAT16 : QP_DTYPE_FLOAT);
+    assert_int_equal(qp_kattr_int(&s->g->nodes[k], "out_dtype", 0), QP_DTYPE_FLOAT);
+    const char *why = "";
+    assert_true(qp_session_int8_widened(s, &why) > 0);
+    assert_null(why);
+    int c = qp_graph_find_value(s->g, "c");
+    assert_int_equal(s->g->values[c].dtype, QP_DTYPE_FLOAT16 * conv_out);
     qp_session_free(s);
     size_t nonzero = 0;
     for (size_t i = 0; i < M * HW * HW; i++) {
@@ -988,6 +993,99 @@ static void test_fp16_float_out(void **state) {
     (void)state;
     check_fp16_out(0);
     check_fp16_out(1);
+}
+
+/* rt_int8_widen on x16 (fp16 input) -> Add(Constant fp16) -> Cast fp16 -> Mul(init fp16) -> y16
+ * (fp16 output): a Cast up after the input, constants converted, the inner Cast retargeted, a
+ * Cast down before the output, every inner value float32; declined with a reason when a node
+ * holds a subgraph or QP_INT8_FP16_OUT=1. */
+static void check_widen(int keep) {
+    struct qp_model *m = test_model_create(&rt_test_opset19);
+    struct qp_dim d1[1] = {{4, NULL}};
+    test_model_add_input(m, "x16", QP_DTYPE_FLOAT16, 1, d1);
+    int64_t n4 = 4;
+    uint16_t k[4], w[4];
+    for (int i = 0; i < 4; i++) {
+        k[i] = qp_f32_to_fp16(0.5f * (float)i);
+        w[i] = qp_f32_to_fp16(1.0f / 3);
+    }
+    graph_add_init(m, m->graph, "w16", QP_DTYPE_FLOAT16, 1, &n4, w, sizeof w);
+    const char *a_in[2] = {"x16", "k16"}, *c_in[1] = {"a"}, *m_in[2] = {"c", "w16"};
+    rt_node(m, "k", "Constant", 0, NULL, "k16");
+    struct qp_attr *at = qp_node_add_attr(m->graph, qp_graph_find_node(m->graph, "k"), "value",
+                                          QP_ATTR_TENSOR);
+    struct qp_tensor *t = model_alloc(m, sizeof *t);
+    int64_t *dims = model_alloc(m, sizeof *dims);
+    uint16_t *kd = model_alloc(m, sizeof k);
+    memcpy(kd, k, sizeof k);
+    dims[0] = 4;
+    *t = (struct qp_tensor){.name = "k16", .dtype = QP_DTYPE_FLOAT16, .rank = 1, .dims = dims,
+                            .numel = 4, .data = kd, .nbytes = sizeof k};
+    at->t = t;
+    rt_node(m, "a", "Add", 2, a_in, "a");
+    rt_node(m, "c", "Cast", 1, c_in, "c");
+    int_attr(m, "c", "to", QP_DTYPE_FLOAT16);
+    rt_node(m, "mul", "Mul", 2, m_in, "y16");
+    struct qp_graph *g = m->graph;
+    g->values[qp_graph_find_value(g, "a")].dtype = QP_DTYPE_FLOAT16;
+    g->values[qp_graph_find_value(g, "y16")].dtype = QP_DTYPE_FLOAT16;
+    finish(m, "y16");
+    if (keep) setenv("QP_INT8_FP16_OUT", "1", 1);
+    const char *why = NULL;
+    size_t n = 0;
+    struct qp_error err = {0};
+    assert_int_equal(rt_int8_widen(g, &why, &n, &err), QP_OK);
+    unsetenv("QP_INT8_FP16_OUT");
+    int x = qp_graph_find_value(g, "x16"), y = qp_graph_find_value(g, "y16");
+    if (keep) {
+        assert_non_null(why);
+        assert_int_equal(n, 0);
+        assert_int_equal(g->values[qp_graph_find_value(g, "a")].dtype, QP_DTYPE_FLOAT16);
+        qp_model_free(m);
+        return;
+    }
+    assert_null(why);
+    assert_int_equal(n, 5); /* w16, k16, the Cast's `to`, a's and c's declared types */
+    assert_int_equal(g->values[x].dtype, QP_DTYPE_FLOAT16);
+    assert_int_equal(g->values[y].dtype, QP_DTYPE_FLOAT16);
+    assert_int_equal(g->values[x].n_uses, 1);
+    const struct qp_node *up = &g->nodes[g->values[x].uses[0].node];
+    assert_true(qp_node_is(up, "Cast") && qp_kattr_int(up, "to", 0) == QP_DTYPE_FLOAT);
+    assert_int_equal(g->values[up->outputs[0]].dtype, QP_DTYPE_FLOAT);
+    const struct qp_node *down = &g->nodes[g->values[y].producer];
+    assert_true(qp_node_is(down, "Cast") && qp_kattr_int(down, "to", 0) == QP_DTYPE_FLOAT16);
+    assert_int_equal(g->values[down->inputs[0]].dtype, QP_DTYPE_FLOAT);
+    assert_string_equal(g->nodes[g->values[down->inputs[0]].producer].name, "mul");
+    const struct qp_node *cast = &g->nodes[qp_graph_find_node(g, "c")];
+    assert_int_equal(qp_kattr_int(cast, "to", 0), QP_DTYPE_FLOAT);
+    const struct qp_tensor *wi = &g->inits[g->values[qp_graph_find_value(g, "w16")].initializer];
+    assert_int_equal(wi->dtype, QP_DTYPE_FLOAT);
+    assert_true(((const float *)wi->data)[0] == qp_fp16_to_f32(w[0]));
+    const struct qp_tensor *kt = qp_node_attr(&g->nodes[qp_graph_find_node(g, "k")], "value")->t;
+    assert_int_equal(kt->dtype, QP_DTYPE_FLOAT);
+    assert_true(((const float *)kt->data)[3] == 1.5f);
+    /* the widened graph runs: y = (x + k) / 3 as float32, returned as fp16 */
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    struct qp_session_options o = {.n_threads = 1, .int8 = QP_INT8_OFF};
+    struct qp_session *s;
+    assert_int_equal(qp_session_create(m, &o, 0, NULL, &s, &err), QP_OK);
+    uint16_t xv[4] = {qp_f32_to_fp16(1), qp_f32_to_fp16(2), qp_f32_to_fp16(3), qp_f32_to_fp16(4)};
+    struct qp_array in, out;
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT16, 1, &n4, xv, sizeof xv, &err), QP_OK);
+    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    assert_int_equal(qp_session_output(s, 0, &out, &err), QP_OK);
+    assert_int_equal(out.dtype, QP_DTYPE_FLOAT16);
+    for (int i = 0; i < 4; i++)
+        assert_true(fabsf(qp_fp16_to_f32(((const uint16_t *)out.data)[i]) -
+                          (float)(i + 1 + 0.5 * i) / 3) < 2e-3f);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
+static void test_fp16_widen(void **state) {
+    (void)state;
+    check_widen(0);
+    check_widen(1);
 }
 
 /* A QConv above the one-thread size (I8_SMALL_MACS: 16 x 72 x 48^2 multiply-adds) runs on the
@@ -1150,6 +1248,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_shape_scale),
         cmocka_unit_test(test_tiny_weight_scale),
         cmocka_unit_test(test_fp16_float_out),
+        cmocka_unit_test(test_fp16_widen),
         cmocka_unit_test(test_large_conv_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
