@@ -112,8 +112,8 @@ size_t qp_session_int8_decisions(const struct qp_session *s, const struct qp_int
                                  const char **fallback_out);
 /* On the integer path, float16/bfloat16 tensors inside the graph are computed and stored as
  * float32 (the CPU has no narrow float arithmetic; docs/engine.md "float16 models"): the number
- * of constants, Casts and declared tensor types widened so, 0 for other sessions. *why_out (may be NULL) receives NULL or, when a
- * graph with such tensors keeps them, the reason. */
+ * of constants, Casts and declared tensor types widened so, 0 for other sessions. *why_out (may be
+ * NULL) receives NULL or, when a graph with such tensors keeps them, the reason. */
 size_t qp_session_int8_widened(const struct qp_session *s, const char **why_out);
 /* The CPU instruction set the kernels run with ("AVX-512 VNNI", "AVX2", ...): benchmark lines
  * print it, since oneDNN picks kernels and the integer path its method by it. */

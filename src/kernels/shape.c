@@ -472,7 +472,10 @@ enum qp_status qp_k_concat_prepare(struct qp_kprep *p) {
     for (int i = 0; i < p->n_in; i++) {
         const struct qp_kt *x = p->in[i];
         if (x->dtype != x0->dtype || x->rank != x0->rank)
-            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "input %d differs in dtype or rank (%s rank %d, input 0: %s rank %d)", i, qp_dtype_name(x->dtype), x->rank, qp_dtype_name(x0->dtype), x0->rank);
+            return qp_error_set(
+                p->err, QP_ERR_BAD_INPUT,
+                "input %d differs in dtype or rank (%s rank %d, input 0: %s rank %d)", i,
+                qp_dtype_name(x->dtype), x->rank, qp_dtype_name(x0->dtype), x0->rank);
         for (int k = 0; k < x->rank; k++)
             if (k != axis && x->dims[k] != x0->dims[k]) {
                 char a[128], b[128];

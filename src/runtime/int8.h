@@ -29,8 +29,8 @@ struct rt_int8_report {
     struct qp_int8_decision *d; /* strings on the rewritten model's arena or `text` */
     char (*text)[2][160];       /* per decision: `into` and `reason` storage */
     size_t n_qconv, n_qmatmul, n_flow, n_fakequant, n_pointwise, n_removed;
-    size_t n_widened;       /* narrow constants, Casts and declared types widened (rt_int8_widen) */
-    const char *widen_why;  /* why a graph with such values keeps them (static text), or NULL */
+    size_t n_widened;      /* narrow constants, Casts and declared types widened (rt_int8_widen) */
+    const char *widen_why; /* why a graph with such values keeps them (static text), or NULL */
 };
 
 /* Rewrites `g` (a graph of a model the caller owns: a clone) in place and fills `rep`.
@@ -46,7 +46,8 @@ void rt_int8_report_free(struct rt_int8_report *rep);
  * the written model's by its fp16 rounding between nodes only. Declines (sets *why, changes
  * nothing) for subgraphs, custom-domain ops on narrow tensors, `dtype` attributes naming a narrow
  * type, narrow initializers that are graph inputs; QP_INT8_FP16_OUT=1 declines too (tests).
- * *n_widened: constants converted, Casts retargeted and declared value types changed. QP_ERR_NOMEM or an edit's error: the graph is unusable. */
+ * *n_widened: constants converted, Casts retargeted and declared value types changed. QP_ERR_NOMEM
+ * or an edit's error: the graph is unusable. */
 enum qp_status rt_int8_widen(struct qp_graph *g, const char **why, size_t *n_widened,
                              struct qp_error *err);
 

@@ -126,9 +126,9 @@ static int widen_nodes(struct qp_graph *g, size_t n_nodes, size_t *count) {
                 if (!(a->t = widened(g, a->t))) return 0;
                 ++*count;
             }
-            if (a->type == QP_ATTR_INT && strcmp(a->name, "to") == 0 &&
-                qp_node_is(n, "Cast") && narrow((enum qp_dtype)a->i) && n->n_outputs > 0 &&
-                n->outputs[0] >= 0 && !g->values[n->outputs[0]].is_graph_output) {
+            if (a->type == QP_ATTR_INT && strcmp(a->name, "to") == 0 && qp_node_is(n, "Cast") &&
+                narrow((enum qp_dtype)a->i) && n->n_outputs > 0 && n->outputs[0] >= 0 &&
+                !g->values[n->outputs[0]].is_graph_output) {
                 a->i = QP_DTYPE_FLOAT;
                 ++*count;
             }
@@ -154,8 +154,7 @@ enum qp_status rt_int8_widen(struct qp_graph *g, const char **why, size_t *n_wid
     size_t n_nodes = g->n_nodes, n_values = g->n_values;
     for (size_t i = 0; i < g->n_inputs; i++) {
         int v = g->inputs[i];
-        if (narrow(g->values[v].dtype) && g->values[v].initializer < 0 &&
-            !widen_input(g, v, err))
+        if (narrow(g->values[v].dtype) && g->values[v].initializer < 0 && !widen_input(g, v, err))
             goto fail;
     }
     for (size_t i = 0; i < g->n_outputs; i++) {

@@ -1012,15 +1012,20 @@ static void check_widen(int keep) {
     graph_add_init(m, m->graph, "w16", QP_DTYPE_FLOAT16, 1, &n4, w, sizeof w);
     const char *a_in[2] = {"x16", "k16"}, *c_in[1] = {"a"}, *m_in[2] = {"c", "w16"};
     rt_node(m, "k", "Constant", 0, NULL, "k16");
-    struct qp_attr *at = qp_node_add_attr(m->graph, qp_graph_find_node(m->graph, "k"), "value",
-                                          QP_ATTR_TENSOR);
+    struct qp_attr *at =
+        qp_node_add_attr(m->graph, qp_graph_find_node(m->graph, "k"), "value", QP_ATTR_TENSOR);
     struct qp_tensor *t = model_alloc(m, sizeof *t);
     int64_t *dims = model_alloc(m, sizeof *dims);
     uint16_t *kd = model_alloc(m, sizeof k);
     memcpy(kd, k, sizeof k);
     dims[0] = 4;
-    *t = (struct qp_tensor){.name = "k16", .dtype = QP_DTYPE_FLOAT16, .rank = 1, .dims = dims,
-                            .numel = 4, .data = kd, .nbytes = sizeof k};
+    *t = (struct qp_tensor){.name = "k16",
+                            .dtype = QP_DTYPE_FLOAT16,
+                            .rank = 1,
+                            .dims = dims,
+                            .numel = 4,
+                            .data = kd,
+                            .nbytes = sizeof k};
     at->t = t;
     rt_node(m, "a", "Add", 2, a_in, "a");
     rt_node(m, "c", "Cast", 1, c_in, "c");
