@@ -2,7 +2,9 @@
  * Resize (opsets 10-19: nearest / linear / cubic, every coordinate_transformation_mode and
  * nearest_mode, exclude_outside, extrapolation_value, axes and keep_aspect_ratio_policy; no
  * antialias) and Upsample (7, 9). Separable: prepare computes, per dimension and output
- * coordinate, the input taps and weights; run sums the product of taps. float32.
+ * coordinate, the input taps and weights; run sums the product of taps. float32; int8 and
+ * uint8 in nearest mode without extrapolation (a copy of bytes: the integer path's Resize
+ * between a Q and a DQ, runtime/int8.h).
  */
 #include <math.h>
 #include <omp.h>
@@ -30,6 +32,7 @@ struct rs_state {
      * extrapolation: qp_k_resize_run takes the plane fast path. `copy2d`: every tap of the last
      * two dims is a single one of weight 1 (nearest, or linear on the grid). */
     int fast, copy2d;
+    int bytes; /* int8/uint8: one tap of weight 1 everywhere, run by rs_bytes */
 };
 
 static float cubic_w(float a, float x) {
@@ -323,20 +326,26 @@ enum qp_status qp_k_resize_prepare(struct qp_kprep *p) {
     enum qp_status st = qp_kneed(p, 0);
     if (st) return st;
     const struct qp_kt *x = p->in[0];
-    if (x->dtype != QP_DTYPE_FLOAT)
+    int bytes = x->dtype == QP_DTYPE_INT8 || x->dtype == QP_DTYPE_UINT8;
+    if (x->dtype != QP_DTYPE_FLOAT && !bytes)
         return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "dtype %s", qp_dtype_name(x->dtype));
     int r = x->rank;
     struct rs_attrs a;
     if ((st = rs_read_attrs(p, &a))) return st;
+    if (bytes && a.mode != RS_NEAREST)
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
+                            "%s input in a mode other than nearest (only nearest copies values)",
+                            qp_dtype_name(x->dtype));
     double scales[QP_MAX_RANK], roi[2 * QP_MAX_RANK];
     int64_t out[QP_MAX_RANK];
     if ((st = rs_geometry(p, &a, scales, roi, out))) return st;
-    st = qp_kt_set(p->out[0], QP_DTYPE_FLOAT, r, out, p->err);
+    st = qp_kt_set(p->out[0], x->dtype, r, out, p->err);
     if (st) return st;
     p->state = NULL;
     struct rs_state *s = rs_state_alloc(r, out);
     if (!s) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     s->rank = r;
+    s->bytes = bytes;
     s->extrapolation = qp_kattr_float(p->node, "extrapolation_value", 0.0f);
     int64_t off = 0;
     for (int d = 0; d < r; d++) {
@@ -357,6 +366,13 @@ enum qp_status qp_k_resize_prepare(struct qp_kprep *p) {
                 outside ? 0
                         : (unsigned char)rs_taps(&a, xo, in, s->tap_idx + (off + o) * RS_TAPS,
                                                  s->tap_w + (off + o) * RS_TAPS);
+            if (bytes && outside) {
+                free(s);
+                return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
+                                    "%s input with extrapolation_value (tf_crop_and_resize "
+                                    "outside its roi)",
+                                    qp_dtype_name(x->dtype));
+            }
         }
         off += on;
     }
@@ -429,8 +445,51 @@ static void rs_fast(const struct rs_state *s, const float *x, float *y, int nt) 
     }
 }
 
+/* int8/uint8 (one tap of weight 1 per output coordinate): rows of the last dimension, each a
+ * gather from one input row, or a copy of the row before when both read the same input row. */
+static void rs_bytes(const struct rs_state *s, const uint8_t *x, uint8_t *y, int64_t n, int nt) {
+    int r = s->rank;
+    int64_t istr[QP_MAX_RANK], acc = 1;
+    for (int d = r - 1; d >= 0; d--) {
+        istr[d] = acc;
+        acc *= s->in[d];
+    }
+    int64_t ow = r ? s->out[r - 1] : 1, rows = ow ? n / ow : 0;
+    const int64_t *wi = s->tap_idx + (r ? s->tap_off[r - 1] : 0) * RS_TAPS;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi, prev = -1;
+        qp_ksplit(rows, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        for (int64_t row = lo; row < hi; row++) {
+            int64_t rem = row, src = 0;
+            for (int d = r - 2; d >= 0; d--) {
+                src += s->tap_idx[(s->tap_off[d] + rem % s->out[d]) * RS_TAPS] * istr[d];
+                rem /= s->out[d];
+            }
+            uint8_t *yr = y + row * ow;
+            if (src == prev) {
+                memcpy(yr, yr - ow, (size_t)ow);
+                continue;
+            }
+            prev = src;
+            const uint8_t *xr = x + src;
+            if (r == 0) {
+                yr[0] = xr[0];
+                continue;
+            }
+            for (int64_t o = 0; o < ow; o++)
+                yr[o] = xr[wi[o * RS_TAPS]];
+        }
+    }
+}
+
 enum qp_status qp_k_resize_run(const struct qp_krun *r) {
     const struct rs_state *s = r->state;
+    if (s->bytes) {
+        int64_t n = (int64_t)r->out[0]->numel;
+        rs_bytes(s, r->in[0]->data, r->out[0]->data, n, n < 65536 ? 1 : r->n_threads);
+        return QP_OK;
+    }
     if (!s->fast) return qp_k_resize_ref_run(r);
     int64_t n = (int64_t)r->out[0]->numel;
     rs_fast(s, r->in[0]->data, r->out[0]->data, n < 16384 ? 1 : r->n_threads);
@@ -443,6 +502,7 @@ int qp_k_resize_state_is_fast(const void *state) {
 
 enum qp_status qp_k_resize_ref_run(const struct qp_krun *r) {
     const struct rs_state *s = r->state;
+    if (s->bytes) return qp_k_resize_run(r);
     const float *x = r->in[0]->data;
     float *y = r->out[0]->data;
     int64_t n = (int64_t)r->out[0]->numel;

@@ -21,7 +21,7 @@
 static int is_flow_op(const struct qp_node *n) {
     static const char *ops[] = {"MaxPool", "Reshape",   "Flatten",  "Transpose",
                                 "Squeeze", "Unsqueeze", "Identity", "Slice",
-                                "Gather",  "Pad",       "Concat"};
+                                "Gather",  "Pad",       "Concat",   "Resize"};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (qp_node_is(n, ops[i])) return 1;
     return 0;
@@ -33,6 +33,8 @@ static const char *flow_blocker(const struct qp_graph *g, const struct qp_node *
     int n_data = qp_node_is(n, "Concat") ? n->n_inputs : 1;
     for (int i = 1; i < n->n_outputs; i++)
         if (n->outputs[i] >= 0 && g->values[n->outputs[i]].n_uses) return "a second output is read";
+    if (qp_node_is(n, "Resize") && !i8g_resize_copies(n))
+        return "Resize interpolates or extrapolates (only nearest copies values)";
     if (qp_node_is(n, "Pad")) {
         const struct qp_attr *m = qp_node_attr(n, "mode");
         if (m && !(m->s.len == 8 && memcmp(m->s.data, "constant", 8) == 0)) return "Pad mode";
@@ -907,8 +909,8 @@ static int fakequant_pass(struct qp_graph *g, size_t n_orig, struct rt_int8_repo
     return 1;
 }
 
-static int decide_rest(const struct qp_graph *g, size_t n_orig, struct rt_int8_report *rep) {
-    for (size_t k = 0; k < n_orig; k++) {
+static int decide_rest(const struct qp_graph *g, struct rt_int8_report *rep) {
+    for (size_t k = 0; k < g->n_nodes; k++) { /* the moved ones (int8_move.c) too */
         const struct qp_node *n = &g->nodes[k];
         if (n->dead || !is_qdq(n) || n->n_outputs < 1 || n->outputs[0] < 0) continue;
         char why[128];
@@ -941,12 +943,16 @@ enum qp_status rt_int8_rewrite(struct qp_graph *g, struct rt_int8_report *rep,
     if (st) ok = 0;
     while (ok && flow_pass(g, rep, &ok, err) > 0) {
     }
+    int moved = ok ? rt_int8_move_pass(g, rep, err) : 0;
+    if (moved < 0) ok = 0;
+    while (ok && moved > 0 && flow_pass(g, rep, &ok, err) > 0) {
+    }
     if (ok) conv_pass(g, rep, &ok, err);
     if (ok && (st = sweep(g, rep, err))) ok = 0;
     if (ok && !fakequant_pass(g, n_orig, rep, err)) ok = 0;
     if (ok && !pointwise_off() && !rt_int8_pw_pass(g, rep, err)) ok = 0;
     if (ok && !mark_nhwc(g)) ok = 0;
-    if (ok && !decide_rest(g, n_orig, rep)) ok = 0;
+    if (ok && !decide_rest(g, rep)) ok = 0;
     if (ok && (st = qp_graph_toposort(g, err))) ok = 0;
     if (!ok) {
         rt_int8_report_free(rep);

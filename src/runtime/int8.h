@@ -8,7 +8,10 @@
  *     tensor and, with a Q, writes the int8 tensor (requantized), else the float result;
  *   - DQ(x) -> op -> Q with the same scale and zero point, for ops that commute with
  *     quantization (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Slice,
- *     Gather, Pad with zeros, Concat whose inputs share the scale), becomes op on the int8 tensor;
+ *     Gather, Pad with zeros, nearest Resize, Concat whose inputs share the scale), becomes op
+ *     on the int8 tensor; a Q after a Concat of other scales or after a nearest Resize moves
+ *     before it, a DQ before a nearest Resize read by elementwise ops after it
+ *     (rt_int8_move_pass), so that those run on int8 too;
  *   - a Q whose readers are DQs of its parameters feeding float ops becomes one FakeQuant pass;
  *   - connected elementwise chains with their FakeQuant passes, the DQs that feed them and the
  *     Qs that end them become one QP_INT8_DOMAIN "Pointwise" node (int8_pw.c, kernels/int8_pw.h);
@@ -38,6 +41,12 @@ struct rt_int8_report {
 enum qp_status rt_int8_rewrite(struct qp_graph *g, struct rt_int8_report *rep,
                                struct qp_error *err);
 void rt_int8_report_free(struct rt_int8_report *rep);
+
+/* Moves Q and DQ nodes across Concat and nearest Resize (int8_move.c) so that those run on
+ * int8: Q(Concat(a, ...)) -> Concat(Q(a), ...), Q(Resize(y)) -> Resize(Q(y)) for a Resize that
+ * does not shrink, Resize(DQ(x)) -> DQ(Resize(x)) when only elementwise ops read the Resize.
+ * Returns the moves made, or -1 on an edit's error (the graph is then unusable). */
+int rt_int8_move_pass(struct qp_graph *g, struct rt_int8_report *rep, struct qp_error *err);
 
 /* float16/bfloat16 values of `g` that are not graph inputs or outputs become float32: narrow
  * initializers and node-attribute constants are converted, Casts to a narrow type cast to

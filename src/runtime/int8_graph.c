@@ -181,6 +181,14 @@ int i8g_dq_act(const struct qp_graph *g, int v, int *x_out, struct i8g_qparam *q
     return 1;
 }
 
+int i8g_resize_copies(const struct qp_node *n) {
+    const struct qp_attr *m = qp_node_attr(n, "mode");
+    const struct qp_attr *c = qp_node_attr(n, "coordinate_transformation_mode");
+    const struct qp_attr *aa = qp_node_attr(n, "antialias");
+    return qp_node_is(n, "Resize") && (!m || (m->s.len == 7 && !memcmp(m->s.data, "nearest", 7))) &&
+           !(c && c->s.len == 18 && !memcmp(c->s.data, "tf_crop_and_resize", 18)) && !(aa && aa->i);
+}
+
 /* The Q node that is v's only reader with per-tensor parameters, or -1. */
 int i8g_sole_q(const struct qp_graph *g, int v, struct i8g_qparam *q) {
     const struct qp_value *val = &g->values[v];

@@ -37,6 +37,9 @@ int i8g_in_at(const struct qp_node *n, int i);
 /* Per-tensor parameters of a Q or DQ node (constant scale > 0 and zero point, saturating). */
 int i8g_per_tensor(const struct qp_graph *g, const struct qp_node *n, struct i8g_qparam *q);
 int i8g_same_q(const struct i8g_qparam *a, const struct i8g_qparam *b);
+/* n is a Resize that only copies elements: nearest, no tf_crop_and_resize (extrapolation), no
+ * antialias. */
+int i8g_resize_copies(const struct qp_node *n);
 /* v is DQ(x) of a computed int8 tensor x with per-tensor parameters. */
 int i8g_dq_act(const struct qp_graph *g, int v, int *x_out, struct i8g_qparam *q);
 /* The Q node that is v's only reader with per-tensor int8/uint8 parameters, or -1. */

@@ -1087,6 +1087,58 @@ static void check_widen(int keep) {
     qp_model_free(m);
 }
 
+/* Nearest Resize on the integer path: x -> Q/DQ(0.02) -> Resize x2 -> Add 0.25 -> Q/DQ(0.03) and
+ * x's DQ -> Resize x2; both Concat -> Q/DQ(0.05) -> y. The Resize read by the Add gets its DQ
+ * after it (the Add's Pointwise reads int8), the Concat's Q moves onto its inputs and then
+ * before the second Resize: both Resize nodes and the Concat run on int8, and y is within one
+ * step of the oracle. */
+static void test_resize_moves(void **state) {
+    (void)state;
+    struct qp_model *m = model_with_x(4, x_dims);
+    rt_qdq(m, "x", "xd", 0.02f, 0);
+    static const float sc[4] = {1, 1, 2, 2};
+    static const int64_t four = 4;
+    float quarter = 0.25f;
+    graph_add_init(m, m->graph, "sc", QP_DTYPE_FLOAT, 1, &four, sc, sizeof sc);
+    graph_add_init(m, m->graph, "qtr", QP_DTYPE_FLOAT, 0, NULL, &quarter, sizeof quarter);
+    const char *r_in[3] = {"xd", "", "sc"}, *a_in[2] = {"r1", "qtr"}, *c_in[2] = {"r2", "ad"};
+    rt_node(m, "rs1", "Resize", 3, r_in, "r1");
+    rt_node(m, "rs2", "Resize", 3, r_in, "r2");
+    rt_node(m, "add", "Add", 2, a_in, "a");
+    rt_qdq(m, "a", "ad", 0.03f, 0);
+    rt_node(m, "cat", "Concat", 2, c_in, "c");
+    int_attr(m, "cat", "axis", 1);
+    rt_qdq(m, "c", "y", 0.05f, 0);
+    finish(m, "y");
+    fill_x(1.5f);
+    static float y_fq[2 * C * 4 * HW * HW], y_q[2 * C * 4 * HW * HW];
+    size_t ny = sizeof y_q / sizeof y_q[0];
+    run(m, QP_INT8_OFF, xin, y_fq, ny, NULL);
+    struct qp_session *s;
+    run(m, QP_INT8_AUTO, xin, y_q, ny, &s);
+    assert_non_null(strstr(find(s, "y_Q")->into, "Concat 'cat' on int8"));
+    assert_non_null(strstr(find(s, "xd_DQ")->into, "Resize 'rs1' on int8 (the DQ moved after it)"));
+    assert_non_null(strstr(find(s, "ad_Q")->into, "Pointwise"));
+    int movers = 0;
+    for (int k = 0; k < (int)s->g->n_nodes; k++) {
+        const struct qp_node *n = &s->g->nodes[k];
+        if (n->dead || !(qp_node_is(n, "Resize") || qp_node_is(n, "Concat"))) continue;
+        const struct qp_node *p = &s->g->nodes[s->g->values[n->inputs[0]].producer];
+        assert_false(qp_node_is(p, "DequantizeLinear")); /* reads an int8 tensor */
+        movers++;
+    }
+    assert_int_equal(movers, 3);
+    qp_session_free(s);
+    size_t differ = 0;
+    for (size_t i = 0; i < ny; i++) {
+        if (fabsf(y_q[i] - y_fq[i]) > 0.05f * 1.01f)
+            fail_msg("element %zu: int8 %g, oracle %g", i, (double)y_q[i], (double)y_fq[i]);
+        differ += y_q[i] != y_fq[i];
+    }
+    assert_true(differ < ny / 50);
+    qp_model_free(m);
+}
+
 static void test_fp16_widen(void **state) {
     (void)state;
     check_widen(0);
@@ -1173,8 +1225,9 @@ static void test_path_selection(void **state) {
     if (max && strcmp(max, "AVX2") == 0) assert_false(vnni);
 }
 
-/* MaxPool between Q/DQ of one scale runs on int8; of two scales it stays float; Concat of two
- * scales too; a DQ into Softmax runs on its own. */
+/* MaxPool between Q/DQ of one scale runs on int8; of two scales it stays float; a Concat of two
+ * scales runs on int8 with its Q moved onto each input (int8_move.c); a DQ into Softmax runs on
+ * its own. */
 static void test_flow_decisions(void **state) {
     (void)state;
     struct qp_model *m = model_with_x(4, x_dims);
@@ -1204,13 +1257,13 @@ static void test_flow_decisions(void **state) {
     assert_int_equal(qp_session_create(m, &o, 0, NULL, &s, &err), QP_OK);
     assert_true(find(s, "p1d_Q")->fused);
     assert_non_null(strstr(find(s, "p1d_Q")->into, "MaxPool 'pool_same' on int8"));
-    assert_false(find(s, "p2d_Q")->fused);
-    assert_non_null(strstr(find(s, "p2d_Q")->reason, "another scale"));
-    assert_non_null(strstr(find(s, "cd_Q")->reason, "Concat inputs have different scales"));
+    /* MaxPool of another scale stays float; its Q/DQ then joins the Q that the Concat's Q
+     * became on that input (one Pointwise pass); the Concat runs on int8 */
+    assert_non_null(strstr(find(s, "p2d_Q")->into, "Pointwise"));
+    assert_non_null(strstr(find(s, "cd_Q")->into, "Concat 'cat' on int8"));
     assert_non_null(strstr(find(s, "cd_DQ")->reason, "DQ feeds Softmax 'soft': no int8 kernel"));
     assert_int_equal(s->int8->n_flow, 1);
-    /* Q(cat) -> DQ -> Softmax: one fake-quantize pass, the oracle's values (compared below) */
-    assert_int_equal(s->int8->n_fakequant, 2);
+    assert_int_equal(s->int8->n_fakequant, 1);
     /* the rewritten graph runs and agrees with the oracle within one step */
     fill_x(1.0f);
     float a[C * 9 * 9 * 2], b[C * 9 * 9 * 2];
@@ -1254,6 +1307,7 @@ int main(void) {
         cmocka_unit_test(test_tiny_weight_scale),
         cmocka_unit_test(test_fp16_float_out),
         cmocka_unit_test(test_fp16_widen),
+        cmocka_unit_test(test_resize_moves),
         cmocka_unit_test(test_large_conv_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

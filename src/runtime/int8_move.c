@@ -1,0 +1,191 @@
+/*
+ * Q and DQ nodes moved across data movement (runtime/int8.h, rt_int8_move_pass), so that the
+ * movement runs on int8 tensors even where the scales around it differ. All three moves are
+ * exact: QuantizeLinear and DequantizeLinear are elementwise with per-tensor parameters, and
+ * Concat and a nearest Resize only copy elements.
+ *
+ *   Q(Concat(a, b, ...))       -> Concat(Q(a), Q(b), ...)  when the inputs are not all DQs of
+ *                                 the Q's parameters (then the flow pass runs it on int8 as is)
+ *   Q(Resize(y))               -> Resize(Q(y))             nearest, not shrinking: the Q runs on
+ *                                 the smaller tensor, or joins y's producer
+ *   Resize(DQ(x)) -> readers   -> DQ(Resize(x)) -> readers nearest, every reader elementwise:
+ *                                 the DQ joins the readers' Pointwise pass
+ *
+ * The moved Q keeps the original's name (its decision in the report is the original's).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/int8_conv.h"
+#include "runtime/int8.h"
+#include "runtime/int8_graph.h"
+
+/* Adds op(in...) -> out (new value when out_name is NULL: a unique name from `base`) with the
+ * attributes of node `attrs_of` (-1: none); returns the new node or -1. */
+static int add_like(struct qp_graph *g, const char *name, const char *op, int n_in, const int *in,
+                    const char *out_name, const char *base, int attrs_of, struct qp_error *err) {
+    const char *names[MAX_IN];
+    for (int i = 0; i < n_in; i++)
+        names[i] = i8g_vname(g, in[i]);
+    if (!out_name && !(out_name = qp_graph_unique_value_name(g, base))) return -1;
+    const char *nm = qp_graph_unique_node_name(g, name);
+    int nn;
+    if (!nm || qp_graph_add_node(g, nm, op, "", n_in, names, 1, &out_name, &nn, err)) return -1;
+    if (attrs_of < 0) return nn;
+    const struct qp_node *src = &g->nodes[attrs_of];
+    for (int i = 0; i < src->n_attrs; i++) {
+        struct qp_attr a = g->nodes[attrs_of].attrs[i];
+        struct qp_attr *c = qp_node_add_attr(g, nn, a.name, a.type);
+        if (!c) return -1;
+        const char *an = c->name;
+        *c = a;
+        c->name = an;
+    }
+    return nn;
+}
+
+/* The scales of Resize n (input 2, constant) are all >= 1, or its sizes (input 3) are not
+ * below its input's known dims: it does not shrink. */
+static int grows(const struct qp_graph *g, const struct qp_node *n) {
+    const struct qp_tensor *sc = i8g_const_of(g, i8g_in_at(n, 2));
+    if (sc && sc->numel) {
+        for (uint64_t i = 0; i < sc->numel; i++) {
+            float f;
+            if (!i8g_tensor_f(sc, i, &f) || !(f >= 1.0f)) return 0;
+        }
+        return 1;
+    }
+    const struct qp_tensor *sz = i8g_const_of(g, i8g_in_at(n, 3));
+    const struct qp_value *x = &g->values[n->inputs[0]];
+    if (!sz || x->rank < 0 || sz->numel != (uint64_t)x->rank || qp_node_attr(n, "axes")) return 0;
+    for (int d = 0; d < x->rank; d++) {
+        int64_t v;
+        if (x->dims[d].value < 0 || !i8g_tensor_i(sz, (uint64_t)d, &v) || v < x->dims[d].value)
+            return 0;
+    }
+    return 1;
+}
+
+/* A new Q of `q`'s parameters on value v, named as q; returns its output or -1. (On a DQ's
+ * output it requantizes: a dequantize and a quantize pass over the smaller tensor.) */
+static int q_on(struct qp_graph *g, int q, int v, struct qp_error *err) {
+    const struct qp_node *qn = &g->nodes[q];
+    int in[3] = {v, i8g_in_at(qn, 1), i8g_in_at(qn, 2)};
+    int nn = add_like(g, qn->name, "QuantizeLinear", in[2] >= 0 ? 3 : 2, in, NULL,
+                      g->values[v].name, q, err);
+    if (nn < 0) return -1;
+    g->nodes[nn].name = g->nodes[q].name; /* the report keys decisions on the name */
+    return g->nodes[nn].outputs[0];
+}
+
+/* Q(Concat(...)) -> Concat(Q(...)); 1 when made, 0 when not applicable, -1 on error. */
+static int q_over_concat(struct qp_graph *g, int k, struct rt_int8_report *rep,
+                         struct qp_error *err) {
+    const struct qp_node *n = &g->nodes[k];
+    struct i8g_qparam qo, qi;
+    int q = i8g_sole_q(g, n->outputs[0], &qo), all_same = 1, x;
+    if (q < 0 || n->n_inputs > MAX_IN || n->n_inputs < 1) return 0;
+    for (int i = 0; i < n->n_inputs; i++)
+        all_same &= i8g_dq_act(g, n->inputs[i], &x, &qi) && i8g_same_q(&qi, &qo);
+    if (all_same) return 0;
+    char into[160];
+    snprintf(into, sizeof into, "Concat '%s' on int8 (the Q applied to each of its inputs)",
+             n->name);
+    if (!i8g_note(rep, &g->nodes[q], 1, into, NULL)) return -1;
+    int in[MAX_IN], n_in = n->n_inputs;
+    for (int i = 0; i < n_in; i++)
+        if ((in[i] = q_on(g, q, g->nodes[k].inputs[i], err)) < 0) return -1;
+    int dead[2] = {k, q}, out = g->nodes[q].outputs[0];
+    const char *name = g->nodes[k].name;
+    return i8g_replace(g, dead, 2, name, "Concat", "", n_in, in, out, k, err) < 0 ? -1 : 1;
+}
+
+/* Q(Resize(y)) -> Resize(Q(y)). */
+static int q_over_resize(struct qp_graph *g, int k, struct rt_int8_report *rep,
+                         struct qp_error *err) {
+    const struct qp_node *n = &g->nodes[k];
+    struct i8g_qparam qo, qi;
+    int q = i8g_sole_q(g, n->outputs[0], &qo), x;
+    if (q < 0 || n->n_inputs > MAX_IN || !grows(g, n)) return 0;
+    if (i8g_dq_act(g, n->inputs[0], &x, &qi) && i8g_same_q(&qi, &qo)) return 0; /* flow pass */
+    char into[160];
+    snprintf(into, sizeof into, "Resize '%s' on int8 (the Q moved before it)", n->name);
+    if (!i8g_note(rep, &g->nodes[q], 1, into, NULL)) return -1;
+    int in[MAX_IN], n_in = n->n_inputs;
+    for (int i = 0; i < n_in; i++)
+        in[i] = g->nodes[k].inputs[i];
+    if ((in[0] = q_on(g, q, in[0], err)) < 0) return -1;
+    int dead[2] = {k, q}, out = g->nodes[q].outputs[0];
+    const char *name = g->nodes[k].name;
+    return i8g_replace(g, dead, 2, name, "Resize", "", n_in, in, out, k, err) < 0 ? -1 : 1;
+}
+
+static int elementwise(const struct qp_node *n) {
+    static const char *const ops[] = {"Add", "Sub", "Mul", "Div", "Relu", "Clip", NULL};
+    for (int i = 0; ops[i]; i++)
+        if (qp_node_is(n, ops[i])) return 1;
+    return 0;
+}
+
+/* Resize(DQ(x)) read by elementwise ops only -> DQ(Resize(x)). */
+static int dq_under_resize(struct qp_graph *g, int k, struct rt_int8_report *rep,
+                           struct qp_error *err) {
+    const struct qp_node *n = &g->nodes[k];
+    struct i8g_qparam qi;
+    int x, v = n->outputs[0];
+    const struct qp_value *out = &g->values[v];
+    if (out->is_graph_output || !out->n_uses || n->n_inputs > MAX_IN ||
+        !i8g_dq_act(g, n->inputs[0], &x, &qi))
+        return 0;
+    for (size_t u = 0; u < out->n_uses; u++)
+        if (!elementwise(&g->nodes[out->uses[u].node])) return 0;
+    int dq = g->values[n->inputs[0]].producer;
+    char into[160];
+    snprintf(into, sizeof into, "Resize '%s' on int8 (the DQ moved after it)", n->name);
+    int in[MAX_IN], n_in = n->n_inputs;
+    for (int i = 0; i < n_in; i++)
+        in[i] = n->inputs[i];
+    in[0] = x;
+    const char *name = n->name;
+    if (qp_graph_remove_node(g, k, err)) return -1; /* its attributes stay for add_like */
+    int rn = add_like(g, name, "Resize", n_in, in, NULL, g->values[x].name, k, err);
+    if (rn < 0) return -1;
+    g->nodes[rn].name = name;
+    const struct qp_node *d = &g->nodes[dq];
+    int din[3] = {g->nodes[rn].outputs[0], i8g_in_at(d, 1), i8g_in_at(d, 2)};
+    int dn = add_like(g, d->name, "DequantizeLinear", din[2] >= 0 ? 3 : 2, din, g->values[v].name,
+                      NULL, dq, err);
+    if (dn < 0) return -1;
+    if (!g->values[g->nodes[dq].outputs[0]].n_uses) g->nodes[dn].name = g->nodes[dq].name;
+    return i8g_note(rep, &g->nodes[dq], 1, into, NULL) ? 1 : -1;
+}
+
+/* One sweep over the nodes there are; returns the moves made or -1. */
+static int move_sweep(struct qp_graph *g, struct rt_int8_report *rep, struct qp_error *err) {
+    int made = 0;
+    size_t n_nodes = g->n_nodes;
+    for (size_t k = 0; k < n_nodes; k++) {
+        const struct qp_node *n = &g->nodes[k];
+        if (n->dead || n->n_outputs != 1 || n->outputs[0] < 0) continue;
+        int r = 0;
+        if (qp_node_is(n, "Concat"))
+            r = q_over_concat(g, (int)k, rep, err);
+        else if (qp_node_is(n, "Resize") && i8g_resize_copies(n))
+            r = q_over_resize(g, (int)k, rep, err);
+        if (r == 0 && !g->nodes[k].dead && qp_node_is(&g->nodes[k], "Resize") &&
+            i8g_resize_copies(&g->nodes[k]))
+            r = dq_under_resize(g, (int)k, rep, err);
+        if (r < 0) return -1;
+        made += r;
+    }
+    return made;
+}
+
+/* Sweeps until nothing moves: a Q distributed over a Concat may then move before the Resize
+ * that feeds it. Every move takes a Q up or a DQ down past a Resize or Concat, so it ends. */
+int rt_int8_move_pass(struct qp_graph *g, struct rt_int8_report *rep, struct qp_error *err) {
+    int made = 0, r;
+    while ((r = move_sweep(g, rep, err)) > 0)
+        made += r;
+    return r < 0 ? -1 : made;
+}
