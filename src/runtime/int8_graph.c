@@ -261,19 +261,23 @@ int i8g_replace(struct qp_graph *g, const int *dead, int n_dead, const char *nam
     for (int i = 0; i < n_in; i++)
         names[i] = i8g_vname(g, in[i]);
     const char *oname = i8g_vname(g, out);
-    struct qp_node keep = attrs_of >= 0 ? g->nodes[attrs_of] : (struct qp_node){0};
     for (int i = 0; i < n_dead; i++)
         if (qp_graph_remove_node(g, dead[i], err)) return -1;
     int nn;
     if (qp_graph_add_node(g, name, op, domain, n_in, names, 1, &oname, &nn, err)) return -1;
-    for (int i = 0; i < keep.n_attrs; i++) {
-        struct qp_attr *a = qp_node_add_attr(g, nn, keep.attrs[i].name, keep.attrs[i].type);
-        if (!a) return -1;
-        const char *nm = a->name;
-        *a = keep.attrs[i];
-        a->name = nm;
+    return attrs_of < 0 || i8g_copy_attrs(g, nn, attrs_of) ? nn : -1;
+}
+
+int i8g_copy_attrs(struct qp_graph *g, int to, int from) {
+    for (int i = 0; i < g->nodes[from].n_attrs; i++) {
+        struct qp_attr a = g->nodes[from].attrs[i];
+        struct qp_attr *c = qp_node_add_attr(g, to, a.name, a.type);
+        if (!c) return 0;
+        const char *nm = c->name;
+        *c = a;
+        c->name = nm;
     }
-    return nn;
+    return 1;
 }
 
 /* A copy of n bytes owned by the graph's model. */

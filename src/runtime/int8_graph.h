@@ -56,6 +56,9 @@ const char *i8g_vname(const struct qp_graph *g, int v);
 int i8g_replace(struct qp_graph *g, const int *dead, int n_dead, const char *name, const char *op,
                 const char *domain, int n_in, const int *in, int out, int attrs_of,
                 struct qp_error *err);
+/* Appends copies of node `from`'s attributes (a dead node keeps them) to node `to`; 0 when out
+ * of memory. */
+int i8g_copy_attrs(struct qp_graph *g, int to, int from);
 /* A copy of n bytes owned by the graph's model (NULL: out of memory). */
 void *i8g_arena_dup(struct qp_graph *g, const void *v, size_t n);
 /* Adds an attribute to node `node`; 0: out of memory. */

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/int8_conv.h"
 #include "runtime/int8.h"
 #include "runtime/int8_graph.h"
 
@@ -31,17 +30,7 @@ static int add_like(struct qp_graph *g, const char *name, const char *op, int n_
     const char *nm = qp_graph_unique_node_name(g, name);
     int nn;
     if (!nm || qp_graph_add_node(g, nm, op, "", n_in, names, 1, &out_name, &nn, err)) return -1;
-    if (attrs_of < 0) return nn;
-    const struct qp_node *src = &g->nodes[attrs_of];
-    for (int i = 0; i < src->n_attrs; i++) {
-        struct qp_attr a = g->nodes[attrs_of].attrs[i];
-        struct qp_attr *c = qp_node_add_attr(g, nn, a.name, a.type);
-        if (!c) return -1;
-        const char *an = c->name;
-        *c = a;
-        c->name = an;
-    }
-    return nn;
+    return attrs_of < 0 || i8g_copy_attrs(g, nn, attrs_of) ? nn : -1;
 }
 
 /* The scales of Resize n (input 2, constant) are all >= 1, or its sizes (input 3) are not
@@ -170,10 +159,9 @@ static int move_sweep(struct qp_graph *g, struct rt_int8_report *rep, struct qp_
         int r = 0;
         if (qp_node_is(n, "Concat"))
             r = q_over_concat(g, (int)k, rep, err);
-        else if (qp_node_is(n, "Resize") && i8g_resize_copies(n))
+        else if (i8g_resize_copies(n))
             r = q_over_resize(g, (int)k, rep, err);
-        if (r == 0 && !g->nodes[k].dead && qp_node_is(&g->nodes[k], "Resize") &&
-            i8g_resize_copies(&g->nodes[k]))
+        if (r == 0 && !g->nodes[k].dead && i8g_resize_copies(&g->nodes[k]))
             r = dq_under_resize(g, (int)k, rep, err);
         if (r < 0) return -1;
         made += r;
