@@ -36,9 +36,9 @@ struct i8_key {
     int64_t n, c, m, group;
     int64_t in[3], k[3], out[3], stride[3], dil[3], pb[3], pe[3];
     struct qp_i8_posts posts;
-    int32_t pad;
-    uint64_t osc_hash; /* the output scales (baked into the primitive: oneDNN 2.6's int8
-                          convolutions take no run-time scales) */
+    int32_t transposed; /* a ConvTranspose: oneDNN's deconvolution */
+    uint64_t osc_hash;  /* the output scales (baked into the primitive: oneDNN 2.6's int8
+                           convolutions take no run-time scales) */
 };
 
 struct i8_entry {
@@ -64,12 +64,20 @@ struct i8_state {
     enum qp_int8_path path;
     struct qp_i8_io io;
     int src_nhwc, dst_nhwc, res_nhwc;
+    int transposed; /* attribute `transposed` 1: ConvTranspose's meaning and weights */
+    /* A ConvTranspose whose kernel equals its stride (no padding, dilation or group): a 1x1
+     * convolution to K * M channels (channel k * M + m: kernel position k of output channel m;
+     * K the kernel's size) whose output pixels are then scattered, each to its own K output
+     * pixels (patch_out). oneDNN's int8 deconvolution is several times slower on few output
+     * channels (PaddleOCR det's last layer, 24 -> 1). */
+    int patch;
+    int64_t pk;
     int direct; /* the primitive writes the output tensor itself (int8 or float32, NHWC) */
     int small;  /* fewer multiply-adds than I8_SMALL_MACS: one thread (as dnnl_conv.c does) */
     struct i8_key key;
     struct i8_entry *entry;
     size_t off_wei, off_osc, off_psc, off_bias, off_wraw, off_wsc; /* in the state blob */
-    size_t off_src, off_dst, off_scr;                              /* in scratch */
+    size_t off_src, off_dst, off_scr, off_pat;                     /* in scratch */
     /* The AVX2 path: how (enum avx2_kind), the packed weights (blob), the residual and im2col
      * buffers (scratch), the im2col rows' length. */
     int avx2;
@@ -119,6 +127,10 @@ enum qp_int8_path qp_int8_conv_path(const void *state) {
 /* Channels-last element offset of (b, c, pixel) for C channels and P pixels. */
 static inline int64_t nhwc_at(int64_t b, int64_t c, int64_t px, int64_t C, int64_t P) {
     return (b * P + px) * C + c;
+}
+
+int qp_int8_conv_patch(const void *state) {
+    return ((const struct i8_state *)state)->patch;
 }
 
 /* ---- oneDNN primitive ----------------------------------------------------------------------- */
@@ -199,13 +211,20 @@ static int make_pd(const struct i8_key *k, const struct i8_force *f, dnnl_primit
         return 0;
     if (f && f->wei) wei = *f->wei;
     dnnl_convolution_desc_t cd;
-    if (dnnl_dilated_convolution_forward_desc_init(
-            &cd, dnnl_forward_inference, dnnl_convolution_direct, &src, &wei,
-            k->has_bias ? &bias : NULL, &dst, st, dil, pl, pr) != dnnl_success)
+    dnnl_deconvolution_desc_t dd_;
+    const dnnl_memory_desc_t *b = k->has_bias ? &bias : NULL;
+    if (k->transposed
+            ? dnnl_dilated_deconvolution_forward_desc_init(&dd_, dnnl_forward_inference,
+                                                           dnnl_deconvolution_direct, &src, &wei, b,
+                                                           &dst, st, dil, pl, pr) != dnnl_success
+            : dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                         dnnl_convolution_direct, &src, &wei, b,
+                                                         &dst, st, dil, pl, pr) != dnnl_success)
         return 0;
     dnnl_primitive_attr_t attr = NULL;
     int ok = dnnl_primitive_attr_create(&attr) == dnnl_success && attr_setup(attr, k, f->osc);
-    ok = ok && qp_dnnl_pd_create(pd, &cd, attr, f->impl) == dnnl_success;
+    ok = ok && qp_dnnl_pd_create(pd, k->transposed ? (const void *)&dd_ : (const void *)&cd, attr,
+                                 f->impl) == dnnl_success;
     dnnl_primitive_attr_destroy(attr);
     return ok;
 }
@@ -267,17 +286,21 @@ static struct i8_entry *entry_for(const struct i8_state *s, int nthr, int lane) 
     return e && e->scr_bytes <= s->entry->scr_bytes ? e : s->entry;
 }
 
-/* Reorders the plain weights `w` (int8 or float, [M, C/g, k...]) into the entry's layout at
- * `to`. */
+/* Reorders the plain weights `w` (int8 or float; Conv's [M, C/g, k...], ConvTranspose's
+ * [C, M/g, k...]) into the entry's layout at `to`. */
 static int reorder_weights(const struct i8_key *k, const struct i8_entry *e, const void *w,
                            void *to) {
     dnnl_dims_t sd, dd, wd;
     int nd = key_dims(k, sd, dd, wd), wnd = nd + (k->group > 1);
-    static const dnnl_format_tag_t plain[2][4] = {{dnnl_oiw, dnnl_oihw, dnnl_oidhw},
-                                                  {dnnl_goiw, dnnl_goihw, dnnl_goidhw}};
+    /* dims ([g,] o, i, k...); ConvTranspose's physical order swaps o and i */
+    static const dnnl_format_tag_t plain[2][2][3] = {
+        {{dnnl_oiw, dnnl_oihw, dnnl_oidhw}, {dnnl_goiw, dnnl_goihw, dnnl_goidhw}},
+        {{dnnl_bac, dnnl_bacd, dnnl_bacde}, {dnnl_acbd, dnnl_acbde, dnnl_acbdef}}};
     dnnl_memory_desc_t uw;
     dnnl_data_type_t dt = k->path == QP_INT8_PATH_DNNL_F32 ? dnnl_f32 : dnnl_s8;
-    if (dnnl_memory_desc_init_by_tag(&uw, wnd, wd, dt, plain[k->group > 1][nd - 3])) return 0;
+    if (dnnl_memory_desc_init_by_tag(&uw, wnd, wd, dt,
+                                     plain[k->transposed != 0][k->group > 1][nd - 3]))
+        return 0;
     return qp_dnnl_reorder_once(&uw, w, &e->wei, to);
 }
 
@@ -291,6 +314,7 @@ static enum qp_status read_io(struct qp_kprep *p, struct i8_state *s) {
     if (st) return st;
     s->src_nhwc = (int)qp_kattr_int(p->node, "src_nhwc", 0);
     s->dst_nhwc = (int)qp_kattr_int(p->node, "dst_nhwc", 0);
+    s->transposed = qp_kattr_int(p->node, "transposed", 0) != 0;
     s->res_nhwc = r && qp_i8_is_q8(r->dtype) && qp_kattr_int(p->node, "res_nhwc", 0);
     return QP_OK;
 }
@@ -311,7 +335,7 @@ static enum qp_status geometry(struct qp_kprep *p, struct i8_state *s) {
     g.n_in = 3;
     g.out = outs;
     g.n_out = 1;
-    enum qp_status st = qp_conv_geometry(&g, 0, &s->geo);
+    enum qp_status st = qp_conv_geometry(&g, s->transposed, &s->geo);
     if (st) return st;
     if (xf.rank - 2 > 3)
         return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "spatial rank %d", xf.rank - 2);
@@ -327,6 +351,30 @@ static enum qp_status geometry(struct qp_kprep *p, struct i8_state *s) {
     return qp_kt_set(p->out[0], s->io.ydt, yf.rank, yf.dims, p->err);
 }
 
+/* 1 when the primitive's output elements are the output tensor's (int8, or float32 reals). */
+static int dst_final(const struct i8_state *s) {
+    return !s->io.dst_f32 || s->io.ydt == QP_DTYPE_FLOAT;
+}
+
+/* 1 when ConvTranspose state s can run as a 1x1 convolution and a scatter (i8_state.patch). */
+static int patch_takes(const struct i8_state *s) {
+    const struct qp_conv_state *g = &s->geo;
+    if (!s->transposed || g->group != 1 || s->io.has_res) return 0;
+    for (int i = 0; i < g->w.nsp; i++)
+        if (g->w.k[i] != g->w.stride[i] || g->w.dil[i] != 1 || g->w.pad_begin[i] ||
+            g->w.pad_end[i] || g->w.out[i] != g->w.in[i] * g->w.stride[i])
+            return 0;
+    return 1;
+}
+
+/* The primitive's output channels (patch: K * M), and the node's channel of one of them. */
+static int64_t key_m(const struct i8_state *s) {
+    return s->patch ? s->pk * s->geo.m : s->geo.m;
+}
+static int64_t chan_of(const struct i8_state *s, int64_t oc) {
+    return s->patch ? oc % s->geo.m : oc;
+}
+
 static void fill_key(struct i8_state *s) {
     const struct qp_conv_state *g = &s->geo;
     struct i8_key *k = &s->key;
@@ -339,6 +387,7 @@ static void fill_key(struct i8_state *s) {
     k->m = g->m;
     k->group = g->group;
     k->has_bias = 1;
+    k->transposed = s->transposed;
     k->src_dt = (int32_t)dnnl_dt(s->io.xdt);
     k->src_zp_on = s->path == QP_INT8_PATH_DNNL_INT8 && s->io.xzp != 0;
     for (int i = 0; i < g->w.nsp; i++) {
@@ -349,10 +398,35 @@ static void fill_key(struct i8_state *s) {
         k->dil[i] = g->w.dil[i];
         k->pb[i] = g->w.pad_begin[i];
         k->pe[i] = g->w.pad_end[i];
+        if (s->transposed) /* the right padding that makes oneDNN's size formula ONNX's output */
+            k->pe[i] = (g->w.in[i] - 1) * g->w.stride[i] + (g->w.k[i] - 1) * g->w.dil[i] + 1 -
+                       g->w.pad_begin[i] - g->w.out[i];
+    }
+    if (s->patch) { /* a 1x1 convolution over the source's pixels */
+        k->transposed = 0;
+        k->m = key_m(s);
+        for (int i = 0; i < g->w.nsp; i++) {
+            k->out[i] = k->in[i];
+            k->k[i] = k->stride[i] = k->dil[i] = 1;
+            k->pb[i] = k->pe[i] = 0;
+        }
     }
     qp_i8_key_posts(&s->io, s->path == QP_INT8_PATH_DNNL_INT8, &k->posts);
     k->dst_dt = s->io.dst_f32 ? dnnl_f32 : (int32_t)dnnl_dt(s->io.ydt);
     s->direct = s->dst_nhwc && (!s->io.dst_f32 || s->io.ydt == QP_DTYPE_FLOAT);
+}
+
+/* ConvTranspose weights [C, M, K] (elements of `size` bytes) as the patch convolution's
+ * [K * M, C] (malloc'd). */
+static void *patch_weights(const struct i8_state *s, const void *w, size_t size) {
+    int64_t C = s->geo.c, M = s->geo.m, K = s->pk;
+    char *t = qp_malloc_n((size_t)(C * M * K), size);
+    for (int64_t c = 0; t && c < C; c++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t k = 0; k < K; k++)
+                memcpy(t + ((k * M + m) * C + c) * size,
+                       (const char *)w + ((c * M + m) * K + k) * size, size);
+    return t;
 }
 
 /* A folded BatchNormalization (attributes ch_scale, ch_shift: m values each), or 1 and 0. */
@@ -398,12 +472,21 @@ static enum qp_status check_wq(struct qp_kprep *p, int64_t m) {
     return QP_OK;
 }
 
+/* The output channel of element i of the plain weights: Conv's [M, C/g, k...] or
+ * ConvTranspose's [C, M/g, k...]. */
+static int64_t weight_oc(const struct i8_state *s, int64_t i) {
+    const struct qp_conv_state *g = &s->geo;
+    if (!s->transposed) return i / ((g->c / g->group) * g->k_sz);
+    int64_t mg = g->m / g->group, row = i / g->k_sz, c = row / mg;
+    return c / (g->c / g->group) * mg + row % mg;
+}
+
 /* The state blob: the struct, then per-channel floats and the weights. */
 static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
     const struct qp_kt *w = p->in[3], *ws = qp_i8_in(p, 4);
-    int64_t m = s->geo.m;
-    enum qp_status st = check_wq(p, m);
+    enum qp_status st = check_wq(p, s->geo.m);
     if (st) return st;
+    int64_t m = key_m(s);
     size_t base = qp_dnnl_align(sizeof *s), fl = qp_dnnl_align((size_t)m * sizeof(float));
     s->off_osc = base;
     s->off_bias = base + fl;
@@ -419,9 +502,9 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
     float *osc = (float *)(blob + s->off_osc), *bias = (float *)(blob + s->off_bias);
     float *wsc = (float *)(blob + s->off_wsc), *psc = (float *)(blob + s->off_psc);
     for (int64_t oc = 0; oc < m; oc++) {
-        wsc[oc] = weight_scale(p, ws, oc);
+        wsc[oc] = weight_scale(p, ws, chan_of(s, oc));
         osc[oc] = s->io.xs * wsc[oc];
-        float bf = channel_bias(p, oc);
+        float bf = channel_bias(p, chan_of(s, oc));
         bias[oc] = s->path == QP_INT8_PATH_DNNL_INT8 ? qp_i8_acc_bias(bf, &osc[oc]) : bf;
         psc[oc] = osc[oc] * s->io.oscale_mul;
     }
@@ -429,17 +512,21 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
     if (s->entry) {
         const void *src = w->data;
         float *wf = NULL;
-        if (s->path == QP_INT8_PATH_DNNL_F32) { /* dequantized float weights */
+        void *pw = NULL;
+        int f32 = s->path == QP_INT8_PATH_DNNL_F32;
+        if (f32) { /* dequantized float weights */
             wf = qp_malloc_n(w->numel, sizeof *wf);
             if (!wf) st = qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
-            int64_t per = m ? (int64_t)w->numel / m : 0;
             for (uint64_t i = 0; wf && i < w->numel; i++)
-                wf[i] = (float)((const int8_t *)w->data)[i] * wsc[(int64_t)i / per];
+                wf[i] = (float)((const int8_t *)w->data)[i] * wsc[weight_oc(s, (int64_t)i)];
             src = wf;
         }
+        if (!st && s->patch && !(src = pw = patch_weights(s, src, f32 ? sizeof(float) : 1)))
+            st = qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
         if (!st && !reorder_weights(&s->key, s->entry, src, blob + s->off_wei))
             st = qp_error_set(p->err, QP_ERR_INTERNAL, "oneDNN weight reorder failed");
         free(wf);
+        free(pw);
     }
     if (st) {
         free(blob);
@@ -454,15 +541,15 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
  * the int8 primitive), or NULL for a bad w_scale. */
 static float *output_scales(const struct qp_kprep *p, const struct i8_state *s) {
     const struct qp_kt *ws = qp_i8_in(p, 4);
-    int64_t m = s->geo.m;
+    int64_t m = s->geo.m, km = key_m(s);
     if (!ws || !ws->is_const || (ws->numel != 1 && ws->numel != (uint64_t)m)) return NULL;
     const float *v;
     int64_t nb = qp_kattr_floats(p->node, "ch_scale", &v);
     if (nb >= 0 && (nb != m || qp_kattr_floats(p->node, "ch_shift", &v) != m)) return NULL;
-    float *osc = qp_malloc_n((size_t)m, sizeof *osc);
-    for (int64_t oc = 0; osc && oc < m; oc++) {
-        osc[oc] = s->io.xs * weight_scale(p, ws, oc);
-        qp_i8_acc_bias(channel_bias(p, oc), &osc[oc]);
+    float *osc = qp_malloc_n((size_t)km, sizeof *osc);
+    for (int64_t oc = 0; osc && oc < km; oc++) {
+        osc[oc] = s->io.xs * weight_scale(p, ws, chan_of(s, oc));
+        qp_i8_acc_bias(channel_bias(p, chan_of(s, oc)), &osc[oc]);
     }
     return osc;
 }
@@ -475,12 +562,13 @@ static size_t plan_scratch(struct i8_state *s) {
                : f32                       ? in_n * sizeof(float)
                : s->src_nhwc               ? 0
                                            : in_n;
-    size_t b = s->path == QP_INT8_PATH_REF ? 0
-               : s->direct                 ? 0
-                                           : out_n * (s->io.dst_f32 ? sizeof(float) : 1);
+    size_t el = s->io.dst_f32 ? sizeof(float) : 1;
+    size_t b = s->path == QP_INT8_PATH_REF ? 0 : s->direct && !s->patch ? 0 : out_n * el;
+    size_t c = s->patch && !dst_final(s) ? out_n * el : 0; /* the scatter's, channels last */
     s->off_src = 0;
     s->off_dst = qp_dnnl_align(a);
-    s->off_scr = s->off_dst + qp_dnnl_align(b);
+    s->off_pat = s->off_dst + qp_dnnl_align(b);
+    s->off_scr = s->off_pat + qp_dnnl_align(c);
     return s->off_scr + (s->entry ? qp_dnnl_align(s->entry->scr_bytes) : 0);
 }
 
@@ -572,7 +660,7 @@ static size_t plan_scratch_avx2(struct i8_state *s) {
 static enum qp_int8_path choose_path(struct i8_state *s) {
     if (!qp_dnnl_enabled() || qp_int8_ref_forced()) return QP_INT8_PATH_REF;
     if (qp_int8_cpu_has_vnni()) return QP_INT8_PATH_DNNL_INT8;
-    s->avx2 = avx2_kind(s);
+    s->avx2 = s->transposed ? AVX2_NONE : avx2_kind(s);
     return s->avx2 ? QP_INT8_PATH_AVX2 : QP_INT8_PATH_DNNL_F32;
 }
 
@@ -603,10 +691,12 @@ enum qp_status qp_k_qconv_fused_prepare(struct qp_kprep *p) {
               (double)I8_SMALL_MACS;
     s.path = choose_path(&s);
     if (s.path == QP_INT8_PATH_AVX2) return prepare_avx2(p, &s);
+    s.patch = s.path != QP_INT8_PATH_REF && patch_takes(&s);
+    s.pk = g->k_sz;
     float *osc = NULL, *psc = NULL;
     if (s.path != QP_INT8_PATH_REF) {
         osc = output_scales(p, &s);
-        psc = osc ? qp_malloc_n((size_t)s.geo.m, sizeof *psc) : NULL;
+        psc = osc ? qp_malloc_n((size_t)key_m(&s), sizeof *psc) : NULL;
         if (!psc) {
             free(osc);
             return qp_error_set(p->err, QP_ERR_BAD_INPUT, "w_scale must be 1 or %lld constants",
@@ -615,9 +705,9 @@ enum qp_status qp_k_qconv_fused_prepare(struct qp_kprep *p) {
     }
     while (s.path != QP_INT8_PATH_REF) {
         fill_key(&s);
-        for (int64_t oc = 0; oc < s.geo.m; oc++) /* the scales the primitive applies */
+        for (int64_t oc = 0; oc < key_m(&s); oc++) /* the scales the primitive applies */
             psc[oc] = osc[oc] * s.io.oscale_mul;
-        s.key.osc_hash = qp_i8_hash(psc, s.geo.m);
+        s.key.osc_hash = qp_i8_hash(psc, key_m(&s));
         struct i8_force f = {NULL, NULL, psc};
         s.entry = qp_dnnl_cache_get(&s.key, sizeof s.key, entry_build, &f);
         if (s.entry) break;
@@ -626,7 +716,10 @@ enum qp_status qp_k_qconv_fused_prepare(struct qp_kprep *p) {
     }
     free(osc);
     free(psc);
-    if (s.path == QP_INT8_PATH_REF) s.io.dst_f32 = 1;
+    if (s.path == QP_INT8_PATH_REF) {
+        s.io.dst_f32 = 1;
+        s.patch = 0;
+    }
     qp_log(QP_LOG_DEBUG, "QConv '%s': path %d (%s, %s), output %s%s",
            p->node->name ? p->node->name : "", (int)s.path, qp_int8_path_name(s.path),
            s.entry ? s.entry->impl : "plain C", s.direct ? "direct" : "converted",
@@ -636,6 +729,57 @@ enum qp_status qp_k_qconv_fused_prepare(struct qp_kprep *p) {
 }
 
 /* ---- run ------------------------------------------------------------------------------------ */
+
+/* ConvTranspose's sum at output o (spatial coordinates o3) of channel m, image b: output o
+ * receives x[i] * w[c][m][k] where o = i * stride - pad + k * dilation. */
+static int64_t ref_t_sum(const struct i8_state *s, const void *x, const int8_t *w, int64_t b,
+                         int64_t m, const int64_t o3[3]) {
+    const struct qp_conv_state *g = &s->geo;
+    int64_t cg = g->c / g->group, mg = g->m / g->group, gi = m / mg, mm = m % mg, acc = 0;
+    for (int64_t k = 0; k < g->k_sz; k++) {
+        int64_t kk[3] = {k / (g->k3[1] * g->k3[2]), k / g->k3[2] % g->k3[1], k % g->k3[2]};
+        int64_t i3[3], in = 1;
+        for (int d = 0; d < 3 && in; d++) {
+            int64_t t = o3[d] + g->p3[d] - kk[d] * g->d3[d];
+            in = t >= 0 && t % g->s3[d] == 0 && t / g->s3[d] < g->in3[d];
+            i3[d] = t / g->s3[d];
+        }
+        if (!in) continue;
+        int64_t px = (i3[0] * g->in3[1] + i3[1]) * g->in3[2] + i3[2];
+        for (int64_t ci = 0; ci < cg; ci++) {
+            int64_t c = gi * cg + ci;
+            int64_t xi =
+                s->src_nhwc ? nhwc_at(b, c, px, g->c, g->in_sz) : (b * g->c + c) * g->in_sz + px;
+            acc += ((int64_t)qp_i8_q8_at(x, s->io.xdt, xi) - s->io.xzp) *
+                   w[(c * mg + mm) * g->k_sz + k];
+        }
+    }
+    return acc;
+}
+
+/* Conv's sum at output o (spatial coordinates o3) of channel m, image b. */
+static int64_t ref_sum(const struct i8_state *s, const void *x, const int8_t *w, int64_t b,
+                       int64_t m, const int64_t o3[3]) {
+    const struct qp_conv_state *g = &s->geo;
+    int64_t cg = g->c / g->group, mg = g->m / g->group, gi = m / mg, IP = g->in_sz, acc = 0;
+    for (int64_t ci = 0; ci < cg; ci++) {
+        int64_t c = gi * cg + ci;
+        const int8_t *wk = w + (m * cg + ci) * g->k_sz;
+        for (int64_t k = 0; k < g->k_sz; k++) {
+            int64_t k0 = k / (g->k3[1] * g->k3[2]), k1 = k / g->k3[2] % g->k3[1];
+            int64_t k2 = k % g->k3[2];
+            int64_t i0 = o3[0] * g->s3[0] - g->p3[0] + k0 * g->d3[0];
+            int64_t i1 = o3[1] * g->s3[1] - g->p3[1] + k1 * g->d3[1];
+            int64_t i2 = o3[2] * g->s3[2] - g->p3[2] + k2 * g->d3[2];
+            if (i0 < 0 || i0 >= g->in3[0] || i1 < 0 || i1 >= g->in3[1] || i2 < 0 || i2 >= g->in3[2])
+                continue;
+            int64_t px = (i0 * g->in3[1] + i1) * g->in3[2] + i2;
+            int64_t xi = s->src_nhwc ? nhwc_at(b, c, px, g->c, IP) : (b * g->c + c) * IP + px;
+            acc += ((int64_t)qp_i8_q8_at(x, s->io.xdt, xi) - s->io.xzp) * wk[k];
+        }
+    }
+    return acc;
+}
 
 /* The reference: int64 sums, then the real-valued epilogue, element by element. */
 static enum qp_status run_ref(const struct qp_krun *r) {
@@ -647,32 +791,14 @@ static enum qp_status run_ref(const struct qp_krun *r) {
                 *bias = (const float *)(blob + s->off_bias);
     const void *x = r->in[0]->data;
     const struct qp_kt *res = s->io.has_res ? r->in[9] : NULL;
-    int64_t cg = g->c / g->group, mg = g->m / g->group, P = g->out_sz, IP = g->in_sz;
-    int64_t planes = g->n * g->m;
+    int64_t P = g->out_sz, planes = g->n * g->m;
 #pragma omp parallel for num_threads(r->n_threads) schedule(static)
     for (int64_t pm = 0; pm < planes; pm++) {
-        int64_t b = pm / g->m, m = pm % g->m, gi = m / mg;
+        int64_t b = pm / g->m, m = pm % g->m;
         for (int64_t o = 0; o < P; o++) {
-            int64_t o0 = o / (g->out3[1] * g->out3[2]), o1 = o / g->out3[2] % g->out3[1];
-            int64_t o2 = o % g->out3[2], acc = 0;
-            for (int64_t ci = 0; ci < cg; ci++) {
-                int64_t c = gi * cg + ci;
-                const int8_t *wk = w + (m * cg + ci) * g->k_sz;
-                for (int64_t k = 0; k < g->k_sz; k++) {
-                    int64_t k0 = k / (g->k3[1] * g->k3[2]), k1 = k / g->k3[2] % g->k3[1];
-                    int64_t k2 = k % g->k3[2];
-                    int64_t i0 = o0 * g->s3[0] - g->p3[0] + k0 * g->d3[0];
-                    int64_t i1 = o1 * g->s3[1] - g->p3[1] + k1 * g->d3[1];
-                    int64_t i2 = o2 * g->s3[2] - g->p3[2] + k2 * g->d3[2];
-                    if (i0 < 0 || i0 >= g->in3[0] || i1 < 0 || i1 >= g->in3[1] || i2 < 0 ||
-                        i2 >= g->in3[2])
-                        continue;
-                    int64_t px = (i0 * g->in3[1] + i1) * g->in3[2] + i2;
-                    int64_t xi =
-                        s->src_nhwc ? nhwc_at(b, c, px, g->c, IP) : (b * g->c + c) * IP + px;
-                    acc += ((int64_t)qp_i8_q8_at(x, s->io.xdt, xi) - s->io.xzp) * wk[k];
-                }
-            }
+            int64_t o3[3] = {o / (g->out3[1] * g->out3[2]), o / g->out3[2] % g->out3[1],
+                             o % g->out3[2]};
+            int64_t acc = s->transposed ? ref_t_sum(s, x, w, b, m, o3) : ref_sum(s, x, w, b, m, o3);
             float v = (float)acc * osc[m] + bias[m];
             int64_t yi = (b * g->m + m) * P + o, yo = s->dst_nhwc ? nhwc_at(b, m, o, g->m, P) : yi;
             float rv = 0.0f;
@@ -780,6 +906,44 @@ static void dst_out(const struct i8_state *s, const void *dbuf, void *y, int nth
     }
 }
 
+/* The patch convolution's output (channels last, K * M channels per source pixel) scattered
+ * to the ConvTranspose's output (channels last when nhwc, else NCHW), elements of type T:
+ * source pixel i, kernel position k, channel m goes to output pixel i * stride + k, channel m. */
+#define PATCH_OUT(T)                                                                               \
+    do {                                                                                           \
+        const T *x = src;                                                                          \
+        T *y = dst;                                                                                \
+        _Pragma("omp parallel for num_threads(nt) schedule(static)") for (int64_t rw = 0;          \
+                                                                          rw < rows; rw++) {       \
+            int64_t b = rw / (g->in3[0] * g->in3[1]), i0 = rw / g->in3[1] % g->in3[0];             \
+            int64_t i1 = rw % g->in3[1];                                                           \
+            const T *from = x + rw * g->in3[2] * K * M;                                            \
+            for (int64_t i2 = 0; i2 < g->in3[2]; i2++)                                             \
+                for (int64_t k0 = 0; k0 < g->k3[0]; k0++)                                          \
+                    for (int64_t k1 = 0; k1 < g->k3[1]; k1++) {                                    \
+                        int64_t o = ((i0 * g->k3[0] + k0) * g->out3[1] + i1 * g->k3[1] + k1) *     \
+                                        g->out3[2] +                                               \
+                                    i2 * g->k3[2];                                                 \
+                        for (int64_t k2 = 0; k2 < g->k3[2]; k2++, o++, from += M)                  \
+                            if (nhwc)                                                              \
+                                memcpy(y + (b * g->out_sz + o) * M, from, (size_t)M * sizeof(T));  \
+                            else                                                                   \
+                                for (int64_t m = 0; m < M; m++)                                    \
+                                    y[(b * M + m) * g->out_sz + o] = from[m];                      \
+                    }                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static void patch_out(const struct i8_state *s, const void *src, void *dst, int nhwc, int nthr) {
+    const struct qp_conv_state *g = &s->geo;
+    int64_t M = g->m, K = s->pk, rows = g->n * g->in3[0] * g->in3[1];
+    int nt = g->n * g->in_sz * K * M < 65536 ? 1 : nthr;
+    if (s->io.dst_f32)
+        PATCH_OUT(float);
+    else
+        PATCH_OUT(uint8_t);
+}
+
 /* What holds for every byte of the source (and of the padding, the zero point's): the GEMM's
  * kernel choice (kernels/int8_gemm.h). */
 static unsigned source_range(const struct i8_state *s, const void *x, enum qp_isa isa, int nthr) {
@@ -858,7 +1022,7 @@ enum qp_status qp_k_qconv_fused_run(const struct qp_krun *r) {
     const struct qp_conv_state *g = &s->geo;
     char *scr = r->scratch, *blob = (char *)r->state;
     const struct qp_kt *x = r->in[0];
-    void *src = x->data, *dbuf = s->direct ? r->out[0]->data : scr + s->off_dst;
+    void *src = x->data, *dbuf = s->direct && !s->patch ? r->out[0]->data : scr + s->off_dst;
     if (s->path == QP_INT8_PATH_DNNL_F32) {
         src = scr + s->off_src;
         src_to_f32(s, x, src, nthr);
@@ -892,6 +1056,14 @@ enum qp_status qp_k_qconv_fused_run(const struct qp_krun *r) {
     if (rc != dnnl_success)
         return qp_error_set(r->err, QP_ERR_INTERNAL, "oneDNN int8 convolution failed (status %d)",
                             (int)rc);
+    if (s->patch && dst_final(s)) {
+        patch_out(s, dbuf, r->out[0]->data, s->dst_nhwc, nthr);
+        return QP_OK;
+    }
+    if (s->patch) {
+        patch_out(s, dbuf, scr + s->off_pat, 1, nthr);
+        dbuf = scr + s->off_pat;
+    }
     if (!s->direct) dst_out(s, dbuf, r->out[0]->data, nthr);
     return QP_OK;
 }

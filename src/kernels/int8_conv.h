@@ -9,12 +9,18 @@
  *   3 w (int8, plan-time constant, [M, C/group, k...])   4 w_scale (1 or M values)   5 w_zero_point
  *   6 bias (float, constant)   7 y_scale   8 y_zero_point (absent: a float output)
  *   9 residual (int8/uint8 with 10 r_scale and 11 r_zero_point, or float, of the output's shape)
- * Attributes: Conv's own, `post` (ints: enum qp_conv_post_kind, QP_CONV_POST_SUM marks where
+ * Attributes: Conv's own (ConvTranspose's with `transposed` 1: then w is [C, M/group, k...] and
+ * w_scale has 1 or M values), `post` (ints: enum qp_conv_post_kind, QP_CONV_POST_SUM marks where
  * the residual is added), `post_alpha` / `post_beta` (floats), `out_dtype` (the float output's
  * dtype when no Q follows), `src_nhwc` / `dst_nhwc` / `res_nhwc` (1: that tensor -- the int8
  * source, the output, int8 or float, the int8 residual -- is stored channels last, NHWC, as the
  * integer kernels exchange it; only QConv, Pointwise (int8_pw.h, attribute nhwc) and a MaxPool
  * between QConv nodes read such tensors).
+ *
+ * A ConvTranspose (`transposed`) runs oneDNN's int8 deconvolution, or where its kernel equals
+ * its stride without padding, dilation, groups or residual (upsampling heads: PaddleOCR det's)
+ * a 1x1 int8 convolution to K x M channels whose pixels are scattered to the output; the AVX2
+ * path does not take it (the runtime keeps ConvTranspose in float on CPUs without VNNI).
  *
  * Paths, chosen when the node is prepared (qp_int8_conv_path):
  *   - QP_INT8_PATH_DNNL_INT8: oneDNN's int8 convolution (s8/u8 source, s8 weights, int32
@@ -55,6 +61,8 @@ const char *qp_int8_path_name(enum qp_int8_path path);
  * b a constant [K, N] (per column) or a computed int8 tensor (per tensor); it takes the same
  * paths (AVX2 for a constant b only). */
 enum qp_int8_path qp_int8_conv_path(const void *state);
+/* 1 when a QConv state runs a ConvTranspose as a 1x1 convolution and a scatter (tests). */
+int qp_int8_conv_patch(const void *state);
 enum qp_int8_path qp_int8_matmul_path(const void *state);
 
 /* 1 when the ISA oneDNN runs with (kernels/isa.h: ONEDNN_MAX_CPU_ISA honoured) has VNNI, so

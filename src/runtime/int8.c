@@ -12,6 +12,7 @@
 
 #include "core/size.h"
 #include "kernels/dnnl_conv.h"
+#include "kernels/dnnl_util.h"
 #include "kernels/int8_conv.h"
 #include "runtime/int8.h"
 #include "runtime/int8_graph.h"
@@ -52,12 +53,54 @@ static const char *flow_blocker(const struct qp_graph *g, const struct qp_node *
     return NULL;
 }
 
+/* DQ -> Split -> on every output a Q of the DQ's parameters: Split on the int8 tensor (node k);
+ * 1 when rewritten. A Split with an output read otherwise stays float; one whose Qs have other
+ * parameters says so on them. */
+static int split_flow(struct qp_graph *g, int k, struct rt_int8_report *rep, int *ok,
+                      struct qp_error *err) {
+    const struct qp_node *n = &g->nodes[k];
+    int x0, nq = n->n_outputs, dead[MAX_IN + 1], outs[MAX_IN], in[MAX_IN];
+    struct i8g_qparam q0, qo;
+    if (nq > MAX_IN || n->n_inputs > MAX_IN || !i8g_dq_act(g, i8g_in_at(n, 0), &x0, &q0)) return 0;
+    const char *why = NULL;
+    dead[0] = k;
+    for (int i = 0; i < nq; i++) {
+        dead[1 + i] = n->outputs[i] >= 0 ? i8g_sole_q(g, n->outputs[i], &qo) : -1;
+        if (dead[1 + i] < 0) return 0; /* an output read otherwise: float, nothing to say */
+        if (!i8g_same_q(&q0, &qo)) why = "the Q after an output has another scale";
+        outs[i] = g->nodes[dead[1 + i]].outputs[0];
+    }
+    char msg[160];
+    if (why)
+        snprintf(msg, sizeof msg, "Split '%s' runs in float: %s", n->name, why);
+    else
+        snprintf(msg, sizeof msg, "Split '%s' on int8", n->name);
+    *ok = i8g_note(rep, i8g_producer(g, n->inputs[0]), !why, why ? "" : msg, why ? msg : NULL);
+    for (int i = 0; i < nq && *ok; i++)
+        *ok = i8g_note(rep, &g->nodes[dead[1 + i]], !why, why ? "" : msg, why ? msg : NULL);
+    if (why || !*ok) return 0;
+    in[0] = x0;
+    for (int i = 1; i < n->n_inputs; i++)
+        in[i] = n->inputs[i];
+    const char *name = n->name, *op = n->op_type, *dom = n->domain;
+    if (i8g_replace_n(g, dead, nq + 1, name, op, dom, n->n_inputs, in, nq, outs, k, err) < 0) {
+        *ok = 0;
+        return 0;
+    }
+    rep->n_flow++;
+    return 1;
+}
+
 /* DQ -> op -> Q (same parameters) becomes op on the int8 tensor; returns the rewrites made. */
 static int flow_pass(struct qp_graph *g, struct rt_int8_report *rep, int *ok,
                      struct qp_error *err) {
     int made = 0;
     for (size_t k = 0; k < g->n_nodes && *ok; k++) {
         struct qp_node *n = &g->nodes[k];
+        if (!n->dead && qp_node_is(n, "Split")) {
+            made += split_flow(g, (int)k, rep, ok, err);
+            continue;
+        }
         if (n->dead || !is_flow_op(n) || n->n_outputs < 1 || n->outputs[0] < 0) continue;
         int x0;
         struct i8g_qparam q0, qo;
@@ -123,7 +166,7 @@ static const char *weight_blocker(const struct qp_graph *g, int v, int axis, int
     int64_t ax_v = ax ? ax->i : 1; /* DequantizeLinear's default axis */
     if (ax_v < 0) ax_v += 2;       /* rank-2 MatMul weights */
     if (sc->numel > 1 && ax_v != axis)
-        return axis ? "its weights are not quantized per output column"
+        return axis ? "its weights are not quantized per output column / channel (axis 1)"
                     : "its weights are not quantized per output channel (axis 0)";
     for (uint64_t i = 0; zp && i < zp->numel; i++) {
         int64_t z;
@@ -136,6 +179,7 @@ static const char *weight_blocker(const struct qp_graph *g, int v, int axis, int
 }
 
 #define CHAIN_MAX 20
+#define AFF_MAX   5
 
 struct chain {
     int n, mem[CHAIN_MAX];
@@ -147,10 +191,11 @@ struct chain {
     int q;
     struct i8g_qparam yq;
     int out;
-    int bn; /* a BatchNormalization right after the Conv (its node index), or -1 */
-    /* Then Mul/Add by constants per channel or scalar (PaddleOCR's LearnableAffineBlock):
-     * folded into the channel affine map with the BatchNormalization. */
-    int n_aff, aff[4], aff_c[4]; /* the node, and its constant's value */
+    int bn; /* a BatchNormalization folded (its node index), or -1 */
+    /* The per-channel affine maps right after the Conv, in order: at most one
+     * BatchNormalization (aff_c -1) and Mul/Add by constants per channel or scalar (a
+     * ConvTranspose's bias Add, PaddleOCR's LearnableAffineBlock), composed into one. */
+    int n_aff, aff[AFF_MAX], aff_c[AFF_MAX]; /* the node, and its constant's value */
 };
 
 static int post(struct chain *c, int kind, float al, float be) {
@@ -250,14 +295,14 @@ static void grow(const struct qp_graph *g, int conv, struct chain *c) {
     memset(c, 0, sizeof *c);
     c->mem[c->n++] = conv;
     c->res = c->q = c->bn = -1;
-    int v = g->nodes[conv].outputs[0];
-    if (qp_node_is(&g->nodes[conv], "Conv") && (c->bn = bn_after(g, v)) >= 0) {
-        c->mem[c->n++] = c->bn;
-        v = g->nodes[c->bn].outputs[0];
-    }
-    int a, cv;
-    while (qp_node_is(&g->nodes[conv], "Conv") && c->n_aff < 4 &&
-           (a = affine_after(g, v, &cv)) >= 0) {
+    int v = g->nodes[conv].outputs[0], a, cv = -1;
+    while (c->n_aff < AFF_MAX) {
+        if (c->bn < 0 && (a = bn_after(g, v)) >= 0) {
+            c->bn = a;
+            cv = -1;
+        } else if ((a = affine_after(g, v, &cv)) < 0) {
+            break;
+        }
         c->aff[c->n_aff] = a;
         c->aff_c[c->n_aff++] = cv;
         c->mem[c->n++] = a;
@@ -266,12 +311,15 @@ static void grow(const struct qp_graph *g, int conv, struct chain *c) {
     grow_from(g, c, v);
 }
 
-/* The output channels of a fused Conv: its int8 weights' (or their float source's) first dim. */
-static int64_t out_channels(const struct qp_graph *g, int w) {
+/* The output channels of a fused Conv: its int8 weights' (or their float source's) first dim;
+ * a ConvTranspose's ([C, M/group, k...]): the second times group. */
+static int64_t out_channels(const struct qp_graph *g, int w, const struct qp_node *head) {
     const struct qp_tensor *t = i8g_const_of(g, w);
     const struct qp_node *q = i8g_producer(g, w);
     if (!t && q && qp_node_is(q, "QuantizeLinear")) t = i8g_const_of(g, i8g_in_at(q, 0));
-    return t && t->rank >= 1 ? t->dims[0] : -1;
+    if (!qp_node_is(head, "ConvTranspose")) return t && t->rank >= 1 ? t->dims[0] : -1;
+    const struct qp_attr *ga = qp_node_attr(head, "group");
+    return t && t->rank >= 2 ? t->dims[1] * (ga ? ga->i : 1) : -1;
 }
 
 static int bn_affine(struct qp_graph *g, int bn, float **sc_out, float **sh_out, int *m_out);
@@ -284,12 +332,19 @@ static int chain_affine(struct qp_graph *g, const struct chain *c, int64_t m, fl
     float *bs = NULL, *bh = NULL, *fs = qp_malloc_n((size_t)m, sizeof *fs),
           *fh = qp_malloc_n((size_t)m, sizeof *fh);
     int bm = 0, ok = sc && sh && fs && fh;
-    if (ok && c->bn >= 0) ok = bn_affine(g, c->bn, &bs, &bh, &bm) && bm == m;
     for (int64_t i = 0; ok && i < m; i++) {
-        sc[i] = bs ? bs[i] : 1.0;
-        sh[i] = bh ? bh[i] : 0.0;
+        sc[i] = 1.0;
+        sh[i] = 0.0;
     }
     for (int k = 0; ok && k < c->n_aff; k++) {
+        if (c->aff_c[k] < 0) { /* the BatchNormalization */
+            ok = bn_affine(g, c->aff[k], &bs, &bh, &bm) && bm == m;
+            for (int64_t i = 0; ok && i < m; i++) {
+                sc[i] *= bs[i];
+                sh[i] = sh[i] * bs[i] + bh[i];
+            }
+            continue;
+        }
         const struct qp_tensor *t = i8g_const_of(g, c->aff_c[k]);
         int mul = qp_node_is(&g->nodes[c->aff[k]], "Mul");
         ok = t->numel == 1 || (int64_t)t->numel == m;
@@ -497,7 +552,8 @@ static int emit(struct qp_graph *g, struct fused *f, struct rt_int8_report *rep,
         in[11] = c->rq.zp_v;
     }
     int conv = strcmp(f->op, "QConv") == 0, affine = c->bn >= 0 || c->n_aff > 0;
-    int64_t m = out_channels(g, f->w);
+    int64_t m = out_channels(g, f->w, n);
+    int transposed = qp_node_is(n, "ConvTranspose");
     float *bn_sc = NULL, *bn_sh = NULL; /* read before the folded nodes go */
     if (*ok && affine) *ok = m > 0 && chain_affine(g, c, m, &bn_sc, &bn_sh);
     const char *name = n->name;
@@ -514,6 +570,7 @@ static int emit(struct qp_graph *g, struct fused *f, struct rt_int8_report *rep,
           i8g_add_floats(g, nn, "post_beta", c->n_post, c->be) &&
           i8g_add_int(g, nn, "out_dtype", od) &&
           (conv || i8g_add_int(g, nn, "trans_b", f->trans_b)) &&
+          (!transposed || i8g_add_int(g, nn, "transposed", 1)) &&
           (!affine || (set_floats(g, nn, "ch_scale", (int)m, bn_sc) &&
                        set_floats(g, nn, "ch_shift", (int)m, bn_sh)));
     if (conv)
@@ -523,17 +580,33 @@ static int emit(struct qp_graph *g, struct fused *f, struct rt_int8_report *rep,
     return 1;
 }
 
+/* Why a ConvTranspose cannot run on int8 here (NULL: it can). Its int8 kernel is oneDNN's int8
+ * deconvolution, exact only with VNNI (int8_conv.h); elsewhere oneDNN's float deconvolution
+ * would add the bias and activations in reference loops, slower than the float path. Per-channel
+ * weight scales are read on axis 1, the output channels of one group. */
+static const char *transpose_blocker(const struct qp_graph *g, const struct qp_node *n, int ws) {
+    const struct qp_attr *ga = qp_node_attr(n, "group");
+    const struct qp_tensor *sc = i8g_const_of(g, ws);
+    if (ga && ga->i > 1 && sc && sc->numel > 1) return "per-channel weight scales with group > 1";
+    if (qp_dnnl_enabled() && !qp_int8_ref_forced() && !qp_int8_cpu_has_vnni())
+        return "no exact int8 ConvTranspose kernel on this CPU (it needs VNNI)";
+    return NULL;
+}
+
 static int fuse_conv(struct qp_graph *g, int k, struct rt_int8_report *rep, struct qp_error *err,
                      int *ok) {
     struct qp_node *n = &g->nodes[k];
     struct fused f = {.head = k, .op = "QConv", .bias = i8g_in_at(n, 2)};
+    int transposed = qp_node_is(n, "ConvTranspose");
     char msg[160];
     if (!i8g_dq_act(g, i8g_in_at(n, 0), &f.xq, &f.xp)) return 0;
     const char *why = n->n_inputs > 2 && i8g_in_at(n, 2) >= 0 && !i8g_const_of(g, i8g_in_at(n, 2))
                           ? "its bias is not a constant"
-                          : weight_blocker(g, i8g_in_at(n, 1), 0, &f.w, &f.ws, &f.wz);
+                          : weight_blocker(g, i8g_in_at(n, 1), transposed, &f.w, &f.ws, &f.wz);
+    if (!why && transposed) why = transpose_blocker(g, n, f.ws);
     if (why) {
-        snprintf(msg, sizeof msg, "DQ feeds Conv '%s', which runs in float: %s", n->name, why);
+        snprintf(msg, sizeof msg, "DQ feeds %s '%s', which runs in float: %s", n->op_type, n->name,
+                 why);
         *ok = i8g_note(rep, i8g_producer(g, i8g_in_at(n, 0)), 0, "", msg);
         return 0;
     }
@@ -621,7 +694,7 @@ static void conv_pass(struct qp_graph *g, struct rt_int8_report *rep, int *ok,
     for (size_t k = 0; k < n0 && *ok; k++)
         if (g->nodes[k].dead || g->nodes[k].n_outputs != 1)
             continue;
-        else if (qp_node_is(&g->nodes[k], "Conv"))
+        else if (qp_node_is(&g->nodes[k], "Conv") || qp_node_is(&g->nodes[k], "ConvTranspose"))
             fuse_conv(g, (int)k, rep, err, ok);
         else if (qp_node_is(&g->nodes[k], "MatMul") || qp_node_is(&g->nodes[k], "Gemm"))
             fuse_matmul(g, (int)k, rep, err, ok);

@@ -257,14 +257,25 @@ const char *i8g_vname(const struct qp_graph *g, int v) {
 int i8g_replace(struct qp_graph *g, const int *dead, int n_dead, const char *name, const char *op,
                 const char *domain, int n_in, const int *in, int out, int attrs_of,
                 struct qp_error *err) {
-    const char *names[MAX_IN];
+    return i8g_replace_n(g, dead, n_dead, name, op, domain, n_in, in, 1, &out, attrs_of, err);
+}
+
+int i8g_replace_n(struct qp_graph *g, const int *dead, int n_dead, const char *name, const char *op,
+                  const char *domain, int n_in, const int *in, int n_out, const int *out,
+                  int attrs_of, struct qp_error *err) {
+    const char *names[MAX_IN], *onames[MAX_IN];
+    if (n_in > MAX_IN || n_out > MAX_IN) {
+        qp_error_set(err, QP_ERR_INTERNAL, "int8 rewrite: %d inputs, %d outputs", n_in, n_out);
+        return -1;
+    }
     for (int i = 0; i < n_in; i++)
         names[i] = i8g_vname(g, in[i]);
-    const char *oname = i8g_vname(g, out);
+    for (int i = 0; i < n_out; i++)
+        onames[i] = i8g_vname(g, out[i]);
     for (int i = 0; i < n_dead; i++)
         if (qp_graph_remove_node(g, dead[i], err)) return -1;
     int nn;
-    if (qp_graph_add_node(g, name, op, domain, n_in, names, 1, &oname, &nn, err)) return -1;
+    if (qp_graph_add_node(g, name, op, domain, n_in, names, n_out, onames, &nn, err)) return -1;
     return attrs_of < 0 || i8g_copy_attrs(g, nn, attrs_of) ? nn : -1;
 }
 

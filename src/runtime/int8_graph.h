@@ -56,6 +56,10 @@ const char *i8g_vname(const struct qp_graph *g, int v);
 int i8g_replace(struct qp_graph *g, const int *dead, int n_dead, const char *name, const char *op,
                 const char *domain, int n_in, const int *in, int out, int attrs_of,
                 struct qp_error *err);
+/* The same with n_out outputs out[0..n_out) (a Split). */
+int i8g_replace_n(struct qp_graph *g, const int *dead, int n_dead, const char *name, const char *op,
+                  const char *domain, int n_in, const int *in, int n_out, const int *out,
+                  int attrs_of, struct qp_error *err);
 /* Appends copies of node `from`'s attributes (a dead node keeps them) to node `to`; 0 when out
  * of memory. */
 int i8g_copy_attrs(struct qp_graph *g, int to, int from);

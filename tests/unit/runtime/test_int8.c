@@ -18,6 +18,7 @@
 
 #include "core/half.h"
 #include "ir/ir.h"
+#include "kernels/dnnl_util.h"
 #include "kernels/int8_conv.h"
 #include "kernels/isa.h"
 #include "kernels/kernel.h"
@@ -1181,6 +1182,141 @@ static void test_large_conv_threads(void **state) {
     qp_model_free(m);
 }
 
+/* ConvTranspose weights [cin, cout / group, k, k] as DQ(Q(W)) into `out`: per output channel
+ * (axis 1) for one group, per tensor for more; integers over the whole int8 range times a
+ * power-of-two scale; `name`_b a power-of-two bias of cout values. */
+static void convt_weights(struct qp_model *m, const char *name, const char *out, int64_t cin,
+                          int64_t cout, int64_t group, int64_t k) {
+    int64_t mg = cout / group, ns = group == 1 ? cout : 1, nw = cin * mg * k * k;
+    int64_t wd[4] = {cin, mg, k, k}, sd[1] = {ns}, bd[1] = {cout};
+    float *w = model_alloc(m, sizeof(float) * (size_t)nw),
+          *b = model_alloc(m, sizeof(float) * cout);
+    float *sc = model_alloc(m, sizeof(float) * (size_t)ns);
+    int8_t *z = model_alloc(m, (size_t)ns);
+    for (int64_t i = 0; i < ns; i++)
+        sc[i] = ldexpf(1.0f, -6 - (int)(i % 3));
+    for (int64_t oc = 0; oc < cout; oc++)
+        b[oc] = ldexpf((float)(oc - 3), -4);
+    for (int64_t i = 0; i < nw; i++) {
+        int64_t oc = i / (k * k) % mg;
+        int q = (int)((i * 29 + oc * 53 + i / 7) % 255) - 127;
+        w[i] = (float)q * sc[ns == 1 ? 0 : oc];
+    }
+    char ws[96], wz[96], wq[96], wqo[96], wdq[96], bn[96];
+    snprintf(ws, sizeof ws, "%s_ws", name);
+    snprintf(wz, sizeof wz, "%s_wz", name);
+    snprintf(wq, sizeof wq, "%s_wQ", name);
+    snprintf(wqo, sizeof wqo, "%s_wq", name);
+    snprintf(wdq, sizeof wdq, "%s_wDQ", name);
+    snprintf(bn, sizeof bn, "%s_b", name);
+    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 4, wd, w, sizeof(float) * (size_t)nw);
+    graph_add_init(m, m->graph, ws, QP_DTYPE_FLOAT, ns > 1, sd, sc, sizeof(float) * (size_t)ns);
+    graph_add_init(m, m->graph, wz, QP_DTYPE_INT8, ns > 1, sd, z, (size_t)ns);
+    graph_add_init(m, m->graph, bn, QP_DTYPE_FLOAT, 1, bd, b, sizeof(float) * (size_t)cout);
+    const char *qi[3] = {name, ws, wz}, *di[3] = {wqo, ws, wz};
+    rt_node(m, wq, "QuantizeLinear", 3, qi, wqo);
+    rt_node(m, wdq, "DequantizeLinear", 3, di, out);
+    if (ns > 1) {
+        int_attr(m, wq, "axis", 1);
+        int_attr(m, wdq, "axis", 1);
+    }
+}
+
+/* x -> QDQ -> ConvTranspose 2x2 stride 2 (C -> M) -> Add, Mul by constants per channel -> Relu
+ * -> QDQ -> ConvTranspose 3x3 stride 2 pads 1 output_padding 1, 2 groups (M -> 4) -> Sigmoid
+ * -> y (float): PaddleOCR det's head, and the general deconvolution. */
+enum { CT_OUT = 4, CT_HW = 4 * HW };
+static struct qp_model *convt_model(void) {
+    static const int64_t s2[2] = {2, 2}, k2[2] = {2, 2}, pads[4] = {1, 1, 1, 1}, op[2] = {1, 1};
+    struct qp_model *m = model_with_x(4, x_dims);
+    rt_qdq(m, "x", "xd", 0.0078125f, 0);
+    convt_weights(m, "ta", "taf", C, M, 1, 2);
+    convt_weights(m, "tb", "tbf", M, CT_OUT, 2, 3);
+    static float add[M], mul[M];
+    for (int i = 0; i < M; i++) {
+        add[i] = ldexpf((float)(i % 5) - 2.0f, -3);
+        mul[i] = i % 2 ? 0.5f : 2.0f;
+    }
+    int64_t cd[3] = {M, 1, 1};
+    graph_add_init(m, m->graph, "ct_add", QP_DTYPE_FLOAT, 3, cd, add, sizeof add);
+    graph_add_init(m, m->graph, "ct_mul", QP_DTYPE_FLOAT, 3, cd, mul, sizeof mul);
+    const char *ta[2] = {"xd", "taf"}, *tb[3] = {"ad", "tbf", "tb_b"};
+    const char *ai[2] = {"t0", "ct_add"}, *mi[2] = {"t1", "ct_mul"}, *ri[1] = {"t2"},
+               *si[1] = {"u"};
+    rt_node(m, "cta", "ConvTranspose", 2, ta, "t0");
+    ints_attr(m, "cta", "strides", s2, 2);
+    ints_attr(m, "cta", "kernel_shape", k2, 2);
+    rt_node(m, "ct_a", "Add", 2, ai, "t1");
+    rt_node(m, "ct_m", "Mul", 2, mi, "t2");
+    rt_node(m, "ct_r", "Relu", 1, ri, "t3");
+    rt_qdq(m, "t3", "ad", 0.0625f, 0);
+    rt_node(m, "ctb", "ConvTranspose", 3, tb, "u");
+    ints_attr(m, "ctb", "strides", s2, 2);
+    ints_attr(m, "ctb", "pads", pads, 4);
+    ints_attr(m, "ctb", "output_padding", op, 2);
+    int_attr(m, "ctb", "group", 2);
+    rt_node(m, "ct_s", "Sigmoid", 1, si, "y");
+    finish(m, "y");
+    return m;
+}
+
+/* ConvTranspose fuses (with its constant Add/Mul, activations and Q) where the CPU has VNNI or
+ * the reference path runs: the 2x2 stride-2 one as the 1x1-and-scatter patch, the other on
+ * oneDNN's deconvolution; results of the integer path, its reference and the oracle agree
+ * (power-of-two scales: the int8 tensor between is exact, the sigmoid within float rounding).
+ * Without VNNI both stay float, and say why. */
+static void test_conv_transpose(void **state) {
+    (void)state;
+    struct qp_model *m = convt_model();
+    enum { NY = CT_OUT * CT_HW * CT_HW };
+    static float y_q[NY], y_ref[NY], y_fq[NY];
+    fill_x(1.0f);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass && getenv("QP_NO_DNNL")) break; /* the reference path always fuses */
+        if (pass) setenv("QP_INT8_VNNI", "0", 1);
+        int fuses = !qp_dnnl_enabled() || qp_int8_cpu_has_vnni();
+        struct qp_session *s;
+        run(m, QP_INT8_AUTO, xin, y_q, NY, &s);
+        const struct qp_int8_decision *a = find(s, "xd_DQ"), *b = find(s, "ad_DQ");
+        assert_int_equal(a->fused, fuses);
+        assert_int_equal(b->fused && strstr(b->into, "QConv") != NULL, fuses);
+        if (fuses) {
+            assert_non_null(strstr(a->into, "QConv 'cta' (5 nodes, constant Mul/Add folded"));
+            assert_non_null(strstr(a->into, "int8 output"));
+            assert_non_null(strstr(b->into, "QConv 'ctb' (2 nodes"));
+            assert_non_null(strstr(b->into, "float output"));
+            int k = 0;
+            for (size_t i = 0; s->last && i < s->last->n_steps; i++) {
+                const struct rt_step *st = &s->last->steps[i];
+                if (st->kind == RT_STEP_OVERLAY || !st->k || strcmp(st->k->op, "QConv") != 0)
+                    continue;
+                int ref = qp_int8_conv_path(st->state) == QP_INT8_PATH_REF;
+                assert_int_equal(qp_int8_conv_patch(st->state), !ref && k == 0);
+                k++;
+            }
+            assert_int_equal(k, 2);
+        } else {
+            assert_non_null(strstr(a->reason, "ConvTranspose 'cta', which runs in float"));
+            assert_non_null(strstr(a->reason, "VNNI"));
+        }
+        qp_session_free(s);
+        setenv("QP_INT8_REF", "1", 1);
+        run(m, QP_INT8_AUTO, xin, y_ref, NY, NULL);
+        unsetenv("QP_INT8_REF");
+        run(m, QP_INT8_OFF, xin, y_fq, NY, NULL);
+        int spread = 0;
+        for (size_t i = 0; i < NY; i++) {
+            if (fabsf(y_q[i] - y_fq[i]) > 2e-6f || fabsf(y_ref[i] - y_fq[i]) > 2e-6f)
+                fail_msg("element %zu: int8 %.9g, reference %.9g, oracle %.9g", i, (double)y_q[i],
+                         (double)y_ref[i], (double)y_fq[i]);
+            spread += y_fq[i] > 0.05f && y_fq[i] < 0.95f;
+        }
+        assert_true(spread > NY / 10);
+    }
+    unsetenv("QP_INT8_VNNI");
+    qp_model_free(m);
+}
+
 /* The path follows the CPU: oneDNN int8 only with VNNI (ONEDNN_MAX_CPU_ISA=AVX2 in the @avx2
  * variant of this test takes the other branch on an AVX-512 VNNI machine); without VNNI the AVX2
  * kernels for the geometries they take (group 1, depthwise), oneDNN float for the rest or when
@@ -1287,6 +1423,67 @@ static void test_flow_decisions(void **state) {
     qp_model_free(m);
 }
 
+/* A Split whose outputs are each quantized with its input's parameters runs on int8 (the
+ * results equal the oracle's: the same values, copied); one whose Q has another scale stays
+ * float and says so. */
+static void test_split_flow(void **state) {
+    (void)state;
+    struct qp_model *m = model_with_x(4, x_dims);
+    rt_qdq(m, "x", "xd", 0.02f, 0);
+    rt_qdq(m, "x", "xe", 0.02f, 0);
+    const char *si[1] = {"xd"}, *ti[1] = {"xe"};
+    const char *so[2] = {"s1", "s2"}, *to[2] = {"t1", "t2"};
+    struct qp_error err = {0};
+    int nn;
+    assert_int_equal(qp_graph_add_node(m->graph, "sp", "Split", "", 1, si, 2, so, &nn, &err),
+                     QP_OK);
+    int_attr(m, "sp", "axis", 1);
+    int_attr(m, "sp", "num_outputs", 2);
+    assert_int_equal(qp_graph_add_node(m->graph, "sq", "Split", "", 1, ti, 2, to, &nn, &err),
+                     QP_OK);
+    int_attr(m, "sq", "axis", 1);
+    int_attr(m, "sq", "num_outputs", 2);
+    rt_qdq(m, "s1", "a1", 0.02f, 0);
+    rt_qdq(m, "s2", "a2", 0.02f, 0);
+    rt_qdq(m, "t1", "b1", 0.02f, 0);
+    rt_qdq(m, "t2", "b2", 0.04f, 0);
+    const char *p1[2] = {"a1", "b2"}, *p2[2] = {"a2", "b1"}, *p3[2] = {"u", "v"};
+    rt_node(m, "add1", "Add", 2, p1, "u");
+    rt_node(m, "add2", "Sub", 2, p2, "v");
+    rt_node(m, "mul", "Mul", 2, p3, "y");
+    finish(m, "y");
+    fill_x(1.5f);
+    enum { NY = C / 2 * HW * HW };
+    static float y_q[NY], y_fq[NY];
+    struct qp_session *s;
+    run(m, QP_INT8_OFF, xin, y_fq, NY, NULL);
+    run(m, QP_INT8_AUTO, xin, y_q, NY, &s);
+    assert_true(find(s, "xd_DQ")->fused);
+    assert_non_null(strstr(find(s, "xd_DQ")->into, "Split 'sp' on int8"));
+    assert_non_null(strstr(find(s, "a2_Q")->into, "Split 'sp' on int8"));
+    assert_non_null(strstr(find(s, "b2_Q")->reason, "Split 'sq' runs in float: the Q after an "
+                                                    "output has another scale"));
+    int splits = 0;
+    for (int k = 0; k < (int)s->g->n_nodes; k++) {
+        const struct qp_node *n = &s->g->nodes[k];
+        if (n->dead || !qp_node_is(n, "Split")) continue;
+        const struct qp_node *p = &s->g->nodes[s->g->values[n->inputs[0]].producer];
+        /* sp reads the int8 tensor of x's Q; sq a float one (DQ or its fake quantization) */
+        assert_int_equal(qp_node_is(p, "QuantizeLinear"), strcmp(n->name, "sp") == 0);
+        splits++;
+    }
+    assert_int_equal(splits, 2);
+    qp_session_free(s);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < NY; i++) {
+        if (fabsf(y_q[i] - y_fq[i]) > 1e-6f)
+            fail_msg("element %zu: int8 %g, oracle %g", i, (double)y_q[i], (double)y_fq[i]);
+        nonzero += y_q[i] != 0.0f;
+    }
+    assert_true(nonzero > NY / 2);
+    qp_model_free(m);
+}
+
 int main(void) {
     (void)insert_qdq;
     const struct CMUnitTest tests[] = {
@@ -1309,6 +1506,8 @@ int main(void) {
         cmocka_unit_test(test_fp16_widen),
         cmocka_unit_test(test_resize_moves),
         cmocka_unit_test(test_large_conv_threads),
+        cmocka_unit_test(test_conv_transpose),
+        cmocka_unit_test(test_split_flow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
