@@ -897,7 +897,7 @@ static void own_reason(const struct qp_graph *g, const struct qp_node *n, char *
     int quantized = 0;
     for (size_t u = 0; u < v->n_uses; u++) {
         const struct qp_node *c = &g->nodes[v->uses[u].node];
-        if (is_fused(c) || !qp_node_is(c, "DequantizeLinear")) quantized |= is_fused(c);
+        if (!qp_node_is(c, "DequantizeLinear")) quantized = 1; /* reads the int8 tensor */
         const struct qp_value *dv =
             qp_node_is(c, "DequantizeLinear") ? &g->values[c->outputs[0]] : NULL;
         for (size_t w = 0; dv && w < dv->n_uses; w++)

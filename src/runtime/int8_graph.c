@@ -205,8 +205,10 @@ int i8g_sole_q(const struct qp_graph *g, int v, struct i8g_qparam *q) {
 int i8g_note(struct rt_int8_report *rep, const struct qp_node *n, int fused, const char *into,
              const char *reason) {
     for (size_t i = 0; i < rep->n; i++)
-        if (rep->d[i].node == n->name) { /* already decided: a fusion wins over a reason */
-            if (fused && !rep->d[i].fused) {
+        if (rep->d[i].node == n->name) {
+            /* already decided: a fusion wins over a reason, and where a moved Q or DQ ends up
+             * over the move */
+            if (fused && (!rep->d[i].fused || strstr(rep->text[i][0], " moved "))) {
                 rep->d[i].fused = 1;
                 snprintf(rep->text[i][0], sizeof rep->text[i][0], "%s", into);
                 rep->text[i][1][0] = 0;

@@ -45,7 +45,8 @@ int i8g_dq_act(const struct qp_graph *g, int v, int *x_out, struct i8g_qparam *q
 /* The Q node that is v's only reader with per-tensor int8/uint8 parameters, or -1. */
 int i8g_sole_q(const struct qp_graph *g, int v, struct i8g_qparam *q);
 
-/* Records the decision for Q/DQ node n (a fusion overrides an earlier reason); 0: no memory. */
+/* Records the decision for Q/DQ node n (a fusion overrides an earlier reason, and where a moved
+ * Q or DQ ends up overrides the move); 0: no memory. */
 int i8g_note(struct rt_int8_report *rep, const struct qp_node *n, int fused, const char *into,
              const char *reason);
 

@@ -10,6 +10,10 @@
  *                                 the smaller tensor, or joins y's producer
  *   Resize(DQ(x)) -> readers   -> DQ(Resize(x)) -> readers nearest, every reader elementwise:
  *                                 the DQ joins the readers' Pointwise pass
+ *   Q(op(y))                   -> op(Q(y))                 op Reshape, Flatten, Squeeze,
+ *                                 Unsqueeze, Transpose or Identity (as many elements out as
+ *                                 in): the op copies int8, and the Q may join y's producer
+ *                                 (attention's MatMul -> Transpose -> Reshape -> Q)
  *
  * The moved Q keeps the original's name (its decision in the report is the original's).
  */
@@ -89,24 +93,35 @@ static int q_over_concat(struct qp_graph *g, int k, struct rt_int8_report *rep,
     return i8g_replace(g, dead, 2, name, "Concat", "", n_in, in, out, k, err) < 0 ? -1 : 1;
 }
 
-/* Q(Resize(y)) -> Resize(Q(y)). */
-static int q_over_resize(struct qp_graph *g, int k, struct rt_int8_report *rep,
-                         struct qp_error *err) {
+/* An op that copies its input 0's elements, each once (no fewer, no more). */
+static int reshapes(const struct qp_node *n) {
+    static const char *const ops[] = {"Reshape",   "Flatten",   "Squeeze",
+                                      "Unsqueeze", "Transpose", "Identity"};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (qp_node_is(n, ops[i])) return 1;
+    return 0;
+}
+
+/* Q(op(y)) -> op(Q(y)) for a nearest Resize that does not shrink or an op that reshapes. */
+static int q_over_copy(struct qp_graph *g, int k, struct rt_int8_report *rep,
+                       struct qp_error *err) {
     const struct qp_node *n = &g->nodes[k];
     struct i8g_qparam qo, qi;
     int q = i8g_sole_q(g, n->outputs[0], &qo), x;
-    if (q < 0 || n->n_inputs > MAX_IN || !grows(g, n)) return 0;
+    if (q < 0 || n->n_inputs > MAX_IN || n->n_inputs < 1 || n->inputs[0] < 0 ||
+        (!reshapes(n) && !grows(g, n)))
+        return 0;
     if (i8g_dq_act(g, n->inputs[0], &x, &qi) && i8g_same_q(&qi, &qo)) return 0; /* flow pass */
     char into[160];
-    snprintf(into, sizeof into, "Resize '%s' on int8 (the Q moved before it)", n->name);
+    snprintf(into, sizeof into, "%s '%s' on int8 (the Q moved before it)", n->op_type, n->name);
     if (!i8g_note(rep, &g->nodes[q], 1, into, NULL)) return -1;
     int in[MAX_IN], n_in = n->n_inputs;
     for (int i = 0; i < n_in; i++)
         in[i] = g->nodes[k].inputs[i];
     if ((in[0] = q_on(g, q, in[0], err)) < 0) return -1;
     int dead[2] = {k, q}, out = g->nodes[q].outputs[0];
-    const char *name = g->nodes[k].name;
-    return i8g_replace(g, dead, 2, name, "Resize", "", n_in, in, out, k, err) < 0 ? -1 : 1;
+    const char *name = g->nodes[k].name, *op = g->nodes[k].op_type;
+    return i8g_replace(g, dead, 2, name, op, "", n_in, in, out, k, err) < 0 ? -1 : 1;
 }
 
 static int elementwise(const struct qp_node *n) {
@@ -159,8 +174,8 @@ static int move_sweep(struct qp_graph *g, struct rt_int8_report *rep, struct qp_
         int r = 0;
         if (qp_node_is(n, "Concat"))
             r = q_over_concat(g, (int)k, rep, err);
-        else if (i8g_resize_copies(n))
-            r = q_over_resize(g, (int)k, rep, err);
+        else if (i8g_resize_copies(n) || reshapes(n))
+            r = q_over_copy(g, (int)k, rep, err);
         if (r == 0 && !g->nodes[k].dead && i8g_resize_copies(&g->nodes[k]))
             r = dq_under_resize(g, (int)k, rep, err);
         if (r < 0) return -1;
@@ -170,7 +185,8 @@ static int move_sweep(struct qp_graph *g, struct rt_int8_report *rep, struct qp_
 }
 
 /* Sweeps until nothing moves: a Q distributed over a Concat may then move before the Resize
- * that feeds it. Every move takes a Q up or a DQ down past a Resize or Concat, so it ends. */
+ * that feeds it. Every move takes a Q up or a DQ down past a Resize, Concat or reshaping op, so
+ * it ends. */
 int rt_int8_move_pass(struct qp_graph *g, struct rt_int8_report *rep, struct qp_error *err) {
     int made = 0, r;
     while ((r = move_sweep(g, rep, err)) > 0)

@@ -1140,6 +1140,54 @@ static void test_resize_moves(void **state) {
     qp_model_free(m);
 }
 
+/* A Q after Transpose -> Reshape of a Conv's output moves before them (int8_move.c): the Conv
+ * writes int8, the Transpose and Reshape copy int8, and the result is within one step of the
+ * oracle. */
+static void test_reshape_moves(void **state) {
+    (void)state;
+    static const int64_t perm[4] = {0, 2, 3, 1}, shape[3] = {1, HW * HW, M}, sd[1] = {3};
+    struct qp_model *m = model_with_x(4, x_dims);
+    rt_rng = 5;
+    rt_qdq(m, "x", "xd", 0.02f, 0);
+    conv_weights(m, "w", 0);
+    conv(m, "conv", "xd", "wf", "w_b", "o");
+    graph_add_init(m, m->graph, "shape", QP_DTYPE_INT64, 1, sd, shape, sizeof shape);
+    const char *ti[1] = {"o"}, *ri[2] = {"t", "shape"};
+    rt_node(m, "tr", "Transpose", 1, ti, "t");
+    ints_attr(m, "tr", "perm", perm, 4);
+    rt_node(m, "rs", "Reshape", 2, ri, "r");
+    rt_qdq(m, "r", "y", 0.05f, 0);
+    finish(m, "y");
+    fill_x(1.0f);
+    static float y_q[M * HW * HW], y_fq[M * HW * HW];
+    struct qp_session *s;
+    run(m, QP_INT8_OFF, xin, y_fq, M * HW * HW, NULL);
+    run(m, QP_INT8_AUTO, xin, y_q, M * HW * HW, &s);
+    assert_non_null(strstr(find(s, "y_Q")->into, "QConv 'conv'"));
+    assert_non_null(strstr(find(s, "y_Q")->into, "int8 output"));
+    int copies = 0;
+    for (int k = 0; k < (int)s->g->n_nodes; k++) {
+        const struct qp_node *n = &s->g->nodes[k];
+        if (n->dead) continue;
+        if (qp_node_is(n, "QuantizeLinear") && strcmp(n->name, "y_Q") == 0)
+            fail_msg("Q '%s' runs on its own", n->name);
+        if (!qp_node_is(n, "Transpose") && !qp_node_is(n, "Reshape")) continue;
+        const struct qp_node *p = &s->g->nodes[s->g->values[n->inputs[0]].producer];
+        assert_string_equal(p->op_type, qp_node_is(n, "Transpose") ? "QConv" : "Transpose");
+        copies++;
+    }
+    assert_int_equal(copies, 2);
+    qp_session_free(s);
+    size_t differ = 0;
+    for (size_t i = 0; i < M * HW * HW; i++) {
+        if (fabsf(y_q[i] - y_fq[i]) > 0.05f * 1.01f)
+            fail_msg("element %zu: int8 %g, oracle %g", i, (double)y_q[i], (double)y_fq[i]);
+        differ += y_q[i] != y_fq[i];
+    }
+    assert_true(differ < M * HW * HW / 50);
+    qp_model_free(m);
+}
+
 static void test_fp16_widen(void **state) {
     (void)state;
     check_widen(0);
@@ -1505,6 +1553,7 @@ int main(void) {
         cmocka_unit_test(test_fp16_float_out),
         cmocka_unit_test(test_fp16_widen),
         cmocka_unit_test(test_resize_moves),
+        cmocka_unit_test(test_reshape_moves),
         cmocka_unit_test(test_large_conv_threads),
         cmocka_unit_test(test_conv_transpose),
         cmocka_unit_test(test_split_flow),
