@@ -908,6 +908,11 @@ static void own_reason(const struct qp_graph *g, const struct qp_node *n, char *
                  g->values[in0].name);
     else if (!quantized)
         snprintf(out, size, "Q after %s '%s' has no quantized consumer", p->op_type, p->name);
+    else if (is_flow_op(p) || qp_node_is(p, "Split"))
+        snprintf(out, size,
+                 "Q after %s '%s': it reads a float tensor (no DQ of this Q's parameters before "
+                 "it), so its result is quantized as its own pass",
+                 p->op_type, p->name);
     else
         snprintf(out, size,
                  "Q after %s '%s': %s has no int8 kernel, so the float result is "
