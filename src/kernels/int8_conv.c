@@ -72,6 +72,7 @@ struct i8_state {
      * channels (PaddleOCR det's last layer, 24 -> 1). */
     int patch;
     int64_t pk;
+    struct qp_conv_state pgeo; /* the patch's 1x1 convolution (kgeo) */
     int direct; /* the primitive writes the output tensor itself (int8 or float32, NHWC) */
     int small;  /* fewer multiply-adds than I8_SMALL_MACS: one thread (as dnnl_conv.c does) */
     struct i8_key key;
@@ -375,6 +376,31 @@ static int64_t chan_of(const struct i8_state *s, int64_t oc) {
     return s->patch ? oc % s->geo.m : oc;
 }
 
+/* The geometry the AVX2 kernels compute: the node's, or the patch's 1x1 convolution. */
+static const struct qp_conv_state *kgeo(const struct i8_state *s) {
+    return s->patch ? &s->pgeo : &s->geo;
+}
+
+/* Fills s->pgeo: K * M output channels over the source's pixels, a 1x1 kernel. */
+static void patch_geometry(struct i8_state *s) {
+    struct qp_conv_state *p = &s->pgeo;
+    const struct qp_conv_state *g = &s->geo;
+    *p = *g;
+    p->m = s->pk * g->m;
+    p->k_sz = 1;
+    p->out_sz = g->in_sz;
+    for (int i = 0; i < 3; i++) {
+        p->k3[i] = p->s3[i] = p->d3[i] = 1;
+        p->p3[i] = 0;
+        p->out3[i] = g->in3[i];
+    }
+    for (int i = 0; i < g->w.nsp; i++) {
+        p->w.k[i] = p->w.stride[i] = p->w.dil[i] = 1;
+        p->w.pad_begin[i] = p->w.pad_end[i] = 0;
+        p->w.out[i] = g->w.in[i];
+    }
+}
+
 static void fill_key(struct i8_state *s) {
     const struct qp_conv_state *g = &s->geo;
     struct i8_key *k = &s->key;
@@ -576,7 +602,7 @@ static size_t plan_scratch(struct i8_state *s) {
 
 /* How the AVX2 path computes the geometry (AVX2_NONE: it does not take it). */
 static enum avx2_kind avx2_kind(const struct i8_state *s) {
-    const struct qp_conv_state *g = &s->geo;
+    const struct qp_conv_state *g = kgeo(s);
     if (qp_kernel_isa() < QP_ISA_AVX2 || !qp_int8_avx2_allowed()) return AVX2_NONE;
     if (g->group > 1 && g->group == g->c && g->group == g->m)
         return qp_i8g_dw_pack_bytes(g->c, g->k_sz) ? AVX2_DEPTHWISE : AVX2_NONE;
@@ -589,9 +615,9 @@ static enum avx2_kind avx2_kind(const struct i8_state *s) {
 
 /* Weights for the AVX2 kernels: depthwise [c][k_sz] as they are, or for the GEMM column oc as
  * (kernel position, channel), the order of the im2col rows. */
-static enum qp_status pack_avx2(struct qp_kprep *p, const struct i8_state *s, void *to) {
-    const struct qp_conv_state *g = &s->geo;
-    const int8_t *w = p->in[3]->data;
+static enum qp_status pack_avx2(struct qp_kprep *p, const struct i8_state *s, const int8_t *w,
+                                void *to) {
+    const struct qp_conv_state *g = kgeo(s);
     if (s->avx2 == AVX2_DEPTHWISE) {
         qp_i8g_dw_pack(w, g->c, g->k_sz, (uint8_t)s->io.xzp, to);
         return QP_OK;
@@ -612,8 +638,8 @@ static enum qp_status pack_avx2(struct qp_kprep *p, const struct i8_state *s, vo
  * the kernels' 16-channel panels), the packed weights. */
 static enum qp_status build_state_avx2(struct qp_kprep *p, struct i8_state *s) {
     const struct qp_kt *ws = qp_i8_in(p, 4);
-    const struct qp_conv_state *g = &s->geo;
-    enum qp_status st = check_wq(p, g->m);
+    const struct qp_conv_state *g = kgeo(s);
+    enum qp_status st = check_wq(p, s->geo.m);
     if (st) return st;
     size_t fl = qp_dnnl_align((size_t)qp_i8g_npad(g->m) * sizeof(float));
     size_t pack = s->avx2 == AVX2_DEPTHWISE ? qp_i8g_dw_pack_bytes(g->c, g->k_sz)
@@ -625,10 +651,16 @@ static enum qp_status build_state_avx2(struct qp_kprep *p, struct i8_state *s) {
     if (!blob) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     float *osc = (float *)(blob + s->off_osc), *bias = (float *)(blob + s->off_bias);
     for (int64_t oc = 0; oc < g->m; oc++) {
-        osc[oc] = s->io.xs * weight_scale(p, ws, oc);
-        bias[oc] = channel_bias(p, oc);
+        osc[oc] = s->io.xs * weight_scale(p, ws, chan_of(s, oc));
+        bias[oc] = channel_bias(p, chan_of(s, oc));
     }
-    if ((st = pack_avx2(p, s, blob + s->off_pack))) {
+    int8_t *pw = s->patch ? patch_weights(s, p->in[3]->data, 1) : NULL;
+    if (s->patch && !pw)
+        st = qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
+    else
+        st = pack_avx2(p, s, pw ? pw : (const int8_t *)p->in[3]->data, blob + s->off_pack);
+    free(pw);
+    if (st) {
         free(blob);
         return st;
     }
@@ -640,11 +672,13 @@ static enum qp_status build_state_avx2(struct qp_kprep *p, struct i8_state *s) {
 /* Scratch: the NHWC source, the NHWC destination (int8, or float reals), the residual (int8 or
  * float reals, NHWC), the im2col rows. */
 static size_t plan_scratch_avx2(struct i8_state *s) {
-    const struct qp_conv_state *g = &s->geo;
+    const struct qp_conv_state *g = kgeo(s);
     size_t in_n = (size_t)(g->n * g->c * g->in_sz), out_n = (size_t)(g->n * g->m * g->out_sz);
     int rq8 = s->io.has_res && qp_i8_is_q8(s->io.rdt);
+    size_t el = s->io.y_int8 ? 1 : sizeof(float);
     size_t a = s->src_nhwc ? 0 : in_n;
-    size_t b = s->direct ? 0 : out_n * (s->io.y_int8 ? 1 : sizeof(float));
+    size_t b = s->direct && !s->patch ? 0 : out_n * el;
+    size_t pat = s->patch && !dst_final(s) ? out_n * el : 0; /* the scatter's, channels last */
     size_t r = !s->io.has_res || (rq8 && s->res_nhwc) ? 0 : out_n * (rq8 ? 1 : sizeof(float));
     s->ldk = (g->c * g->k_sz + 3) / 4 * 4;
     size_t col = s->avx2 == AVX2_IM2COL ? (size_t)(g->n * g->out_sz) * (size_t)s->ldk : 0;
@@ -652,7 +686,8 @@ static size_t plan_scratch_avx2(struct i8_state *s) {
     s->off_dst = qp_dnnl_align(a);
     s->off_res = s->off_dst + qp_dnnl_align(b);
     s->off_col = s->off_res + qp_dnnl_align(r);
-    return s->off_col + qp_dnnl_align(col);
+    s->off_pat = s->off_col + qp_dnnl_align(col);
+    return s->off_pat + qp_dnnl_align(pat);
 }
 
 /* The state's path: oneDNN int8 with VNNI, else the AVX2 kernels where they take the geometry,
@@ -660,7 +695,7 @@ static size_t plan_scratch_avx2(struct i8_state *s) {
 static enum qp_int8_path choose_path(struct i8_state *s) {
     if (!qp_dnnl_enabled() || qp_int8_ref_forced()) return QP_INT8_PATH_REF;
     if (qp_int8_cpu_has_vnni()) return QP_INT8_PATH_DNNL_INT8;
-    s->avx2 = s->transposed ? AVX2_NONE : avx2_kind(s);
+    s->avx2 = s->transposed && !s->patch ? AVX2_NONE : avx2_kind(s);
     return s->avx2 ? QP_INT8_PATH_AVX2 : QP_INT8_PATH_DNNL_F32;
 }
 
@@ -689,10 +724,11 @@ enum qp_status qp_k_qconv_fused_prepare(struct qp_kprep *p) {
     s.small = (double)g->n * (double)g->m * (double)g->out_sz * (double)(g->c / g->group) *
                   (double)g->k_sz <
               (double)I8_SMALL_MACS;
-    s.path = choose_path(&s);
-    if (s.path == QP_INT8_PATH_AVX2) return prepare_avx2(p, &s);
-    s.patch = s.path != QP_INT8_PATH_REF && patch_takes(&s);
     s.pk = g->k_sz;
+    if ((s.patch = patch_takes(&s))) patch_geometry(&s);
+    s.path = choose_path(&s);
+    if (s.path == QP_INT8_PATH_REF) s.patch = 0;
+    if (s.path == QP_INT8_PATH_AVX2) return prepare_avx2(p, &s);
     float *osc = NULL, *psc = NULL;
     if (s.path != QP_INT8_PATH_REF) {
         osc = output_scales(p, &s);
@@ -973,9 +1009,23 @@ static void residual_avx2(const struct i8_state *s, const struct qp_krun *r, str
     e->res = buf;
 }
 
+/* The kernels' channels-last output in dbuf into the output tensor y: the patch's scatter,
+ * then the layout or dtype conversion where y is not what they wrote. */
+static void finish_out(const struct i8_state *s, void *dbuf, char *scr, void *y, int nthr) {
+    if (s->patch && dst_final(s)) {
+        patch_out(s, dbuf, y, s->dst_nhwc, nthr);
+        return;
+    }
+    if (s->patch) {
+        patch_out(s, dbuf, scr + s->off_pat, 1, nthr);
+        dbuf = scr + s->off_pat;
+    }
+    if (!s->direct) dst_out(s, dbuf, y, nthr);
+}
+
 static enum qp_status run_avx2(const struct qp_krun *r) {
     const struct i8_state *s = r->state;
-    const struct qp_conv_state *g = &s->geo;
+    const struct qp_conv_state *g = kgeo(s);
     const char *blob = r->state;
     char *scr = r->scratch;
     int nt = s->small ? 1 : r->n_threads, sgn = s->io.xdt == QP_DTYPE_INT8;
@@ -985,7 +1035,7 @@ static enum qp_status run_avx2(const struct qp_krun *r) {
         transpose_cp(scr + s->off_src, x, g->n, g->c, g->in_sz, 1, nt);
         x = scr + s->off_src;
     }
-    void *dbuf = s->direct ? r->out[0]->data : scr + s->off_dst;
+    void *dbuf = s->direct && !s->patch ? r->out[0]->data : scr + s->off_dst;
     struct qp_i8g_epi e = {&s->io,
                            (const float *)(blob + s->off_osc),
                            (const float *)(blob + s->off_bias),
@@ -1009,7 +1059,7 @@ static enum qp_status run_avx2(const struct qp_krun *r) {
         }
         qp_i8g_gemm(isa, g->n * g->out_sz, &a, &b, &e, nt);
     }
-    if (!s->direct) dst_out(s, dbuf, r->out[0]->data, nt);
+    finish_out(s, dbuf, scr, r->out[0]->data, nt);
     return QP_OK;
 }
 
@@ -1056,14 +1106,6 @@ enum qp_status qp_k_qconv_fused_run(const struct qp_krun *r) {
     if (rc != dnnl_success)
         return qp_error_set(r->err, QP_ERR_INTERNAL, "oneDNN int8 convolution failed (status %d)",
                             (int)rc);
-    if (s->patch && dst_final(s)) {
-        patch_out(s, dbuf, r->out[0]->data, s->dst_nhwc, nthr);
-        return QP_OK;
-    }
-    if (s->patch) {
-        patch_out(s, dbuf, scr + s->off_pat, 1, nthr);
-        dbuf = scr + s->off_pat;
-    }
-    if (!s->direct) dst_out(s, dbuf, r->out[0]->data, nthr);
+    finish_out(s, dbuf, scr, r->out[0]->data, nthr);
     return QP_OK;
 }

@@ -20,7 +20,8 @@
  * A ConvTranspose (`transposed`) runs oneDNN's int8 deconvolution, or where its kernel equals
  * its stride without padding, dilation, groups or residual (upsampling heads: PaddleOCR det's)
  * a 1x1 int8 convolution to K x M channels whose pixels are scattered to the output; the AVX2
- * path does not take it (the runtime keeps ConvTranspose in float on CPUs without VNNI).
+ * path takes that patch only (the runtime keeps other ConvTranspose nodes in float on CPUs
+ * without VNNI).
  *
  * Paths, chosen when the node is prepared (qp_int8_conv_path):
  *   - QP_INT8_PATH_DNNL_INT8: oneDNN's int8 convolution (s8/u8 source, s8 weights, int32

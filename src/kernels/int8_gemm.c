@@ -8,6 +8,7 @@
  * thread in k order, so the partition changes nothing.
  */
 #include "kernels/int8_gemm.h"
+#include "kernels/vecmath.h"
 
 #include <omp.h>
 #include <string.h>
@@ -268,15 +269,25 @@ AVX_INLINE void posts_n(const struct qp_i8_io *io, __m256 *v, const __m256 *rv, 
             for (int i = 0; rv && i < n; i++)
                 v[i] = _mm256_add_ps(v[i], rv[i]);
             break;
-        default: /* Sigmoid: the reference's expf, lane by lane */
+        default: { /* Sigmoid: the float engine's (vecmath.h), else the reference's expf */
+            float t[8 * 32];
+            if (n <= 32) {
+                for (int i = 0; i < n; i++)
+                    _mm256_storeu_ps(t + 8 * i, v[i]);
+                if (qp_vf_apply(QP_VF_SIGMOID, t, t, 8 * n)) {
+                    for (int i = 0; i < n; i++)
+                        v[i] = _mm256_loadu_ps(t + 8 * i);
+                    break;
+                }
+            }
             for (int i = 0; i < n; i++) {
-                float t[8];
                 _mm256_storeu_ps(t, v[i]);
                 for (int l = 0; l < 8; l++)
                     t[l] = qp_conv_post_ref(1, q, t[l], 0.0f);
                 v[i] = _mm256_loadu_ps(t);
             }
             break;
+        }
         }
     }
 }

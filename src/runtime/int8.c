@@ -14,6 +14,7 @@
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_util.h"
 #include "kernels/int8_conv.h"
+#include "kernels/isa.h"
 #include "runtime/int8.h"
 #include "runtime/int8_graph.h"
 
@@ -580,16 +581,51 @@ static int emit(struct qp_graph *g, struct fused *f, struct rt_int8_report *rep,
     return 1;
 }
 
-/* Why a ConvTranspose cannot run on int8 here (NULL: it can). Its int8 kernel is oneDNN's int8
- * deconvolution, exact only with VNNI (int8_conv.h); elsewhere oneDNN's float deconvolution
- * would add the bias and activations in reference loops, slower than the float path. Per-channel
- * weight scales are read on axis 1, the output channels of one group. */
-static const char *transpose_blocker(const struct qp_graph *g, const struct qp_node *n, int ws) {
+/* 1 when attribute `name` of n is absent or every value is v. */
+static int ints_all(const struct qp_node *n, const char *name, int64_t v) {
+    const struct qp_attr *a = qp_node_attr(n, name);
+    for (size_t i = 0; a && i < a->n; i++)
+        if (a->ints[i] != v) return 0;
+    return 1;
+}
+
+/* ConvTranspose n with int8 weights w ([C, M/group, k...]) has its kernel equal to its strides,
+ * no padding, dilation, group or output shape: each source pixel fills its own output patch
+ * (int8_conv.h: the patch the AVX2 kernels run). */
+static int patch_geometry(const struct qp_graph *g, const struct qp_node *n, int w) {
+    const struct qp_tensor *t = i8g_const_of(g, w);
+    const struct qp_node *q = i8g_producer(g, w);
+    if (!t && q && qp_node_is(q, "QuantizeLinear")) t = i8g_const_of(g, i8g_in_at(q, 0));
+    const struct qp_attr *st = qp_node_attr(n, "strides"), *ap = qp_node_attr(n, "auto_pad");
+    if (!t || t->rank < 3 || !st || st->n != (size_t)(t->rank - 2) ||
+        qp_node_attr(n, "output_shape") || !ints_all(n, "pads", 0) ||
+        !ints_all(n, "dilations", 1) || !ints_all(n, "output_padding", 0) ||
+        !ints_all(n, "group", 1))
+        return 0;
+    if (ap && !(ap->s.len == 0 || (ap->s.len == 6 && memcmp(ap->s.data, "NOTSET", 6) == 0) ||
+                (ap->s.len == 5 && memcmp(ap->s.data, "VALID", 5) == 0)))
+        return 0;
+    for (int i = 2; i < t->rank; i++)
+        if (st->ints[i - 2] != t->dims[i]) return 0;
+    return 1;
+}
+
+/* Why ConvTranspose n (weights f->w) cannot run on int8 here (NULL: it can). Its int8 kernels
+ * (int8_conv.h) are oneDNN's int8 deconvolution, exact only with VNNI, and where the kernel
+ * equals the stride a 1x1 convolution and a scatter, which the AVX2 kernels run too; elsewhere
+ * oneDNN's float deconvolution would add the bias and activations in reference loops, slower
+ * than the float path. Per-channel weight scales are read on axis 1, the output channels of one
+ * group. */
+static const char *transpose_blocker(const struct qp_graph *g, const struct qp_node *n,
+                                     const struct fused *f) {
     const struct qp_attr *ga = qp_node_attr(n, "group");
-    const struct qp_tensor *sc = i8g_const_of(g, ws);
+    const struct qp_tensor *sc = i8g_const_of(g, f->ws);
     if (ga && ga->i > 1 && sc && sc->numel > 1) return "per-channel weight scales with group > 1";
-    if (qp_dnnl_enabled() && !qp_int8_ref_forced() && !qp_int8_cpu_has_vnni())
-        return "no exact int8 ConvTranspose kernel on this CPU (it needs VNNI)";
+    if (!qp_dnnl_enabled() || qp_int8_ref_forced() || qp_int8_cpu_has_vnni()) return NULL;
+    if (qp_kernel_isa() < QP_ISA_AVX2 || !qp_int8_avx2_allowed() || !patch_geometry(g, n, f->w))
+        return "no exact int8 kernel for it on this CPU without VNNI (the AVX2 kernels take "
+               "kernel == stride without padding or groups)";
+    if (f->c.res >= 0) return "a residual Add after it (without VNNI)";
     return NULL;
 }
 
@@ -603,14 +639,14 @@ static int fuse_conv(struct qp_graph *g, int k, struct rt_int8_report *rep, stru
     const char *why = n->n_inputs > 2 && i8g_in_at(n, 2) >= 0 && !i8g_const_of(g, i8g_in_at(n, 2))
                           ? "its bias is not a constant"
                           : weight_blocker(g, i8g_in_at(n, 1), transposed, &f.w, &f.ws, &f.wz);
-    if (!why && transposed) why = transpose_blocker(g, n, f.ws);
+    if (!why) grow(g, k, &f.c);
+    if (!why && transposed) why = transpose_blocker(g, n, &f);
     if (why) {
         snprintf(msg, sizeof msg, "DQ feeds %s '%s', which runs in float: %s", n->op_type, n->name,
                  why);
         *ok = i8g_note(rep, i8g_producer(g, i8g_in_at(n, 0)), 0, "", msg);
         return 0;
     }
-    grow(g, k, &f.c);
     return emit(g, &f, rep, err, ok);
 }
 

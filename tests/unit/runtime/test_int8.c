@@ -1310,58 +1310,70 @@ static struct qp_model *convt_model(void) {
 
 /* ConvTranspose fuses (with its constant Add/Mul, activations and Q) where the CPU has VNNI or
  * the reference path runs: the 2x2 stride-2 one as the 1x1-and-scatter patch, the other on
- * oneDNN's deconvolution; results of the integer path, its reference and the oracle agree
- * (power-of-two scales: the int8 tensor between is exact, the sigmoid within float rounding).
- * Without VNNI both stay float, and say why. */
+ * oneDNN's deconvolution. Without VNNI the patch runs on the AVX2 kernels (QP_INT8_AVX2=0: it
+ * stays float) and the other stays float; each says why. Results of the integer path, its
+ * reference and the oracle agree (power-of-two scales: the int8 tensor between is exact, the
+ * sigmoid within float rounding). */
+static void check_conv_transpose(struct qp_model *m, int pass) {
+    enum { NY = CT_OUT * CT_HW * CT_HW };
+    static float y_q[NY], y_ref[NY], y_fq[NY];
+    int dnnl = qp_dnnl_enabled(), vnni = qp_int8_cpu_has_vnni();
+    int avx2 = qp_kernel_isa() >= QP_ISA_AVX2 && qp_int8_avx2_allowed();
+    int fuse_b = !dnnl || vnni, fuse_a = fuse_b || avx2;
+    struct qp_session *s;
+    run(m, QP_INT8_AUTO, xin, y_q, NY, &s);
+    const struct qp_int8_decision *a = find(s, "xd_DQ"), *b = find(s, "ad_DQ");
+    assert_int_equal(a->fused, fuse_a);
+    assert_int_equal(b->fused && strstr(b->into, "QConv") != NULL, fuse_b);
+    if (fuse_a) {
+        assert_non_null(strstr(a->into, "QConv 'cta' (5 nodes, constant Mul/Add folded"));
+        assert_non_null(strstr(a->into, "int8 output"));
+    } else {
+        assert_non_null(strstr(a->reason, "ConvTranspose 'cta', which runs in float"));
+        assert_non_null(strstr(a->reason, "without VNNI"));
+    }
+    if (fuse_b) { /* else its DQ joins a Pointwise pass as a fake quantization */
+        assert_non_null(strstr(b->into, "QConv 'ctb' (2 nodes"));
+        assert_non_null(strstr(b->into, "float output"));
+    }
+    int k = 0;
+    for (size_t i = 0; s->last && i < s->last->n_steps; i++) {
+        const struct rt_step *st = &s->last->steps[i];
+        if (st->kind == RT_STEP_OVERLAY || !st->k || strcmp(st->k->op, "QConv") != 0) continue;
+        enum qp_int8_path path = qp_int8_conv_path(st->state);
+        assert_int_equal(qp_int8_conv_patch(st->state), path != QP_INT8_PATH_REF && k == 0);
+        if (k == 0 && dnnl && !vnni) assert_int_equal(path, QP_INT8_PATH_AVX2);
+        k++;
+    }
+    assert_int_equal(k, fuse_a + fuse_b);
+    qp_session_free(s);
+    setenv("QP_INT8_REF", "1", 1);
+    run(m, QP_INT8_AUTO, xin, y_ref, NY, NULL);
+    unsetenv("QP_INT8_REF");
+    run(m, QP_INT8_OFF, xin, y_fq, NY, NULL);
+    int spread = 0;
+    for (size_t i = 0; i < NY; i++) {
+        if (fabsf(y_q[i] - y_fq[i]) > 2e-6f || fabsf(y_ref[i] - y_fq[i]) > 2e-6f)
+            fail_msg("pass %d, element %zu: int8 %.9g, reference %.9g, oracle %.9g", pass, i,
+                     (double)y_q[i], (double)y_ref[i], (double)y_fq[i]);
+        spread += y_fq[i] > 0.05f && y_fq[i] < 0.95f;
+    }
+    assert_true(spread > NY / 10);
+}
+
 static void test_conv_transpose(void **state) {
     (void)state;
     struct qp_model *m = convt_model();
-    enum { NY = CT_OUT * CT_HW * CT_HW };
-    static float y_q[NY], y_ref[NY], y_fq[NY];
     fill_x(1.0f);
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass && getenv("QP_NO_DNNL")) break; /* the reference path always fuses */
-        if (pass) setenv("QP_INT8_VNNI", "0", 1);
-        int fuses = !qp_dnnl_enabled() || qp_int8_cpu_has_vnni();
-        struct qp_session *s;
-        run(m, QP_INT8_AUTO, xin, y_q, NY, &s);
-        const struct qp_int8_decision *a = find(s, "xd_DQ"), *b = find(s, "ad_DQ");
-        assert_int_equal(a->fused, fuses);
-        assert_int_equal(b->fused && strstr(b->into, "QConv") != NULL, fuses);
-        if (fuses) {
-            assert_non_null(strstr(a->into, "QConv 'cta' (5 nodes, constant Mul/Add folded"));
-            assert_non_null(strstr(a->into, "int8 output"));
-            assert_non_null(strstr(b->into, "QConv 'ctb' (2 nodes"));
-            assert_non_null(strstr(b->into, "float output"));
-            int k = 0;
-            for (size_t i = 0; s->last && i < s->last->n_steps; i++) {
-                const struct rt_step *st = &s->last->steps[i];
-                if (st->kind == RT_STEP_OVERLAY || !st->k || strcmp(st->k->op, "QConv") != 0)
-                    continue;
-                int ref = qp_int8_conv_path(st->state) == QP_INT8_PATH_REF;
-                assert_int_equal(qp_int8_conv_patch(st->state), !ref && k == 0);
-                k++;
-            }
-            assert_int_equal(k, 2);
-        } else {
-            assert_non_null(strstr(a->reason, "ConvTranspose 'cta', which runs in float"));
-            assert_non_null(strstr(a->reason, "VNNI"));
-        }
-        qp_session_free(s);
-        setenv("QP_INT8_REF", "1", 1);
-        run(m, QP_INT8_AUTO, xin, y_ref, NY, NULL);
-        unsetenv("QP_INT8_REF");
-        run(m, QP_INT8_OFF, xin, y_fq, NY, NULL);
-        int spread = 0;
-        for (size_t i = 0; i < NY; i++) {
-            if (fabsf(y_q[i] - y_fq[i]) > 2e-6f || fabsf(y_ref[i] - y_fq[i]) > 2e-6f)
-                fail_msg("element %zu: int8 %.9g, reference %.9g, oracle %.9g", i, (double)y_q[i],
-                         (double)y_ref[i], (double)y_fq[i]);
-            spread += y_fq[i] > 0.05f && y_fq[i] < 0.95f;
-        }
-        assert_true(spread > NY / 10);
+    check_conv_transpose(m, 0);
+    if (!getenv("QP_NO_DNNL")) { /* the reference path fuses whatever the CPU */
+        setenv("QP_INT8_VNNI", "0", 1);
+        check_conv_transpose(m, 1);
+        setenv("QP_INT8_AVX2", "0", 1);
+        check_conv_transpose(m, 2);
+        unsetenv("QP_INT8_AVX2");
+        unsetenv("QP_INT8_VNNI");
     }
-    unsetenv("QP_INT8_VNNI");
     qp_model_free(m);
 }
 
