@@ -195,6 +195,9 @@ void qp_session_set_observer_any_order(struct qp_session *s, int on);
 /* Restricts the observer to the named tensors (graph value names; n = 0 restores "every
  * tensor"). Tensors outside the set are not reported, so the engine may fuse across them: a
  * calibrator that names only the tensors it needs runs at (close to) plain inference speed.
+ * A named tensor the plan computes once when it is built (a value derived from shapes, such as
+ * attention's Cast of a dimension before Sqrt) is reported after each run's steps, with its
+ * producer's name, like the tensors the run computes.
  * A name the graph does not have, or a graph input or initializer (never computed by a run),
  * is QP_ERR_USAGE naming it; the previous set is kept then. Changing the set may re-plan. */
 enum qp_status qp_session_set_observed(struct qp_session *s, size_t n, const char *const *names,

@@ -481,8 +481,8 @@ enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **ou
             if (sl->required) {
                 st = qp_error_set(err, QP_ERR_BAD_INPUT,
                                   "calibrate: placement tensor '%s' was never computed as a float "
-                                  "tensor by the engine (constant-folded or not float), so it has "
-                                  "no range",
+                                  "tensor by the engine (not float, or on a branch no run took), "
+                                  "so it has no range",
                                   name);
                 goto done;
             }

@@ -669,6 +669,30 @@ static enum qp_status observe(struct qp_session *s, const struct rt_step *stp,
     return QP_OK;
 }
 
+/* The observed tensors the plan computed once when it was built (a Cast of a shape value: no
+ * step makes them), reported after a run's steps, so an observer that named them gets their
+ * values as it gets every other tensor's. Only for an explicit set (qp_session_set_observed):
+ * "every tensor" means what the steps compute. */
+static enum qp_status observe_plan_time(struct qp_session *s, const struct rt_plan *p,
+                                        struct qp_error *err) {
+    for (size_t v = 0; s->observed && v < s->g->n_values; v++) {
+        const struct qp_kt *t = &p->vals[v];
+        const struct qp_value *val = &s->g->values[v];
+        if (!s->observed[v] || !t->is_const || !t->data || val->producer < 0) continue;
+        struct qp_array a;
+        memset(&a, 0, sizeof a);
+        a.dtype = t->dtype;
+        a.rank = t->rank;
+        memcpy(a.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
+        a.data = t->data;
+        a.nbytes = t->nbytes;
+        if (s->observer(val->name, s->g->nodes[val->producer].name, &a, s->observer_user))
+            return qp_error_set(err, QP_ERR_USAGE,
+                                "session: the observer stopped the run at tensor '%s'", val->name);
+    }
+    return QP_OK;
+}
+
 /* Validates inputs, finds (or builds) the plan and binds the inputs. */
 static enum qp_status run_setup(struct qp_session *s, size_t n_inputs,
                                 const struct qp_array *inputs, struct rt_plan **plan_out,
@@ -1010,6 +1034,7 @@ enum qp_status qp_session_run(struct qp_session *s, size_t n_inputs, const struc
         if (record) cache_store(s, p, stp);
         if (s->observer && stp->kind != RT_STEP_OVERLAY && (st = observe(s, stp, err))) goto fail;
     }
+    if (s->observer && (st = observe_plan_time(s, p, err))) goto fail;
     s->last = p;
     rt_profile_run(s->prof);
     if (record) {

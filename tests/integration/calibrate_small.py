@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from qp_testlib import Tally, fresh, load_json as load, run as run_cmd
 
@@ -252,5 +252,51 @@ if rc == 0:
           f"synthetic meta {j['calibration_source']} {j['num_samples']}")
     # uniform [0, 1) inputs
     check(0 <= j["tensors"][0]["lo"] and j["tensors"][0]["hi"] < 1, "synthetic input range")
+
+# ---- a placement edge on a tensor the engine computes when it plans (ModelOpt #2123's
+# Cast -> Sqrt of a shape value): its range is its value's, in calibrate and in quantize, and
+# the written model keeps exactly the placement -------------------------------------------------
+pt_model = os.path.join(WORK, "plan_time.onnx")
+g = helper.make_graph(
+    [helper.make_node("Shape", ["x"], ["shape"], name="shape_of"),
+     helper.make_node("Gather", ["shape", "last"], ["dim"], name="gather_dim", axis=0),
+     helper.make_node("Cast", ["dim"], ["dimf"], name="cast_dim", to=TensorProto.FLOAT),
+     helper.make_node("Sqrt", ["dimf"], ["root"], name="sqrt_dim"),
+     helper.make_node("MatMul", ["x", "w"], ["mm"], name="mm"),
+     helper.make_node("Div", ["mm", "root"], ["y"], name="div")],
+    "plan_time",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])],
+    [numpy_helper.from_array(np.array(2, dtype=np.int64), "last"),
+     numpy_helper.from_array(np.linspace(-1, 1, 128, dtype=np.float32).reshape(16, 8), "w")])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), pt_model)
+pl = os.path.join(WORK, "plan_time_placement.json")
+with open(pl, "w") as f:
+    json.dump({"format": "qplace.placement", "version": 1,
+               "edges": [{"tensor": "x", "node": "mm", "input": 0, "reason": "trt.matmul_input"},
+                         {"tensor": "dimf", "node": "sqrt_dim", "input": 0, "reason": "user"}],
+               "weights": [{"tensor": "w", "node": "mm", "input": 1, "axis": 1,
+                            "reason": "trt.matmul_weight"}]}, f)
+for method in ("max", "entropy", "percentile"):
+    o = out_path(f"plan_time_{method}.json")
+    extra = ["--percentile", "99.9"] if method == "percentile" else []
+    rc, so, se = run("--onnx_path", pt_model, "--placement_in", pl, "--calibration_method", method,
+                     *extra, "--output_path", o)
+    check(rc == 0, f"plan-time tensor, {method}: exit {rc} {se!r}")
+    if rc == 0:
+        r = {x["name"]: x for x in load(o)["tensors"]}
+        check(sorted(r) == ["dimf", "x"] and r["dimf"]["lo"] == 16 and r["dimf"]["hi"] == 16,
+              f"plan-time tensor range, {method}: {r.get('dimf')}")
+q = out_path("plan_time_q.onnx")
+rc, so, se = run_cmd(QPLACE, "quantize", "--onnx_path", pt_model, "--output_path", q,
+                     "--placement_in", pl, "--high_precision_dtype", "fp32")
+check(rc == 0, f"quantize with a plan-time edge: exit {rc} {se!r}")
+if rc == 0:
+    qs = {n.input[0]: n for n in onnx.load(q).graph.node if n.op_type == "QuantizeLinear"}
+    inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(q).graph.initializer}
+    check("dimf" in qs and abs(float(inits[qs["dimf"].input[1]]) - 16 / 127) < 1e-6,
+          f"Q on the plan-time edge: {sorted(qs)}")
+    rc, so, se = run_cmd(QPLACE, "diff", pl, q)
+    check(rc == 0 and "result: SAME" in so, f"diff placement / written: {rc} {so!r} {se!r}")
 
 T.finish()
