@@ -49,9 +49,15 @@ struct qp_placement;
 
 /* ---- methods -------------------------------------------------------------------------------- */
 
-enum qp_calib_method { QP_CALIB_MAX, QP_CALIB_ENTROPY, QP_CALIB_PERCENTILE, QP_CALIB_METHOD_COUNT };
+enum qp_calib_method {
+    QP_CALIB_MAX,
+    QP_CALIB_ENTROPY,
+    QP_CALIB_PERCENTILE,
+    QP_CALIB_MSE, /* the range whose quantization error (MSE over the |x| histogram) is least */
+    QP_CALIB_METHOD_COUNT
+};
 
-/* "max", "entropy", "percentile". Never NULL ("unknown" out of range). */
+/* "max", "entropy", "percentile", "mse". Never NULL ("unknown" out of range). */
 const char *qp_calib_method_name(enum qp_calib_method m);
 /* Parses a method name. QP_ERR_USAGE naming the accepted values. */
 enum qp_status qp_calib_method_parse(const char *s, enum qp_calib_method *out,

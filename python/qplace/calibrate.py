@@ -5,7 +5,7 @@
     ranges.save("model.ranges.json")        # the bytes `qplace calibrate` writes for that data
 
 calibration_data takes what qplace.quantize takes (a path, an array, a dict of arrays, an
-iterable of dicts). Methods: "max", "entropy" (the default, as ModelOpt's), "percentile"
+iterable of dicts). Methods: "max", "entropy" (the default, as ModelOpt's), "percentile", "mse"
 (`percentile`, default 99.999).
 """
 
@@ -18,7 +18,7 @@ from .errors import check, usage
 from .placement import Placement
 from .ranges import Ranges
 
-METHODS = {"max": 0, "entropy": 1, "percentile": 2}
+METHODS = {"max": 0, "entropy": 1, "percentile": 2, "mse": 3}
 
 
 def method_arg(calibration_method, percentile):

@@ -76,6 +76,19 @@ def test_synthetic_matches_the_cli(cli, cls_model, tmp_path):
     assert r.meta["calibration_source"] == "synthetic"
 
 
+def test_mse_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
+    r = qplace.calibrate(onnx_path=cls_model, calibration_data=cls_npz, calibration_method="mse",
+                         output_path=str(tmp_path / "py.json"))
+    run_cli(cli, "calibrate", "--onnx_path", cls_model, "--calibration_data_path", cls_npz,
+            "--calibration_method", "mse", "--output_path", tmp_path / "cl.json", "--quiet")
+    assert read(tmp_path / "py.json") == read(tmp_path / "cl.json")
+    assert r.meta["method"] == "mse"
+    m = qplace.calibrate(onnx_path=cls_model, calibration_data=cls_npz, calibration_method="max")
+    # the least-error range never exceeds the observed one, and clips some tensors
+    assert all(r[t].amax <= m[t].amax * (1 + 1e-6) for t in m)
+    assert any(r[t].amax < 0.99 * m[t].amax for t in m)
+
+
 def test_edited_ranges_and_bad_input(cls_model, cls_npz, tmp_path):
     r = qplace.Ranges([("t", qplace.Range(-1.0, 2.0, 2.0))], {"method": "max"})
     text = r.to_json()
@@ -92,7 +105,7 @@ def test_edited_ranges_and_bad_input(cls_model, cls_npz, tmp_path):
     with pytest.raises(qplace.UsageError, match="percentile"):
         qplace.calibrate(onnx_path=cls_model, calibration_data=cls_npz, percentile=99.0)
     with pytest.raises(qplace.UsageError, match="calibration_method"):
-        qplace.calibrate(onnx_path=cls_model, calibration_method="mse")
+        qplace.calibrate(onnx_path=cls_model, calibration_method="median")
     with pytest.raises(qplace.BadInputError, match="no_such_node"):
         qplace.calibrate(onnx_path=cls_model, calibration_data=cls_npz,
                          placement=qplace.Placement(edges=[("x", "no_such_node", 0, "u")]))

@@ -6,11 +6,13 @@
 #include <string.h>
 
 #include "core/size.h"
+#include "qmath/qparams.h"
 
 static const char *const method_names[] = {
     [QP_CALIB_MAX] = "max",
     [QP_CALIB_ENTROPY] = "entropy",
     [QP_CALIB_PERCENTILE] = "percentile",
+    [QP_CALIB_MSE] = "mse",
 };
 _Static_assert(sizeof(method_names) / sizeof(method_names[0]) == QP_CALIB_METHOD_COUNT,
                "every calibration method needs a name");
@@ -29,7 +31,7 @@ enum qp_status qp_calib_method_parse(const char *s, enum qp_calib_method *out,
         }
     }
     return qp_error_set(err, QP_ERR_USAGE,
-                        "calibration method '%s' is not one of max, entropy, percentile",
+                        "calibration method '%s' is not one of max, entropy, percentile, mse",
                         s ? s : "(null)");
 }
 
@@ -38,7 +40,8 @@ void qp_calib_options_default(struct qp_calib_options *o, enum qp_calib_method m
     o->method = m;
     o->n_quantized_bins = QP_CALIB_DEFAULT_QUANTIZED_BINS;
     o->percentile = QP_CALIB_DEFAULT_PERCENTILE;
-    if (m == QP_CALIB_PERCENTILE) {
+    o->qtype = QP_DTYPE_INT8;
+    if (m == QP_CALIB_PERCENTILE || m == QP_CALIB_MSE) {
         o->n_bins = QP_STATS_DEFAULT_ABS_BINS;
         o->max_bins = QP_STATS_DEFAULT_MAX_ABS_BINS;
     } else {
@@ -53,7 +56,7 @@ void qp_calib_stats_config(const struct qp_calib_options *o, struct qp_stats_con
         cfg->flags = QP_STATS_HIST;
         cfg->n_bins = o->n_bins;
         cfg->max_bins = o->max_bins;
-    } else if (o->method == QP_CALIB_PERCENTILE) {
+    } else if (o->method == QP_CALIB_PERCENTILE || o->method == QP_CALIB_MSE) {
         cfg->flags = QP_STATS_ABS_HIST;
         cfg->n_abs_bins = o->n_bins;
         cfg->max_abs_bins = o->max_bins;
@@ -249,6 +252,71 @@ enum qp_status qp_calib_percentile_index(const struct qp_stats_abs_hist *h, doub
     return QP_OK;
 }
 
+/* Count-weighted squared error of quantizing the histogram's bin centers (and the values below
+ * its first edge, at half that edge) symmetrically with amax: each center c becomes
+ * fake_quantize(c), clipped at amax. `c` holds the centers, `q` is scratch of as many. */
+static double mse_of(const struct qp_stats_abs_hist *h, enum qp_dtype qtype, double amax,
+                     const float *c, float *q) {
+    float scale;
+    int32_t zp;
+    if (qp_qparams_from_range(qtype, (float)-amax, (float)amax, 1, &scale, &zp, NULL) != QP_OK)
+        return INFINITY;
+    uint8_t zero[2] = {0, 0};
+    struct qp_qspec spec = {.qtype = qtype,
+                            .saturate = 1,
+                            .outer = 1,
+                            .axis_len = 1,
+                            .inner = h->n + 1,
+                            .n_params = 1,
+                            .scale = &scale,
+                            .zero_point = zero};
+    qp_fake_quantize_f32(&spec, c, q, 0, h->n + 1);
+    double sum = 0.0;
+    for (int64_t i = 0; i <= h->n; i++) {
+        double d = (double)q[i] - (double)c[i];
+        sum += d * d * (double)(i < h->n ? h->counts[i] : h->n_below);
+    }
+    return sum;
+}
+
+enum qp_status qp_calib_mse_amax(const struct qp_stats_abs_hist *h, enum qp_dtype qtype,
+                                 double absmax, double *amax_out, struct qp_error *err) {
+    if (h->n == 0 || !(absmax > 0.0)) {
+        *amax_out = absmax > 0.0 ? absmax : 0.0;
+        return h->n == 0 ? qp_error_set(err, QP_ERR_USAGE, "mse: empty histogram") : QP_OK;
+    }
+    float *c = qp_malloc_n((size_t)h->n + 1, sizeof *c),
+          *q = qp_malloc_n((size_t)h->n + 1, sizeof *q);
+    if (!c || !q) {
+        free(c);
+        free(q);
+        return qp_error_set(err, QP_ERR_NOMEM, "mse: out of memory");
+    }
+    for (int64_t i = 0; i < h->n; i++)
+        c[i] = (float)(h->lo + ((double)i + 0.5) * h->width);
+    c[h->n] = (float)(h->lo / 2);
+    /* Candidates: the upper edges of bins n/64 .. n (the last one the observed absmax), every
+     * 8th, then every one within 8 of the best. */
+    int64_t first = h->n / 64 > 1 ? h->n / 64 : 1, best = h->n, step = 8;
+    double best_mse = INFINITY;
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t from = pass ? best - step : first, to = pass ? best + step : h->n;
+        for (int64_t i = from < first ? first : from; i <= (to > h->n ? h->n : to);
+             i += pass ? 1 : step) {
+            double a = i == h->n ? absmax : fmin(qp_stats_abs_hist_edge(h, i), absmax);
+            double m = mse_of(h, qtype, a, c, q);
+            if (m < best_mse) {
+                best_mse = m;
+                best = i;
+            }
+        }
+    }
+    *amax_out = best == h->n ? absmax : fmin(qp_stats_abs_hist_edge(h, best), absmax);
+    free(c);
+    free(q);
+    return QP_OK;
+}
+
 static double clip_lo(double v, double min) {
     return v < min ? min : v;
 }
@@ -302,6 +370,19 @@ enum qp_status qp_calib_compute(const struct qp_calib_options *o, const struct q
         double e = qp_stats_abs_hist_edge(&h, idx);
         r.lo = clip_lo(-e, sum.min);
         r.hi = clip_hi(e, sum.max);
+        break;
+    }
+    case QP_CALIB_MSE: {
+        struct qp_stats_abs_hist h;
+        qp_stats_abs_hist(s, &h);
+        if (h.n == 0)
+            return qp_error_set(err, QP_ERR_USAGE,
+                                "calibrate: mse needs the |x| histogram (QP_STATS_ABS_HIST)");
+        double a;
+        enum qp_status st = qp_calib_mse_amax(&h, o->qtype, sum.absmax, &a, err);
+        if (st != QP_OK) return st;
+        r.lo = clip_lo(-a, sum.min);
+        r.hi = clip_hi(a, sum.max);
         break;
     }
     default:

@@ -26,6 +26,11 @@
  * - percentile (default 99.999): ORT's symmetric `compute_percentile` on the |x| histogram:
  *   cdf = cumsum(hist / total), idx = first bin with cdf >= p / 100, threshold = the LEFT edge
  *   of that bin; range (-threshold, threshold) clipped to the observed [min, max].
+ * - mse: on the same |x| histogram, the amax whose symmetric quantization to `qtype` (scale
+ *   amax / 127 for int8, amax / 448 for FP8 E4M3) gives the least squared error summed over
+ *   the bin centers weighted by their counts, values beyond amax clipped to it (as NVIDIA's
+ *   pytorch-quantization "mse" calibrator computes it). Candidates: the upper edges of bins
+ *   n/64 .. n (the last being the observed absmax), every 8th, then each within 8 of the best.
  */
 #ifndef QP_CALIB_CALIBRATOR_H
 #define QP_CALIB_CALIBRATOR_H
@@ -35,6 +40,7 @@
 
 #include "calib/stats.h"
 #include "qplace/calib.h"
+#include "qplace/dtype.h"
 #include "qplace/status.h"
 
 /* enum qp_calib_method, its names and QP_CALIB_DEFAULT_PERCENTILE: qplace/calib.h. */
@@ -47,6 +53,7 @@ struct qp_calib_options {
     int64_t max_bins;         /* histogram cap (calib/stats.h) */
     int64_t n_quantized_bins; /* entropy: 128 */
     double percentile;        /* percentile: in (0, 100] */
+    enum qp_dtype qtype;      /* mse: the type the range is for (default INT8) */
 };
 
 void qp_calib_options_default(struct qp_calib_options *o, enum qp_calib_method m);
@@ -81,6 +88,11 @@ enum qp_status qp_calib_entropy_window(const struct qp_stats_hist *h, int64_t n_
  * QP_ERR_USAGE for an empty histogram or a percentile outside [0, 100]. */
 enum qp_status qp_calib_percentile_index(const struct qp_stats_abs_hist *h, double percentile,
                                          int64_t *index_out, struct qp_error *err);
+
+/* The mse method's amax on an |x| histogram (borrowed), at most `absmax` (the observed one).
+ * QP_ERR_USAGE for an empty histogram; QP_ERR_NOMEM. */
+enum qp_status qp_calib_mse_amax(const struct qp_stats_abs_hist *h, enum qp_dtype qtype,
+                                 double absmax, double *amax_out, struct qp_error *err);
 
 /* Forces a range, e.g. Softmax outputs to [0, 1] (ModelOpt's override; int8 scale 1/127). */
 void qp_calib_range_pin(struct qp_calib_range *r, double lo, double hi);

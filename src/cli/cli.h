@@ -41,7 +41,7 @@ int cli_fail(const struct qp_error *err);
     {"image_bgr", CLI_BOOL, NULL, "image folders: channel order B,G,R"}
 /* Rows more than one command's table holds word for word. */
 #define CLI_CALIBRATION_METHOD_OPT                                                                 \
-    {"calibration_method", CLI_VALUE, "max|entropy|percentile", "calibrator (default entropy)"}
+    {"calibration_method", CLI_VALUE, "max|entropy|percentile|mse", "calibrator (default entropy)"}
 #define CLI_THREADS_OPT {"threads", CLI_VALUE, "N", "engine threads (0: all cores)"}
 /* clang-format on */
 

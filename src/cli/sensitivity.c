@@ -180,13 +180,9 @@ static int parse_scoring(const struct cli_args *args, struct qp_sensitivity_run_
     else
         return bad_usage("--target_precision must be int8 or fp8, not '%s'", prec);
     const char *mname = cli_value(args, "calibration_method", "entropy");
-    if (strcmp(mname, "max") == 0)
-        o->method = QP_CALIB_MAX;
-    else if (strcmp(mname, "percentile") == 0)
-        o->method = QP_CALIB_PERCENTILE;
-    else if (strcmp(mname, "entropy") != 0)
-        return bad_usage("--calibration_method must be max, entropy or percentile, not '%s'",
-                         mname);
+    struct qp_error merr = {0};
+    if (qp_calib_method_parse(mname, &o->method, &merr) != QP_OK)
+        return bad_usage("--calibration_method: %s", merr.msg);
     uint64_t u = 0;
     if ((s = cli_value(args, "cache_bytes", NULL))) {
         if (!parse_u64(s, SIZE_MAX, &u))

@@ -232,6 +232,7 @@ static enum qp_status calibrate(const struct qp_quantize_job *job, struct qp_qua
     struct qp_collect_options co;
     qp_collect_options_default(&co, job->method);
     if (job->percentile > 0) co.calib.percentile = job->percentile;
+    co.calib.qtype = job->mode == QP_QUANT_FP8 ? QP_DTYPE_FLOAT8E4M3FN : QP_DTYPE_INT8;
     co.placement = job->pl;
     co.n_threads = job->n_threads;
     size_t n_in = qp_provider_n_inputs(job->cal), map[QP_QUANTIZE_MAX_INPUTS];

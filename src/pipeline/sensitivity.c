@@ -418,13 +418,13 @@ static enum qp_status prepare(const struct qp_sensitivity_run_options *o, struct
     r->synthetic = !o->calibration_data_path;
     if (o->ranges_in) return QP_OK;
     double t0 = qp_clock_seconds();
-    if ((st = qp_sens_calibrate(s->m, s->pl, s->prov, o->method, o->percentile, so->n_threads,
-                                &s->ranges, &r->n_calib_samples, err)) != QP_OK)
+    if ((st = qp_sens_calibrate(s->m, s->pl, s->prov, o->method, o->percentile, so->qtype,
+                                so->n_threads, &s->ranges, &r->n_calib_samples, err)) != QP_OK)
         return st;
     if (s->extra) { /* calibrated apart: the placement's ranges stay what they are */
         struct qp_ranges *xr = NULL;
-        st = qp_sens_calibrate(s->m, s->extra, s->prov, o->method, o->percentile, so->n_threads,
-                               &xr, NULL, err);
+        st = qp_sens_calibrate(s->m, s->extra, s->prov, o->method, o->percentile, so->qtype,
+                               so->n_threads, &xr, NULL, err);
         if (st == QP_OK) st = qp_sens_ranges_add(s->ranges, xr, err);
         qp_ranges_free(xr);
         if (st != QP_OK) return st;

@@ -162,12 +162,12 @@ enum qp_status qp_sensitivity_score(struct qp_model *model, const struct qp_plac
     if (st == QP_OK && s->so.n_scope && s->so.probe == QP_SENS_QUANTIZE_ONE)
         st = qp_sens_scope_placement(model->graph, s->pl, s->so.scope, s->so.n_scope, &extra, err);
     if (st == QP_OK && !ranges) {
-        st = qp_sens_calibrate(model, s->pl, data, QP_CALIB_ENTROPY, 0, o->n_threads,
+        st = qp_sens_calibrate(model, s->pl, data, QP_CALIB_ENTROPY, 0, QP_DTYPE_INT8, o->n_threads,
                                &s->own_ranges, &s->n_calib_samples, err);
         struct qp_ranges *xr = NULL;
         if (st == QP_OK && extra)
-            st = qp_sens_calibrate(model, extra, data, QP_CALIB_ENTROPY, 0, o->n_threads, &xr, NULL,
-                                   err);
+            st = qp_sens_calibrate(model, extra, data, QP_CALIB_ENTROPY, 0, QP_DTYPE_INT8,
+                                   o->n_threads, &xr, NULL, err);
         if (st == QP_OK && xr) st = qp_sens_ranges_add(s->own_ranges, xr, err);
         qp_ranges_free(xr);
         s->ranges = s->own_ranges;

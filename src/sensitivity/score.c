@@ -1052,8 +1052,9 @@ static enum qp_status keep_f32(const struct qp_ranges *all, const struct qp_sess
 
 enum qp_status qp_sens_calibrate(const struct qp_model *model, const struct qp_placement *pl,
                                  struct qp_provider *prov, enum qp_calib_method method,
-                                 double percentile, int n_threads, struct qp_ranges **out,
-                                 uint64_t *n_samples_out, struct qp_error *err) {
+                                 double percentile, enum qp_dtype qtype, int n_threads,
+                                 struct qp_ranges **out, uint64_t *n_samples_out,
+                                 struct qp_error *err) {
     struct qp_placement *cal = NULL;
     struct qp_collector *col = NULL;
     struct qp_ranges *all = NULL;
@@ -1084,6 +1085,7 @@ enum qp_status qp_sens_calibrate(const struct qp_model *model, const struct qp_p
     struct qp_collect_options co;
     qp_collect_options_default(&co, method);
     if (percentile > 0) co.calib.percentile = percentile;
+    co.calib.qtype = qtype;
     co.placement = cal;
     co.placement_float_only = 1;
     co.n_threads = n_threads;

@@ -146,14 +146,15 @@ enum qp_status qp_sens_score(const struct qp_model *model, const struct qp_place
 /* One calibration of the full placement, shared by every probe: the ranges of the activation
  * tensors of `pl` that the engine computes as float32 (graph inputs included), from every batch
  * of `prov` (reset first) with `method` (`percentile`: the percentile method's, in (0, 100];
- * 0: its default 99.999). Edges on other tensors (integer tensors, tensors the
- * engine folds at plan time) get no range, so the targets reading them fail with a message
- * instead of the whole analysis. *n_samples_out (may be NULL) receives the samples seen.
- * Statuses of qp_collector_create / _run / _finish. */
+ * 0: its default 99.999; `qtype`: the type the mse method fits the range to). Edges on other
+ * tensors (integer tensors, tensors the engine folds at plan time) get no range, so the targets
+ * reading them fail with a message instead of the whole analysis. *n_samples_out (may be NULL)
+ * receives the samples seen. Statuses of qp_collector_create / _run / _finish. */
 enum qp_status qp_sens_calibrate(const struct qp_model *model, const struct qp_placement *pl,
                                  struct qp_provider *prov, enum qp_calib_method method,
-                                 double percentile, int n_threads, struct qp_ranges **out,
-                                 uint64_t *n_samples_out, struct qp_error *err);
+                                 double percentile, enum qp_dtype qtype, int n_threads,
+                                 struct qp_ranges **out, uint64_t *n_samples_out,
+                                 struct qp_error *err);
 
 /* ---- op types scope (ModelOpt's --op_types_scope) ------------------------------------------ */
 

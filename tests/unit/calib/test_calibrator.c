@@ -45,7 +45,10 @@ static void test_method_names(void **state) {
     assert_int_equal(m, QP_CALIB_ENTROPY);
     assert_string_equal(qp_calib_method_name(QP_CALIB_PERCENTILE), "percentile");
     assert_int_equal(qp_calib_method_parse("minmax", &m, &err), QP_ERR_USAGE);
-    assert_non_null(strstr(err.msg, "max, entropy, percentile"));
+    assert_non_null(strstr(err.msg, "max, entropy, percentile, mse"));
+    assert_int_equal(qp_calib_method_parse("mse", &m, &err), QP_OK);
+    assert_int_equal(m, QP_CALIB_MSE);
+    assert_string_equal(qp_calib_method_name(QP_CALIB_MSE), "mse");
 }
 
 static void test_max(void **state) {
@@ -218,6 +221,89 @@ static void test_percentile_known_sample(void **state) {
     qp_stats_free(s);
 }
 
+/* The squared error of quantizing x[0..n) symmetrically to qtype with amax (qmath's fake
+ * quantization: the reference the histogram search is checked against). */
+static double sample_mse(const float *x, int64_t n, enum qp_dtype qtype, double amax, float *y) {
+    float scale;
+    int32_t zp;
+    struct qp_error err = {0};
+    assert_int_equal(qp_qparams_from_range(qtype, (float)-amax, (float)amax, 1, &scale, &zp, &err),
+                     QP_OK);
+    uint8_t zero = 0;
+    struct qp_qspec q = {.qtype = qtype,
+                         .saturate = 1,
+                         .outer = 1,
+                         .axis_len = 1,
+                         .inner = n,
+                         .n_params = 1,
+                         .scale = &scale,
+                         .zero_point = &zero};
+    qp_fake_quantize_f32(&q, x, y, 0, n);
+    double e = 0;
+    for (int64_t i = 0; i < n; i++)
+        e += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+    return e;
+}
+
+/* mse on the raw samples: a Gaussian with one far outlier (int8: the best range clips it well
+ * below max), a uniform distribution (nothing to clip: close to max), and the Gaussian for FP8
+ * E4M3. The histogram search's amax must give an error within 2% of the best amax found by
+ * brute force on the samples (every 1/400 of max), and differ from max as said. */
+static void test_mse(void **state) {
+    (void)state;
+    enum { N = 1 << 18 };
+    static float x[N], y[N];
+    uint32_t rng = 12345;
+    for (int kind = 0; kind < 3; kind++) {
+        for (int i = 0; i < N; i += 2) { /* Box-Muller, or uniform [-1, 1) */
+            float u1, u2;
+            rng = rng * 1664525u + 1013904223u;
+            u1 = ((rng >> 8) + 0.5f) / 16777216.0f;
+            rng = rng * 1664525u + 1013904223u;
+            u2 = ((rng >> 8) + 0.5f) / 16777216.0f;
+            float r = sqrtf(-2.0f * logf(u1));
+            x[i] = kind == 1 ? 2 * u1 - 1 : r * cosf(6.2831853f * u2);
+            x[i + 1] = kind == 1 ? 2 * u2 - 1 : r * sinf(6.2831853f * u2);
+        }
+        if (kind != 1) x[997] = 100.0f; /* rarer than 1 in 127^2 * 12: the int8 best clips it */
+        enum qp_dtype qt = kind == 2 ? QP_DTYPE_FLOAT8E4M3FN : QP_DTYPE_INT8;
+        struct qp_calib_options o;
+        qp_calib_options_default(&o, QP_CALIB_MSE);
+        o.qtype = qt;
+        struct qp_stats *s = make_for(&o);
+        feed(s, x, N / 2);
+        feed(s, x + N / 2, N / 2);
+        struct qp_calib_range r;
+        struct qp_error err = {0};
+        assert_int_equal(qp_calib_compute(&o, s, &r, &err), QP_OK);
+        double mx = 0, best = INFINITY, best_a = 0;
+        for (int i = 0; i < N; i++)
+            mx = fmax(mx, fabs(x[i]));
+        for (int k = 1; k <= 400; k++) {
+            double e = sample_mse(x, N, qt, mx * k / 400, y);
+            if (e < best) {
+                best = e;
+                best_a = mx * k / 400;
+            }
+        }
+        double got = sample_mse(x, N, qt, r.amax, y);
+        if (got > best * 1.02)
+            fail_msg("case %d: amax %g gives %g, the best (amax %g) %g", kind, r.amax, got, best_a,
+                     best);
+        /* one outlier at 100 among 2^18 Gaussian values: clipping it at a costs (100 - a)^2,
+         * rounding the rest N (a / 127)^2 / 12: the best a is about 42 */
+        if (kind == 0) assert_true(r.amax > 0.3 * mx && r.amax < 0.6 * mx);
+        if (kind == 1) assert_true(r.amax > 0.9 * mx);
+        assert_true(r.amax <= mx && r.lo >= -r.amax && r.hi <= r.amax &&
+                    (r.lo == -r.amax || r.hi == r.amax));
+        qp_stats_free(s);
+    }
+    struct qp_stats_abs_hist empty = {0};
+    double a;
+    struct qp_error err = {0};
+    assert_int_equal(qp_calib_mse_amax(&empty, QP_DTYPE_INT8, 1.0, &a, &err), QP_ERR_USAGE);
+}
+
 static void test_missing_histogram(void **state) {
     (void)state;
     struct qp_calib_options o;
@@ -265,6 +351,7 @@ int main(void) {
         cmocka_unit_test(test_entropy_window_shape),
         cmocka_unit_test(test_percentile_by_hand),
         cmocka_unit_test(test_percentile_known_sample),
+        cmocka_unit_test(test_mse),
         cmocka_unit_test(test_missing_histogram),
         cmocka_unit_test(test_pin_and_group),
         cmocka_unit_test(test_weight_axes),

@@ -49,7 +49,8 @@ static void fixture_load(struct fixture *f, const char *placement) {
     assert_int_equal(
         qp_provider_npz_create(path("sens_small.calib.npz"), &in, 1, 0, &f->prov, &err), QP_OK);
     uint64_t ns = 0;
-    if (qp_sens_calibrate(f->m, f->pl, f->prov, QP_CALIB_MAX, 0, 1, &f->ranges, &ns, &err) != QP_OK)
+    if (qp_sens_calibrate(f->m, f->pl, f->prov, QP_CALIB_MAX, 0, QP_DTYPE_INT8, 1, &f->ranges, &ns,
+                          &err) != QP_OK)
         fail_msg("%s", err.msg);
     assert_int_equal(ns, 6);
 }
@@ -593,7 +594,8 @@ static void test_calibrate_value_keyed(void **state) {
     prov->n_batches = 1;
     struct qp_ranges *ranges = NULL;
     uint64_t ns = 0;
-    if (qp_sens_calibrate(m, pl, prov, QP_CALIB_MAX, 0, 1, &ranges, &ns, &err) != QP_OK)
+    if (qp_sens_calibrate(m, pl, prov, QP_CALIB_MAX, 0, QP_DTYPE_INT8, 1, &ranges, &ns, &err) !=
+        QP_OK)
         fail_msg("%s", err.msg);
     const struct qp_range *rg = qp_ranges_find(ranges, "y");
     assert_non_null(rg);
