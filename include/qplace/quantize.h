@@ -43,6 +43,11 @@
 extern "C" {
 #endif
 
+/* How each weight channel's scale is chosen: from its absmax (ModelOpt's, the default), or the
+ * clipped amax whose quantization error over the channel's weights is least (ratios 1.0 .. 0.5
+ * of absmax; 1.0 when nothing is better). */
+enum qp_weight_clipping { QP_WEIGHT_CLIP_ABSMAX = 0, QP_WEIGHT_CLIP_MSE };
+
 /* Options with ModelOpt's names (modelopt.onnx.quantization.quantize). */
 struct qp_quantize_config {
     /* The trt policy's options (qplace/placement.h): trt.quantize_mode is the quantize mode
@@ -75,6 +80,7 @@ struct qp_quantize_config {
     /* "name:1x3x224x224,...": the dynamic dims of these graph inputs fixed in the written
      * model and for calibration (static dims must match), as --override_shapes. NULL: none. */
     const char *override_shapes;
+    enum qp_weight_clipping weight_clipping; /* qplace's; default QP_WEIGHT_CLIP_ABSMAX */
 };
 
 void qp_quantize_config_default(struct qp_quantize_config *c);
@@ -106,7 +112,12 @@ struct qp_quantize_summary {
     /* 1: the drift was measured before the bf16 / direct_io_types step (the engine runs neither
      * bfloat16 nor quantized graph inputs), on the model with float32 high precision. */
     int drift_before_precision;
-    size_t n_overridden; /* graph inputs fixed by override_shapes */
+    size_t n_overridden;                     /* graph inputs fixed by override_shapes */
+    enum qp_weight_clipping weight_clipping; /* as applied */
+    /* With QP_WEIGHT_CLIP_MSE: weight channels quantized, those clipped below their absmax,
+     * and the mean ratio of the chosen amax to absmax. */
+    size_t n_weight_channels, n_weight_channels_clipped;
+    double weight_clip_mean_ratio;
 };
 
 /* NULL-safe. */

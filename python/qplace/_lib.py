@@ -81,7 +81,7 @@ class QuantizeConfig(Structure):
                 ("high_precision_dtype", c_int), ("n_threads", c_int), ("percentile", c_double),
                 ("ranges", c_void_p), ("opset", c_int64), ("op_types_to_exclude_fp16", StrList),
                 ("n_op_types_to_exclude_fp16", c_size_t), ("direct_io_types", c_int),
-                ("override_shapes", c_char_p)]
+                ("override_shapes", c_char_p), ("weight_clipping", c_int)]
 
 
 class QuantizeDrift(Structure):
@@ -98,7 +98,9 @@ class QuantizeSummary(Structure):
                 ("n_eval_samples", c_uint64), ("eval_on_calibration", c_int),
                 ("n_outputs", c_size_t), ("outputs", POINTER(QuantizeDrift)),
                 ("placement", c_void_p), ("drift_before_precision", c_int),
-                ("n_overridden", c_size_t)]
+                ("n_overridden", c_size_t), ("weight_clipping", c_int),
+                ("n_weight_channels", c_size_t), ("n_weight_channels_clipped", c_size_t),
+                ("weight_clip_mean_ratio", c_double)]
 
 
 class DataOptions(Structure):

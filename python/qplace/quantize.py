@@ -40,10 +40,12 @@ QuantizeSummary = namedtuple(
     "output_path n_edges n_tensors n_weights n_weight_tensors opset_from opset_to "
     "high_precision placement_source calibration_source method n_calib_samples "
     "n_calib_batches n_eval_samples eval_on_calibration drift_before_precision outputs "
-    "placement")
+    "placement weight_clipping n_weight_channels_clipped n_weight_channels "
+    "weight_clip_mean_ratio")
 QuantizeSummary.__doc__ = "What qplace.quantize wrote, and the drift it measured."
 
 _HIGH = {"fp32": 1, "fp16": 10, "bf16": 16}
+_CLIP = {"absmax": 0, "mse": 1}
 
 # ModelOpt keywords accepted with no effect, each with what qplace does instead.
 _ACCEPTED = {
@@ -89,7 +91,9 @@ def _summary(s, output_path):
         s.opset_to, {v: k for k, v in _HIGH.items()}.get(s.high_precision),
         _lib.dec(s.placement_source), _lib.dec(s.calibration_source), _lib.dec(s.method),
         s.n_calib_samples, s.n_calib_batches, s.n_eval_samples, bool(s.eval_on_calibration),
-        bool(s.drift_before_precision), outs, Placement._from_ptr(s.placement))
+        bool(s.drift_before_precision), outs, Placement._from_ptr(s.placement),
+        {v: k for k, v in _CLIP.items()}.get(s.weight_clipping), s.n_weight_channels_clipped,
+        s.n_weight_channels, s.weight_clip_mean_ratio)
 
 
 def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration_method=None,
@@ -103,7 +107,7 @@ def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration
              calibrate_per_node=False, input_shapes_profile=None, direct_io_types=False,
              opset=None, calibration_data_reader=None, target_dla=False, autotune=None,
              *, percentile=None, eval_data=None, placement=None, rules=None, ranges=None,
-             placement_out=None, threads=0):
+             placement_out=None, threads=0, weight_clipping="absmax"):
     """Quantizes onnx_path (a path, the model's bytes) and writes output_path; returns a
     QuantizeSummary. Raises qplace.Error subclasses (UsageError for a bad argument,
     BadInputError for a bad model or data, ...); on failure nothing is written."""
@@ -156,7 +160,7 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
               op_types_to_exclude, op_types_to_exclude_fp16, nodes_to_quantize, nodes_to_exclude,
               use_external_data_format, output_path, high_precision_dtype, disable_mha_qdq,
               dq_only, direct_io_types, opset, percentile, eval_data, placement, rules, ranges,
-              placement_out, threads, **_checked):
+              placement_out, threads, weight_clipping, **_checked):
     """quantize() once its ModelOpt-only keywords are checked (_checked: those, unused)."""
     model = model_arg(onnx_path)
     if output_path is None:
@@ -182,6 +186,7 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
     c.high_precision_dtype = choice(high_precision_dtype, _HIGH, "high_precision_dtype")
     c.n_threads = int_arg(threads, "threads")
     c.direct_io_types = 1 if direct_io_types else 0
+    c.weight_clipping = choice(weight_clipping or "absmax", _CLIP, "weight_clipping")
     c.opset = 0 if opset is None else int_arg(opset, "opset", 1, 1000)
     fp16_ops = _lib.StrArray(
         [t for v in as_list(op_types_to_exclude_fp16, "op_types_to_exclude_fp16")

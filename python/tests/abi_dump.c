@@ -57,6 +57,7 @@ int main(void) {
     F(qp_quantize_config, n_op_types_to_exclude_fp16);
     F(qp_quantize_config, direct_io_types);
     F(qp_quantize_config, override_shapes);
+    F(qp_quantize_config, weight_clipping);
     SZ(qp_quantize_drift);
     F(qp_quantize_drift, name);
     F(qp_quantize_drift, cosine);
@@ -84,6 +85,10 @@ int main(void) {
     F(qp_quantize_summary, placement);
     F(qp_quantize_summary, drift_before_precision);
     F(qp_quantize_summary, n_overridden);
+    F(qp_quantize_summary, weight_clipping);
+    F(qp_quantize_summary, n_weight_channels);
+    F(qp_quantize_summary, n_weight_channels_clipped);
+    F(qp_quantize_summary, weight_clip_mean_ratio);
     SZ(qp_data_options);
     F(qp_data_options, max_bytes);
     F(qp_data_options, image_mean);

@@ -68,11 +68,19 @@ def test_options_match_the_cli(cli, cls_model, cls_npz, tmp_path):
           "fp8"], dict(calibration_method="percentile", percentile=99.9, quantize_mode="fp8")),
         (["--disable_mha_qdq", "--op_types_to_quantize", "Conv"],
          dict(disable_mha_qdq=True, op_types_to_quantize="Conv")),
+        (["--weight_clipping", "mse", "--calibration_method", "mse"],
+         dict(weight_clipping="mse", calibration_method="mse")),
     ]
     for flags, kw in cases:
         py, cl, s = both(cli, tmp_path, cls_model, ["--calibration_data_path", cls_npz] + flags,
                          calibration_data=cls_npz, **kw)
         assert py == cl, flags
+        if "weight_clipping" in kw:
+            assert s.weight_clipping == "mse" and 0 < s.n_weight_channels_clipped
+            assert s.n_weight_channels_clipped < s.n_weight_channels
+    with pytest.raises(qplace.UsageError, match="weight_clipping"):
+        qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "x.onnx"),
+                        calibration_data=cls_npz, weight_clipping="median")
     assert s.placement.edges and {e.node.split(".")[1] for e in s.placement.edges} >= {"Conv"}
 
 

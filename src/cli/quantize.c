@@ -34,6 +34,8 @@ const struct cli_opt cli_quantize_opts[] = {
     {"placement_in", CLI_VALUE, "FILE", "apply this placement instead of the policy"},
     {"placement_out", CLI_VALUE, "FILE", "write the placement used"},
     {"dq_only", CLI_BOOL, NULL, "store weights quantized (DQ only)"},
+    {"weight_clipping", CLI_VALUE, "absmax|mse",
+     "weight channel scales from absmax (default) or the least-error clipping"},
     {"high_precision_dtype", CLI_VALUE, "fp32|fp16|bf16",
      "precision of the rest (default fp16, I/O kept fp32)"},
     {"output_path", CLI_VALUE, "OUT", "output model (default <model>.quant.onnx)"},
@@ -274,6 +276,13 @@ static int output_options(const struct cli_args *a, struct qp_quantize_options *
     if (parse_opset(a, &o->opset)) return 1;
     o->use_external_data_format = cli_has(a, "use_external_data_format");
     o->direct_io_types = cli_has(a, "direct_io_types");
+    const char *wc = cli_value(a, "weight_clipping", "absmax");
+    if (strcmp(wc, "mse") == 0) {
+        o->weight_clipping = QP_WEIGHT_CLIP_MSE;
+    } else if (strcmp(wc, "absmax") != 0) {
+        fprintf(stderr, "qplace quantize: --weight_clipping must be absmax or mse, not '%s'\n", wc);
+        return 1;
+    }
     if (split_ops(a, buf, ops, &o->n_op_types_to_exclude_fp16)) {
         fprintf(stderr, "qplace quantize: out of memory\n");
         return 1;
@@ -293,6 +302,10 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
            w->n_edges, w->n_tensors, w->n_weights, w->n_weight_tensors);
     if (w->n_folded_constants) printf(", %zu Constant nodes folded", w->n_folded_constants);
     printf(")\n");
+    if (o->weight_clipping == QP_WEIGHT_CLIP_MSE)
+        printf("  weight clipping: least error per channel, %zu of %zu channels clipped below "
+               "absmax, mean amax / absmax %.4f\n",
+               w->n_weight_channels_clipped, w->n_weight_channels, w->weight_clip_mean_ratio);
     if (w->n_ops) {
         printf("    %-24s %8s %8s\n", "consumer op", "edges", "weights");
         for (size_t i = 0; i < w->n_ops; i++)

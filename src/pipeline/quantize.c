@@ -133,6 +133,7 @@ struct qp_quantize_job {
     const char *const *keep_fp32_ops;
     size_t n_keep_fp32_ops;
     int direct_io_types;
+    enum qp_weight_clipping weight_clipping;
 };
 
 /* A requested output opset (0: none) qplace can write; `name` names it in the message. */
@@ -277,6 +278,7 @@ static void writer_options(const struct qp_quantize_job *job, const struct qp_ra
     wo->keep_fp32_ops = job->keep_fp32_ops;
     wo->n_keep_fp32_ops = job->n_keep_fp32_ops;
     wo->direct_io_types = job->direct_io_types;
+    wo->weight_clip_mse = job->weight_clipping == QP_WEIGHT_CLIP_MSE;
 }
 
 /* 1 when the precision step comes after the drift: the engine runs neither bfloat16 nor the
@@ -583,7 +585,8 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
                                   .n_threads = o->n_threads,
                                   .keep_fp32_ops = o->op_types_to_exclude_fp16,
                                   .n_keep_fp32_ops = o->n_op_types_to_exclude_fp16,
-                                  .direct_io_types = o->direct_io_types};
+                                  .direct_io_types = o->direct_io_types,
+                                  .weight_clipping = o->weight_clipping};
     if (!r) return nomem(err);
     if ((st = check_opset(o->opset, "--opset", err)) != QP_OK) {
         free(r);
@@ -693,6 +696,10 @@ static enum qp_status check_config(const struct qp_quantize_config *c, struct qp
     if (c->percentile != 0 && !(c->percentile > 0 && c->percentile <= 100))
         return qp_error_set(err, QP_ERR_USAGE, "quantize: percentile %g is not in (0, 100]",
                             c->percentile);
+    if (c->weight_clipping != QP_WEIGHT_CLIP_ABSMAX && c->weight_clipping != QP_WEIGHT_CLIP_MSE)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "quantize: weight_clipping %d is not absmax (0) or mse (1)",
+                            (int)c->weight_clipping);
     if (check_opset(c->opset, "opset", err) != QP_OK) return QP_ERR_USAGE;
     if (c->n_op_types_to_exclude_fp16 && !c->op_types_to_exclude_fp16)
         return qp_error_set(err, QP_ERR_USAGE, "quantize: op_types_to_exclude_fp16 is NULL");
@@ -750,6 +757,10 @@ static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantiz
         .placement = r->placement,
         .drift_before_precision = r->drift_before_precision,
         .n_overridden = r->n_overridden,
+        .weight_clipping = r->writer.n_weight_channels ? QP_WEIGHT_CLIP_MSE : QP_WEIGHT_CLIP_ABSMAX,
+        .n_weight_channels = r->writer.n_weight_channels,
+        .n_weight_channels_clipped = r->writer.n_weight_channels_clipped,
+        .weight_clip_mean_ratio = r->writer.weight_clip_mean_ratio,
     };
     s->placement_source = strcmp(r->placement_source, "placement") == 0    ? "placement"
                           : strcmp(r->placement_source, "trt policy") == 0 ? "trt policy"
@@ -784,7 +795,8 @@ enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provide
                                   .file_ranges = c->ranges,
                                   .keep_fp32_ops = c->op_types_to_exclude_fp16,
                                   .n_keep_fp32_ops = c->n_op_types_to_exclude_fp16,
-                                  .direct_io_types = c->direct_io_types};
+                                  .direct_io_types = c->direct_io_types,
+                                  .weight_clipping = c->weight_clipping};
     struct qp_calib_shapes over = {0};
     if ((c->override_shapes && (st = parse_override(c->override_shapes, &over, err)) != QP_OK) ||
         (st = qp_model_clone(model, &job.mf, err)) != QP_OK ||

@@ -81,6 +81,7 @@ struct qp_quantize_options {
     const char *const *op_types_to_exclude_fp16; /* borrowed; kept float32 in fp16/bf16 */
     size_t n_op_types_to_exclude_fp16;
     int direct_io_types; /* 1: graph I/O in the high precision type, graph-input Q removed */
+    enum qp_weight_clipping weight_clipping; /* default QP_WEIGHT_CLIP_ABSMAX */
 };
 
 void qp_quantize_options_default(struct qp_quantize_options *o);

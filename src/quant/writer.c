@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/arena.h"
+#include "core/size.h"
 #include "ir/opset_convert.h"
 #include "quant/f16.h"
 #include "quant/qdq_to_dq.h"
@@ -284,9 +285,82 @@ enum qp_status qp_qdq_write_precision(struct qp_model *m, const struct qp_writer
     return QP_OK;
 }
 
-/* Per-channel (or per-tensor, axis -1) symmetric scales of a float weight. */
+/* Squared error of quantizing x[0..n) symmetrically to qtype with amax (qmath's fake
+ * quantization into y); INFINITY for an amax qmath refuses. */
+static double clip_error(const float *x, float *y, int64_t n, enum qp_dtype qtype, float amax) {
+    float scale;
+    int32_t zp;
+    if (qp_qparams_from_range(qtype, -amax, amax, 1, &scale, &zp, NULL) != QP_OK) return INFINITY;
+    uint8_t zero = 0;
+    struct qp_qspec q = {.qtype = qtype,
+                         .saturate = 1,
+                         .outer = 1,
+                         .axis_len = 1,
+                         .inner = n,
+                         .n_params = 1,
+                         .scale = &scale,
+                         .zero_point = &zero};
+    qp_fake_quantize_f32(&q, x, y, 0, n);
+    double e = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(x[i])) e += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+    return e;
+}
+
+/* The amax among ratios 1.0, 0.95, .. 0.5 of `amax`, then within 0.025 of the best in steps of
+ * 0.005, whose quantization of the channel x[0..n) has the least squared error (ties: the
+ * larger). */
+static float least_error_amax(const float *x, float *y, int64_t n, enum qp_dtype qtype,
+                              float amax) {
+    if (!(amax > 0.0f) || n == 0) return amax;
+    double best_r = 1.0, best = clip_error(x, y, n, qtype, amax);
+    for (int pass = 0; pass < 2; pass++) {
+        double from = pass ? best_r + 0.025 : 0.95, to = pass ? best_r - 0.025 : 0.5;
+        for (double r = from; r >= to - 1e-9; r -= pass ? 0.005 : 0.05) {
+            if (r > 1.0 + 1e-9 || r < 0.5 - 1e-9 || fabs(r - best_r) < 1e-9) continue;
+            double e = clip_error(x, y, n, qtype, (float)(amax * r));
+            if (e < best) {
+                best = e;
+                best_r = r;
+            }
+        }
+    }
+    return (float)(amax * best_r);
+}
+
+/* weight_clip_mse: each channel's amax (amax[0..len)) lowered to the least-error one. */
+static enum qp_status clip_channels(const struct qp_tensor *t, int64_t outer, int64_t len,
+                                    int64_t inner, enum qp_dtype qtype, float *amax,
+                                    struct qp_writer_stats *stats, struct qp_error *err) {
+    int64_t per = outer * inner;
+    float *x = qp_malloc_n((size_t)per, sizeof *x), *y = qp_malloc_n((size_t)per, sizeof *y);
+    if (!x || !y) {
+        free(x);
+        free(y);
+        return qp_error_set(err, QP_ERR_NOMEM, "quantize: out of memory");
+    }
+    const unsigned char *bytes = t->data;
+    for (int64_t a = 0; a < len; a++) {
+        for (int64_t o = 0; o < outer; o++)
+            memcpy(x + o * inner, bytes + (size_t)((o * len + a) * inner) * 4, (size_t)inner * 4);
+        float full = amax[a];
+        amax[a] = least_error_amax(x, y, per, qtype, full);
+        if (stats) {
+            stats->n_weight_channels++;
+            stats->n_weight_channels_clipped += amax[a] < full;
+            stats->weight_clip_mean_ratio += full > 0.0f ? (double)amax[a] / full : 1.0;
+        }
+    }
+    free(x);
+    free(y);
+    return QP_OK;
+}
+
+/* Per-channel (or per-tensor, axis -1) symmetric scales of a float weight; with clip, each
+ * channel's least-error clipping (clip_channels). */
 static enum qp_status weight_scales(const struct qp_tensor *t, int axis, enum qp_dtype qtype,
-                                    float **scales_out, int64_t *n_out, struct qp_error *err) {
+                                    int clip, struct qp_writer_stats *stats, float **scales_out,
+                                    int64_t *n_out, struct qp_error *err) {
     int64_t outer = 1, len = 1, inner = 1;
     for (int d = 0; d < t->rank; d++) {
         if (axis < 0)
@@ -309,6 +383,12 @@ static enum qp_status weight_scales(const struct qp_tensor *t, int axis, enum qp
                 float ax = fabsf(x);
                 if (ax > amax[a] && isfinite(ax)) amax[a] = ax;
             }
+    enum qp_status cst =
+        clip ? clip_channels(t, outer, len, inner, qtype, amax, stats, err) : QP_OK;
+    if (cst != QP_OK) {
+        free(amax);
+        return cst;
+    }
     for (int64_t a = 0; a < len; a++) {
         int32_t zp = 0;
         enum qp_status st = qp_qparams_from_range(qtype, -amax[a], amax[a], 1, &amax[a], &zp, err);
@@ -412,7 +492,9 @@ enum qp_status qp_qdq_write(struct qp_model *m, const struct qp_placement *p_in,
             goto done;
         }
         int64_t n = 0;
-        if ((st = weight_scales(t, axis, o->qtype, &scales, &n, err)) != QP_OK) goto done;
+        if ((st = weight_scales(t, axis, o->qtype, o->weight_clip_mse, stats, &scales, &n, err)) !=
+            QP_OK)
+            goto done;
         unsigned char *zeros = calloc((size_t)n, 1);
         if (!zeros) {
             st = qp_error_set(err, QP_ERR_NOMEM, "quantize: out of memory");
@@ -449,5 +531,7 @@ enum qp_status qp_qdq_write(struct qp_model *m, const struct qp_placement *p_in,
 done:
     free(scales);
     qp_placement_free(p);
+    if (stats && stats->n_weight_channels)
+        stats->weight_clip_mean_ratio /= (double)stats->n_weight_channels;
     return st;
 }

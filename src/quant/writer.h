@@ -57,6 +57,10 @@ struct qp_writer_options {
     const char *const *keep_fp32_ops;
     size_t n_keep_fp32_ops;
     int direct_io_types; /* 1: I/O in the high precision type, graph-input Q removed */
+    /* 1: each weight channel's scale is the one whose quantization error (squared, over the
+     * channel's weights) is least among clip ratios 1.0 .. 0.5 of its absmax (the ratio 1.0,
+     * absmax, when nothing better); 0 (default): absmax. */
+    int weight_clip_mse;
 };
 
 /* Per op type counts of what was quantized (consumer op types). */
@@ -78,6 +82,10 @@ struct qp_writer_stats {
     enum qp_dtype high_precision; /* as applied: float, float16 or bfloat16 */
     struct qp_f16_stats f16;      /* the fp16/bf16 conversion (zeros with float) */
     size_t n_input_q_removed;     /* direct_io_types: graph-input QuantizeLinear nodes removed */
+    /* weight_clip_mse: weight channels quantized, those clipped below absmax, and the mean
+     * ratio of the chosen amax to absmax over all of them. */
+    size_t n_weight_channels, n_weight_channels_clipped;
+    double weight_clip_mean_ratio;
 };
 
 void qp_writer_options_default(struct qp_writer_options *o);

@@ -337,6 +337,60 @@ static void test_write_conv(void **state) {
     }
 }
 
+/* weight_clip_mse: a channel whose weights lie on the grid of 0.8 x its absmax, but for the
+ * absmax weight itself, gets a clipped scale (its many weights then quantize exactly; clipping
+ * the one costs less) with less error than absmax's, checked against the error computed here;
+ * a channel whose weights lie on absmax's own grid keeps absmax / 127; the stats count one
+ * clipped channel. */
+static void test_weight_clipping(void **state) {
+    (void)state;
+    enum { K = 1 << 14 };
+    static float w[2 * K];
+    for (int i = 0; i < K; i++) {
+        w[i] = (float)((i * 37) % 255 - 127) * (0.8f / 127.0f);
+        w[K + i] = (float)((i * 29) % 255 - 127) / 127.0f;
+    }
+    w[17] = 1.0f;
+    struct qp_model *m = qp_model_create();
+    assert_non_null(m);
+    set_opset(m, 13);
+    qg_shape(m, "x", QP_DTYPE_FLOAT, 4, QG_DIMS(1, K, 1, 1));
+    qg_input(m, "x");
+    add_data_init(m, "W", 4, QG_DIMS(2, K, 1, 1), w);
+    qg_node(m, "conv", "Conv", "x,W", "y");
+    qg_shape(m, "y", QP_DTYPE_FLOAT, 4, QG_DIMS(1, 2, 1, 1));
+    qg_output(m, "y");
+    qg_sort(m);
+    struct qp_error err = {0};
+    struct qp_placement *p = qp_placement_create();
+    assert_int_equal(qp_placement_add_weight(p, "W", "conv", 1, 0, "test", &err), QP_OK);
+    struct qp_writer_options o;
+    qp_writer_options_default(&o);
+    o.weight_clip_mse = 1;
+    struct qp_writer_stats st;
+    assert_int_equal(qp_qdq_write(m, p, &o, &st, &err), QP_OK);
+    assert_int_equal(st.n_weight_channels, 2);
+    assert_int_equal(st.n_weight_channels_clipped, 1);
+    assert_true(st.weight_clip_mean_ratio > 0.5 && st.weight_clip_mean_ratio < 1.0);
+    const struct qp_graph *g = m->graph;
+    int conv = qp_graph_find_node(g, "conv");
+    int wdq = g->values[g->nodes[conv].inputs[1]].producer;
+    const struct qp_tensor *ws = init_of(g, g->values[g->nodes[wdq].inputs[1]].name);
+    float s0 = read_f32(ws->data, 0), s1 = read_f32(ws->data, 1);
+    assert_true(s1 == 1.0f / 127.0f);
+    assert_true(s0 < 1.0f / 127.0f && s0 >= 0.5f / 127.0f);
+    double e_clip = 0, e_abs = 0;
+    for (int i = 0; i < K; i++) {
+        double qc = fmax(-128, fmin(127, nearbyint(w[i] / s0))) * s0;
+        double qa = fmax(-128, fmin(127, nearbyint(w[i] * 127.0f))) / 127.0;
+        e_clip += (qc - w[i]) * (qc - w[i]);
+        e_abs += (qa - w[i]) * (qa - w[i]);
+    }
+    if (!(e_clip < e_abs)) fail_msg("clipped error %g, absmax error %g", e_clip, e_abs);
+    qp_placement_free(p);
+    qp_model_free(m);
+}
+
 static void test_constant_weight_folded(void **state) {
     (void)state;
     struct qp_model *m = conv_relu(1);
@@ -1055,9 +1109,13 @@ static void test_cli(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_write_conv),          cmocka_unit_test(test_constant_weight_folded),
-        cmocka_unit_test(test_one_pair_per_tensor), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_default_output),      cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_write_conv),
+        cmocka_unit_test(test_constant_weight_folded),
+        cmocka_unit_test(test_weight_clipping),
+        cmocka_unit_test(test_one_pair_per_tensor),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_default_output),
+        cmocka_unit_test(test_cli),
         cmocka_unit_test(test_preservation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
