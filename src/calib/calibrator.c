@@ -252,49 +252,29 @@ enum qp_status qp_calib_percentile_index(const struct qp_stats_abs_hist *h, doub
     return QP_OK;
 }
 
-/* Count-weighted squared error of quantizing the histogram's bin centers (and the values below
- * its first edge, at half that edge) symmetrically with amax: each center c becomes
- * fake_quantize(c), clipped at amax. `c` holds the centers, `q` is scratch of as many. */
-static double mse_of(const struct qp_stats_abs_hist *h, enum qp_dtype qtype, double amax,
-                     const float *c, float *q) {
-    float scale;
-    int32_t zp;
-    if (qp_qparams_from_range(qtype, (float)-amax, (float)amax, 1, &scale, &zp, NULL) != QP_OK)
-        return INFINITY;
-    uint8_t zero[2] = {0, 0};
-    struct qp_qspec spec = {.qtype = qtype,
-                            .saturate = 1,
-                            .outer = 1,
-                            .axis_len = 1,
-                            .inner = h->n + 1,
-                            .n_params = 1,
-                            .scale = &scale,
-                            .zero_point = zero};
-    qp_fake_quantize_f32(&spec, c, q, 0, h->n + 1);
-    double sum = 0.0;
-    for (int64_t i = 0; i <= h->n; i++) {
-        double d = (double)q[i] - (double)c[i];
-        sum += d * d * (double)(i < h->n ? h->counts[i] : h->n_below);
-    }
-    return sum;
-}
-
 enum qp_status qp_calib_mse_amax(const struct qp_stats_abs_hist *h, enum qp_dtype qtype,
                                  double absmax, double *amax_out, struct qp_error *err) {
     if (h->n == 0 || !(absmax > 0.0)) {
         *amax_out = absmax > 0.0 ? absmax : 0.0;
         return h->n == 0 ? qp_error_set(err, QP_ERR_USAGE, "mse: empty histogram") : QP_OK;
     }
-    float *c = qp_malloc_n((size_t)h->n + 1, sizeof *c),
-          *q = qp_malloc_n((size_t)h->n + 1, sizeof *q);
-    if (!c || !q) {
+    /* the bin centers weighted by their counts, and the values below the first edge at half
+     * that edge */
+    int64_t nc = h->n + 1;
+    float *c = qp_malloc_n((size_t)nc, sizeof *c), *q = qp_malloc_n((size_t)nc, sizeof *q);
+    double *wt = qp_malloc_n((size_t)nc, sizeof *wt);
+    if (!c || !q || !wt) {
         free(c);
         free(q);
+        free(wt);
         return qp_error_set(err, QP_ERR_NOMEM, "mse: out of memory");
     }
-    for (int64_t i = 0; i < h->n; i++)
+    for (int64_t i = 0; i < h->n; i++) {
         c[i] = (float)(h->lo + ((double)i + 0.5) * h->width);
+        wt[i] = (double)h->counts[i];
+    }
     c[h->n] = (float)(h->lo / 2);
+    wt[h->n] = (double)h->n_below;
     /* Candidates: the upper edges of bins n/64 .. n (the last one the observed absmax), every
      * 8th, then every one within 8 of the best. */
     int64_t first = h->n / 64 > 1 ? h->n / 64 : 1, best = h->n, step = 8;
@@ -304,7 +284,7 @@ enum qp_status qp_calib_mse_amax(const struct qp_stats_abs_hist *h, enum qp_dtyp
         for (int64_t i = from < first ? first : from; i <= (to > h->n ? h->n : to);
              i += pass ? 1 : step) {
             double a = i == h->n ? absmax : fmin(qp_stats_abs_hist_edge(h, i), absmax);
-            double m = mse_of(h, qtype, a, c, q);
+            double m = qp_symmetric_sq_error(qtype, (float)a, c, wt, nc, q);
             if (m < best_mse) {
                 best_mse = m;
                 best = i;
@@ -314,6 +294,7 @@ enum qp_status qp_calib_mse_amax(const struct qp_stats_abs_hist *h, enum qp_dtyp
     *amax_out = best == h->n ? absmax : fmin(qp_stats_abs_hist_edge(h, best), absmax);
     free(c);
     free(q);
+    free(wt);
     return QP_OK;
 }
 

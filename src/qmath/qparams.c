@@ -397,3 +397,27 @@ enum qp_status qp_qparams_from_range(enum qp_dtype qtype, float lo, float hi, in
     *zero_point_out = (int32_t)zp;
     return QP_OK;
 }
+
+double qp_symmetric_sq_error(enum qp_dtype qtype, float amax, const float *x, const double *weight,
+                             int64_t n, float *scratch) {
+    float scale;
+    int32_t zp;
+    if (qp_qparams_from_range(qtype, -amax, amax, 1, &scale, &zp, NULL) != QP_OK) return INFINITY;
+    uint8_t zero[2] = {0, 0};
+    struct qp_qspec q = {.qtype = qtype,
+                         .saturate = 1,
+                         .outer = 1,
+                         .axis_len = 1,
+                         .inner = n,
+                         .n_params = 1,
+                         .scale = &scale,
+                         .zero_point = zero};
+    qp_fake_quantize_f32(&q, x, scratch, 0, n);
+    double e = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) continue;
+        double d = (double)scratch[i] - (double)x[i];
+        e += d * d * (weight ? weight[i] : 1.0);
+    }
+    return e;
+}

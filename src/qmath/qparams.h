@@ -89,4 +89,12 @@ enum qp_status qp_qparams_from_range(enum qp_dtype qtype, float lo, float hi, in
                                      float *scale_out, int32_t *zero_point_out,
                                      struct qp_error *err);
 
+/* The squared error of quantizing x[0..n) symmetrically to qtype with the range +-amax
+ * (qp_qparams_from_range, then qp_fake_quantize_f32 into `scratch`, n floats), each element
+ * weighted by weight[i] (NULL: 1; non-finite elements are left out): the score of a clipping
+ * range (calibration's mse method, the writer's weight clipping). INFINITY when amax gives no
+ * parameters. */
+double qp_symmetric_sq_error(enum qp_dtype qtype, float amax, const float *x, const double *weight,
+                             int64_t n, float *scratch);
+
 #endif

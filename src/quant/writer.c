@@ -285,40 +285,18 @@ enum qp_status qp_qdq_write_precision(struct qp_model *m, const struct qp_writer
     return QP_OK;
 }
 
-/* Squared error of quantizing x[0..n) symmetrically to qtype with amax (qmath's fake
- * quantization into y); INFINITY for an amax qmath refuses. */
-static double clip_error(const float *x, float *y, int64_t n, enum qp_dtype qtype, float amax) {
-    float scale;
-    int32_t zp;
-    if (qp_qparams_from_range(qtype, -amax, amax, 1, &scale, &zp, NULL) != QP_OK) return INFINITY;
-    uint8_t zero = 0;
-    struct qp_qspec q = {.qtype = qtype,
-                         .saturate = 1,
-                         .outer = 1,
-                         .axis_len = 1,
-                         .inner = n,
-                         .n_params = 1,
-                         .scale = &scale,
-                         .zero_point = &zero};
-    qp_fake_quantize_f32(&q, x, y, 0, n);
-    double e = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        if (isfinite(x[i])) e += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
-    return e;
-}
-
 /* The amax among ratios 1.0, 0.95, .. 0.5 of `amax`, then within 0.025 of the best in steps of
  * 0.005, whose quantization of the channel x[0..n) has the least squared error (ties: the
  * larger). */
 static float least_error_amax(const float *x, float *y, int64_t n, enum qp_dtype qtype,
                               float amax) {
     if (!(amax > 0.0f) || n == 0) return amax;
-    double best_r = 1.0, best = clip_error(x, y, n, qtype, amax);
+    double best_r = 1.0, best = qp_symmetric_sq_error(qtype, amax, x, NULL, n, y);
     for (int pass = 0; pass < 2; pass++) {
         double from = pass ? best_r + 0.025 : 0.95, to = pass ? best_r - 0.025 : 0.5;
         for (double r = from; r >= to - 1e-9; r -= pass ? 0.005 : 0.05) {
             if (r > 1.0 + 1e-9 || r < 0.5 - 1e-9 || fabs(r - best_r) < 1e-9) continue;
-            double e = clip_error(x, y, n, qtype, (float)(amax * r));
+            double e = qp_symmetric_sq_error(qtype, (float)(amax * r), x, NULL, n, y);
             if (e < best) {
                 best = e;
                 best_r = r;

@@ -647,26 +647,33 @@ done:
     return st;
 }
 
+/* Hands value v (tensor t, made by node `node`) to the observer. */
+static enum qp_status report(struct qp_session *s, int v, const char *node, const struct qp_kt *t,
+                             struct qp_error *err) {
+    struct qp_array a;
+    memset(&a, 0, sizeof a);
+    a.dtype = t->dtype;
+    a.rank = t->rank;
+    memcpy(a.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
+    a.data = t->data;
+    a.nbytes = t->nbytes;
+    if (s->observer(s->g->values[v].name, node, &a, s->observer_user))
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "session: the observer stopped the run at tensor '%s'",
+                            s->g->values[v].name);
+    return QP_OK;
+}
+
 static enum qp_status observe(struct qp_session *s, const struct rt_step *stp,
                               struct qp_error *err) {
     const struct qp_node *n = &s->g->nodes[rt_step_onode(stp)];
-    for (int i = 0; i < stp->n_out; i++) {
+    enum qp_status st = QP_OK;
+    for (int i = 0; i < stp->n_out && st == QP_OK; i++) {
         const struct qp_kt *t = stp->val_out[i];
-        if (!t || (s->observed && !s->observed[n->outputs[i]])) continue;
-        struct qp_array a;
-        memset(&a, 0, sizeof a);
-        a.dtype = t->dtype;
-        a.rank = t->rank;
-        memcpy(a.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
-        a.data = t->data;
-        a.nbytes = t->nbytes;
-        if (s->observer(s->g->values[n->outputs[i]].name, n->name, &a, s->observer_user))
-            return qp_error_set(err, QP_ERR_USAGE,
-                                "session: the observer stopped the run at "
-                                "tensor '%s'",
-                                s->g->values[n->outputs[i]].name);
+        if (t && (!s->observed || s->observed[n->outputs[i]]))
+            st = report(s, n->outputs[i], n->name, t, err);
     }
-    return QP_OK;
+    return st;
 }
 
 /* The observed tensors the plan computed once when it was built (a Cast of a shape value: no
@@ -675,22 +682,14 @@ static enum qp_status observe(struct qp_session *s, const struct rt_step *stp,
  * "every tensor" means what the steps compute. */
 static enum qp_status observe_plan_time(struct qp_session *s, const struct rt_plan *p,
                                         struct qp_error *err) {
-    for (size_t v = 0; s->observed && v < s->g->n_values; v++) {
+    enum qp_status st = QP_OK;
+    for (size_t v = 0; s->observed && v < s->g->n_values && st == QP_OK; v++) {
         const struct qp_kt *t = &p->vals[v];
-        const struct qp_value *val = &s->g->values[v];
-        if (!s->observed[v] || !t->is_const || !t->data || val->producer < 0) continue;
-        struct qp_array a;
-        memset(&a, 0, sizeof a);
-        a.dtype = t->dtype;
-        a.rank = t->rank;
-        memcpy(a.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
-        a.data = t->data;
-        a.nbytes = t->nbytes;
-        if (s->observer(val->name, s->g->nodes[val->producer].name, &a, s->observer_user))
-            return qp_error_set(err, QP_ERR_USAGE,
-                                "session: the observer stopped the run at tensor '%s'", val->name);
+        int prod = s->g->values[v].producer;
+        if (s->observed[v] && t->is_const && t->data && prod >= 0)
+            st = report(s, (int)v, s->g->nodes[prod].name, t, err);
     }
-    return QP_OK;
+    return st;
 }
 
 /* Validates inputs, finds (or builds) the plan and binds the inputs. */

@@ -221,28 +221,10 @@ static void test_percentile_known_sample(void **state) {
     qp_stats_free(s);
 }
 
-/* The squared error of quantizing x[0..n) symmetrically to qtype with amax (qmath's fake
- * quantization: the reference the histogram search is checked against). */
+/* The squared error of quantizing x[0..n) symmetrically to qtype with amax, on the raw
+ * samples: the reference the histogram search is checked against. */
 static double sample_mse(const float *x, int64_t n, enum qp_dtype qtype, double amax, float *y) {
-    float scale;
-    int32_t zp;
-    struct qp_error err = {0};
-    assert_int_equal(qp_qparams_from_range(qtype, (float)-amax, (float)amax, 1, &scale, &zp, &err),
-                     QP_OK);
-    uint8_t zero = 0;
-    struct qp_qspec q = {.qtype = qtype,
-                         .saturate = 1,
-                         .outer = 1,
-                         .axis_len = 1,
-                         .inner = n,
-                         .n_params = 1,
-                         .scale = &scale,
-                         .zero_point = &zero};
-    qp_fake_quantize_f32(&q, x, y, 0, n);
-    double e = 0;
-    for (int64_t i = 0; i < n; i++)
-        e += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
-    return e;
+    return qp_symmetric_sq_error(qtype, (float)amax, x, NULL, n, y);
 }
 
 /* mse on the raw samples: a Gaussian with one far outlier (int8: the best range clips it well

@@ -43,12 +43,42 @@ static void int_attr(struct qp_model *m, const char *node_name, const char *name
     a->i = v;
 }
 
+/* Initializers `name` (float weights w of the given rank and dims wd), `name`_ws (ns scales: rank
+ * 1, or a scalar when ns is 1), `name`_wz (zeros), `name`_b (nb biases), and `name`_wQ ->
+ * `name`_wDQ into `out`, along `axis` when ns > 1. */
+static void weight_qdq(struct qp_model *m, const char *name, const char *out, int rank,
+                       const int64_t *wd, const float *w, int64_t ns, const float *sc, int64_t nb,
+                       const float *b, int axis) {
+    int64_t nw = 1, sd[1] = {ns}, bd[1] = {nb};
+    for (int d = 0; d < rank; d++)
+        nw *= wd[d];
+    int8_t *z = model_alloc(m, (size_t)ns);
+    char ws[96], wz[96], wq[96], wqo[96], wdq[96], bn[96];
+    snprintf(ws, sizeof ws, "%s_ws", name);
+    snprintf(wz, sizeof wz, "%s_wz", name);
+    snprintf(wq, sizeof wq, "%s_wQ", name);
+    snprintf(wqo, sizeof wqo, "%s_wq", name);
+    snprintf(wdq, sizeof wdq, "%s_wDQ", name);
+    snprintf(bn, sizeof bn, "%s_b", name);
+    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, rank, wd, w, sizeof(float) * (size_t)nw);
+    graph_add_init(m, m->graph, ws, QP_DTYPE_FLOAT, ns > 1, sd, sc, sizeof(float) * (size_t)ns);
+    graph_add_init(m, m->graph, wz, QP_DTYPE_INT8, ns > 1, sd, z, (size_t)ns);
+    graph_add_init(m, m->graph, bn, QP_DTYPE_FLOAT, 1, bd, b, sizeof(float) * (size_t)nb);
+    const char *qi[3] = {name, ws, wz}, *di[3] = {wqo, ws, wz};
+    rt_node(m, wq, "QuantizeLinear", 3, qi, wqo);
+    rt_node(m, wdq, "DequantizeLinear", 3, di, out);
+    if (ns > 1) {
+        int_attr(m, wq, "axis", axis);
+        int_attr(m, wdq, "axis", axis);
+    }
+}
+
 /* Conv weights `name` [M, C, 3, 3] as DQ(Q(W float)) per output channel; values integers times
  * a power-of-two scale per channel when `exact`, |q| up to 127. */
 static void conv_weights(struct qp_model *m, const char *name, int exact) {
-    int64_t wd[4] = {M, C, 3, 3}, sd[1] = {M};
-    static float w[M * C * 9], s[M], b[M];
-    static int8_t z[M];
+    int64_t wd[4] = {M, C, 3, 3};
+    float *w = model_alloc(m, sizeof(float) * M * C * 9), *s = model_alloc(m, sizeof(float) * M);
+    float *b = model_alloc(m, sizeof(float) * M);
     for (int oc = 0; oc < M; oc++) {
         s[oc] = exact ? ldexpf(1.0f, -6 - oc % 3) : 0.01f + 0.001f * oc;
         b[oc] = exact ? ldexpf((float)(oc - 8), -3) : 0.1f * rt_frand();
@@ -57,22 +87,7 @@ static void conv_weights(struct qp_model *m, const char *name, int exact) {
             w[oc * C * 9 + i] = (float)q * s[oc];
         }
     }
-    char ws[96], wz[96], wq[96], wqo[96], wdq[96], bn[96];
-    snprintf(ws, sizeof ws, "%s_ws", name);
-    snprintf(wz, sizeof wz, "%s_wz", name);
-    snprintf(wq, sizeof wq, "%s_wQ", name);
-    snprintf(wqo, sizeof wqo, "%s_wq", name);
-    snprintf(wdq, sizeof wdq, "%s_wDQ", name);
-    snprintf(bn, sizeof bn, "%s_b", name);
-    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 4, wd, w, sizeof w);
-    graph_add_init(m, m->graph, ws, QP_DTYPE_FLOAT, 1, sd, s, sizeof s);
-    graph_add_init(m, m->graph, wz, QP_DTYPE_INT8, 1, sd, z, sizeof z);
-    graph_add_init(m, m->graph, bn, QP_DTYPE_FLOAT, 1, sd, b, sizeof b);
-    const char *qi[3] = {name, ws, wz}, *di[3] = {wqo, ws, wz};
-    rt_node(m, wq, "QuantizeLinear", 3, qi, wqo);
-    rt_node(m, wdq, "DequantizeLinear", 3, di, name[0] == 'w' ? "wf" : "wf2");
-    int_attr(m, wq, "axis", 0);
-    int_attr(m, wdq, "axis", 0);
+    weight_qdq(m, name, name[0] == 'w' ? "wf" : "wf2", 4, wd, w, M, s, M, b, 0);
 }
 
 static void conv(struct qp_model *m, const char *name, const char *x, const char *w, const char *b,
@@ -344,31 +359,15 @@ static void test_conv_bn(void **state) {
 #define MK 32
 #define MN 24
 static void matmul_weights(struct qp_model *m, const char *name, const char *out) {
-    int64_t wd[2] = {MK, MN}, sd[1] = {MN};
+    int64_t wd[2] = {MK, MN};
     static float w[MK * MN], sc[MN], b[MN];
-    static int8_t z[MN];
     for (int n = 0; n < MN; n++) {
         sc[n] = 0.004f + 0.0003f * n;
         b[n] = 0.2f * rt_frand();
     }
     for (int i = 0; i < MK * MN; i++)
         w[i] = (float)(int)(127 * rt_frand()) * sc[i % MN];
-    char ws[96], wz[96], wq[96], wqo[96], wdq[96], bn[96];
-    snprintf(ws, sizeof ws, "%s_ws", name);
-    snprintf(wz, sizeof wz, "%s_wz", name);
-    snprintf(wq, sizeof wq, "%s_wQ", name);
-    snprintf(wqo, sizeof wqo, "%s_wq", name);
-    snprintf(wdq, sizeof wdq, "%s_wDQ", name);
-    snprintf(bn, sizeof bn, "%s_b", name);
-    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 2, wd, w, sizeof w);
-    graph_add_init(m, m->graph, ws, QP_DTYPE_FLOAT, 1, sd, sc, sizeof sc);
-    graph_add_init(m, m->graph, wz, QP_DTYPE_INT8, 1, sd, z, sizeof z);
-    graph_add_init(m, m->graph, bn, QP_DTYPE_FLOAT, 1, sd, b, sizeof b);
-    const char *qi[3] = {name, ws, wz}, *di[3] = {wqo, ws, wz};
-    rt_node(m, wq, "QuantizeLinear", 3, qi, wqo);
-    rt_node(m, wdq, "DequantizeLinear", 3, di, out);
-    int_attr(m, wq, "axis", 1);
-    int_attr(m, wdq, "axis", 1);
+    weight_qdq(m, name, out, 2, wd, w, MN, sc, MN, b, 1);
 }
 
 static void run_dims(struct qp_model *m, int int8, int rank, const int64_t *d, const float *x,
@@ -447,33 +446,16 @@ static int qmatmul_paths(const struct qp_session *s, enum qp_int8_path *paths, i
 /* MatMul weights [kk, nn] over the whole int8 range, per column scales, into `out`; bias. */
 static void matmul_weights_kn(struct qp_model *m, const char *name, const char *out, int64_t kk,
                               int64_t nn) {
-    int64_t wd[2] = {kk, nn}, sd[1] = {nn};
+    int64_t wd[2] = {kk, nn};
     float *w = model_alloc(m, sizeof(float) * (size_t)(kk * nn));
     float *sc = model_alloc(m, sizeof(float) * (size_t)nn), *b = model_alloc(m, 4 * (size_t)nn);
-    int8_t *z = model_alloc(m, (size_t)nn);
-    memset(z, 0, (size_t)nn);
     for (int64_t n = 0; n < nn; n++) {
         sc[n] = 0.004f + 0.0003f * (float)n;
         b[n] = 0.2f * rt_frand();
     }
     for (int64_t i = 0; i < kk * nn; i++)
         w[i] = (float)((i * 37 + i / nn * 11) % 255 - 127) * sc[i % nn];
-    char ws[96], wz[96], wq[96], wqo[96], wdq[96], bn[96];
-    snprintf(ws, sizeof ws, "%s_ws", name);
-    snprintf(wz, sizeof wz, "%s_wz", name);
-    snprintf(wq, sizeof wq, "%s_wQ", name);
-    snprintf(wqo, sizeof wqo, "%s_wq", name);
-    snprintf(wdq, sizeof wdq, "%s_wDQ", name);
-    snprintf(bn, sizeof bn, "%s_b", name);
-    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 2, wd, w, sizeof(float) * (size_t)(kk * nn));
-    graph_add_init(m, m->graph, ws, QP_DTYPE_FLOAT, 1, sd, sc, sizeof(float) * (size_t)nn);
-    graph_add_init(m, m->graph, wz, QP_DTYPE_INT8, 1, sd, z, (size_t)nn);
-    graph_add_init(m, m->graph, bn, QP_DTYPE_FLOAT, 1, sd, b, sizeof(float) * (size_t)nn);
-    const char *qi[3] = {name, ws, wz}, *di[3] = {wqo, ws, wz};
-    rt_node(m, wq, "QuantizeLinear", 3, qi, wqo);
-    rt_node(m, wdq, "DequantizeLinear", 3, di, out);
-    int_attr(m, wq, "axis", 1);
-    int_attr(m, wdq, "axis", 1);
+    weight_qdq(m, name, out, 2, wd, w, nn, sc, nn, b, 1);
 }
 
 /* DQ(x) @ DQ(W) + b + DQ(x @ V) residual, Relu, Q (two QMatMul nodes) with k = kk: the AVX2
@@ -684,11 +666,9 @@ static int qconv_paths(const struct qp_session *s, enum qp_int8_path *paths, int
  * whole int8 range (|q| up to 127) times a power-of-two scale per channel, a power-of-two bias. */
 static void conv_weights_k(struct qp_model *m, const char *name, const char *out, int64_t cin,
                            int64_t k) {
-    int64_t wd[4] = {M, cin, k, k}, sd[1] = {M};
+    int64_t wd[4] = {M, cin, k, k};
     float *w = model_alloc(m, sizeof(float) * (size_t)(M * cin * k * k));
     float *sc = model_alloc(m, sizeof(float) * M), *b = model_alloc(m, sizeof(float) * M);
-    int8_t *z = model_alloc(m, M);
-    memset(z, 0, M);
     for (int oc = 0; oc < M; oc++) {
         sc[oc] = ldexpf(1.0f, -6 - oc % 3);
         b[oc] = ldexpf((float)(oc - 8), -4);
@@ -697,23 +677,7 @@ static void conv_weights_k(struct qp_model *m, const char *name, const char *out
             w[oc * cin * k * k + i] = (float)q * sc[oc];
         }
     }
-    char ws[96], wz[96], wq[96], wqo[96], wdq[96], bn[96];
-    snprintf(ws, sizeof ws, "%s_ws", name);
-    snprintf(wz, sizeof wz, "%s_wz", name);
-    snprintf(wq, sizeof wq, "%s_wQ", name);
-    snprintf(wqo, sizeof wqo, "%s_wq", name);
-    snprintf(wdq, sizeof wdq, "%s_wDQ", name);
-    snprintf(bn, sizeof bn, "%s_b", name);
-    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 4, wd, w,
-                   sizeof(float) * (size_t)(M * cin * k * k));
-    graph_add_init(m, m->graph, ws, QP_DTYPE_FLOAT, 1, sd, sc, sizeof(float) * M);
-    graph_add_init(m, m->graph, wz, QP_DTYPE_INT8, 1, sd, z, M);
-    graph_add_init(m, m->graph, bn, QP_DTYPE_FLOAT, 1, sd, b, sizeof(float) * M);
-    const char *qi[3] = {name, ws, wz}, *di[3] = {wqo, ws, wz};
-    rt_node(m, wq, "QuantizeLinear", 3, qi, wqo);
-    rt_node(m, wdq, "DequantizeLinear", 3, di, out);
-    int_attr(m, wq, "axis", 0);
-    int_attr(m, wdq, "axis", 0);
+    weight_qdq(m, name, out, 4, wd, w, M, sc, M, b, 0);
 }
 
 static void ints_attr(struct qp_model *m, const char *node_name, const char *name, const int64_t *v,
@@ -1236,11 +1200,10 @@ static void test_large_conv_threads(void **state) {
 static void convt_weights(struct qp_model *m, const char *name, const char *out, int64_t cin,
                           int64_t cout, int64_t group, int64_t k) {
     int64_t mg = cout / group, ns = group == 1 ? cout : 1, nw = cin * mg * k * k;
-    int64_t wd[4] = {cin, mg, k, k}, sd[1] = {ns}, bd[1] = {cout};
+    int64_t wd[4] = {cin, mg, k, k};
     float *w = model_alloc(m, sizeof(float) * (size_t)nw),
           *b = model_alloc(m, sizeof(float) * cout);
     float *sc = model_alloc(m, sizeof(float) * (size_t)ns);
-    int8_t *z = model_alloc(m, (size_t)ns);
     for (int64_t i = 0; i < ns; i++)
         sc[i] = ldexpf(1.0f, -6 - (int)(i % 3));
     for (int64_t oc = 0; oc < cout; oc++)
@@ -1250,24 +1213,7 @@ static void convt_weights(struct qp_model *m, const char *name, const char *out,
         int q = (int)((i * 29 + oc * 53 + i / 7) % 255) - 127;
         w[i] = (float)q * sc[ns == 1 ? 0 : oc];
     }
-    char ws[96], wz[96], wq[96], wqo[96], wdq[96], bn[96];
-    snprintf(ws, sizeof ws, "%s_ws", name);
-    snprintf(wz, sizeof wz, "%s_wz", name);
-    snprintf(wq, sizeof wq, "%s_wQ", name);
-    snprintf(wqo, sizeof wqo, "%s_wq", name);
-    snprintf(wdq, sizeof wdq, "%s_wDQ", name);
-    snprintf(bn, sizeof bn, "%s_b", name);
-    graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 4, wd, w, sizeof(float) * (size_t)nw);
-    graph_add_init(m, m->graph, ws, QP_DTYPE_FLOAT, ns > 1, sd, sc, sizeof(float) * (size_t)ns);
-    graph_add_init(m, m->graph, wz, QP_DTYPE_INT8, ns > 1, sd, z, (size_t)ns);
-    graph_add_init(m, m->graph, bn, QP_DTYPE_FLOAT, 1, bd, b, sizeof(float) * (size_t)cout);
-    const char *qi[3] = {name, ws, wz}, *di[3] = {wqo, ws, wz};
-    rt_node(m, wq, "QuantizeLinear", 3, qi, wqo);
-    rt_node(m, wdq, "DequantizeLinear", 3, di, out);
-    if (ns > 1) {
-        int_attr(m, wq, "axis", 1);
-        int_attr(m, wdq, "axis", 1);
-    }
+    weight_qdq(m, name, out, 4, wd, w, ns, sc, cout, b, 1);
 }
 
 /* x -> QDQ -> ConvTranspose 2x2 stride 2 (C -> M) -> Add, Mul by constants per channel -> Relu
