@@ -338,32 +338,23 @@ enum qp_status qp_calib_compute(const struct qp_calib_options *o, const struct q
         r.hi = clip_hi(qp_stats_hist_edge(&h, end), sum.max);
         break;
     }
-    case QP_CALIB_PERCENTILE: {
-        struct qp_stats_abs_hist h;
-        qp_stats_abs_hist(s, &h);
-        if (h.n == 0)
-            return qp_error_set(
-                err, QP_ERR_USAGE,
-                "calibrate: percentile needs the |x| histogram (QP_STATS_ABS_HIST)");
-        int64_t idx;
-        enum qp_status st = qp_calib_percentile_index(&h, o->percentile, &idx, err);
-        if (st != QP_OK) return st;
-        double e = qp_stats_abs_hist_edge(&h, idx);
-        r.lo = clip_lo(-e, sum.min);
-        r.hi = clip_hi(e, sum.max);
-        break;
-    }
-    case QP_CALIB_MSE: {
+    case QP_CALIB_PERCENTILE:
+    case QP_CALIB_MSE: { /* a symmetric threshold on the |x| histogram */
         struct qp_stats_abs_hist h;
         qp_stats_abs_hist(s, &h);
         if (h.n == 0)
             return qp_error_set(err, QP_ERR_USAGE,
-                                "calibrate: mse needs the |x| histogram (QP_STATS_ABS_HIST)");
-        double a;
-        enum qp_status st = qp_calib_mse_amax(&h, o->qtype, sum.absmax, &a, err);
+                                "calibrate: %s needs the |x| histogram (QP_STATS_ABS_HIST)",
+                                qp_calib_method_name(o->method));
+        double e = 0;
+        int64_t idx;
+        enum qp_status st = o->method == QP_CALIB_MSE
+                                ? qp_calib_mse_amax(&h, o->qtype, sum.absmax, &e, err)
+                                : qp_calib_percentile_index(&h, o->percentile, &idx, err);
         if (st != QP_OK) return st;
-        r.lo = clip_lo(-a, sum.min);
-        r.hi = clip_hi(a, sum.max);
+        if (o->method == QP_CALIB_PERCENTILE) e = qp_stats_abs_hist_edge(&h, idx);
+        r.lo = clip_lo(-e, sum.min);
+        r.hi = clip_hi(e, sum.max);
         break;
     }
     default:

@@ -368,15 +368,13 @@ static int patch_takes(const struct i8_state *s) {
     return 1;
 }
 
-/* The primitive's output channels (patch: K * M), and the node's channel of one of them. */
-static int64_t key_m(const struct i8_state *s) {
-    return s->patch ? s->pk * s->geo.m : s->geo.m;
-}
+/* The node's output channel of the kernels' channel oc (patch: K * M of them). */
 static int64_t chan_of(const struct i8_state *s, int64_t oc) {
     return s->patch ? oc % s->geo.m : oc;
 }
 
-/* The geometry the AVX2 kernels compute: the node's, or the patch's 1x1 convolution. */
+/* The geometry the kernels compute (oneDNN key, AVX2 kernels, per-channel arrays): the node's,
+ * or the patch's 1x1 convolution. */
 static const struct qp_conv_state *kgeo(const struct i8_state *s) {
     return s->patch ? &s->pgeo : &s->geo;
 }
@@ -402,7 +400,7 @@ static void patch_geometry(struct i8_state *s) {
 }
 
 static void fill_key(struct i8_state *s) {
-    const struct qp_conv_state *g = &s->geo;
+    const struct qp_conv_state *g = kgeo(s); /* the patch: its 1x1 convolution */
     struct i8_key *k = &s->key;
     memset(k, 0, sizeof *k);
     k->path = (int32_t)s->path;
@@ -413,7 +411,7 @@ static void fill_key(struct i8_state *s) {
     k->m = g->m;
     k->group = g->group;
     k->has_bias = 1;
-    k->transposed = s->transposed;
+    k->transposed = s->transposed && !s->patch;
     k->src_dt = (int32_t)dnnl_dt(s->io.xdt);
     k->src_zp_on = s->path == QP_INT8_PATH_DNNL_INT8 && s->io.xzp != 0;
     for (int i = 0; i < g->w.nsp; i++) {
@@ -424,22 +422,13 @@ static void fill_key(struct i8_state *s) {
         k->dil[i] = g->w.dil[i];
         k->pb[i] = g->w.pad_begin[i];
         k->pe[i] = g->w.pad_end[i];
-        if (s->transposed) /* the right padding that makes oneDNN's size formula ONNX's output */
+        if (k->transposed) /* the right padding that makes oneDNN's size formula ONNX's output */
             k->pe[i] = (g->w.in[i] - 1) * g->w.stride[i] + (g->w.k[i] - 1) * g->w.dil[i] + 1 -
                        g->w.pad_begin[i] - g->w.out[i];
     }
-    if (s->patch) { /* a 1x1 convolution over the source's pixels */
-        k->transposed = 0;
-        k->m = key_m(s);
-        for (int i = 0; i < g->w.nsp; i++) {
-            k->out[i] = k->in[i];
-            k->k[i] = k->stride[i] = k->dil[i] = 1;
-            k->pb[i] = k->pe[i] = 0;
-        }
-    }
     qp_i8_key_posts(&s->io, s->path == QP_INT8_PATH_DNNL_INT8, &k->posts);
     k->dst_dt = s->io.dst_f32 ? dnnl_f32 : (int32_t)dnnl_dt(s->io.ydt);
-    s->direct = s->dst_nhwc && (!s->io.dst_f32 || s->io.ydt == QP_DTYPE_FLOAT);
+    s->direct = s->dst_nhwc && dst_final(s) && !s->patch;
 }
 
 /* ConvTranspose weights [C, M, K] (elements of `size` bytes) as the patch convolution's
@@ -512,7 +501,7 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
     const struct qp_kt *w = p->in[3], *ws = qp_i8_in(p, 4);
     enum qp_status st = check_wq(p, s->geo.m);
     if (st) return st;
-    int64_t m = key_m(s);
+    int64_t m = kgeo(s)->m;
     size_t base = qp_dnnl_align(sizeof *s), fl = qp_dnnl_align((size_t)m * sizeof(float));
     s->off_osc = base;
     s->off_bias = base + fl;
@@ -567,7 +556,7 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
  * the int8 primitive), or NULL for a bad w_scale. */
 static float *output_scales(const struct qp_kprep *p, const struct i8_state *s) {
     const struct qp_kt *ws = qp_i8_in(p, 4);
-    int64_t m = s->geo.m, km = key_m(s);
+    int64_t m = s->geo.m, km = kgeo(s)->m;
     if (!ws || !ws->is_const || (ws->numel != 1 && ws->numel != (uint64_t)m)) return NULL;
     const float *v;
     int64_t nb = qp_kattr_floats(p->node, "ch_scale", &v);
@@ -589,7 +578,7 @@ static size_t plan_scratch(struct i8_state *s) {
                : s->src_nhwc               ? 0
                                            : in_n;
     size_t el = s->io.dst_f32 ? sizeof(float) : 1;
-    size_t b = s->path == QP_INT8_PATH_REF ? 0 : s->direct && !s->patch ? 0 : out_n * el;
+    size_t b = s->path == QP_INT8_PATH_REF || s->direct ? 0 : out_n * el;
     size_t c = s->patch && !dst_final(s) ? out_n * el : 0; /* the scatter's, channels last */
     s->off_src = 0;
     s->off_dst = qp_dnnl_align(a);
@@ -677,7 +666,7 @@ static size_t plan_scratch_avx2(struct i8_state *s) {
     int rq8 = s->io.has_res && qp_i8_is_q8(s->io.rdt);
     size_t el = s->io.y_int8 ? 1 : sizeof(float);
     size_t a = s->src_nhwc ? 0 : in_n;
-    size_t b = s->direct && !s->patch ? 0 : out_n * el;
+    size_t b = s->direct ? 0 : out_n * el;
     size_t pat = s->patch && !dst_final(s) ? out_n * el : 0; /* the scatter's, channels last */
     size_t r = !s->io.has_res || (rq8 && s->res_nhwc) ? 0 : out_n * (rq8 ? 1 : sizeof(float));
     s->ldk = (g->c * g->k_sz + 3) / 4 * 4;
@@ -704,8 +693,8 @@ static const char *avx2_kind_name(int kind) {
 }
 
 static enum qp_status prepare_avx2(struct qp_kprep *p, struct i8_state *s) {
-    s->direct = s->dst_nhwc && (s->io.y_int8 || s->io.ydt == QP_DTYPE_FLOAT);
-    s->io.dst_f32 = !s->io.y_int8;                              /* dst_out: float reals, or int8 */
+    s->io.dst_f32 = !s->io.y_int8; /* dst_out: float reals, or int8 */
+    s->direct = s->dst_nhwc && dst_final(s) && !s->patch;
     s->io.res_in_dst = s->io.has_res && qp_i8_is_q8(s->io.rdt); /* residual_into: int8 as is */
     qp_log(QP_LOG_DEBUG, "QConv '%s': path %d (%s, %s), output %s%s",
            p->node->name ? p->node->name : "", (int)s->path, qp_int8_path_name(s->path),
@@ -727,12 +716,11 @@ enum qp_status qp_k_qconv_fused_prepare(struct qp_kprep *p) {
     s.pk = g->k_sz;
     if ((s.patch = patch_takes(&s))) patch_geometry(&s);
     s.path = choose_path(&s);
-    if (s.path == QP_INT8_PATH_REF) s.patch = 0;
     if (s.path == QP_INT8_PATH_AVX2) return prepare_avx2(p, &s);
     float *osc = NULL, *psc = NULL;
     if (s.path != QP_INT8_PATH_REF) {
         osc = output_scales(p, &s);
-        psc = osc ? qp_malloc_n((size_t)key_m(&s), sizeof *psc) : NULL;
+        psc = osc ? qp_malloc_n((size_t)kgeo(&s)->m, sizeof *psc) : NULL;
         if (!psc) {
             free(osc);
             return qp_error_set(p->err, QP_ERR_BAD_INPUT, "w_scale must be 1 or %lld constants",
@@ -741,9 +729,9 @@ enum qp_status qp_k_qconv_fused_prepare(struct qp_kprep *p) {
     }
     while (s.path != QP_INT8_PATH_REF) {
         fill_key(&s);
-        for (int64_t oc = 0; oc < key_m(&s); oc++) /* the scales the primitive applies */
+        for (int64_t oc = 0; oc < kgeo(&s)->m; oc++) /* the scales the primitive applies */
             psc[oc] = osc[oc] * s.io.oscale_mul;
-        s.key.osc_hash = qp_i8_hash(psc, key_m(&s));
+        s.key.osc_hash = qp_i8_hash(psc, kgeo(&s)->m);
         struct i8_force f = {NULL, NULL, psc};
         s.entry = qp_dnnl_cache_get(&s.key, sizeof s.key, entry_build, &f);
         if (s.entry) break;
@@ -1035,7 +1023,7 @@ static enum qp_status run_avx2(const struct qp_krun *r) {
         transpose_cp(scr + s->off_src, x, g->n, g->c, g->in_sz, 1, nt);
         x = scr + s->off_src;
     }
-    void *dbuf = s->direct && !s->patch ? r->out[0]->data : scr + s->off_dst;
+    void *dbuf = s->direct ? r->out[0]->data : scr + s->off_dst;
     struct qp_i8g_epi e = {&s->io,
                            (const float *)(blob + s->off_osc),
                            (const float *)(blob + s->off_bias),
@@ -1072,7 +1060,7 @@ enum qp_status qp_k_qconv_fused_run(const struct qp_krun *r) {
     const struct qp_conv_state *g = &s->geo;
     char *scr = r->scratch, *blob = (char *)r->state;
     const struct qp_kt *x = r->in[0];
-    void *src = x->data, *dbuf = s->direct && !s->patch ? r->out[0]->data : scr + s->off_dst;
+    void *src = x->data, *dbuf = s->direct ? r->out[0]->data : scr + s->off_dst;
     if (s->path == QP_INT8_PATH_DNNL_F32) {
         src = scr + s->off_src;
         src_to_f32(s, x, src, nthr);

@@ -312,12 +312,19 @@ static void grow(const struct qp_graph *g, int conv, struct chain *c) {
     grow_from(g, c, v);
 }
 
-/* The output channels of a fused Conv: its int8 weights' (or their float source's) first dim;
- * a ConvTranspose's ([C, M/group, k...]): the second times group. */
-static int64_t out_channels(const struct qp_graph *g, int w, const struct qp_node *head) {
+/* The weights behind int8 value w: the int8 constant, or the float constant a Q quantizes (its
+ * shape is theirs); NULL when neither. */
+static const struct qp_tensor *weight_source(const struct qp_graph *g, int w) {
     const struct qp_tensor *t = i8g_const_of(g, w);
     const struct qp_node *q = i8g_producer(g, w);
     if (!t && q && qp_node_is(q, "QuantizeLinear")) t = i8g_const_of(g, i8g_in_at(q, 0));
+    return t;
+}
+
+/* The output channels of a fused Conv: its int8 weights' (or their float source's) first dim;
+ * a ConvTranspose's ([C, M/group, k...]): the second times group. */
+static int64_t out_channels(const struct qp_graph *g, int w, const struct qp_node *head) {
+    const struct qp_tensor *t = weight_source(g, w);
     if (!qp_node_is(head, "ConvTranspose")) return t && t->rank >= 1 ? t->dims[0] : -1;
     const struct qp_attr *ga = qp_node_attr(head, "group");
     return t && t->rank >= 2 ? t->dims[1] * (ga ? ga->i : 1) : -1;
@@ -592,10 +599,8 @@ static int ints_all(const struct qp_node *n, const char *name, int64_t v) {
 /* ConvTranspose n with int8 weights w ([C, M/group, k...]) has its kernel equal to its strides,
  * no padding, dilation, group or output shape: each source pixel fills its own output patch
  * (int8_conv.h: the patch the AVX2 kernels run). */
-static int patch_geometry(const struct qp_graph *g, const struct qp_node *n, int w) {
-    const struct qp_tensor *t = i8g_const_of(g, w);
-    const struct qp_node *q = i8g_producer(g, w);
-    if (!t && q && qp_node_is(q, "QuantizeLinear")) t = i8g_const_of(g, i8g_in_at(q, 0));
+static int kernel_is_stride(const struct qp_graph *g, const struct qp_node *n, int w) {
+    const struct qp_tensor *t = weight_source(g, w);
     const struct qp_attr *st = qp_node_attr(n, "strides"), *ap = qp_node_attr(n, "auto_pad");
     if (!t || t->rank < 3 || !st || st->n != (size_t)(t->rank - 2) ||
         qp_node_attr(n, "output_shape") || !ints_all(n, "pads", 0) ||
@@ -622,7 +627,7 @@ static const char *transpose_blocker(const struct qp_graph *g, const struct qp_n
     const struct qp_tensor *sc = i8g_const_of(g, f->ws);
     if (ga && ga->i > 1 && sc && sc->numel > 1) return "per-channel weight scales with group > 1";
     if (!qp_dnnl_enabled() || qp_int8_ref_forced() || qp_int8_cpu_has_vnni()) return NULL;
-    if (qp_kernel_isa() < QP_ISA_AVX2 || !qp_int8_avx2_allowed() || !patch_geometry(g, n, f->w))
+    if (qp_kernel_isa() < QP_ISA_AVX2 || !qp_int8_avx2_allowed() || !kernel_is_stride(g, n, f->w))
         return "no exact int8 kernel for it on this CPU without VNNI (the AVX2 kernels take "
                "kernel == stride without padding or groups)";
     if (f->c.res >= 0) return "a residual Add after it (without VNNI)";
