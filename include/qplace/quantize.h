@@ -81,6 +81,17 @@ struct qp_quantize_config {
      * model and for calibration (static dims must match), as --override_shapes. NULL: none. */
     const char *override_shapes;
     enum qp_weight_clipping weight_clipping; /* qplace's; default QP_WEIGHT_CLIP_ABSMAX */
+    /* The accuracy budget (qplace's; docs/quantize.md "Accuracy budget"): after calibration,
+     * every quantized node is ranked by sensitivity (as qplace/sensitivity.h by node, kl_div,
+     * quantize_one, on the calibration data) and the most sensitive are excluded one at a time
+     * until, on eval_data (else the calibration data), the drift (kl_div summed over outputs)
+     * is at most max_output_drift and every output holding class scores (rank >= 2, last dim
+     * >= 2) has its argmax agree with the float model's on at least a fraction
+     * min_top1_agreement of its rows (per sample, or per time step for a CTC head).
+     * max_output_drift < 0 (default -1) and min_top1_agreement 0 (default) set no bound;
+     * neither set: no budget. */
+    double max_output_drift;
+    double min_top1_agreement;
 };
 
 void qp_quantize_config_default(struct qp_quantize_config *c);
@@ -118,6 +129,17 @@ struct qp_quantize_summary {
      * and the mean ratio of the chosen amax to absmax. */
     size_t n_weight_channels, n_weight_channels_clipped;
     double weight_clip_mean_ratio;
+    /* With an accuracy budget: budget 1; the quantized nodes ranked, those excluded (names,
+     * most sensitive first; owned by the summary), and the whole model's drift (kl_div summed
+     * over outputs) and least top-1 agreement over class-score outputs (-1: no such output)
+     * with everything quantized and after the exclusions, as the budget measured them (fake
+     * quantization, weight scales from absmax). budget_met 0: every ranked node was excluded
+     * and the bounds still did not hold (the model is written all the same). */
+    int budget, budget_met;
+    size_t n_budget_ranked, n_budget_excluded;
+    char **budget_excluded;
+    double budget_drift_before, budget_drift_after;
+    double budget_top1_before, budget_top1_after;
 };
 
 /* NULL-safe. */

@@ -15,7 +15,8 @@
  * Picking turns the ranking into exclusions (ModelOpt's suggest_exclusion): the top targets
  * holding a fraction of the score mass (coverage), those scoring above a threshold, or — the
  * accuracy budget — the top targets one at a time until the whole quantized model's drift is at
- * most a bound. docs/sensitivity.md explains each choice; `qplace sensitivity` is this API.
+ * most a bound and/or its top-1 agreement with the float model at least a fraction.
+ * docs/sensitivity.md explains each choice; `qplace sensitivity` is this API.
  *
  *     struct qp_error err = {0};
  *     struct qp_model *m = NULL;
@@ -187,7 +188,7 @@ const char *qp_sensitivity_target_node(const struct qp_sensitivity *s, size_t i,
 enum qp_sensitivity_pick_mode {
     QP_SENSITIVITY_COVERAGE = 0, /* the top targets holding up to `coverage` of the score mass */
     QP_SENSITIVITY_THRESHOLD,    /* every target scoring above `threshold` */
-    QP_SENSITIVITY_BUDGET        /* top targets one at a time until drift <= max_output_drift */
+    QP_SENSITIVITY_BUDGET        /* top targets one at a time until the model meets the budget */
 };
 
 /* How a group of targets scores (blocks files only). */
@@ -201,14 +202,22 @@ struct qp_sensitivity_pick_options {
     enum qp_sensitivity_pick_mode mode; /* default coverage */
     double coverage;                    /* in [0, 1]; default 0.9 */
     double threshold;                   /* threshold mode: scores strictly above it */
-    double max_output_drift;            /* budget mode: >= 0, in the analysis' metric */
-    size_t max_targets;                 /* at most this many (groups, with blocks); 0: no cap */
-    double min_score_floor;             /* never exclude a lower score; default 0 */
-    double near_tie_ratio;              /* warning ratio; default 0.99; <= 0: none */
+    /* budget mode: the drift bound in the analysis' metric (summed over outputs); < 0 (default
+     * -1): none. */
+    double max_output_drift;
+    size_t max_targets;     /* at most this many (groups, with blocks); 0: no cap */
+    double min_score_floor; /* never exclude a lower score; default 0 */
+    double near_tie_ratio;  /* warning ratio; default 0.99; <= 0: none */
     /* A JSON file {"group": ["regex", ...], ...} grouping targets whose names match (POSIX
      * extended, anchored at the start): groups are picked whole. NULL (default): none. */
     const char *blocks_path;
     enum qp_sensitivity_block_agg block_agg; /* default sum */
+    /* budget mode: in (0, 1], every float output holding class scores (rank >= 2, last
+     * dimension >= 2) must have at least this fraction of its rows — all positions before the
+     * last axis: per sample for a classifier, per time step for a CTC head — with the float
+     * model's argmax; 0 (default): none. The budget needs this or max_output_drift >= 0; with
+     * both, both must hold. */
+    double min_top1_agreement;
 };
 
 void qp_sensitivity_pick_options_default(struct qp_sensitivity_pick_options *o);
@@ -218,8 +227,10 @@ struct qp_sensitivity_exclusions;
 /* Picks exclusions among the scored targets of `s` (borrowed for the exclusions' life; a budget
  * runs the whole quantized model again on the analysis' data). On success *out owns a new
  * exclusions handle (free with qp_sensitivity_exclusions_free). Returns QP_ERR_USAGE (a coverage
- * outside [0, 1], a non-finite threshold, a negative budget, an unknown mode or agg), QP_ERR_IO
- * and QP_ERR_BAD_INPUT (a blocks file that cannot be read or parsed, naming the group),
+ * outside [0, 1], a non-finite threshold, a budget without a bound or with min_top1_agreement
+ * outside [0, 1], an unknown mode or agg), QP_ERR_IO and QP_ERR_BAD_INPUT (a blocks file that
+ * cannot be read or parsed, naming the group; a top-1 budget on a model without class-score
+ * outputs),
  * QP_ERR_NOMEM and, with a budget, the engine's statuses. A near tie at the cut is reported in
  * the summary and logged, not an error. */
 enum qp_status qp_sensitivity_pick(struct qp_sensitivity *s,
@@ -235,9 +246,12 @@ struct qp_sensitivity_pick_summary {
     int near_tie;           /* the cut fell between near-equal scores */
     const char *warning;    /* the near-tie warning or ""; borrowed from the handle */
     size_t n_budget_groups; /* budget: targets (groups) excluded one at a time */
-    int budget_met;         /* budget: the drift came down to max_output_drift */
+    int budget_met;         /* budget: the model met every bound */
     double drift_quantized; /* budget: drift with everything quantized */
     double drift_after;     /* budget: drift after the exclusions */
+    /* budget: the least top-1 agreement of the class-score outputs with everything quantized
+     * and after the exclusions; -1 when no output holds class scores */
+    double top1_quantized, top1_after;
 };
 
 void qp_sensitivity_exclusions_get_summary(const struct qp_sensitivity_exclusions *x,

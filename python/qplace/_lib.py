@@ -81,7 +81,8 @@ class QuantizeConfig(Structure):
                 ("high_precision_dtype", c_int), ("n_threads", c_int), ("percentile", c_double),
                 ("ranges", c_void_p), ("opset", c_int64), ("op_types_to_exclude_fp16", StrList),
                 ("n_op_types_to_exclude_fp16", c_size_t), ("direct_io_types", c_int),
-                ("override_shapes", c_char_p), ("weight_clipping", c_int)]
+                ("override_shapes", c_char_p), ("weight_clipping", c_int),
+                ("max_output_drift", c_double), ("min_top1_agreement", c_double)]
 
 
 class QuantizeDrift(Structure):
@@ -100,7 +101,11 @@ class QuantizeSummary(Structure):
                 ("placement", c_void_p), ("drift_before_precision", c_int),
                 ("n_overridden", c_size_t), ("weight_clipping", c_int),
                 ("n_weight_channels", c_size_t), ("n_weight_channels_clipped", c_size_t),
-                ("weight_clip_mean_ratio", c_double)]
+                ("weight_clip_mean_ratio", c_double), ("budget", c_int),
+                ("budget_met", c_int), ("n_budget_ranked", c_size_t),
+                ("n_budget_excluded", c_size_t), ("budget_excluded", POINTER(c_char_p)),
+                ("budget_drift_before", c_double), ("budget_drift_after", c_double),
+                ("budget_top1_before", c_double), ("budget_top1_after", c_double)]
 
 
 class DataOptions(Structure):
@@ -189,14 +194,16 @@ class PickOptions(Structure):
     _fields_ = [("mode", c_int), ("coverage", c_double), ("threshold", c_double),
                 ("max_output_drift", c_double), ("max_targets", c_size_t),
                 ("min_score_floor", c_double), ("near_tie_ratio", c_double),
-                ("blocks_path", c_char_p), ("block_agg", c_int)]
+                ("blocks_path", c_char_p), ("block_agg", c_int),
+                ("min_top1_agreement", c_double)]
 
 
 class PickSummary(Structure):
     _fields_ = [("n_excluded", c_size_t), ("excluded_score", c_double),
                 ("coverage_pct", c_double), ("near_tie", c_int), ("warning", c_char_p),
                 ("n_budget_groups", c_size_t), ("budget_met", c_int),
-                ("drift_quantized", c_double), ("drift_after", c_double)]
+                ("drift_quantized", c_double), ("drift_after", c_double),
+                ("top1_quantized", c_double), ("top1_after", c_double)]
 
 
 class ScorePick(Structure):

@@ -23,7 +23,7 @@ import warnings
 from collections import namedtuple
 
 from . import _lib
-from ._core import as_list, choice, fspath, int_arg, model_arg
+from ._core import as_list, choice, float_arg, fspath, int_arg, model_arg
 from ._data import open_data, shapes_arg
 from .calibrate import method_arg
 from .errors import check, usage
@@ -41,8 +41,16 @@ QuantizeSummary = namedtuple(
     "high_precision placement_source calibration_source method n_calib_samples "
     "n_calib_batches n_eval_samples eval_on_calibration drift_before_precision outputs "
     "placement weight_clipping n_weight_channels_clipped n_weight_channels "
-    "weight_clip_mean_ratio")
-QuantizeSummary.__doc__ = "What qplace.quantize wrote, and the drift it measured."
+    "weight_clip_mean_ratio budget")
+QuantizeSummary.__doc__ = ("What qplace.quantize wrote, and the drift it measured; budget is a "
+                           "Budget with an accuracy budget, else None.")
+
+Budget = namedtuple("Budget", "met n_ranked excluded drift_before drift_after top1_before "
+                              "top1_after")
+Budget.__doc__ = ("The accuracy budget's outcome: met, the quantized nodes ranked, the nodes "
+                  "left in float (most sensitive first), and the whole model's drift (kl_div) "
+                  "and least top-1 agreement (None without class-score outputs) before and "
+                  "after the exclusions.")
 
 _HIGH = {"fp32": 1, "fp16": 10, "bf16": 16}
 _CLIP = {"absmax": 0, "mse": 1}
@@ -93,7 +101,18 @@ def _summary(s, output_path):
         s.n_calib_samples, s.n_calib_batches, s.n_eval_samples, bool(s.eval_on_calibration),
         bool(s.drift_before_precision), outs, Placement._from_ptr(s.placement),
         {v: k for k, v in _CLIP.items()}.get(s.weight_clipping), s.n_weight_channels_clipped,
-        s.n_weight_channels, s.weight_clip_mean_ratio)
+        s.n_weight_channels, s.weight_clip_mean_ratio, _budget(s))
+
+
+def _budget(s):
+    if not s.budget:
+        return None
+    def top1(v):
+        return None if v < 0 else v
+    return Budget(bool(s.budget_met), s.n_budget_ranked,
+                  [_lib.dec(s.budget_excluded[i]) for i in range(s.n_budget_excluded)],
+                  s.budget_drift_before, s.budget_drift_after, top1(s.budget_top1_before),
+                  top1(s.budget_top1_after))
 
 
 def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration_method=None,
@@ -107,7 +126,8 @@ def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration
              calibrate_per_node=False, input_shapes_profile=None, direct_io_types=False,
              opset=None, calibration_data_reader=None, target_dla=False, autotune=None,
              *, percentile=None, eval_data=None, placement=None, rules=None, ranges=None,
-             placement_out=None, threads=0, weight_clipping="absmax"):
+             placement_out=None, threads=0, weight_clipping="absmax", max_output_drift=None,
+             min_top1_agreement=None):
     """Quantizes onnx_path (a path, the model's bytes) and writes output_path; returns a
     QuantizeSummary. Raises qplace.Error subclasses (UsageError for a bad argument,
     BadInputError for a bad model or data, ...); on failure nothing is written."""
@@ -160,7 +180,8 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
               op_types_to_exclude, op_types_to_exclude_fp16, nodes_to_quantize, nodes_to_exclude,
               use_external_data_format, output_path, high_precision_dtype, disable_mha_qdq,
               dq_only, direct_io_types, opset, percentile, eval_data, placement, rules, ranges,
-              placement_out, threads, weight_clipping, **_checked):
+              placement_out, threads, weight_clipping, max_output_drift, min_top1_agreement,
+              **_checked):
     """quantize() once its ModelOpt-only keywords are checked (_checked: those, unused)."""
     model = model_arg(onnx_path)
     if output_path is None:
@@ -187,6 +208,15 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
     c.n_threads = int_arg(threads, "threads")
     c.direct_io_types = 1 if direct_io_types else 0
     c.weight_clipping = choice(weight_clipping or "absmax", _CLIP, "weight_clipping")
+    if max_output_drift is not None:
+        c.max_output_drift = float_arg(max_output_drift, "max_output_drift")
+        if not c.max_output_drift >= 0:
+            raise usage("quantize: max_output_drift must be >= 0, not %r" % max_output_drift)
+    if min_top1_agreement is not None:
+        c.min_top1_agreement = float_arg(min_top1_agreement, "min_top1_agreement")
+        if not 0 < c.min_top1_agreement <= 1:
+            raise usage("quantize: min_top1_agreement must be in (0, 1], not %r"
+                        % min_top1_agreement)
     c.opset = 0 if opset is None else int_arg(opset, "opset", 1, 1000)
     fp16_ops = _lib.StrArray(
         [t for v in as_list(op_types_to_exclude_fp16, "op_types_to_exclude_fp16")

@@ -176,12 +176,21 @@ def _scores_of(scores):
 
 
 def _pick_options(coverage, threshold, max_nodes, min_score_floor, near_tie_ratio, block_agg,
-                  max_output_drift):
+                  max_output_drift, min_top1_agreement=None):
     o = _lib.PickOptions()
     _lib.qp_sensitivity_pick_options_default(ctypes.byref(o))
-    if max_output_drift is not None:
+    if max_output_drift is not None or min_top1_agreement is not None:
         o.mode = 2
-        o.max_output_drift = float_arg(max_output_drift, "max_output_drift")
+        if max_output_drift is not None:
+            o.max_output_drift = float_arg(max_output_drift, "max_output_drift")
+            if not o.max_output_drift >= 0:
+                raise usage("suggest_exclusion: max_output_drift must be >= 0, not %r"
+                            % max_output_drift)
+        if min_top1_agreement is not None:
+            o.min_top1_agreement = float_arg(min_top1_agreement, "min_top1_agreement")
+            if not 0 < o.min_top1_agreement <= 1:
+                raise usage("suggest_exclusion: min_top1_agreement must be in (0, 1], not %r"
+                            % min_top1_agreement)
     elif threshold is not None:
         o.mode = 1
         o.threshold = float_arg(threshold, "threshold")
@@ -208,20 +217,23 @@ def _blocks_json(blocks):
 
 def suggest_exclusion(scores, coverage=0.90, *, threshold=None, blocks=None, block_agg="sum",
                       max_nodes=None, min_score_floor=0.0, near_tie_ratio=0.99,
-                      max_output_drift=None):
+                      max_output_drift=None, min_top1_agreement=None):
     """The targets to leave in float, highest score first: those holding up to `coverage` of the
-    score mass, or (threshold) every score above `threshold`, or (max_output_drift, score()'s
-    result only) the fewest top targets until the whole model's drift is at most the bound.
+    score mass, or (threshold) every score above `threshold`, or (a budget: max_output_drift
+    and/or min_top1_agreement, score()'s result only) the fewest top targets until the whole
+    model's drift is at most the bound and every class-score output's argmax agrees with the
+    float model's on at least that fraction of its rows.
     `blocks` {group: [regex, ...]} picks groups whole (block_agg sum, max or mean)."""
     o = _pick_options(coverage, threshold, max_nodes, min_score_floor, near_tie_ratio, block_agg,
-                      max_output_drift)
+                      max_output_drift, min_top1_agreement)
+    budget = max_output_drift is not None or min_top1_agreement is not None
     bj = _blocks_json(blocks)
     a = getattr(scores, "analysis", None)
     err = _lib.Error()
-    if a is not None and (bj is None or max_output_drift is not None):
+    if a is not None and (bj is None or budget):
         if bj is not None:
-            raise usage("suggest_exclusion: blocks with max_output_drift: write the blocks to a "
-                        "file and use qplace sensitivity --blocks")
+            raise usage("suggest_exclusion: blocks with an accuracy budget: write the blocks to "
+                        "a file and use qplace sensitivity --blocks")
         x = ctypes.c_void_p()
         check(_lib.qp_sensitivity_pick(a.ptr, ctypes.byref(o), ctypes.byref(x),
                                        ctypes.byref(err)), err)
@@ -231,9 +243,10 @@ def suggest_exclusion(scores, coverage=0.90, *, threshold=None, blocks=None, blo
             return [_lib.dec(_lib.qp_sensitivity_excluded(x, i)) for i in range(ps.n_excluded)]
         finally:
             _lib.qp_sensitivity_exclusions_free(x)
-    if max_output_drift is not None:
-        raise usage("suggest_exclusion: max_output_drift runs the model: pass score()'s result, "
-                    "not a plain dict of scores")
+    if budget:
+        raise usage("suggest_exclusion: an accuracy budget (max_output_drift, "
+                    "min_top1_agreement) runs the model: pass score()'s result, not a plain dict "
+                    "of scores")
     table = _scores_of(scores)
     names = list(table)
     vals = []
@@ -278,10 +291,11 @@ def exclusion_placement(result, excluded=None, **pick):
         raise usage("exclusion_placement: pass score()'s result")
     if excluded is not None:
         raise usage("exclusion_placement: the exclusions come from the picker options; give "
-                    "coverage=, threshold= or max_output_drift=")
+                    "coverage=, threshold=, max_output_drift= or min_top1_agreement=")
     o = _pick_options(pick.get("coverage", 0.9), pick.get("threshold"), pick.get("max_nodes"),
                       pick.get("min_score_floor", 0.0), pick.get("near_tie_ratio", 0.99),
-                      pick.get("block_agg", "sum"), pick.get("max_output_drift"))
+                      pick.get("block_agg", "sum"), pick.get("max_output_drift"),
+                      pick.get("min_top1_agreement"))
     err = _lib.Error()
     x = ctypes.c_void_p()
     check(_lib.qp_sensitivity_pick(a.ptr, ctypes.byref(o), ctypes.byref(x), ctypes.byref(err)),

@@ -58,6 +58,8 @@ int main(void) {
     F(qp_quantize_config, direct_io_types);
     F(qp_quantize_config, override_shapes);
     F(qp_quantize_config, weight_clipping);
+    F(qp_quantize_config, max_output_drift);
+    F(qp_quantize_config, min_top1_agreement);
     SZ(qp_quantize_drift);
     F(qp_quantize_drift, name);
     F(qp_quantize_drift, cosine);
@@ -89,6 +91,15 @@ int main(void) {
     F(qp_quantize_summary, n_weight_channels);
     F(qp_quantize_summary, n_weight_channels_clipped);
     F(qp_quantize_summary, weight_clip_mean_ratio);
+    F(qp_quantize_summary, budget);
+    F(qp_quantize_summary, budget_met);
+    F(qp_quantize_summary, n_budget_ranked);
+    F(qp_quantize_summary, n_budget_excluded);
+    F(qp_quantize_summary, budget_excluded);
+    F(qp_quantize_summary, budget_drift_before);
+    F(qp_quantize_summary, budget_drift_after);
+    F(qp_quantize_summary, budget_top1_before);
+    F(qp_quantize_summary, budget_top1_after);
     SZ(qp_data_options);
     F(qp_data_options, max_bytes);
     F(qp_data_options, image_mean);
@@ -204,6 +215,7 @@ int main(void) {
     F(qp_sensitivity_pick_options, near_tie_ratio);
     F(qp_sensitivity_pick_options, blocks_path);
     F(qp_sensitivity_pick_options, block_agg);
+    F(qp_sensitivity_pick_options, min_top1_agreement);
     SZ(qp_sensitivity_pick_summary);
     F(qp_sensitivity_pick_summary, n_excluded);
     F(qp_sensitivity_pick_summary, excluded_score);
@@ -214,6 +226,8 @@ int main(void) {
     F(qp_sensitivity_pick_summary, budget_met);
     F(qp_sensitivity_pick_summary, drift_quantized);
     F(qp_sensitivity_pick_summary, drift_after);
+    F(qp_sensitivity_pick_summary, top1_quantized);
+    F(qp_sensitivity_pick_summary, top1_after);
     SZ(qp_sensitivity_score_pick);
     F(qp_sensitivity_score_pick, n_excluded);
     F(qp_sensitivity_score_pick, excluded);

@@ -227,3 +227,28 @@ def test_callback_exceptions_during_calibration(cls_model, tmp_path):
     st = _lib.qp_calibrate(m.ptr, p.ptr, None, ctypes.byref(out), None, ctypes.byref(err))
     assert st != 0 and b"batch 1 is gone" in err.msg
     assert isinstance(p.failure, KeyError)
+
+
+def test_accuracy_budget_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
+    common = dict(calibration_data=cls_npz, high_precision_dtype="fp32")
+    s0 = qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "b0.onnx"),
+                         max_output_drift=1e9, **common)
+    b0 = s0.budget
+    assert b0.met and b0.excluded == [] and b0.n_ranked > 20 and b0.drift_before > 0
+    assert b0.top1_before is not None and 0 <= b0.top1_before <= 1
+    half = b0.drift_before / 2
+    py, cl, s = both(cli, tmp_path, cls_model,
+                     ["--calibration_data_path", cls_npz, "--high_precision_dtype", "fp32",
+                      "--max_output_drift", repr(half)], max_output_drift=half, **common)
+    assert py == cl
+    b = s.budget
+    assert b.met and b.excluded and b.drift_after <= half < b.drift_before
+    placed = {e.node for e in s.placement.edges} | {w.node for w in s.placement.weights}
+    assert not placed & set(b.excluded)
+    assert qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "n.onnx"),
+                           **common).budget is None
+    for bad in (dict(max_output_drift=-1), dict(min_top1_agreement=1.5),
+                dict(min_top1_agreement=0)):
+        with pytest.raises(qplace.UsageError):
+            qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "x.onnx"),
+                            **common, **bad)

@@ -73,6 +73,14 @@ enum qp_status qp_provider_alloc(const struct qp_provider_ops *ops, const char *
                                  const char *const *names, size_t n_inputs,
                                  struct qp_provider **out, struct qp_error *err);
 
+/* A provider handing out the first batches of `inner` (borrowed; it must outlive the head and
+ * is reset with it) until at least `max_samples` rows along axis 0 were handed out in a pass:
+ * whole batches, so the last may take it past the count. The arrays are borrowed from `inner`
+ * until the next call. n_samples is min(inner's, max_samples), an estimate when the last batch
+ * overshoots; n_batches 0. QP_ERR_USAGE (NULL inner, max_samples 0), QP_ERR_NOMEM. */
+enum qp_status qp_provider_head_create(struct qp_provider *inner, uint64_t max_samples,
+                                       struct qp_provider **out, struct qp_error *err);
+
 /* ---- --calibration_shapes ---------------------------------------------------------- */
 
 struct qp_calib_shape {

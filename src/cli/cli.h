@@ -105,6 +105,15 @@ void cli_choose_omp_wait(char **argv);
  * for a minute, which must not make a quiet machine look busy). */
 int cli_omp_spin_ok(double load1, int running_others, long n_cpus);
 
+/* An accuracy budget's outcome, one line on `f`: the drift and top-1 agreement (those the goal
+ * bounds, or the top-1 when there is one) with everything quantized (`first`) and after
+ * excluding `n_groups` targets or groups (`last`), met or NOT met (src/cli/sensitivity.c). */
+struct qp_sens_budget_goal;
+struct qp_sens_budget_step;
+void cli_print_budget(FILE *f, const struct qp_sens_budget_goal *g,
+                      const struct qp_sens_budget_step *first,
+                      const struct qp_sens_budget_step *last, size_t n_groups, int met);
+
 /* --int8 auto|off of `run` and `bench` (cli_int8.c): QP_INT8_AUTO (the default) or QP_INT8_OFF;
  * -1 after the message for another value. */
 int cli_int8_mode(const struct cli_args *args, const char *command);

@@ -1,5 +1,6 @@
 /* qplace quantize --onnx_path MODEL ...: placement, calibration, Q/DQ writer, drift summary. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,11 @@ const struct cli_opt cli_quantize_opts[] = {
     {"dq_only", CLI_BOOL, NULL, "store weights quantized (DQ only)"},
     {"weight_clipping", CLI_VALUE, "absmax|mse",
      "weight channel scales from absmax (default) or the least-error clipping"},
+    {"max_output_drift", CLI_VALUE, "D",
+     "accuracy budget: exclude the most sensitive nodes until the drift (kl_div) is <= D"},
+    {"min_top1_agreement", CLI_VALUE, "P",
+     "accuracy budget: exclude the most sensitive nodes until every class-score output's "
+     "argmax agrees with the float model's on a fraction >= P of its rows"},
     {"high_precision_dtype", CLI_VALUE, "fp32|fp16|bf16",
      "precision of the rest (default fp16, I/O kept fp32)"},
     {"output_path", CLI_VALUE, "OUT", "output model (default <model>.quant.onnx)"},
@@ -75,7 +81,11 @@ const char cli_quantize_details[] =
     "every calibration batch; the drift is measured on --eval_data_path, else in-sample on the\n"
     "calibration data. --ranges_in / --calibration_cache_path take the scales from a file\n"
     "instead (no calibration runs; every placed tensor needs a range there). --explain adds\n"
-    "every placed edge and weight with the rule that placed it. docs/quantize.md.\n";
+    "every placed edge and weight with the rule that placed it. --max_output_drift and\n"
+    "--min_top1_agreement (an accuracy budget) rank the quantized nodes by sensitivity after\n"
+    "calibration and leave the most sensitive in float, one at a time, until the held-out\n"
+    "data (--eval_data_path, else the calibration data) meets the bounds; the summary lists\n"
+    "what was excluded. docs/quantize.md.\n";
 
 static enum qp_status add_list(struct qp_select *s, const struct cli_args *a, const char *flag,
                                enum qp_select_list list, int *any, struct qp_error *err) {
@@ -270,6 +280,14 @@ static int parse_opset(const struct cli_args *a, int64_t *out) {
     return 0;
 }
 
+/* 1 when all of `s` is a finite number, into *out. */
+static int finite_number(const char *s, double *out) {
+    char *end = NULL;
+    errno = 0;
+    *out = strtod(s, &end);
+    return end != s && !*end && errno == 0 && isfinite(*out);
+}
+
 /* The written model's flags into `o`; *buf and *ops own the op type list. 1 on an error. */
 static int output_options(const struct cli_args *a, struct qp_quantize_options *o, char **buf,
                           const char ***ops) {
@@ -283,12 +301,38 @@ static int output_options(const struct cli_args *a, struct qp_quantize_options *
         fprintf(stderr, "qplace quantize: --weight_clipping must be absmax or mse, not '%s'\n", wc);
         return 1;
     }
+    const char *v = cli_value(a, "max_output_drift", NULL);
+    if (v && !(finite_number(v, &o->max_output_drift) && o->max_output_drift >= 0)) {
+        fprintf(stderr, "qplace quantize: --max_output_drift: '%s' is not a non-negative number\n",
+                v);
+        return 1;
+    }
+    v = cli_value(a, "min_top1_agreement", NULL);
+    if (v && !(finite_number(v, &o->min_top1_agreement) && o->min_top1_agreement > 0 &&
+               o->min_top1_agreement <= 1)) {
+        fprintf(stderr, "qplace quantize: --min_top1_agreement: '%s' is not a fraction in (0, 1]\n",
+                v);
+        return 1;
+    }
     if (split_ops(a, buf, ops, &o->n_op_types_to_exclude_fp16)) {
         fprintf(stderr, "qplace quantize: out of memory\n");
         return 1;
     }
     o->op_types_to_exclude_fp16 = *ops;
     return 0;
+}
+
+/* The accuracy budget's outcome and what it left in float. */
+static void print_budget(const struct qp_quantize_budget *b) {
+    printf("  ");
+    cli_print_budget(stdout, &b->goal, &b->before, &b->after, b->n_excluded, b->met);
+    printf(
+        "    %zu of %zu quantized nodes left in float (%.1f%%, ranked by sensitivity in %.1f s)%s",
+        b->n_excluded, b->n_ranked,
+        b->n_ranked ? 100.0 * (double)b->n_excluded / (double)b->n_ranked : 0.0, b->seconds,
+        b->n_excluded ? ":" : "\n");
+    for (size_t i = 0; i < b->n_excluded; i++)
+        printf(" %s%s", b->excluded[i], i + 1 < b->n_excluded ? "," : "\n");
 }
 
 static void print_report(const struct qp_quantize_options *o, const struct qp_quantize_report *r) {
@@ -344,6 +388,7 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
                r->n_unused_ranges);
     if (r->n_overridden)
         printf("  input shapes fixed by --override_shapes %s\n", o->override_shapes);
+    if (r->has_budget) print_budget(&r->budget);
     const char *how = o->eval_data_path         ? "--eval_data_path"
                       : !r->eval_on_calibration ? "synthetic data, another seed"
                       : r->calibrated

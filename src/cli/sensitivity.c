@@ -45,10 +45,13 @@ const struct cli_opt cli_sensitivity_opts[] = {
     {"block_agg", CLI_VALUE, "sum|max|mean", "picker: group score (default sum)"},
     {"max_output_drift", CLI_VALUE, "D",
      "exclude top targets (groups) one at a time until the model's drift is <= D"},
+    {"min_top1_agreement", CLI_VALUE, "P",
+     "exclude top targets (groups) one at a time until every class-score output's argmax "
+     "agrees with the float model's on a fraction >= P of its rows (0 < P <= 1)"},
     {"exclusions_out", CLI_VALUE, "FILE",
      "write the exclusions for qplace quantize --nodes_to_exclude @FILE"},
     {"placement_out", CLI_VALUE, "FILE",
-     "write the placement minus the exclusions (default with --max_output_drift: "
+     "write the placement minus the exclusions (default with a budget: "
      "<model stem>.sensitivity.placement.json)"},
     CLI_THREADS_OPT,
     {"probe_workers", CLI_VALUE, "N",
@@ -73,7 +76,10 @@ const char cli_sensitivity_details[] =
     "list (ModelOpt's suggest_exclusion); --exclusions_out writes it as exact-name regexes for\n"
     "qplace quantize --nodes_to_exclude @FILE. --max_output_drift D excludes the highest-ranked\n"
     "targets (or --blocks groups) one at a time until the whole quantized model's drift (the\n"
-    "same metric) is at most D, and writes that list and its placement.\n";
+    "same metric) is at most D, and writes that list and its placement. --min_top1_agreement P\n"
+    "does the same until, on every output holding class scores (rank >= 2, last dim >= 2), the\n"
+    "argmax of at least a fraction P of the rows (per sample for a classifier, per time step\n"
+    "for a CTC head) agrees with the float model's; with both flags both must hold.\n";
 
 static int bad_usage(const char *fmt, const char *a) {
     fprintf(stderr, "qplace sensitivity: ");
@@ -241,12 +247,21 @@ static int parse_picker(const struct cli_args *args, struct qp_sensitivity_run_o
         po->agg = v;
     }
     if ((s = cli_value(args, "max_output_drift", NULL))) {
-        if (!parse_double(s, &o->max_output_drift) || o->max_output_drift < 0)
+        if (!parse_double(s, &o->max_output_drift) || !(o->max_output_drift >= 0))
             return bad_usage("--max_output_drift: '%s' is not a non-negative number", s);
-        if (po->threshold_mode || cli_has(args, "coverage"))
-            return bad_usage("%s", "--max_output_drift excludes --coverage and --threshold");
         o->picking = 1;
     }
+    if ((s = cli_value(args, "min_top1_agreement", NULL))) {
+        double p = 0;
+        if (!parse_double(s, &p) || !(p > 0 && p <= 1))
+            return bad_usage("--min_top1_agreement: '%s' is not a fraction in (0, 1]", s);
+        o->min_top1_agreement = p;
+        o->picking = 1;
+    }
+    if ((o->max_output_drift >= 0 || o->min_top1_agreement > 0) &&
+        (po->threshold_mode || cli_has(args, "coverage")))
+        return bad_usage("%s", "an accuracy budget (--max_output_drift, --min_top1_agreement) "
+                               "excludes --coverage and --threshold");
     if (cli_has(args, "blocks") || cli_has(args, "exclusions_out")) o->picking = 1;
     if (cli_has(args, "placement_out") && !o->picking)
         return bad_usage("%s", "--placement_out needs a picker flag (e.g. --coverage)");
@@ -343,19 +358,41 @@ static void print_table(const struct sens_cli *c, const struct qp_sensitivity_re
     print_unlisted(r, QP_SENS_FAILED, "failed", k->n_failed);
 }
 
+/* "drift D" and/or "top-1 T%" of one budget step (what the goal bounds; the top-1 too when
+ * the model has class scores). */
+static void budget_step_text(const struct qp_sens_budget_goal *g,
+                             const struct qp_sens_budget_step *s, char *buf, size_t cap) {
+    int n = 0;
+    if (g->max_drift >= 0 || g->min_top1 <= 0) n = snprintf(buf, cap, "drift %.6g", s->drift);
+    if (s->top1 >= 0 && n >= 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, "%stop-1 agreement %.2f%%", n ? ", " : "",
+                 100.0 * s->top1);
+}
+
+void cli_print_budget(FILE *f, const struct qp_sens_budget_goal *g,
+                      const struct qp_sens_budget_step *first,
+                      const struct qp_sens_budget_step *last, size_t n_groups, int met) {
+    char a[96], b[96], want[96] = "";
+    budget_step_text(g, first, a, sizeof a);
+    budget_step_text(g, last, b, sizeof b);
+    int n = 0;
+    if (g->max_drift >= 0) n = snprintf(want, sizeof want, "drift <= %.6g", g->max_drift);
+    if (g->min_top1 > 0 && n >= 0 && (size_t)n < sizeof want)
+        snprintf(want + n, sizeof want - (size_t)n, "%stop-1 >= %.2f%%", n ? ", " : "",
+                 100.0 * g->min_top1);
+    fprintf(f, "%s: %s with everything quantized; %s after excluding %zu group%s (%s; budget %s)\n",
+            met ? "accuracy budget" : "qplace: warning: accuracy budget", a,
+            met ? "met" : "NOT met", n_groups, n_groups == 1 ? "" : "s", b, want);
+}
+
 /* The accuracy budget's outcome and the exclusions summary (reference §9.4), on stderr. */
 static void print_picked(const struct sens_cli *c, const struct qp_sensitivity_report *rep) {
     const struct qp_sens_exclusions *x = &rep->ex;
     const struct qp_sens_result *r = rep->result;
     double total = rep->ranking.total_mass;
     if (x->budget && (!c->quiet || !x->budget_met))
-        fprintf(stderr,
-                "%s: drift %.6g with everything quantized; %s after excluding %zu "
-                "group%s (drift %.6g, budget %.6g)\n",
-                x->budget_met ? "accuracy budget" : "qplace: warning: accuracy budget",
-                x->drifts[0], x->budget_met ? "met" : "NOT met", x->n_budget_groups,
-                x->n_budget_groups == 1 ? "" : "s", x->drifts[x->n_budget_groups],
-                c->o->max_output_drift);
+        cli_print_budget(stderr, &x->goal, &x->steps[0], &x->steps[x->n_budget_groups],
+                         x->n_budget_groups, x->budget_met);
     if (c->quiet) return;
     fprintf(stderr,
             "exclusions: %zu of %zu scored targets, %.1f%% of the score mass "

@@ -16,6 +16,7 @@
 #include "core/file.h"
 #include "ir/ir.h"
 #include "ir/opset_convert.h"
+#include "pipeline/sensitivity.h"
 #include "qplace/model.h"
 #include "qplace/session.h"
 
@@ -26,6 +27,7 @@ void qp_quantize_options_default(struct qp_quantize_options *o) {
     o->mode = QP_QUANT_INT8;
     o->method = QP_CALIB_ENTROPY;
     o->high_precision = QP_DTYPE_FLOAT;
+    o->max_output_drift = -1;
 }
 
 void qp_quantize_report_free(struct qp_quantize_report *r) {
@@ -36,6 +38,7 @@ void qp_quantize_report_free(struct qp_quantize_report *r) {
     free(r->output_path);
     free(r->placement_source);
     qp_placement_free(r->placement);
+    qp_quantize_budget_release(&r->budget);
     free(r);
 }
 
@@ -134,6 +137,7 @@ struct qp_quantize_job {
     size_t n_keep_fp32_ops;
     int direct_io_types;
     enum qp_weight_clipping weight_clipping;
+    struct qp_sens_budget_goal goal; /* the accuracy budget; no bound set: none */
 };
 
 /* A requested output opset (0: none) qplace can write; `name` names it in the message. */
@@ -366,9 +370,25 @@ static enum qp_status validate_placement(const struct qp_quantize_job *job, cons
     return st;
 }
 
+/* The accuracy budget: job->pl becomes the placement minus the excluded nodes. Ranked on the
+ * calibration data, decided on the evaluation data (either stands in for the other). */
+static enum qp_status apply_budget(struct qp_quantize_job *job, const struct qp_ranges *ranges,
+                                   struct qp_quantize_report *r, struct qp_error *err) {
+    struct qp_provider *rank = job->cal ? job->cal : job->ev,
+                       *decide = job->ev ? job->ev : job->cal;
+    struct qp_placement *kept = NULL;
+    enum qp_status st = qp_quantize_budget_run(job->mf, job->pl, rank, decide, ranges, job->mode,
+                                               job->n_threads, &job->goal, &kept, &r->budget, err);
+    if (st != QP_OK) return st;
+    r->has_budget = 1;
+    qp_placement_free(job->pl);
+    job->pl = kept;
+    return validate_placement(job, "the budget's placement", err);
+}
+
 /* Everything after placement and data: calibration on every batch (or the ranges from files),
- * the writer and the drift. */
-static enum qp_status quantize_job(const struct qp_quantize_job *job, struct qp_quantize_report *r,
+ * the accuracy budget, the writer and the drift. */
+static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quantize_report *r,
                                    struct qp_error *err) {
     enum qp_status st = QP_OK;
     r->calibration_source = job->cal ? qp_provider_source(job->cal) : "none";
@@ -377,6 +397,8 @@ static enum qp_status quantize_job(const struct qp_quantize_job *job, struct qp_
     r->calibrated = !job->file_ranges;
     struct qp_ranges *ranges = NULL;
     if (r->calibrated) st = calibrate(job, r, &ranges, err);
+    if (st == QP_OK && qp_sens_goal_set(&job->goal))
+        st = apply_budget(job, r->calibrated ? ranges : job->file_ranges, r, err);
     if (st == QP_OK &&
         (st = write_qdq(job, r->calibrated ? ranges : job->file_ranges, r, err)) == QP_OK) {
         r->writer.opset_from = job->opset_in;
@@ -577,16 +599,18 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
     struct qp_quantize_report *r = calloc(1, sizeof *r);
     struct qp_calib_shapes shapes = {0}, over = {0};
     struct qp_ranges *file_ranges = NULL;
-    struct qp_quantize_job job = {.method = o->method,
-                                  .percentile = o->percentile,
-                                  .mode = o->mode,
-                                  .dq_only = o->dq_only,
-                                  .high_precision = o->high_precision,
-                                  .n_threads = o->n_threads,
-                                  .keep_fp32_ops = o->op_types_to_exclude_fp16,
-                                  .n_keep_fp32_ops = o->n_op_types_to_exclude_fp16,
-                                  .direct_io_types = o->direct_io_types,
-                                  .weight_clipping = o->weight_clipping};
+    struct qp_quantize_job job = {
+        .method = o->method,
+        .percentile = o->percentile,
+        .mode = o->mode,
+        .dq_only = o->dq_only,
+        .high_precision = o->high_precision,
+        .n_threads = o->n_threads,
+        .keep_fp32_ops = o->op_types_to_exclude_fp16,
+        .n_keep_fp32_ops = o->n_op_types_to_exclude_fp16,
+        .direct_io_types = o->direct_io_types,
+        .weight_clipping = o->weight_clipping,
+        .goal = {.max_drift = o->max_output_drift, .min_top1 = o->min_top1_agreement}};
     if (!r) return nomem(err);
     if ((st = check_opset(o->opset, "--opset", err)) != QP_OK) {
         free(r);
@@ -667,6 +691,7 @@ void qp_quantize_config_default(struct qp_quantize_config *c) {
     memset(c, 0, sizeof *c);
     c->calibration_method = QP_CALIB_ENTROPY;
     c->high_precision_dtype = QP_DTYPE_FLOAT16;
+    c->max_output_drift = -1;
 }
 
 void qp_quantize_summary_free(struct qp_quantize_summary *s) {
@@ -675,6 +700,9 @@ void qp_quantize_summary_free(struct qp_quantize_summary *s) {
         free(s->outputs[i].name);
     free(s->outputs);
     qp_placement_free(s->placement);
+    for (size_t i = 0; s->budget_excluded && i < s->n_budget_excluded; i++)
+        free(s->budget_excluded[i]);
+    free(s->budget_excluded);
     free(s);
 }
 
@@ -701,6 +729,12 @@ static enum qp_status check_config(const struct qp_quantize_config *c, struct qp
                             "quantize: weight_clipping %d is not absmax (0) or mse (1)",
                             (int)c->weight_clipping);
     if (check_opset(c->opset, "opset", err) != QP_OK) return QP_ERR_USAGE;
+    if (isnan(c->max_output_drift) || !isfinite(c->max_output_drift) ||
+        !(c->min_top1_agreement >= 0 && c->min_top1_agreement <= 1))
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "quantize: max_output_drift must be finite (< 0: none) and "
+                            "min_top1_agreement in [0, 1] (0: none), not %g and %g",
+                            c->max_output_drift, c->min_top1_agreement);
     if (c->n_op_types_to_exclude_fp16 && !c->op_types_to_exclude_fp16)
         return qp_error_set(err, QP_ERR_USAGE, "quantize: op_types_to_exclude_fp16 is NULL");
     return QP_OK;
@@ -761,7 +795,18 @@ static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantiz
         .n_weight_channels = r->writer.n_weight_channels,
         .n_weight_channels_clipped = r->writer.n_weight_channels_clipped,
         .weight_clip_mean_ratio = r->writer.weight_clip_mean_ratio,
+        .budget = r->has_budget,
+        .budget_met = r->budget.met,
+        .n_budget_ranked = r->budget.n_ranked,
+        .n_budget_excluded = r->budget.n_excluded,
+        .budget_excluded = r->budget.excluded,
+        .budget_drift_before = r->budget.before.drift,
+        .budget_drift_after = r->budget.after.drift,
+        .budget_top1_before = r->budget.before.top1,
+        .budget_top1_after = r->budget.after.top1,
     };
+    r->budget.excluded = NULL; /* moved into the summary */
+    r->budget.n_excluded = 0;
     s->placement_source = strcmp(r->placement_source, "placement") == 0    ? "placement"
                           : strcmp(r->placement_source, "trt policy") == 0 ? "trt policy"
                                                                            : "trt policy + rules";
@@ -786,17 +831,19 @@ enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provide
     struct qp_quantize_report *r = calloc(1, sizeof *r);
     if (!r) return nomem(err);
     struct qp_provider *own_cal = NULL, *own_ev = NULL;
-    struct qp_quantize_job job = {.method = c->calibration_method,
-                                  .percentile = c->percentile,
-                                  .mode = c->trt.quantize_mode,
-                                  .dq_only = c->dq_only,
-                                  .high_precision = c->high_precision_dtype,
-                                  .n_threads = c->n_threads,
-                                  .file_ranges = c->ranges,
-                                  .keep_fp32_ops = c->op_types_to_exclude_fp16,
-                                  .n_keep_fp32_ops = c->n_op_types_to_exclude_fp16,
-                                  .direct_io_types = c->direct_io_types,
-                                  .weight_clipping = c->weight_clipping};
+    struct qp_quantize_job job = {
+        .method = c->calibration_method,
+        .percentile = c->percentile,
+        .mode = c->trt.quantize_mode,
+        .dq_only = c->dq_only,
+        .high_precision = c->high_precision_dtype,
+        .n_threads = c->n_threads,
+        .file_ranges = c->ranges,
+        .keep_fp32_ops = c->op_types_to_exclude_fp16,
+        .n_keep_fp32_ops = c->n_op_types_to_exclude_fp16,
+        .direct_io_types = c->direct_io_types,
+        .weight_clipping = c->weight_clipping,
+        .goal = {.max_drift = c->max_output_drift, .min_top1 = c->min_top1_agreement}};
     struct qp_calib_shapes over = {0};
     if ((c->override_shapes && (st = parse_override(c->override_shapes, &over, err)) != QP_OK) ||
         (st = qp_model_clone(model, &job.mf, err)) != QP_OK ||

@@ -5,6 +5,7 @@
  *   load -> refuse an already quantized model -> opset >= 19 -> placement (the trt policy with
  *   include/exclude lists and rules, or --placement_in) -> calibration of the placement's
  *   activation tensors (calib/collect.h), or ranges from --ranges_in / --calibration_cache_path
+ *   -> with an accuracy budget, the placement minus the most sensitive nodes (pipeline/budget.h)
  *   -> Q/DQ writer (quant/writer.h) -> atomic save -> drift of the quantized model against the
  *   float model.
  *
@@ -44,6 +45,7 @@
 
 #include "calib/calibrator.h"
 #include "calib/data.h"
+#include "pipeline/budget.h"
 #include "placement/placement.h"
 #include "quant/policy_trt.h"
 #include "placement/select.h"
@@ -82,6 +84,13 @@ struct qp_quantize_options {
     size_t n_op_types_to_exclude_fp16;
     int direct_io_types; /* 1: graph I/O in the high precision type, graph-input Q removed */
     enum qp_weight_clipping weight_clipping; /* default QP_WEIGHT_CLIP_ABSMAX */
+    /* The accuracy budget (pipeline/budget.h): after calibration, the most sensitive quantized
+     * nodes are excluded one at a time until the drift (kl_div, summed over outputs) is at most
+     * max_output_drift (< 0, the default: no bound) and every class-score output's top-1
+     * agreement is at least min_top1_agreement (0, the default: no bound), on the evaluation
+     * data (else the calibration data). */
+    double max_output_drift;
+    double min_top1_agreement;
 };
 
 void qp_quantize_options_default(struct qp_quantize_options *o);
@@ -109,6 +118,8 @@ struct qp_quantize_report {
     /* 1: the drift was measured before the bf16 / direct_io_types step (the engine runs neither
      * bfloat16 nor quantized graph inputs), on the model with float32 high precision. */
     int drift_before_precision;
+    int has_budget;                   /* an accuracy budget ran */
+    struct qp_quantize_budget budget; /* its outcome */
 };
 
 void qp_quantize_report_free(struct qp_quantize_report *r);

@@ -80,7 +80,7 @@ void qp_sens_exclusions_release(struct qp_sens_exclusions *x) {
     if (!x) return;
     qp_pick_result_free(x->pick);
     free(x->excluded);
-    free(x->drifts);
+    free(x->steps);
     qp_placement_free(x->placement);
     memset(x, 0, sizeof *x);
 }
@@ -98,6 +98,10 @@ static void budget_groups_release(struct budget_groups *b) {
     free(b->targets);
     free(b->sizes);
     free(b->members);
+}
+
+int qp_sens_goal_set(const struct qp_sens_budget_goal *g) {
+    return g && (g->max_drift >= 0 || g->min_top1 > 0);
 }
 
 static enum qp_status budget_groups_make(const struct qp_pick_result *pick,
@@ -124,18 +128,19 @@ static enum qp_status run_budget(const struct qp_model *m, const struct qp_place
                                  struct qp_provider *prov, const struct qp_ranges *ranges,
                                  const struct qp_sens_options *so, const struct qp_sens_result *r,
                                  const struct qp_sens_ranking *k, const struct qp_pick_options *po,
-                                 double max_drift, struct qp_sens_exclusions *x,
-                                 struct qp_error *err) {
+                                 struct qp_sens_exclusions *x, struct qp_error *err) {
     size_t ng = x->pick->n_groups;
     if (po->max_nodes && ng > po->max_nodes) ng = po->max_nodes;
     struct budget_groups b = {0};
     enum qp_status st = budget_groups_make(x->pick, k, ng, &b, err);
-    if (st == QP_OK && !(x->drifts = calloc(ng + 2, sizeof *x->drifts))) st = nomem(err);
+    if (st == QP_OK && !(x->steps = calloc(ng + 2, sizeof *x->steps))) st = nomem(err);
+    x->n_budget_candidates = ng;
     struct qp_sens_options bo = *so;
     bo.progress = NULL;
+    struct qp_sens_groups gs = {.n = ng, .members = b.members, .sizes = b.sizes};
     if (st == QP_OK)
-        st = qp_sens_budget(m, pl, prov, ranges, &bo, r, ng, b.members, b.sizes, max_drift,
-                            &x->n_budget_groups, x->drifts, &x->budget_met, &x->placement, err);
+        st = qp_sens_budget(m, pl, prov, ranges, &bo, r, &gs, &x->goal, &x->n_budget_groups,
+                            x->steps, &x->budget_met, &x->placement, err);
     for (size_t g = 0; st == QP_OK && g < x->n_budget_groups; g++)
         for (size_t i = 0; i < b.sizes[g]; i++)
             x->excluded[x->n_excluded++] = b.targets[g][i];
@@ -147,9 +152,10 @@ enum qp_status qp_sens_exclude(const struct qp_model *m, const struct qp_placeme
                                struct qp_provider *prov, const struct qp_ranges *ranges,
                                const struct qp_sens_options *so, const struct qp_sens_result *r,
                                const struct qp_sens_ranking *k, const struct qp_pick_options *po,
-                               double max_drift, struct qp_sens_exclusions *out,
-                               struct qp_error *err) {
-    struct qp_sens_exclusions x = {.budget = max_drift >= 0};
+                               const struct qp_sens_budget_goal *goal,
+                               struct qp_sens_exclusions *out, struct qp_error *err) {
+    struct qp_sens_exclusions x = {.budget = qp_sens_goal_set(goal)};
+    if (x.budget) x.goal = *goal;
     size_t ns = k->n_scored;
     const char **names = qp_malloc_n(ns + 1, sizeof *names);
     double *scores = qp_malloc_n(ns + 1, sizeof *scores);
@@ -167,7 +173,7 @@ enum qp_status qp_sens_exclude(const struct qp_model *m, const struct qp_placeme
     }
     if (st == QP_OK) st = qp_sens_pick(names, scores, ns, &pko, &x.pick, err);
     if (st == QP_OK && x.budget) {
-        st = run_budget(m, pl, prov, ranges, so, r, k, po, max_drift, &x, err);
+        st = run_budget(m, pl, prov, ranges, so, r, k, po, &x, err);
     } else if (st == QP_OK) {
         for (size_t i = 0; i < x.pick->n_excluded; i++)
             x.excluded[x.n_excluded++] = k->order[x.pick->excluded[i]];
@@ -465,10 +471,18 @@ static char *exclusions_text(const struct qp_sens_result *r, const size_t *ti, s
     return s;
 }
 
+static struct qp_sens_budget_goal run_goal(const struct qp_sensitivity_run_options *o) {
+    return (struct qp_sens_budget_goal){.max_drift = o->max_output_drift,
+                                        .min_top1 = o->min_top1_agreement};
+}
+
 static const char *pick_mode(const struct qp_sensitivity_run_options *o) {
-    return o->max_output_drift >= 0 ? "max_output_drift"
-           : o->pick.threshold_mode ? "threshold"
-                                    : "coverage";
+    struct qp_sens_budget_goal g = run_goal(o);
+    return g.max_drift >= 0 && g.min_top1 > 0 ? "max_output_drift + min_top1_agreement"
+           : g.max_drift >= 0                 ? "max_output_drift"
+           : g.min_top1 > 0                   ? "min_top1_agreement"
+           : o->pick.threshold_mode           ? "threshold"
+                                              : "coverage";
 }
 
 /* The outputs, prepared in full before anything is written, then written. */
@@ -488,7 +502,8 @@ static enum qp_status write_outputs(const struct qp_sensitivity_run_options *o,
             !(r->exclusions_path = strdup(o->exclusions_out)))
             st = nomem(err);
     }
-    if (st == QP_OK && r->picking && (o->placement_out || o->max_output_drift >= 0)) {
+    struct qp_sens_budget_goal goal = run_goal(o);
+    if (st == QP_OK && r->picking && (o->placement_out || qp_sens_goal_set(&goal))) {
         r->placement_path = o->placement_out
                                 ? strdup(o->placement_out)
                                 : stem_path(o->onnx_path, ".sensitivity.placement.json");
@@ -546,8 +561,9 @@ enum qp_status qp_sensitivity_run(const struct qp_sensitivity_run_options *o,
     if (st == QP_OK && o->picking) {
         struct qp_pick_options po = o->pick;
         po.blocks = s.blocks;
+        struct qp_sens_budget_goal goal = run_goal(o);
         st = qp_sens_exclude(s.m, s.pl, s.prov, s.ranges, &o->sens, r->result, &r->ranking, &po,
-                             o->max_output_drift, &r->ex, err);
+                             &goal, &r->ex, err);
         usage_error(o, st); /* the picker's options (the budget reuses the scoring's) */
         if (st == QP_OK) event(o, QP_SENSITIVITY_EVENT_PICKED, r);
     }
@@ -663,15 +679,17 @@ static int json_exclusions(cJSON *root, const struct qp_sensitivity_run_options 
                            const struct qp_sensitivity_report *rep) {
     const struct qp_sens_exclusions *x = &rep->ex;
     const struct qp_pick_options *po = &o->pick;
-    int budget = o->max_output_drift >= 0;
+    int budget = x->budget;
     cJSON *ex = cJSON_AddObjectToObject(root, "exclusions");
     if (!ex) return 0;
     cJSON_AddStringToObject(ex, "mode", pick_mode(o));
-    if (budget)
-        cJSON_AddNumberToObject(ex, "max_output_drift", o->max_output_drift);
-    else if (po->threshold_mode)
+    if (budget && x->goal.max_drift >= 0)
+        cJSON_AddNumberToObject(ex, "max_output_drift", x->goal.max_drift);
+    if (budget && x->goal.min_top1 > 0)
+        cJSON_AddNumberToObject(ex, "min_top1_agreement", x->goal.min_top1);
+    if (!budget && po->threshold_mode)
         cJSON_AddNumberToObject(ex, "threshold", po->threshold);
-    else
+    else if (!budget)
         cJSON_AddNumberToObject(ex, "coverage", po->coverage);
     if (po->max_nodes) cJSON_AddNumberToObject(ex, "max_nodes", (double)po->max_nodes);
     cJSON_AddNumberToObject(ex, "min_score_floor", po->min_score_floor);
@@ -708,9 +726,17 @@ static int json_exclusions(cJSON *root, const struct qp_sensitivity_run_options 
         cJSON_AddStringToObject(ex, "near_tie_warning", x->pick->warning);
     if (budget) {
         cJSON_AddBoolToObject(ex, "budget_met", x->budget_met);
-        cJSON *jd = cJSON_AddArrayToObject(ex, "drift");
-        for (size_t g = 0; jd && g <= x->n_budget_groups; g++)
-            cJSON_AddItemToArray(jd, cJSON_CreateNumber(x->drifts[g]));
+        cJSON *js = cJSON_AddArrayToObject(ex, "budget_steps");
+        for (size_t g = 0; js && g <= x->n_budget_candidates; g++) {
+            if (!x->steps[g].measured) continue;
+            cJSON *so = cJSON_CreateObject();
+            if (!so) return 0;
+            cJSON_AddItemToArray(js, so);
+            cJSON_AddNumberToObject(so, "excluded_groups", (double)g);
+            cJSON_AddNumberToObject(so, "drift", x->steps[g].drift);
+            if (x->steps[g].top1 >= 0)
+                cJSON_AddNumberToObject(so, "top1_agreement", x->steps[g].top1);
+        }
     }
     return 1;
 }

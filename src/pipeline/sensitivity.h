@@ -52,24 +52,30 @@ struct qp_sens_exclusions {
     size_t n_excluded;
     size_t *excluded; /* target indices, in the order they were chosen */
     double excluded_mass;
-    int budget;             /* an accuracy budget decided (max_drift >= 0) */
-    size_t n_budget_groups; /* budget: groups excluded */
-    double *drifts;         /* budget: drift after 0 .. n_budget_groups exclusions */
+    int budget;                        /* an accuracy budget decided */
+    struct qp_sens_budget_goal goal;   /* budget: what it asked */
+    size_t n_budget_groups;            /* budget: groups excluded */
+    size_t n_budget_candidates;        /* budget: groups the search could exclude */
+    struct qp_sens_budget_step *steps; /* budget: the model after 0 .. n_budget_candidates
+                                          groups (those the search measured) */
     int budget_met;
     struct qp_placement *placement; /* budget: the placement minus the exclusions */
 };
 
-/* The picker over the ranked targets with `po` (its blocks borrowed) or, with max_drift >= 0,
- * the accuracy budget: the picked groups (at most po->max_nodes) excluded one at a time until
- * the drift is at most max_drift (qp_sens_budget). Everything is borrowed for the call; *out is
- * released with qp_sens_exclusions_release. A near-tie warning of the picker is logged.
- * Returns QP_ERR_USAGE (bad picker options), QP_ERR_NOMEM and the statuses of qp_sens_budget. */
+/* The picker over the ranked targets with `po` (its blocks borrowed) or, with a budget (goal
+ * non-NULL with a bound set), the accuracy budget: the picked groups (at most po->max_nodes)
+ * excluded one at a time until the model meets the goal (qp_sens_budget). Everything is borrowed
+ * for the call; *out is released with qp_sens_exclusions_release. A near-tie warning of the picker
+ * is logged. Returns QP_ERR_USAGE (bad picker options), QP_ERR_NOMEM and the statuses of
+ * qp_sens_budget. */
 enum qp_status qp_sens_exclude(const struct qp_model *m, const struct qp_placement *pl,
                                struct qp_provider *prov, const struct qp_ranges *ranges,
                                const struct qp_sens_options *so, const struct qp_sens_result *r,
                                const struct qp_sens_ranking *k, const struct qp_pick_options *po,
-                               double max_drift, struct qp_sens_exclusions *out,
-                               struct qp_error *err);
+                               const struct qp_sens_budget_goal *goal,
+                               struct qp_sens_exclusions *out, struct qp_error *err);
+/* 1 when `g` (may be NULL) sets a bound. */
+int qp_sens_goal_set(const struct qp_sens_budget_goal *g);
 void qp_sens_exclusions_release(struct qp_sens_exclusions *x);
 
 /* The placement `pl` minus every entry of the excluded targets (the budget's own placement
@@ -109,7 +115,8 @@ struct qp_sensitivity_run_options {
     int picking;                 /* 1: pick exclusions (pick, blocks, max_output_drift) */
     struct qp_pick_options pick; /* blocks: set by the driver from blocks_path */
     const char *blocks_path;     /* NULL: each target its own group */
-    double max_output_drift;     /* < 0 (default): no accuracy budget */
+    double max_output_drift;     /* < 0 (default): no drift bound */
+    double min_top1_agreement;   /* in (0, 1]: the top-1 bound; <= 0 (default): none */
     const char *output_json;     /* NULL: <model stem>.sensitivity.json */
     const char *exclusions_out;  /* NULL: not written (needs picking) */
     const char *placement_out;   /* NULL: <stem>.sensitivity.placement.json with a budget,

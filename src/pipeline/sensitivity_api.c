@@ -243,16 +243,36 @@ void qp_sensitivity_pick_options_default(struct qp_sensitivity_pick_options *o) 
     o->min_score_floor = po.min_score_floor;
     o->near_tie_ratio = po.near_tie_ratio;
     o->block_agg = QP_SENSITIVITY_BLOCK_SUM;
+    o->max_output_drift = -1;
+}
+
+/* The budget mode's bounds: a finite drift (< 0: none) and a top-1 agreement in [0, 1] (0:
+ * none), at least one of them set. */
+static enum qp_status budget_goal(const struct qp_sensitivity_pick_options *o,
+                                  struct qp_sens_budget_goal *g, struct qp_error *err) {
+    if (!isfinite(o->max_output_drift))
+        return qp_error_set(err, QP_ERR_USAGE, "picker: max_output_drift must be finite");
+    if (!(o->min_top1_agreement >= 0 && o->min_top1_agreement <= 1))
+        return qp_error_set(err, QP_ERR_USAGE, "picker: min_top1_agreement %g is not in [0, 1]",
+                            o->min_top1_agreement);
+    *g = (struct qp_sens_budget_goal){.max_drift =
+                                          o->max_output_drift < 0 ? -1 : o->max_output_drift,
+                                      .min_top1 = o->min_top1_agreement};
+    if (!qp_sens_goal_set(g))
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "picker: the budget mode needs max_output_drift >= 0 or "
+                            "min_top1_agreement > 0");
+    return QP_OK;
 }
 
 static enum qp_status pick_options(const struct qp_sensitivity_pick_options *o,
-                                   struct qp_pick_options *po, double *max_drift,
+                                   struct qp_pick_options *po, struct qp_sens_budget_goal *goal,
                                    struct qp_error *err) {
     if ((unsigned)o->mode > QP_SENSITIVITY_BUDGET)
         return qp_error_set(err, QP_ERR_USAGE, "picker: unknown mode %d", (int)o->mode);
-    if (o->mode == QP_SENSITIVITY_BUDGET &&
-        !(o->max_output_drift >= 0 && isfinite(o->max_output_drift)))
-        return qp_error_set(err, QP_ERR_USAGE, "picker: max_output_drift must be >= 0");
+    *goal = (struct qp_sens_budget_goal){.max_drift = -1, .min_top1 = 0};
+    enum qp_status st = o->mode == QP_SENSITIVITY_BUDGET ? budget_goal(o, goal, err) : QP_OK;
+    if (st != QP_OK) return st;
     qp_pick_options_default(po);
     po->threshold_mode = o->mode == QP_SENSITIVITY_THRESHOLD;
     po->coverage = o->coverage;
@@ -261,7 +281,6 @@ static enum qp_status pick_options(const struct qp_sensitivity_pick_options *o,
     po->min_score_floor = o->min_score_floor;
     po->near_tie_ratio = o->near_tie_ratio;
     po->agg = (enum qp_block_agg)o->block_agg;
-    *max_drift = o->mode == QP_SENSITIVITY_BUDGET ? o->max_output_drift : -1;
     return QP_OK;
 }
 
@@ -271,8 +290,8 @@ enum qp_status qp_sensitivity_pick(struct qp_sensitivity *s,
     if (!s || !o || !out)
         return qp_error_set(err, QP_ERR_USAGE, "sensitivity: NULL analysis, options or out");
     struct qp_pick_options po;
-    double max_drift = -1;
-    enum qp_status st = pick_options(o, &po, &max_drift, err);
+    struct qp_sens_budget_goal goal;
+    enum qp_status st = pick_options(o, &po, &goal, err);
     if (st != QP_OK) return st;
     struct qp_sens_blocks *blocks = NULL;
     if (o->blocks_path && (st = qp_sens_blocks_load(o->blocks_path, &blocks, err)) != QP_OK)
@@ -281,8 +300,8 @@ enum qp_status qp_sensitivity_pick(struct qp_sensitivity *s,
     struct qp_sensitivity_exclusions *x = calloc(1, sizeof *x);
     if (!x) st = nomem(err);
     if (st == QP_OK)
-        st = qp_sens_exclude(s->model, s->pl, s->data, s->ranges, &s->so, s->r, &s->k, &po,
-                             max_drift, &x->ex, err);
+        st = qp_sens_exclude(s->model, s->pl, s->data, s->ranges, &s->so, s->r, &s->k, &po, &goal,
+                             &x->ex, err);
     qp_sens_blocks_free(blocks);
     if (st != QP_OK) {
         free(x);
@@ -316,8 +335,10 @@ void qp_sensitivity_exclusions_get_summary(const struct qp_sensitivity_exclusion
     if (e->budget) {
         out->n_budget_groups = e->n_budget_groups;
         out->budget_met = e->budget_met;
-        out->drift_quantized = e->drifts[0];
-        out->drift_after = e->drifts[e->n_budget_groups];
+        out->drift_quantized = e->steps[0].drift;
+        out->drift_after = e->steps[e->n_budget_groups].drift;
+        out->top1_quantized = e->steps[0].top1;
+        out->top1_after = e->steps[e->n_budget_groups].top1;
     }
 }
 
@@ -369,8 +390,8 @@ enum qp_status qp_sensitivity_pick_scores(const char *const *names, const double
                             "picker: an accuracy budget runs the model; pick on the analysis "
                             "(qp_sensitivity_pick), not on plain scores");
     struct qp_pick_options po;
-    double max_drift = -1;
-    enum qp_status st = pick_options(o, &po, &max_drift, err);
+    struct qp_sens_budget_goal goal;
+    enum qp_status st = pick_options(o, &po, &goal, err);
     if (st == QP_OK) st = check_scores(names, scores, n, err);
     if (st != QP_OK) return st;
     struct qp_sens_blocks *blocks = NULL;

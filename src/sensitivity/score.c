@@ -202,11 +202,12 @@ struct sens_ctx {
     size_t n_all;
     size_t *all_entry; /* entry of a worker's buf[k] in all_mode */
     size_t n_out;
-    int *out_float;  /* 1: a float output that is scored */
-    float **ref;     /* reference values of the current batch, per output */
-    size_t *ref_n;   /* their element counts */
-    size_t *samples; /* samples in the current batch, per output */
-    uint64_t rows;   /* samples (first input's rows) of the current batch */
+    int *out_float;   /* 1: a float output that is scored */
+    float **ref;      /* reference values of the current batch, per output */
+    size_t *ref_n;    /* their element counts */
+    size_t *samples;  /* samples in the current batch, per output */
+    size_t *last_dim; /* per output: its last dimension when it holds class scores, else 0 */
+    uint64_t rows;    /* samples (first input's rows) of the current batch */
 };
 
 static void worker_free(struct sens_worker *w) {
@@ -233,6 +234,7 @@ static void ctx_free(struct sens_ctx *c) {
     free(c->ref);
     free(c->ref_n);
     free(c->samples);
+    free(c->last_dim);
     free(c->out_float);
 }
 
@@ -419,7 +421,8 @@ static enum qp_status ctx_init(struct sens_ctx *c, const struct qp_model *model,
     c->ref = calloc(no, sizeof *c->ref);
     c->ref_n = calloc(no, sizeof *c->ref_n);
     c->samples = calloc(no, sizeof *c->samples);
-    if (!c->out_float || !c->ref || !c->ref_n || !c->samples) return nomem(err);
+    c->last_dim = calloc(no, sizeof *c->last_dim);
+    if (!c->out_float || !c->ref || !c->ref_n || !c->samples || !c->last_dim) return nomem(err);
     return qp_provider_reset(prov, err);
 }
 
@@ -466,6 +469,8 @@ static enum qp_status ctx_reference(struct sens_ctx *c, const struct qp_array *b
             c->ref_n[i] = n;
         }
         memcpy(c->ref[i], v.data, n * 4);
+        /* class scores, as the quantize summary's top1 says: rank >= 2, last dim >= 2 */
+        c->last_dim[i] = v.rank >= 2 && v.dims[v.rank - 1] >= 2 ? (size_t)v.dims[v.rank - 1] : 0;
         c->samples[i] = v.rank >= 1 && (uint64_t)v.dims[0] == c->rows && c->rows > 0 && n > 0
                             ? (size_t)c->rows
                             : 1;
@@ -925,18 +930,38 @@ done:
 
 /* ---- accuracy budget ------------------------------------------------------------------------- */
 
-/* Drift of the full placement minus the masked entries, over every batch. */
-static enum qp_status measure_drift(struct sens_ctx *c, const unsigned char *mask, double *out,
-                                    struct qp_error *err) {
+/* Argmax rows of one output whose winners agree: `n` values in rows of `last`. */
+static uint64_t top1_agree(const float *ref, const float *q, size_t n, size_t last) {
+    uint64_t agree = 0;
+    for (size_t r = 0; r + last <= n; r += last) {
+        size_t a = 0, b = 0;
+        for (size_t j = 1; j < last; j++) {
+            if (ref[r + j] > ref[r + a]) a = j;
+            if (q[r + j] > q[r + b]) b = j;
+        }
+        agree += a == b;
+    }
+    return agree;
+}
+
+/* The whole model with the full placement minus the masked entries, over every batch: the
+ * metric summed over outputs (mean per sample) and the least top-1 agreement of the outputs
+ * that hold class scores (-1 when none does). */
+static enum qp_status measure_budget(struct sens_ctx *c, const unsigned char *mask,
+                                     struct qp_sens_budget_step *out, struct qp_error *err) {
     for (size_t e = 0; e < c->n_entries; e++) {
         if (mask[e]) continue;
         if (c->entry_err[e])
             return qp_error_set(err, QP_ERR_BAD_INPUT, "sensitivity budget: %s", c->entry_err[e]);
     }
-    double *sums = calloc(c->n_out + 1, sizeof *sums), *cnt = calloc(c->n_out + 1, sizeof *cnt);
-    if (!sums || !cnt) {
+    size_t no = c->n_out + 1;
+    double *sums = calloc(no, sizeof *sums), *cnt = calloc(no, sizeof *cnt);
+    uint64_t *agree = calloc(no, sizeof *agree), *rows = calloc(no, sizeof *rows);
+    if (!sums || !cnt || !agree || !rows) {
         free(sums);
         free(cnt);
+        free(agree);
+        free(rows);
         return nomem(err);
     }
     enum qp_status st = qp_provider_reset(c->prov, err);
@@ -949,78 +974,162 @@ static enum qp_status measure_drift(struct sens_ctx *c, const unsigned char *mas
         for (size_t e = 0; e < c->n_entries; e++)
             w->apply[e] = !mask[e];
         if ((st = ctx_probe(c, w, 0, err)) != QP_OK) break;
-        for (size_t i = 0; i < c->n_out; i++)
-            if (c->out_float[i]) {
-                sums[i] += w->acc[i];
-                cnt[i] += (double)c->samples[i];
-            }
+        for (size_t i = 0; st == QP_OK && i < c->n_out; i++) {
+            if (!c->out_float[i]) continue;
+            sums[i] += w->acc[i];
+            cnt[i] += (double)c->samples[i];
+            size_t last = c->last_dim[i];
+            if (!last) continue;
+            struct qp_array v;
+            if ((st = qp_session_output(w->s, i, &v, err)) != QP_OK) break;
+            agree[i] += top1_agree(c->ref[i], v.data, c->ref_n[i], last);
+            rows[i] += c->ref_n[i] / last;
+        }
     }
     if (st == QP_OK) {
-        double d = 0;
-        for (size_t i = 0; i < c->n_out; i++)
-            if (cnt[i] > 0) d += sums[i] / cnt[i];
-        *out = d;
+        out->drift = 0;
+        out->top1 = -1;
+        for (size_t i = 0; i < c->n_out; i++) {
+            if (cnt[i] > 0) out->drift += sums[i] / cnt[i];
+            double t = rows[i] ? (double)agree[i] / (double)rows[i] : -1;
+            if (rows[i] && (out->top1 < 0 || t < out->top1)) out->top1 = t;
+        }
     }
     free(sums);
     free(cnt);
+    free(agree);
+    free(rows);
     return st;
+}
+
+static int budget_met(const struct qp_sens_budget_goal *g, const struct qp_sens_budget_step *s) {
+    return (g->max_drift < 0 || s->drift <= g->max_drift) &&
+           (g->min_top1 <= 0 || s->top1 >= g->min_top1);
+}
+
+/* The full placement minus the masked entries, as a new placement. */
+static enum qp_status placement_minus(const struct qp_placement *pl, const unsigned char *mask,
+                                      size_t n_entries, struct qp_placement **out,
+                                      struct qp_error *err) {
+    struct qp_placement *p = NULL;
+    enum qp_status st = qp_placement_copy(pl, &p, err);
+    if (st != QP_OK) return st;
+    for (size_t e = 0; e < n_entries; e++) {
+        if (!mask[e]) continue;
+        if (e < pl->n_edges)
+            qp_placement_remove(p, pl->edges[e].node, pl->edges[e].input);
+        else
+            qp_placement_remove(p, pl->weights[e - pl->n_edges].node,
+                                pl->weights[e - pl->n_edges].input);
+    }
+    *out = p;
+    return QP_OK;
+}
+
+/* mask = the entries of the first k groups' targets. */
+static void mask_groups(const struct qp_sens_result *r, const struct qp_sens_groups *groups,
+                        size_t k, unsigned char *mask, size_t n_entries) {
+    memset(mask, 0, n_entries + 1);
+    for (size_t g = 0; g < k; g++)
+        for (size_t m = 0; m < groups->sizes[g]; m++) {
+            size_t ti = groups->members[g][m];
+            if (ti >= r->n_targets) continue;
+            const struct qp_sens_target *t = &r->targets[ti];
+            for (size_t q = 0; q < t->n_edges + t->n_weights; q++)
+                mask[t->entries[q]] = 1;
+        }
+}
+
+/* The model with the first k groups excluded, into steps[k]; *met_out whether it meets goal. */
+static enum qp_status budget_at(struct sens_ctx *c, const struct qp_sens_result *r,
+                                const struct qp_sens_groups *groups,
+                                const struct qp_sens_budget_goal *goal, size_t k,
+                                unsigned char *mask, struct qp_sens_budget_step *steps,
+                                int *met_out, struct qp_error *err) {
+    mask_groups(r, groups, k, mask, c->n_entries);
+    struct qp_sens_budget_step s = {0};
+    enum qp_status st = measure_budget(c, mask, &s, err);
+    if (st != QP_OK) return st;
+    if (goal->min_top1 > 0 && s.top1 < 0)
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "min_top1_agreement: no float graph output holds class scores "
+                            "(rank >= 2, last dimension >= 2); use max_output_drift instead");
+    s.measured = 1;
+    steps[k] = s;
+    *met_out = budget_met(goal, &s);
+    return QP_OK;
+}
+
+/* Galloping search over k, the groups excluded: 0, 1, 2, 4, ... until the goal holds (or all
+ * groups are out), then bisection between the last k that failed and the first that held. */
+static enum qp_status budget_search(struct sens_ctx *c, const struct qp_sens_result *r,
+                                    const struct qp_sens_groups *groups,
+                                    const struct qp_sens_budget_goal *goal, unsigned char *mask,
+                                    struct qp_sens_budget_step *steps, size_t *k_out, int *met_out,
+                                    struct qp_error *err) {
+    size_t n = groups->n, fail = 0, k = 0;
+    int met = 0;
+    enum qp_status st = budget_at(c, r, groups, goal, 0, mask, steps, &met, err);
+    while (st == QP_OK && !met && k < n) {
+        fail = k;
+        k = k ? (2 * k < n ? 2 * k : n) : 1;
+        st = budget_at(c, r, groups, goal, k, mask, steps, &met, err);
+    }
+    if (st != QP_OK) return st;
+    if (!met) {
+        *k_out = n;
+        *met_out = 0;
+        return QP_OK;
+    }
+    while (k > 0 && k - fail > 1) { /* fail fails (or is 0 and untested below k), k holds */
+        size_t mid = fail + (k - fail) / 2;
+        int ok = 0;
+        if ((st = budget_at(c, r, groups, goal, mid, mask, steps, &ok, err)) != QP_OK) return st;
+        if (ok)
+            k = mid;
+        else
+            fail = mid;
+    }
+    *k_out = k;
+    *met_out = 1;
+    return QP_OK;
 }
 
 enum qp_status qp_sens_budget(const struct qp_model *model, const struct qp_placement *pl,
                               struct qp_provider *prov, const struct qp_ranges *ranges,
                               const struct qp_sens_options *o, const struct qp_sens_result *r,
-                              size_t n_groups, const size_t *const *groups,
-                              const size_t *group_sizes, double max_drift, size_t *n_groups_out,
-                              double *drift_out, int *met_out, struct qp_placement **placement_out,
-                              struct qp_error *err) {
+                              const struct qp_sens_groups *groups,
+                              const struct qp_sens_budget_goal *goal, size_t *n_groups_out,
+                              struct qp_sens_budget_step *steps_out, int *met_out,
+                              struct qp_placement **placement_out, struct qp_error *err) {
     struct sens_ctx c;
     unsigned char *mask = NULL;
-    struct qp_placement *p = NULL;
+    struct qp_sens_budget_step *steps = steps_out;
     enum qp_status st = ctx_init(&c, model, pl, prov, ranges, o, err);
     if (st != QP_OK) goto done;
+    if (!steps_out && !(steps = calloc(groups->n + 1, sizeof *steps))) {
+        st = nomem(err);
+        goto done;
+    }
+    for (size_t g = 0; g <= groups->n; g++)
+        steps[g].measured = 0;
     if (!(mask = calloc(c.n_entries + 1, 1))) {
         st = nomem(err);
         goto done;
     }
     size_t k = 0;
     int met = 0;
-    for (;; k++) {
-        double d = 0;
-        if ((st = measure_drift(&c, mask, &d, err)) != QP_OK) goto done;
-        if (drift_out) drift_out[k] = d;
-        if (d <= max_drift) {
-            met = 1;
-            break;
-        }
-        if (k == n_groups) break;
-        for (size_t m = 0; m < group_sizes[k]; m++) {
-            size_t ti = groups[k][m];
-            if (ti >= r->n_targets) continue;
-            const struct qp_sens_target *t = &r->targets[ti];
-            for (size_t q = 0; q < t->n_edges + t->n_weights; q++)
-                mask[t->entries[q]] = 1;
-        }
-    }
-    if (placement_out) {
-        if ((st = qp_placement_copy(pl, &p, err)) != QP_OK) goto done;
-        for (size_t e = 0; e < c.n_entries; e++) {
-            if (!mask[e]) continue;
-            if (e < pl->n_edges)
-                qp_placement_remove(p, pl->edges[e].node, pl->edges[e].input);
-            else
-                qp_placement_remove(p, pl->weights[e - pl->n_edges].node,
-                                    pl->weights[e - pl->n_edges].input);
-        }
-        *placement_out = p;
-        p = NULL;
-    }
-    *n_groups_out = k < n_groups ? k : n_groups;
+    if ((st = budget_search(&c, r, groups, goal, mask, steps, &k, &met, err)) != QP_OK) goto done;
+    mask_groups(r, groups, k, mask, c.n_entries);
+    if (placement_out && (st = placement_minus(pl, mask, c.n_entries, placement_out, err)) != QP_OK)
+        goto done;
+    *n_groups_out = k;
     *met_out = met;
     st = QP_OK;
 done:
     ctx_free(&c);
     free(mask);
-    qp_placement_free(p);
+    if (steps != steps_out) free(steps);
     return st;
 }
 

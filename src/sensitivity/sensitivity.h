@@ -199,20 +199,46 @@ enum qp_status qp_sens_ranges_add(struct qp_ranges *dst, const struct qp_ranges 
 
 /* ---- accuracy budget ------------------------------------------------------------------------ */
 
-/* Excludes groups[0], groups[1], ... (each a list of target indices of `r`, highest-ranked
- * first) one at a time from the full placement until the drift of the whole quantized model
- * (the options' metric, summed over outputs, mean over the samples of `prov`) is at most
- * `max_drift`, re-measuring the whole model after each step. *n_groups_out receives the number
- * of groups excluded; drift_out (may be NULL) has n_groups + 1 entries: the drift after 0, 1, ...
- * exclusions (only the measured ones are set). *placement_out (may be NULL) receives the full
- * placement minus the excluded targets' entries. *met_out is 1 when the budget was met. */
+/* What an accuracy budget asks of the whole quantized model; at least one bound is set. */
+struct qp_sens_budget_goal {
+    double max_drift; /* the options' metric, summed over outputs, at most this; < 0: no bound */
+    /* Every float output holding class scores (rank >= 2, last dim >= 2): the fraction of its
+     * rows (all positions before the last axis: per sample for a classifier, per time step for
+     * a CTC head) whose argmax agrees with the float model's, at least this; <= 0: no bound. */
+    double min_top1;
+};
+
+/* The whole quantized model after some exclusions. */
+struct qp_sens_budget_step {
+    int measured; /* 0: the search did not measure this step (the fields are 0) */
+    double drift; /* the metric summed over outputs, mean over the samples */
+    double top1;  /* the least top-1 agreement over class-score outputs; -1: none has them */
+};
+
+/* Groups of target indices, highest-ranked group first. */
+struct qp_sens_groups {
+    size_t n;
+    const size_t *const *members; /* members[g][0 .. sizes[g]) */
+    const size_t *sizes;
+};
+
+/* The fewest leading groups to exclude from the full placement for the whole quantized model
+ * (every sample of `prov`) to meet `goal`: a galloping search over k, the groups excluded —
+ * k = 0, 1, 2, 4, ... whole-model measurements until the goal holds, then bisection between the
+ * last k that failed and the first that held — so about 2 log2(k) measurements instead of k + 1.
+ * The k found holds and k - 1 fails; it is the least such k when excluding more of the ranking
+ * never hurts (which the search assumes and does not check). *n_groups_out receives k (every
+ * group when even that fails: *met_out 0, else 1); steps_out (may be NULL) has groups->n + 1
+ * entries: the model after 0, 1, ... exclusions, `measured` set on those the search measured.
+ * *placement_out (may be NULL) receives the full placement minus the excluded targets'
+ * entries. QP_ERR_BAD_INPUT when min_top1 is set and no output holds class scores. */
 enum qp_status qp_sens_budget(const struct qp_model *model, const struct qp_placement *pl,
                               struct qp_provider *prov, const struct qp_ranges *ranges,
                               const struct qp_sens_options *o, const struct qp_sens_result *r,
-                              size_t n_groups, const size_t *const *groups,
-                              const size_t *group_sizes, double max_drift, size_t *n_groups_out,
-                              double *drift_out, int *met_out, struct qp_placement **placement_out,
-                              struct qp_error *err);
+                              const struct qp_sens_groups *groups,
+                              const struct qp_sens_budget_goal *goal, size_t *n_groups_out,
+                              struct qp_sens_budget_step *steps_out, int *met_out,
+                              struct qp_placement **placement_out, struct qp_error *err);
 
 /* ---- picker (ModelOpt's suggest_exclusion, reference §9.3) ---------------------------------- */
 

@@ -121,20 +121,44 @@ assert e['block_agg'] == 'max' and [g['name'] for g in e['groups']] == ['tail'],
 assert e['excluded'] == ['ln', 'sm'], e['excluded']
 "
 [ "$(grep -v '^#' "$T/bx.txt" | tr '\n' ' ')" = '^ln$ ^sm$ ' ] || fail "blocks exclusions: $(cat "$T/bx.txt")"
-# 6. Accuracy budget: the highest target out first, drift re-measured, placement written.
+# 6. Accuracy budget: the highest targets out first, the whole model re-measured at the steps the
+#    search tries (the last one holds, one fewer fails), placement written.
 expect 0 "$Q" sensitivity --onnx_path "$M" --placement_in "$D/sens_small.placement.json" \
     --calibration_data_path "$CAL" --granularity node --max_output_drift 0.01 \
     --exclusions_out "$T/bud.txt" --placement_out "$T/bud.json" --output_json "$T/bj.json" --quiet
 py "
 import json; e = json.load(open('$T/bj.json'))['exclusions']
 assert e['mode'] == 'max_output_drift' and e['budget_met'] is True, e
-assert e['excluded'][0] == 'ln' and e['drift'][-1] <= 0.01 and all(x > 0.01 for x in e['drift'][:-1]), e
+st = {s['excluded_groups']: s for s in e['budget_steps']}
+k = len(e['excluded'])
+assert e['excluded'][0] == 'ln' and st[k]['drift'] <= 0.01, e
+assert k - 1 in st and st[k - 1]['drift'] > 0.01, e
+assert all(s['drift'] > 0.01 for g, s in st.items() if g < k), e
+assert 'top1_agreement' in st[0] and st[0]['top1_agreement'] < 1, e
 p = json.load(open('$T/bud.json'))
 assert all(x['node'] not in e['excluded'] for x in p['edges'] + p['weights'])
 per = {'conv1': 2, 'conv2': 2, 'mm': 2, 'ln': 1, 'sm': 1, 'sig1': 1}
 assert len(p['edges']) + len(p['weights']) == 9 - sum(per[n] for n in e['excluded'])
 "
 grep -qx '\^ln\$' "$T/bud.txt" || fail "budget exclusions"
+# The top-1 bound: every class-score output (y, [N, 4, 16]) agreeing on all rows takes exclusions;
+# both bounds at once must both hold; a model without class scores cannot take it.
+expect 0 "$Q" sensitivity --onnx_path "$M" --placement_in "$D/sens_small.placement.json" \
+    --calibration_data_path "$CAL" --granularity node --min_top1_agreement 1 \
+    --max_output_drift 0.5 --output_json "$T/bt.json" --placement_out "$T/bt_pl.json" --quiet
+py "
+import json; e = json.load(open('$T/bt.json'))['exclusions']
+assert e['mode'] == 'max_output_drift + min_top1_agreement' and e['budget_met'] is True, e
+assert e['min_top1_agreement'] == 1 and e['max_output_drift'] == 0.5, e
+st = {s['excluded_groups']: s for s in e['budget_steps']}
+k = len(e['excluded'])
+assert k >= 1 and st[k]['top1_agreement'] == 1 and st[k]['drift'] <= 0.5, e
+assert st[k - 1]['top1_agreement'] < 1 or st[k - 1]['drift'] > 0.5, e
+"
+expect 1 "$Q" sensitivity --onnx_path "$M" --min_top1_agreement 1.5
+grep -q 'min_top1_agreement' "$T/err" || fail "top-1 bound out of range"
+expect 1 "$Q" sensitivity --onnx_path "$M" --min_top1_agreement 0.9 --coverage 0.5
+grep -q 'excludes --coverage' "$T/err" || fail "budget with coverage"
 # 7. Synthetic data is flagged.
 expect 0 "$Q" sensitivity --onnx_path "$M" --num_synthetic_samples 2 --output_json "$T/syn.json" --quiet
 grep -q 'synthetic' "$T/err" || fail "synthetic warning"

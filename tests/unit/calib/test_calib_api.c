@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../test_model.h"
+#include "calib/provider.h"
 #include "ir/ir.h"
 #include "qplace/calib.h"
 #include "qplace/placement.h"
@@ -87,6 +88,35 @@ static void callback_provider_passes(void **state) {
         assert_int_equal(qp_provider_reset(p, &err), QP_OK);
     }
     assert_int_equal(b.calls, 6);
+    qp_provider_free(p);
+}
+
+/* The head of a provider: whole batches until the sample count is reached, every pass. */
+static void head_provider_stops_at_the_count(void **state) {
+    (void)state;
+    struct batches b = make_batches();
+    const char *names[] = {"x"};
+    struct qp_provider *p = NULL, *h = NULL;
+    struct qp_error err = {0};
+    assert_int_equal(qp_provider_callback_create(names, 1, 3, give, &b, &p, &err), QP_OK);
+    assert_int_equal(qp_provider_head_create(p, 0, &h, &err), QP_ERR_USAGE);
+    for (uint64_t cap = 1; cap <= 8; cap++) {
+        assert_int_equal(qp_provider_head_create(p, cap, &h, &err), QP_OK);
+        for (int pass = 0; pass < 2; pass++) {
+            const struct qp_array *a = NULL;
+            int end = 0, n = 0;
+            while (qp_provider_next(h, &a, &end, &err) == QP_OK && !end) {
+                assert_true(((const float *)a[0].data)[0] == (float)(n * 8 - 5));
+                assert_int_equal(a[0].owned, 0);
+                n++;
+            }
+            assert_int_equal(end, 1);
+            int want = cap >= 6 ? 3 : (int)((cap + 1) / 2); /* batches of 2 samples */
+            assert_int_equal(n, want);
+            assert_int_equal(qp_provider_reset(h, &err), QP_OK);
+        }
+        qp_provider_free(h);
+    }
     qp_provider_free(p);
 }
 
@@ -206,6 +236,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(callback_provider_passes),
         cmocka_unit_test(callback_provider_bad),
+        cmocka_unit_test(head_provider_stops_at_the_count),
         cmocka_unit_test(calibrate_max_from_memory),
         cmocka_unit_test(open_model_synthetic_and_bad_shapes),
     };

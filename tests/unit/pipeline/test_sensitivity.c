@@ -141,7 +141,7 @@ static void same_exclusions(const struct api *a, const struct qp_sensitivity_rep
     if (po->mode == QP_SENSITIVITY_BUDGET) {
         assert_int_equal(ps.n_budget_groups, r->ex.n_budget_groups);
         assert_int_equal(ps.budget_met, r->ex.budget_met);
-        assert_true(ps.drift_quantized == r->ex.drifts[0]);
+        assert_true(ps.drift_quantized == r->ex.steps[0].drift);
     }
     struct qp_placement *got = NULL, *want = NULL;
     assert_int_equal(qp_sensitivity_exclusions_placement(x, &got, &err), QP_OK);

@@ -453,30 +453,38 @@ static void test_budget(void **state) {
     }
     assert_string_equal(r->targets[order[0]].name, "ln");
     struct qp_error err = {0};
-    double drift[9];
+    struct qp_sens_budget_step st[9];
     size_t k = 99;
     int met = 0;
     struct qp_placement *p = NULL;
+    struct qp_sens_groups gs = {.n = n, .members = groups, .sizes = sizes};
+    struct qp_sens_budget_goal goal = {.max_drift = 1e9, .min_top1 = 0};
     /* A budget the full placement meets: nothing excluded. */
-    assert_int_equal(qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, n, groups, sizes, 1e9, &k,
-                                    drift, &met, &p, &err),
-                     QP_OK);
+    assert_int_equal(
+        qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, &gs, &goal, &k, st, &met, &p, &err),
+        QP_OK);
     assert_int_equal(k, 0);
     assert_int_equal(met, 1);
-    assert_true(drift[0] > 0);
+    assert_true(st[0].drift > 0);
     assert_true(qp_placement_equal(p, f.pl));
     qp_placement_free(p);
-    double full = drift[0];
+    double full = st[0].drift, top1_full = st[0].top1;
+    /* y [N, 4, 16] holds class scores (z's last dim is 1): 24 rows over the 6 samples. */
+    assert_true(top1_full >= 0 && top1_full < 1);
+    assert_true(fabs(top1_full * 24 - round(top1_full * 24)) < 1e-9);
     /* Half the full drift: ln goes first, then as many as needed; each earlier step was above. */
-    double budget = full * 0.5;
-    assert_int_equal(qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, n, groups, sizes, budget,
-                                    &k, drift, &met, &p, &err),
-                     QP_OK);
+    goal.max_drift = full * 0.5;
+    assert_int_equal(
+        qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, &gs, &goal, &k, st, &met, &p, &err),
+        QP_OK);
     assert_int_equal(met, 1);
     assert_true(k >= 1);
-    assert_true(drift[k] <= budget);
+    assert_true(st[k].measured && st[k].drift <= goal.max_drift);
+    assert_true(st[k - 1].measured && st[k - 1].drift > goal.max_drift);
     for (size_t i = 0; i < k; i++)
-        assert_true(drift[i] > budget);
+        assert_true(!st[i].measured || st[i].drift > goal.max_drift);
+    for (size_t i = k + 1; i <= n; i++)
+        assert_false(st[i].measured);
     assert_int_equal(qp_placement_find(p, "ln", 0, NULL, NULL), 0);
     /* Exactly the first k targets' quantizers are gone. */
     for (size_t i = 0; i < n; i++)
@@ -489,19 +497,45 @@ static void test_budget(void **state) {
                               NULL, NULL),
             i >= k);
     qp_placement_free(p);
-    /* Zero: only the float model (everything excluded) has no drift. */
-    assert_int_equal(qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, n, groups, sizes, 0, &k,
-                                    drift, &met, &p, &err),
-                     QP_OK);
+    /* Zero: only the float model (everything excluded) has no drift, and agrees everywhere. */
+    goal.max_drift = 0;
+    assert_int_equal(
+        qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, &gs, &goal, &k, st, &met, &p, &err),
+        QP_OK);
     assert_int_equal(met, 1);
     assert_int_equal(k, n);
-    assert_true(drift[n] == 0);
+    assert_true(st[n].drift == 0);
+    assert_true(st[n].top1 == 1);
     assert_int_equal(p->n_edges + p->n_weights, 0);
     qp_placement_free(p);
+    /* Top-1 alone: excluded one at a time until the agreement reaches the bound, no earlier. */
+    goal = (struct qp_sens_budget_goal){.max_drift = -1, .min_top1 = 1};
+    assert_int_equal(
+        qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, &gs, &goal, &k, st, &met, NULL, &err),
+        QP_OK);
+    assert_int_equal(met, 1);
+    assert_true(k >= 1);
+    assert_true(st[k].top1 == 1);
+    assert_true(st[k - 1].measured && st[k - 1].top1 < 1);
+    for (size_t i = 0; i < k; i++)
+        assert_true(!st[i].measured || st[i].top1 < 1);
+    /* The full placement's own agreement is met at once; both bounds must hold. */
+    goal.min_top1 = top1_full;
+    assert_int_equal(
+        qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, &gs, &goal, &k, st, &met, NULL, &err),
+        QP_OK);
+    assert_int_equal(k, 0);
+    goal.max_drift = full * 0.5;
+    assert_int_equal(
+        qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, &gs, &goal, &k, st, &met, NULL, &err),
+        QP_OK);
+    assert_true(k >= 1 && st[k].drift <= full * 0.5 && st[k].top1 >= top1_full);
     /* Not met with only the first group allowed. */
-    assert_int_equal(qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, 1, groups, sizes, 0, &k,
-                                    drift, &met, NULL, &err),
-                     QP_OK);
+    goal = (struct qp_sens_budget_goal){.max_drift = 0, .min_top1 = 0};
+    gs.n = 1;
+    assert_int_equal(
+        qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, &gs, &goal, &k, st, &met, NULL, &err),
+        QP_OK);
     assert_int_equal(met, 0);
     assert_int_equal(k, 1);
     qp_sens_result_free(r);
