@@ -13,7 +13,7 @@ import ctypes.util
 import logging
 import os
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int,
-                    c_int64, c_size_t, c_uint64, c_void_p)
+                    c_int64, c_size_t, c_uint, c_uint64, c_void_p)
 
 MAX_RANK = 8
 ERROR_MSG_SIZE = 1024
@@ -81,7 +81,8 @@ class QuantizeConfig(Structure):
                 ("high_precision_dtype", c_int), ("n_threads", c_int), ("percentile", c_double),
                 ("ranges", c_void_p), ("opset", c_int64), ("op_types_to_exclude_fp16", StrList),
                 ("n_op_types_to_exclude_fp16", c_size_t), ("direct_io_types", c_int),
-                ("override_shapes", c_char_p), ("weight_clipping", c_int)]
+                ("override_shapes", c_char_p), ("weight_clipping", c_int),
+                ("equalization", c_uint), ("smoothquant_alpha", c_double)]
 
 
 class QuantizeDrift(Structure):
@@ -100,7 +101,11 @@ class QuantizeSummary(Structure):
                 ("placement", c_void_p), ("drift_before_precision", c_int),
                 ("n_overridden", c_size_t), ("weight_clipping", c_int),
                 ("n_weight_channels", c_size_t), ("n_weight_channels_clipped", c_size_t),
-                ("weight_clip_mean_ratio", c_double)]
+                ("weight_clip_mean_ratio", c_double), ("equalization", c_uint),
+                ("smoothquant_alpha", c_double), ("n_cle_pairs", c_size_t),
+                ("n_cle_skipped", c_size_t), ("n_smoothquant_pairs", c_size_t),
+                ("n_smoothquant_skipped", c_size_t),
+                ("outputs_before", POINTER(QuantizeDrift))]
 
 
 class DataOptions(Structure):

@@ -58,6 +58,8 @@ int main(void) {
     F(qp_quantize_config, direct_io_types);
     F(qp_quantize_config, override_shapes);
     F(qp_quantize_config, weight_clipping);
+    F(qp_quantize_config, equalization);
+    F(qp_quantize_config, smoothquant_alpha);
     SZ(qp_quantize_drift);
     F(qp_quantize_drift, name);
     F(qp_quantize_drift, cosine);
@@ -89,6 +91,13 @@ int main(void) {
     F(qp_quantize_summary, n_weight_channels);
     F(qp_quantize_summary, n_weight_channels_clipped);
     F(qp_quantize_summary, weight_clip_mean_ratio);
+    F(qp_quantize_summary, equalization);
+    F(qp_quantize_summary, smoothquant_alpha);
+    F(qp_quantize_summary, n_cle_pairs);
+    F(qp_quantize_summary, n_cle_skipped);
+    F(qp_quantize_summary, n_smoothquant_pairs);
+    F(qp_quantize_summary, n_smoothquant_skipped);
+    F(qp_quantize_summary, outputs_before);
     SZ(qp_data_options);
     F(qp_data_options, max_bytes);
     F(qp_data_options, image_mean);

@@ -2,7 +2,9 @@
  * The quantization pipeline behind `qplace quantize` (docs/quantize.md), from file paths; the
  * in-memory form for library callers is qp_quantize_model (qplace/quantize.h), the same steps:
  *
- *   load -> refuse an already quantized model -> opset >= 19 -> placement (the trt policy with
+ *   load -> refuse an already quantized model -> opset >= 19 -> [equalization: the same
+ *   quantization of the unequalized model for the "before" drift, then rescaled float weights on
+ *   both copies, adjust/equalize.h] -> placement (the trt policy with
  *   include/exclude lists and rules, or --placement_in) -> calibration of the placement's
  *   activation tensors (calib/collect.h), or ranges from --ranges_in / --calibration_cache_path
  *   -> Q/DQ writer (quant/writer.h) -> atomic save -> drift of the quantized model against the
@@ -42,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "adjust/equalize.h"
 #include "calib/calibrator.h"
 #include "calib/data.h"
 #include "placement/placement.h"
@@ -82,6 +85,11 @@ struct qp_quantize_options {
     size_t n_op_types_to_exclude_fp16;
     int direct_io_types; /* 1: graph I/O in the high precision type, graph-input Q removed */
     enum qp_weight_clipping weight_clipping; /* default QP_WEIGHT_CLIP_ABSMAX */
+    /* enum qp_equalization bits (default none): rescaled float weights before placement and
+     * calibration (adjust/equalize.h); not combinable with ranges_in / calibration_cache_path.
+     * smoothquant_alpha in [0, 1] (qp_quantize_options_default: 0.5). */
+    unsigned equalization;
+    double smoothquant_alpha;
 };
 
 void qp_quantize_options_default(struct qp_quantize_options *o);
@@ -109,6 +117,14 @@ struct qp_quantize_report {
     /* 1: the drift was measured before the bf16 / direct_io_types step (the engine runs neither
      * bfloat16 nor quantized graph inputs), on the model with float32 high precision. */
     int drift_before_precision;
+    /* Equalization: the bits and alpha applied, what the plan did (NULL when off; owned), and
+     * the drift of the same quantization of the model without equalization (n_outputs entries
+     * in the order of `outputs`; NULL when off; owned). */
+    unsigned equalization;
+    double smoothquant_alpha;
+    struct qp_equalize_report *equalize;
+    struct qp_quantize_drift *outputs_before;
+    size_t n_outputs_before;
 };
 
 void qp_quantize_report_free(struct qp_quantize_report *r);
@@ -120,6 +136,7 @@ void qp_quantize_report_free(struct qp_quantize_report *r);
  * naming missing nodes or tensors, bad calibration data, a batch shape over the data cap, a
  * placed tensor without a range in --ranges_in / --calibration_cache_path, an --override_shapes
  * entry the model's inputs do not take), QP_ERR_IO,
+ * QP_ERR_USAGE also for equalization with ranges from files or an alpha outside [0, 1],
  * QP_ERR_UNSUPPORTED, QP_ERR_NOMEM, and the statuses of the engine. */
 enum qp_status qp_quantize(const struct qp_quantize_options *o,
                            struct qp_quantize_report **report_out, struct qp_error *err);
