@@ -595,6 +595,8 @@ static int sq_consumers(const struct qp_graph *g, struct sq_cand *c, char *why, 
     if (!(c->w = calloc(y->n_uses, sizeof *c->w))) return -1;
     for (size_t u = 0; u < y->n_uses; u++) {
         const struct qp_node *n = &g->nodes[y->uses[u].node];
+        /* Shape and Size read only the dims, which the scale leaves alone. */
+        if (qp_node_is(n, "Shape") || qp_node_is(n, "Size")) continue;
         const struct qp_tensor *w = float_const(g, input_of(n, 1));
         int axis = -1;
         if (y->uses[u].input == 0 && w && qp_node_is(n, "MatMul") && w->rank >= 2)
@@ -615,6 +617,10 @@ static int sq_consumers(const struct qp_graph *g, struct sq_cand *c, char *why, 
             return 0;
         }
         c->w[c->n_w++] = (struct sq_slot){y->uses[u].node, 1, axis};
+    }
+    if (!c->n_w) {
+        snprintf(why, len, "its output '%s' feeds no MatMul/Gemm", y->name);
+        return 0;
     }
     return 1;
 }

@@ -834,6 +834,19 @@ static enum qp_status synthetic_data(const struct qp_quantize_config *c, const s
     return st;
 }
 
+/* The calibration and evaluation data of qp_quantize_model: the caller's, or synthetic. */
+static enum qp_status open_config_data(const struct qp_quantize_config *c,
+                                       struct qp_provider *calibration_data,
+                                       struct qp_quantize_job *job, struct qp_provider **own_cal,
+                                       struct qp_provider **own_ev, struct qp_error *err) {
+    enum qp_status st = QP_OK;
+    if (!calibration_data && (st = synthetic_data(c, job->mf, own_cal, own_ev, err)) != QP_OK)
+        return st;
+    job->cal = calibration_data ? calibration_data : *own_cal;
+    job->ev = c->eval_data ? c->eval_data : *own_ev;
+    return QP_OK;
+}
+
 static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantize_summary **out,
                                  struct qp_error *err) {
     struct qp_quantize_summary *s = calloc(1, sizeof *s);
@@ -920,16 +933,18 @@ enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provide
         (st = override_shapes(job.mq->graph, &over, err)) != QP_OK ||
         (st = prepare_models(job.mf, job.mq, "model", c->opset, &job.opset_in, err)) != QP_OK)
         goto done;
-    if (!calibration_data && (st = synthetic_data(c, job.mf, &own_cal, &own_ev, err)) != QP_OK)
-        goto done;
-    job.cal = calibration_data ? calibration_data : own_cal;
-    job.ev = c->eval_data ? c->eval_data : own_ev;
-    if (c->equalization && (st = equalize_models(&job, place_config_cb, c, r, err)) != QP_OK)
+    /* Equalization needs the data before placement; otherwise placement errors come first. */
+    if (c->equalization &&
+        ((st = open_config_data(c, calibration_data, &job, &own_cal, &own_ev, err)) != QP_OK ||
+         (st = equalize_models(&job, place_config_cb, c, r, err)) != QP_OK))
         goto done;
     if ((st = place_from_config(c, &job, r, err)) != QP_OK ||
         (st = validate_placement(&job, NULL, err)) != QP_OK ||
         (c->ranges &&
          (st = check_ranges_cover(c->ranges, "the given ranges", job.pl, err)) != QP_OK))
+        goto done;
+    if (!c->equalization &&
+        (st = open_config_data(c, calibration_data, &job, &own_cal, &own_ev, err)) != QP_OK)
         goto done;
     if ((st = quantize_job(&job, r, err)) != QP_OK) goto done;
     r->placement = job.pl;

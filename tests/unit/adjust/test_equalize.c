@@ -477,6 +477,8 @@ static struct qp_model *ln_model(int decomposed, int residual) {
     if (!decomposed) {
         qg_node(m, "ln", "LayerNormalization", "x,gamma,beta", "h");
         qg_node(m, "mm", "MatMul", "h,W", "y");
+        qg_node(m, "shape", "Shape", "h", "hs"); /* reads only dims: no obstacle */
+        qg_output(m, "hs");
     } else {
         add_w(m, "two", 0, NULL, (const float[]){2.0f});
         add_w(m, "eps", 0, NULL, (const float[]){1e-5f});
