@@ -338,8 +338,8 @@ static void print_equalization(const struct qp_quantize_report *r) {
     const struct qp_equalize_report *e = r->equalize;
     printf("  equalization:");
     if (r->equalization & QP_EQUALIZE_CLE)
-        printf(" cle %zu pairs rescaled, %zu skipped (%d passes)", e->n_cle_pairs, e->n_cle_skipped,
-               e->cle_passes);
+        printf(" cle %zu pairs rescaled, %zu skipped (%d passes, last largest |log s| %.1e)",
+               e->n_cle_pairs, e->n_cle_skipped, e->cle_passes, e->cle_last_change);
     if (r->equalization == QP_EQUALIZE_ALL) printf(";");
     if (r->equalization & QP_EQUALIZE_SMOOTHQUANT)
         printf(" smoothquant (alpha %.2f) %zu LayerNorms rescaled, %zu skipped",
