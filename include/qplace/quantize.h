@@ -48,6 +48,16 @@ extern "C" {
  * of absmax; 1.0 when nothing is better). */
 enum qp_weight_clipping { QP_WEIGHT_CLIP_ABSMAX = 0, QP_WEIGHT_CLIP_MSE };
 
+/* Equalization folded into the float weights before calibration (docs/quantize.md,
+ * "Equalization"), bits: cross-layer equalization of Conv -> [BN] -> Relu -> Conv pairs, and
+ * SmoothQuant's migration of LayerNorm -> MatMul activation ranges into the weights. */
+enum qp_equalization {
+    QP_EQUALIZE_NONE = 0,
+    QP_EQUALIZE_CLE = 1,
+    QP_EQUALIZE_SMOOTHQUANT = 2,
+    QP_EQUALIZE_ALL = 3
+};
+
 /* Options with ModelOpt's names (modelopt.onnx.quantization.quantize). */
 struct qp_quantize_config {
     /* The trt policy's options (qplace/placement.h): trt.quantize_mode is the quantize mode
@@ -92,6 +102,10 @@ struct qp_quantize_config {
      * neither set: no budget. */
     double max_output_drift;
     double min_top1_agreement;
+    /* qplace's: enum qp_equalization bits (default QP_EQUALIZE_NONE). Not combinable with
+     * `ranges` (they were measured on the model before equalization). */
+    unsigned equalization;
+    double smoothquant_alpha; /* in [0, 1]; qp_quantize_config_default sets 0.5 */
 };
 
 void qp_quantize_config_default(struct qp_quantize_config *c);
@@ -140,6 +154,13 @@ struct qp_quantize_summary {
     char **budget_excluded;
     double budget_drift_before, budget_drift_after;
     double budget_top1_before, budget_top1_after;
+    /* Equalization as applied (enum qp_equalization bits, alpha), the pairs rescaled and skipped
+     * per method, and the drift of the same quantization without equalization (outputs_before,
+     * n_outputs entries, in the order of `outputs`; NULL when equalization is off). */
+    unsigned equalization;
+    double smoothquant_alpha;
+    size_t n_cle_pairs, n_cle_skipped, n_smoothquant_pairs, n_smoothquant_skipped;
+    struct qp_quantize_drift *outputs_before;
 };
 
 /* NULL-safe. */

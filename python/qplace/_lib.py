@@ -13,7 +13,7 @@ import ctypes.util
 import logging
 import os
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int,
-                    c_int64, c_size_t, c_uint64, c_void_p)
+                    c_int64, c_size_t, c_uint, c_uint64, c_void_p)
 
 MAX_RANK = 8
 ERROR_MSG_SIZE = 1024
@@ -82,7 +82,8 @@ class QuantizeConfig(Structure):
                 ("ranges", c_void_p), ("opset", c_int64), ("op_types_to_exclude_fp16", StrList),
                 ("n_op_types_to_exclude_fp16", c_size_t), ("direct_io_types", c_int),
                 ("override_shapes", c_char_p), ("weight_clipping", c_int),
-                ("max_output_drift", c_double), ("min_top1_agreement", c_double)]
+                ("max_output_drift", c_double), ("min_top1_agreement", c_double),
+                ("equalization", c_uint), ("smoothquant_alpha", c_double)]
 
 
 class QuantizeDrift(Structure):
@@ -105,7 +106,12 @@ class QuantizeSummary(Structure):
                 ("budget_met", c_int), ("n_budget_ranked", c_size_t),
                 ("n_budget_excluded", c_size_t), ("budget_excluded", POINTER(c_char_p)),
                 ("budget_drift_before", c_double), ("budget_drift_after", c_double),
-                ("budget_top1_before", c_double), ("budget_top1_after", c_double)]
+                ("budget_top1_before", c_double), ("budget_top1_after", c_double),
+                ("equalization", c_uint),
+                ("smoothquant_alpha", c_double), ("n_cle_pairs", c_size_t),
+                ("n_cle_skipped", c_size_t), ("n_smoothquant_pairs", c_size_t),
+                ("n_smoothquant_skipped", c_size_t),
+                ("outputs_before", POINTER(QuantizeDrift))]
 
 
 class DataOptions(Structure):

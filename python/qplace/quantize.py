@@ -41,7 +41,8 @@ QuantizeSummary = namedtuple(
     "high_precision placement_source calibration_source method n_calib_samples "
     "n_calib_batches n_eval_samples eval_on_calibration drift_before_precision outputs "
     "placement weight_clipping n_weight_channels_clipped n_weight_channels "
-    "weight_clip_mean_ratio budget")
+    "weight_clip_mean_ratio budget equalization smoothquant_alpha n_cle_pairs n_cle_skipped "
+    "n_smoothquant_pairs n_smoothquant_skipped outputs_before")
 QuantizeSummary.__doc__ = ("What qplace.quantize wrote, and the drift it measured; budget is a "
                            "Budget with an accuracy budget, else None.")
 
@@ -54,6 +55,7 @@ Budget.__doc__ = ("The accuracy budget's outcome: met, the quantized nodes ranke
 
 _HIGH = {"fp32": 1, "fp16": 10, "bf16": 16}
 _CLIP = {"absmax": 0, "mse": 1}
+_EQUALIZE = {"none": 0, "cle": 1, "smoothquant": 2, "all": 3}
 
 # ModelOpt keywords accepted with no effect, each with what qplace does instead.
 _ACCEPTED = {
@@ -91,9 +93,14 @@ def _default_output(path):
     return (path[:-5] if path.endswith(".onnx") else path) + ".quant.onnx"
 
 
+def _drifts(arr, n):
+    return [Drift(_lib.dec(d.name), d.cosine, d.max_abs, d.top1 if d.has_top1 else None,
+                  d.n_rows) for d in (arr[i] for i in range(n))]
+
+
 def _summary(s, output_path):
-    outs = [Drift(_lib.dec(d.name), d.cosine, d.max_abs, d.top1 if d.has_top1 else None,
-                  d.n_rows) for d in (s.outputs[i] for i in range(s.n_outputs))]
+    outs = _drifts(s.outputs, s.n_outputs)
+    before = _drifts(s.outputs_before, s.n_outputs) if s.outputs_before else None
     return QuantizeSummary(
         output_path, s.n_edges, s.n_tensors, s.n_weights, s.n_weight_tensors, s.opset_from,
         s.opset_to, {v: k for k, v in _HIGH.items()}.get(s.high_precision),
@@ -101,7 +108,9 @@ def _summary(s, output_path):
         s.n_calib_samples, s.n_calib_batches, s.n_eval_samples, bool(s.eval_on_calibration),
         bool(s.drift_before_precision), outs, Placement._from_ptr(s.placement),
         {v: k for k, v in _CLIP.items()}.get(s.weight_clipping), s.n_weight_channels_clipped,
-        s.n_weight_channels, s.weight_clip_mean_ratio, _budget(s))
+        s.n_weight_channels, s.weight_clip_mean_ratio, _budget(s),
+        {v: k for k, v in _EQUALIZE.items()}.get(s.equalization), s.smoothquant_alpha,
+        s.n_cle_pairs, s.n_cle_skipped, s.n_smoothquant_pairs, s.n_smoothquant_skipped, before)
 
 
 def _budget(s):
@@ -127,7 +136,7 @@ def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration
              opset=None, calibration_data_reader=None, target_dla=False, autotune=None,
              *, percentile=None, eval_data=None, placement=None, rules=None, ranges=None,
              placement_out=None, threads=0, weight_clipping="absmax", max_output_drift=None,
-             min_top1_agreement=None):
+             min_top1_agreement=None, equalization="none", smoothquant_alpha=0.5):
     """Quantizes onnx_path (a path, the model's bytes) and writes output_path; returns a
     QuantizeSummary. Raises qplace.Error subclasses (UsageError for a bad argument,
     BadInputError for a bad model or data, ...); on failure nothing is written."""
@@ -181,7 +190,7 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
               use_external_data_format, output_path, high_precision_dtype, disable_mha_qdq,
               dq_only, direct_io_types, opset, percentile, eval_data, placement, rules, ranges,
               placement_out, threads, weight_clipping, max_output_drift, min_top1_agreement,
-              **_checked):
+              equalization, smoothquant_alpha, **_checked):
     """quantize() once its ModelOpt-only keywords are checked (_checked: those, unused)."""
     model = model_arg(onnx_path)
     if output_path is None:
@@ -217,6 +226,14 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
         if not 0 < c.min_top1_agreement <= 1:
             raise usage("quantize: min_top1_agreement must be in (0, 1], not %r"
                         % min_top1_agreement)
+    c.equalization = choice(equalization or "none", _EQUALIZE, "equalization")
+    try:
+        c.smoothquant_alpha = float(smoothquant_alpha)
+    except (TypeError, ValueError):
+        raise usage("quantize: smoothquant_alpha must be a number in [0, 1], not %r"
+                    % (smoothquant_alpha,)) from None
+    if not 0.0 <= c.smoothquant_alpha <= 1.0:
+        raise usage("quantize: smoothquant_alpha %g is not in [0, 1]" % c.smoothquant_alpha)
     c.opset = 0 if opset is None else int_arg(opset, "opset", 1, 1000)
     fp16_ops = _lib.StrArray(
         [t for v in as_list(op_types_to_exclude_fp16, "op_types_to_exclude_fp16")

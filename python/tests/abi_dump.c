@@ -60,6 +60,8 @@ int main(void) {
     F(qp_quantize_config, weight_clipping);
     F(qp_quantize_config, max_output_drift);
     F(qp_quantize_config, min_top1_agreement);
+    F(qp_quantize_config, equalization);
+    F(qp_quantize_config, smoothquant_alpha);
     SZ(qp_quantize_drift);
     F(qp_quantize_drift, name);
     F(qp_quantize_drift, cosine);
@@ -100,6 +102,13 @@ int main(void) {
     F(qp_quantize_summary, budget_drift_after);
     F(qp_quantize_summary, budget_top1_before);
     F(qp_quantize_summary, budget_top1_after);
+    F(qp_quantize_summary, equalization);
+    F(qp_quantize_summary, smoothquant_alpha);
+    F(qp_quantize_summary, n_cle_pairs);
+    F(qp_quantize_summary, n_cle_skipped);
+    F(qp_quantize_summary, n_smoothquant_pairs);
+    F(qp_quantize_summary, n_smoothquant_skipped);
+    F(qp_quantize_summary, outputs_before);
     SZ(qp_data_options);
     F(qp_data_options, max_bytes);
     F(qp_data_options, image_mean);

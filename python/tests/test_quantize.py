@@ -252,3 +252,26 @@ def test_accuracy_budget_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
         with pytest.raises(qplace.UsageError):
             qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "x.onnx"),
                             **common, **bad)
+
+
+def test_equalization_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
+    py, cl, s = both(cli, tmp_path, cls_model,
+                     ["--calibration_data_path", cls_npz, "--equalization", "all",
+                      "--smoothquant_alpha", "0.6"],
+                     calibration_data=cls_npz, equalization="all", smoothquant_alpha=0.6)
+    assert py == cl
+    assert s.equalization == "all" and s.smoothquant_alpha == 0.6
+    assert s.n_cle_pairs > 0 and s.n_smoothquant_pairs == 0  # a CNN: no LayerNorm
+    # The "before" drift is that of the same quantization without equalization, exactly.
+    plain = qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "plain.onnx"),
+                            calibration_data=cls_npz)
+    assert plain.equalization == "none" and plain.outputs_before is None
+    assert read(tmp_path / "plain.onnx") != py
+    assert [d.name for d in s.outputs_before] == [d.name for d in s.outputs]
+    assert s.outputs_before[0].cosine == plain.outputs[0].cosine
+    for kw, what in ((dict(equalization="some"), "equalization"),
+                     (dict(equalization="cle", smoothquant_alpha=1.5), "smoothquant_alpha")):
+        with pytest.raises(qplace.UsageError, match=what):
+            qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "x.onnx"),
+                            calibration_data=cls_npz, **kw)
+    assert not os.path.exists(tmp_path / "x.onnx")

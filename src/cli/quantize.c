@@ -42,6 +42,9 @@ const struct cli_opt cli_quantize_opts[] = {
     {"min_top1_agreement", CLI_VALUE, "P",
      "accuracy budget: exclude the most sensitive nodes until every class-score output's "
      "argmax agrees with the float model's on a fraction >= P of its rows"},
+    {"equalization", CLI_VALUE, "none|cle|smoothquant|all",
+     "rescale float weights first: Conv pairs (cle), LayerNorm -> MatMul (smoothquant)"},
+    {"smoothquant_alpha", CLI_VALUE, "A", "SmoothQuant's migration strength in [0, 1] (0.5)"},
     {"high_precision_dtype", CLI_VALUE, "fp32|fp16|bf16",
      "precision of the rest (default fp16, I/O kept fp32)"},
     {"output_path", CLI_VALUE, "OUT", "output model (default <model>.quant.onnx)"},
@@ -288,12 +291,9 @@ static int finite_number(const char *s, double *out) {
     return end != s && !*end && errno == 0 && isfinite(*out);
 }
 
-/* The written model's flags into `o`; *buf and *ops own the op type list. 1 on an error. */
-static int output_options(const struct cli_args *a, struct qp_quantize_options *o, char **buf,
-                          const char ***ops) {
-    if (parse_opset(a, &o->opset)) return 1;
-    o->use_external_data_format = cli_has(a, "use_external_data_format");
-    o->direct_io_types = cli_has(a, "direct_io_types");
+/* The accuracy methods' flags (weight clipping, the budget, equalization) into `o`; 1 on an
+ * error (printed). */
+static int accuracy_options(const struct cli_args *a, struct qp_quantize_options *o) {
     const char *wc = cli_value(a, "weight_clipping", "absmax");
     if (strcmp(wc, "mse") == 0) {
         o->weight_clipping = QP_WEIGHT_CLIP_MSE;
@@ -314,6 +314,40 @@ static int output_options(const struct cli_args *a, struct qp_quantize_options *
                 v);
         return 1;
     }
+    const char *eq = cli_value(a, "equalization", "none");
+    static const char *const eq_names[] = {"none", "cle", "smoothquant", "all"};
+    o->equalization = 4;
+    for (unsigned i = 0; i < 4; i++)
+        if (strcmp(eq, eq_names[i]) == 0) o->equalization = i;
+    if (o->equalization == 4) {
+        fprintf(stderr,
+                "qplace quantize: --equalization must be none, cle, smoothquant or all, not "
+                "'%s'\n",
+                eq);
+        return 1;
+    }
+    if ((v = cli_value(a, "smoothquant_alpha", NULL))) {
+        if (!(finite_number(v, &o->smoothquant_alpha) && o->smoothquant_alpha >= 0 &&
+              o->smoothquant_alpha <= 1)) {
+            fprintf(stderr,
+                    "qplace quantize: --smoothquant_alpha must be a number in [0, 1], not '%s'\n",
+                    v);
+            return 1;
+        }
+        if (!(o->equalization & QP_EQUALIZE_SMOOTHQUANT))
+            qp_log(QP_LOG_WARN, "quantize: --smoothquant_alpha is not used without "
+                                "--equalization smoothquant or all");
+    }
+    return 0;
+}
+
+/* The written model's flags into `o`; *buf and *ops own the op type list. 1 on an error. */
+static int output_options(const struct cli_args *a, struct qp_quantize_options *o, char **buf,
+                          const char ***ops) {
+    if (parse_opset(a, &o->opset)) return 1;
+    o->use_external_data_format = cli_has(a, "use_external_data_format");
+    o->direct_io_types = cli_has(a, "direct_io_types");
+    if (accuracy_options(a, o)) return 1;
     if (split_ops(a, buf, ops, &o->n_op_types_to_exclude_fp16)) {
         fprintf(stderr, "qplace quantize: out of memory\n");
         return 1;
@@ -335,6 +369,35 @@ static void print_budget(const struct qp_quantize_budget *b) {
         printf(" %s%s", b->excluded[i], i + 1 < b->n_excluded ? "," : "\n");
 }
 
+static void print_drift_rows(const struct qp_quantize_drift *d, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        printf("    %-28s %10.6f %12.6g ", d[i].name, d[i].cosine, d[i].max_abs);
+        if (d[i].has_top1)
+            printf("%.2f%% of %llu rows\n", 100.0 * d[i].top1, (unsigned long long)d[i].n_rows);
+        else
+            printf("-\n");
+    }
+}
+
+/* --equalization: the pairs per method and the first few skips with their reasons. */
+static void print_equalization(const struct qp_quantize_report *r) {
+    const struct qp_equalize_report *e = r->equalize;
+    printf("  equalization:");
+    if (r->equalization & QP_EQUALIZE_CLE)
+        printf(" cle %zu pairs rescaled, %zu skipped (%d passes, last largest |log s| %.1e)",
+               e->n_cle_pairs, e->n_cle_skipped, e->cle_passes, e->cle_last_change);
+    if (r->equalization == QP_EQUALIZE_ALL) printf(";");
+    if (r->equalization & QP_EQUALIZE_SMOOTHQUANT)
+        printf(" smoothquant (alpha %.2f) %zu LayerNorms rescaled, %zu skipped",
+               r->smoothquant_alpha, e->n_smoothquant_pairs, e->n_smoothquant_skipped);
+    printf("\n");
+    enum { SHOWN = 5 };
+    for (size_t i = 0; i < e->n_skips && i < SHOWN; i++)
+        printf("    skipped (%s) '%s': %s\n", e->skips[i].method, e->skips[i].node,
+               e->skips[i].reason);
+    if (e->n_skips > SHOWN) printf("    ... and %zu more skipped\n", e->n_skips - SHOWN);
+}
+
 static void print_report(const struct qp_quantize_options *o, const struct qp_quantize_report *r) {
     const struct qp_writer_stats *w = &r->writer;
     printf("qplace quantize: %s -> %s\n", o->onnx_path, r->output_path);
@@ -350,6 +413,7 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
         printf("  weight clipping: least error per channel, %zu of %zu channels clipped below "
                "absmax, mean amax / absmax %.4f\n",
                w->n_weight_channels_clipped, w->n_weight_channels, w->weight_clip_mean_ratio);
+    if (r->equalize) print_equalization(r);
     if (w->n_ops) {
         printf("    %-24s %8s %8s\n", "consumer op", "edges", "weights");
         for (size_t i = 0; i < w->n_ops; i++)
@@ -402,13 +466,11 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
                "neither bfloat16 nor quantized graph inputs)\n",
                o->direct_io_types ? "direct I/O" : "bf16");
     printf("    %-28s %10s %12s %s\n", "output", "cosine", "max_abs_err", "top1_agreement");
-    for (size_t i = 0; i < r->n_outputs; i++) {
-        const struct qp_quantize_drift *d = &r->outputs[i];
-        printf("    %-28s %10.6f %12.6g ", d->name, d->cosine, d->max_abs);
-        if (d->has_top1)
-            printf("%.2f%% of %llu rows\n", 100.0 * d->top1, (unsigned long long)d->n_rows);
-        else
-            printf("-\n");
+    print_drift_rows(r->outputs, r->n_outputs);
+    if (r->outputs_before) {
+        printf("  the same quantization without equalization (its own placement and "
+               "calibration):\n");
+        print_drift_rows(r->outputs_before, r->n_outputs_before);
     }
 }
 

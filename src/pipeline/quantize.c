@@ -28,6 +28,7 @@ void qp_quantize_options_default(struct qp_quantize_options *o) {
     o->method = QP_CALIB_ENTROPY;
     o->high_precision = QP_DTYPE_FLOAT;
     o->max_output_drift = -1;
+    o->smoothquant_alpha = 0.5;
 }
 
 void qp_quantize_report_free(struct qp_quantize_report *r) {
@@ -35,6 +36,10 @@ void qp_quantize_report_free(struct qp_quantize_report *r) {
     for (size_t i = 0; i < r->n_outputs; i++)
         free(r->outputs[i].name);
     free(r->outputs);
+    for (size_t i = 0; i < r->n_outputs_before; i++)
+        free(r->outputs_before[i].name);
+    free(r->outputs_before);
+    qp_equalize_report_free(r->equalize);
     free(r->output_path);
     free(r->placement_source);
     qp_placement_free(r->placement);
@@ -138,6 +143,8 @@ struct qp_quantize_job {
     int direct_io_types;
     enum qp_weight_clipping weight_clipping;
     struct qp_sens_budget_goal goal; /* the accuracy budget; no bound set: none */
+    unsigned equalization;
+    double smoothquant_alpha;
 };
 
 /* A requested output opset (0: none) qplace can write; `name` names it in the message. */
@@ -414,6 +421,74 @@ static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quanti
     return st;
 }
 
+/* Sets job->pl, the placement of job->mq (the entry point's own way: options or config). */
+typedef enum qp_status (*place_fn)(const void *user, struct qp_quantize_job *job,
+                                   struct qp_quantize_report *r, struct qp_error *err);
+
+/* Equalization usage checks shared by both entry points. */
+static enum qp_status check_equalization(unsigned bits, double alpha, int ranges_given,
+                                         struct qp_error *err) {
+    if (bits & ~(unsigned)QP_EQUALIZE_ALL)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "quantize: equalization %u is not none (0), cle "
+                            "(1), smoothquant (2) or all (3)",
+                            bits);
+    if (!(alpha >= 0.0 && alpha <= 1.0))
+        return qp_error_set(err, QP_ERR_USAGE, "quantize: smoothquant_alpha %g is not in [0, 1]",
+                            alpha);
+    if (bits && ranges_given)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "quantize: equalization cannot be combined with ranges from a file "
+                            "(they were measured on the model before equalization)");
+    return QP_OK;
+}
+
+/* Equalization before placement (a weight copied for one pair is then what the placement
+ * sees): first the plain quantization of the unequalized model (its own placement, calibration,
+ * writer and drift, on shallow clones; no budget) for the "before" drift, then one plan on mf
+ * applied to both mf and mq. */
+static enum qp_status equalize_models(struct qp_quantize_job *job, place_fn place,
+                                      const void *place_user, struct qp_quantize_report *r,
+                                      struct qp_error *err) {
+    struct qp_quantize_job b = *job;
+    b.mf = b.mq = NULL;
+    b.pl = NULL;
+    b.goal = (struct qp_sens_budget_goal){.max_drift = -1, .min_top1 = 0}; /* plain: no budget */
+    struct qp_quantize_report *r0 = calloc(1, sizeof *r0);
+    struct qp_equalize_plan *plan = NULL;
+    enum qp_status st = r0 ? QP_OK : nomem(err);
+    r->equalization = job->equalization;
+    r->smoothquant_alpha = job->smoothquant_alpha;
+    if (st == QP_OK && ((st = qp_graph_toposort(job->mf->graph, err)) != QP_OK ||
+                        (st = qp_model_clone_shared(job->mf, &b.mf, err)) != QP_OK ||
+                        (st = qp_model_clone_shared(job->mq, &b.mq, err)) != QP_OK ||
+                        (st = qp_graph_toposort(b.mq->graph, err)) != QP_OK ||
+                        (st = place(place_user, &b, r0, err)) != QP_OK ||
+                        (st = validate_placement(&b, NULL, err)) != QP_OK ||
+                        (st = quantize_job(&b, r0, err)) != QP_OK))
+        qp_error_prefix(err, "quantize: the run without equalization");
+    if (st == QP_OK) {
+        r->outputs_before = r0->outputs;
+        r->n_outputs_before = r0->n_outputs;
+        r0->outputs = NULL;
+        r0->n_outputs = 0;
+        struct qp_equalize_options eo;
+        qp_equalize_options_default(&eo);
+        eo.methods = job->equalization;
+        eo.alpha = job->smoothquant_alpha;
+        eo.n_threads = job->n_threads;
+        if ((st = qp_equalize_plan(job->mf, job->cal, &eo, &plan, &r->equalize, err)) == QP_OK &&
+            (st = qp_equalize_apply(plan, job->mf, err)) == QP_OK)
+            st = qp_equalize_apply(plan, job->mq, err);
+    }
+    qp_equalize_plan_free(plan);
+    qp_placement_free(b.pl);
+    qp_model_free(b.mq);
+    qp_model_free(b.mf);
+    qp_quantize_report_free(r0);
+    return st;
+}
+
 /* 1 when the placement has an activation edge on `tensor`. */
 static int placement_has_tensor(const struct qp_placement *pl, const char *tensor) {
     for (size_t i = 0; i < pl->n_edges; i++)
@@ -591,6 +666,11 @@ static void remove_output(const struct qp_quantize_options *o, const char *path)
     free(data);
 }
 
+static enum qp_status place_options_cb(const void *user, struct qp_quantize_job *job,
+                                       struct qp_quantize_report *r, struct qp_error *err) {
+    return place_from_options(user, job->mq->graph, r, &job->pl, err);
+}
+
 enum qp_status qp_quantize(const struct qp_quantize_options *o,
                            struct qp_quantize_report **report_out, struct qp_error *err) {
     if (!o || !o->onnx_path)
@@ -610,7 +690,9 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
         .n_keep_fp32_ops = o->n_op_types_to_exclude_fp16,
         .direct_io_types = o->direct_io_types,
         .weight_clipping = o->weight_clipping,
-        .goal = {.max_drift = o->max_output_drift, .min_top1 = o->min_top1_agreement}};
+        .goal = {.max_drift = o->max_output_drift, .min_top1 = o->min_top1_agreement},
+        .equalization = o->equalization,
+        .smoothquant_alpha = o->smoothquant_alpha};
     if (!r) return nomem(err);
     if ((st = check_opset(o->opset, "--opset", err)) != QP_OK) {
         free(r);
@@ -637,6 +719,9 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
                           o->percentile);
         goto done;
     }
+    if ((st = check_equalization(o->equalization, o->smoothquant_alpha,
+                                 o->ranges_in || o->calibration_cache_path, err)) != QP_OK)
+        goto done;
     if ((o->calibration_shapes &&
          (st = qp_calib_shapes_parse(o->calibration_shapes, &shapes, err)) != QP_OK) ||
         (o->override_shapes && (st = parse_override(o->override_shapes, &over, err)) != QP_OK))
@@ -646,9 +731,13 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
         (st = qp_model_load_file(o->onnx_path, NULL, &job.mq, err)) != QP_OK ||
         (st = override_shapes(job.mf->graph, &over, err)) != QP_OK ||
         (st = override_shapes(job.mq->graph, &over, err)) != QP_OK ||
-        (st = prepare_models(job.mf, job.mq, o->onnx_path, o->opset, &job.opset_in, err)) !=
-            QP_OK ||
-        (st = place_from_options(o, job.mq->graph, r, &job.pl, err)) != QP_OK ||
+        (st = prepare_models(job.mf, job.mq, o->onnx_path, o->opset, &job.opset_in, err)) != QP_OK)
+        goto done;
+    if (o->equalization &&
+        ((st = open_data(o, job.mf->graph, &shapes, 1, &job.cal, &job.ev, err)) != QP_OK ||
+         (st = equalize_models(&job, place_options_cb, o, r, err)) != QP_OK))
+        goto done;
+    if ((st = place_from_options(o, job.mq->graph, r, &job.pl, err)) != QP_OK ||
         (st = validate_placement(&job, o->placement_in, err)) != QP_OK)
         goto done;
     r->n_overridden = over.n;
@@ -656,8 +745,8 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
         (st = load_file_ranges(o, job.pl, r, &file_ranges, err)) != QP_OK)
         goto done;
     job.file_ranges = file_ranges;
-    if ((st = open_data(o, job.mf->graph, &shapes, !file_ranges, &job.cal, &job.ev, err)) !=
-            QP_OK ||
+    if ((!o->equalization && (st = open_data(o, job.mf->graph, &shapes, !file_ranges, &job.cal,
+                                             &job.ev, err)) != QP_OK) ||
         (st = quantize_job(&job, r, err)) != QP_OK)
         goto done;
     if ((st = save_output(o, job.mq, r->output_path, err)) != QP_OK) goto done;
@@ -692,6 +781,7 @@ void qp_quantize_config_default(struct qp_quantize_config *c) {
     c->calibration_method = QP_CALIB_ENTROPY;
     c->high_precision_dtype = QP_DTYPE_FLOAT16;
     c->max_output_drift = -1;
+    c->smoothquant_alpha = 0.5;
 }
 
 void qp_quantize_summary_free(struct qp_quantize_summary *s) {
@@ -699,6 +789,9 @@ void qp_quantize_summary_free(struct qp_quantize_summary *s) {
     for (size_t i = 0; i < s->n_outputs; i++)
         free(s->outputs[i].name);
     free(s->outputs);
+    for (size_t i = 0; s->outputs_before && i < s->n_outputs; i++)
+        free(s->outputs_before[i].name);
+    free(s->outputs_before);
     qp_placement_free(s->placement);
     for (size_t i = 0; s->budget_excluded && i < s->n_budget_excluded; i++)
         free(s->budget_excluded[i]);
@@ -735,6 +828,9 @@ static enum qp_status check_config(const struct qp_quantize_config *c, struct qp
                             "quantize: max_output_drift must be finite (< 0: none) and "
                             "min_top1_agreement in [0, 1] (0: none), not %g and %g",
                             c->max_output_drift, c->min_top1_agreement);
+    enum qp_status st =
+        check_equalization(c->equalization, c->smoothquant_alpha, c->ranges != NULL, err);
+    if (st != QP_OK) return st;
     if (c->n_op_types_to_exclude_fp16 && !c->op_types_to_exclude_fp16)
         return qp_error_set(err, QP_ERR_USAGE, "quantize: op_types_to_exclude_fp16 is NULL");
     return QP_OK;
@@ -752,6 +848,11 @@ static enum qp_status place_from_config(const struct qp_quantize_config *c,
     return qp_placement_trt(job->mq, &c->trt, &job->pl, err);
 }
 
+static enum qp_status place_config_cb(const void *user, struct qp_quantize_job *job,
+                                      struct qp_quantize_report *r, struct qp_error *err) {
+    return place_from_config(user, job, r, err);
+}
+
 /* Synthetic calibration (seed 1) and evaluation (seed 2) data, as `qplace quantize` makes them
  * without --calibration_data_path. */
 static enum qp_status synthetic_data(const struct qp_quantize_config *c, const struct qp_model *mf,
@@ -766,6 +867,19 @@ static enum qp_status synthetic_data(const struct qp_quantize_config *c, const s
     if (st == QP_OK && !c->eval_data)
         st = qp_provider_open_model(mf, NULL, c->calibration_shapes, &d, ev, err);
     return st;
+}
+
+/* The calibration and evaluation data of qp_quantize_model: the caller's, or synthetic. */
+static enum qp_status open_config_data(const struct qp_quantize_config *c,
+                                       struct qp_provider *calibration_data,
+                                       struct qp_quantize_job *job, struct qp_provider **own_cal,
+                                       struct qp_provider **own_ev, struct qp_error *err) {
+    enum qp_status st = QP_OK;
+    if (!calibration_data && (st = synthetic_data(c, job->mf, own_cal, own_ev, err)) != QP_OK)
+        return st;
+    job->cal = calibration_data ? calibration_data : *own_cal;
+    job->ev = c->eval_data ? c->eval_data : *own_ev;
+    return QP_OK;
 }
 
 static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantize_summary **out,
@@ -804,9 +918,22 @@ static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantiz
         .budget_drift_after = r->budget.after.drift,
         .budget_top1_before = r->budget.before.top1,
         .budget_top1_after = r->budget.after.top1,
+        .equalization = r->equalization,
+        .smoothquant_alpha = r->smoothquant_alpha,
     };
     r->budget.excluded = NULL; /* moved into the summary */
     r->budget.n_excluded = 0;
+    if (r->equalize) {
+        s->n_cle_pairs = r->equalize->n_cle_pairs;
+        s->n_cle_skipped = r->equalize->n_cle_skipped;
+        s->n_smoothquant_pairs = r->equalize->n_smoothquant_pairs;
+        s->n_smoothquant_skipped = r->equalize->n_smoothquant_skipped;
+    }
+    if (r->outputs_before && r->n_outputs_before == r->n_outputs) {
+        s->outputs_before = r->outputs_before; /* moved */
+        r->outputs_before = NULL;
+        r->n_outputs_before = 0;
+    }
     s->placement_source = strcmp(r->placement_source, "placement") == 0    ? "placement"
                           : strcmp(r->placement_source, "trt policy") == 0 ? "trt policy"
                                                                            : "trt policy + rules";
@@ -843,23 +970,30 @@ enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provide
         .n_keep_fp32_ops = c->n_op_types_to_exclude_fp16,
         .direct_io_types = c->direct_io_types,
         .weight_clipping = c->weight_clipping,
-        .goal = {.max_drift = c->max_output_drift, .min_top1 = c->min_top1_agreement}};
+        .goal = {.max_drift = c->max_output_drift, .min_top1 = c->min_top1_agreement},
+        .equalization = c->equalization,
+        .smoothquant_alpha = c->smoothquant_alpha};
     struct qp_calib_shapes over = {0};
     if ((c->override_shapes && (st = parse_override(c->override_shapes, &over, err)) != QP_OK) ||
         (st = qp_model_clone(model, &job.mf, err)) != QP_OK ||
         (st = qp_model_clone(model, &job.mq, err)) != QP_OK ||
         (st = override_shapes(job.mf->graph, &over, err)) != QP_OK ||
         (st = override_shapes(job.mq->graph, &over, err)) != QP_OK ||
-        (st = prepare_models(job.mf, job.mq, "model", c->opset, &job.opset_in, err)) != QP_OK ||
-        (st = place_from_config(c, &job, r, err)) != QP_OK ||
+        (st = prepare_models(job.mf, job.mq, "model", c->opset, &job.opset_in, err)) != QP_OK)
+        goto done;
+    /* Equalization needs the data before placement; otherwise placement errors come first. */
+    if (c->equalization &&
+        ((st = open_config_data(c, calibration_data, &job, &own_cal, &own_ev, err)) != QP_OK ||
+         (st = equalize_models(&job, place_config_cb, c, r, err)) != QP_OK))
+        goto done;
+    if ((st = place_from_config(c, &job, r, err)) != QP_OK ||
         (st = validate_placement(&job, NULL, err)) != QP_OK ||
         (c->ranges &&
          (st = check_ranges_cover(c->ranges, "the given ranges", job.pl, err)) != QP_OK))
         goto done;
-    if (!calibration_data && (st = synthetic_data(c, job.mf, &own_cal, &own_ev, err)) != QP_OK)
+    if (!c->equalization &&
+        (st = open_config_data(c, calibration_data, &job, &own_cal, &own_ev, err)) != QP_OK)
         goto done;
-    job.cal = calibration_data ? calibration_data : own_cal;
-    job.ev = c->eval_data ? c->eval_data : own_ev;
     if ((st = quantize_job(&job, r, err)) != QP_OK) goto done;
     r->placement = job.pl;
     r->n_overridden = over.n;

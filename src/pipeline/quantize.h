@@ -2,7 +2,9 @@
  * The quantization pipeline behind `qplace quantize` (docs/quantize.md), from file paths; the
  * in-memory form for library callers is qp_quantize_model (qplace/quantize.h), the same steps:
  *
- *   load -> refuse an already quantized model -> opset >= 19 -> placement (the trt policy with
+ *   load -> refuse an already quantized model -> opset >= 19 -> [equalization: the same
+ *   quantization of the unequalized model for the "before" drift, then rescaled float weights on
+ *   both copies, adjust/equalize.h] -> placement (the trt policy with
  *   include/exclude lists and rules, or --placement_in) -> calibration of the placement's
  *   activation tensors (calib/collect.h), or ranges from --ranges_in / --calibration_cache_path
  *   -> with an accuracy budget, the placement minus the most sensitive nodes (pipeline/budget.h)
@@ -43,6 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "adjust/equalize.h"
 #include "calib/calibrator.h"
 #include "calib/data.h"
 #include "pipeline/budget.h"
@@ -91,6 +94,11 @@ struct qp_quantize_options {
      * data (else the calibration data). */
     double max_output_drift;
     double min_top1_agreement;
+    /* enum qp_equalization bits (default none): rescaled float weights before placement and
+     * calibration (adjust/equalize.h); not combinable with ranges_in / calibration_cache_path.
+     * smoothquant_alpha in [0, 1] (qp_quantize_options_default: 0.5). */
+    unsigned equalization;
+    double smoothquant_alpha;
 };
 
 void qp_quantize_options_default(struct qp_quantize_options *o);
@@ -120,6 +128,14 @@ struct qp_quantize_report {
     int drift_before_precision;
     int has_budget;                   /* an accuracy budget ran */
     struct qp_quantize_budget budget; /* its outcome */
+    /* Equalization: the bits and alpha applied, what the plan did (NULL when off; owned), and
+     * the drift of the same quantization of the model without equalization (n_outputs entries
+     * in the order of `outputs`; NULL when off; owned). */
+    unsigned equalization;
+    double smoothquant_alpha;
+    struct qp_equalize_report *equalize;
+    struct qp_quantize_drift *outputs_before;
+    size_t n_outputs_before;
 };
 
 void qp_quantize_report_free(struct qp_quantize_report *r);
@@ -131,6 +147,7 @@ void qp_quantize_report_free(struct qp_quantize_report *r);
  * naming missing nodes or tensors, bad calibration data, a batch shape over the data cap, a
  * placed tensor without a range in --ranges_in / --calibration_cache_path, an --override_shapes
  * entry the model's inputs do not take), QP_ERR_IO,
+ * QP_ERR_USAGE also for equalization with ranges from files or an alpha outside [0, 1],
  * QP_ERR_UNSUPPORTED, QP_ERR_NOMEM, and the statuses of the engine. */
 enum qp_status qp_quantize(const struct qp_quantize_options *o,
                            struct qp_quantize_report **report_out, struct qp_error *err);

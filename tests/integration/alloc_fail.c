@@ -135,6 +135,22 @@ static enum qp_status phase_quantize(struct ctx *c, struct qp_error *err) {
     return st;
 }
 
+/* quantize with --equalization all: the run without it, the plan and its application. */
+static enum qp_status phase_equalize(struct ctx *c, struct qp_error *err) {
+    struct qp_quantize_options o;
+    qp_quantize_options_default(&o);
+    o.onnx_path = c->model;
+    o.calibration_data_path = strcmp(c->data, "-") ? c->data : NULL; /* "-": synthetic */
+    o.output_path = c->out;
+    o.placement_out = c->out2;
+    o.n_threads = 1;
+    o.equalization = QP_EQUALIZE_ALL;
+    struct qp_quantize_report *r = NULL;
+    enum qp_status st = qp_quantize(&o, &r, err);
+    qp_quantize_report_free(r);
+    return st;
+}
+
 static enum qp_status phase_sensitivity(struct ctx *c, struct qp_error *err) {
     struct qp_sensitivity_run_options o;
     qp_sensitivity_run_options_default(&o);
@@ -200,7 +216,8 @@ static void clean(struct ctx *c) {
 
 int main(int argc, char **argv) {
     if (argc != 5) {
-        fprintf(stderr, "usage: alloc_fail load|calibrate|quantize|sensitivity MODEL DATA DIR\n");
+        fprintf(stderr,
+                "usage: alloc_fail load|calibrate|quantize|equalize|sensitivity MODEL DATA DIR\n");
         return 2;
     }
     struct ctx c = {.model = argv[2], .data = argv[3], .dir = argv[4]};
@@ -208,6 +225,7 @@ int main(int argc, char **argv) {
         strcmp(argv[1], "load") == 0          ? phase_load
         : strcmp(argv[1], "calibrate") == 0   ? phase_calibrate
         : strcmp(argv[1], "quantize") == 0    ? phase_quantize
+        : strcmp(argv[1], "equalize") == 0    ? phase_equalize
         : strcmp(argv[1], "sensitivity") == 0 ? phase_sensitivity
                                               : NULL;
     if (!phase) return fprintf(stderr, "alloc_fail: unknown phase '%s'\n", argv[1]), 2;
