@@ -81,7 +81,8 @@ class QuantizeConfig(Structure):
                 ("high_precision_dtype", c_int), ("n_threads", c_int), ("percentile", c_double),
                 ("ranges", c_void_p), ("opset", c_int64), ("op_types_to_exclude_fp16", StrList),
                 ("n_op_types_to_exclude_fp16", c_size_t), ("direct_io_types", c_int),
-                ("override_shapes", c_char_p), ("weight_clipping", c_int)]
+                ("override_shapes", c_char_p), ("weight_clipping", c_int),
+                ("bias_correction", c_int)]
 
 
 class QuantizeDrift(Structure):
@@ -100,7 +101,11 @@ class QuantizeSummary(Structure):
                 ("placement", c_void_p), ("drift_before_precision", c_int),
                 ("n_overridden", c_size_t), ("weight_clipping", c_int),
                 ("n_weight_channels", c_size_t), ("n_weight_channels_clipped", c_size_t),
-                ("weight_clip_mean_ratio", c_double)]
+                ("weight_clip_mean_ratio", c_double), ("bias_correction", c_int),
+                ("n_bias_layers", c_size_t), ("n_biases_added", c_size_t),
+                ("bias_rounds", c_int), ("bias_shift_before", c_double),
+                ("bias_shift_after", c_double), ("bias_seconds", c_double),
+                ("outputs_uncorrected", POINTER(QuantizeDrift))]
 
 
 class DataOptions(Structure):

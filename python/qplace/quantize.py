@@ -41,7 +41,8 @@ QuantizeSummary = namedtuple(
     "high_precision placement_source calibration_source method n_calib_samples "
     "n_calib_batches n_eval_samples eval_on_calibration drift_before_precision outputs "
     "placement weight_clipping n_weight_channels_clipped n_weight_channels "
-    "weight_clip_mean_ratio")
+    "weight_clip_mean_ratio bias_correction n_bias_layers n_biases_added bias_rounds "
+    "bias_shift_before bias_shift_after bias_seconds outputs_uncorrected")
 QuantizeSummary.__doc__ = "What qplace.quantize wrote, and the drift it measured."
 
 _HIGH = {"fp32": 1, "fp16": 10, "bf16": 16}
@@ -83,9 +84,14 @@ def _default_output(path):
     return (path[:-5] if path.endswith(".onnx") else path) + ".quant.onnx"
 
 
+def _drifts(arr, n):
+    return [Drift(_lib.dec(d.name), d.cosine, d.max_abs, d.top1 if d.has_top1 else None,
+                  d.n_rows) for d in (arr[i] for i in range(n))]
+
+
 def _summary(s, output_path):
-    outs = [Drift(_lib.dec(d.name), d.cosine, d.max_abs, d.top1 if d.has_top1 else None,
-                  d.n_rows) for d in (s.outputs[i] for i in range(s.n_outputs))]
+    outs = _drifts(s.outputs, s.n_outputs)
+    uncorrected = _drifts(s.outputs_uncorrected, s.n_outputs) if s.outputs_uncorrected else None
     return QuantizeSummary(
         output_path, s.n_edges, s.n_tensors, s.n_weights, s.n_weight_tensors, s.opset_from,
         s.opset_to, {v: k for k, v in _HIGH.items()}.get(s.high_precision),
@@ -93,7 +99,9 @@ def _summary(s, output_path):
         s.n_calib_samples, s.n_calib_batches, s.n_eval_samples, bool(s.eval_on_calibration),
         bool(s.drift_before_precision), outs, Placement._from_ptr(s.placement),
         {v: k for k, v in _CLIP.items()}.get(s.weight_clipping), s.n_weight_channels_clipped,
-        s.n_weight_channels, s.weight_clip_mean_ratio)
+        s.n_weight_channels, s.weight_clip_mean_ratio, bool(s.bias_correction), s.n_bias_layers,
+        s.n_biases_added, s.bias_rounds, s.bias_shift_before, s.bias_shift_after,
+        s.bias_seconds, uncorrected)
 
 
 def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration_method=None,
@@ -107,7 +115,7 @@ def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration
              calibrate_per_node=False, input_shapes_profile=None, direct_io_types=False,
              opset=None, calibration_data_reader=None, target_dla=False, autotune=None,
              *, percentile=None, eval_data=None, placement=None, rules=None, ranges=None,
-             placement_out=None, threads=0, weight_clipping="absmax"):
+             placement_out=None, threads=0, weight_clipping="absmax", bias_correction=False):
     """Quantizes onnx_path (a path, the model's bytes) and writes output_path; returns a
     QuantizeSummary. Raises qplace.Error subclasses (UsageError for a bad argument,
     BadInputError for a bad model or data, ...); on failure nothing is written."""
@@ -160,7 +168,7 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
               op_types_to_exclude, op_types_to_exclude_fp16, nodes_to_quantize, nodes_to_exclude,
               use_external_data_format, output_path, high_precision_dtype, disable_mha_qdq,
               dq_only, direct_io_types, opset, percentile, eval_data, placement, rules, ranges,
-              placement_out, threads, weight_clipping, **_checked):
+              placement_out, threads, weight_clipping, bias_correction, **_checked):
     """quantize() once its ModelOpt-only keywords are checked (_checked: those, unused)."""
     model = model_arg(onnx_path)
     if output_path is None:
@@ -187,6 +195,7 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
     c.n_threads = int_arg(threads, "threads")
     c.direct_io_types = 1 if direct_io_types else 0
     c.weight_clipping = choice(weight_clipping or "absmax", _CLIP, "weight_clipping")
+    c.bias_correction = 1 if bias_correction else 0
     c.opset = 0 if opset is None else int_arg(opset, "opset", 1, 1000)
     fp16_ops = _lib.StrArray(
         [t for v in as_list(op_types_to_exclude_fp16, "op_types_to_exclude_fp16")

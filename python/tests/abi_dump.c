@@ -58,6 +58,7 @@ int main(void) {
     F(qp_quantize_config, direct_io_types);
     F(qp_quantize_config, override_shapes);
     F(qp_quantize_config, weight_clipping);
+    F(qp_quantize_config, bias_correction);
     SZ(qp_quantize_drift);
     F(qp_quantize_drift, name);
     F(qp_quantize_drift, cosine);
@@ -89,6 +90,14 @@ int main(void) {
     F(qp_quantize_summary, n_weight_channels);
     F(qp_quantize_summary, n_weight_channels_clipped);
     F(qp_quantize_summary, weight_clip_mean_ratio);
+    F(qp_quantize_summary, bias_correction);
+    F(qp_quantize_summary, n_bias_layers);
+    F(qp_quantize_summary, n_biases_added);
+    F(qp_quantize_summary, bias_rounds);
+    F(qp_quantize_summary, bias_shift_before);
+    F(qp_quantize_summary, bias_shift_after);
+    F(qp_quantize_summary, bias_seconds);
+    F(qp_quantize_summary, outputs_uncorrected);
     SZ(qp_data_options);
     F(qp_data_options, max_bytes);
     F(qp_data_options, image_mean);

@@ -5,6 +5,7 @@
  *   load -> refuse an already quantized model -> opset >= 19 -> placement (the trt policy with
  *   include/exclude lists and rules, or --placement_in) -> calibration of the placement's
  *   activation tensors (calib/collect.h), or ranges from --ranges_in / --calibration_cache_path
+ *   -> [--bias_correction: biases corrected on the calibration data (adjust/bias_correct.h)]
  *   -> Q/DQ writer (quant/writer.h) -> atomic save -> drift of the quantized model against the
  *   float model.
  *
@@ -42,6 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "adjust/bias_correct.h"
 #include "calib/calibrator.h"
 #include "calib/data.h"
 #include "placement/placement.h"
@@ -82,6 +84,9 @@ struct qp_quantize_options {
     size_t n_op_types_to_exclude_fp16;
     int direct_io_types; /* 1: graph I/O in the high precision type, graph-input Q removed */
     enum qp_weight_clipping weight_clipping; /* default QP_WEIGHT_CLIP_ABSMAX */
+    /* 1: biases corrected by the mean output shift on the calibration data (adjust/
+     * bias_correct.h) before the final write. */
+    int bias_correction;
 };
 
 void qp_quantize_options_default(struct qp_quantize_options *o);
@@ -109,6 +114,11 @@ struct qp_quantize_report {
     /* 1: the drift was measured before the bf16 / direct_io_types step (the engine runs neither
      * bfloat16 nor quantized graph inputs), on the model with float32 high precision. */
     int drift_before_precision;
+    /* --bias_correction: 1 when it ran, what it did, and the drift of the model written without
+     * it on the same samples (n_outputs entries, owned; NULL when it did not run). */
+    int bias_correction;
+    struct qp_bias_correct_stats bias;
+    struct qp_quantize_drift *outputs_uncorrected;
 };
 
 void qp_quantize_report_free(struct qp_quantize_report *r);
