@@ -106,6 +106,11 @@ struct qp_quantize_config {
      * `ranges` (they were measured on the model before equalization). */
     unsigned equalization;
     double smoothquant_alpha; /* in [0, 1]; qp_quantize_config_default sets 0.5 */
+    /* qplace's; 1: after calibration, each Conv/ConvTranspose/Gemm/MatMul the placement
+     * quantizes gets its bias lowered by the mean per-channel output shift (quantized minus
+     * float) measured on the calibration data, a bias or Add created where it has none
+     * (docs/quantize.md "Bias correction"). Written biases stay float. Default 0. */
+    int bias_correction;
 };
 
 void qp_quantize_config_default(struct qp_quantize_config *c);
@@ -161,6 +166,19 @@ struct qp_quantize_summary {
     double smoothquant_alpha;
     size_t n_cle_pairs, n_cle_skipped, n_smoothquant_pairs, n_smoothquant_skipped;
     struct qp_quantize_drift *outputs_before;
+    /* bias_correction: 1 when it ran; layers corrected, biases (Conv/Gemm inputs, Add nodes)
+     * created, correction rounds (2); the mean over the layers' output channels of |mean shift|
+     * / std of the channel, the shift being the layer's output minus that of the same layer in
+     * float on the same input, over the calibration data: before any correction, and as the last
+     * measuring pass found it (after round bias_rounds - 1: the last round's own correction is
+     * not measured again, which would cost one more pass); its wall time; and the drift of the
+     * model written without it, on the same samples as `outputs` (n_outputs entries, owned by
+     * the summary; NULL when it did not run). */
+    int bias_correction;
+    size_t n_bias_layers, n_biases_added;
+    int bias_rounds;
+    double bias_shift_before, bias_shift_after, bias_seconds;
+    struct qp_quantize_drift *outputs_uncorrected;
 };
 
 /* NULL-safe. */

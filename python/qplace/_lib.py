@@ -83,7 +83,8 @@ class QuantizeConfig(Structure):
                 ("n_op_types_to_exclude_fp16", c_size_t), ("direct_io_types", c_int),
                 ("override_shapes", c_char_p), ("weight_clipping", c_int),
                 ("max_output_drift", c_double), ("min_top1_agreement", c_double),
-                ("equalization", c_uint), ("smoothquant_alpha", c_double)]
+                ("equalization", c_uint), ("smoothquant_alpha", c_double),
+                ("bias_correction", c_int)]
 
 
 class QuantizeDrift(Structure):
@@ -111,7 +112,12 @@ class QuantizeSummary(Structure):
                 ("smoothquant_alpha", c_double), ("n_cle_pairs", c_size_t),
                 ("n_cle_skipped", c_size_t), ("n_smoothquant_pairs", c_size_t),
                 ("n_smoothquant_skipped", c_size_t),
-                ("outputs_before", POINTER(QuantizeDrift))]
+                ("outputs_before", POINTER(QuantizeDrift)),
+                ("bias_correction", c_int),
+                ("n_bias_layers", c_size_t), ("n_biases_added", c_size_t),
+                ("bias_rounds", c_int), ("bias_shift_before", c_double),
+                ("bias_shift_after", c_double), ("bias_seconds", c_double),
+                ("outputs_uncorrected", POINTER(QuantizeDrift))]
 
 
 class DataOptions(Structure):

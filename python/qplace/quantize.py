@@ -42,7 +42,9 @@ QuantizeSummary = namedtuple(
     "n_calib_batches n_eval_samples eval_on_calibration drift_before_precision outputs "
     "placement weight_clipping n_weight_channels_clipped n_weight_channels "
     "weight_clip_mean_ratio budget equalization smoothquant_alpha n_cle_pairs n_cle_skipped "
-    "n_smoothquant_pairs n_smoothquant_skipped outputs_before")
+    "n_smoothquant_pairs n_smoothquant_skipped outputs_before bias_correction n_bias_layers "
+    "n_biases_added bias_rounds bias_shift_before bias_shift_after bias_seconds "
+    "outputs_uncorrected")
 QuantizeSummary.__doc__ = ("What qplace.quantize wrote, and the drift it measured; budget is a "
                            "Budget with an accuracy budget, else None.")
 
@@ -101,6 +103,7 @@ def _drifts(arr, n):
 def _summary(s, output_path):
     outs = _drifts(s.outputs, s.n_outputs)
     before = _drifts(s.outputs_before, s.n_outputs) if s.outputs_before else None
+    uncorrected = _drifts(s.outputs_uncorrected, s.n_outputs) if s.outputs_uncorrected else None
     return QuantizeSummary(
         output_path, s.n_edges, s.n_tensors, s.n_weights, s.n_weight_tensors, s.opset_from,
         s.opset_to, {v: k for k, v in _HIGH.items()}.get(s.high_precision),
@@ -110,7 +113,9 @@ def _summary(s, output_path):
         {v: k for k, v in _CLIP.items()}.get(s.weight_clipping), s.n_weight_channels_clipped,
         s.n_weight_channels, s.weight_clip_mean_ratio, _budget(s),
         {v: k for k, v in _EQUALIZE.items()}.get(s.equalization), s.smoothquant_alpha,
-        s.n_cle_pairs, s.n_cle_skipped, s.n_smoothquant_pairs, s.n_smoothquant_skipped, before)
+        s.n_cle_pairs, s.n_cle_skipped, s.n_smoothquant_pairs, s.n_smoothquant_skipped, before,
+        bool(s.bias_correction), s.n_bias_layers, s.n_biases_added, s.bias_rounds,
+        s.bias_shift_before, s.bias_shift_after, s.bias_seconds, uncorrected)
 
 
 def _budget(s):
@@ -136,7 +141,8 @@ def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration
              opset=None, calibration_data_reader=None, target_dla=False, autotune=None,
              *, percentile=None, eval_data=None, placement=None, rules=None, ranges=None,
              placement_out=None, threads=0, weight_clipping="absmax", max_output_drift=None,
-             min_top1_agreement=None, equalization="none", smoothquant_alpha=0.5):
+             min_top1_agreement=None, equalization="none", smoothquant_alpha=0.5,
+             bias_correction=False):
     """Quantizes onnx_path (a path, the model's bytes) and writes output_path; returns a
     QuantizeSummary. Raises qplace.Error subclasses (UsageError for a bad argument,
     BadInputError for a bad model or data, ...); on failure nothing is written."""
@@ -190,7 +196,7 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
               use_external_data_format, output_path, high_precision_dtype, disable_mha_qdq,
               dq_only, direct_io_types, opset, percentile, eval_data, placement, rules, ranges,
               placement_out, threads, weight_clipping, max_output_drift, min_top1_agreement,
-              equalization, smoothquant_alpha, **_checked):
+              equalization, smoothquant_alpha, bias_correction, **_checked):
     """quantize() once its ModelOpt-only keywords are checked (_checked: those, unused)."""
     model = model_arg(onnx_path)
     if output_path is None:
@@ -234,6 +240,7 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
                     % (smoothquant_alpha,)) from None
     if not 0.0 <= c.smoothquant_alpha <= 1.0:
         raise usage("quantize: smoothquant_alpha %g is not in [0, 1]" % c.smoothquant_alpha)
+    c.bias_correction = 1 if bias_correction else 0
     c.opset = 0 if opset is None else int_arg(opset, "opset", 1, 1000)
     fp16_ops = _lib.StrArray(
         [t for v in as_list(op_types_to_exclude_fp16, "op_types_to_exclude_fp16")

@@ -62,6 +62,7 @@ int main(void) {
     F(qp_quantize_config, min_top1_agreement);
     F(qp_quantize_config, equalization);
     F(qp_quantize_config, smoothquant_alpha);
+    F(qp_quantize_config, bias_correction);
     SZ(qp_quantize_drift);
     F(qp_quantize_drift, name);
     F(qp_quantize_drift, cosine);
@@ -109,6 +110,14 @@ int main(void) {
     F(qp_quantize_summary, n_smoothquant_pairs);
     F(qp_quantize_summary, n_smoothquant_skipped);
     F(qp_quantize_summary, outputs_before);
+    F(qp_quantize_summary, bias_correction);
+    F(qp_quantize_summary, n_bias_layers);
+    F(qp_quantize_summary, n_biases_added);
+    F(qp_quantize_summary, bias_rounds);
+    F(qp_quantize_summary, bias_shift_before);
+    F(qp_quantize_summary, bias_shift_after);
+    F(qp_quantize_summary, bias_seconds);
+    F(qp_quantize_summary, outputs_uncorrected);
     SZ(qp_data_options);
     F(qp_data_options, max_bytes);
     F(qp_data_options, image_mean);

@@ -78,10 +78,30 @@ def test_options_match_the_cli(cli, cls_model, cls_npz, tmp_path):
         if "weight_clipping" in kw:
             assert s.weight_clipping == "mse" and 0 < s.n_weight_channels_clipped
             assert s.n_weight_channels_clipped < s.n_weight_channels
+    assert s.bias_correction is False and s.outputs_uncorrected is None
     with pytest.raises(qplace.UsageError, match="weight_clipping"):
         qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "x.onnx"),
                         calibration_data=cls_npz, weight_clipping="median")
     assert s.placement.edges and {e.node.split(".")[1] for e in s.placement.edges} >= {"Conv"}
+
+
+def test_bias_correction_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
+    py, cl, s = both(cli, tmp_path, cls_model,
+                     ["--calibration_data_path", cls_npz, "--bias_correction",
+                      "--high_precision_dtype", "fp32"],
+                     calibration_data=cls_npz, bias_correction=True, high_precision_dtype="fp32")
+    assert py == cl
+    # Every Conv of cls is placed; 35 of them have no bias and get one.
+    assert s.bias_correction and s.n_bias_layers >= 50 and s.n_biases_added >= 30
+    assert s.bias_rounds == 2 and s.bias_seconds > 0
+    assert 0 <= s.bias_shift_after < 0.5 * s.bias_shift_before
+    assert [d.name for d in s.outputs_uncorrected] == [d.name for d in s.outputs]
+    assert all(0 < d.cosine <= 1 for d in s.outputs_uncorrected)
+    # The corrected model is not the uncorrected one.
+    plain = qplace.quantize(onnx_path=cls_model, calibration_data=cls_npz,
+                            high_precision_dtype="fp32", output_path=str(tmp_path / "plain.onnx"))
+    assert read(tmp_path / "plain.onnx") != py
+    assert plain.outputs[0].cosine == pytest.approx(s.outputs_uncorrected[0].cosine, abs=1e-12)
 
 
 def test_synthetic_data_matches_the_cli(cli, cls_model, tmp_path):

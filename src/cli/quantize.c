@@ -45,6 +45,8 @@ const struct cli_opt cli_quantize_opts[] = {
     {"equalization", CLI_VALUE, "none|cle|smoothquant|all",
      "rescale float weights first: Conv pairs (cle), LayerNorm -> MatMul (smoothquant)"},
     {"smoothquant_alpha", CLI_VALUE, "A", "SmoothQuant's migration strength in [0, 1] (0.5)"},
+    {"bias_correction", CLI_BOOL, NULL,
+     "correct Conv/Gemm/MatMul biases by the mean output shift on the calibration data"},
     {"high_precision_dtype", CLI_VALUE, "fp32|fp16|bf16",
      "precision of the rest (default fp16, I/O kept fp32)"},
     {"output_path", CLI_VALUE, "OUT", "output model (default <model>.quant.onnx)"},
@@ -294,6 +296,7 @@ static int finite_number(const char *s, double *out) {
 /* The accuracy methods' flags (weight clipping, the budget, equalization) into `o`; 1 on an
  * error (printed). */
 static int accuracy_options(const struct cli_args *a, struct qp_quantize_options *o) {
+    o->bias_correction = cli_has(a, "bias_correction");
     const char *wc = cli_value(a, "weight_clipping", "absmax");
     if (strcmp(wc, "mse") == 0) {
         o->weight_clipping = QP_WEIGHT_CLIP_MSE;
@@ -450,6 +453,16 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
                o->ranges_in && o->calibration_cache_path ? ", then " : "",
                o->calibration_cache_path ? o->calibration_cache_path : "", r->n_file_ranges,
                r->n_unused_ranges);
+    if (r->bias_correction) {
+        const struct qp_bias_correct_stats *b = &r->bias;
+        printf(
+            "  bias correction: %zu layers (%zu channels), %zu biases added, %d rounds, %.2f s\n",
+            b->n_layers, b->n_channels, b->n_biases_added, b->n_rounds, b->seconds);
+        if (b->n_passes > 1)
+            printf("    mean |channel shift| / channel std on the calibration data: %.4g before, "
+                   "%.4g after round %d\n",
+                   b->shift_before, b->shift_after, b->n_passes - 1);
+    }
     if (r->n_overridden)
         printf("  input shapes fixed by --override_shapes %s\n", o->override_shapes);
     if (r->has_budget) print_budget(&r->budget);
@@ -471,6 +484,15 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
         printf("  the same quantization without equalization (its own placement and "
                "calibration):\n");
         print_drift_rows(r->outputs_before, r->n_outputs_before);
+    }
+    for (size_t i = 0; r->outputs_uncorrected && i < r->n_outputs; i++) {
+        const struct qp_quantize_drift *d = &r->outputs_uncorrected[i];
+        if (!i) printf("    without bias correction (same samples):\n");
+        printf("    %-28s %10.6f %12.6g ", d->name, d->cosine, d->max_abs);
+        if (d->has_top1)
+            printf("%.2f%% of %llu rows\n", 100.0 * d->top1, (unsigned long long)d->n_rows);
+        else
+            printf("-\n");
     }
 }
 

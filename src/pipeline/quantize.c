@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "adjust/bias_correct.h"
 #include "calib/collect.h"
 #include "calib/data.h"
 #include "calib/provider.h"
@@ -33,13 +34,16 @@ void qp_quantize_options_default(struct qp_quantize_options *o) {
 
 void qp_quantize_report_free(struct qp_quantize_report *r) {
     if (!r) return;
-    for (size_t i = 0; i < r->n_outputs; i++)
+    for (size_t i = 0; i < r->n_outputs; i++) {
         free(r->outputs[i].name);
+        if (r->outputs_uncorrected) free(r->outputs_uncorrected[i].name);
+    }
     free(r->outputs);
     for (size_t i = 0; i < r->n_outputs_before; i++)
         free(r->outputs_before[i].name);
     free(r->outputs_before);
     qp_equalize_report_free(r->equalize);
+    free(r->outputs_uncorrected);
     free(r->output_path);
     free(r->placement_source);
     qp_placement_free(r->placement);
@@ -88,9 +92,9 @@ struct drift_acc {
 };
 
 static enum qp_status compare_outputs(struct qp_session *sf, struct qp_session *sq,
-                                      struct drift_acc *acc, struct qp_quantize_report *r,
-                                      struct qp_error *err) {
-    for (size_t i = 0; i < r->n_outputs; i++) {
+                                      struct drift_acc *acc, struct qp_quantize_drift *outs,
+                                      size_t n_outputs, struct qp_error *err) {
+    for (size_t i = 0; i < n_outputs; i++) {
         struct qp_array a, b;
         enum qp_status st = qp_session_output(sf, i, &a, err);
         if (st == QP_OK) st = qp_session_output(sq, i, &b, err);
@@ -108,7 +112,7 @@ static enum qp_status compare_outputs(struct qp_session *sf, struct qp_session *
             if (e > d->max_abs || isnan(e)) d->max_abs = e;
         }
         if (a.rank >= 2 && a.dims[a.rank - 1] >= 2) {
-            r->outputs[i].has_top1 = 1;
+            outs[i].has_top1 = 1;
             size_t c = (size_t)a.dims[a.rank - 1];
             for (size_t row = 0; row + c <= n; row += c) {
                 size_t ia = 0, ib = 0;
@@ -145,6 +149,7 @@ struct qp_quantize_job {
     struct qp_sens_budget_goal goal; /* the accuracy budget; no bound set: none */
     unsigned equalization;
     double smoothquant_alpha;
+    int bias_correction;
 };
 
 /* A requested output opset (0: none) qplace can write; `name` names it in the message. */
@@ -298,21 +303,23 @@ static int precision_after_drift(const struct qp_quantize_job *job) {
     return job->high_precision == QP_DTYPE_BFLOAT16 || job->direct_io_types;
 }
 
-static enum qp_status write_qdq(const struct qp_quantize_job *job, const struct qp_ranges *ranges,
-                                struct qp_quantize_report *r, struct qp_error *err) {
+/* Writes `m` (mq, or the uncorrected copy of bias correction) as mq is written. */
+static enum qp_status write_model(const struct qp_quantize_job *job, struct qp_model *m,
+                                  const struct qp_ranges *ranges, struct qp_writer_stats *stats,
+                                  struct qp_error *err) {
     struct qp_writer_options wo;
     writer_options(job, ranges, &wo);
     if (precision_after_drift(job)) {
         wo.high_precision = QP_DTYPE_FLOAT;
         wo.direct_io_types = 0;
     }
-    return qp_qdq_write(job->mq, job->pl, &wo, &r->writer, err);
+    return qp_qdq_write(m, job->pl, &wo, stats, err);
 }
 
-/* Output names into r and the accumulated sums into the drift figures. */
-static void drift_finish(const struct drift_acc *acc, struct qp_quantize_report *r) {
-    for (size_t i = 0; i < r->n_outputs; i++) {
-        struct qp_quantize_drift *d = &r->outputs[i];
+/* The accumulated sums into the drift figures. */
+static void drift_finish(const struct drift_acc *acc, struct qp_quantize_drift *outs, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        struct qp_quantize_drift *d = &outs[i];
         d->cosine = acc[i].na > 0 && acc[i].nb > 0 ? acc[i].dot / sqrt(acc[i].na * acc[i].nb)
                     : acc[i].na == acc[i].nb       ? 1.0
                                                    : 0.0;
@@ -323,18 +330,20 @@ static void drift_finish(const struct drift_acc *acc, struct qp_quantize_report 
 }
 
 /* Drift of mq against mf over every batch of job->ev, else of job->cal (in-sample), before
- * saving, so a model the engine cannot run is an error. */
-static enum qp_status measure_drift(const struct qp_quantize_job *job, struct qp_quantize_report *r,
-                                    struct qp_error *err) {
-    struct qp_session *sf = NULL, *sq = NULL;
-    struct drift_acc *acc = NULL;
+ * saving, so a model the engine cannot run is an error. `plain` (NULL: none) is the model written
+ * without bias correction: its drift on the same batches goes into r->outputs_uncorrected. */
+static enum qp_status measure_drift(const struct qp_quantize_job *job, const struct qp_model *plain,
+                                    struct qp_quantize_report *r, struct qp_error *err) {
+    struct qp_session *sf = NULL, *sq = NULL, *sp = NULL;
+    struct drift_acc *acc = NULL, *acc_p = NULL;
     struct qp_session_options so = {.n_threads = job->n_threads};
     struct qp_provider *src = job->ev ? job->ev : job->cal;
     size_t map[QP_QUANTIZE_MAX_INPUTS], ns = 0;
     struct qp_array feed[QP_QUANTIZE_MAX_INPUTS];
     enum qp_status st = qp_session_create(job->mf, &so, 0, NULL, &sf, err);
     if (st != QP_OK) return st;
-    if ((st = qp_session_create(job->mq, &so, 0, NULL, &sq, err)) != QP_OK) {
+    if ((st = qp_session_create(job->mq, &so, 0, NULL, &sq, err)) != QP_OK ||
+        (plain && (st = qp_session_create(plain, &so, 0, NULL, &sp, err)) != QP_OK)) {
         qp_error_prefix(err, "quantize: the quantized model does not run in the engine");
         goto done;
     }
@@ -342,9 +351,17 @@ static enum qp_status measure_drift(const struct qp_quantize_job *job, struct qp
     r->outputs = calloc(n_out ? n_out : 1, sizeof *r->outputs);
     acc = calloc(n_out ? n_out : 1, sizeof *acc);
     if (!r->outputs || !acc) goto oom;
-    r->n_outputs = n_out; /* only with the array: qp_quantize_report_free walks it */
-    for (size_t i = 0; i < r->n_outputs; i++)
+    if (plain) {
+        r->outputs_uncorrected = calloc(n_out ? n_out : 1, sizeof *r->outputs_uncorrected);
+        acc_p = calloc(n_out ? n_out : 1, sizeof *acc_p);
+        if (!r->outputs_uncorrected || !acc_p) goto oom;
+    }
+    r->n_outputs = n_out; /* only with the arrays: qp_quantize_report_free walks them */
+    for (size_t i = 0; i < r->n_outputs; i++) {
         if (!(r->outputs[i].name = strdup(qp_session_output_name(sf, i)))) goto oom;
+        if (plain && !(r->outputs_uncorrected[i].name = strdup(qp_session_output_name(sf, i))))
+            goto oom;
+    }
     if ((st = input_map(src, sf, map, err)) != QP_OK) goto done;
     ns = qp_session_n_inputs(sf);
     const struct qp_array *batch = NULL;
@@ -355,15 +372,22 @@ static enum qp_status measure_drift(const struct qp_quantize_job *job, struct qp
         feed_of(batch, map, ns, feed);
         if ((st = qp_session_run(sf, ns, feed, err)) != QP_OK) break;
         if ((st = qp_session_run(sq, ns, feed, err)) != QP_OK) break;
-        if ((st = compare_outputs(sf, sq, acc, r, err)) != QP_OK) break;
+        if ((st = compare_outputs(sf, sq, acc, r->outputs, n_out, err)) != QP_OK) break;
+        if (sp &&
+            ((st = qp_session_run(sp, ns, feed, err)) != QP_OK ||
+             (st = compare_outputs(sf, sp, acc_p, r->outputs_uncorrected, n_out, err)) != QP_OK))
+            break;
         r->n_eval_samples += batch_rows(batch, qp_provider_n_inputs(src));
     }
-    if (st == QP_OK) drift_finish(acc, r);
+    if (st == QP_OK) drift_finish(acc, r->outputs, n_out);
+    if (st == QP_OK && sp) drift_finish(acc_p, r->outputs_uncorrected, n_out);
     goto done;
 oom:
     st = nomem(err);
 done:
     free(acc);
+    free(acc_p);
+    qp_session_free(sp);
     qp_session_free(sq);
     qp_session_free(sf);
     return st;
@@ -393,8 +417,34 @@ static enum qp_status apply_budget(struct qp_quantize_job *job, const struct qp_
     return validate_placement(job, "the budget's placement", err);
 }
 
+/* --bias_correction: the uncorrected model, written as mq will be, into *plain_out (for the
+ * drift before and after), then mq's biases corrected on the calibration data and the
+ * placement validated again on the edited graph. */
+static enum qp_status correct_biases(const struct qp_quantize_job *job,
+                                     const struct qp_ranges *ranges, struct qp_quantize_report *r,
+                                     struct qp_model **plain_out, struct qp_error *err) {
+    if (!job->cal)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "quantize: bias correction measures on calibration data; with ranges "
+                            "from a file, give --calibration_data_path too");
+    struct qp_writer_options wo;
+    writer_options(job, ranges, &wo);
+    struct qp_writer_stats ws;
+    enum qp_status st = qp_model_clone(job->mq, plain_out, err);
+    if (st == QP_OK) st = write_model(job, *plain_out, ranges, &ws, err);
+    if (st != QP_OK) return st;
+    /* Two rounds and no verifying pass: each pass costs about three float passes of the
+     * calibration data (the fake-quantized model and every layer's float twin), and the time
+     * with bias correction is to stay within ~3x of the time without it. */
+    struct qp_bias_correct_options bo = {.n_threads = job->n_threads, .writer = &wo};
+    if ((st = qp_bias_correct(job->mq, job->pl, job->cal, &bo, &r->bias, err)) != QP_OK)
+        return qp_error_prefix(err, "quantize");
+    r->bias_correction = 1;
+    return validate_placement(job, "bias correction", err);
+}
+
 /* Everything after placement and data: calibration on every batch (or the ranges from files),
- * the accuracy budget, the writer and the drift. */
+ * the accuracy budget, bias correction, the writer and the drift. */
 static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quantize_report *r,
                                    struct qp_error *err) {
     enum qp_status st = QP_OK;
@@ -403,13 +453,14 @@ static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quanti
     r->eval_on_calibration = !job->ev;
     r->calibrated = !job->file_ranges;
     struct qp_ranges *ranges = NULL;
+    struct qp_model *plain = NULL;
     if (r->calibrated) st = calibrate(job, r, &ranges, err);
-    if (st == QP_OK && qp_sens_goal_set(&job->goal))
-        st = apply_budget(job, r->calibrated ? ranges : job->file_ranges, r, err);
-    if (st == QP_OK &&
-        (st = write_qdq(job, r->calibrated ? ranges : job->file_ranges, r, err)) == QP_OK) {
+    const struct qp_ranges *used = r->calibrated ? ranges : job->file_ranges;
+    if (st == QP_OK && qp_sens_goal_set(&job->goal)) st = apply_budget(job, used, r, err);
+    if (st == QP_OK && job->bias_correction) st = correct_biases(job, used, r, &plain, err);
+    if (st == QP_OK && (st = write_model(job, job->mq, used, &r->writer, err)) == QP_OK) {
         r->writer.opset_from = job->opset_in;
-        st = measure_drift(job, r, err);
+        st = measure_drift(job, plain, r, err);
     }
     if (st == QP_OK && precision_after_drift(job)) {
         struct qp_writer_options wo;
@@ -417,6 +468,7 @@ static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quanti
         r->drift_before_precision = 1;
         st = qp_qdq_write_precision(job->mq, &wo, &r->writer, err);
     }
+    qp_model_free(plain);
     qp_ranges_free(ranges);
     return st;
 }
@@ -445,7 +497,8 @@ static enum qp_status check_equalization(unsigned bits, double alpha, int ranges
 
 /* Equalization before placement (a weight copied for one pair is then what the placement
  * sees): first the plain quantization of the unequalized model (its own placement, calibration,
- * writer and drift, on shallow clones; no budget) for the "before" drift, then one plan on mf
+ * writer and drift, on shallow clones; no budget, no bias correction) for the "before" drift,
+ * then one plan on mf
  * applied to both mf and mq. */
 static enum qp_status equalize_models(struct qp_quantize_job *job, place_fn place,
                                       const void *place_user, struct qp_quantize_report *r,
@@ -454,6 +507,7 @@ static enum qp_status equalize_models(struct qp_quantize_job *job, place_fn plac
     b.mf = b.mq = NULL;
     b.pl = NULL;
     b.goal = (struct qp_sens_budget_goal){.max_drift = -1, .min_top1 = 0}; /* plain: no budget */
+    b.bias_correction = 0;                                                 /* nor correction */
     struct qp_quantize_report *r0 = calloc(1, sizeof *r0);
     struct qp_equalize_plan *plan = NULL;
     enum qp_status st = r0 ? QP_OK : nomem(err);
@@ -692,7 +746,8 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
         .weight_clipping = o->weight_clipping,
         .goal = {.max_drift = o->max_output_drift, .min_top1 = o->min_top1_agreement},
         .equalization = o->equalization,
-        .smoothquant_alpha = o->smoothquant_alpha};
+        .smoothquant_alpha = o->smoothquant_alpha,
+        .bias_correction = o->bias_correction};
     if (!r) return nomem(err);
     if ((st = check_opset(o->opset, "--opset", err)) != QP_OK) {
         free(r);
@@ -786,12 +841,15 @@ void qp_quantize_config_default(struct qp_quantize_config *c) {
 
 void qp_quantize_summary_free(struct qp_quantize_summary *s) {
     if (!s) return;
-    for (size_t i = 0; i < s->n_outputs; i++)
+    for (size_t i = 0; i < s->n_outputs; i++) {
         free(s->outputs[i].name);
+        if (s->outputs_uncorrected) free(s->outputs_uncorrected[i].name);
+    }
     free(s->outputs);
     for (size_t i = 0; s->outputs_before && i < s->n_outputs; i++)
         free(s->outputs_before[i].name);
     free(s->outputs_before);
+    free(s->outputs_uncorrected);
     qp_placement_free(s->placement);
     for (size_t i = 0; s->budget_excluded && i < s->n_budget_excluded; i++)
         free(s->budget_excluded[i]);
@@ -920,6 +978,14 @@ static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantiz
         .budget_top1_after = r->budget.after.top1,
         .equalization = r->equalization,
         .smoothquant_alpha = r->smoothquant_alpha,
+        .bias_correction = r->bias_correction,
+        .n_bias_layers = r->bias.n_layers,
+        .n_biases_added = r->bias.n_biases_added,
+        .bias_rounds = r->bias.n_rounds,
+        .bias_shift_before = r->bias.shift_before,
+        .bias_shift_after = r->bias.shift_after,
+        .bias_seconds = r->bias.seconds,
+        .outputs_uncorrected = r->outputs_uncorrected,
     };
     r->budget.excluded = NULL; /* moved into the summary */
     r->budget.n_excluded = 0;
@@ -938,6 +1004,7 @@ static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantiz
                           : strcmp(r->placement_source, "trt policy") == 0 ? "trt policy"
                                                                            : "trt policy + rules";
     r->outputs = NULL; /* moved into the summary */
+    r->outputs_uncorrected = NULL;
     r->n_outputs = 0;
     r->placement = NULL;
     *out = s;
@@ -972,7 +1039,8 @@ enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provide
         .weight_clipping = c->weight_clipping,
         .goal = {.max_drift = c->max_output_drift, .min_top1 = c->min_top1_agreement},
         .equalization = c->equalization,
-        .smoothquant_alpha = c->smoothquant_alpha};
+        .smoothquant_alpha = c->smoothquant_alpha,
+        .bias_correction = c->bias_correction != 0};
     struct qp_calib_shapes over = {0};
     if ((c->override_shapes && (st = parse_override(c->override_shapes, &over, err)) != QP_OK) ||
         (st = qp_model_clone(model, &job.mf, err)) != QP_OK ||

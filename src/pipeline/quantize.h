@@ -8,6 +8,7 @@
  *   include/exclude lists and rules, or --placement_in) -> calibration of the placement's
  *   activation tensors (calib/collect.h), or ranges from --ranges_in / --calibration_cache_path
  *   -> with an accuracy budget, the placement minus the most sensitive nodes (pipeline/budget.h)
+ *   -> [--bias_correction: biases corrected on the calibration data (adjust/bias_correct.h)]
  *   -> Q/DQ writer (quant/writer.h) -> atomic save -> drift of the quantized model against the
  *   float model.
  *
@@ -46,6 +47,7 @@
 #include <stdint.h>
 
 #include "adjust/equalize.h"
+#include "adjust/bias_correct.h"
 #include "calib/calibrator.h"
 #include "calib/data.h"
 #include "pipeline/budget.h"
@@ -99,6 +101,9 @@ struct qp_quantize_options {
      * smoothquant_alpha in [0, 1] (qp_quantize_options_default: 0.5). */
     unsigned equalization;
     double smoothquant_alpha;
+    /* 1: biases corrected by the mean output shift on the calibration data (adjust/
+     * bias_correct.h) before the final write. */
+    int bias_correction;
 };
 
 void qp_quantize_options_default(struct qp_quantize_options *o);
@@ -136,6 +141,11 @@ struct qp_quantize_report {
     struct qp_equalize_report *equalize;
     struct qp_quantize_drift *outputs_before;
     size_t n_outputs_before;
+    /* --bias_correction: 1 when it ran, what it did, and the drift of the model written without
+     * it on the same samples (n_outputs entries, owned; NULL when it did not run). */
+    int bias_correction;
+    struct qp_bias_correct_stats bias;
+    struct qp_quantize_drift *outputs_uncorrected;
 };
 
 void qp_quantize_report_free(struct qp_quantize_report *r);
