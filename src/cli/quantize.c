@@ -485,14 +485,9 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
                "calibration):\n");
         print_drift_rows(r->outputs_before, r->n_outputs_before);
     }
-    for (size_t i = 0; r->outputs_uncorrected && i < r->n_outputs; i++) {
-        const struct qp_quantize_drift *d = &r->outputs_uncorrected[i];
-        if (!i) printf("    without bias correction (same samples):\n");
-        printf("    %-28s %10.6f %12.6g ", d->name, d->cosine, d->max_abs);
-        if (d->has_top1)
-            printf("%.2f%% of %llu rows\n", 100.0 * d->top1, (unsigned long long)d->n_rows);
-        else
-            printf("-\n");
+    if (r->outputs_uncorrected) {
+        printf("  the same model without bias correction (same samples):\n");
+        print_drift_rows(r->outputs_uncorrected, r->n_outputs);
     }
 }
 
