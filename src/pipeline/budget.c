@@ -74,13 +74,6 @@ enum qp_status qp_quantize_budget_run(const struct qp_model *model, const struct
         (st = qp_sens_score(model, pl, head, ranges, &so, &r, err)) != QP_OK ||
         (st = qp_sens_rank(r, &k, err)) != QP_OK)
         goto done;
-    if (k.n_scored == 0) {
-        st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                          "quantize: the accuracy budget has no quantized node to rank (%zu "
-                          "unprobed, %zu failed)",
-                          k.n_unprobed, k.n_failed);
-        goto done;
-    }
     if ((st = qp_sens_exclude(model, pl, budget_data, ranges, &so, r, &k, &po, goal, &x, err)) !=
             QP_OK ||
         (st = qp_sens_exclusions_placement(pl, r, &x, placement_out, err)) != QP_OK)

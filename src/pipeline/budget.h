@@ -52,9 +52,10 @@ struct qp_quantize_budget {
  * calibrated ranges of every activation tensor of `pl`. On success *placement_out owns the
  * placement minus the excluded nodes' entries (all of `pl` when it met the goal as it was) and
  * *out the outcome (release with qp_quantize_budget_release); a goal not met is not an error:
- * out->met is 0 and every ranked node is excluded. Returns QP_ERR_USAGE (no bound in `goal`, a
- * top-1 bound outside (0, 1]), QP_ERR_BAD_INPUT (a top-1 bound on a model without class-score
- * outputs, no node to rank), QP_ERR_NOMEM and the engine's statuses. */
+ * out->met is 0 and every ranked node is excluded (a placement with nothing to rank is measured
+ * as it is). Returns QP_ERR_USAGE (no bound in `goal`, a top-1 bound outside (0, 1]),
+ * QP_ERR_BAD_INPUT (a top-1 bound on a model without class-score outputs, a placed tensor the
+ * engine cannot fake-quantize), QP_ERR_NOMEM and the engine's statuses. */
 enum qp_status qp_quantize_budget_run(const struct qp_model *model, const struct qp_placement *pl,
                                       struct qp_provider *rank_data,
                                       struct qp_provider *budget_data,

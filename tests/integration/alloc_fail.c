@@ -151,6 +151,25 @@ static enum qp_status phase_equalize(struct ctx *c, struct qp_error *err) {
     return st;
 }
 
+/* quantize with bias correction and an accuracy budget no quantizer meets (drift 0): the
+ * correction's scratch models and passes, the ranking and every step of the budget's search. */
+static enum qp_status phase_accuracy(struct ctx *c, struct qp_error *err) {
+    struct qp_quantize_options o;
+    qp_quantize_options_default(&o);
+    o.onnx_path = c->model;
+    o.calibration_data_path = strcmp(c->data, "-") ? c->data : NULL; /* "-": synthetic */
+    o.output_path = c->out;
+    o.placement_out = c->out2;
+    o.n_threads = 1;
+    o.bias_correction = 1;
+    o.max_output_drift = 0;
+    o.min_top1_agreement = 1;
+    struct qp_quantize_report *r = NULL;
+    enum qp_status st = qp_quantize(&o, &r, err);
+    qp_quantize_report_free(r);
+    return st;
+}
+
 static enum qp_status phase_sensitivity(struct ctx *c, struct qp_error *err) {
     struct qp_sensitivity_run_options o;
     qp_sensitivity_run_options_default(&o);
@@ -216,8 +235,10 @@ static void clean(struct ctx *c) {
 
 int main(int argc, char **argv) {
     if (argc != 5) {
-        fprintf(stderr,
-                "usage: alloc_fail load|calibrate|quantize|equalize|sensitivity MODEL DATA DIR\n");
+        fprintf(
+            stderr,
+            "usage: alloc_fail load|calibrate|quantize|equalize|accuracy|sensitivity MODEL DATA "
+            "DIR\n");
         return 2;
     }
     struct ctx c = {.model = argv[2], .data = argv[3], .dir = argv[4]};
@@ -226,6 +247,7 @@ int main(int argc, char **argv) {
         : strcmp(argv[1], "calibrate") == 0   ? phase_calibrate
         : strcmp(argv[1], "quantize") == 0    ? phase_quantize
         : strcmp(argv[1], "equalize") == 0    ? phase_equalize
+        : strcmp(argv[1], "accuracy") == 0    ? phase_accuracy
         : strcmp(argv[1], "sensitivity") == 0 ? phase_sensitivity
                                               : NULL;
     if (!phase) return fprintf(stderr, "alloc_fail: unknown phase '%s'\n", argv[1]), 2;
