@@ -930,8 +930,7 @@ done:
 
 /* ---- accuracy budget ------------------------------------------------------------------------- */
 
-/* Argmax rows of one output whose winners agree: `n` values in rows of `last`. */
-static uint64_t top1_agree(const float *ref, const float *q, size_t n, size_t last) {
+uint64_t qp_sens_top1_agree(const float *ref, const float *q, size_t n, size_t last) {
     uint64_t agree = 0;
     for (size_t r = 0; r + last <= n; r += last) {
         size_t a = 0, b = 0;
@@ -982,7 +981,7 @@ static enum qp_status measure_budget(struct sens_ctx *c, const unsigned char *ma
             if (!last) continue;
             struct qp_array v;
             if ((st = qp_session_output(w->s, i, &v, err)) != QP_OK) break;
-            agree[i] += top1_agree(c->ref[i], v.data, c->ref_n[i], last);
+            agree[i] += qp_sens_top1_agree(c->ref[i], v.data, c->ref_n[i], last);
             rows[i] += c->ref_n[i] / last;
         }
     }

@@ -64,6 +64,10 @@ int qp_sens_probe_parse(const char *s);
  * n == 0 gives 0. NaN/Inf inputs give a non-finite result (the caller reports it). */
 double qp_sens_metric_sample(enum qp_sens_metric m, const float *ref, const float *q, size_t n);
 
+/* Top-1 agreement of class scores: of the n / last rows of `last` values each (n a multiple of
+ * last), how many have their argmax (the first maximum) at the same index in `ref` and `q`. */
+uint64_t qp_sens_top1_agree(const float *ref, const float *q, size_t n, size_t last);
+
 /* ---- scoring -------------------------------------------------------------------------------- */
 
 /* Called as probes progress with the probes done and the number of probes (a probe is one
