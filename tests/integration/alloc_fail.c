@@ -121,53 +121,46 @@ static enum qp_status phase_calibrate(struct ctx *c, struct qp_error *err) {
     return st;
 }
 
-static enum qp_status phase_quantize(struct ctx *c, struct qp_error *err) {
-    struct qp_quantize_options o;
-    qp_quantize_options_default(&o);
-    o.onnx_path = c->model;
-    o.calibration_data_path = c->data;
-    o.output_path = c->out;
-    o.placement_out = c->out2;
-    o.n_threads = 1;
+/* qp_quantize of the model to out (placement to out2) on one thread; DATA "-": synthetic. */
+static void quantize_options(const struct ctx *c, struct qp_quantize_options *o) {
+    qp_quantize_options_default(o);
+    o->onnx_path = c->model;
+    o->calibration_data_path = strcmp(c->data, "-") ? c->data : NULL;
+    o->output_path = c->out;
+    o->placement_out = c->out2;
+    o->n_threads = 1;
+}
+
+static enum qp_status run_quantize(const struct qp_quantize_options *o, struct qp_error *err) {
     struct qp_quantize_report *r = NULL;
-    enum qp_status st = qp_quantize(&o, &r, err);
+    enum qp_status st = qp_quantize(o, &r, err);
     qp_quantize_report_free(r);
     return st;
+}
+
+static enum qp_status phase_quantize(struct ctx *c, struct qp_error *err) {
+    struct qp_quantize_options o;
+    quantize_options(c, &o);
+    return run_quantize(&o, err);
 }
 
 /* quantize with --equalization all: the run without it, the plan and its application. */
 static enum qp_status phase_equalize(struct ctx *c, struct qp_error *err) {
     struct qp_quantize_options o;
-    qp_quantize_options_default(&o);
-    o.onnx_path = c->model;
-    o.calibration_data_path = strcmp(c->data, "-") ? c->data : NULL; /* "-": synthetic */
-    o.output_path = c->out;
-    o.placement_out = c->out2;
-    o.n_threads = 1;
+    quantize_options(c, &o);
     o.equalization = QP_EQUALIZE_ALL;
-    struct qp_quantize_report *r = NULL;
-    enum qp_status st = qp_quantize(&o, &r, err);
-    qp_quantize_report_free(r);
-    return st;
+    return run_quantize(&o, err);
 }
 
 /* quantize with bias correction and an accuracy budget no quantizer meets (drift 0): the
  * correction's scratch models and passes, the ranking and every step of the budget's search. */
 static enum qp_status phase_accuracy(struct ctx *c, struct qp_error *err) {
     struct qp_quantize_options o;
-    qp_quantize_options_default(&o);
-    o.onnx_path = c->model;
-    o.calibration_data_path = strcmp(c->data, "-") ? c->data : NULL; /* "-": synthetic */
-    o.output_path = c->out;
-    o.placement_out = c->out2;
-    o.n_threads = 1;
+    quantize_options(c, &o);
     o.bias_correction = 1;
     o.max_output_drift = 0;
     o.min_top1_agreement = 1;
-    struct qp_quantize_report *r = NULL;
-    enum qp_status st = qp_quantize(&o, &r, err);
-    qp_quantize_report_free(r);
-    return st;
+    return run_quantize(&o, err);
 }
 
 static enum qp_status phase_sensitivity(struct ctx *c, struct qp_error *err) {

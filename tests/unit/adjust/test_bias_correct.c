@@ -86,35 +86,8 @@ static void writer_opts(struct qp_writer_options *o) {
 static struct qp_model *model_create(void) {
     struct qp_model *m = qp_model_create();
     assert_non_null(m);
-    m->opsets = qp_arena_calloc(m->arena, 1, sizeof *m->opsets);
-    assert_non_null(m->opsets);
-    m->opsets[0].domain = "";
-    m->opsets[0].version = 19;
-    m->n_opsets = 1;
-    m->ir_version = 9;
+    qg_set_opset(m, 19);
     return m;
-}
-
-static void add_init(struct qp_model *m, const char *name, int rank, const int64_t *d,
-                     const float *data) {
-    int64_t *dims = qp_arena_calloc(m->arena, (size_t)(rank ? rank : 1), sizeof *dims);
-    uint64_t numel = 1;
-    for (int i = 0; i < rank; i++) {
-        dims[i] = d[i];
-        numel *= (uint64_t)d[i];
-    }
-    float *copy = qp_arena_calloc(m->arena, numel, sizeof *copy);
-    assert_non_null(copy);
-    memcpy(copy, data, numel * sizeof *copy);
-    struct qp_tensor t = {.name = name,
-                          .dtype = QP_DTYPE_FLOAT,
-                          .rank = rank,
-                          .dims = dims,
-                          .numel = numel,
-                          .data = copy,
-                          .nbytes = numel * sizeof *copy};
-    struct qp_error err = {0};
-    assert_int_equal(qp_graph_add_initializer(m->graph, &t, NULL, &err), QP_OK);
 }
 
 /* n weights per channel, channel-major: one 1.0 (the absmax: scale 1/127) and the rest
@@ -256,10 +229,10 @@ static struct qp_model *convs(void) {
     struct qp_model *m = model_create();
     qg_shape(m, "x", QP_DTYPE_FLOAT, 4, QG_DIMS(1, CI, 4, 4));
     qg_input(m, "x");
-    add_init(m, "W1", 4, QG_DIMS(CO, CI, K, K), w[0]);
-    add_init(m, "W2", 4, QG_DIMS(CO, CI, K, K), w[1]);
-    add_init(m, "W3", 4, QG_DIMS(CO, CI, K, K), w[2]);
-    add_init(m, "B", 1, QG_DIMS(CO), b);
+    qg_init_data(m, "W1", 4, QG_DIMS(CO, CI, K, K), w[0]);
+    qg_init_data(m, "W2", 4, QG_DIMS(CO, CI, K, K), w[1]);
+    qg_init_data(m, "W3", 4, QG_DIMS(CO, CI, K, K), w[2]);
+    qg_init_data(m, "B", 1, QG_DIMS(CO), b);
     const char *y[3] = {"y1", "y2", "y3"};
     const char *ins[3] = {"x,W1,B", "x,W2,B", "x,W3"};
     const char *names[3] = {"conv1", "conv2", "conv3"};
@@ -326,7 +299,7 @@ static void test_errors(void **state) {
     data_init(&d, 4, QG_DIMS(1, 8, 4, 4));
     struct qp_model *m = convs();
     static const float bad[3] = {0};
-    add_init(m, "Bbad", 1, QG_DIMS(3), bad);
+    qg_init_data(m, "Bbad", 1, QG_DIMS(3), bad);
     struct qp_error err = {0};
     int n = qp_graph_find_node(m->graph, "conv3");
     int v = qp_graph_find_value(m->graph, "Bbad");
@@ -367,9 +340,9 @@ static void test_matmul(void **state) {
     struct qp_model *m = model_create();
     qg_shape(m, "x", QP_DTYPE_FLOAT, 2, QG_DIMS(3, K));
     qg_input(m, "x");
-    add_init(m, "W1", 2, QG_DIMS(K, N), w1);
-    add_init(m, "W2", 2, QG_DIMS(K, N), w2);
-    add_init(m, "C1", 1, QG_DIMS(N), c1);
+    qg_init_data(m, "W1", 2, QG_DIMS(K, N), w1);
+    qg_init_data(m, "W2", 2, QG_DIMS(K, N), w2);
+    qg_init_data(m, "C1", 1, QG_DIMS(N), c1);
     qg_node(m, "mm1", "MatMul", "x,W1", "t1");
     qg_node(m, "add1", "Add", "C1,t1", "y1");
     qg_node(m, "mm2", "MatMul", "x,W2", "y2");
@@ -423,9 +396,9 @@ static void test_gemm(void **state) {
     struct qp_model *m = model_create();
     qg_shape(m, "x", QP_DTYPE_FLOAT, 2, QG_DIMS(3, K));
     qg_input(m, "x");
-    add_init(m, "W1", 2, QG_DIMS(N, K), w1);
-    add_init(m, "W2", 2, QG_DIMS(K, N), w2);
-    add_init(m, "C1", 1, QG_DIMS(N), c1);
+    qg_init_data(m, "W1", 2, QG_DIMS(N, K), w1);
+    qg_init_data(m, "W2", 2, QG_DIMS(K, N), w2);
+    qg_init_data(m, "C1", 1, QG_DIMS(N), c1);
     int g1 = qg_node(m, "gemm1", "Gemm", "x,W1,C1", "y1");
     qg_attr_i(m, g1, "transB", 1);
     struct qp_attr *beta = qp_node_add_attr(m->graph, g1, "beta", QP_ATTR_FLOAT);

@@ -36,38 +36,6 @@
 #include "qplace/model.h"
 #include "qplace/session.h"
 
-static void set_opset(struct qp_model *m, int64_t v) {
-    m->opsets = qp_arena_calloc(m->arena, 1, sizeof *m->opsets);
-    assert_non_null(m->opsets);
-    m->opsets[0].domain = "";
-    m->opsets[0].version = v;
-    m->n_opsets = 1;
-    m->ir_version = 9;
-}
-
-static void add_w(struct qp_model *m, const char *name, int rank, const int64_t *d,
-                  const float *data) {
-    int64_t *dims = qp_arena_calloc(m->arena, (size_t)(rank ? rank : 1), sizeof *dims);
-    uint64_t numel = 1;
-    for (int i = 0; i < rank; i++) {
-        dims[i] = d[i];
-        numel *= (uint64_t)d[i];
-    }
-    float *copy = qp_arena_calloc(m->arena, numel, sizeof *copy);
-    assert_non_null(copy);
-    memcpy(copy, data, numel * sizeof *copy);
-    struct qp_tensor t = {.name = name,
-                          .dtype = QP_DTYPE_FLOAT,
-                          .rank = rank,
-                          .dims = dims,
-                          .numel = numel,
-                          .data = copy,
-                          .nbytes = numel * sizeof *copy};
-    struct qp_error err = {0};
-    int v = -1;
-    assert_int_equal(qp_graph_add_initializer(m->graph, &t, &v, &err), QP_OK);
-}
-
 static const struct qp_tensor *init_of(const struct qp_model *m, const char *node, int input) {
     const struct qp_graph *g = m->graph;
     int n = qp_graph_find_node(g, node);
@@ -99,7 +67,7 @@ static const float K2[C] = {4.0f, 0.25f, 0.05f, 1.0f};
 static struct qp_model *conv_pair(const char *act, int bn, int dw) {
     struct qp_model *m = qp_model_create();
     assert_non_null(m);
-    set_opset(m, 19);
+    qg_set_opset(m, 19);
     qg_shape(m, "x", QP_DTYPE_FLOAT, 4, QG_DIMS(1, C0, H, H));
     qg_input(m, "x");
     uint32_t s = 7;
@@ -116,27 +84,27 @@ static struct qp_model *conv_pair(const char *act, int bn, int dw) {
                 w2[(o * cg + l) * kk + k] = K2[dw ? o / 2 : l] * rnd(&s);
     for (int o = 0; o < m2; o++)
         b2[o] = 0.1f * rnd(&s);
-    add_w(m, "W1", 4, QG_DIMS(C, C0, 3, 3), w1);
-    add_w(m, "B1", 1, QG_DIMS(C), b1);
-    add_w(m, "W2", 4, QG_DIMS(m2, cg, kk == 9 ? 3 : 1, kk == 9 ? 3 : 1), w2);
-    add_w(m, "B2", 1, QG_DIMS(m2), b2);
+    qg_init_data(m, "W1", 4, QG_DIMS(C, C0, 3, 3), w1);
+    qg_init_data(m, "B1", 1, QG_DIMS(C), b1);
+    qg_init_data(m, "W2", 4, QG_DIMS(m2, cg, kk == 9 ? 3 : 1, kk == 9 ? 3 : 1), w2);
+    qg_init_data(m, "B2", 1, QG_DIMS(m2), b2);
     qg_node(m, "conv1", "Conv", "x,W1,B1", "c1");
     const char *cur = "c1";
     if (bn) {
         float sc[C] = {2.0f, -0.5f, 0.1f, 3.0f}, bb[C] = {0.1f, 0.2f, -0.3f, 0.05f};
         float mean[C] = {0.01f, -0.02f, 0.5f, 0.0f}, var[C] = {0.5f, 2.0f, 30.0f, 0.01f};
-        add_w(m, "bn_s", 1, QG_DIMS(C), sc);
-        add_w(m, "bn_b", 1, QG_DIMS(C), bb);
-        add_w(m, "bn_m", 1, QG_DIMS(C), mean);
-        add_w(m, "bn_v", 1, QG_DIMS(C), var);
+        qg_init_data(m, "bn_s", 1, QG_DIMS(C), sc);
+        qg_init_data(m, "bn_b", 1, QG_DIMS(C), bb);
+        qg_init_data(m, "bn_m", 1, QG_DIMS(C), mean);
+        qg_init_data(m, "bn_v", 1, QG_DIMS(C), var);
         qg_node(m, "bn", "BatchNormalization", "c1,bn_s,bn_b,bn_m,bn_v", "n1");
         cur = "n1";
     }
     char ins[64];
     if (act) {
         if (strcmp(act, "Clip") == 0) {
-            add_w(m, "lo", 0, NULL, (const float[]){0.0f});
-            add_w(m, "hi", 0, NULL, (const float[]){6.0f});
+            qg_init_data(m, "lo", 0, NULL, (const float[]){0.0f});
+            qg_init_data(m, "hi", 0, NULL, (const float[]){6.0f});
             snprintf(ins, sizeof ins, "%s,lo,hi", cur);
         } else {
             snprintf(ins, sizeof ins, "%s", cur);
@@ -381,14 +349,14 @@ static void test_cle_decomposed_hardswish_skipped(void **state) {
     (void)state;
     struct qp_model *m = qp_model_create();
     assert_non_null(m);
-    set_opset(m, 19);
+    qg_set_opset(m, 19);
     qg_shape(m, "x", QP_DTYPE_FLOAT, 4, QG_DIMS(1, 2, 3, 3));
     qg_input(m, "x");
-    add_w(m, "W1", 4, QG_DIMS(2, 2, 1, 1), (const float[]){1, 2, 3, 4});
-    add_w(m, "W2", 4, QG_DIMS(2, 2, 1, 1), (const float[]){1, 2, 3, 4});
-    add_w(m, "three", 0, NULL, (const float[]){3.0f});
-    add_w(m, "zero", 0, NULL, (const float[]){0.0f});
-    add_w(m, "six", 0, NULL, (const float[]){6.0f});
+    qg_init_data(m, "W1", 4, QG_DIMS(2, 2, 1, 1), (const float[]){1, 2, 3, 4});
+    qg_init_data(m, "W2", 4, QG_DIMS(2, 2, 1, 1), (const float[]){1, 2, 3, 4});
+    qg_init_data(m, "three", 0, NULL, (const float[]){3.0f});
+    qg_init_data(m, "zero", 0, NULL, (const float[]){0.0f});
+    qg_init_data(m, "six", 0, NULL, (const float[]){6.0f});
     qg_node(m, "conv1", "Conv", "x,W1", "y");
     qg_node(m, "add3", "Add", "y,three", "y3");
     qg_node(m, "clip", "Clip", "y3,zero,six", "c");
@@ -414,8 +382,8 @@ static void test_cle_shared_weight_copied(void **state) {
     (void)state;
     fill_x();
     struct qp_model *m = conv_pair("Relu", 0, 0);
-    add_w(m, "W3", 4, QG_DIMS(C, C0, 1, 1),
-          (const float[C * C0]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+    qg_init_data(m, "W3", 4, QG_DIMS(C, C0, 1, 1),
+                 (const float[C * C0]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
     qg_node(m, "conv0", "Conv", "x,W3", "z0");
     qg_node(m, "sig", "Sigmoid", "z0", "z");
     qg_node(m, "conv3", "Conv", "z,W2", "y3");
@@ -458,7 +426,7 @@ static enum qp_status sq_batch(void *user, uint64_t index, struct qp_array *inpu
 static struct qp_model *ln_model(int decomposed, int residual) {
     struct qp_model *m = qp_model_create();
     assert_non_null(m);
-    set_opset(m, 17);
+    qg_set_opset(m, 17);
     qg_shape(m, "x", QP_DTYPE_FLOAT, 3, QG_DIMS(1, T, D));
     qg_input(m, "x");
     uint32_t s = 3;
@@ -471,17 +439,17 @@ static struct qp_model *ln_model(int decomposed, int residual) {
         w[i] = rnd(&s);
     for (int i = 0; i < N * D; i++)
         w2[i] = 0.5f * rnd(&s);
-    add_w(m, "gamma", 1, QG_DIMS(D), gamma);
-    add_w(m, "beta", 1, QG_DIMS(D), beta);
-    add_w(m, "W", 2, QG_DIMS(D, N), w);
+    qg_init_data(m, "gamma", 1, QG_DIMS(D), gamma);
+    qg_init_data(m, "beta", 1, QG_DIMS(D), beta);
+    qg_init_data(m, "W", 2, QG_DIMS(D, N), w);
     if (!decomposed) {
         qg_node(m, "ln", "LayerNormalization", "x,gamma,beta", "h");
         qg_node(m, "mm", "MatMul", "h,W", "y");
         qg_node(m, "shape", "Shape", "h", "hs"); /* reads only dims: no obstacle */
         qg_output(m, "hs");
     } else {
-        add_w(m, "two", 0, NULL, (const float[]){2.0f});
-        add_w(m, "eps", 0, NULL, (const float[]){1e-5f});
+        qg_init_data(m, "two", 0, NULL, (const float[]){2.0f});
+        qg_init_data(m, "eps", 0, NULL, (const float[]){1e-5f});
         int r1 = qg_node(m, "rm1", "ReduceMean", "x", "mu");
         int r2 = qg_node(m, "rm2", "ReduceMean", "sq", "var");
         for (int k = 0; k < 2; k++) {
@@ -501,7 +469,7 @@ static struct qp_model *ln_model(int decomposed, int residual) {
         qg_node(m, "mm", "MatMul", "h,W", "y");
         /* A second consumer: Gemm with transB on the 2-D view is not possible on a 3-D tensor,
          * so a second MatMul reads the same LN output. */
-        add_w(m, "W2", 2, QG_DIMS(D, N), w2);
+        qg_init_data(m, "W2", 2, QG_DIMS(D, N), w2);
         qg_node(m, "mm2", "MatMul", "h,W2", "y2");
     }
     qg_output(m, "y");

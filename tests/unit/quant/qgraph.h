@@ -82,6 +82,43 @@ static inline int qg_init(struct qp_model *m, const char *name, int rank, const 
     return v;
 }
 
+/* A float initializer with `data` (numel floats, copied into the model's arena); returns its
+ * value index. */
+static inline int qg_init_data(struct qp_model *m, const char *name, int rank, const int64_t *d,
+                               const float *data) {
+    int64_t *dims = qp_arena_calloc(m->arena, (size_t)(rank ? rank : 1), sizeof *dims);
+    assert_non_null(dims);
+    uint64_t numel = 1;
+    for (int i = 0; i < rank; i++) {
+        dims[i] = d[i];
+        numel *= (uint64_t)d[i];
+    }
+    float *copy = qp_arena_calloc(m->arena, numel, sizeof *copy);
+    assert_non_null(copy);
+    memcpy(copy, data, numel * sizeof *copy);
+    struct qp_tensor t = {.name = name,
+                          .dtype = QP_DTYPE_FLOAT,
+                          .rank = rank,
+                          .dims = dims,
+                          .numel = numel,
+                          .data = copy,
+                          .nbytes = numel * sizeof *copy};
+    struct qp_error err = {0};
+    int v = -1;
+    assert_int_equal(qp_graph_add_initializer(m->graph, &t, &v, &err), QP_OK);
+    return v;
+}
+
+/* The default domain at opset `v`, IR version 9. */
+static inline void qg_set_opset(struct qp_model *m, int64_t v) {
+    m->opsets = qp_arena_calloc(m->arena, 1, sizeof *m->opsets);
+    assert_non_null(m->opsets);
+    m->opsets[0].domain = "";
+    m->opsets[0].version = v;
+    m->n_opsets = 1;
+    m->ir_version = 9;
+}
+
 static inline void qg_input(struct qp_model *m, const char *name) {
     struct qp_error err = {0};
     assert_int_equal(qp_graph_add_input(m->graph, qp_graph_value(m->graph, name), &err), QP_OK);

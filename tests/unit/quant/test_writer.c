@@ -57,39 +57,6 @@ static int file_exists(const char *p) {
 
 /* ---- hand-built graphs -------------------------------------------------------------------- */
 
-static void set_opset(struct qp_model *m, int64_t v) {
-    m->opsets = qp_arena_calloc(m->arena, 1, sizeof *m->opsets);
-    assert_non_null(m->opsets);
-    m->opsets[0].domain = "";
-    m->opsets[0].version = v;
-    m->n_opsets = 1;
-    m->ir_version = 9;
-}
-
-static int add_data_init(struct qp_model *m, const char *name, int rank, const int64_t *d,
-                         const float *data) {
-    int64_t *dims = qp_arena_calloc(m->arena, (size_t)(rank ? rank : 1), sizeof *dims);
-    uint64_t numel = 1;
-    for (int i = 0; i < rank; i++) {
-        dims[i] = d[i];
-        numel *= (uint64_t)d[i];
-    }
-    float *copy = qp_arena_calloc(m->arena, numel, sizeof *copy);
-    assert_non_null(copy);
-    memcpy(copy, data, numel * sizeof *copy);
-    struct qp_tensor t = {.name = name,
-                          .dtype = QP_DTYPE_FLOAT,
-                          .rank = rank,
-                          .dims = dims,
-                          .numel = numel,
-                          .data = copy,
-                          .nbytes = numel * sizeof *copy};
-    struct qp_error err = {0};
-    int v = -1;
-    assert_int_equal(qp_graph_add_initializer(m->graph, &t, &v, &err), QP_OK);
-    return v;
-}
-
 static const float W1[3 * 2] = {0.5f, -1.0f, 0.25f, 0.125f, -2.0f, 1.5f}; /* [3,2,1,1] */
 static const float B1[3] = {0.1f, -0.2f, 0.3f};
 
@@ -97,7 +64,7 @@ static const float B1[3] = {0.1f, -0.2f, 0.3f};
 static struct qp_model *conv_relu(int weight_as_constant) {
     struct qp_model *m = qp_model_create();
     assert_non_null(m);
-    set_opset(m, 13);
+    qg_set_opset(m, 13);
     qg_shape(m, "x", QP_DTYPE_FLOAT, 4, QG_DIMS(1, 2, 2, 2));
     qg_input(m, "x");
     if (weight_as_constant) {
@@ -118,9 +85,9 @@ static struct qp_model *conv_relu(int weight_as_constant) {
                                    .nbytes = sizeof W1};
         qg_shape(m, "W", QP_DTYPE_FLOAT, 4, QG_DIMS(3, 2, 1, 1));
     } else {
-        add_data_init(m, "W", 4, QG_DIMS(3, 2, 1, 1), W1);
+        qg_init_data(m, "W", 4, QG_DIMS(3, 2, 1, 1), W1);
     }
-    add_data_init(m, "B", 1, QG_DIMS(3), B1);
+    qg_init_data(m, "B", 1, QG_DIMS(3), B1);
     int c = qg_node(m, "conv", "Conv", "x,W,B", "y");
     (void)c;
     qg_node(m, "relu", "Relu", "x", "r");
@@ -353,10 +320,10 @@ static void test_weight_clipping(void **state) {
     w[17] = 1.0f;
     struct qp_model *m = qp_model_create();
     assert_non_null(m);
-    set_opset(m, 13);
+    qg_set_opset(m, 13);
     qg_shape(m, "x", QP_DTYPE_FLOAT, 4, QG_DIMS(1, K, 1, 1));
     qg_input(m, "x");
-    add_data_init(m, "W", 4, QG_DIMS(2, K, 1, 1), w);
+    qg_init_data(m, "W", 4, QG_DIMS(2, K, 1, 1), w);
     qg_node(m, "conv", "Conv", "x,W", "y");
     qg_shape(m, "y", QP_DTYPE_FLOAT, 4, QG_DIMS(1, 2, 1, 1));
     qg_output(m, "y");
