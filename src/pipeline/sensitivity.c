@@ -196,22 +196,16 @@ enum qp_status qp_sens_exclusions_placement(const struct qp_placement *pl,
                                             const struct qp_sens_exclusions *x,
                                             struct qp_placement **out, struct qp_error *err) {
     if (x->placement) return qp_placement_copy(x->placement, out, err);
-    struct qp_placement *p = NULL;
-    enum qp_status st = qp_placement_copy(pl, &p, err);
-    if (st != QP_OK) return st;
+    unsigned char *mask = calloc(pl->n_edges + pl->n_weights + 1, 1);
+    if (!mask) return nomem(err);
     for (size_t i = 0; i < x->n_excluded; i++) {
         const struct qp_sens_target *t = &r->targets[x->excluded[i]];
-        for (size_t q = 0; q < t->n_edges + t->n_weights; q++) {
-            size_t e = t->entries[q];
-            if (e < pl->n_edges)
-                qp_placement_remove(p, pl->edges[e].node, pl->edges[e].input);
-            else
-                qp_placement_remove(p, pl->weights[e - pl->n_edges].node,
-                                    pl->weights[e - pl->n_edges].input);
-        }
+        for (size_t q = 0; q < t->n_edges + t->n_weights; q++)
+            mask[t->entries[q]] = 1;
     }
-    *out = p;
-    return QP_OK;
+    enum qp_status st = qp_sens_placement_minus(pl, mask, out, err);
+    free(mask);
+    return st;
 }
 
 /* ---- the driver ---------------------------------------------------------------------------- */

@@ -1006,10 +1006,9 @@ static int budget_met(const struct qp_sens_budget_goal *g, const struct qp_sens_
            (g->min_top1 <= 0 || s->top1 >= g->min_top1);
 }
 
-/* The full placement minus the masked entries, as a new placement. */
-static enum qp_status placement_minus(const struct qp_placement *pl, const unsigned char *mask,
-                                      size_t n_entries, struct qp_placement **out,
-                                      struct qp_error *err) {
+enum qp_status qp_sens_placement_minus(const struct qp_placement *pl, const unsigned char *mask,
+                                       struct qp_placement **out, struct qp_error *err) {
+    size_t n_entries = n_entries_of(pl);
     struct qp_placement *p = NULL;
     enum qp_status st = qp_placement_copy(pl, &p, err);
     if (st != QP_OK) return st;
@@ -1120,7 +1119,7 @@ enum qp_status qp_sens_budget(const struct qp_model *model, const struct qp_plac
     int met = 0;
     if ((st = budget_search(&c, r, groups, goal, mask, steps, &k, &met, err)) != QP_OK) goto done;
     mask_groups(r, groups, k, mask, c.n_entries);
-    if (placement_out && (st = placement_minus(pl, mask, c.n_entries, placement_out, err)) != QP_OK)
+    if (placement_out && (st = qp_sens_placement_minus(pl, mask, placement_out, err)) != QP_OK)
         goto done;
     *n_groups_out = k;
     *met_out = met;

@@ -244,6 +244,11 @@ enum qp_status qp_sens_budget(const struct qp_model *model, const struct qp_plac
                               struct qp_sens_budget_step *steps_out, int *met_out,
                               struct qp_placement **placement_out, struct qp_error *err);
 
+/* The placement `pl` minus the entries whose mask[e] is set (edges first, then n_edges + weight
+ * index, as a target's entries), as a new placement in *out. QP_ERR_NOMEM. */
+enum qp_status qp_sens_placement_minus(const struct qp_placement *pl, const unsigned char *mask,
+                                       struct qp_placement **out, struct qp_error *err);
+
 /* ---- picker (ModelOpt's suggest_exclusion, reference §9.3) ---------------------------------- */
 
 enum qp_block_agg { QP_BLOCK_SUM = 0, QP_BLOCK_MAX, QP_BLOCK_MEAN };
