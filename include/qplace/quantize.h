@@ -179,6 +179,10 @@ struct qp_quantize_summary {
     int bias_rounds;
     double bias_shift_before, bias_shift_after, bias_seconds;
     struct qp_quantize_drift *outputs_uncorrected;
+    /* weight_clipping QP_WEIGHT_CLIP_MSE: the drift of the same model written with each weight
+     * channel's absmax scale instead, on the same samples as `outputs` (n_outputs entries, owned
+     * by the summary; NULL otherwise). */
+    struct qp_quantize_drift *outputs_unclipped;
 };
 
 /* NULL-safe. */

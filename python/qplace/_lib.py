@@ -117,7 +117,8 @@ class QuantizeSummary(Structure):
                 ("n_bias_layers", c_size_t), ("n_biases_added", c_size_t),
                 ("bias_rounds", c_int), ("bias_shift_before", c_double),
                 ("bias_shift_after", c_double), ("bias_seconds", c_double),
-                ("outputs_uncorrected", POINTER(QuantizeDrift))]
+                ("outputs_uncorrected", POINTER(QuantizeDrift)),
+                ("outputs_unclipped", POINTER(QuantizeDrift))]
 
 
 class DataOptions(Structure):

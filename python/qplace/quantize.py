@@ -44,7 +44,7 @@ QuantizeSummary = namedtuple(
     "weight_clip_mean_ratio budget equalization smoothquant_alpha n_cle_pairs n_cle_skipped "
     "n_smoothquant_pairs n_smoothquant_skipped outputs_before bias_correction n_bias_layers "
     "n_biases_added bias_rounds bias_shift_before bias_shift_after bias_seconds "
-    "outputs_uncorrected")
+    "outputs_uncorrected outputs_unclipped")
 QuantizeSummary.__doc__ = ("What qplace.quantize wrote, and the drift it measured; budget is a "
                            "Budget with an accuracy budget, else None.")
 
@@ -115,7 +115,8 @@ def _summary(s, output_path):
         {v: k for k, v in _EQUALIZE.items()}.get(s.equalization), s.smoothquant_alpha,
         s.n_cle_pairs, s.n_cle_skipped, s.n_smoothquant_pairs, s.n_smoothquant_skipped, before,
         bool(s.bias_correction), s.n_bias_layers, s.n_biases_added, s.bias_rounds,
-        s.bias_shift_before, s.bias_shift_after, s.bias_seconds, uncorrected)
+        s.bias_shift_before, s.bias_shift_after, s.bias_seconds, uncorrected,
+        _drifts(s.outputs_unclipped, s.n_outputs) if s.outputs_unclipped else None)
 
 
 def _budget(s):

@@ -118,6 +118,7 @@ int main(void) {
     F(qp_quantize_summary, bias_shift_after);
     F(qp_quantize_summary, bias_seconds);
     F(qp_quantize_summary, outputs_uncorrected);
+    F(qp_quantize_summary, outputs_unclipped);
     SZ(qp_data_options);
     F(qp_data_options, max_bytes);
     F(qp_data_options, image_mean);

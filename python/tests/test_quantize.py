@@ -78,6 +78,12 @@ def test_options_match_the_cli(cli, cls_model, cls_npz, tmp_path):
         if "weight_clipping" in kw:
             assert s.weight_clipping == "mse" and 0 < s.n_weight_channels_clipped
             assert s.n_weight_channels_clipped < s.n_weight_channels
+            # The drift without the clipping is that of the same quantization with absmax.
+            plain = qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "p.onnx"),
+                                    calibration_data=cls_npz, calibration_method="mse")
+            assert plain.outputs_unclipped is None
+            assert s.outputs_unclipped[0].cosine == plain.outputs[0].cosine
+            assert s.outputs_unclipped[0].cosine != s.outputs[0].cosine
     assert s.bias_correction is False and s.outputs_uncorrected is None
     with pytest.raises(qplace.UsageError, match="weight_clipping"):
         qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "x.onnx"),

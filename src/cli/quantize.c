@@ -489,6 +489,10 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
         printf("  the same model without bias correction (same samples):\n");
         print_drift_rows(r->outputs_uncorrected, r->n_outputs);
     }
+    if (r->outputs_unclipped) {
+        printf("  the same model without weight clipping (absmax scales; same samples):\n");
+        print_drift_rows(r->outputs_unclipped, r->n_outputs);
+    }
 }
 
 /* --explain: every entry of the applied placement, in graph order, with the rule behind it

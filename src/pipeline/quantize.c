@@ -32,18 +32,20 @@ void qp_quantize_options_default(struct qp_quantize_options *o) {
     o->smoothquant_alpha = 0.5;
 }
 
+/* n drift entries (NULL-safe) and their names. */
+static void drifts_free(struct qp_quantize_drift *d, size_t n) {
+    for (size_t i = 0; d && i < n; i++)
+        free(d[i].name);
+    free(d);
+}
+
 void qp_quantize_report_free(struct qp_quantize_report *r) {
     if (!r) return;
-    for (size_t i = 0; i < r->n_outputs; i++) {
-        free(r->outputs[i].name);
-        if (r->outputs_uncorrected) free(r->outputs_uncorrected[i].name);
-    }
-    free(r->outputs);
-    for (size_t i = 0; i < r->n_outputs_before; i++)
-        free(r->outputs_before[i].name);
-    free(r->outputs_before);
+    drifts_free(r->outputs, r->n_outputs);
+    drifts_free(r->outputs_uncorrected, r->n_outputs);
+    drifts_free(r->outputs_unclipped, r->n_outputs);
+    drifts_free(r->outputs_before, r->n_outputs_before);
     qp_equalize_report_free(r->equalize);
-    free(r->outputs_uncorrected);
     free(r->output_path);
     free(r->placement_source);
     qp_placement_free(r->placement);
@@ -322,40 +324,56 @@ static void drift_finish(const struct drift_acc *acc, struct qp_quantize_drift *
     }
 }
 
-/* Drift of mq against mf over every batch of job->ev, else of job->cal (in-sample), before
- * saving, so a model the engine cannot run is an error. `plain` (NULL: none) is the model written
- * without bias correction: its drift on the same batches goes into r->outputs_uncorrected. */
-static enum qp_status measure_drift(const struct qp_quantize_job *job, const struct qp_model *plain,
-                                    struct qp_quantize_report *r, struct qp_error *err) {
-    struct qp_session *sf = NULL, *sq = NULL, *sp = NULL;
-    struct drift_acc *acc = NULL, *acc_p = NULL;
+/* A model whose drift is measured: mq, or a variant written without one method. */
+struct drift_model {
+    const struct qp_model *m;
+    struct qp_quantize_drift **outs; /* receives n_outputs drift entries (owned by the report) */
+    struct qp_session *s;
+    struct drift_acc *acc;
+};
+
+/* Sessions, accumulators and named drift entries of every model; NULL / 0 on failure. */
+static enum qp_status drift_models_open(const struct qp_quantize_job *job, struct qp_session *sf,
+                                        struct drift_model *dm, size_t n, size_t n_out,
+                                        struct qp_error *err) {
+    struct qp_session_options so = {.n_threads = job->n_threads};
+    for (size_t k = 0; k < n; k++) {
+        enum qp_status st = qp_session_create(dm[k].m, &so, 0, NULL, &dm[k].s, err);
+        if (st != QP_OK)
+            return qp_error_prefix(err, "quantize: the quantized model does not run in the engine");
+        *dm[k].outs = calloc(n_out ? n_out : 1, sizeof **dm[k].outs);
+        dm[k].acc = calloc(n_out ? n_out : 1, sizeof *dm[k].acc);
+        if (!*dm[k].outs || !dm[k].acc) return nomem(err);
+        for (size_t i = 0; i < n_out; i++)
+            if (!((*dm[k].outs)[i].name = strdup(qp_session_output_name(sf, i)))) return nomem(err);
+    }
+    return QP_OK;
+}
+
+/* Drift against mf over every batch of job->ev, else of job->cal (in-sample), before saving (so a
+ * model the engine cannot run is an error), of mq into r->outputs and of the variants written
+ * without bias correction (`uncorrected`) and without weight clipping (`unclipped`; each NULL:
+ * none) into r->outputs_uncorrected / r->outputs_unclipped, on the same batches. */
+static enum qp_status measure_drift(const struct qp_quantize_job *job,
+                                    const struct qp_model *uncorrected,
+                                    const struct qp_model *unclipped, struct qp_quantize_report *r,
+                                    struct qp_error *err) {
+    struct qp_session *sf = NULL;
     struct qp_session_options so = {.n_threads = job->n_threads};
     struct qp_provider *src = job->ev ? job->ev : job->cal;
-    size_t map[QP_QUANTIZE_MAX_INPUTS], ns = 0;
+    size_t map[QP_QUANTIZE_MAX_INPUTS], ns = 0, n = 1;
     struct qp_array feed[QP_QUANTIZE_MAX_INPUTS];
+    struct drift_model dm[3] = {{.m = job->mq, .outs = &r->outputs}};
+    if (uncorrected)
+        dm[n++] = (struct drift_model){.m = uncorrected, .outs = &r->outputs_uncorrected};
+    if (unclipped) dm[n++] = (struct drift_model){.m = unclipped, .outs = &r->outputs_unclipped};
     enum qp_status st = qp_session_create(job->mf, &so, 0, NULL, &sf, err);
     if (st != QP_OK) return st;
-    if ((st = qp_session_create(job->mq, &so, 0, NULL, &sq, err)) != QP_OK ||
-        (plain && (st = qp_session_create(plain, &so, 0, NULL, &sp, err)) != QP_OK)) {
-        qp_error_prefix(err, "quantize: the quantized model does not run in the engine");
-        goto done;
-    }
     size_t n_out = qp_session_n_outputs(sf);
-    r->outputs = calloc(n_out ? n_out : 1, sizeof *r->outputs);
-    acc = calloc(n_out ? n_out : 1, sizeof *acc);
-    if (!r->outputs || !acc) goto oom;
-    if (plain) {
-        r->outputs_uncorrected = calloc(n_out ? n_out : 1, sizeof *r->outputs_uncorrected);
-        acc_p = calloc(n_out ? n_out : 1, sizeof *acc_p);
-        if (!r->outputs_uncorrected || !acc_p) goto oom;
-    }
-    r->n_outputs = n_out; /* only with the arrays: qp_quantize_report_free walks them */
-    for (size_t i = 0; i < r->n_outputs; i++) {
-        if (!(r->outputs[i].name = strdup(qp_session_output_name(sf, i)))) goto oom;
-        if (plain && !(r->outputs_uncorrected[i].name = strdup(qp_session_output_name(sf, i))))
-            goto oom;
-    }
-    if ((st = input_map(src, sf, map, err)) != QP_OK) goto done;
+    r->n_outputs = n_out; /* the report's free walks every non-NULL array */
+    if ((st = drift_models_open(job, sf, dm, n, n_out, err)) != QP_OK ||
+        (st = input_map(src, sf, map, err)) != QP_OK)
+        goto done;
     ns = qp_session_n_inputs(sf);
     const struct qp_array *batch = NULL;
     int end = 0;
@@ -364,24 +382,19 @@ static enum qp_status measure_drift(const struct qp_quantize_job *job, const str
         if ((st = qp_provider_next(src, &batch, &end, err)) != QP_OK || end) break;
         feed_of(batch, map, ns, feed);
         if ((st = qp_session_run(sf, ns, feed, err)) != QP_OK) break;
-        if ((st = qp_session_run(sq, ns, feed, err)) != QP_OK) break;
-        if ((st = compare_outputs(sf, sq, acc, r->outputs, n_out, err)) != QP_OK) break;
-        if (sp &&
-            ((st = qp_session_run(sp, ns, feed, err)) != QP_OK ||
-             (st = compare_outputs(sf, sp, acc_p, r->outputs_uncorrected, n_out, err)) != QP_OK))
-            break;
+        for (size_t k = 0; st == QP_OK && k < n; k++)
+            if ((st = qp_session_run(dm[k].s, ns, feed, err)) == QP_OK)
+                st = compare_outputs(sf, dm[k].s, dm[k].acc, *dm[k].outs, n_out, err);
+        if (st != QP_OK) break;
         r->n_eval_samples += batch_rows(batch, qp_provider_n_inputs(src));
     }
-    if (st == QP_OK) drift_finish(acc, r->outputs, n_out);
-    if (st == QP_OK && sp) drift_finish(acc_p, r->outputs_uncorrected, n_out);
-    goto done;
-oom:
-    st = nomem(err);
+    for (size_t k = 0; st == QP_OK && k < n; k++)
+        drift_finish(dm[k].acc, *dm[k].outs, n_out);
 done:
-    free(acc);
-    free(acc_p);
-    qp_session_free(sp);
-    qp_session_free(sq);
+    for (size_t k = 0; k < n; k++) {
+        free(dm[k].acc);
+        qp_session_free(dm[k].s);
+    }
     qp_session_free(sf);
     return st;
 }
@@ -436,6 +449,18 @@ static enum qp_status correct_biases(const struct qp_quantize_job *job,
     return validate_placement(job, "bias correction", err);
 }
 
+/* --weight_clipping mse: mq as it stands (with any corrected biases) written with each weight
+ * channel's absmax instead, into *out, for the drift before and after the clipping. */
+static enum qp_status write_unclipped(const struct qp_quantize_job *job,
+                                      const struct qp_ranges *ranges, struct qp_model **out,
+                                      struct qp_error *err) {
+    struct qp_quantize_job plain = *job;
+    plain.weight_clipping = QP_WEIGHT_CLIP_ABSMAX;
+    struct qp_writer_stats ws;
+    enum qp_status st = qp_model_clone(job->mq, out, err);
+    return st == QP_OK ? write_model(&plain, *out, ranges, &ws, err) : st;
+}
+
 /* Everything after placement and data: calibration on every batch (or the ranges from files),
  * the accuracy budget, bias correction, the writer and the drift. */
 static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quantize_report *r,
@@ -446,14 +471,16 @@ static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quanti
     r->eval_on_calibration = !job->ev;
     r->calibrated = !job->file_ranges;
     struct qp_ranges *ranges = NULL;
-    struct qp_model *plain = NULL;
+    struct qp_model *plain = NULL, *unclipped = NULL;
     if (r->calibrated) st = calibrate(job, r, &ranges, err);
     const struct qp_ranges *used = r->calibrated ? ranges : job->file_ranges;
     if (st == QP_OK && qp_sens_goal_set(&job->goal)) st = apply_budget(job, used, r, err);
     if (st == QP_OK && job->bias_correction) st = correct_biases(job, used, r, &plain, err);
+    if (st == QP_OK && job->weight_clipping == QP_WEIGHT_CLIP_MSE)
+        st = write_unclipped(job, used, &unclipped, err);
     if (st == QP_OK && (st = write_model(job, job->mq, used, &r->writer, err)) == QP_OK) {
         r->writer.opset_from = job->opset_in;
-        st = measure_drift(job, plain, r, err);
+        st = measure_drift(job, plain, unclipped, r, err);
     }
     if (st == QP_OK && precision_after_drift(job)) {
         struct qp_writer_options wo;
@@ -462,6 +489,7 @@ static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quanti
         st = qp_qdq_write_precision(job->mq, &wo, &r->writer, err);
     }
     qp_model_free(plain);
+    qp_model_free(unclipped);
     qp_ranges_free(ranges);
     return st;
 }
@@ -834,15 +862,10 @@ void qp_quantize_config_default(struct qp_quantize_config *c) {
 
 void qp_quantize_summary_free(struct qp_quantize_summary *s) {
     if (!s) return;
-    for (size_t i = 0; i < s->n_outputs; i++) {
-        free(s->outputs[i].name);
-        if (s->outputs_uncorrected) free(s->outputs_uncorrected[i].name);
-    }
-    free(s->outputs);
-    for (size_t i = 0; s->outputs_before && i < s->n_outputs; i++)
-        free(s->outputs_before[i].name);
-    free(s->outputs_before);
-    free(s->outputs_uncorrected);
+    drifts_free(s->outputs, s->n_outputs);
+    drifts_free(s->outputs_uncorrected, s->n_outputs);
+    drifts_free(s->outputs_unclipped, s->n_outputs);
+    drifts_free(s->outputs_before, s->n_outputs);
     qp_placement_free(s->placement);
     for (size_t i = 0; s->budget_excluded && i < s->n_budget_excluded; i++)
         free(s->budget_excluded[i]);
@@ -979,6 +1002,7 @@ static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantiz
         .bias_shift_after = r->bias.shift_after,
         .bias_seconds = r->bias.seconds,
         .outputs_uncorrected = r->outputs_uncorrected,
+        .outputs_unclipped = r->outputs_unclipped,
     };
     r->budget.excluded = NULL; /* moved into the summary */
     r->budget.n_excluded = 0;
@@ -998,6 +1022,7 @@ static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantiz
                                                                            : "trt policy + rules";
     r->outputs = NULL; /* moved into the summary */
     r->outputs_uncorrected = NULL;
+    r->outputs_unclipped = NULL;
     r->n_outputs = 0;
     r->placement = NULL;
     *out = s;

@@ -146,6 +146,9 @@ struct qp_quantize_report {
     int bias_correction;
     struct qp_bias_correct_stats bias;
     struct qp_quantize_drift *outputs_uncorrected;
+    /* --weight_clipping mse: the drift of the same model written with absmax weight scales, on
+     * the same samples (n_outputs entries, owned; NULL otherwise). */
+    struct qp_quantize_drift *outputs_unclipped;
 };
 
 void qp_quantize_report_free(struct qp_quantize_report *r);
