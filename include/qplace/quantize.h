@@ -127,7 +127,7 @@ struct qp_quantize_summary {
     enum qp_dtype high_precision;   /* as applied */
     const char *placement_source;   /* "trt policy", "trt policy + rules", "placement" */
     const char *calibration_source; /* "npz", "npy", "images", "memory", "synthetic" */
-    const char *method;             /* "max", "entropy", "percentile" */
+    const char *method;             /* "max", "entropy", "percentile", "mse", "auto" */
     uint64_t n_calib_samples, n_calib_batches, n_eval_samples;
     int eval_on_calibration; /* 1: drift measured on the calibration data (in-sample) */
     size_t n_outputs;
@@ -161,6 +161,11 @@ struct qp_quantize_summary {
     double smoothquant_alpha;
     size_t n_cle_pairs, n_cle_skipped, n_smoothquant_pairs, n_smoothquant_skipped;
     struct qp_quantize_drift *outputs_before;
+    /* calibration_method auto: the tensors that took each method (indexed by enum
+     * qp_calib_method), and how many of them took entropy because none of their consumers
+     * could be evaluated (docs/calibration.md); zeros for other methods. */
+    size_t auto_methods[QP_CALIB_AUTO];
+    size_t n_auto_fallback;
 };
 
 /* NULL-safe. */

@@ -111,7 +111,8 @@ class QuantizeSummary(Structure):
                 ("smoothquant_alpha", c_double), ("n_cle_pairs", c_size_t),
                 ("n_cle_skipped", c_size_t), ("n_smoothquant_pairs", c_size_t),
                 ("n_smoothquant_skipped", c_size_t),
-                ("outputs_before", POINTER(QuantizeDrift))]
+                ("outputs_before", POINTER(QuantizeDrift)),
+                ("auto_methods", c_size_t * 4), ("n_auto_fallback", c_size_t)]
 
 
 class DataOptions(Structure):

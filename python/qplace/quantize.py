@@ -25,7 +25,7 @@ from collections import namedtuple
 from . import _lib
 from ._core import as_list, choice, float_arg, fspath, int_arg, model_arg
 from ._data import open_data, shapes_arg
-from .calibrate import method_arg
+from .calibrate import METHODS, method_arg
 from .errors import check, usage
 from .placement import Placement, trt_options
 from .ranges import Ranges
@@ -42,7 +42,7 @@ QuantizeSummary = namedtuple(
     "n_calib_batches n_eval_samples eval_on_calibration drift_before_precision outputs "
     "placement weight_clipping n_weight_channels_clipped n_weight_channels "
     "weight_clip_mean_ratio budget equalization smoothquant_alpha n_cle_pairs n_cle_skipped "
-    "n_smoothquant_pairs n_smoothquant_skipped outputs_before")
+    "n_smoothquant_pairs n_smoothquant_skipped outputs_before auto_methods")
 QuantizeSummary.__doc__ = ("What qplace.quantize wrote, and the drift it measured; budget is a "
                            "Budget with an accuracy budget, else None.")
 
@@ -110,7 +110,18 @@ def _summary(s, output_path):
         {v: k for k, v in _CLIP.items()}.get(s.weight_clipping), s.n_weight_channels_clipped,
         s.n_weight_channels, s.weight_clip_mean_ratio, _budget(s),
         {v: k for k, v in _EQUALIZE.items()}.get(s.equalization), s.smoothquant_alpha,
-        s.n_cle_pairs, s.n_cle_skipped, s.n_smoothquant_pairs, s.n_smoothquant_skipped, before)
+        s.n_cle_pairs, s.n_cle_skipped, s.n_smoothquant_pairs, s.n_smoothquant_skipped, before,
+        _auto_methods(s))
+
+
+def _auto_methods(s):
+    """calibration_method "auto": {method: tensors that took it, "fallback": of the entropy ones,
+    those without an evaluable consumer}; None for other methods."""
+    if _lib.dec(s.method) != "auto":
+        return None
+    d = {m: s.auto_methods[i] for m, i in METHODS.items() if m != "auto"}
+    d["fallback"] = s.n_auto_fallback
+    return d
 
 
 def _budget(s):

@@ -109,6 +109,8 @@ int main(void) {
     F(qp_quantize_summary, n_smoothquant_pairs);
     F(qp_quantize_summary, n_smoothquant_skipped);
     F(qp_quantize_summary, outputs_before);
+    F(qp_quantize_summary, auto_methods);
+    F(qp_quantize_summary, n_auto_fallback);
     SZ(qp_data_options);
     F(qp_data_options, max_bytes);
     F(qp_data_options, image_mean);
