@@ -54,10 +54,13 @@ enum qp_calib_method {
     QP_CALIB_ENTROPY,
     QP_CALIB_PERCENTILE,
     QP_CALIB_MSE, /* the range whose quantization error (MSE over the |x| histogram) is least */
+    /* per tensor, the one of the methods above whose range gives the least squared error at the
+     * output of the tensor's consumers on the first calibration samples (docs/calibration.md) */
+    QP_CALIB_AUTO,
     QP_CALIB_METHOD_COUNT
 };
 
-/* "max", "entropy", "percentile", "mse". Never NULL ("unknown" out of range). */
+/* "max", "entropy", "percentile", "mse", "auto". Never NULL ("unknown" out of range). */
 const char *qp_calib_method_name(enum qp_calib_method m);
 /* Parses a method name. QP_ERR_USAGE naming the accepted values. */
 enum qp_status qp_calib_method_parse(const char *s, enum qp_calib_method *out,
@@ -153,7 +156,7 @@ struct qp_range {
 /* Facts about how the ranges were made, written into the JSON file. */
 struct qp_ranges_meta {
     const char *model_path;
-    const char *method;             /* "max", "entropy", "percentile" */
+    const char *method;             /* "max", "entropy", "percentile", "mse", "auto" */
     double percentile;              /* for "percentile"; 0 when unknown (a TensorRT cache) */
     const char *calibration_source; /* "npz", "npy", "images", "synthetic", "memory", "trt_cache" */
     uint64_t num_samples;

@@ -132,7 +132,7 @@ struct qp_quantize_summary {
     enum qp_dtype high_precision;   /* as applied */
     const char *placement_source;   /* "trt policy", "trt policy + rules", "placement" */
     const char *calibration_source; /* "npz", "npy", "images", "memory", "synthetic" */
-    const char *method;             /* "max", "entropy", "percentile" */
+    const char *method;             /* "max", "entropy", "percentile", "mse", "auto" */
     uint64_t n_calib_samples, n_calib_batches, n_eval_samples;
     int eval_on_calibration; /* 1: drift measured on the calibration data (in-sample) */
     size_t n_outputs;
@@ -183,6 +183,11 @@ struct qp_quantize_summary {
      * channel's absmax scale instead, on the same samples as `outputs` (n_outputs entries, owned
      * by the summary; NULL otherwise). */
     struct qp_quantize_drift *outputs_unclipped;
+    /* calibration_method auto: the tensors that took each method (indexed by enum
+     * qp_calib_method), and how many of them took entropy because none of their consumers
+     * could be evaluated (docs/calibration.md); zeros for other methods. */
+    size_t auto_methods[QP_CALIB_AUTO];
+    size_t n_auto_fallback;
 };
 
 /* NULL-safe. */

@@ -118,7 +118,8 @@ class QuantizeSummary(Structure):
                 ("bias_rounds", c_int), ("bias_shift_before", c_double),
                 ("bias_shift_after", c_double), ("bias_seconds", c_double),
                 ("outputs_uncorrected", POINTER(QuantizeDrift)),
-                ("outputs_unclipped", POINTER(QuantizeDrift))]
+                ("outputs_unclipped", POINTER(QuantizeDrift)),
+                ("auto_methods", c_size_t * 4), ("n_auto_fallback", c_size_t)]
 
 
 class DataOptions(Structure):

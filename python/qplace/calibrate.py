@@ -5,8 +5,9 @@
     ranges.save("model.ranges.json")        # the bytes `qplace calibrate` writes for that data
 
 calibration_data takes what qplace.quantize takes (a path, an array, a dict of arrays, an
-iterable of dicts). Methods: "max", "entropy" (the default, as ModelOpt's), "percentile", "mse"
-(`percentile`, default 99.999).
+iterable of dicts). Methods: "max", "entropy" (the default, as ModelOpt's), "percentile", "mse",
+"auto" (per tensor, the one of the others with the least error at its consumers' outputs;
+`percentile`, default 99.999, for "percentile" and auto's percentile candidate).
 """
 
 import ctypes
@@ -18,14 +19,14 @@ from .errors import check, usage
 from .placement import Placement
 from .ranges import Ranges
 
-METHODS = {"max": 0, "entropy": 1, "percentile": 2, "mse": 3}
+METHODS = {"max": 0, "entropy": 1, "percentile": 2, "mse": 3, "auto": 4}
 
 
 def method_arg(calibration_method, percentile):
     m = choice(calibration_method or "entropy", METHODS, "calibration_method")
     if percentile is not None:
-        if m != METHODS["percentile"]:
-            raise usage("percentile needs calibration_method='percentile'")
+        if m not in (METHODS["percentile"], METHODS["auto"]):
+            raise usage("percentile needs calibration_method='percentile' or 'auto'")
         p = float_arg(percentile, "percentile")
         if not 0 < p <= 100:
             raise usage("percentile %g is not in (0, 100]" % p)

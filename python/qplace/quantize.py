@@ -25,7 +25,7 @@ from collections import namedtuple
 from . import _lib
 from ._core import as_list, choice, float_arg, fspath, int_arg, model_arg
 from ._data import open_data, shapes_arg
-from .calibrate import method_arg
+from .calibrate import METHODS, method_arg
 from .errors import check, usage
 from .placement import Placement, trt_options
 from .ranges import Ranges
@@ -44,7 +44,7 @@ QuantizeSummary = namedtuple(
     "weight_clip_mean_ratio budget equalization smoothquant_alpha n_cle_pairs n_cle_skipped "
     "n_smoothquant_pairs n_smoothquant_skipped outputs_before bias_correction n_bias_layers "
     "n_biases_added bias_rounds bias_shift_before bias_shift_after bias_seconds "
-    "outputs_uncorrected outputs_unclipped")
+    "outputs_uncorrected outputs_unclipped auto_methods")
 QuantizeSummary.__doc__ = ("What qplace.quantize wrote, and the drift it measured; budget is a "
                            "Budget with an accuracy budget, else None.")
 
@@ -116,7 +116,18 @@ def _summary(s, output_path):
         s.n_cle_pairs, s.n_cle_skipped, s.n_smoothquant_pairs, s.n_smoothquant_skipped, before,
         bool(s.bias_correction), s.n_bias_layers, s.n_biases_added, s.bias_rounds,
         s.bias_shift_before, s.bias_shift_after, s.bias_seconds, uncorrected,
-        _drifts(s.outputs_unclipped, s.n_outputs) if s.outputs_unclipped else None)
+        _drifts(s.outputs_unclipped, s.n_outputs) if s.outputs_unclipped else None,
+        _auto_methods(s))
+
+
+def _auto_methods(s):
+    """calibration_method "auto": {method: tensors that took it, "fallback": of the entropy ones,
+    those without an evaluable consumer}; None for other methods."""
+    if _lib.dec(s.method) != "auto":
+        return None
+    d = {m: s.auto_methods[i] for m, i in METHODS.items() if m != "auto"}
+    d["fallback"] = s.n_auto_fallback
+    return d
 
 
 def _budget(s):

@@ -119,6 +119,8 @@ int main(void) {
     F(qp_quantize_summary, bias_seconds);
     F(qp_quantize_summary, outputs_uncorrected);
     F(qp_quantize_summary, outputs_unclipped);
+    F(qp_quantize_summary, auto_methods);
+    F(qp_quantize_summary, n_auto_fallback);
     SZ(qp_data_options);
     F(qp_data_options, max_bytes);
     F(qp_data_options, image_mean);

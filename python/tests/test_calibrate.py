@@ -89,6 +89,24 @@ def test_mse_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
     assert any(r[t].amax < 0.99 * m[t].amax for t in m)
 
 
+def test_auto_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
+    r = qplace.calibrate(onnx_path=cls_model, calibration_data=cls_npz, calibration_method="auto",
+                         output_path=str(tmp_path / "py.json"))
+    run_cli(cli, "calibrate", "--onnx_path", cls_model, "--calibration_data_path", cls_npz,
+            "--calibration_method", "auto", "--output_path", tmp_path / "cl.json", "--quiet")
+    assert read(tmp_path / "py.json") == read(tmp_path / "cl.json")
+    assert r.meta["method"] == "auto"
+    # every tensor takes one of the four candidates' ranges, and more than one method is used
+    cand = {m: qplace.calibrate(onnx_path=cls_model, calibration_data=cls_npz,
+                                calibration_method=m) for m in ("max", "entropy", "percentile", "mse")}
+    used = set()
+    for t in r:
+        took = [m for m, c in cand.items() if c[t].amax == r[t].amax]
+        assert took, t
+        used.add(took[0])
+    assert len(used) >= 2
+
+
 def test_edited_ranges_and_bad_input(cls_model, cls_npz, tmp_path):
     r = qplace.Ranges([("t", qplace.Range(-1.0, 2.0, 2.0))], {"method": "max"})
     text = r.to_json()

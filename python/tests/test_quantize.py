@@ -110,6 +110,20 @@ def test_bias_correction_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
     assert plain.outputs[0].cosine == pytest.approx(s.outputs_uncorrected[0].cosine, abs=1e-12)
 
 
+def test_auto_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
+    flags = ["--calibration_data_path", cls_npz, "--calibration_method", "auto",
+             "--quantize_mode", "fp8"]
+    py, cl, s = both(cli, tmp_path, cls_model, flags, calibration_data=cls_npz,
+                     calibration_method="auto", quantize_mode="fp8")
+    assert py == cl and s.method == "auto"
+    # every placed tensor took one method; fp8's candidates are not int8's
+    assert sum(v for k, v in s.auto_methods.items() if k != "fallback") == s.n_tensors
+    assert s.auto_methods["fallback"] == 0
+    e = qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "e.onnx"),
+                        calibration_data=cls_npz)
+    assert e.auto_methods is None and read(tmp_path / "e.onnx") != py
+
+
 def test_synthetic_data_matches_the_cli(cli, cls_model, tmp_path):
     py, cl, s = both(cli, tmp_path, cls_model, ["--calibration_shapes", "x:1x3x48x192"],
                      calibration_shapes="x:1x3x48x192")

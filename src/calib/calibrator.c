@@ -9,10 +9,8 @@
 #include "qmath/qparams.h"
 
 static const char *const method_names[] = {
-    [QP_CALIB_MAX] = "max",
-    [QP_CALIB_ENTROPY] = "entropy",
-    [QP_CALIB_PERCENTILE] = "percentile",
-    [QP_CALIB_MSE] = "mse",
+    [QP_CALIB_MAX] = "max", [QP_CALIB_ENTROPY] = "entropy", [QP_CALIB_PERCENTILE] = "percentile",
+    [QP_CALIB_MSE] = "mse", [QP_CALIB_AUTO] = "auto",
 };
 _Static_assert(sizeof(method_names) / sizeof(method_names[0]) == QP_CALIB_METHOD_COUNT,
                "every calibration method needs a name");
@@ -31,7 +29,7 @@ enum qp_status qp_calib_method_parse(const char *s, enum qp_calib_method *out,
         }
     }
     return qp_error_set(err, QP_ERR_USAGE,
-                        "calibration method '%s' is not one of max, entropy, percentile, mse",
+                        "calibration method '%s' is not one of max, entropy, percentile, mse, auto",
                         s ? s : "(null)");
 }
 
@@ -54,6 +52,10 @@ void qp_calib_stats_config(const struct qp_calib_options *o, struct qp_stats_con
     qp_stats_config_default(cfg, 0);
     if (o->method == QP_CALIB_ENTROPY) {
         cfg->flags = QP_STATS_HIST;
+        cfg->n_bins = o->n_bins;
+        cfg->max_bins = o->max_bins;
+    } else if (o->method == QP_CALIB_AUTO) { /* every method's candidate: both histograms */
+        cfg->flags = QP_STATS_HIST | QP_STATS_ABS_HIST;
         cfg->n_bins = o->n_bins;
         cfg->max_bins = o->max_bins;
     } else if (o->method == QP_CALIB_PERCENTILE || o->method == QP_CALIB_MSE) {
@@ -324,6 +326,7 @@ enum qp_status qp_calib_compute(const struct qp_calib_options *o, const struct q
         r.lo = sum.min;
         r.hi = sum.max;
         break;
+    case QP_CALIB_AUTO: /* chosen by the collector (collect.h); on statistics alone, entropy */
     case QP_CALIB_ENTROPY: {
         struct qp_stats_hist h;
         qp_stats_hist(s, &h);

@@ -31,6 +31,9 @@
  *   the bin centers weighted by their counts, values beyond amax clipped to it (as NVIDIA's
  *   pytorch-quantization "mse" calibrator computes it). Candidates: the upper edges of bins
  *   n/64 .. n (the last being the observed absmax), every 8th, then each within 8 of the best.
+ * - auto: keeps both histograms; the collector computes every method above per tensor and
+ *   keeps the one with the least error at the tensor's consumers (collect.h, calib/auto.h).
+ *   qp_calib_compute alone, without an engine, gives the entropy range (auto's fallback).
  */
 #ifndef QP_CALIB_CALIBRATOR_H
 #define QP_CALIB_CALIBRATOR_H

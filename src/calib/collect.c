@@ -1,10 +1,12 @@
 /* Calibration through the engine's observer (collect.h). */
 #include "calib/collect.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "calib/auto.h"
 #include "ir/ir.h"
 #include "ir/optraits.h"
 #include "placement/placement.h"
@@ -49,6 +51,10 @@ struct qp_collector {
     uint64_t n_batches, n_samples;
     size_t bytes_max;
     uint64_t n_derived; /* batches fed from their input's statistics (see feed) */
+    /* auto: the first batches' inputs (session order), until QP_AUTO_SAMPLES samples */
+    struct qp_array *kept;
+    size_t n_kept, n_kept_inputs, kept_bytes;
+    uint64_t kept_samples;
     /* An error raised inside the observer, which can only return non-zero. */
     int failed;
     struct qp_error obs_err;
@@ -390,6 +396,9 @@ void qp_collector_free(struct qp_collector *c) {
         free(gr->fed);
         qp_stats_free(gr->s);
     }
+    for (size_t i = 0; i < c->n_kept * c->n_kept_inputs; i++)
+        free(c->kept[i].data);
+    free(c->kept);
     free(c->groups);
     free(c->pool);
     free(c->slots);
@@ -413,7 +422,37 @@ size_t qp_collector_bytes(const struct qp_collector *c) {
         for (size_t k = 0; k < gr->n; k++)
             b += gr->caps[k];
     }
-    return b;
+    return b + c->kept_bytes;
+}
+
+/* auto: keeps copies of the first batches' inputs (QP_AUTO_SAMPLES samples) for the choice in
+ * qp_collector_finish; a batch with another input count ends the keeping. */
+static enum qp_status keep_batch(struct qp_collector *c, size_t n, const struct qp_array *inputs,
+                                 struct qp_error *err) {
+    if (c->o.calib.method != QP_CALIB_AUTO || c->kept_samples >= QP_AUTO_SAMPLES || !n ||
+        (c->n_kept && n != c->n_kept_inputs))
+        return QP_OK;
+    struct qp_array *k = realloc(c->kept, (c->n_kept + 1) * n * sizeof *k);
+    if (!k) return qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory keeping a batch");
+    c->kept = k;
+    k += c->n_kept * n;
+    for (size_t i = 0; i < n; i++) {
+        k[i] = inputs[i];
+        k[i].owned = 0;
+        k[i].data = malloc(inputs[i].nbytes ? inputs[i].nbytes : 1);
+        if (!k[i].data) {
+            for (size_t j = 0; j < i; j++)
+                free(k[j].data);
+            return qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory keeping a batch");
+        }
+        if (inputs[i].nbytes) memcpy(k[i].data, inputs[i].data, inputs[i].nbytes);
+        c->kept_bytes += inputs[i].nbytes;
+    }
+    c->n_kept++;
+    c->n_kept_inputs = n;
+    c->kept_samples +=
+        inputs[0].rank > 0 && inputs[0].dims[0] > 0 ? (uint64_t)inputs[0].dims[0] : 1;
+    return QP_OK;
 }
 
 enum qp_status qp_collector_run(struct qp_collector *c, size_t n, const struct qp_array *inputs,
@@ -438,6 +477,7 @@ enum qp_status qp_collector_run(struct qp_collector *c, size_t n, const struct q
             if ((st = feed(c, &c->slots[c->slot_of_value[v]], &inputs[i], err)) != QP_OK) return st;
     }
     if ((st = flush_groups(c, err)) != QP_OK) return st;
+    if ((st = keep_batch(c, n, inputs, err)) != QP_OK) return st;
     c->n_batches++;
     c->n_samples +=
         n && inputs[0].rank > 0 && inputs[0].dims[0] > 0 ? (uint64_t)inputs[0].dims[0] : 1;
@@ -453,6 +493,103 @@ static int pinned_softmax(const struct qp_collector *c, int v) {
            is_onnx_op(&c->g->nodes[x->producer], "Softmax") && x->producer_output == 0;
 }
 
+/* auto: every candidate method's range per tensor (from its pooled group's statistics when it
+ * has one), evaluated at the tensor's consumers on the kept batches (calib/auto.h); each Concat
+ * group (or lone tensor) takes the candidate with the least error summed over its members, ties
+ * going to entropy, then max, percentile, mse. Tensors with no consumer evaluated keep rr's
+ * entropy range (the fallback); pinned Softmax outputs are not evaluated (their pin wins).
+ * chosen[i] receives the method of slot i, or -1 (no range, pinned). */
+static enum qp_status choose_auto(struct qp_collector *c, struct qp_calib_range *rr,
+                                  const int *have, int *parent, int *chosen,
+                                  struct qp_collect_report *rep, struct qp_error *err) {
+    static const int order[QP_AUTO_N_CAND] = {QP_CALIB_ENTROPY, QP_CALIB_MAX, QP_CALIB_PERCENTILE,
+                                              QP_CALIB_MSE};
+    size_t ns = c->n_slots ? c->n_slots : 1;
+    struct qp_calib_range(*cand)[QP_AUTO_N_CAND] = calloc(ns, sizeof *cand);
+    struct qp_auto_tensor *t = calloc(ns, sizeof *t);
+    int *tix = malloc(ns * sizeof *tix); /* slot -> index in t, or -1 */
+    size_t n = 0;
+    enum qp_status st = QP_OK;
+    if (!cand || !t || !tix) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < c->n_slots; i++) {
+        const struct slot *sl = &c->slots[i];
+        tix[i] = -1;
+        chosen[i] = -1;
+        if (!have[i] || (c->o.pin_softmax && pinned_softmax(c, sl->value))) continue;
+        chosen[i] = QP_CALIB_ENTROPY;
+        const struct qp_stats *from = sl->group >= 0 ? c->groups[sl->group].s : sl->s;
+        int ok = 1;
+        for (int m = 0; m < QP_AUTO_N_CAND && ok; m++) {
+            struct qp_calib_options o = c->o.calib;
+            o.method = (enum qp_calib_method)m;
+            struct qp_error e = {0};
+            if (qp_calib_compute(&o, from, &cand[i][m], &e) != QP_OK) ok = 0;
+        }
+        if (!ok) continue;
+        tix[i] = (int)n;
+        t[n].value = sl->value;
+        for (int m = 0; m < QP_AUTO_N_CAND; m++)
+            t[n].amax[m] = cand[i][m].amax;
+        n++;
+    }
+    if ((st = qp_auto_evaluate(c->model, c->o.placement, c->o.calib.qtype, c->o.n_threads,
+                               c->n_kept, c->n_kept_inputs, c->kept, n, t, err)) != QP_OK) {
+        qp_error_prefix(err, "calibrate: auto");
+        goto done;
+    }
+    if (c->o.group_concat)
+        concat_union(c, parent, have);
+    else
+        for (size_t i = 0; i < c->n_slots; i++)
+            parent[i] = (int)i;
+    for (size_t i = 0; i < c->n_slots; i++) {
+        if (!have[i] || uf_find(parent, (int)i) != (int)i) continue;
+        double sum[QP_AUTO_N_CAND] = {0};
+        int any = 0, all = 1;
+        for (size_t j = 0; j < c->n_slots; j++) {
+            if (!have[j] || uf_find(parent, (int)j) != (int)i || chosen[j] < 0) continue;
+            if (tix[j] < 0) all = 0; /* its candidates failed: the group keeps entropy */
+            if (tix[j] < 0 || !t[tix[j]].n_consumers) continue;
+            any = 1;
+            for (int m = 0; m < QP_AUTO_N_CAND; m++)
+                sum[m] += t[tix[j]].error[m];
+        }
+        int best = QP_CALIB_ENTROPY;
+        if (any && all)
+            for (int k = 1; k < QP_AUTO_N_CAND; k++)
+                if (sum[order[k]] < sum[best]) best = order[k];
+        for (size_t j = 0; j < c->n_slots; j++) {
+            if (!have[j] || uf_find(parent, (int)j) != (int)i || chosen[j] < 0) continue;
+            if (!(any && all)) {
+                rep->n_auto_fallback++;
+            } else {
+                struct qp_calib_range own = rr[j];
+                rr[j] = cand[j][best];
+                rr[j].n_nan = own.n_nan; /* the member's own counts */
+                rr[j].n_inf = own.n_inf;
+            }
+            chosen[j] = best;
+            rep->n_auto[best]++;
+            const struct qp_auto_tensor *x = tix[j] >= 0 ? &t[tix[j]] : NULL;
+            qp_log(QP_LOG_DEBUG,
+                   "calibrate auto: tensor '%s': %s%s (%d consumers; relative error at them: max "
+                   "%.3g, entropy %.3g, percentile %.3g, mse %.3g)",
+                   c->g->values[c->slots[j].value].name, qp_calib_method_name(best),
+                   any && all ? "" : " (fallback)", x ? x->n_consumers : 0,
+                   x ? x->error[QP_CALIB_MAX] : NAN, x ? x->error[QP_CALIB_ENTROPY] : NAN,
+                   x ? x->error[QP_CALIB_PERCENTILE] : NAN, x ? x->error[QP_CALIB_MSE] : NAN);
+        }
+    }
+done:
+    free(cand);
+    free(t);
+    free(tix);
+    return st;
+}
+
 enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **out,
                                    struct qp_collect_report *report, struct qp_error *err) {
     if (!c || !out) return qp_error_set(err, QP_ERR_USAGE, "calibrate: finish arguments");
@@ -463,13 +600,14 @@ enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **ou
     int *parent = malloc(ns * sizeof *parent);
     struct qp_calib_range *tmp = malloc(ns * sizeof *tmp);
     int *members = malloc(ns * sizeof *members);
+    int *chosen = malloc(ns * sizeof *chosen);
     struct qp_ranges *r = qp_ranges_create();
     struct qp_collect_report rep = {.n_batches = c->n_batches,
                                     .n_samples = c->n_samples,
                                     .collector_bytes_max = c->bytes_max,
                                     .n_derived = c->n_derived};
     enum qp_status st = QP_OK;
-    if (!rr || !have || !parent || !tmp || !members || !r) {
+    if (!rr || !have || !parent || !tmp || !members || !chosen || !r) {
         st = qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
         goto done;
     }
@@ -532,6 +670,9 @@ enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **ou
                (unsigned long long)c->n_derived, linked,
                (unsigned long long)(linked * c->n_batches));
     }
+    if (c->o.calib.method == QP_CALIB_AUTO &&
+        (st = choose_auto(c, rr, have, parent, chosen, &rep, err)) != QP_OK)
+        goto done;
     if (c->o.group_concat) {
         /* Pooled groups already have one range; this shares it among the members computed
          * (and, for max, is the grouping itself: min lo, max hi, max amax). */
@@ -581,6 +722,7 @@ done:
     free(parent);
     free(tmp);
     free(members);
+    free(chosen);
     if (st != QP_OK) {
         qp_ranges_free(r);
         return st;

@@ -29,6 +29,12 @@
  * ranges and reported through qp_log (a warning naming the tensor and the counts) and the
  * report; a tensor with no finite value at all is an error.
  *
+ * With QP_CALIB_AUTO the collector keeps both histograms and copies of the first batches'
+ * inputs (QP_AUTO_SAMPLES samples); qp_collector_finish computes every other method's range per
+ * tensor and keeps, per tensor or Concat group, the one with the least error at the consumers'
+ * outputs on those batches (calib/auto.h), entropy when none can be evaluated. The report
+ * counts the tensors per method (n_auto, n_auto_fallback).
+ *
  * For finer control (tests, sensitivity analysis) the collector underneath is public too:
  * qp_collector_create / _run / _bytes / _finish.
  */
@@ -84,6 +90,10 @@ struct qp_collect_report {
     size_t n_pinned, n_grouped;    /* Softmax outputs pinned; tensors in shared Concat groups */
     size_t collector_bytes_max;    /* largest qp_collector_bytes seen after a batch */
     uint64_t n_derived;            /* tensor batches whose statistics came from their input's */
+    /* auto: tensors per chosen method (indexed by enum qp_calib_method, before QP_CALIB_AUTO),
+     * and how many of them took entropy because no consumer could be evaluated */
+    size_t n_auto[QP_CALIB_AUTO];
+    size_t n_auto_fallback;
 };
 
 /* ---- the collector ------------------------------------------------------------------------- */

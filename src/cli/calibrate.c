@@ -285,9 +285,11 @@ int cli_calibrate_run(const struct cli_args *args) {
                                   .num_samples = rep.n_samples};
     if (save_ranges(r, &meta, out, cli_value(args, "trt_cache_out", NULL), &err) != QP_OK)
         goto fail;
-    if (!quiet)
+    if (!quiet) {
         printf("wrote %zu ranges (%s, %llu samples%s) to %s\n", rep.n_tensors, meta.method,
                (unsigned long long)rep.n_samples, synthetic ? ", SYNTHETIC data" : "", out);
+        if (method == QP_CALIB_AUTO) cli_print_auto(rep.n_auto, rep.n_auto_fallback);
+    }
     goto done;
 fail:
     rc = cli_fail(&err);

@@ -24,6 +24,9 @@ struct cli_command {
 
 /* Prints "qplace: <err->msg>" on stderr and returns qp_status_exit_code(err->status). */
 int cli_fail(const struct qp_error *err);
+/* Prints the methods --calibration_method auto chose: "  auto: max N, entropy N, ..." with the
+ * entropy fallbacks (counts indexed by enum qp_calib_method). */
+void cli_print_auto(const size_t *n_per_method, size_t n_fallback);
 
 /* ---- calibration data flags, shared by calibrate, quantize and sensitivity ------------------
  * One row set in each command's flag table and one parser (data_flags.c); which provider a
@@ -41,7 +44,7 @@ int cli_fail(const struct qp_error *err);
     {"image_bgr", CLI_BOOL, NULL, "image folders: channel order B,G,R"}
 /* Rows more than one command's table holds word for word. */
 #define CLI_CALIBRATION_METHOD_OPT                                                                 \
-    {"calibration_method", CLI_VALUE, "max|entropy|percentile|mse", "calibrator (default entropy)"}
+    {"calibration_method", CLI_VALUE, "max|entropy|percentile|mse|auto", "calibrator (default entropy)"}
 #define CLI_THREADS_OPT {"threads", CLI_VALUE, "N", "engine threads (0: all cores)"}
 /* clang-format on */
 

@@ -17,11 +17,19 @@ enum qp_status cli_percentile(const struct cli_args *a, enum qp_calib_method met
     double p = strtod(s, &end);
     if (end == s || *end || errno || !(p > 0 && p <= 100))
         return qp_error_set(err, QP_ERR_USAGE, "--percentile '%s' is not a number in (0, 100]", s);
-    if (method != QP_CALIB_PERCENTILE)
+    if (method != QP_CALIB_PERCENTILE && method != QP_CALIB_AUTO)
         return qp_error_set(err, QP_ERR_USAGE,
-                            "--percentile needs --calibration_method percentile");
+                            "--percentile needs --calibration_method percentile or auto");
     *out = p;
     return QP_OK;
+}
+
+void cli_print_auto(const size_t *n_per_method, size_t n_fallback) {
+    printf("  auto: tensors per method:");
+    for (int m = 0; m < QP_CALIB_AUTO; m++)
+        printf("%s %s %zu", m ? "," : "", qp_calib_method_name((enum qp_calib_method)m),
+               n_per_method[m]);
+    printf(" (%zu of the entropy ones: no consumer could be evaluated)\n", n_fallback);
 }
 
 static int bad(const char *cmd, const char *flag, const char *value, const char *what) {

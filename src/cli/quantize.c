@@ -447,7 +447,9 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
         printf("  calibration: %s data, method %s, %llu samples in %llu batches\n",
                r->calibration_source, r->method, (unsigned long long)r->n_calib_samples,
                (unsigned long long)r->n_calib_batches);
-    else
+    if (r->calibrated && o->method == QP_CALIB_AUTO)
+        cli_print_auto(r->auto_methods, r->n_auto_fallback);
+    else if (!r->calibrated)
         printf("  calibration: none; ranges from %s%s%s (%zu ranges, %zu not placed)\n",
                o->ranges_in ? o->ranges_in : "",
                o->ranges_in && o->calibration_cache_path ? ", then " : "",

@@ -273,7 +273,11 @@ static enum qp_status calibrate(const struct qp_quantize_job *job, struct qp_qua
     }
     if (st == QP_OK && !col)
         st = qp_error_set(err, QP_ERR_BAD_INPUT, "quantize: the calibration data has no batches");
-    if (st == QP_OK) st = qp_collector_finish(col, ranges_out, NULL, err);
+    struct qp_collect_report rep;
+    if (st == QP_OK && (st = qp_collector_finish(col, ranges_out, &rep, err)) == QP_OK) {
+        memcpy(r->auto_methods, rep.n_auto, sizeof r->auto_methods);
+        r->n_auto_fallback = rep.n_auto_fallback;
+    }
     qp_collector_free(col);
     return st;
 }
@@ -1003,7 +1007,9 @@ static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantiz
         .bias_seconds = r->bias.seconds,
         .outputs_uncorrected = r->outputs_uncorrected,
         .outputs_unclipped = r->outputs_unclipped,
+        .n_auto_fallback = r->n_auto_fallback,
     };
+    memcpy(s->auto_methods, r->auto_methods, sizeof s->auto_methods);
     r->budget.excluded = NULL; /* moved into the summary */
     r->budget.n_excluded = 0;
     if (r->equalize) {

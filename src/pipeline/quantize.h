@@ -117,6 +117,8 @@ struct qp_quantize_report {
     const char *calibration_source; /* "npz", "npy", "images", "synthetic" (static) */
     const char *method;             /* static */
     uint64_t n_calib_samples, n_calib_batches;
+    size_t auto_methods[QP_CALIB_AUTO]; /* --calibration_method auto: tensors per method */
+    size_t n_auto_fallback;             /* of them, entropy for want of a consumer to evaluate */
     uint64_t n_eval_samples;
     int eval_on_calibration; /* 1: drift measured on the calibration data (in-sample) */
     int calibrated;          /* 0: the ranges came from --ranges_in / --calibration_cache_path */

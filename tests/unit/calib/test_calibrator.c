@@ -49,6 +49,10 @@ static void test_method_names(void **state) {
     assert_int_equal(qp_calib_method_parse("mse", &m, &err), QP_OK);
     assert_int_equal(m, QP_CALIB_MSE);
     assert_string_equal(qp_calib_method_name(QP_CALIB_MSE), "mse");
+    assert_non_null(strstr(err.msg, "mse, auto"));
+    assert_int_equal(qp_calib_method_parse("auto", &m, &err), QP_OK);
+    assert_int_equal(m, QP_CALIB_AUTO);
+    assert_string_equal(qp_calib_method_name(QP_CALIB_AUTO), "auto");
 }
 
 static void test_max(void **state) {

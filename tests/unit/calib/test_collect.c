@@ -445,10 +445,12 @@ static void test_derived_stats(void **state) {
             qp_model_free(m);
         }
         assert_int_equal(rep[1].n_derived, 0);
-        /* all but the first (histograms) and the growing batch; percentile and mse: only t (a
-         * Relu's |x| histogram starts at its own smallest value) */
+        /* all but the first (histograms) and the growing batch; percentile, mse and auto (which
+         * keeps the |x| histogram too): only t (a Relu's |x| histogram starts at its own
+         * smallest value) */
         uint64_t per = method == QP_CALIB_MAX ? BATCHES : BATCHES - 2;
-        int abs_hist = method == QP_CALIB_PERCENTILE || method == QP_CALIB_MSE;
+        int abs_hist =
+            method == QP_CALIB_PERCENTILE || method == QP_CALIB_MSE || method == QP_CALIB_AUTO;
         assert_int_equal(rep[0].n_derived, abs_hist ? per : 2 * per);
         assert_int_equal(qp_ranges_count(r[0]), qp_ranges_count(r[1]));
         for (size_t i = 0; i < qp_ranges_count(r[0]); i++) {
