@@ -279,11 +279,16 @@ static int fits(const struct ctx *c, const struct evnode *ev) {
 
 /* Runs ev with its feed; on success the float32 outputs are compared with `ref` (the float run's,
  * when ref is not NULL: adds sum((y - ref)^2) to *sse and sum(ref^2) to *norm) or copied into
- * c->ref (ref NULL). Returns 0 when the run failed or there is no float32 output. */
+ * c->ref (ref NULL). Returns 0 when the run failed or there is no float32 output, -1 (err set)
+ * when it ran out of memory: that is an error of the calibration, not a node that cannot run. */
 static int run_node(struct ctx *c, struct evnode *ev, const float *ref, double *sse, double *norm,
                     struct qp_error *err) {
     struct qp_error e = {0};
     if (qp_session_run(ev->s, ev->n_in, ev->feed, &e) != QP_OK) {
+        if (e.status == QP_ERR_NOMEM) {
+            if (err) *err = e;
+            return -1;
+        }
         qp_log(QP_LOG_DEBUG, "calibrate auto: node '%s' alone: %s", c->g->nodes[ev->node].name,
                e.msg);
         return 0;

@@ -526,7 +526,13 @@ static enum qp_status choose_auto(struct qp_collector *c, struct qp_calib_range 
             struct qp_calib_options o = c->o.calib;
             o.method = (enum qp_calib_method)m;
             struct qp_error e = {0};
-            if (qp_calib_compute(&o, from, &cand[i][m], &e) != QP_OK) ok = 0;
+            if (qp_calib_compute(&o, from, &cand[i][m], &e) == QP_OK) continue;
+            if (e.status == QP_ERR_NOMEM) { /* an error of the calibration, not of the method */
+                if (err) *err = e;
+                st = QP_ERR_NOMEM;
+                goto done;
+            }
+            ok = 0;
         }
         if (!ok) continue;
         tix[i] = (int)n;

@@ -152,11 +152,13 @@ static enum qp_status phase_equalize(struct ctx *c, struct qp_error *err) {
     return run_quantize(&o, err);
 }
 
-/* quantize with bias correction and an accuracy budget no quantizer meets (drift 0): the
- * correction's scratch models and passes, the ranking and every step of the budget's search. */
+/* quantize with auto calibration, bias correction and an accuracy budget no quantizer meets
+ * (drift 0): the candidates and one-node models of auto, the correction's scratch models and
+ * passes, the ranking and every step of the budget's search. */
 static enum qp_status phase_accuracy(struct ctx *c, struct qp_error *err) {
     struct qp_quantize_options o;
     quantize_options(c, &o);
+    o.method = QP_CALIB_AUTO;
     o.bias_correction = 1;
     o.max_output_drift = 0;
     o.min_top1_agreement = 1;
