@@ -427,6 +427,15 @@ static enum qp_status apply_budget(struct qp_quantize_job *job, const struct qp_
     return validate_placement(job, "the budget's placement", err);
 }
 
+/* A copy of mq as it stands, written as `job` writes (a variant job: without one method), into
+ * *out: the model the drift of that method's absence is measured on. */
+static enum qp_status write_copy(const struct qp_quantize_job *job, const struct qp_ranges *ranges,
+                                 struct qp_model **out, struct qp_error *err) {
+    struct qp_writer_stats ws;
+    enum qp_status st = qp_model_clone(job->mq, out, err);
+    return st == QP_OK ? write_model(job, *out, ranges, &ws, err) : st;
+}
+
 /* --bias_correction: the uncorrected model, written as mq will be, into *plain_out (for the
  * drift before and after), then mq's biases corrected on the calibration data and the
  * placement validated again on the edited graph. */
@@ -437,12 +446,10 @@ static enum qp_status correct_biases(const struct qp_quantize_job *job,
         return qp_error_set(err, QP_ERR_USAGE,
                             "quantize: bias correction measures on calibration data; with ranges "
                             "from a file, give --calibration_data_path too");
+    enum qp_status st = write_copy(job, ranges, plain_out, err);
+    if (st != QP_OK) return st;
     struct qp_writer_options wo;
     writer_options(job, ranges, &wo);
-    struct qp_writer_stats ws;
-    enum qp_status st = qp_model_clone(job->mq, plain_out, err);
-    if (st == QP_OK) st = write_model(job, *plain_out, ranges, &ws, err);
-    if (st != QP_OK) return st;
     /* Two rounds and no verifying pass: each pass costs about three float passes of the
      * calibration data (the fake-quantized model and every layer's float twin), and the time
      * with bias correction is to stay within ~3x of the time without it. */
@@ -460,9 +467,7 @@ static enum qp_status write_unclipped(const struct qp_quantize_job *job,
                                       struct qp_error *err) {
     struct qp_quantize_job plain = *job;
     plain.weight_clipping = QP_WEIGHT_CLIP_ABSMAX;
-    struct qp_writer_stats ws;
-    enum qp_status st = qp_model_clone(job->mq, out, err);
-    return st == QP_OK ? write_model(&plain, *out, ranges, &ws, err) : st;
+    return write_copy(&plain, ranges, out, err);
 }
 
 /* Everything after placement and data: calibration on every batch (or the ranges from files),
@@ -523,8 +528,7 @@ static enum qp_status check_equalization(unsigned bits, double alpha, int ranges
 /* Equalization before placement (a weight copied for one pair is then what the placement
  * sees): first the plain quantization of the unequalized model (its own placement, calibration,
  * writer and drift, on shallow clones; no budget, no bias correction) for the "before" drift,
- * then one plan on mf
- * applied to both mf and mq. */
+ * then one plan on mf applied to both mf and mq. */
 static enum qp_status equalize_models(struct qp_quantize_job *job, place_fn place,
                                       const void *place_user, struct qp_quantize_report *r,
                                       struct qp_error *err) {
