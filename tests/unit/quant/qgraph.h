@@ -82,10 +82,10 @@ static inline int qg_init(struct qp_model *m, const char *name, int rank, const 
     return v;
 }
 
-/* A float initializer with `data` (numel floats, copied into the model's arena); returns its
- * value index. */
-static inline int qg_init_data(struct qp_model *m, const char *name, int rank, const int64_t *d,
-                               const float *data) {
+/* An initializer of `dt` with `data` (numel elements of esize bytes, copied into the model's
+ * arena); returns its value index. */
+static inline int qg_init_typed(struct qp_model *m, const char *name, int rank, const int64_t *d,
+                                enum qp_dtype dt, const void *data, size_t esize) {
     int64_t *dims = qp_arena_calloc(m->arena, (size_t)(rank ? rank : 1), sizeof *dims);
     assert_non_null(dims);
     uint64_t numel = 1;
@@ -93,20 +93,26 @@ static inline int qg_init_data(struct qp_model *m, const char *name, int rank, c
         dims[i] = d[i];
         numel *= (uint64_t)d[i];
     }
-    float *copy = qp_arena_calloc(m->arena, numel, sizeof *copy);
+    void *copy = qp_arena_calloc(m->arena, numel, esize);
     assert_non_null(copy);
-    memcpy(copy, data, numel * sizeof *copy);
+    memcpy(copy, data, numel * esize);
     struct qp_tensor t = {.name = name,
-                          .dtype = QP_DTYPE_FLOAT,
+                          .dtype = dt,
                           .rank = rank,
                           .dims = dims,
                           .numel = numel,
                           .data = copy,
-                          .nbytes = numel * sizeof *copy};
+                          .nbytes = numel * esize};
     struct qp_error err = {0};
     int v = -1;
     assert_int_equal(qp_graph_add_initializer(m->graph, &t, &v, &err), QP_OK);
     return v;
+}
+
+/* A float initializer with `data` (numel floats); returns its value index. */
+static inline int qg_init_data(struct qp_model *m, const char *name, int rank, const int64_t *d,
+                               const float *data) {
+    return qg_init_typed(m, name, rank, d, QP_DTYPE_FLOAT, data, sizeof *data);
 }
 
 /* The default domain at opset `v`, IR version 9. */

@@ -51,42 +51,9 @@ static int file_exists(const char *p) {
     return stat(p, &sb) == 0;
 }
 
-static void set_opset(struct qp_model *m, int64_t v) {
-    m->opsets = qp_arena_calloc(m->arena, 1, sizeof *m->opsets);
-    assert_non_null(m->opsets);
-    m->opsets[0].domain = "";
-    m->opsets[0].version = v;
-    m->n_opsets = 1;
-    m->ir_version = 9;
-}
-
-static int add_data_init(struct qp_model *m, const char *name, int rank, const int64_t *d,
-                         enum qp_dtype dt, const void *data, size_t esize) {
-    int64_t *dims = qp_arena_calloc(m->arena, (size_t)(rank ? rank : 1), sizeof *dims);
-    uint64_t numel = 1;
-    for (int i = 0; i < rank; i++) {
-        dims[i] = d[i];
-        numel *= (uint64_t)d[i];
-    }
-    void *copy = qp_arena_calloc(m->arena, numel, esize);
-    assert_non_null(copy);
-    memcpy(copy, data, numel * esize);
-    struct qp_tensor t = {.name = name,
-                          .dtype = dt,
-                          .rank = rank,
-                          .dims = dims,
-                          .numel = numel,
-                          .data = copy,
-                          .nbytes = numel * esize};
-    struct qp_error err = {0};
-    int v = -1;
-    assert_int_equal(qp_graph_add_initializer(m->graph, &t, &v, &err), QP_OK);
-    return v;
-}
-
 static int add_f32(struct qp_model *m, const char *name, int rank, const int64_t *d,
                    const float *data) {
-    return add_data_init(m, name, rank, d, QP_DTYPE_FLOAT, data, 4);
+    return qg_init_typed(m, name, rank, d, QP_DTYPE_FLOAT, data, 4);
 }
 
 static enum qp_dtype vdt(const struct qp_model *m, const char *name) {
@@ -163,7 +130,7 @@ static const float SC[4] = {1, 1, 2, 2};
 static struct qp_model *conv_resize(void) {
     struct qp_model *m = qp_model_create();
     assert_non_null(m);
-    set_opset(m, 19);
+    qg_set_opset(m, 19);
     qg_shape(m, "x", QP_DTYPE_FLOAT, 4, QG_DIMS(1, 2, 2, 2));
     qg_input(m, "x");
     add_f32(m, "W", 4, QG_DIMS(3, 2, 1, 1), W);
@@ -321,7 +288,7 @@ static void test_conv_resize(void **state) {
 static struct qp_model *mixed_graph(void) {
     struct qp_model *m = qp_model_create();
     assert_non_null(m);
-    set_opset(m, 19);
+    qg_set_opset(m, 19);
     qg_shape(m, "x", QP_DTYPE_FLOAT, 2, QG_DIMS(2, 3));
     qg_input(m, "x");
     const float k[3] = {1.5f, -2.0f, 0.25f};
@@ -414,7 +381,7 @@ static void test_clamp(void **state) {
     (void)state;
     struct qp_model *m = qp_model_create();
     assert_non_null(m);
-    set_opset(m, 19);
+    qg_set_opset(m, 19);
     qg_shape(m, "x", QP_DTYPE_FLOAT, 1, QG_DIMS(4));
     qg_input(m, "x");
     const float big[4] = {1e6f, -INFINITY, 65504.0f, 1.0f};
@@ -422,7 +389,7 @@ static void test_clamp(void **state) {
     const float tiny = 1e-9f;
     add_f32(m, "s", 0, NULL, &tiny);
     const int8_t zp = 0;
-    add_data_init(m, "zp", 0, NULL, QP_DTYPE_INT8, &zp, 1);
+    qg_init_typed(m, "zp", 0, NULL, QP_DTYPE_INT8, &zp, 1);
     qg_node(m, "add", "Add", "x,big", "a");
     qg_node(m, "q", "QuantizeLinear", "a,s,zp", "aq");
     qg_node(m, "dq", "DequantizeLinear", "aq,s,zp", "ad");
@@ -462,7 +429,7 @@ static void test_options(void **state) {
     (void)state;
     struct qp_model *m = qp_model_create();
     assert_non_null(m);
-    set_opset(m, 19);
+    qg_set_opset(m, 19);
     qg_shape(m, "x", QP_DTYPE_FLOAT, 4, QG_DIMS(1, 1, 2, 2));
     qg_input(m, "x");
     const float big[1] = {1e6f};
@@ -471,7 +438,7 @@ static void test_options(void **state) {
     add_f32(m, "s", 0, NULL, &s1);
     add_f32(m, "w", 4, QG_DIMS(1, 1, 1, 1), w);
     const int8_t zp = 0;
-    add_data_init(m, "zp", 0, NULL, QP_DTYPE_INT8, &zp, 1);
+    qg_init_typed(m, "zp", 0, NULL, QP_DTYPE_INT8, &zp, 1);
     qg_node(m, "add", "Add", "x,big", "a");
     qg_node(m, "q", "QuantizeLinear", "a,s,zp", "aq");
     qg_node(m, "dq", "DequantizeLinear", "aq,s,zp", "ad");
@@ -518,7 +485,7 @@ static void test_unknown_dtype(void **state) {
     (void)state;
     struct qp_model *m = qp_model_create();
     assert_non_null(m);
-    set_opset(m, 19);
+    qg_set_opset(m, 19);
     qg_shape(m, "x", QP_DTYPE_FLOAT, 1, QG_DIMS(4));
     qg_input(m, "x");
     int foo = -1;
