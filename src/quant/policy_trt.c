@@ -717,15 +717,10 @@ static enum qp_status emit(struct ctx *c, struct qp_placement *out, int n, struc
     return QP_OK;
 }
 
-static void partition_policy(struct ctx *c, int *ok) {
+/* CASK partitions rooted at linear ops, in topo order (§3.6.1). 0 when out of memory. */
+static int grow_cask_partitions(struct ctx *c) {
     struct qp_graph *g = c->g;
-    find_patterns(c);
-    if (!find_residual_adds(c)) {
-        *ok = 0;
-        return;
-    }
-    /* CASK partitions rooted at linear ops, in topo order. */
-    for (size_t k = 0; k < g->n_topo && *ok; k++) {
+    for (size_t k = 0; k < g->n_topo; k++) {
         int n = g->topo[k];
         const struct qp_node *nd = node(c, n);
         if (!qp_op_is(nd, QP_OP_FLAG_LINEAR) || c->cask[n] >= 0 || c->excluded[n] ||
@@ -733,16 +728,18 @@ static void partition_policy(struct ctx *c, int *ok) {
             continue;
         int pid = c->n_cask++;
         c->cask_head[pid] = n;
-        if (!grow_partition(c, c->cask, pid, n, &c->cask_last[pid])) *ok = 0;
+        if (!grow_partition(c, c->cask, pid, n, &c->cask_last[pid])) return 0;
     }
-    /* KGEN partitions rooted at the remaining pointwise ops. */
+    return 1;
+}
+
+/* KGEN partitions rooted at the remaining pointwise ops, then one-node ones for a Resize fed by
+ * the last node of a CASK partition; their heads in kgen_head (room for every node). The count,
+ * or -1 when out of memory. */
+static int grow_kgen_partitions(struct ctx *c, int *kgen_head) {
+    struct qp_graph *g = c->g;
     int n_kgen = 0;
-    int *kgen_head = qp_malloc_n(c->nn + 1, sizeof *kgen_head);
-    if (!kgen_head) {
-        *ok = 0;
-        return;
-    }
-    for (size_t k = 0; k < g->n_topo && *ok; k++) {
+    for (size_t k = 0; k < g->n_topo; k++) {
         int n = g->topo[k];
         const struct qp_node *nd = node(c, n);
         if (!qp_op_is(nd, QP_OP_FLAG_POINTWISE) || c->cask[n] >= 0 || c->kgen[n] >= 0 ||
@@ -750,7 +747,7 @@ static void partition_policy(struct ctx *c, int *ok) {
             continue;
         int last;
         kgen_head[n_kgen] = n;
-        if (!grow_partition(c, c->kgen, n_kgen++, n, &last)) *ok = 0;
+        if (!grow_partition(c, c->kgen, n_kgen++, n, &last)) return -1;
     }
     for (size_t k = 0; k < g->n_topo; k++) {
         int n = g->topo[k];
@@ -766,8 +763,14 @@ static void partition_policy(struct ctx *c, int *ok) {
             c->note[n] = "trt.resize_after_partition";
         }
     }
+    return n_kgen;
+}
 
-    /* CASK classification (§3.6.1). */
+/* CASK classification (§3.6.1): a member with inputs from inside and outside its partition is a
+ * residual Add (only the outside ones quantized), one with outside inputs only the root, the
+ * rest fused. */
+static void classify_cask(struct ctx *c) {
+    struct qp_graph *g = c->g;
     for (size_t k = 0; k < g->n_topo; k++) {
         int n = g->topo[k];
         if (c->cask[n] < 0) continue;
@@ -791,15 +794,54 @@ static void partition_policy(struct ctx *c, int *ok) {
         else
             c->note[n] = "trt.fused";
     }
+}
 
-    /* KGEN heads (§3.6.3). */
+/* The inputs of KGEN head n (§3.6.3): *has_q when one comes from a CASK partition (possibly
+ * through copy ops) or a pooling/BN/Mul producer; the returned mask holds the inputs left raw —
+ * those of a mask Add, and those no other quantizable head reads (qheads: the heads so far). */
+static uint64_t kgen_raw_inputs(struct ctx *c, int n, int mask_add, const int *qheads, int n_qheads,
+                                int *has_q) {
+    struct qp_graph *g = c->g;
+    const struct qp_node *nd = node(c, n);
+    uint64_t noq = 0;
+    *has_q = 0;
+    for (int i = 0; i < nd->n_inputs && i < 64; i++) {
+        int v = nd->inputs[i];
+        if (v < 0) continue;
+        int p = g->values[v].producer;
+        if (p < 0) continue;
+        const char *pop = onnx_op(node(c, p));
+        if (follows_cask(c, p, 0) || strcmp(pop, "AveragePool") == 0 ||
+            strcmp(pop, "BatchNormalization") == 0 || strcmp(pop, "GlobalAveragePool") == 0 ||
+            strcmp(pop, "MaxPool") == 0 || strcmp(pop, "Mul") == 0) {
+            if (mask_add)
+                noq |= (uint64_t)1 << i;
+            else
+                *has_q = 1;
+            continue;
+        }
+        /* Does another quantizable head (CASK root or KGEN head so far) read it? */
+        int other = 0;
+        const struct qp_value *val = &g->values[v];
+        for (size_t u = 0; u < val->n_uses && !other; u++) {
+            int m = val->uses[u].node;
+            if (m == n) continue;
+            if (c->cask[m] >= 0 && c->cask_head[c->cask[m]] == m) other = 1;
+            for (int j = 0; j < n_qheads && !other; j++)
+                other = qheads[j] == m;
+        }
+        if (!other) noq |= (uint64_t)1 << i;
+    }
+    return noq;
+}
+
+/* KGEN heads (§3.6.3): members other than the head are fused; a quantizable head with a
+ * quantized input gets its inputs quantized. 0 when out of memory. */
+static int quantize_kgen_heads(struct ctx *c, const int *kgen_head, int n_kgen) {
+    struct qp_graph *g = c->g;
     int *qheads = qp_malloc_n(c->nn + 1, sizeof *qheads);
     int n_qheads = 0;
-    if (!qheads) {
-        free(kgen_head);
-        *ok = 0;
-        return;
-    }
+    if (!qheads) return 0;
     for (int h = 0; h < n_kgen; h++) {
         int n = kgen_head[h];
         const struct qp_node *nd = node(c, n);
@@ -813,35 +855,8 @@ static void partition_policy(struct ctx *c, int *ok) {
         static const char *const mask_wild[] = {"Flatten", "Reshape", NULL};
         struct path_query q;
         int mask_add = qp_node_is(nd, "Add") && has_path(c, n, mask_pat, mask_wild, 0, 1, &q);
-        uint64_t noq = 0;
-        int has_q = 0;
-        for (int i = 0; i < nd->n_inputs && i < 64; i++) {
-            int v = nd->inputs[i];
-            if (v < 0) continue;
-            int p = g->values[v].producer;
-            if (p < 0) continue;
-            const char *pop = onnx_op(node(c, p));
-            if (follows_cask(c, p, 0) || strcmp(pop, "AveragePool") == 0 ||
-                strcmp(pop, "BatchNormalization") == 0 || strcmp(pop, "GlobalAveragePool") == 0 ||
-                strcmp(pop, "MaxPool") == 0 || strcmp(pop, "Mul") == 0) {
-                if (mask_add)
-                    noq |= (uint64_t)1 << i;
-                else
-                    has_q = 1;
-                continue;
-            }
-            /* Does another quantizable head (CASK root or KGEN head so far) read it? */
-            int other = 0;
-            const struct qp_value *val = &g->values[v];
-            for (size_t u = 0; u < val->n_uses && !other; u++) {
-                int m = val->uses[u].node;
-                if (m == n) continue;
-                if (c->cask[m] >= 0 && c->cask_head[c->cask[m]] == m) other = 1;
-                for (int j = 0; j < n_qheads && !other; j++)
-                    other = qheads[j] == m;
-            }
-            if (!other) noq |= (uint64_t)1 << i;
-        }
+        int has_q;
+        uint64_t noq = kgen_raw_inputs(c, n, mask_add, qheads, n_qheads, &has_q);
         if (!has_q) {
             c->note[n] = mask_add ? "trt.mask_add" : "trt.kgen_no_quantized_input";
             continue;
@@ -851,9 +866,12 @@ static void partition_policy(struct ctx *c, int *ok) {
         set_quant(c, n, "trt.kgen_input", "trt.kgen_head");
     }
     free(qheads);
-    free(kgen_head);
+    return 1;
+}
 
-    /* Conv -> LayerNormalization (§3.6.4). */
+/* Conv -> LayerNormalization (§3.6.4). */
+static void quantize_layernorm_after_cask(struct ctx *c) {
+    struct qp_graph *g = c->g;
     for (size_t k = 0; k < g->n_topo; k++) {
         int n = g->topo[k];
         const struct qp_node *nd = node(c, n);
@@ -863,8 +881,11 @@ static void partition_policy(struct ctx *c, int *ok) {
         if (p >= 0 && follows_cask(c, p, 0))
             set_quant(c, n, "trt.layernorm_input", "trt.layernorm_after_partition");
     }
+}
 
-    /* Leftovers (§3.6.5); pooling deferred to a second pass. */
+/* Leftovers (§3.6.5); pooling in a second pass, once its neighbours are decided. */
+static void quantize_leftovers(struct ctx *c) {
+    struct qp_graph *g = c->g;
     for (int pass = 0; pass < 2; pass++) {
         for (size_t k = 0; k < g->n_topo; k++) {
             int n = g->topo[k];
@@ -884,8 +905,11 @@ static void partition_policy(struct ctx *c, int *ok) {
             }
         }
     }
+}
 
-    /* Graph-output nodes (§3.6.6). */
+/* Graph-output nodes (§3.6.6): dropped unless Conv/Gemm/MatMul or keeping some inputs raw. */
+static void drop_graph_output_nodes(struct ctx *c) {
+    struct qp_graph *g = c->g;
     for (size_t k = 0; k < g->n_topo; k++) {
         int n = g->topo[k];
         const struct qp_node *nd = node(c, n);
@@ -899,6 +923,32 @@ static void partition_policy(struct ctx *c, int *ok) {
                 break;
             }
     }
+}
+
+/* The partition policy (§3): partitions, then which of their nodes take Q/DQ. */
+static void partition_policy(struct ctx *c, int *ok) {
+    find_patterns(c);
+    if (!find_residual_adds(c) || !grow_cask_partitions(c)) {
+        *ok = 0;
+        return;
+    }
+    int *kgen_head = qp_malloc_n(c->nn + 1, sizeof *kgen_head);
+    int n_kgen = kgen_head ? grow_kgen_partitions(c, kgen_head) : -1;
+    if (n_kgen < 0) {
+        free(kgen_head);
+        *ok = 0;
+        return;
+    }
+    classify_cask(c);
+    int heads_ok = quantize_kgen_heads(c, kgen_head, n_kgen);
+    free(kgen_head);
+    if (!heads_ok) {
+        *ok = 0;
+        return;
+    }
+    quantize_layernorm_after_cask(c);
+    quantize_leftovers(c);
+    drop_graph_output_nodes(c);
 }
 
 static int has_qdq(const struct qp_graph *g) {
