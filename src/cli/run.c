@@ -72,35 +72,123 @@ static enum qp_status check_feed(const struct qp_value *v, const struct qp_array
     return QP_OK;
 }
 
+/* --input NAME=FILE.npy flags into feeds (one per session input). */
+static enum qp_status read_input_flags(const struct cli_args *args, const struct qp_session *s,
+                                       struct feed *feeds, struct qp_error *err) {
+    size_t n_in = qp_session_n_inputs(s);
+    for (size_t i = 0; i < cli_count(args, "input"); i++) {
+        const char *spec = cli_value_at(args, "input", i);
+        const char *eq = strchr(spec, '=');
+        if (!eq || eq == spec || !eq[1])
+            return qp_error_set(err, QP_ERR_USAGE, "run: --input '%s' is not NAME=FILE.npy", spec);
+        size_t nlen = (size_t)(eq - spec);
+        int idx = -1;
+        for (size_t k = 0; k < n_in; k++) {
+            const char *nm = qp_session_input_name(s, k);
+            if (strlen(nm) == nlen && memcmp(nm, spec, nlen) == 0) idx = (int)k;
+        }
+        if (idx < 0)
+            return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                "run: --input '%.*s': the model has no input of that name",
+                                (int)nlen, spec);
+        if (feeds[idx].set)
+            return qp_error_set(err, QP_ERR_BAD_INPUT, "run: input '%s' is given twice",
+                                qp_session_input_name(s, (size_t)idx));
+        if (qp_npy_read_file(eq + 1, &feeds[idx].a, err) != QP_OK) return err->status;
+        feeds[idx].set = 1;
+        feeds[idx].name = eq + 1;
+    }
+    return QP_OK;
+}
+
+/* The members of --inputs FILE.npz into feeds; *npz stays open (the caller closes it). */
+static enum qp_status read_input_npz(const char *path, const struct qp_session *s,
+                                     struct feed *feeds, struct qp_npz **npz,
+                                     struct qp_error *err) {
+    if (qp_npz_open(path, 0, npz, err) != QP_OK) return err->status;
+    for (size_t j = 0; j < qp_npz_count(*npz); j++) {
+        const char *key = qp_npz_name(*npz, j);
+        int idx = qp_session_input_index(s, key);
+        if (idx < 0)
+            return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                "run: %s: member '%s.npy' names no input of the model", path, key);
+        if (feeds[idx].set)
+            return qp_error_set(err, QP_ERR_BAD_INPUT, "run: input '%s' is given twice", key);
+        if (qp_npz_read(*npz, key, &feeds[idx].a, err) != QP_OK) return err->status;
+        feeds[idx].set = 1;
+        feeds[idx].name = path;
+    }
+    return QP_OK;
+}
+
+/* Every output of the session's last run into the .npz at path, one member per output. */
+static enum qp_status write_outputs(const struct qp_session *s, const char *path,
+                                    struct qp_error *err) {
+    size_t n_out = qp_session_n_outputs(s);
+    struct qp_array *outs = calloc(n_out + 1, sizeof *outs);
+    char **keys = calloc(n_out + 1, sizeof *keys);
+    enum qp_status st = QP_OK;
+    if (!outs || !keys) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "run: out of memory");
+        goto done;
+    }
+    for (size_t o = 0; o < n_out && st == QP_OK; o++) {
+        if ((st = qp_session_output(s, o, &outs[o], err)) != QP_OK) break;
+        keys[o] = key_for(qp_session_output_name(s, o));
+        if (!keys[o]) {
+            st = qp_error_set(err, QP_ERR_NOMEM, "run: out of memory");
+            break;
+        }
+        for (size_t p = 0; p < o && st == QP_OK; p++)
+            if (strcmp(keys[p], keys[o]) == 0)
+                st = qp_error_set(err, QP_ERR_UNSUPPORTED,
+                                  "run: outputs '%s' and '%s' map to the same archive key '%s'",
+                                  qp_session_output_name(s, p), qp_session_output_name(s, o),
+                                  keys[o]);
+    }
+    if (st == QP_OK)
+        st = qp_npz_write_file(path, (const char *const *)keys, outs, n_out, QP_NPZ_STORE, err);
+done:
+    for (size_t o = 0; keys && o < n_out; o++)
+        free(keys[o]);
+    free(keys);
+    free(outs);
+    return st;
+}
+
+/* --threads N (1..1024) into *n; 0 when absent. 0, or the exit code of a usage error. */
+static int parse_threads(const struct cli_args *args, int *n) {
+    const char *threads = cli_value(args, "threads", NULL);
+    *n = 0;
+    if (!threads) return 0;
+    char *end;
+    errno = 0;
+    long t = strtol(threads, &end, 10);
+    if (errno || *end || end == threads || t < 1 || t > 1024) {
+        struct qp_error err = {0};
+        qp_error_set(&err, QP_ERR_USAGE, "run: --threads '%s' is not a number in 1..1024", threads);
+        return cli_fail(&err);
+    }
+    *n = (int)t;
+    return 0;
+}
+
 int cli_run_run(const struct cli_args *args) {
     struct qp_error err = {0};
     struct qp_model *m = NULL;
     struct qp_session *s = NULL;
     struct qp_npz *npz = NULL;
     struct feed *feeds = NULL;
-    struct qp_array *ins = NULL, *outs = NULL;
-    char **keys = NULL;
-    size_t n_in = 0, n_out = 0;
-    int rc = 0;
+    struct qp_array *ins = NULL;
+    size_t n_in = 0;
+    int rc = 0, n_threads = 0;
     const char *out_path = cli_value(args, "output", NULL);
     const char *npz_path = cli_value(args, "inputs", NULL);
-    const char *threads = cli_value(args, "threads", NULL);
-    int n_threads = 0;
     if (!out_path) {
         qp_error_set(&err, QP_ERR_USAGE, "run: --output OUT.npz is required");
         return cli_fail(&err);
     }
-    if (threads) {
-        char *end;
-        errno = 0;
-        long t = strtol(threads, &end, 10);
-        if (errno || *end || end == threads || t < 1 || t > 1024) {
-            qp_error_set(&err, QP_ERR_USAGE, "run: --threads '%s' is not a number in 1..1024",
-                         threads);
-            return cli_fail(&err);
-        }
-        n_threads = (int)t;
-    }
+    if ((rc = parse_threads(args, &n_threads))) return rc;
     if (cli_count(args, "input") == 0 && !npz_path) {
         qp_error_set(&err, QP_ERR_USAGE,
                      "run: give the inputs with --input NAME=FILE.npy or "
@@ -123,54 +211,8 @@ int cli_run_run(const struct cli_args *args) {
         qp_error_set(&err, QP_ERR_NOMEM, "run: out of memory");
         goto fail;
     }
-    for (size_t i = 0; i < cli_count(args, "input"); i++) {
-        const char *spec = cli_value_at(args, "input", i);
-        const char *eq = strchr(spec, '=');
-        if (!eq || eq == spec || !eq[1]) {
-            qp_error_set(&err, QP_ERR_USAGE, "run: --input '%s' is not NAME=FILE.npy", spec);
-            goto fail;
-        }
-        size_t nlen = (size_t)(eq - spec);
-        int idx = -1;
-        for (size_t k = 0; k < n_in; k++) {
-            const char *nm = qp_session_input_name(s, k);
-            if (strlen(nm) == nlen && memcmp(nm, spec, nlen) == 0) idx = (int)k;
-        }
-        if (idx < 0) {
-            qp_error_set(&err, QP_ERR_BAD_INPUT,
-                         "run: --input '%.*s': the model has no input "
-                         "of that name",
-                         (int)nlen, spec);
-            goto fail;
-        }
-        if (feeds[idx].set) {
-            qp_error_set(&err, QP_ERR_BAD_INPUT, "run: input '%s' is given twice",
-                         qp_session_input_name(s, (size_t)idx));
-            goto fail;
-        }
-        if (qp_npy_read_file(eq + 1, &feeds[idx].a, &err) != QP_OK) goto fail;
-        feeds[idx].set = 1;
-        feeds[idx].name = eq + 1;
-    }
-    if (npz_path) {
-        if (qp_npz_open(npz_path, 0, &npz, &err) != QP_OK) goto fail;
-        for (size_t j = 0; j < qp_npz_count(npz); j++) {
-            const char *key = qp_npz_name(npz, j);
-            int idx = qp_session_input_index(s, key);
-            if (idx < 0) {
-                qp_error_set(&err, QP_ERR_BAD_INPUT,
-                             "run: %s: member '%s.npy' names no input of the model", npz_path, key);
-                goto fail;
-            }
-            if (feeds[idx].set) {
-                qp_error_set(&err, QP_ERR_BAD_INPUT, "run: input '%s' is given twice", key);
-                goto fail;
-            }
-            if (qp_npz_read(npz, key, &feeds[idx].a, &err) != QP_OK) goto fail;
-            feeds[idx].set = 1;
-            feeds[idx].name = npz_path;
-        }
-    }
+    if (read_input_flags(args, s, feeds, &err) != QP_OK) goto fail;
+    if (npz_path && read_input_npz(npz_path, s, feeds, &npz, &err) != QP_OK) goto fail;
     for (size_t k = 0; k < n_in; k++) {
         const struct qp_value *v = &g->values[qp_graph_find_value(g, qp_session_input_name(s, k))];
         if (!feeds[k].set) {
@@ -198,41 +240,13 @@ int cli_run_run(const struct cli_args *args) {
         if (err.status == QP_ERR_USAGE) err.status = QP_ERR_BAD_INPUT; /* caller data, not flags */
         goto fail;
     }
-    n_out = qp_session_n_outputs(s);
-    outs = calloc(n_out + 1, sizeof *outs);
-    keys = calloc(n_out + 1, sizeof *keys);
-    if (!outs || !keys) {
-        qp_error_set(&err, QP_ERR_NOMEM, "run: out of memory");
-        goto fail;
-    }
-    for (size_t o = 0; o < n_out; o++) {
-        if (qp_session_output(s, o, &outs[o], &err) != QP_OK) goto fail;
-        keys[o] = key_for(qp_session_output_name(s, o));
-        if (!keys[o]) {
-            qp_error_set(&err, QP_ERR_NOMEM, "run: out of memory");
-            goto fail;
-        }
-        for (size_t p = 0; p < o; p++)
-            if (strcmp(keys[p], keys[o]) == 0) {
-                qp_error_set(&err, QP_ERR_UNSUPPORTED,
-                             "run: outputs '%s' and '%s' map to the same archive key '%s'",
-                             qp_session_output_name(s, p), qp_session_output_name(s, o), keys[o]);
-                goto fail;
-            }
-    }
-    if (qp_npz_write_file(out_path, (const char *const *)keys, outs, n_out, QP_NPZ_STORE, &err) !=
-        QP_OK)
-        goto fail;
+    if (write_outputs(s, out_path, &err) != QP_OK) goto fail;
     goto done;
 fail:
     rc = cli_fail(&err);
 done:
     for (size_t k = 0; feeds && k < n_in; k++)
         if (feeds[k].set) qp_array_release(&feeds[k].a);
-    for (size_t o = 0; keys && o < n_out; o++)
-        free(keys[o]);
-    free(keys);
-    free(outs);
     free(feeds);
     free(ins);
     qp_npz_close(npz);
