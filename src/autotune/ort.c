@@ -113,16 +113,15 @@ static enum qp_status ort_spec(const struct ort *o, const char *model_path, size
             st = qp_error_set(err, QP_ERR_NOMEM, "ort: out of memory");
         }
         for (int d = 0; st == QP_OK && d < all[i].rank; d++)
-            cJSON_AddItemToArray(dims, cJSON_CreateNumber((double)all[i].dims[d]));
+            if (!cJSON_AddItemToArray(dims, cJSON_CreateNumber((double)all[i].dims[d])))
+                st = qp_error_set(err, QP_ERR_NOMEM, "ort: out of memory");
     }
-    if (st == QP_OK) {
-        cJSON_AddStringToObject(spec, "model", model_path);
-        cJSON_AddNumberToObject(spec, "threads", o->n_threads);
-        cJSON_AddNumberToObject(spec, "warmup", o->warmup);
-        cJSON_AddNumberToObject(spec, "runs", (double)n_runs);
-        if (!(*json_out = cJSON_PrintUnformatted(spec)))
-            st = qp_error_set(err, QP_ERR_NOMEM, "ort: out of memory");
-    }
+    if (st == QP_OK && (!cJSON_AddStringToObject(spec, "model", model_path) ||
+                        !cJSON_AddNumberToObject(spec, "threads", o->n_threads) ||
+                        !cJSON_AddNumberToObject(spec, "warmup", o->warmup) ||
+                        !cJSON_AddNumberToObject(spec, "runs", (double)n_runs) ||
+                        !(*json_out = cJSON_PrintUnformatted(spec))))
+        st = qp_error_set(err, QP_ERR_NOMEM, "ort: out of memory");
     cJSON_Delete(spec);
     free(all);
     free(given);

@@ -75,6 +75,38 @@ static void test_builtin(void **state) {
     assert_null(b);
 }
 
+#define QPLACE_BIN QP_TEST_BINARY_DIR "/../qplace"
+
+/* A Q/DQ model (resnet_like quantized by `qplace quantize`, synthetic calibration) on the
+ * integer path and as written: n positive samples from each. */
+static void test_builtin_qdq(void **state) {
+    (void)state;
+    char dir[] = "/tmp/qp_latency_XXXXXX", q[256], cmd[1024];
+    assert_non_null(mkdtemp(dir));
+    snprintf(q, sizeof q, "%s/resnet_like.quant.onnx", dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' quantize --onnx_path '%s/tests/integration/quantize_models/resnet_like.onnx' "
+             "--output_path '%s' > '%s/log.txt' 2>&1",
+             QPLACE_BIN, SRC, q, dir);
+    assert_int_equal(system(cmd), 0);
+    struct qp_error err = {0};
+    struct qp_latency_builtin_options o;
+    qp_latency_builtin_options_default(&o);
+    o.n_threads = 1;
+    for (int int8 = QP_INT8_OFF; int8 <= QP_INT8_AUTO; int8++) {
+        o.int8 = int8;
+        struct qp_latency_backend *b = NULL;
+        assert_int_equal(qp_latency_builtin_create(&o, &b, &err), QP_OK);
+        double ms[4] = {0};
+        enum qp_status st = qp_latency_measure(b, q, 4, ms, &err);
+        if (st != QP_OK) fail_msg("%s", err.msg);
+        check_samples(ms, 4);
+        qp_latency_backend_free(b);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_ort(void **state) {
     (void)state;
     int have_node = system("command -v node > /dev/null 2>&1") == 0;
@@ -117,6 +149,7 @@ static void test_ort(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builtin),
+        cmocka_unit_test(test_builtin_qdq),
         cmocka_unit_test(test_ort),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
