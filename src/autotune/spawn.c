@@ -62,21 +62,35 @@ static enum qp_status wait_child(pid_t pid, int *exit_out, struct qp_error *err)
     return QP_OK;
 }
 
+/* The child's stdin from /dev/null, stdout and stderr into wfd: 0, or an errno value (then
+ * `fa` is already destroyed). */
+static int file_actions(posix_spawn_file_actions_t *fa, int wfd) {
+    int rc = posix_spawn_file_actions_init(fa);
+    if (rc != 0) return rc;
+    if ((rc = posix_spawn_file_actions_addopen(fa, 0, "/dev/null", O_RDONLY, 0)) != 0 ||
+        (rc = posix_spawn_file_actions_adddup2(fa, wfd, 1)) != 0 ||
+        (rc = posix_spawn_file_actions_adddup2(fa, wfd, 2)) != 0)
+        posix_spawn_file_actions_destroy(fa);
+    return rc;
+}
+
 enum qp_status qp_spawn_capture(char *const argv[], struct qp_spawn_output *out,
                                 struct qp_error *err) {
     if (!argv || !argv[0] || !out) return qp_error_set(err, QP_ERR_USAGE, "spawn: NULL argument");
     int fds[2];
-    if (pipe(fds) != 0) return qp_error_set(err, QP_ERR_IO, "spawn: pipe: %s", strerror(errno));
-    /* Our end must not leak into the child (it would never see EOF on a grandchild's exit). */
-    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    /* Close-on-exec: neither end leaks into this child (its copies are the dup2'd 1 and 2) nor
+     * into another one started meanwhile, or the read below would not see EOF. */
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return qp_error_set(err, QP_ERR_IO, "spawn: pipe: %s", strerror(errno));
     posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-    posix_spawn_file_actions_addclose(&fa, fds[1]);
+    int rc = file_actions(&fa, fds[1]);
+    if (rc != 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return qp_error_set(err, QP_ERR_NOMEM, "spawn: file actions: %s", strerror(rc));
+    }
     pid_t pid = 0;
-    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     close(fds[1]);
     if (rc != 0) {
