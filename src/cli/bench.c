@@ -12,7 +12,7 @@
  * exits 3 when they differ: what the `real` test uses.
  *
  * The measurement itself (shapes, deterministic inputs, warm-up and timed runs, median/min/mean)
- * is the library's, src/pipeline/bench.h; this file parses the flags, runs ONNX Runtime and
+ * is the library's, src/runtime/bench.h; this file parses the flags, runs ONNX Runtime and
  * prints.
  */
 #include <cjson/cJSON.h>
@@ -30,7 +30,7 @@
 #include "cli.h"
 #include "ir/ir.h"
 #include "kernels/isa.h"
-#include "pipeline/bench.h"
+#include "runtime/bench.h"
 #include "qplace/array.h"
 #include "qplace/model.h"
 #include "qplace/session.h"

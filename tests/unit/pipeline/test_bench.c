@@ -1,4 +1,4 @@
-/* The latency measurement (pipeline/bench.h) on a small graph built with the IR: counts and
+/* The latency measurement (runtime/bench.h) on a small graph built with the IR: counts and
  * order of the times, shape resolution, deterministic inputs, and the usage errors. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,7 +11,7 @@
 
 #include "../test_model.h"
 #include "ir/ir.h"
-#include "pipeline/bench.h"
+#include "runtime/bench.h"
 #include "qplace/session.h"
 
 static struct qp_opset opset17 = {"", 17};

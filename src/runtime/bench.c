@@ -1,5 +1,5 @@
-/* Latency measurement of a model on the engine (pipeline/bench.h). */
-#include "pipeline/bench.h"
+/* Latency measurement of a model on the engine (runtime/bench.h). */
+#include "runtime/bench.h"
 
 #include <stdlib.h>
 #include <string.h>

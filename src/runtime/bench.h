@@ -21,8 +21,8 @@
  * read the outputs of the last run, as `qplace bench --check` does) or brings its own inputs:
  * qp_bench_input_shapes -> qp_session_create -> qp_bench_inputs_create -> qp_bench_session.
  */
-#ifndef QP_PIPELINE_BENCH_H
-#define QP_PIPELINE_BENCH_H
+#ifndef QP_RUNTIME_BENCH_H
+#define QP_RUNTIME_BENCH_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,0 +1,217 @@
+/* Latency comparison and the alternating race (autotune/compare.h). */
+#include "autotune/compare.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/size.h"
+
+static const char *const verdict_names[] = {
+    [QP_LATENCY_UNRESOLVED] = "unresolved",
+    [QP_LATENCY_FASTER] = "faster",
+    [QP_LATENCY_SLOWER] = "slower",
+};
+_Static_assert(sizeof verdict_names / sizeof verdict_names[0] == QP_LATENCY_VERDICT_COUNT,
+               "one name per verdict");
+
+const char *qp_latency_verdict_name(enum qp_latency_verdict_kind v) {
+    return (unsigned)v < QP_LATENCY_VERDICT_COUNT ? verdict_names[v] : "?";
+}
+
+/* A sample and which side it came from, for the joint ranking. */
+struct tagged {
+    double v;
+    int from_a;
+};
+
+static int cmp_tagged(const void *x, const void *y) {
+    double a = ((const struct tagged *)x)->v, b = ((const struct tagged *)y)->v;
+    return a < b ? -1 : a > b;
+}
+
+/* Median of the n (>= 1) samples of one side in the sorted joint sample t. */
+static double sorted_median(const struct tagged *t, size_t n, int from_a) {
+    /* Walk the joint order picking one side: the side's own order is the joint order. */
+    size_t k = 0, lo = (n - 1) / 2, hi = n / 2;
+    double vlo = 0, vhi = 0;
+    for (const struct tagged *p = t;; p++) {
+        if (p->from_a != from_a) continue;
+        if (k == lo) vlo = p->v;
+        if (k == hi) {
+            vhi = p->v;
+            break;
+        }
+        k++;
+    }
+    return 0.5 * (vlo + vhi);
+}
+
+/* Mann-Whitney z of side a (tie- and continuity-corrected) over the sorted joint sample. */
+static double mann_whitney_z(const struct tagged *t, size_t na, size_t nb) {
+    size_t n = na + nb;
+    double rank_sum_a = 0, ties = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && t[j].v == t[i].v)
+            j++;
+        double avg_rank = 0.5 * (double)(i + 1 + j); /* ranks i+1 .. j */
+        double cnt = (double)(j - i);
+        ties += cnt * cnt * cnt - cnt;
+        for (size_t k = i; k < j; k++)
+            if (t[k].from_a) rank_sum_a += avg_rank;
+        i = j;
+    }
+    double dna = (double)na, dnb = (double)nb, dn = (double)n;
+    double u = rank_sum_a - dna * (dna + 1) / 2;
+    double mean = dna * dnb / 2;
+    double var = dna * dnb / 12 * ((dn + 1) - ties / (dn * (dn - 1)));
+    if (var <= 0) return 0;
+    double d = u - mean;
+    d = d > 0.5 ? d - 0.5 : d < -0.5 ? d + 0.5 : 0;
+    return d / sqrt(var);
+}
+
+enum qp_status qp_latency_compare_effect(const double *a, size_t na, const double *b, size_t nb,
+                                         double confidence, double min_effect,
+                                         struct qp_latency_verdict *out) {
+    if (!out || (na && !a) || (nb && !b) || !(confidence > 0 && confidence < 1) ||
+        !(min_effect >= 0) || na == 0 || nb == 0)
+        return QP_ERR_USAGE;
+    size_t n = 0;
+    if (!qp_size_add(na, nb, &n)) return QP_ERR_NOMEM;
+    struct tagged *t = qp_malloc_n(n, sizeof *t);
+    if (!t) return QP_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        t[i].from_a = i < na;
+        t[i].v = i < na ? a[i] : b[i - na];
+        if (isnan(t[i].v)) {
+            free(t);
+            return QP_ERR_USAGE;
+        }
+    }
+    qsort(t, n, sizeof *t, cmp_tagged);
+    struct qp_latency_verdict v = {.na = na, .nb = nb};
+    v.median_a_ms = sorted_median(t, na, 1);
+    v.median_b_ms = sorted_median(t, nb, 0);
+    v.rel_diff = v.median_b_ms != 0 ? (v.median_a_ms - v.median_b_ms) / v.median_b_ms : 0;
+    v.z = mann_whitney_z(t, na, nb);
+    v.p_value = erfc(fabs(v.z) / sqrt(2.0));
+    free(t);
+    int enough = na >= 4 && nb >= 4 && v.p_value < 1 - confidence;
+    if (enough && v.z < 0 && v.rel_diff <= -min_effect) v.verdict = QP_LATENCY_FASTER;
+    if (enough && v.z > 0 && v.rel_diff >= min_effect) v.verdict = QP_LATENCY_SLOWER;
+    *out = v;
+    return QP_OK;
+}
+
+enum qp_status qp_latency_compare(const double *a, size_t na, const double *b, size_t nb,
+                                  double confidence, struct qp_latency_verdict *out) {
+    return qp_latency_compare_effect(a, na, b, nb, confidence, QP_LATENCY_MIN_EFFECT, out);
+}
+
+/* ---- the race --------------------------------------------------------------------------- */
+
+void qp_latency_race_options_default(struct qp_latency_race_options *o) {
+    o->confidence = 0.95;
+    o->min_rounds = 2;
+    o->max_rounds = 10;
+    o->runs_per_round = 10;
+    o->budget_seconds = 60;
+    o->min_effect = QP_LATENCY_MIN_EFFECT;
+}
+
+void qp_latency_race_result_release(struct qp_latency_race_result *r) {
+    if (!r) return;
+    free(r->cand_ms);
+    free(r->best_ms);
+    memset(r, 0, sizeof *r);
+}
+
+static enum qp_status check_race_options(const struct qp_latency_race_options *o, size_t *cap_out,
+                                         struct qp_error *err) {
+    if (!(o->confidence > 0 && o->confidence < 1))
+        return qp_error_set(err, QP_ERR_USAGE, "latency race: confidence %g is not in (0, 1)",
+                            o->confidence);
+    if (o->min_rounds < 1 || o->max_rounds < o->min_rounds || o->runs_per_round < 1)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "latency race: rounds %zu..%zu of %zu runs: expected 1 <= min_rounds "
+                            "<= max_rounds and runs_per_round >= 1",
+                            o->min_rounds, o->max_rounds, o->runs_per_round);
+    if (!(o->budget_seconds > 0) || !(o->min_effect >= 0))
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "latency race: budget %g s must be > 0 and min_effect %g >= 0",
+                            o->budget_seconds, o->min_effect);
+    if (!qp_size_mul(o->max_rounds, o->runs_per_round, cap_out))
+        return qp_error_set(err, QP_ERR_NOMEM, "latency race: too many samples");
+    return QP_OK;
+}
+
+/* One round: both models, the order alternating with the round (ABBA over two rounds). */
+static enum qp_status race_round(struct qp_latency_backend *backend, const char *cand,
+                                 const char *best, size_t runs, struct qp_latency_race_result *r,
+                                 struct qp_error *err) {
+    int cand_first = r->n_rounds % 2 == 0;
+    for (int k = 0; k < 2; k++) {
+        int is_cand = (k == 0) == cand_first;
+        double *dst = is_cand ? r->cand_ms + r->n_cand : r->best_ms + r->n_best;
+        enum qp_status st = qp_latency_measure(backend, is_cand ? cand : best, runs, dst, err);
+        if (st != QP_OK) return st;
+        if (is_cand)
+            r->n_cand += runs;
+        else
+            r->n_best += runs;
+    }
+    r->n_rounds++;
+    return QP_OK;
+}
+
+enum qp_status qp_latency_race(struct qp_latency_backend *backend, const char *cand_path,
+                               const char *best_path, const struct qp_latency_race_options *o,
+                               struct qp_latency_race_result *out, struct qp_error *err) {
+    struct qp_latency_race_options dflt;
+    qp_latency_race_options_default(&dflt);
+    if (!o) o = &dflt;
+    if (!backend || !cand_path || !best_path || !out)
+        return qp_error_set(err, QP_ERR_USAGE, "latency race: NULL argument");
+    memset(out, 0, sizeof *out);
+    size_t cap = 0;
+    enum qp_status st = check_race_options(o, &cap, err);
+    if (st != QP_OK) return st;
+    struct qp_latency_race_result r = {0};
+    r.cand_ms = qp_malloc_n(cap, sizeof *r.cand_ms);
+    r.best_ms = qp_malloc_n(cap, sizeof *r.best_ms);
+    if (!r.cand_ms || !r.best_ms) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "latency race: out of memory");
+        goto fail;
+    }
+    /* Bonferroni over the looks the race may take keeps the overall level. */
+    double look_confidence = 1 - (1 - o->confidence) / (double)o->max_rounds;
+    double t0 = qp_clock_seconds();
+    r.stop = QP_LATENCY_STOP_MAX_ROUNDS;
+    while (r.n_rounds < o->max_rounds) {
+        if (r.n_rounds >= o->min_rounds && qp_clock_seconds() - t0 >= o->budget_seconds) {
+            r.stop = QP_LATENCY_STOP_BUDGET;
+            break;
+        }
+        if ((st = race_round(backend, cand_path, best_path, o->runs_per_round, &r, err)) != QP_OK)
+            goto fail;
+        if (qp_latency_compare_effect(r.cand_ms, r.n_cand, r.best_ms, r.n_best, look_confidence,
+                                      o->min_effect, &r.verdict) != QP_OK) {
+            st = qp_error_set(err, QP_ERR_NOMEM, "latency race: out of memory");
+            goto fail;
+        }
+        if (r.n_rounds >= o->min_rounds && r.verdict.verdict != QP_LATENCY_UNRESOLVED) {
+            r.stop = QP_LATENCY_STOP_RESOLVED;
+            break;
+        }
+    }
+    /* Before min_rounds the verdict is not a decision. */
+    if (r.stop != QP_LATENCY_STOP_RESOLVED) r.verdict.verdict = QP_LATENCY_UNRESOLVED;
+    *out = r;
+    return QP_OK;
+fail:
+    qp_latency_race_result_release(&r);
+    return st;
+}

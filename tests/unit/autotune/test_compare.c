@@ -1,0 +1,233 @@
+/* Latency comparison and the alternating race (autotune/compare.h) on the fixed backend's
+ * deterministic, seeded latencies: clear differences resolve, equal ones do not, outliers do not
+ * decide, and a noisy-but-equal pair is called faster at most at the stated rate. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "autotune/compare.h"
+#include "autotune/latency.h"
+
+/* Two models' latencies: median cand_ms / best_ms, log-normal noise of `sigma` and, with
+ * probability outlier_p, a 3x outlier (another process took the core). */
+struct noisy {
+    uint64_t seed;
+    double cand_ms, best_ms, sigma, outlier_p;
+    size_t calls;
+};
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static double uniform(uint64_t seed, uint64_t k, int j) {
+    return ((double)(splitmix64(seed * 0x100000001B3ull + 4 * k + (uint64_t)j) >> 11) + 0.5) /
+           9007199254740992.0;
+}
+
+static double noisy_sample(void *ctx, const char *model_path, size_t k) {
+    struct noisy *n = ctx;
+    n->calls++;
+    double base = strcmp(model_path, "cand.onnx") == 0 ? n->cand_ms : n->best_ms;
+    double u1 = uniform(n->seed, k, 0), u2 = uniform(n->seed, k, 1);
+    double z = sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+    double v = base * exp(n->sigma * z);
+    if (uniform(n->seed, k, 2) < n->outlier_p) v *= 3;
+    return v;
+}
+
+static struct qp_latency_backend *noisy_backend(struct noisy *n) {
+    struct qp_latency_backend *b = NULL;
+    struct qp_error err = {0};
+    assert_int_equal(qp_latency_fixed_create(noisy_sample, n, &b, &err), QP_OK);
+    assert_string_equal(b->name, "fixed");
+    return b;
+}
+
+static void test_compare_clear(void **state) {
+    (void)state;
+    double a[12], b[12];
+    for (int i = 0; i < 12; i++) {
+        a[i] = 10 + 0.01 * i;
+        b[i] = 12 + 0.01 * i;
+    }
+    struct qp_latency_verdict v;
+    assert_int_equal(qp_latency_compare(a, 12, b, 12, 0.95, &v), QP_OK);
+    assert_int_equal(v.verdict, QP_LATENCY_FASTER);
+    assert_true(v.z < 0 && v.p_value < 0.001);
+    assert_true(fabs(v.median_a_ms - 10.055) < 1e-9 && fabs(v.median_b_ms - 12.055) < 1e-9);
+    assert_int_equal(qp_latency_compare(b, 12, a, 12, 0.95, &v), QP_OK);
+    assert_int_equal(v.verdict, QP_LATENCY_SLOWER);
+    assert_string_equal(qp_latency_verdict_name(v.verdict), "slower");
+    /* Identical samples: every value a tie, nothing to resolve. */
+    assert_int_equal(qp_latency_compare(a, 12, a, 12, 0.95, &v), QP_OK);
+    assert_int_equal(v.verdict, QP_LATENCY_UNRESOLVED);
+    assert_true(v.p_value > 0.99);
+}
+
+/* Ranks, not sizes: a few huge outliers on the faster side do not turn it slower, and a
+ * difference below the minimum effect is not a verdict however sure the test is. */
+static void test_compare_outliers_and_effect(void **state) {
+    (void)state;
+    double a[20], b[20];
+    for (int i = 0; i < 20; i++) {
+        a[i] = i < 3 ? 500 : 10 + 0.001 * i; /* 3 outliers of 50x */
+        b[i] = 11 + 0.001 * i;
+    }
+    struct qp_latency_verdict v;
+    assert_int_equal(qp_latency_compare(a, 20, b, 20, 0.95, &v), QP_OK);
+    assert_int_equal(v.verdict, QP_LATENCY_FASTER);
+    for (int i = 0; i < 20; i++) {
+        a[i] = 10 + 0.001 * i;
+        b[i] = 10.05 + 0.001 * i; /* 0.5% apart, perfectly separated */
+    }
+    assert_int_equal(qp_latency_compare(a, 20, b, 20, 0.95, &v), QP_OK);
+    assert_true(v.p_value < 1e-6);
+    assert_int_equal(v.verdict, QP_LATENCY_UNRESOLVED);
+    assert_int_equal(qp_latency_compare_effect(a, 20, b, 20, 0.95, 0.001, &v), QP_OK);
+    assert_int_equal(v.verdict, QP_LATENCY_FASTER);
+    /* Too few samples for the normal approximation. */
+    assert_int_equal(qp_latency_compare(a, 3, b, 3, 0.95, &v), QP_OK);
+    assert_int_equal(v.verdict, QP_LATENCY_UNRESOLVED);
+}
+
+static void test_compare_usage(void **state) {
+    (void)state;
+    double a[4] = {1, 2, 3, 4}, nan_[4] = {1, NAN, 3, 4};
+    struct qp_latency_verdict v = {.na = 99};
+    assert_int_equal(qp_latency_compare(a, 4, a, 4, 1.0, &v), QP_ERR_USAGE);
+    assert_int_equal(qp_latency_compare(a, 4, a, 4, 0, &v), QP_ERR_USAGE);
+    assert_int_equal(qp_latency_compare(a, 0, a, 4, 0.95, &v), QP_ERR_USAGE);
+    assert_int_equal(qp_latency_compare(NULL, 4, a, 4, 0.95, &v), QP_ERR_USAGE);
+    assert_int_equal(qp_latency_compare(a, 4, nan_, 4, 0.95, &v), QP_ERR_USAGE);
+    assert_int_equal(v.na, 99); /* untouched on failure */
+}
+
+static void test_race_clearly_faster(void **state) {
+    (void)state;
+    struct noisy n = {.seed = 7, .cand_ms = 8, .best_ms = 10, .sigma = 0.05, .outlier_p = 0.02};
+    struct qp_latency_backend *b = noisy_backend(&n);
+    struct qp_latency_race_options o;
+    qp_latency_race_options_default(&o);
+    struct qp_latency_race_result r;
+    struct qp_error err = {0};
+    assert_int_equal(qp_latency_race(b, "cand.onnx", "best.onnx", &o, &r, &err), QP_OK);
+    assert_int_equal(r.verdict.verdict, QP_LATENCY_FASTER);
+    assert_int_equal(r.stop, QP_LATENCY_STOP_RESOLVED);
+    assert_int_equal(r.n_rounds, o.min_rounds); /* resolved at the first look */
+    assert_int_equal(r.n_cand, o.min_rounds * o.runs_per_round);
+    assert_int_equal(r.n_best, r.n_cand);
+    assert_int_equal(n.calls, r.n_cand + r.n_best);
+    assert_true(fabs(r.verdict.median_a_ms - 8) < 0.5 && fabs(r.verdict.median_b_ms - 10) < 0.5);
+    qp_latency_race_result_release(&r);
+    /* The other way round: slower, as quickly. */
+    assert_int_equal(qp_latency_race(b, "best.onnx", "cand.onnx", &o, &r, &err), QP_OK);
+    assert_int_equal(r.verdict.verdict, QP_LATENCY_SLOWER);
+    assert_int_equal(r.n_rounds, o.min_rounds);
+    qp_latency_race_result_release(&r);
+    qp_latency_backend_free(b);
+}
+
+/* Equal distributions: no verdict, the race runs to its end (max_rounds here; the time budget
+ * when that comes first). */
+static void test_race_equal_unresolved(void **state) {
+    (void)state;
+    struct noisy n = {.seed = 11, .cand_ms = 10, .best_ms = 10, .sigma = 0.03};
+    struct qp_latency_backend *b = noisy_backend(&n);
+    struct qp_latency_race_options o;
+    qp_latency_race_options_default(&o);
+    o.max_rounds = 6;
+    struct qp_latency_race_result r;
+    struct qp_error err = {0};
+    assert_int_equal(qp_latency_race(b, "cand.onnx", "best.onnx", &o, &r, &err), QP_OK);
+    assert_int_equal(r.verdict.verdict, QP_LATENCY_UNRESOLVED);
+    assert_int_equal(r.stop, QP_LATENCY_STOP_MAX_ROUNDS);
+    assert_int_equal(r.n_rounds, 6);
+    assert_int_equal(r.n_cand, 60);
+    assert_int_equal(r.n_best, 60);
+    qp_latency_race_result_release(&r);
+    /* A budget already spent stops the race once min_rounds are done. */
+    o.budget_seconds = 1e-12;
+    assert_int_equal(qp_latency_race(b, "cand.onnx", "best.onnx", &o, &r, &err), QP_OK);
+    assert_int_equal(r.stop, QP_LATENCY_STOP_BUDGET);
+    assert_int_equal(r.n_rounds, o.min_rounds);
+    assert_int_equal(r.verdict.verdict, QP_LATENCY_UNRESOLVED);
+    qp_latency_race_result_release(&r);
+    qp_latency_backend_free(b);
+}
+
+/* Noisy but equal, 200 seeds: called faster at most 10 times (5%) at 95% confidence. */
+static void test_race_false_positive_rate(void **state) {
+    (void)state;
+    int faster = 0, slower = 0;
+    struct qp_latency_race_options o;
+    qp_latency_race_options_default(&o);
+    for (uint64_t seed = 1; seed <= 200; seed++) {
+        struct noisy n = {
+            .seed = seed, .cand_ms = 10, .best_ms = 10, .sigma = 0.08, .outlier_p = 0.05};
+        struct qp_latency_backend *b = noisy_backend(&n);
+        struct qp_latency_race_result r;
+        struct qp_error err = {0};
+        assert_int_equal(qp_latency_race(b, "cand.onnx", "best.onnx", &o, &r, &err), QP_OK);
+        faster += r.verdict.verdict == QP_LATENCY_FASTER;
+        slower += r.verdict.verdict == QP_LATENCY_SLOWER;
+        qp_latency_race_result_release(&r);
+        qp_latency_backend_free(b);
+    }
+    printf("noisy-but-equal: %d of 200 called faster, %d slower\n", faster, slower);
+    assert_true(faster <= 10);
+    assert_true(faster + slower <= 10);
+}
+
+static double negative_sample(void *ctx, const char *model_path, size_t k) {
+    (void)ctx;
+    (void)model_path;
+    return k == 2 ? -1 : 5;
+}
+
+/* A backend failure reaches the caller; its array is written only on success. */
+static void test_measure_errors(void **state) {
+    (void)state;
+    struct qp_latency_backend *b = NULL;
+    struct qp_error err = {0};
+    assert_int_equal(qp_latency_fixed_create(NULL, NULL, &b, &err), QP_ERR_USAGE);
+    assert_int_equal(qp_latency_fixed_create(negative_sample, NULL, &b, &err), QP_OK);
+    double ms[4] = {42, 42, 42, 42};
+    assert_int_equal(qp_latency_measure(b, "m.onnx", 4, ms, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "sample 2"));
+    assert_true(ms[0] == 42 && ms[1] == 42);
+    assert_int_equal(qp_latency_measure(b, "m.onnx", 0, ms, &err), QP_ERR_USAGE);
+    assert_int_equal(qp_latency_measure(b, "m.onnx", 2, ms, &err), QP_OK);
+    assert_true(ms[0] == 5 && ms[1] == 5 && ms[2] == 42);
+    struct qp_latency_race_options o;
+    qp_latency_race_options_default(&o);
+    struct qp_latency_race_result r = {.n_rounds = 99};
+    o.max_rounds = 1; /* below min_rounds */
+    assert_int_equal(qp_latency_race(b, "a", "b", &o, &r, &err), QP_ERR_USAGE);
+    assert_int_equal(r.n_rounds, 0);
+    qp_latency_backend_free(b);
+    qp_latency_backend_free(NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_compare_clear),
+        cmocka_unit_test(test_compare_outliers_and_effect),
+        cmocka_unit_test(test_compare_usage),
+        cmocka_unit_test(test_race_clearly_faster),
+        cmocka_unit_test(test_race_equal_unresolved),
+        cmocka_unit_test(test_race_false_positive_rate),
+        cmocka_unit_test(test_measure_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
