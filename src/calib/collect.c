@@ -596,10 +596,131 @@ done:
     return st;
 }
 
+/* Every slot's range from its (group's) statistics into rr, have[i] = 1 for each computed;
+ * parent[] starts as the identity. NaN/Inf counts go to the report. */
+static enum qp_status compute_slot_ranges(struct qp_collector *c, struct qp_calib_range *rr,
+                                          int *have, int *parent, struct qp_collect_report *rep,
+                                          struct qp_error *err) {
+    const struct qp_graph *g = c->g;
+    for (size_t i = 0; i < c->n_slots; i++) {
+        const struct slot *sl = &c->slots[i];
+        const char *name = g->values[sl->value].name;
+        parent[i] = (int)i;
+        if (!sl->s) {
+            if (sl->required)
+                return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                    "calibrate: placement tensor '%s' was never computed as a "
+                                    "float tensor by the engine (not float, or on a branch no run "
+                                    "took), so it has no range",
+                                    name);
+            continue;
+        }
+        const struct qp_stats *from = sl->group >= 0 ? c->groups[sl->group].s : sl->s;
+        if (!from) /* a run failed before its group was fed */
+            return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                "calibrate: tensor '%s': its Concat group has no statistics", name);
+        enum qp_status st = qp_calib_compute(&c->o.calib, from, &rr[i], err);
+        if (st == QP_OK && from != sl->s) {
+            struct qp_stats_summary own; /* the member's own NaN/Inf counts */
+            qp_stats_summary(sl->s, &own);
+            rr[i].n_nan = own.n_nan;
+            rr[i].n_inf = own.n_inf;
+        }
+        if (st != QP_OK) {
+            /* A pinned Softmax output needs no statistics: all-NaN is reported, not fatal. */
+            struct qp_stats_summary sum;
+            qp_stats_summary(sl->s, &sum);
+            if (st != QP_ERR_BAD_INPUT || sum.has_range || !pinned_softmax(c, sl->value)) {
+                qp_error_prefix(err, "calibrate: tensor '%s'", name);
+                return st;
+            }
+            rr[i] = (struct qp_calib_range){.n_nan = sum.n_nan, .n_inf = sum.n_inf};
+        }
+        have[i] = 1;
+        if (rr[i].n_nan || rr[i].n_inf) {
+            rep->n_nonfinite_tensors++;
+            rep->n_nan += rr[i].n_nan;
+            rep->n_inf += rr[i].n_inf;
+            qp_log(QP_LOG_WARN,
+                   "calibrate: tensor '%s': %llu NaN and %llu Inf values seen, left out of its "
+                   "range",
+                   name, (unsigned long long)rr[i].n_nan, (unsigned long long)rr[i].n_inf);
+        }
+    }
+    return QP_OK;
+}
+
+/* How many batches of derived statistics were taken (debug log). */
+static void log_derived(const struct qp_collector *c) {
+    if (!c->n_derived) return;
+    size_t linked = 0;
+    for (size_t i = 0; i < c->n_slots; i++)
+        linked += c->slots[i].from >= 0;
+    qp_log(QP_LOG_DEBUG,
+           "calibrate: %llu batches of %zu Relu/Reshape-like outputs took their input's "
+           "statistics (qp_stats_update_derived), of %llu",
+           (unsigned long long)c->n_derived, linked, (unsigned long long)(linked * c->n_batches));
+}
+
+/* Pooled groups already have one range; this shares it among the members computed (and, for
+ * max, is the grouping itself: min lo, max hi, max amax). tmp and members: room for n_slots. */
+static void share_concat_groups(struct qp_collector *c, struct qp_calib_range *rr, const int *have,
+                                int *parent, struct qp_calib_range *tmp, int *members,
+                                struct qp_collect_report *rep) {
+    concat_union(c, parent, have);
+    for (size_t i = 0; i < c->n_slots; i++) {
+        if (!have[i] || uf_find(parent, (int)i) != (int)i) continue;
+        size_t m = 0;
+        for (size_t j = 0; j < c->n_slots; j++)
+            if (have[j] && uf_find(parent, (int)j) == (int)i) {
+                members[m] = (int)j;
+                tmp[m++] = rr[j];
+            }
+        if (m < 2) continue;
+        qp_calib_group_share(tmp, m);
+        for (size_t j = 0; j < m; j++)
+            rr[members[j]] = tmp[j];
+        rep->n_grouped += m;
+    }
+}
+
+/* Softmax outputs pinned to [0, 1]. */
+static void pin_softmax_ranges(const struct qp_collector *c, struct qp_calib_range *rr,
+                               const int *have, struct qp_collect_report *rep) {
+    const struct qp_graph *g = c->g;
+    for (size_t k = 0; k < g->n_nodes; k++) {
+        const struct qp_node *n = &g->nodes[k];
+        if (!is_onnx_op(n, "Softmax") || n->n_outputs < 1 || n->outputs[0] < 0) continue;
+        int s = c->slot_of_value[n->outputs[0]];
+        if (s < 0 || !have[s]) continue;
+        qp_calib_range_pin(&rr[s], 0, 1);
+        rep->n_pinned++;
+    }
+}
+
+/* The computed ranges into the table r, with each tensor's own value counts. */
+static enum qp_status fill_ranges(const struct qp_collector *c, const struct qp_calib_range *rr,
+                                  const int *have, struct qp_ranges *r, struct qp_error *err) {
+    for (size_t i = 0; i < c->n_slots; i++) {
+        if (!have[i]) continue;
+        struct qp_stats_summary sum;
+        qp_stats_summary(c->slots[i].s, &sum);
+        struct qp_range x = {.tensor = c->g->values[c->slots[i].value].name,
+                             .lo = (float)rr[i].lo,
+                             .hi = (float)rr[i].hi,
+                             .amax = (float)rr[i].amax,
+                             .n_nan = sum.n_nan,
+                             .n_inf = sum.n_inf,
+                             .n_values = sum.n_values};
+        enum qp_status st = qp_ranges_set(r, &x, err);
+        if (st != QP_OK) return st;
+    }
+    return QP_OK;
+}
+
 enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **out,
                                    struct qp_collect_report *report, struct qp_error *err) {
     if (!c || !out) return qp_error_set(err, QP_ERR_USAGE, "calibrate: finish arguments");
-    const struct qp_graph *g = c->g;
     size_t ns = c->n_slots ? c->n_slots : 1;
     struct qp_calib_range *rr = calloc(ns, sizeof *rr);
     int *have = calloc(ns, sizeof *have);
@@ -617,110 +738,14 @@ enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **ou
         st = qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
         goto done;
     }
-    for (size_t i = 0; i < c->n_slots; i++) {
-        const struct slot *sl = &c->slots[i];
-        const char *name = g->values[sl->value].name;
-        parent[i] = (int)i;
-        if (!sl->s) {
-            if (sl->required) {
-                st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                                  "calibrate: placement tensor '%s' was never computed as a float "
-                                  "tensor by the engine (not float, or on a branch no run took), "
-                                  "so it has no range",
-                                  name);
-                goto done;
-            }
-            continue;
-        }
-        const struct qp_stats *from = sl->group >= 0 ? c->groups[sl->group].s : sl->s;
-        if (!from) { /* a run failed before its group was fed */
-            st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                              "calibrate: tensor '%s': its Concat group has no statistics", name);
-            goto done;
-        }
-        if ((st = qp_calib_compute(&c->o.calib, from, &rr[i], err)) == QP_OK && from != sl->s) {
-            struct qp_stats_summary own; /* the member's own NaN/Inf counts */
-            qp_stats_summary(sl->s, &own);
-            rr[i].n_nan = own.n_nan;
-            rr[i].n_inf = own.n_inf;
-        }
-        if (st != QP_OK) {
-            /* A pinned Softmax output needs no statistics: all-NaN is reported, not fatal. */
-            struct qp_stats_summary sum;
-            qp_stats_summary(sl->s, &sum);
-            if (st != QP_ERR_BAD_INPUT || sum.has_range || !pinned_softmax(c, sl->value)) {
-                qp_error_prefix(err, "calibrate: tensor '%s'", name);
-                goto done;
-            }
-            st = QP_OK;
-            rr[i] = (struct qp_calib_range){.n_nan = sum.n_nan, .n_inf = sum.n_inf};
-        }
-        have[i] = 1;
-        if (rr[i].n_nan || rr[i].n_inf) {
-            rep.n_nonfinite_tensors++;
-            rep.n_nan += rr[i].n_nan;
-            rep.n_inf += rr[i].n_inf;
-            qp_log(QP_LOG_WARN,
-                   "calibrate: tensor '%s': %llu NaN and %llu Inf values seen, left out of its "
-                   "range",
-                   name, (unsigned long long)rr[i].n_nan, (unsigned long long)rr[i].n_inf);
-        }
-    }
-    if (c->n_derived) {
-        size_t linked = 0;
-        for (size_t i = 0; i < c->n_slots; i++)
-            linked += c->slots[i].from >= 0;
-        qp_log(QP_LOG_DEBUG,
-               "calibrate: %llu batches of %zu Relu/Reshape-like outputs took their input's "
-               "statistics (qp_stats_update_derived), of %llu",
-               (unsigned long long)c->n_derived, linked,
-               (unsigned long long)(linked * c->n_batches));
-    }
+    if ((st = compute_slot_ranges(c, rr, have, parent, &rep, err)) != QP_OK) goto done;
+    log_derived(c);
     if (c->o.calib.method == QP_CALIB_AUTO &&
         (st = choose_auto(c, rr, have, parent, chosen, &rep, err)) != QP_OK)
         goto done;
-    if (c->o.group_concat) {
-        /* Pooled groups already have one range; this shares it among the members computed
-         * (and, for max, is the grouping itself: min lo, max hi, max amax). */
-        concat_union(c, parent, have);
-        for (size_t i = 0; i < c->n_slots; i++) {
-            if (!have[i] || uf_find(parent, (int)i) != (int)i) continue;
-            size_t m = 0;
-            for (size_t j = 0; j < c->n_slots; j++)
-                if (have[j] && uf_find(parent, (int)j) == (int)i) {
-                    members[m] = (int)j;
-                    tmp[m++] = rr[j];
-                }
-            if (m < 2) continue;
-            qp_calib_group_share(tmp, m);
-            for (size_t j = 0; j < m; j++)
-                rr[members[j]] = tmp[j];
-            rep.n_grouped += m;
-        }
-    }
-    if (c->o.pin_softmax)
-        for (size_t k = 0; k < g->n_nodes; k++) {
-            const struct qp_node *n = &g->nodes[k];
-            if (!is_onnx_op(n, "Softmax") || n->n_outputs < 1 || n->outputs[0] < 0) continue;
-            int s = c->slot_of_value[n->outputs[0]];
-            if (s < 0 || !have[s]) continue;
-            qp_calib_range_pin(&rr[s], 0, 1);
-            rep.n_pinned++;
-        }
-    for (size_t i = 0; i < c->n_slots; i++) {
-        if (!have[i]) continue;
-        const struct qp_stats *s = c->slots[i].s;
-        struct qp_stats_summary sum;
-        qp_stats_summary(s, &sum);
-        struct qp_range x = {.tensor = g->values[c->slots[i].value].name,
-                             .lo = (float)rr[i].lo,
-                             .hi = (float)rr[i].hi,
-                             .amax = (float)rr[i].amax,
-                             .n_nan = sum.n_nan,
-                             .n_inf = sum.n_inf,
-                             .n_values = sum.n_values};
-        if ((st = qp_ranges_set(r, &x, err)) != QP_OK) goto done;
-    }
+    if (c->o.group_concat) share_concat_groups(c, rr, have, parent, tmp, members, &rep);
+    if (c->o.pin_softmax) pin_softmax_ranges(c, rr, have, &rep);
+    if ((st = fill_ranges(c, rr, have, r, err)) != QP_OK) goto done;
     rep.n_tensors = qp_ranges_count(r);
 done:
     free(rr);
