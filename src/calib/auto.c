@@ -117,6 +117,119 @@ static int is_consumer(const struct qp_graph *g, const struct qp_placement *pl, 
     return 0;
 }
 
+/* Non-float input v (shapes, indices) of this batch as an initializer of the one-node model m,
+ * recorded in ev so later batches are checked against it. */
+static enum qp_status add_const_copy(struct qp_model *m, struct evnode *ev, int v, const char *name,
+                                     const struct qp_array *a, struct qp_error *e) {
+    int64_t *dims = qp_malloc_n((size_t)a->rank + 1, sizeof *dims);
+    void *data = malloc(a->nbytes ? a->nbytes : 1);
+    if (!dims || !data) {
+        free(dims);
+        free(data);
+        return qp_error_set(e, QP_ERR_NOMEM, "calibrate auto: out of memory");
+    }
+    memcpy(dims, a->dims, (size_t)a->rank * sizeof *dims);
+    if (a->nbytes) memcpy(data, a->data, a->nbytes);
+    enum qp_status st = qp_model_own(m, dims, e);
+    if (st != QP_OK) {
+        free(data);
+        return st;
+    }
+    if ((st = qp_model_own(m, data, e)) != QP_OK) return st;
+    int ok = 1;
+    struct qp_tensor t = {.name = name,
+                          .dtype = a->dtype,
+                          .rank = a->rank,
+                          .dims = dims,
+                          .numel = qp_array_numel(a, &ok),
+                          .data = data,
+                          .nbytes = a->nbytes};
+    int v2 = -1;
+    if ((st = qp_graph_add_initializer(m->graph, &t, &v2, e)) != QP_OK) return st;
+    ev->const_value[ev->n_const] = v;
+    ev->const_init[ev->n_const++] = m->graph->values[v2].initializer;
+    return QP_OK;
+}
+
+/* Float input `name` of m, typed and shaped as this batch's copy a; its shape into *shape. */
+static enum qp_status add_float_input(struct qp_model *m, const char *name,
+                                      const struct qp_array *a, struct qp_shape *shape,
+                                      struct qp_error *e) {
+    struct qp_graph *g2 = m->graph;
+    int v2 = qp_graph_value(g2, name);
+    struct qp_dim *d = qp_malloc_n((size_t)a->rank + 1, sizeof *d);
+    if (v2 < 0 || !d) {
+        free(d);
+        return qp_error_set(e, QP_ERR_NOMEM, "calibrate auto: out of memory");
+    }
+    enum qp_status st = qp_model_own(m, d, e);
+    if (st != QP_OK) return st;
+    for (int k = 0; k < a->rank; k++)
+        d[k] = (struct qp_dim){.value = a->dims[k]};
+    g2->values[v2].dtype = a->dtype;
+    g2->values[v2].rank = a->rank;
+    g2->values[v2].dims = d;
+    if ((st = qp_graph_add_input(g2, v2, e)) != QP_OK) return st;
+    shape->name = name;
+    shape->rank = a->rank;
+    memcpy(shape->dims, a->dims, (size_t)a->rank * sizeof a->dims[0]);
+    return QP_OK;
+}
+
+/* The inputs of node n into m: initializers and Constants borrowed, non-float copies baked in,
+ * float copies as graph inputs (their shapes into shapes[*n_shapes++]). names[j]: input j's. */
+static enum qp_status add_inputs(struct ctx *c, struct evnode *ev, const struct qp_node *n,
+                                 const char **names, struct qp_shape *shapes, size_t *n_shapes,
+                                 struct qp_error *e) {
+    const struct qp_graph *g = c->g;
+    struct qp_graph *g2 = ev->m->graph;
+    for (int j = 0; j < n->n_inputs; j++) {
+        int v = n->inputs[j];
+        names[j] = v >= 0 ? g->values[v].name : "";
+        if (v < 0 || qp_graph_find_value(g2, names[j]) >= 0) continue;
+        const struct qp_value *x = &g->values[v];
+        enum qp_status st;
+        if (x->initializer >= 0 || constant_of(g, v)) {
+            struct qp_tensor ct =
+                x->initializer >= 0 ? g->inits[x->initializer] : *constant_of(g, v);
+            ct.name = names[j];
+            st = qp_graph_add_initializer(g2, &ct, NULL, e);
+        } else {
+            const struct qp_array *a = &c->copies[v].a;
+            if (a->dtype != QP_DTYPE_FLOAT && a->dtype != QP_DTYPE_FLOAT16 &&
+                a->dtype != QP_DTYPE_BFLOAT16 && a->dtype != QP_DTYPE_DOUBLE)
+                st = add_const_copy(ev->m, ev, v, names[j], a, e);
+            else
+                st = add_float_input(ev->m, names[j], a, &shapes[(*n_shapes)++], e);
+        }
+        if (st != QP_OK) return st;
+    }
+    return QP_OK;
+}
+
+/* Node n itself into g2 (its attributes borrowed from the model), its outputs as graph
+ * outputs, then the order. names: its inputs' then its outputs' names (outputs filled here). */
+static enum qp_status add_node(struct qp_graph *g2, const struct qp_graph *g,
+                               const struct qp_node *n, const char **names, struct qp_error *e) {
+    for (int j = 0; j < n->n_outputs; j++)
+        names[n->n_inputs + j] = n->outputs[j] >= 0 ? g->values[n->outputs[j]].name : "";
+    int k2 = -1;
+    enum qp_status st = qp_graph_add_node(g2, n->name, n->op_type, n->domain, n->n_inputs, names,
+                                          n->n_outputs, names + n->n_inputs, &k2, e);
+    if (st != QP_OK) return st;
+    for (int j = 0; j < n->n_attrs; j++) {
+        struct qp_attr *b = qp_node_add_attr(g2, k2, n->attrs[j].name, n->attrs[j].type);
+        if (!b) return qp_error_set(e, QP_ERR_NOMEM, "calibrate auto: out of memory");
+        *b = n->attrs[j]; /* its arrays are the model's, which outlives the mini model */
+    }
+    for (int j = 0; j < n->n_outputs; j++)
+        if (n->outputs[j] >= 0 &&
+            (st = qp_graph_add_output(g2, qp_graph_find_value(g2, names[n->n_inputs + j]), e)) !=
+                QP_OK)
+            return st;
+    return qp_graph_toposort(g2, e);
+}
+
 /* Builds node ev's one-node model and session from this batch's copies. QP_OK with ev->failed
  * set when the node cannot run alone; other statuses only for out-of-memory. */
 static enum qp_status build(struct ctx *c, struct evnode *ev, struct qp_error *err) {
@@ -139,97 +252,14 @@ static enum qp_status build(struct ctx *c, struct evnode *ev, struct qp_error *e
     m->opsets = c->model->opsets; /* borrowed: the mini model lives shorter than the model */
     m->n_opsets = c->model->n_opsets;
     m->ir_version = c->model->ir_version;
-    struct qp_graph *g2 = m->graph;
     size_t n_shapes = 0;
     for (int j = 0; j < n->n_attrs; j++)
         if (n->attrs[j].type == QP_ATTR_GRAPH || n->attrs[j].type == QP_ATTR_GRAPHS) {
             snprintf(e.msg, sizeof e.msg, "has a subgraph");
             goto unfit;
         }
-    for (int j = 0; j < n->n_inputs; j++) {
-        int v = n->inputs[j];
-        names[j] = v >= 0 ? g->values[v].name : "";
-        if (v < 0 || qp_graph_find_value(g2, names[j]) >= 0) continue;
-        const struct qp_value *x = &g->values[v];
-        if (x->initializer >= 0 || constant_of(g, v)) {
-            struct qp_tensor ct =
-                x->initializer >= 0 ? g->inits[x->initializer] : *constant_of(g, v);
-            ct.name = names[j];
-            if ((st = qp_graph_add_initializer(g2, &ct, NULL, &e)) != QP_OK) goto unfit;
-            continue;
-        }
-        const struct qp_array *a = &c->copies[v].a;
-        if (a->dtype != QP_DTYPE_FLOAT && a->dtype != QP_DTYPE_FLOAT16 &&
-            a->dtype != QP_DTYPE_BFLOAT16 && a->dtype != QP_DTYPE_DOUBLE) {
-            /* shapes, indices: constants of the one-node model, checked on every batch */
-            int64_t *dims = qp_malloc_n((size_t)a->rank + 1, sizeof *dims);
-            void *data = malloc(a->nbytes ? a->nbytes : 1);
-            if (!dims || !data) {
-                free(dims);
-                free(data);
-                st = qp_error_set(err, QP_ERR_NOMEM, "calibrate auto: out of memory");
-                goto done;
-            }
-            memcpy(dims, a->dims, (size_t)a->rank * sizeof *dims);
-            if (a->nbytes) memcpy(data, a->data, a->nbytes);
-            if ((st = qp_model_own(m, dims, err)) != QP_OK) {
-                free(data);
-                goto done;
-            }
-            if ((st = qp_model_own(m, data, err)) != QP_OK) goto done;
-            int ok = 1;
-            struct qp_tensor t = {.name = names[j],
-                                  .dtype = a->dtype,
-                                  .rank = a->rank,
-                                  .dims = dims,
-                                  .numel = qp_array_numel(a, &ok),
-                                  .data = data,
-                                  .nbytes = a->nbytes};
-            int v2 = -1;
-            if ((st = qp_graph_add_initializer(g2, &t, &v2, &e)) != QP_OK) goto unfit;
-            ev->const_value[ev->n_const] = v;
-            ev->const_init[ev->n_const++] = g2->values[v2].initializer;
-            continue;
-        }
-        int v2 = qp_graph_value(g2, names[j]);
-        struct qp_dim *d = qp_malloc_n((size_t)a->rank + 1, sizeof *d);
-        if (v2 < 0 || !d) {
-            free(d);
-            st = qp_error_set(err, QP_ERR_NOMEM, "calibrate auto: out of memory");
-            goto done;
-        }
-        if ((st = qp_model_own(m, d, err)) != QP_OK) goto done;
-        for (int k = 0; k < a->rank; k++)
-            d[k] = (struct qp_dim){.value = a->dims[k]};
-        g2->values[v2].dtype = a->dtype;
-        g2->values[v2].rank = a->rank;
-        g2->values[v2].dims = d;
-        if ((st = qp_graph_add_input(g2, v2, &e)) != QP_OK) goto unfit;
-        shapes[n_shapes].name = names[j];
-        shapes[n_shapes].rank = a->rank;
-        memcpy(shapes[n_shapes].dims, a->dims, (size_t)a->rank * sizeof a->dims[0]);
-        n_shapes++;
-    }
-    for (int j = 0; j < n->n_outputs; j++)
-        names[n->n_inputs + j] = n->outputs[j] >= 0 ? g->values[n->outputs[j]].name : "";
-    int k2 = -1;
-    if ((st = qp_graph_add_node(g2, n->name, n->op_type, n->domain, n->n_inputs, names,
-                                n->n_outputs, names + n->n_inputs, &k2, &e)) != QP_OK)
-        goto unfit;
-    for (int j = 0; j < n->n_attrs; j++) {
-        struct qp_attr *b = qp_node_add_attr(g2, k2, n->attrs[j].name, n->attrs[j].type);
-        if (!b) {
-            st = qp_error_set(err, QP_ERR_NOMEM, "calibrate auto: out of memory");
-            goto done;
-        }
-        *b = n->attrs[j]; /* its arrays are the model's, which outlives the mini model */
-    }
-    for (int j = 0; j < n->n_outputs; j++)
-        if (n->outputs[j] >= 0 &&
-            (st = qp_graph_add_output(g2, qp_graph_find_value(g2, names[n->n_inputs + j]), &e)) !=
-                QP_OK)
-            goto unfit;
-    if ((st = qp_graph_toposort(g2, &e)) != QP_OK) goto unfit;
+    if ((st = add_inputs(c, ev, n, names, shapes, &n_shapes, &e)) != QP_OK) goto unfit;
+    if ((st = add_node(m->graph, g, n, names, &e)) != QP_OK) goto unfit;
     struct qp_session_options so = {.n_threads = c->n_threads};
     if ((st = qp_session_create(m, &so, n_shapes, shapes, &ev->s, &e)) != QP_OK) goto unfit;
     ev->n_in = qp_session_n_inputs(ev->s);
