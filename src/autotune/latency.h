@@ -36,6 +36,7 @@
 
 #include <stddef.h>
 
+#include "qplace/dtype.h"
 #include "qplace/status.h"
 
 #define QP_LATENCY_DETAIL_SIZE 160
@@ -98,6 +99,10 @@ struct qp_latency_ort_options {
 };
 
 void qp_latency_ort_options_default(struct qp_latency_ort_options *o);
+
+/* onnxruntime-node's tensor type name of dt ("float32", "int64", ...); NULL for a dtype the
+ * ort scripts (this backend's and `qplace bench --compare-ort`'s) do not feed. */
+const char *qp_latency_ort_type(enum qp_dtype dt);
 
 /* An ort backend. Each measure loads the model (for its inputs' names, dtypes and shapes, as
  * builtin resolves them), runs `node SCRIPT --npm DIR --spec JSON` and reads the run times

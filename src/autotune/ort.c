@@ -50,7 +50,7 @@ static void default_path(const char *given, const char *env, const char *rel, ch
     }
 }
 
-static const char *ort_type(enum qp_dtype dt) {
+const char *qp_latency_ort_type(enum qp_dtype dt) {
     switch (dt) {
     case QP_DTYPE_FLOAT:
         return "float32";
@@ -101,7 +101,7 @@ static enum qp_status ort_spec(const struct ort *o, const char *model_path, size
         (!(spec = cJSON_CreateObject()) || !(ins = cJSON_AddArrayToObject(spec, "inputs"))))
         st = qp_error_set(err, QP_ERR_NOMEM, "ort: out of memory");
     for (size_t i = 0; st == QP_OK && i < n_all; i++) {
-        const char *ty = ort_type(input_dtype(m, all[i].name));
+        const char *ty = qp_latency_ort_type(input_dtype(m, all[i].name));
         cJSON *e = cJSON_CreateObject(), *dims = NULL;
         if (e) cJSON_AddItemToArray(ins, e);
         if (!ty) {

@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "autotune/latency.h"
 #include "cli.h"
 #include "ir/ir.h"
 #include "kernels/isa.h"
@@ -223,27 +224,6 @@ static void omp_wait_desc(char *buf, size_t n) {
 
 /* ---- --compare-ort: bench/ort_bench.js under node, in a child process ---------------------- */
 
-static const char *ort_type(enum qp_dtype dt) {
-    switch (dt) {
-    case QP_DTYPE_FLOAT:
-        return "float32";
-    case QP_DTYPE_DOUBLE:
-        return "float64";
-    case QP_DTYPE_INT64:
-        return "int64";
-    case QP_DTYPE_INT32:
-        return "int32";
-    case QP_DTYPE_INT8:
-        return "int8";
-    case QP_DTYPE_UINT8:
-        return "uint8";
-    case QP_DTYPE_BOOL:
-        return "bool";
-    default:
-        return NULL;
-    }
-}
-
 static int write_file(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return 0;
@@ -315,7 +295,7 @@ static int ort_spec_inputs(struct ort *o, cJSON *ins, const struct qp_session *s
                            const struct qp_array *inputs, size_t n_in) {
     char p[BENCH_PATH], name[32];
     for (size_t i = 0; i < n_in; i++) {
-        const char *ty = ort_type(inputs[i].dtype);
+        const char *ty = qp_latency_ort_type(inputs[i].dtype);
         if (!ty) {
             fprintf(stderr, "qplace bench: --compare-ort: input '%s' has dtype %s\n",
                     qp_session_input_name(s, i), qp_dtype_name(inputs[i].dtype));
