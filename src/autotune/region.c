@@ -491,6 +491,11 @@ enum qp_status qp_regions_build(struct qp_graph *g, struct qp_regions **out, str
     struct qp_regions *rs = NULL;
     enum qp_status st = ctx_init(&c, g, err);
     if (st == QP_OK) st = walk(&c, err);
+    for (size_t r = 0; st == QP_OK && r < c.n_regs; r++) {
+        /* new_region sized each for the whole graph */
+        int *nodes = qp_realloc_n(c.regs[r].nodes, c.regs[r].n_nodes, sizeof *nodes);
+        if (nodes) c.regs[r].nodes = nodes;
+    }
     for (size_t r = 0; st == QP_OK && r < c.n_regs; r++)
         st = region_points(&c, &c.regs[r], err);
     if (st == QP_OK && !(rs = calloc(1, sizeof *rs)))
