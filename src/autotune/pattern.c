@@ -171,7 +171,9 @@ static void order_nodes(struct canon *c) {
         for (size_t k = 0; k < m; k++)
             if (c->cpos[k] < 0 && c->indeg[k] == 0 && (pick < 0 || c->h[k] < c->h[pick]))
                 pick = (int)k;
-        if (pick < 0) break; /* cannot happen on a toposorted graph */
+        if (pick < 0) /* a cycle: cannot happen on a toposorted graph; stay defined anyway */
+            for (size_t k = 0; k < m && pick < 0; k++)
+                if (c->cpos[k] < 0) pick = (int)k;
         c->cpos[pick] = (int)pos;
         c->order[pos] = pick;
         for (size_t k = 0; k < m; k++) {
