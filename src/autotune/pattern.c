@@ -251,7 +251,10 @@ static int region_signature(struct canon *c, char **sig_out) {
         struct sbuf lb = {0};
         c->loc[r->nodes[k]] = (int)k;
         node_label(&lb, &c->g->nodes[r->nodes[k]]);
-        if (lb.oom) return 0;
+        if (lb.oom) {
+            free(lb.s);
+            return 0;
+        }
         c->h[k] = hash_str(lb.s, lb.len);
         free(lb.s);
     }
