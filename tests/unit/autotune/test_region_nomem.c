@@ -48,14 +48,6 @@ static void *live[MAX_LIVE];
 static size_t n_live;
 static int overflow;
 
-static void track(void *p) {
-    if (!p || !armed) return;
-    if (n_live < MAX_LIVE)
-        live[n_live++] = p;
-    else
-        overflow = 1;
-}
-
 /* Forgets p; 1 when it was tracked. */
 static int untrack(void *p) {
     for (size_t k = n_live; p && k-- > 0;)
@@ -64,6 +56,15 @@ static int untrack(void *p) {
             return 1;
         }
     return 0;
+}
+
+#if QP_REPLACE_MALLOC
+static void track(void *p) {
+    if (!p || !armed) return;
+    if (n_live < MAX_LIVE)
+        live[n_live++] = p;
+    else
+        overflow = 1;
 }
 
 /* A place for a debugger's breakpoint: the allocation that fails. */
@@ -76,7 +77,6 @@ static int fail_now(void) {
     failing(fail_at);
     return 1;
 }
-#if QP_REPLACE_MALLOC
 void *malloc(size_t n) {
     void *p = fail_now() ? NULL : __libc_malloc(n);
     track(p);
