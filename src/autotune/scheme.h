@@ -13,7 +13,8 @@
  *     qp_scheme_from_placement(rs, region, trt, seed_bits);
  *     struct qp_scheme_list list = {0};
  *     qp_schemes_generate(rs, pattern, seed_bits, 42, 30, &list, &err);
- *     const uint64_t *choice[n_patterns] = {...};              // NULL: keep the base's slots
+ *     const uint64_t **choice = calloc(rs->n_patterns, sizeof *choice);   // NULL: keep base's
+ *     choice[pattern] = qp_scheme_list_at(&list, 3);
  *     struct qp_placement *p = NULL;
  *     qp_schemes_apply(rs, base, choice, &p, &err);           // the placement the writer applies
  *     qp_scheme_list_free(&list);
