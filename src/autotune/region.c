@@ -13,24 +13,7 @@
 #include "ir/optraits.h"
 #include "placement/placement.h"
 #include "placement/select.h"
-
-/* The trt policy's INT8 op types (policy_trt.c): always quantizable. */
-static const char *const TRT_TYPES[] = {"Add",
-                                        "AveragePool",
-                                        "BatchNormalization",
-                                        "Clip",
-                                        "Conv",
-                                        "ConvTranspose",
-                                        "Gemm",
-                                        "GlobalAveragePool",
-                                        "MatMul",
-                                        "MaxPool",
-                                        "Mul",
-                                        "Resize",
-                                        "LayerNormalization",
-                                        "LRN",
-                                        "HardSwish",
-                                        NULL};
+#include "quant/policy_trt.h"
 
 /* Ops ModelOpt's autotune filter skips besides copy and boolean-output ops. */
 static const char *const SKIP_TYPES[] = {"Where",
@@ -82,7 +65,7 @@ static int in_list(const char *op, const char *const *list) {
 
 int qp_region_op_quantizable(const struct qp_node *n) {
     if (!qp_domain_is_onnx(n->domain)) return 0;
-    if (in_list(n->op_type, TRT_TYPES)) return 1;
+    if (in_list(n->op_type, qp_policy_trt_op_types(QP_QUANT_INT8))) return 1;
     if (in_list(n->op_type, SKIP_TYPES)) return 0;
     unsigned f = qp_op_traits(n);
     if (f & (QP_OP_BIT(QP_OP_FLAG_COPY) | QP_OP_BIT(QP_OP_FLAG_OUT_BOOL) |
@@ -410,12 +393,10 @@ static enum qp_status walk(struct rctx *c, struct qp_error *err) {
 
 /* ---- insertion points ---------------------------------------------------------------------- */
 
-/* Input slots the op's Q/DQ handler takes (the trt policy's op_slots): bit i for input i. */
+/* Input slots the op's Q/DQ handler takes (the trt policy's), and input 0 of LayerNormalization
+ * (which the policy places by its own rule): bit i for input i. */
 static uint64_t op_slots(const struct qp_node *nd) {
-    if (qp_op_is(nd, QP_OP_FLAG_LINEAR)) return 3;
-    if (qp_op_is(nd, QP_OP_FLAG_QDQ_INPUT0) || qp_node_is(nd, "LayerNormalization")) return 1;
-    if (qp_node_is(nd, "Where")) return 6;
-    return nd->n_inputs >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << nd->n_inputs) - 1);
+    return qp_node_is(nd, "LayerNormalization") ? 1 : qp_policy_trt_op_slots(nd);
 }
 
 static int float_dtype(enum qp_dtype t) {
