@@ -678,8 +678,12 @@ static const char *linear_reason(const struct qp_node *nd, int weight) {
     return weight ? "trt.matmul_weight" : "trt.matmul_input";
 }
 
+const char *const *qp_policy_trt_op_types(enum qp_quant_mode mode) {
+    return mode == QP_QUANT_FP8 ? FP8_TYPES : INT8_TYPES;
+}
+
 /* Input slots ORT's handler for this op quantizes: bit i for input i. */
-static uint64_t op_slots(const struct qp_node *nd) {
+uint64_t qp_policy_trt_op_slots(const struct qp_node *nd) {
     if (qp_op_is(nd, QP_OP_FLAG_LINEAR)) return 3;
     if (qp_op_is(nd, QP_OP_FLAG_QDQ_INPUT0)) return 1;
     if (qp_node_is(nd, "Where")) return 6;
@@ -688,7 +692,7 @@ static uint64_t op_slots(const struct qp_node *nd) {
 
 static enum qp_status emit(struct ctx *c, struct qp_placement *out, int n, struct qp_error *err) {
     const struct qp_node *nd = node(c, n);
-    uint64_t slots = op_slots(nd) & ~c->noq[n];
+    uint64_t slots = qp_policy_trt_op_slots(nd) & ~c->noq[n];
     int linear = qp_op_is(nd, QP_OP_FLAG_LINEAR);
     if (qp_node_is(nd, "LayerNormalization")) slots &= 1;
     for (int i = 0; i < nd->n_inputs && i < 64; i++) {

@@ -52,4 +52,12 @@ enum qp_status qp_policy_trt_place(struct qp_graph *g, const struct qp_policy_op
                                    const char *rules_path, struct qp_placement *out,
                                    struct qp_error *err);
 
+/* The op types the policy quantizes when no user list is given (NULL-terminated, static):
+ * INT8's or FP8's. Autotune's insertion points use the same list. */
+const char *const *qp_policy_trt_op_types(enum qp_quant_mode mode);
+
+/* The inputs of node n that its Q/DQ handler quantizes: bit i for input i (both inputs of a
+ * linear op, input 0 of the QDQ_INPUT0 ops, the two values of Where, else every input). */
+uint64_t qp_policy_trt_op_slots(const struct qp_node *n);
+
 #endif
