@@ -69,6 +69,8 @@ CONFIGS = {
     "float": None,
     "default": ["--high_precision_dtype", "fp32"],
     "fp16": [],
+    "auto": ["--calibration_method", "auto", "--high_precision_dtype", "fp32"],
+    "auto16": ["--calibration_method", "auto"],
     "max": ["--calibration_method", "max", "--high_precision_dtype", "fp32"],
     "percentile": ["--calibration_method", "percentile", "--high_precision_dtype", "fp32"],
 }
@@ -76,6 +78,8 @@ CONFIG_NOTES = {
     "float": "the float model",
     "default": "`qplace quantize` defaults (entropy), --high_precision_dtype fp32",
     "fp16": "`qplace quantize` defaults (entropy, high precision fp16)",
+    "auto": "--calibration_method auto, fp32",
+    "auto16": "--calibration_method auto, high precision fp16",
     "max": "--calibration_method max, fp32",
     "percentile": "--calibration_method percentile (99.999), fp32",
 }

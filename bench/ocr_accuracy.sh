@@ -9,7 +9,7 @@
 # Runtime (bench/ocr_ort.js). Prints a markdown table and writes it with the numbers as JSON to
 # OCR_OUT (default build/bench/ocr): ocr_accuracy.md, ocr_accuracy.json.
 #
-# QUANT_CONFIGS  rows (default "float default fp16 max percentile"); NAME=FLAGS adds a row of
+# QUANT_CONFIGS  rows (default "float default fp16 auto auto16 max percentile"); NAME=FLAGS adds a row of
 #                your own, entries then separated by ';':
 #                QUANT_CONFIGS='float;default;mine=--calibration_method max --high_precision_dtype fp32'
 # QP_INT8_MODES  one qplace row per value, run with --int8 VALUE ("off auto"; default empty:
@@ -34,6 +34,6 @@ exec /usr/bin/python3 "$ROOT/bench/ocr_accuracy.py" bench --qplace "$QPLACE" \
     --models "$ROOT/.cache/models" --npm "$ROOT/.cache/npm" --work "${OCR_OUT:-$ROOT/build/bench/ocr}" \
     --threads "$THREADS" --batch "${OCR_BATCH:-50}" --n_eval "${OCR_EVAL_LINES:-400}" \
     --n_calib "${OCR_CALIB_LINES:-100}" --seed "${OCR_SEED:-1}" --width "${OCR_WIDTH:-320}" \
-    --configs "${QUANT_CONFIGS:-float default fp16 max percentile}" \
+    --configs "${QUANT_CONFIGS:-float default fp16 auto auto16 max percentile}" \
     --int8_modes "${QP_INT8_MODES:-}" --run_flags "${QPLACE_RUN_FLAGS:-}" \
     --which "${OCR_MODELS:-rec,cls}" --jitter "${OCR_JITTER:-0}" --jitter_rel "${OCR_JITTER_REL:-5e-4}"
