@@ -1,0 +1,86 @@
+#!/bin/bash
+# qplace autotune end to end on tests/integration/quantize_models/resnet_like.onnx with synthetic
+# data: the five outputs, placement.json taken by quantize --placement_in, optimized_final.onnx
+# the same placement as placement.json (diff SAME), log.jsonl lines JSON; bad input writes
+# nothing.
+# Usage: autotune_cli.sh QPLACE
+set -u
+Q=$1
+M=$(cd "$(dirname "$0")/quantize_models" && pwd)/resnet_like.onnx
+PY=/usr/bin/python3
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# expect RC CMD...: runs CMD, checks its exit status.
+expect() {
+    local want=$1
+    shift
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    if [ "$rc" != "$want" ]; then
+        fail "exit $rc (want $want): $*"
+        cat "$T/err"
+    fi
+}
+sum_before=$(md5sum "$M" | cut -d' ' -f1)
+
+# 1. A quick search, 2 schemes per pattern, 5 runs per round.
+O=$T/out1
+expect 0 "$Q" autotune --onnx_path "$M" --mode quick --schemes_per_region 2 --timing_runs 5 \
+    --threads 2 --output_dir "$O"
+for f in placement.json optimized_final.onnx log.jsonl pattern_cache.json; do
+    [ -s "$O/$f" ] || fail "$f missing or empty"
+done
+ls -A "$O" | grep -q '^\.autotune' && fail "temporary files left in the output folder"
+grep -q '^autotune: pattern 1/[0-9]*, scheme [0-9]*/2: .* ETA' "$T/err" || fail "progress line"
+grep -q '^  backend  *builtin (' "$T/out" || fail "summary: backend"
+grep -Eq '^  schemes  *[1-9][0-9]* measured' "$T/out" || fail "summary: schemes measured"
+grep -Eq '^  guard  *(passed|failed)' "$T/out" || fail "summary: guard"
+"$PY" - "$O/log.jsonl" <<'PYEOF' || fail "log.jsonl"
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert lines, "no line"
+for l in lines:
+    d = json.loads(l)
+    for k in ("pattern", "signature", "regions", "points", "verdict", "adopted"):
+        assert k in d, k
+    if d["verdict"] != "error":
+        assert len(d["candidate_ms"]) >= 5 and len(d["best_ms"]) >= 5
+        assert d["candidate_median_ms"] > 0 and d["best_median_ms"] > 0
+        assert d["verdict"] in ("faster", "slower", "unresolved")
+        assert d["adopted"] == (d["verdict"] == "faster")
+PYEOF
+"$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['format']=='qplace.pattern_cache' and d['patterns']" \
+    "$O/pattern_cache.json" || fail "pattern_cache.json"
+expect 0 "$Q" diff "$O/optimized_final.onnx" "$O/placement.json"
+grep -q '^result: SAME' "$T/out" || fail "optimized_final.onnx vs placement.json not SAME"
+expect 0 "$Q" quantize --onnx_path "$M" --placement_in "$O/placement.json" \
+    --output_path "$T/q.onnx"
+expect 0 "$Q" diff "$T/q.onnx" "$O/placement.json"
+grep -q '^result: SAME' "$T/out" || fail "quantize --placement_in vs placement.json not SAME"
+
+# 2. The pattern cache of run 1 seeds run 2.
+expect 0 "$Q" autotune --onnx_path "$M" --mode quick --schemes_per_region 2 --timing_runs 5 \
+    --threads 2 --output_dir "$T/out2" --pattern_cache "$O/pattern_cache.json"
+grep -q '"source":"cache"' "$T/out2/log.jsonl" || fail "no scheme from the pattern cache"
+
+# 3. Bad input: exit 2 or 1, nothing written.
+expect 2 "$Q" autotune --onnx_path "$T/missing.onnx" --output_dir "$T/bad1"
+[ -e "$T/bad1" ] && fail "missing model: output folder created"
+expect 1 "$Q" autotune --onnx_path "$M" --mode fast --output_dir "$T/bad2"
+grep -q "mode must be quick, default or extensive" "$T/err" || fail "bad mode message"
+[ -e "$T/bad2" ] && fail "bad mode: output folder created"
+expect 1 "$Q" autotune --onnx_path "$M" --timing_cache x.cache --output_dir "$T/bad3"
+[ -e "$T/bad3" ] && fail "trtexec flag without trtexec: output folder created"
+expect 0 "$Q" quantize --onnx_path "$M" --output_path "$T/trt.onnx"
+expect 2 "$Q" autotune --onnx_path "$T/trt.onnx" --output_dir "$T/bad4"
+grep -q "already holds Q/DQ" "$T/err" || fail "quantized model message"
+[ -e "$T/bad4" ] && fail "quantized model: output folder created"
+echo '{"format": "qplace.pattern_cache", "version": 1, "patterns": 3}' >"$T/bad_cache.json"
+expect 2 "$Q" autotune --onnx_path "$M" --pattern_cache "$T/bad_cache.json" --output_dir "$T/bad5"
+[ -e "$T/bad5" ] && fail "bad pattern cache: output folder created"
+
+[ "$(md5sum "$M" | cut -d' ' -f1)" = "$sum_before" ] || fail "input model changed"
+[ $fails = 0 ] && echo "autotune_cli: all checks passed"
+exit $((fails > 0))
