@@ -1,5 +1,6 @@
 /* qplace autotune: Q/DQ placement chosen by measured latency (docs/autotune.md, "The search"). */
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +25,8 @@ const struct cli_opt cli_autotune_opts[] = {
     {"warmup_runs", CLI_VALUE, "N", "builtin, ort: untimed runs per measurement (3)"},
     {"timing_runs", CLI_VALUE, "N", "timed runs of each model per race round (10)"},
     CLI_DATA_OPTS,
+    {"state_file", CLI_VALUE, "FILE",
+     "races measured so far, replayed on a rerun (<output_dir>/autotune_state.json)"},
     {"pattern_cache", CLI_VALUE, "FILE", "a pattern_cache.json whose schemes are tried first"},
     {"high_precision_dtype", CLI_VALUE, "fp32|fp16", "precision of what is not quantized (fp32)"},
     CLI_THREADS_OPT,
@@ -39,7 +42,9 @@ const char cli_autotune_details[] =
     "tensor (--calibration_data_path, else synthetic data). At the end the best model is kept\n"
     "only if at least 1.02x faster than the model without Q/DQ at the same high precision.\n"
     "--output_dir receives placement.json, optimized_final.onnx, log.jsonl (one line per\n"
-    "measured scheme) and pattern_cache.json. Progress goes to stderr, the summary to stdout.\n";
+    "measured scheme), pattern_cache.json and autotune_state.json: every race, so that the same\n"
+    "command after Ctrl-C (exit 130) or a kill replays them instead of measuring again.\n"
+    "Progress goes to stderr, the summary to stdout.\n";
 
 static int bad_usage(const char *fmt, const char *a) {
     fprintf(stderr, "qplace autotune: ");
@@ -60,11 +65,19 @@ static int parse_count(const struct cli_args *a, const char *flag, long lo, long
     return 1;
 }
 
+static volatile sig_atomic_t stop_requested;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
 static void on_step(const struct qp_autotune_step *s, void *user) {
     (void)user;
     fprintf(stderr, "autotune: pattern %zu/%zu, scheme %zu/%zu: %.4f ms vs best %.4f ms, %s%s",
             s->pattern_k, s->n_patterns, s->scheme_j, s->n_schemes, s->cand_median_ms,
             s->best_median_ms, qp_latency_verdict_name(s->verdict), s->adopted ? ", adopted" : "");
+    if (s->replayed) fprintf(stderr, " (from the state file)");
     fprintf(stderr, " [%.1f s, ETA %.0f s]\n", s->elapsed_s, s->eta_s);
 }
 
@@ -128,8 +141,8 @@ static void print_summary(const struct qp_autotune_report *r, const struct qp_la
     printf("autotune: %zu regions, %zu patterns, %zu insertion points (%s calibration)\n",
            r->n_regions, r->n_patterns, r->n_points, r->calibration_source);
     printf("  backend         %s (%s)\n", b->name, b->detail);
-    printf("  schemes         %zu measured, %zu adopted, %zu skipped\n", r->n_measured,
-           r->n_adopted, r->n_skipped);
+    printf("  schemes         %zu measured (%zu from the state file), %zu adopted, %zu skipped\n",
+           r->n_measured, r->n_replayed, r->n_adopted, r->n_skipped);
     printf("  seed (trt)      %.4f ms median\n", r->seed_median_ms);
     printf("  best            %.4f ms median (%.3fx the seed)\n", r->best_median_ms,
            r->best_median_ms > 0 ? r->seed_median_ms / r->best_median_ms : 0.0);
@@ -193,11 +206,26 @@ int cli_autotune_run(const struct cli_args *args) {
     struct qp_latency_backend *b = NULL;
     if ((rc = make_backend(args, warmup, &b)) != 0) return rc;
     o.backend = b;
+    o.state_file = cli_value(args, "state_file", NULL);
     o.progress = on_step;
+    o.stop = &stop_requested;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old);
     struct qp_error err = {0};
     struct qp_autotune_report *r = NULL;
-    if (qp_autotune(&o, &r, &err) != QP_OK) {
+    enum qp_status st = qp_autotune(&o, &r, &err);
+    sigaction(SIGINT, &old, NULL);
+    if (st != QP_OK) {
         rc = cli_fail(&err);
+    } else if (r->interrupted) {
+        fprintf(stderr,
+                "qplace autotune: interrupted after %zu races; the same command resumes from "
+                "%s\n",
+                r->n_measured, o.state_file ? o.state_file : "the output folder's state file");
+        rc = 130;
     } else {
         print_summary(r, b);
         rc = 0;

@@ -1,5 +1,4 @@
 /* The autotune search (pipeline/autotune.h; docs/autotune.md "The search"). */
-#define _POSIX_C_SOURCE 200809L
 #include "pipeline/autotune.h"
 
 #include <cjson/cJSON.h>
@@ -65,6 +64,14 @@ struct tune {
     FILE *log;
     char *cand_path, *best_path, *ref_path;
     double t0;
+    /* Resume: the steps of the state file found at the start (NULL: none), whether they still
+     * match what the search measures, and the state written as the search goes. */
+    cJSON *prev;
+    int prev_valid;
+    cJSON *state, *steps;
+    char *state_path;
+    size_t step;
+    int last_replayed; /* the race being logged came from the state file */
 };
 
 static char *join(const char *dir, const char *name) {
@@ -145,6 +152,7 @@ static enum qp_status log_line(struct tune *t, size_t pattern, const char *sourc
         cJSON_AddStringToObject(o, "error", error ? error : "");
     }
     cJSON_AddBoolToObject(o, "adopted", adopted);
+    if (res) cJSON_AddBoolToObject(o, "resumed", t->last_replayed);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!s) goto nomem;
@@ -158,6 +166,174 @@ nomem:
     cJSON_Delete(o);
     cJSON_Delete(pts);
     return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory writing the log");
+}
+
+/* ---- resume: autotune_state.json ------------------------------------------------------ */
+
+static cJSON *points_json(const uint64_t *bits, size_t n_points) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t k = 0; a && k < n_points; k++)
+        if (qp_scheme_get(bits, k)) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)k));
+    return a;
+}
+
+static int samples_from(const cJSON *a, double **out, size_t *n_out) {
+    int n = cJSON_GetArraySize(a);
+    if (!cJSON_IsArray(a) || n < 1) return 0;
+    double *x = malloc((size_t)n * sizeof *x);
+    if (!x) return 0;
+    for (int i = 0; i < n; i++) {
+        const cJSON *v = cJSON_GetArrayItem(a, i);
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0)) {
+            free(x);
+            return 0;
+        }
+        x[i] = v->valuedouble;
+    }
+    *out = x;
+    *n_out = (size_t)n;
+    return 1;
+}
+
+/* Step t->step of the state file when it measured this scheme of this pattern: its race
+ * result in *out (owned, as qp_latency_race's). 0 when there is none; the first mismatch ends
+ * the replay (the search took another way from there). */
+static int state_replay(struct tune *t, const struct qp_pattern *pat, const uint64_t *bits,
+                        struct qp_latency_race_result *out) {
+    if (!t->prev_valid) return 0;
+    const cJSON *st = cJSON_GetArrayItem(t->prev, (int)t->step);
+    const cJSON *sig = cJSON_GetObjectItemCaseSensitive(st, "signature");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(st, "verdict");
+    const cJSON *pv = cJSON_GetObjectItemCaseSensitive(st, "p_value");
+    const cJSON *rounds = cJSON_GetObjectItemCaseSensitive(st, "rounds");
+    cJSON *want = points_json(bits, pat->n_points);
+    int ok = st && cJSON_IsString(sig) && strcmp(sig->valuestring, pat->signature) == 0 && want &&
+             cJSON_Compare(cJSON_GetObjectItemCaseSensitive(st, "points"), want, 1) &&
+             cJSON_IsString(ver) && cJSON_IsNumber(pv) && cJSON_IsNumber(rounds);
+    cJSON_Delete(want);
+    memset(out, 0, sizeof *out);
+    int v = -1;
+    for (int i = 0; ok && i < QP_LATENCY_VERDICT_COUNT; i++)
+        if (strcmp(ver->valuestring, qp_latency_verdict_name(i)) == 0) v = i;
+    ok = ok && v >= 0 &&
+         samples_from(cJSON_GetObjectItemCaseSensitive(st, "candidate_ms"), &out->cand_ms,
+                      &out->n_cand) &&
+         samples_from(cJSON_GetObjectItemCaseSensitive(st, "best_ms"), &out->best_ms, &out->n_best);
+    if (!ok) {
+        qp_latency_race_result_release(out);
+        t->prev_valid = 0;
+        return 0;
+    }
+    out->n_rounds = (size_t)rounds->valuedouble;
+    out->stop = v == QP_LATENCY_UNRESOLVED ? QP_LATENCY_STOP_MAX_ROUNDS : QP_LATENCY_STOP_RESOLVED;
+    out->verdict.verdict = v;
+    out->verdict.na = out->n_cand;
+    out->verdict.nb = out->n_best;
+    out->verdict.median_a_ms = median_of(out->cand_ms, out->n_cand);
+    out->verdict.median_b_ms = median_of(out->best_ms, out->n_best);
+    out->verdict.p_value = pv->valuedouble;
+    if (out->verdict.median_b_ms > 0)
+        out->verdict.rel_diff =
+            (out->verdict.median_a_ms - out->verdict.median_b_ms) / out->verdict.median_b_ms;
+    return 1;
+}
+
+/* Appends a step to the state and writes the file atomically. */
+static enum qp_status state_record(struct tune *t, const struct qp_pattern *pat,
+                                   const uint64_t *bits, const struct qp_latency_race_result *res,
+                                   struct qp_error *err) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(t->steps, o)) {
+        cJSON_Delete(o);
+        return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    }
+    cJSON_AddStringToObject(o, "signature", pat->signature);
+    cJSON_AddItemToObject(o, "points", points_json(bits, pat->n_points));
+    cJSON_AddItemToObject(o, "candidate_ms",
+                          cJSON_CreateDoubleArray(res->cand_ms, (int)res->n_cand));
+    cJSON_AddItemToObject(o, "best_ms", cJSON_CreateDoubleArray(res->best_ms, (int)res->n_best));
+    cJSON_AddNumberToObject(o, "rounds", (double)res->n_rounds);
+    cJSON_AddNumberToObject(o, "p_value", res->verdict.p_value);
+    cJSON_AddStringToObject(o, "verdict", qp_latency_verdict_name(res->verdict.verdict));
+    char *text = cJSON_PrintUnformatted(t->state);
+    size_t n = strlen(t->state_path) + 8;
+    char *tmp = malloc(n);
+    if (!text || !tmp) {
+        free(text);
+        free(tmp);
+        return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    }
+    snprintf(tmp, n, "%s.tmp", t->state_path);
+    FILE *f = fopen(tmp, "w");
+    int bad = !f || fprintf(f, "%s\n", text) < 0;
+    if (f && fclose(f) != 0) bad = 1;
+    if (!bad && rename(tmp, t->state_path) != 0) bad = 1;
+    if (bad) unlink(tmp);
+    free(text);
+    free(tmp);
+    if (bad)
+        return qp_error_set(err, QP_ERR_IO, "autotune: cannot write '%s': %s", t->state_path,
+                            strerror(errno));
+    return QP_OK;
+}
+
+/* Reads the state file when it exists: steps measured by an earlier run on the same model. */
+static enum qp_status state_open(struct tune *t, struct qp_error *err) {
+    t->state = cJSON_CreateObject();
+    t->steps = cJSON_CreateArray();
+    if (!t->state || !t->steps) {
+        cJSON_Delete(t->steps);
+        t->steps = NULL;
+        return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    }
+    cJSON_AddStringToObject(t->state, "format", "qplace.autotune_state");
+    cJSON_AddNumberToObject(t->state, "version", 1);
+    cJSON_AddStringToObject(t->state, "model", t->o->onnx_path);
+    cJSON_AddItemToObject(t->state, "steps", t->steps);
+    FILE *f = fopen(t->state_path, "rb");
+    if (!f) return QP_OK; /* a fresh start */
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            char *nt = realloc(text, cap = cap ? cap * 2 : 65536);
+            if (!nt) {
+                fclose(f);
+                free(text);
+                return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+            }
+            text = nt;
+        }
+        size_t got = fread(text + len, 1, 4096, f);
+        len += got;
+        if (got < 4096) break;
+    }
+    fclose(f);
+    text[len] = 0;
+    cJSON *doc = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(doc, "format");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(doc, "model");
+    cJSON *steps = cJSON_GetObjectItemCaseSensitive(doc, "steps");
+    if (!doc || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "qplace.autotune_state") != 0 ||
+        !cJSON_IsString(model) || !cJSON_IsArray(steps)) {
+        cJSON_Delete(doc);
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "autotune: '%s' is not an autotune state file (format "
+                            "qplace.autotune_state); remove it to start afresh",
+                            t->state_path);
+    }
+    if (strcmp(model->valuestring, t->o->onnx_path) != 0) {
+        cJSON_Delete(doc);
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "autotune: '%s' holds a search of '%s', not of '%s'; remove it or "
+                            "choose another --output_dir",
+                            t->state_path, model->valuestring, t->o->onnx_path);
+    }
+    t->prev = cJSON_DetachItemViaPointer(doc, steps);
+    cJSON_Delete(doc);
+    t->prev_valid = 1;
+    return QP_OK;
 }
 
 /* Patterns in search order: largest total node count (over all instances) first. */
@@ -283,8 +459,24 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
             goto done;
         }
         struct qp_latency_race_result res;
-        st = qp_latency_race(t->o->backend, t->cand_path, t->best_path, &t->o->race, &res, err);
-        if (st != QP_OK) {
+        int replayed = state_replay(t, pat, list[j], &res);
+        if (!replayed && t->o->stop && *t->o->stop) {
+            t->r->interrupted = 1;
+            qp_placement_free(cand);
+            goto done;
+        }
+        if (!replayed) {
+            st = qp_latency_race(t->o->backend, t->cand_path, t->best_path, &t->o->race, &res, err);
+            if (st != QP_OK) {
+                qp_placement_free(cand);
+                goto done;
+            }
+        }
+        t->step++;
+        t->last_replayed = replayed;
+        t->r->n_replayed += (size_t)replayed;
+        if ((st = state_record(t, pat, list[j], &res, err)) != QP_OK) {
+            qp_latency_race_result_release(&res);
             qp_placement_free(cand);
             goto done;
         }
@@ -316,6 +508,7 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
                 .best_median_ms = bm,
                 .verdict = res.verdict.verdict,
                 .adopted = adopt,
+                .replayed = replayed,
             };
             t->o->progress(&s, t->o->progress_user);
         }
@@ -486,6 +679,12 @@ enum qp_status qp_autotune(const struct qp_autotune_options *o,
         goto fail;
     }
     if ((st = prepare(&t, err)) != QP_OK) goto fail;
+    if (!(t.state_path = o->state_file ? strdup(o->state_file)
+                                       : join(t.r->output_dir, "autotune_state.json"))) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+        goto fail;
+    }
+    if ((st = state_open(&t, err)) != QP_OK) goto fail; /* read before anything is written */
     if ((st = make_dir(t.r->output_dir, err)) != QP_OK) goto fail;
     char *log_path = join(t.r->output_dir, "log.jsonl");
     t.cand_path = join(t.r->output_dir, ".autotune.candidate.onnx");
@@ -515,10 +714,10 @@ enum qp_status qp_autotune(const struct qp_autotune_options *o,
         o->schemes_per_pattern ? o->schemes_per_pattern : qp_autotune_mode_schemes(o->mode);
     for (size_t k = 0; k < n_order; k++)
         planned += planned_schemes(t.rs->patterns[order[k]].n_points, max);
-    for (size_t k = 0; k < n_order; k++)
+    for (size_t k = 0; k < n_order && !t.r->interrupted; k++)
         if ((st = tune_pattern(&t, order[k], k, n_order, &done, &planned, &best, err)) != QP_OK)
             goto fail;
-    if ((st = finish(&t, best, err)) != QP_OK) goto fail;
+    if (!t.r->interrupted && (st = finish(&t, best, err)) != QP_OK) goto fail;
     t.r->best = best;
     best = NULL;
     t.r->seconds = qp_clock_seconds() - t.t0;
@@ -532,6 +731,9 @@ fail:
     free(t.best_path);
     free(t.ref_path);
     free(order);
+    free(t.state_path);
+    cJSON_Delete(t.state);
+    cJSON_Delete(t.prev);
     qp_placement_free(best);
     qp_pattern_cache_free(t.cache_in);
     qp_pattern_cache_free(t.cache_out);

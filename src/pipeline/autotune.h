@@ -25,6 +25,7 @@
 #ifndef QP_PIPELINE_AUTOTUNE_H
 #define QP_PIPELINE_AUTOTUNE_H
 
+#include <signal.h>
 #include <stddef.h>
 
 #include "autotune/compare.h"
@@ -54,6 +55,7 @@ struct qp_autotune_step {
     double cand_median_ms, best_median_ms;
     enum qp_latency_verdict_kind verdict;
     int adopted;
+    int replayed; /* the race came from the state file, not measured */
 };
 
 typedef void (*qp_autotune_progress_fn)(const struct qp_autotune_step *s, void *user);
@@ -73,7 +75,15 @@ struct qp_autotune_options {
     struct qp_latency_backend *backend;
     struct qp_latency_race_options race; /* per scheme; defaults of compare.h */
     double guard_min_effect;             /* default 0.02: at least 1.02x faster */
-    qp_autotune_progress_fn progress;    /* may be NULL */
+    /* Resume (docs/autotune.md): every race is recorded in this file as it ends; a run that
+     * finds the file replays its races instead of measuring them again, as long as the search
+     * asks for the same (pattern, scheme) at the same step. NULL: output_dir's
+     * autotune_state.json. */
+    const char *state_file;
+    /* Polled before each race (may be NULL): when it reads non-zero the search stops, the state
+     * kept, no final file written, and the report says interrupted. */
+    const volatile sig_atomic_t *stop;
+    qp_autotune_progress_fn progress; /* may be NULL */
     void *progress_user;
 };
 
@@ -83,6 +93,8 @@ struct qp_autotune_report {
     char *output_dir;
     size_t n_regions, n_patterns, n_points;
     size_t n_measured, n_adopted, n_skipped; /* skipped: equal to the best, or not writable */
+    size_t n_replayed;                       /* of n_measured, races taken from the state file */
+    int interrupted;                         /* stopped by `stop`: no final files */
     double seed_median_ms, best_median_ms;   /* from the races (0 when nothing was measured) */
     double reference_median_ms;              /* the model without Q/DQ, in the guard race */
     struct qp_latency_verdict guard;         /* best (a) against the reference (b) */

@@ -1,8 +1,8 @@
 #!/bin/bash
 # qplace autotune end to end on tests/integration/quantize_models/resnet_like.onnx with synthetic
 # data: the five outputs, placement.json taken by quantize --placement_in, optimized_final.onnx
-# the same placement as placement.json (diff SAME), log.jsonl lines JSON; bad input writes
-# nothing.
+# the same placement as placement.json (diff SAME), log.jsonl lines JSON, a rerun replaying
+# autotune_state.json, the pattern cache reused; bad input writes nothing.
 # Usage: autotune_cli.sh QPLACE
 set -u
 Q=$1
@@ -29,7 +29,7 @@ sum_before=$(md5sum "$M" | cut -d' ' -f1)
 O=$T/out1
 expect 0 "$Q" autotune --onnx_path "$M" --mode quick --schemes_per_region 2 --timing_runs 5 \
     --threads 2 --output_dir "$O"
-for f in placement.json optimized_final.onnx log.jsonl pattern_cache.json; do
+for f in placement.json optimized_final.onnx log.jsonl pattern_cache.json autotune_state.json; do
     [ -s "$O/$f" ] || fail "$f missing or empty"
 done
 ls -A "$O" | grep -q '^\.autotune' && fail "temporary files left in the output folder"
@@ -60,12 +60,22 @@ expect 0 "$Q" quantize --onnx_path "$M" --placement_in "$O/placement.json" \
 expect 0 "$Q" diff "$T/q.onnx" "$O/placement.json"
 grep -q '^result: SAME' "$T/out" || fail "quantize --placement_in vs placement.json not SAME"
 
-# 2. The pattern cache of run 1 seeds run 2.
+# 2. The same command again replays every race from autotune_state.json: the same placement.
+grep -o '"points":\[[0-9,]*\].*"adopted":[a-z]*' "$O/log.jsonl" | sed 's/"candidate_ms.*"adopted"/ /' >"$T/decisions1"
+n1=$(grep -c '"resumed":false' "$O/log.jsonl")
+expect 0 "$Q" autotune --onnx_path "$M" --mode quick --schemes_per_region 2 --timing_runs 5 \
+    --threads 2 --output_dir "$O"
+grep -Eq "^  schemes  *$n1 measured \($n1 from the state file\)" "$T/out" || fail "resume: not replayed"
+grep -q '"resumed":false' "$O/log.jsonl" && fail "resume: a race was measured again"
+grep -o '"points":\[[0-9,]*\].*"adopted":[a-z]*' "$O/log.jsonl" | sed 's/"candidate_ms.*"adopted"/ /' >"$T/decisions2"
+[ -s "$T/decisions1" ] && cmp -s "$T/decisions1" "$T/decisions2" || fail "resume: other decisions"
+
+# 3. The pattern cache of run 1 seeds another run.
 expect 0 "$Q" autotune --onnx_path "$M" --mode quick --schemes_per_region 2 --timing_runs 5 \
     --threads 2 --output_dir "$T/out2" --pattern_cache "$O/pattern_cache.json"
 grep -q '"source":"cache"' "$T/out2/log.jsonl" || fail "no scheme from the pattern cache"
 
-# 3. Bad input: exit 2 or 1, nothing written.
+# 4. Bad input: exit 2 or 1, nothing written.
 expect 2 "$Q" autotune --onnx_path "$T/missing.onnx" --output_dir "$T/bad1"
 [ -e "$T/bad1" ] && fail "missing model: output folder created"
 expect 1 "$Q" autotune --onnx_path "$M" --mode fast --output_dir "$T/bad2"

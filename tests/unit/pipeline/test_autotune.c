@@ -1,7 +1,6 @@
 /* The autotune driver's decisions on the `fixed` latency backend (pipeline/autotune.h): a scheme
  * the backend makes faster is adopted and kept through the guard; when nothing is faster the
  * search ends on the seed and the guard keeps the model without Q/DQ. */
-#define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "autotune/latency.h"
@@ -85,11 +85,13 @@ struct world {
     struct timespec mtime;
     off_t size;
     double base;
+    size_t n_samples; /* samples handed out */
 };
 
 static double latency(void *ctx, const char *path, size_t k) {
     struct world *w = ctx;
     struct stat st;
+    w->n_samples++;
     if (stat(path, &st) != 0) return -1;
     if (strcmp(path, w->path) != 0 || st.st_dev != w->dev || st.st_ino != w->ino ||
         st.st_mtim.tv_sec != w->mtime.tv_sec || st.st_mtim.tv_nsec != w->mtime.tv_nsec ||
@@ -175,9 +177,9 @@ static struct qp_autotune_report *run(struct world *w, const char *dir) {
 
 static void rm_dir(const char *dir) {
     const char *files[] = {"placement.json", "optimized_final.onnx", "log.jsonl",
-                           "pattern_cache.json"};
+                           "pattern_cache.json", "autotune_state.json"};
     char path[4200];
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < 5; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
         unlink(path);
     }
@@ -233,10 +235,96 @@ static void test_none_faster(void **state) {
     rm_dir(dir);
 }
 
+/* Keeps the first n steps of a state file, as a run killed after n races leaves it. */
+static void truncate_state(const char *path, int n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char text[1 << 20];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = 0;
+    cJSON *doc = cJSON_Parse(text);
+    assert_non_null(doc);
+    cJSON *steps = cJSON_GetObjectItemCaseSensitive(doc, "steps");
+    assert_true(cJSON_GetArraySize(steps) > n);
+    while (cJSON_GetArraySize(steps) > n)
+        cJSON_DeleteItemFromArray(steps, n);
+    char *out = cJSON_PrintUnformatted(doc);
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(out, f);
+    fclose(f);
+    free(out);
+    cJSON_Delete(doc);
+}
+
+/* A run stopped after two races and resumed measures only the rest, and ends as an
+ * uninterrupted run; a rerun with the whole state measures no scheme at all. */
+static void test_resume(void **state) {
+    (void)state;
+    struct world w = {.any_fast = 1};
+    target_scheme(&w.fast);
+    const char *dir = QP_TEST_BINARY_DIR "/autotune_resume";
+    rm_dir(dir);
+    struct qp_autotune_report *a = run(&w, dir);
+    size_t samples_a = w.n_samples;
+    assert_true(a->n_measured >= 3);
+    assert_int_equal(a->n_replayed, 0);
+    truncate_state(QP_TEST_BINARY_DIR "/autotune_resume/autotune_state.json", 2);
+    w.n_samples = 0;
+    struct qp_autotune_report *b = run(&w, dir);
+    assert_int_equal(b->n_replayed, 2);
+    assert_int_equal(b->n_measured, a->n_measured);
+    assert_int_equal(b->n_adopted, a->n_adopted);
+    assert_true(qp_placement_equal(b->best, a->best));
+    assert_true(w.n_samples < samples_a);
+    w.n_samples = 0;
+    struct qp_autotune_report *c = run(&w, dir);
+    assert_int_equal(c->n_replayed, a->n_measured);
+    assert_true(qp_placement_equal(c->best, a->best));
+    assert_true(w.n_samples > 0); /* the guard race only */
+    size_t guard_samples = w.n_samples;
+    assert_true(guard_samples < samples_a / 2);
+    qp_autotune_report_free(a);
+    qp_autotune_report_free(b);
+    qp_autotune_report_free(c);
+    tset_clear(&w.fast);
+    rm_dir(dir);
+}
+
+/* A stop request before the first race: no race, no final file, the report says so. */
+static void test_stop(void **state) {
+    (void)state;
+    struct world w = {.any_fast = 0};
+    const char *dir = QP_TEST_BINARY_DIR "/autotune_stop";
+    rm_dir(dir);
+    struct qp_error err = {0};
+    struct qp_latency_backend *b = NULL;
+    assert_int_equal(qp_latency_fixed_create(latency, &w, &b, &err), QP_OK);
+    static volatile sig_atomic_t stop = 1;
+    struct qp_autotune_options o;
+    qp_autotune_options_default(&o);
+    o.onnx_path = MODEL;
+    o.output_dir = dir;
+    o.backend = b;
+    o.stop = &stop;
+    struct qp_autotune_report *r = NULL;
+    assert_int_equal(qp_autotune(&o, &r, &err), QP_OK);
+    assert_true(r->interrupted);
+    assert_int_equal(r->n_measured, 0);
+    assert_int_equal(w.n_samples, 0);
+    assert_int_equal(access(QP_TEST_BINARY_DIR "/autotune_stop/optimized_final.onnx", F_OK), -1);
+    qp_autotune_report_free(r);
+    qp_latency_backend_free(b);
+    rm_dir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_faster),
         cmocka_unit_test(test_none_faster),
+        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
