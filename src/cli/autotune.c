@@ -25,6 +25,8 @@ const struct cli_opt cli_autotune_opts[] = {
     {"warmup_runs", CLI_VALUE, "N", "builtin, ort: untimed runs per measurement (3)"},
     {"timing_runs", CLI_VALUE, "N", "timed runs of each model per race round (10)"},
     CLI_DATA_OPTS,
+    {"qdq_baseline", CLI_VALUE, "MODEL",
+     "a Q/DQ model of this graph whose placement seeds the search (default: the trt policy)"},
     {"state_file", CLI_VALUE, "FILE",
      "races measured so far, replayed on a rerun (<output_dir>/autotune_state.json)"},
     {"pattern_cache", CLI_VALUE, "FILE", "a pattern_cache.json whose schemes are tried first"},
@@ -34,7 +36,8 @@ const struct cli_opt cli_autotune_opts[] = {
 };
 
 const char cli_autotune_details[] =
-    "Seeds the placement with the trt policy's, cuts the graph into regions whose repeated\n"
+    "Seeds the placement with the trt policy's (or --qdq_baseline's), cuts the graph into regions "
+    "whose repeated\n"
     "blocks share a pattern, and for each pattern (largest first) tries schemes: which of its\n"
     "insertion points hold Q/DQ, applied to every instance. Each candidate model is raced\n"
     "against the current best (alternating runs, Mann-Whitney U at 95%, 1% minimum effect) and\n"
@@ -143,7 +146,7 @@ static void print_summary(const struct qp_autotune_report *r, const struct qp_la
     printf("  backend         %s (%s)\n", b->name, b->detail);
     printf("  schemes         %zu measured (%zu from the state file), %zu adopted, %zu skipped\n",
            r->n_measured, r->n_replayed, r->n_adopted, r->n_skipped);
-    printf("  seed (trt)      %.4f ms median\n", r->seed_median_ms);
+    printf("  seed            %.4f ms median\n", r->seed_median_ms);
     printf("  best            %.4f ms median (%.3fx the seed)\n", r->best_median_ms,
            r->best_median_ms > 0 ? r->seed_median_ms / r->best_median_ms : 0.0);
     printf("  without Q/DQ    %.4f ms median\n", r->reference_median_ms);
@@ -207,6 +210,7 @@ int cli_autotune_run(const struct cli_args *args) {
     if ((rc = make_backend(args, warmup, &b)) != 0) return rc;
     o.backend = b;
     o.state_file = cli_value(args, "state_file", NULL);
+    o.qdq_baseline = cli_value(args, "qdq_baseline", NULL);
     o.progress = on_step;
     o.stop = &stop_requested;
     struct sigaction sa, old;

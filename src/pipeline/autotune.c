@@ -15,6 +15,7 @@
 #include "autotune/region.h"
 #include "autotune/scheme.h"
 #include "core/clock.h"
+#include "placement/diff.h"
 #include "ir/ir.h"
 #include "qplace/calib.h"
 #include "qplace/model.h"
@@ -569,6 +570,52 @@ done:
     return st;
 }
 
+/* The placement of the Q/DQ model at `path`, on the slots of `m`'s nodes (by name): each slot
+ * fed through a DequantizeLinear. Weight axes: the trt policy's or the insertion point's. */
+static enum qp_status baseline_placement(struct tune *t, const char *path,
+                                         struct qp_placement **out, struct qp_error *err) {
+    struct qp_model *b = NULL;
+    struct qp_qdq_slots *slots = NULL;
+    struct qp_placement *p = qp_placement_create();
+    enum qp_status st = p ? QP_OK : qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    if (st == QP_OK && (st = qp_model_load_file(path, NULL, &b, err)) != QP_OK)
+        qp_error_prefix(err, "autotune: --qdq_baseline '%s'", path);
+    if (st == QP_OK && !qp_model_has_qdq(b))
+        st = qp_error_set(err, QP_ERR_BAD_INPUT, "autotune: --qdq_baseline '%s' holds no Q/DQ node",
+                          path);
+    if (st == QP_OK) st = qp_qdq_slots_from_model(b->graph, &slots, err);
+    for (size_t i = 0; st == QP_OK && i < slots->n; i++) {
+        const struct qp_qdq_slot *q = &slots->slots[i];
+        if (!q->weight) {
+            st = qp_placement_add_edge(p, q->tensor, q->node, q->input, "qdq_baseline", err);
+            continue;
+        }
+        int axis = -1, found = 0, w = 0;
+        size_t idx = 0;
+        if (qp_placement_find(t->r->seed, q->node, q->input, &w, &idx) && w) {
+            axis = t->r->seed->weights[idx].axis;
+            found = 1;
+        }
+        int n = qp_graph_find_node(t->m->graph, q->node);
+        if (!found && n >= 0 && t->rs->region_of[n] >= 0) {
+            const struct qp_region *r = &t->rs->regions[t->rs->region_of[n]];
+            for (size_t k = 0; k < r->n_points; k++)
+                if (r->points[k].node == n && r->points[k].input == q->input)
+                    axis = r->points[k].axis;
+        }
+        st = qp_placement_add_weight(p, q->tensor, q->node, q->input, axis, "qdq_baseline", err);
+    }
+    if (st == QP_OK && (st = qp_placement_check(p, t->m, err)) != QP_OK)
+        qp_error_prefix(err, "autotune: --qdq_baseline '%s' does not fit the model", path);
+    qp_qdq_slots_free(slots);
+    qp_model_free(b);
+    if (st == QP_OK)
+        *out = p;
+    else
+        qp_placement_free(p);
+    return st;
+}
+
 /* Loads, places, builds regions, calibrates: everything that can fail on bad input, before
  * anything is written. */
 static enum qp_status prepare(struct tune *t, struct qp_error *err) {
@@ -581,6 +628,12 @@ static enum qp_status prepare(struct tune *t, struct qp_error *err) {
                             o->onnx_path);
     if ((st = qp_placement_trt(t->m, NULL, &t->r->seed, err)) != QP_OK) return st;
     if ((st = qp_regions_build(t->m->graph, &t->rs, err)) != QP_OK) return st;
+    if (o->qdq_baseline) {
+        struct qp_placement *b = NULL;
+        if ((st = baseline_placement(t, o->qdq_baseline, &b, err)) != QP_OK) return st;
+        qp_placement_free(t->r->seed);
+        t->r->seed = b;
+    }
     t->r->n_regions = t->rs->n_regions;
     t->r->n_patterns = t->rs->n_patterns;
     for (size_t r = 0; r < t->rs->n_regions; r++)

@@ -2,9 +2,9 @@
  * The autotune search behind `qplace autotune` (docs/autotune.md, "The search"): Q/DQ placement
  * chosen by measured latency, pattern by pattern.
  *
- *   load -> opset 19 -> seed placement (the trt policy) -> regions and patterns -> one
- *   calibration of every insertion point's tensor (the data given, else synthetic data as
- *   quantize uses) -> for each pattern, largest total node count first: schemes (the pattern
+ *   load -> opset 19 -> seed placement (the trt policy, or a Q/DQ baseline model's) -> regions and
+ * patterns -> one calibration of every insertion point's tensor (the data given, else synthetic
+ * data as quantize uses) -> for each pattern, largest total node count first: schemes (the pattern
  *   cache's first, then generated ones), each applied to every instance of the pattern over the
  *   current best placement, written with those ranges and raced against the current best
  *   (autotune/compare.h); adopted only on a FASTER verdict -> the performance guard: the best
@@ -69,8 +69,11 @@ struct qp_autotune_options {
     const char *calibration_shapes;     /* "NAME:1x3x224x224,..." or NULL */
     const struct qp_data_options *data; /* image flags, caps (borrowed); NULL: defaults */
     const char *pattern_cache_in;       /* NULL: none */
-    enum qp_dtype high_precision;       /* QP_DTYPE_FLOAT (default) or QP_DTYPE_FLOAT16 */
-    int n_threads;                      /* calibration threads; 0: all cores */
+    /* A Q/DQ model of the same graph (node names) whose placement seeds the search instead of
+     * the trt policy's: every slot it feeds through a DequantizeLinear. NULL: the trt policy. */
+    const char *qdq_baseline;
+    enum qp_dtype high_precision; /* QP_DTYPE_FLOAT (default) or QP_DTYPE_FLOAT16 */
+    int n_threads;                /* calibration threads; 0: all cores */
     /* The latency backend (borrowed for the call; the caller creates it). Required. */
     struct qp_latency_backend *backend;
     struct qp_latency_race_options race; /* per scheme; defaults of compare.h */
@@ -100,7 +103,7 @@ struct qp_autotune_report {
     struct qp_latency_verdict guard;         /* best (a) against the reference (b) */
     int guard_passed;                        /* 1: optimized_final.onnx holds the Q/DQ model */
     struct qp_placement *best;               /* the search's best placement; owned */
-    struct qp_placement *seed;               /* the trt policy's; owned */
+    struct qp_placement *seed;               /* the trt policy's or --qdq_baseline's; owned */
     double seconds;
     const char *calibration_source; /* "synthetic" or the data's kind (static) */
 };

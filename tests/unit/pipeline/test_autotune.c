@@ -154,7 +154,7 @@ static void target_scheme(struct tset *out) {
     qp_model_free(m);
 }
 
-static struct qp_autotune_report *run(struct world *w, const char *dir) {
+static struct qp_autotune_report *run_from(struct world *w, const char *dir, const char *baseline) {
     struct qp_error err = {0};
     struct qp_latency_backend *b = NULL;
     assert_int_equal(qp_latency_fixed_create(latency, w, &b, &err), QP_OK);
@@ -162,6 +162,7 @@ static struct qp_autotune_report *run(struct world *w, const char *dir) {
     qp_autotune_options_default(&o);
     o.onnx_path = MODEL;
     o.output_dir = dir;
+    o.qdq_baseline = baseline;
     o.schemes_per_pattern = MAX_SCHEMES;
     o.backend = b;
     o.n_threads = 1;
@@ -173,6 +174,10 @@ static struct qp_autotune_report *run(struct world *w, const char *dir) {
     assert_int_equal(st, QP_OK);
     qp_latency_backend_free(b);
     return r;
+}
+
+static struct qp_autotune_report *run(struct world *w, const char *dir) {
+    return run_from(w, dir, NULL);
 }
 
 static void rm_dir(const char *dir) {
@@ -211,6 +216,17 @@ static void test_one_faster(void **state) {
         QP_OK);
     assert_true(qp_placement_equal(pj, r->best));
     qp_placement_free(pj);
+    /* --qdq_baseline: that model's placement is the next search's seed */
+    struct world w2 = {.any_fast = 0};
+    const char *dir2 = QP_TEST_BINARY_DIR "/autotune_baseline";
+    rm_dir(dir2);
+    struct qp_autotune_report *r2 =
+        run_from(&w2, dir2, QP_TEST_BINARY_DIR "/autotune_one_faster/optimized_final.onnx");
+    assert_true(qp_placement_equal(r2->seed, r->best));
+    assert_false(qp_placement_equal(r2->seed, r->seed));
+    assert_int_equal(r2->n_adopted, 0);
+    qp_autotune_report_free(r2);
+    rm_dir(dir2);
     tset_clear(&final);
     tset_clear(&got);
     tset_clear(&w.fast);
