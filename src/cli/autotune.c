@@ -157,7 +157,7 @@ static void print_summary(const struct qp_autotune_report *r, const struct qp_la
            r->guard_passed ? "optimized_final.onnx holds the Q/DQ model"
                            : "not 1.02x faster: optimized_final.onnx is the model without Q/DQ");
     printf("  output          %s/{placement.json, optimized_final.onnx, log.jsonl, "
-           "pattern_cache.json}\n",
+           "pattern_cache.json, autotune_state.json}\n",
            r->output_dir);
     printf("  time            %.1f s\n", r->seconds);
 }
