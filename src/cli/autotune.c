@@ -36,18 +36,17 @@ const struct cli_opt cli_autotune_opts[] = {
 };
 
 const char cli_autotune_details[] =
-    "Seeds the placement with the trt policy's (or --qdq_baseline's), cuts the graph into regions "
-    "whose repeated\n"
-    "blocks share a pattern, and for each pattern (largest first) tries schemes: which of its\n"
-    "insertion points hold Q/DQ, applied to every instance. Each candidate model is raced\n"
-    "against the current best (alternating runs, Mann-Whitney U at 95%, 1% minimum effect) and\n"
-    "adopted only when faster. Scales come from one calibration of every insertion point's\n"
-    "tensor (--calibration_data_path, else synthetic data). At the end the best model is kept\n"
-    "only if at least 1.02x faster than the model without Q/DQ at the same high precision.\n"
-    "--output_dir receives placement.json, optimized_final.onnx, log.jsonl (one line per\n"
-    "measured scheme), pattern_cache.json and autotune_state.json: every race, so that the same\n"
-    "command after Ctrl-C (exit 130) or a kill replays them instead of measuring again.\n"
-    "Progress goes to stderr, the summary to stdout.\n";
+    "Seeds the placement with the trt policy's (or --qdq_baseline's), cuts the graph into\n"
+    "regions whose repeated blocks share a pattern, and for each pattern (largest first) tries\n"
+    "schemes: which of its insertion points hold Q/DQ, applied to every instance. Each\n"
+    "candidate model is raced against the current best (alternating runs, Mann-Whitney U at\n"
+    "95%, 1% minimum effect) and adopted only when faster. Scales come from one calibration of\n"
+    "every insertion point's tensor (--calibration_data_path, else synthetic data). At the end\n"
+    "the best model is kept only if at least 1.02x faster than the model without Q/DQ at the\n"
+    "same high precision. --output_dir receives placement.json, optimized_final.onnx,\n"
+    "log.jsonl (one line per race), pattern_cache.json and autotune_state.json: every race,\n"
+    "so that the same command after Ctrl-C (exit 130) or a kill replays them instead of\n"
+    "measuring again. Progress goes to stderr, the summary to stdout.\n";
 
 static int bad_usage(const char *fmt, const char *a) {
     fprintf(stderr, "qplace autotune: ");

@@ -75,7 +75,21 @@ expect 0 "$Q" autotune --onnx_path "$M" --mode quick --schemes_per_region 2 --ti
     --threads 2 --output_dir "$T/out2" --pattern_cache "$O/pattern_cache.json"
 grep -q '"source":"cache"' "$T/out2/log.jsonl" || fail "no scheme from the pattern cache"
 
-# 4. Bad input: exit 2 or 1, nothing written.
+# 4. --use_trtexec on the fake trtexec of the unit tests (equal latencies: nothing adopted),
+#    with the timing cache, plugins and extra arguments on its command line.
+FAKE=$(cd "$(dirname "$0")/../unit/autotune/data" && pwd)/fake_trtexec.sh
+TRTEXEC=$FAKE FAKE_TRTEXEC_ARGS=$T/trt_args expect 0 "$Q" autotune --onnx_path "$M" --use_trtexec \
+    --schemes_per_region 2 --timing_runs 4 --timing_cache "$T/tc.cache" \
+    --plugin_libraries libx.so --trtexec_benchmark_args="--memPoolSize=workspace:64MiB --noDataTransfers" \
+    --output_dir "$T/trt"
+grep -q '^  backend  *trtexec (' "$T/out" || fail "trtexec: backend line"
+grep -Eq '^  schemes  *[1-9][0-9]* measured .*, 0 adopted' "$T/out" || fail "trtexec: adopted"
+for a in --stronglyTyped "--timingCacheFile=$T/tc.cache" --staticPlugins=libx.so \
+    --memPoolSize=workspace:64MiB --noDataTransfers; do
+    grep -qxF -- "$a" "$T/trt_args" || fail "trtexec argument $a"
+done
+
+# 5. Bad input: exit 2 or 1, nothing written.
 expect 2 "$Q" autotune --onnx_path "$T/missing.onnx" --output_dir "$T/bad1"
 [ -e "$T/bad1" ] && fail "missing model: output folder created"
 expect 1 "$Q" autotune --onnx_path "$M" --mode fast --output_dir "$T/bad2"
