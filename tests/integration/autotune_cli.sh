@@ -89,7 +89,21 @@ for a in --stronglyTyped "--timingCacheFile=$T/tc.cache" --staticPlugins=libx.so
     grep -qxF -- "$a" "$T/trt_args" || fail "trtexec argument $a"
 done
 
-# 5. Bad input: exit 2 or 1, nothing written.
+# 5. Ctrl-C: exit 130 after the race in flight, the state kept, no final file, no temporary.
+V=$(dirname "$M")/vit_like.onnx
+"$Q" autotune --onnx_path "$V" --timing_runs 5000 --threads 1 --output_dir "$T/int" \
+    >"$T/int.out" 2>"$T/int.err" &
+pid=$!
+sleep 2
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" = 130 ] || { fail "Ctrl-C: exit $rc (want 130)"; cat "$T/int.err"; }
+grep -q 'interrupted after [0-9]* races; the same command resumes' "$T/int.err" || fail "Ctrl-C message"
+[ -e "$T/int/optimized_final.onnx" ] && fail "Ctrl-C: optimized_final.onnx written"
+ls -A "$T/int" | grep -q '^\.autotune' && fail "Ctrl-C: temporary files left"
+
+# 6. Bad input: exit 2 or 1, nothing written.
 expect 2 "$Q" autotune --onnx_path "$T/missing.onnx" --output_dir "$T/bad1"
 [ -e "$T/bad1" ] && fail "missing model: output folder created"
 expect 1 "$Q" autotune --onnx_path "$M" --mode fast --output_dir "$T/bad2"
