@@ -30,6 +30,7 @@ const struct cli_opt cli_autotune_opts[] = {
     {"state_file", CLI_VALUE, "FILE",
      "races measured so far, replayed on a rerun (<output_dir>/autotune_state.json)"},
     {"pattern_cache", CLI_VALUE, "FILE", "a pattern_cache.json whose schemes are tried first"},
+    {"quant_type", CLI_VALUE, "int8|fp8", "what the quantizers hold (int8)"},
     {"high_precision_dtype", CLI_VALUE, "fp32|fp16", "precision of what is not quantized (fp32)"},
     CLI_THREADS_OPT,
     {0},
@@ -194,6 +195,13 @@ int cli_autotune_run(const struct cli_args *args) {
         o.high_precision = QP_DTYPE_FLOAT16;
     else
         return bad_usage("--high_precision_dtype must be fp32 or fp16, not '%s'", hp);
+    const char *qt = cli_value(args, "quant_type", "int8");
+    if (strcmp(qt, "int8") == 0)
+        o.quant_mode = QP_QUANT_INT8;
+    else if (strcmp(qt, "fp8") == 0)
+        o.quant_mode = QP_QUANT_FP8;
+    else
+        return bad_usage("--quant_type must be int8 or fp8, not '%s'", qt);
     v = 0;
     if (!parse_count(args, "threads", 0, 4096, &v))
         return bad_usage("--threads: '%s' is not a thread count", cli_value(args, "threads", ""));

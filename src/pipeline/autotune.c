@@ -98,6 +98,7 @@ static enum qp_status write_model(struct tune *t, const struct qp_placement *p, 
     struct qp_writer_options wo;
     qp_writer_options_default(&wo);
     wo.high_precision = t->o->high_precision;
+    wo.qtype = t->o->quant_mode == QP_QUANT_FP8 ? QP_DTYPE_FLOAT8E4M3FN : QP_DTYPE_INT8;
     wo.amax = amax_from_ranges;
     wo.amax_user = t->ranges;
     if ((st = qp_qdq_write(c, p, &wo, NULL, err)) == QP_OK)
@@ -626,7 +627,8 @@ static enum qp_status prepare(struct tune *t, struct qp_error *err) {
         return qp_error_set(err, QP_ERR_BAD_INPUT,
                             "autotune: '%s' already holds Q/DQ nodes; give the float model",
                             o->onnx_path);
-    if ((st = qp_placement_trt(t->m, NULL, &t->r->seed, err)) != QP_OK) return st;
+    struct qp_trt_options trt = {.quantize_mode = o->quant_mode};
+    if ((st = qp_placement_trt(t->m, &trt, &t->r->seed, err)) != QP_OK) return st;
     if ((st = qp_regions_build(t->m->graph, &t->rs, err)) != QP_OK) return st;
     if (o->qdq_baseline) {
         struct qp_placement *b = NULL;
@@ -720,7 +722,8 @@ enum qp_status qp_autotune(const struct qp_autotune_options *o,
         return qp_error_set(err, QP_ERR_USAGE, "autotune: the model path and a backend are needed");
     if (o->high_precision != QP_DTYPE_FLOAT && o->high_precision != QP_DTYPE_FLOAT16)
         return qp_error_set(err, QP_ERR_USAGE, "autotune: high precision must be fp32 or fp16");
-    if ((unsigned)o->mode >= QP_AUTOTUNE_MODE_COUNT || !(o->guard_min_effect >= 0))
+    if ((unsigned)o->mode >= QP_AUTOTUNE_MODE_COUNT || !(o->guard_min_effect >= 0) ||
+        (unsigned)o->quant_mode >= QP_QUANT_MODE_COUNT)
         return qp_error_set(err, QP_ERR_USAGE, "autotune: bad mode or guard effect");
     struct tune t = {.o = o, .t0 = qp_clock_seconds()};
     size_t *order = NULL;

@@ -72,8 +72,9 @@ struct qp_autotune_options {
     /* A Q/DQ model of the same graph (node names) whose placement seeds the search instead of
      * the trt policy's: every slot it feeds through a DequantizeLinear. NULL: the trt policy. */
     const char *qdq_baseline;
-    enum qp_dtype high_precision; /* QP_DTYPE_FLOAT (default) or QP_DTYPE_FLOAT16 */
-    int n_threads;                /* calibration threads; 0: all cores */
+    enum qp_dtype high_precision;  /* QP_DTYPE_FLOAT (default) or QP_DTYPE_FLOAT16 */
+    enum qp_quant_mode quant_mode; /* QP_QUANT_INT8 (default) or QP_QUANT_FP8 (E4M3FN) */
+    int n_threads;                 /* calibration threads; 0: all cores */
     /* The latency backend (borrowed for the call; the caller creates it). Required. */
     struct qp_latency_backend *backend;
     struct qp_latency_race_options race; /* per scheme; defaults of compare.h */

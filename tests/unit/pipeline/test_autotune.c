@@ -78,6 +78,7 @@ static void tset_of_placement(const struct qp_placement *p, struct tset *s) {
 struct world {
     struct tset fast;
     int any_fast; /* 0: every model takes the same time */
+    int q_fast;   /* 1: every model holding Q/DQ is fast */
     /* the last model looked at, by file identity */
     char path[4096];
     dev_t dev;
@@ -98,7 +99,7 @@ static double latency(void *ctx, const char *path, size_t k) {
         st.st_size != w->size) {
         struct tset s = {0};
         tset_of_model(path, &s);
-        w->base = w->any_fast && tset_equal(&s, &w->fast) ? 0.5 : 1.0;
+        w->base = (w->any_fast && tset_equal(&s, &w->fast)) || (w->q_fast && s.n) ? 0.5 : 1.0;
         tset_clear(&s);
         snprintf(w->path, sizeof w->path, "%s", path);
         w->dev = st.st_dev;
@@ -154,6 +155,8 @@ static void target_scheme(struct tset *out) {
     qp_model_free(m);
 }
 
+static enum qp_quant_mode g_mode = QP_QUANT_INT8;
+
 static struct qp_autotune_report *run_from(struct world *w, const char *dir, const char *baseline) {
     struct qp_error err = {0};
     struct qp_latency_backend *b = NULL;
@@ -163,6 +166,7 @@ static struct qp_autotune_report *run_from(struct world *w, const char *dir, con
     o.onnx_path = MODEL;
     o.output_dir = dir;
     o.qdq_baseline = baseline;
+    o.quant_mode = g_mode;
     o.schemes_per_pattern = MAX_SCHEMES;
     o.backend = b;
     o.n_threads = 1;
@@ -308,6 +312,35 @@ static void test_resume(void **state) {
     rm_dir(dir);
 }
 
+/* --quant_type fp8: the models written hold float8e4m3fn quantizers. */
+static void test_fp8(void **state) {
+    (void)state;
+    struct world w = {.q_fast = 1};
+    const char *dir = QP_TEST_BINARY_DIR "/autotune_fp8";
+    rm_dir(dir);
+    g_mode = QP_QUANT_FP8;
+    struct qp_autotune_report *r = run(&w, dir);
+    g_mode = QP_QUANT_INT8;
+    assert_true(r->guard_passed);
+    struct qp_error err = {0};
+    struct qp_model *m = NULL;
+    assert_int_equal(
+        qp_model_load_file(QP_TEST_BINARY_DIR "/autotune_fp8/optimized_final.onnx", NULL, &m, &err),
+        QP_OK);
+    size_t n_q = 0;
+    for (size_t i = 0; i < m->graph->n_nodes; i++) {
+        const struct qp_node *n = &m->graph->nodes[i];
+        if (n->dead || strcmp(n->op_type, "QuantizeLinear") != 0) continue;
+        assert_true(n->n_inputs == 3);
+        assert_int_equal(m->graph->values[n->inputs[2]].dtype, QP_DTYPE_FLOAT8E4M3FN);
+        n_q++;
+    }
+    assert_true(n_q > 0);
+    qp_model_free(m);
+    qp_autotune_report_free(r);
+    rm_dir(dir);
+}
+
 /* A stop request before the first race: no race, no final file, the report says so. */
 static void test_stop(void **state) {
     (void)state;
@@ -337,10 +370,9 @@ static void test_stop(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_one_faster),
-        cmocka_unit_test(test_none_faster),
-        cmocka_unit_test(test_resume),
-        cmocka_unit_test(test_stop),
+        cmocka_unit_test(test_one_faster), cmocka_unit_test(test_none_faster),
+        cmocka_unit_test(test_resume),     cmocka_unit_test(test_stop),
+        cmocka_unit_test(test_fp8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
