@@ -78,6 +78,10 @@ extern const struct cli_opt cli_sensitivity_opts[];
 extern const char cli_sensitivity_details[];
 int cli_sensitivity_run(const struct cli_args *args);
 
+extern const struct cli_opt cli_autotune_opts[];
+extern const char cli_autotune_details[];
+int cli_autotune_run(const struct cli_args *args);
+
 extern const struct cli_opt cli_run_opts[];
 extern const char cli_run_details[];
 int cli_run_run(const struct cli_args *args);

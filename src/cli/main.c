@@ -62,6 +62,12 @@ static const struct cli_command commands[] = {
      cli_sensitivity_details,
      {cli_sensitivity_opts, 0, 0, NULL},
      cli_sensitivity_run},
+    {"autotune",
+     "choose Q/DQ placement by measured latency",
+     "--onnx_path MODEL [--output_dir DIR] [--mode quick|default|extensive] [--backend B] [...]",
+     cli_autotune_details,
+     {cli_autotune_opts, 0, 0, NULL},
+     cli_autotune_run},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

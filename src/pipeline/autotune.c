@@ -1,0 +1,804 @@
+/* The autotune search (pipeline/autotune.h; docs/autotune.md "The search"). */
+#include "pipeline/autotune.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "autotune/cache.h"
+#include "autotune/pattern.h"
+#include "autotune/region.h"
+#include "autotune/scheme.h"
+#include "core/clock.h"
+#include "placement/diff.h"
+#include "ir/ir.h"
+#include "qplace/calib.h"
+#include "qplace/model.h"
+#include "qplace/placement.h"
+#include "quant/writer.h"
+
+/* How far (op-sequence edit distance) a cached pattern may be from a pattern to seed it. */
+#define CACHE_MAX_DISTANCE 4
+
+int qp_autotune_mode_parse(const char *s) {
+    static const char *const names[QP_AUTOTUNE_MODE_COUNT] = {"quick", "default", "extensive"};
+    for (int i = 0; s && i < QP_AUTOTUNE_MODE_COUNT; i++)
+        if (strcmp(s, names[i]) == 0) return i;
+    return -1;
+}
+
+size_t qp_autotune_mode_schemes(enum qp_autotune_mode m) {
+    static const size_t n[QP_AUTOTUNE_MODE_COUNT] = {8, 16, 32};
+    _Static_assert(sizeof n / sizeof n[0] == QP_AUTOTUNE_MODE_COUNT, "a row per mode");
+    return (unsigned)m < QP_AUTOTUNE_MODE_COUNT ? n[m] : n[QP_AUTOTUNE_DEFAULT];
+}
+
+void qp_autotune_options_default(struct qp_autotune_options *o) {
+    memset(o, 0, sizeof *o);
+    o->mode = QP_AUTOTUNE_DEFAULT;
+    o->high_precision = QP_DTYPE_FLOAT;
+    qp_latency_race_options_default(&o->race);
+    o->guard_min_effect = 0.02;
+}
+
+void qp_autotune_report_free(struct qp_autotune_report *r) {
+    if (!r) return;
+    free(r->output_dir);
+    qp_placement_free(r->best);
+    qp_placement_free(r->seed);
+    free(r);
+}
+
+/* The state of one run. */
+struct tune {
+    const struct qp_autotune_options *o;
+    struct qp_autotune_report *r;
+    struct qp_model *m; /* at opset >= 19, the trt policy's model */
+    struct qp_regions *rs;
+    struct qp_ranges *ranges;
+    struct qp_pattern_cache *cache_in, *cache_out;
+    FILE *log;
+    char *cand_path, *best_path, *ref_path;
+    double t0;
+    /* Resume: the steps of the state file found at the start (NULL: none), whether they still
+     * match what the search measures, and the state written as the search goes. */
+    cJSON *prev;
+    int prev_valid;
+    cJSON *state, *steps;
+    char *state_path;
+    size_t step;
+    int last_replayed; /* the race being logged came from the state file */
+};
+
+static char *join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *s = malloc(n);
+    if (s) snprintf(s, n, "%s/%s", dir, name);
+    return s;
+}
+
+static int amax_from_ranges(void *user, const char *tensor, float *amax_out) {
+    const struct qp_range *r = qp_ranges_find(user, tensor);
+    if (!r) return 0;
+    *amax_out = r->amax;
+    return 1;
+}
+
+/* Writes the model with placement `p` (the calibrated ranges' scales) to `path`. */
+static enum qp_status write_model(struct tune *t, const struct qp_placement *p, const char *path,
+                                  struct qp_error *err) {
+    struct qp_model *c = NULL;
+    enum qp_status st = qp_model_clone(t->m, &c, err);
+    if (st != QP_OK) return st;
+    struct qp_writer_options wo;
+    qp_writer_options_default(&wo);
+    wo.high_precision = t->o->high_precision;
+    wo.qtype = t->o->quant_mode == QP_QUANT_FP8 ? QP_DTYPE_FLOAT8E4M3FN : QP_DTYPE_INT8;
+    wo.amax = amax_from_ranges;
+    wo.amax_user = t->ranges;
+    if ((st = qp_qdq_write(c, p, &wo, NULL, err)) == QP_OK)
+        st = qp_model_save_file(c, path, NULL, err);
+    qp_model_free(c);
+    return st;
+}
+
+static double median_of(const double *x, size_t n) {
+    if (!n) return 0;
+    double *s = malloc(n * sizeof *s);
+    if (!s) return 0;
+    memcpy(s, x, n * sizeof *s);
+    for (size_t i = 1; i < n; i++) /* insertion sort: a few hundred samples at most */
+        for (size_t j = i; j > 0 && s[j - 1] > s[j]; j--) {
+            double v = s[j];
+            s[j] = s[j - 1];
+            s[j - 1] = v;
+        }
+    double m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    free(s);
+    return m;
+}
+
+/* One log.jsonl line; a write failure is QP_ERR_IO. */
+static enum qp_status log_line(struct tune *t, size_t pattern, const char *source,
+                               const uint64_t *bits, const struct qp_latency_race_result *res,
+                               int adopted, const char *error, struct qp_error *err) {
+    const struct qp_pattern *pat = &t->rs->patterns[pattern];
+    cJSON *o = cJSON_CreateObject(), *pts = cJSON_CreateArray();
+    if (!o || !pts) goto nomem;
+    cJSON_AddNumberToObject(o, "pattern", (double)pattern);
+    cJSON_AddStringToObject(o, "signature", pat->signature);
+    cJSON_AddNumberToObject(o, "regions", (double)pat->n_instances);
+    cJSON_AddNumberToObject(o, "n_points", (double)pat->n_points);
+    cJSON_AddStringToObject(o, "source", source);
+    for (size_t k = 0; k < pat->n_points; k++)
+        if (qp_scheme_get(bits, k)) cJSON_AddItemToArray(pts, cJSON_CreateNumber((double)k));
+    cJSON_AddItemToObject(o, "points", pts);
+    pts = NULL;
+    if (res) {
+        cJSON_AddNumberToObject(o, "candidate_median_ms", res->verdict.median_a_ms);
+        cJSON_AddNumberToObject(o, "best_median_ms", res->verdict.median_b_ms);
+        cJSON_AddItemToObject(o, "candidate_ms",
+                              cJSON_CreateDoubleArray(res->cand_ms, (int)res->n_cand));
+        cJSON_AddItemToObject(o, "best_ms",
+                              cJSON_CreateDoubleArray(res->best_ms, (int)res->n_best));
+        cJSON_AddNumberToObject(o, "rounds", (double)res->n_rounds);
+        cJSON_AddNumberToObject(o, "p_value", res->verdict.p_value);
+        cJSON_AddStringToObject(o, "verdict", qp_latency_verdict_name(res->verdict.verdict));
+    } else {
+        cJSON_AddStringToObject(o, "verdict", "error");
+        cJSON_AddStringToObject(o, "error", error ? error : "");
+    }
+    cJSON_AddBoolToObject(o, "adopted", adopted);
+    if (res) cJSON_AddBoolToObject(o, "resumed", t->last_replayed);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!s) goto nomem;
+    int bad = fprintf(t->log, "%s\n", s) < 0 || fflush(t->log) != 0;
+    free(s);
+    if (bad)
+        return qp_error_set(err, QP_ERR_IO, "autotune: cannot write log.jsonl: %s",
+                            strerror(errno));
+    return QP_OK;
+nomem:
+    cJSON_Delete(o);
+    cJSON_Delete(pts);
+    return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory writing the log");
+}
+
+/* ---- resume: autotune_state.json ------------------------------------------------------ */
+
+static cJSON *points_json(const uint64_t *bits, size_t n_points) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t k = 0; a && k < n_points; k++)
+        if (qp_scheme_get(bits, k)) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)k));
+    return a;
+}
+
+static int samples_from(const cJSON *a, double **out, size_t *n_out) {
+    int n = cJSON_GetArraySize(a);
+    if (!cJSON_IsArray(a) || n < 1) return 0;
+    double *x = malloc((size_t)n * sizeof *x);
+    if (!x) return 0;
+    for (int i = 0; i < n; i++) {
+        const cJSON *v = cJSON_GetArrayItem(a, i);
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0)) {
+            free(x);
+            return 0;
+        }
+        x[i] = v->valuedouble;
+    }
+    *out = x;
+    *n_out = (size_t)n;
+    return 1;
+}
+
+/* Step t->step of the state file when it measured this scheme of this pattern: its race
+ * result in *out (owned, as qp_latency_race's). 0 when there is none; the first mismatch ends
+ * the replay (the search took another way from there). */
+static int state_replay(struct tune *t, const struct qp_pattern *pat, const uint64_t *bits,
+                        struct qp_latency_race_result *out) {
+    if (!t->prev_valid) return 0;
+    const cJSON *st = cJSON_GetArrayItem(t->prev, (int)t->step);
+    const cJSON *sig = cJSON_GetObjectItemCaseSensitive(st, "signature");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(st, "verdict");
+    const cJSON *pv = cJSON_GetObjectItemCaseSensitive(st, "p_value");
+    const cJSON *rounds = cJSON_GetObjectItemCaseSensitive(st, "rounds");
+    cJSON *want = points_json(bits, pat->n_points);
+    int ok = st && cJSON_IsString(sig) && strcmp(sig->valuestring, pat->signature) == 0 && want &&
+             cJSON_Compare(cJSON_GetObjectItemCaseSensitive(st, "points"), want, 1) &&
+             cJSON_IsString(ver) && cJSON_IsNumber(pv) && cJSON_IsNumber(rounds);
+    cJSON_Delete(want);
+    memset(out, 0, sizeof *out);
+    int v = -1;
+    for (int i = 0; ok && i < QP_LATENCY_VERDICT_COUNT; i++)
+        if (strcmp(ver->valuestring, qp_latency_verdict_name(i)) == 0) v = i;
+    ok = ok && v >= 0 &&
+         samples_from(cJSON_GetObjectItemCaseSensitive(st, "candidate_ms"), &out->cand_ms,
+                      &out->n_cand) &&
+         samples_from(cJSON_GetObjectItemCaseSensitive(st, "best_ms"), &out->best_ms, &out->n_best);
+    if (!ok) {
+        qp_latency_race_result_release(out);
+        t->prev_valid = 0;
+        return 0;
+    }
+    out->n_rounds = (size_t)rounds->valuedouble;
+    out->stop = v == QP_LATENCY_UNRESOLVED ? QP_LATENCY_STOP_MAX_ROUNDS : QP_LATENCY_STOP_RESOLVED;
+    out->verdict.verdict = v;
+    out->verdict.na = out->n_cand;
+    out->verdict.nb = out->n_best;
+    out->verdict.median_a_ms = median_of(out->cand_ms, out->n_cand);
+    out->verdict.median_b_ms = median_of(out->best_ms, out->n_best);
+    out->verdict.p_value = pv->valuedouble;
+    if (out->verdict.median_b_ms > 0)
+        out->verdict.rel_diff =
+            (out->verdict.median_a_ms - out->verdict.median_b_ms) / out->verdict.median_b_ms;
+    return 1;
+}
+
+/* Appends a step to the state and writes the file atomically. */
+static enum qp_status state_record(struct tune *t, const struct qp_pattern *pat,
+                                   const uint64_t *bits, const struct qp_latency_race_result *res,
+                                   struct qp_error *err) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(t->steps, o)) {
+        cJSON_Delete(o);
+        return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    }
+    cJSON_AddStringToObject(o, "signature", pat->signature);
+    cJSON_AddItemToObject(o, "points", points_json(bits, pat->n_points));
+    cJSON_AddItemToObject(o, "candidate_ms",
+                          cJSON_CreateDoubleArray(res->cand_ms, (int)res->n_cand));
+    cJSON_AddItemToObject(o, "best_ms", cJSON_CreateDoubleArray(res->best_ms, (int)res->n_best));
+    cJSON_AddNumberToObject(o, "rounds", (double)res->n_rounds);
+    cJSON_AddNumberToObject(o, "p_value", res->verdict.p_value);
+    cJSON_AddStringToObject(o, "verdict", qp_latency_verdict_name(res->verdict.verdict));
+    char *text = cJSON_PrintUnformatted(t->state);
+    size_t n = strlen(t->state_path) + 8;
+    char *tmp = malloc(n);
+    if (!text || !tmp) {
+        free(text);
+        free(tmp);
+        return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    }
+    snprintf(tmp, n, "%s.tmp", t->state_path);
+    FILE *f = fopen(tmp, "w");
+    int bad = !f || fprintf(f, "%s\n", text) < 0;
+    if (f && fclose(f) != 0) bad = 1;
+    if (!bad && rename(tmp, t->state_path) != 0) bad = 1;
+    if (bad) unlink(tmp);
+    free(text);
+    free(tmp);
+    if (bad)
+        return qp_error_set(err, QP_ERR_IO, "autotune: cannot write '%s': %s", t->state_path,
+                            strerror(errno));
+    return QP_OK;
+}
+
+/* Reads the state file when it exists: steps measured by an earlier run on the same model. */
+static enum qp_status state_open(struct tune *t, struct qp_error *err) {
+    t->state = cJSON_CreateObject();
+    t->steps = cJSON_CreateArray();
+    if (!t->state || !t->steps) {
+        cJSON_Delete(t->steps);
+        t->steps = NULL;
+        return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    }
+    cJSON_AddStringToObject(t->state, "format", "qplace.autotune_state");
+    cJSON_AddNumberToObject(t->state, "version", 1);
+    cJSON_AddStringToObject(t->state, "model", t->o->onnx_path);
+    cJSON_AddItemToObject(t->state, "steps", t->steps);
+    FILE *f = fopen(t->state_path, "rb");
+    if (!f) return QP_OK; /* a fresh start */
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            char *nt = realloc(text, cap = cap ? cap * 2 : 65536);
+            if (!nt) {
+                fclose(f);
+                free(text);
+                return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+            }
+            text = nt;
+        }
+        size_t got = fread(text + len, 1, 4096, f);
+        len += got;
+        if (got < 4096) break;
+    }
+    fclose(f);
+    text[len] = 0;
+    cJSON *doc = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(doc, "format");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(doc, "model");
+    cJSON *steps = cJSON_GetObjectItemCaseSensitive(doc, "steps");
+    if (!doc || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "qplace.autotune_state") != 0 ||
+        !cJSON_IsString(model) || !cJSON_IsArray(steps)) {
+        cJSON_Delete(doc);
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "autotune: '%s' is not an autotune state file (format "
+                            "qplace.autotune_state); remove it to start afresh",
+                            t->state_path);
+    }
+    if (strcmp(model->valuestring, t->o->onnx_path) != 0) {
+        cJSON_Delete(doc);
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "autotune: '%s' holds a search of '%s', not of '%s'; remove it or "
+                            "choose another --output_dir",
+                            t->state_path, model->valuestring, t->o->onnx_path);
+    }
+    t->prev = cJSON_DetachItemViaPointer(doc, steps);
+    cJSON_Delete(doc);
+    t->prev_valid = 1;
+    return QP_OK;
+}
+
+/* Patterns in search order: largest total node count (over all instances) first. */
+static size_t *pattern_order(const struct qp_regions *rs) {
+    size_t np = rs->n_patterns;
+    size_t *order = malloc((np ? np : 1) * sizeof *order);
+    size_t *total = calloc(np ? np : 1, sizeof *total);
+    if (!order || !total) {
+        free(order);
+        free(total);
+        return NULL;
+    }
+    for (size_t r = 0; r < rs->n_regions; r++)
+        if (rs->regions[r].pattern >= 0) total[rs->regions[r].pattern] += rs->regions[r].n_nodes;
+    for (size_t i = 0; i < np; i++)
+        order[i] = i;
+    for (size_t i = 1; i < np; i++) /* stable insertion sort */
+        for (size_t j = i; j > 0 && total[order[j - 1]] < total[order[j]]; j--) {
+            size_t v = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = v;
+        }
+    free(total);
+    return order;
+}
+
+/* The schemes to try for pattern p: the pattern cache's first, then generated ones from the
+ * best placement's scheme, no duplicates, at most `max`. Pointers into `gen` and the cache. */
+static enum qp_status candidates(struct tune *t, size_t p, const uint64_t *seed_bits, size_t max,
+                                 struct qp_scheme_list *gen, const uint64_t ***out,
+                                 int **from_cache, size_t *n_out, struct qp_error *err) {
+    const struct qp_pattern *pat = &t->rs->patterns[p];
+    enum qp_status st = qp_schemes_generate(t->rs, p, seed_bits, 42 + (uint64_t)p, max, gen, err);
+    if (st != QP_OK) return st;
+    const struct qp_cache_entry *e = NULL;
+    if (t->cache_in) {
+        int k = qp_pattern_cache_nearest(t->cache_in, pat, CACHE_MAX_DISTANCE, NULL);
+        if (k >= 0 && t->cache_in->entries[k].n_points == pat->n_points)
+            e = &t->cache_in->entries[k];
+    }
+    size_t cap = gen->n + (e ? e->n_schemes : 0);
+    const uint64_t **list = malloc((cap ? cap : 1) * sizeof *list);
+    int *src = malloc((cap ? cap : 1) * sizeof *src);
+    if (!list || !src) {
+        free(list);
+        free(src);
+        return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    }
+    size_t n = 0, words = QP_SCHEME_WORDS(pat->n_points);
+    for (size_t pass = 0; pass < 2; pass++) {
+        size_t m = pass == 0 ? (e ? e->n_schemes : 0) : gen->n;
+        for (size_t i = 0; i < m && n < max; i++) {
+            const uint64_t *b = pass == 0 ? e->schemes[i].bits : qp_scheme_list_at(gen, i);
+            int dup = 0;
+            for (size_t j = 0; j < n && !dup; j++)
+                dup = memcmp(list[j], b, words * sizeof *b) == 0;
+            if (dup) continue;
+            list[n] = b;
+            src[n++] = pass == 0;
+        }
+    }
+    *out = list;
+    *from_cache = src;
+    *n_out = n;
+    return QP_OK;
+}
+
+/* The schemes a pattern of n points is expected to get before its list is made. */
+static size_t planned_schemes(size_t n_points, size_t max) {
+    return n_points < 20 && ((size_t)1 << n_points) < max ? (size_t)1 << n_points : max;
+}
+
+/* Measures the schemes of pattern p (k-th of n in the search order). */
+static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_order, size_t *done,
+                                   size_t *planned, struct qp_placement **best,
+                                   struct qp_error *err) {
+    const struct qp_regions *rs = t->rs;
+    const struct qp_pattern *pat = &rs->patterns[p];
+    size_t r0 = 0;
+    while (r0 < rs->n_regions && rs->regions[r0].pattern != (int)p)
+        r0++;
+    size_t max = t->o->schemes_per_pattern ? t->o->schemes_per_pattern
+                                           : qp_autotune_mode_schemes(t->o->mode);
+    size_t words = QP_SCHEME_WORDS(pat->n_points);
+    uint64_t *cur = qp_scheme_alloc(pat->n_points);
+    const uint64_t **choice = calloc(rs->n_patterns, sizeof *choice);
+    struct qp_scheme_list gen = {0};
+    const uint64_t **list = NULL;
+    int *from_cache = NULL;
+    size_t n = 0;
+    enum qp_status st = QP_OK;
+    if (!cur || !choice) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+        goto done;
+    }
+    qp_scheme_from_placement(rs, r0, *best, cur);
+    if ((st = candidates(t, p, cur, max, &gen, &list, &from_cache, &n, err)) != QP_OK) goto done;
+    *planned = *planned + n - planned_schemes(pat->n_points, max); /* the estimate made exact */
+    for (size_t j = 0; j < n; j++) {
+        choice[p] = list[j];
+        struct qp_placement *cand = NULL;
+        if ((st = qp_schemes_apply(rs, *best, choice, &cand, err)) != QP_OK) goto done;
+        if (qp_placement_equal(cand, *best)) { /* nothing to measure */
+            qp_placement_free(cand);
+            t->r->n_skipped++;
+            (*done)++;
+            continue;
+        }
+        struct qp_error werr = {0};
+        st = write_model(t, cand, t->cand_path, &werr);
+        if (st == QP_ERR_BAD_INPUT) { /* e.g. a point whose tensor got no range */
+            qp_placement_free(cand);
+            t->r->n_skipped++;
+            (*done)++;
+            if ((st = log_line(t, p, from_cache[j] ? "cache" : "generated", list[j], NULL, 0,
+                               werr.msg, err)) != QP_OK)
+                goto done;
+            continue;
+        }
+        if (st != QP_OK) {
+            *err = werr;
+            qp_placement_free(cand);
+            goto done;
+        }
+        struct qp_latency_race_result res;
+        int replayed = state_replay(t, pat, list[j], &res);
+        if (!replayed && t->o->stop && *t->o->stop) {
+            t->r->interrupted = 1;
+            qp_placement_free(cand);
+            goto done;
+        }
+        if (!replayed) {
+            st = qp_latency_race(t->o->backend, t->cand_path, t->best_path, &t->o->race, &res, err);
+            if (st != QP_OK) {
+                qp_placement_free(cand);
+                goto done;
+            }
+        }
+        t->step++;
+        t->last_replayed = replayed;
+        t->r->n_replayed += (size_t)replayed;
+        if ((st = state_record(t, pat, list[j], &res, err)) != QP_OK) {
+            qp_latency_race_result_release(&res);
+            qp_placement_free(cand);
+            goto done;
+        }
+        int adopt = res.verdict.verdict == QP_LATENCY_FASTER;
+        double cm = median_of(res.cand_ms, res.n_cand), bm = median_of(res.best_ms, res.n_best);
+        if (t->r->n_measured == 0) t->r->seed_median_ms = bm;
+        t->r->n_measured++;
+        t->r->best_median_ms = adopt ? cm : bm;
+        if (t->cache_out) {
+            if ((st = qp_pattern_cache_add(t->cache_out, pat, list[j], cm, err)) != QP_OK ||
+                (st = qp_pattern_cache_add(t->cache_out, pat, cur, bm, err)) != QP_OK) {
+                qp_latency_race_result_release(&res);
+                qp_placement_free(cand);
+                goto done;
+            }
+        }
+        st = log_line(t, p, from_cache[j] ? "cache" : "generated", list[j], &res, adopt, NULL, err);
+        (*done)++;
+        if (t->o->progress) {
+            double el = qp_clock_seconds() - t->t0;
+            struct qp_autotune_step s = {
+                .pattern_k = k + 1,
+                .n_patterns = n_order,
+                .scheme_j = j + 1,
+                .n_schemes = n,
+                .elapsed_s = el,
+                .eta_s = *planned > *done ? el / (double)*done * (double)(*planned - *done) : 0,
+                .cand_median_ms = cm,
+                .best_median_ms = bm,
+                .verdict = res.verdict.verdict,
+                .adopted = adopt,
+                .replayed = replayed,
+            };
+            t->o->progress(&s, t->o->progress_user);
+        }
+        qp_latency_race_result_release(&res);
+        if (st != QP_OK) {
+            qp_placement_free(cand);
+            goto done;
+        }
+        if (adopt) {
+            if (rename(t->cand_path, t->best_path) != 0) {
+                qp_placement_free(cand);
+                st = qp_error_set(err, QP_ERR_IO, "autotune: cannot rename '%s': %s", t->cand_path,
+                                  strerror(errno));
+                goto done;
+            }
+            qp_placement_free(*best);
+            *best = cand;
+            memcpy(cur, list[j], words * sizeof *cur);
+            t->r->n_adopted++;
+        } else {
+            qp_placement_free(cand);
+        }
+    }
+done:
+    free(list);
+    free(from_cache);
+    qp_scheme_list_free(&gen);
+    free(choice);
+    free(cur);
+    return st;
+}
+
+/* The placement holding every insertion point (over `base`), for the one calibration. */
+static enum qp_status all_points(const struct qp_regions *rs, const struct qp_placement *base,
+                                 struct qp_placement **out, struct qp_error *err) {
+    const uint64_t **choice = calloc(rs->n_patterns ? rs->n_patterns : 1, sizeof *choice);
+    uint64_t **bits = calloc(rs->n_patterns ? rs->n_patterns : 1, sizeof *bits);
+    enum qp_status st = QP_OK;
+    if (!choice || !bits) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+        goto done;
+    }
+    for (size_t p = 0; p < rs->n_patterns; p++) {
+        if (!(bits[p] = qp_scheme_alloc(rs->patterns[p].n_points))) {
+            st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+            goto done;
+        }
+        for (size_t k = 0; k < rs->patterns[p].n_points; k++)
+            qp_scheme_set(bits[p], k, 1);
+        choice[p] = bits[p];
+    }
+    st = qp_schemes_apply(rs, base, choice, out, err);
+done:
+    for (size_t p = 0; bits && p < rs->n_patterns; p++)
+        free(bits[p]);
+    free(bits);
+    free(choice);
+    return st;
+}
+
+/* The placement of the Q/DQ model at `path`, on the slots of `m`'s nodes (by name): each slot
+ * fed through a DequantizeLinear. Weight axes: the trt policy's or the insertion point's. */
+static enum qp_status baseline_placement(struct tune *t, const char *path,
+                                         struct qp_placement **out, struct qp_error *err) {
+    struct qp_model *b = NULL;
+    struct qp_qdq_slots *slots = NULL;
+    struct qp_placement *p = qp_placement_create();
+    enum qp_status st = p ? QP_OK : qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    if (st == QP_OK && (st = qp_model_load_file(path, NULL, &b, err)) != QP_OK)
+        qp_error_prefix(err, "autotune: --qdq_baseline '%s'", path);
+    if (st == QP_OK && !qp_model_has_qdq(b))
+        st = qp_error_set(err, QP_ERR_BAD_INPUT, "autotune: --qdq_baseline '%s' holds no Q/DQ node",
+                          path);
+    if (st == QP_OK) st = qp_qdq_slots_from_model(b->graph, &slots, err);
+    for (size_t i = 0; st == QP_OK && i < slots->n; i++) {
+        const struct qp_qdq_slot *q = &slots->slots[i];
+        if (!q->weight) {
+            st = qp_placement_add_edge(p, q->tensor, q->node, q->input, "qdq_baseline", err);
+            continue;
+        }
+        int axis = -1, found = 0, w = 0;
+        size_t idx = 0;
+        if (qp_placement_find(t->r->seed, q->node, q->input, &w, &idx) && w) {
+            axis = t->r->seed->weights[idx].axis;
+            found = 1;
+        }
+        int n = qp_graph_find_node(t->m->graph, q->node);
+        if (!found && n >= 0 && t->rs->region_of[n] >= 0) {
+            const struct qp_region *r = &t->rs->regions[t->rs->region_of[n]];
+            for (size_t k = 0; k < r->n_points; k++)
+                if (r->points[k].node == n && r->points[k].input == q->input)
+                    axis = r->points[k].axis;
+        }
+        st = qp_placement_add_weight(p, q->tensor, q->node, q->input, axis, "qdq_baseline", err);
+    }
+    if (st == QP_OK && (st = qp_placement_check(p, t->m, err)) != QP_OK)
+        qp_error_prefix(err, "autotune: --qdq_baseline '%s' does not fit the model", path);
+    qp_qdq_slots_free(slots);
+    qp_model_free(b);
+    if (st == QP_OK)
+        *out = p;
+    else
+        qp_placement_free(p);
+    return st;
+}
+
+/* Loads, places, builds regions, calibrates: everything that can fail on bad input, before
+ * anything is written. */
+static enum qp_status prepare(struct tune *t, struct qp_error *err) {
+    const struct qp_autotune_options *o = t->o;
+    enum qp_status st = qp_model_load_file(o->onnx_path, NULL, &t->m, err);
+    if (st != QP_OK) return qp_error_prefix(err, "autotune: '%s'", o->onnx_path);
+    if (qp_model_has_qdq(t->m))
+        return qp_error_set(err, QP_ERR_BAD_INPUT,
+                            "autotune: '%s' already holds Q/DQ nodes; give the float model",
+                            o->onnx_path);
+    struct qp_trt_options trt = {.quantize_mode = o->quant_mode};
+    if ((st = qp_placement_trt(t->m, &trt, &t->r->seed, err)) != QP_OK) return st;
+    if ((st = qp_regions_build(t->m->graph, &t->rs, err)) != QP_OK) return st;
+    if (o->qdq_baseline) {
+        struct qp_placement *b = NULL;
+        if ((st = baseline_placement(t, o->qdq_baseline, &b, err)) != QP_OK) return st;
+        qp_placement_free(t->r->seed);
+        t->r->seed = b;
+    }
+    t->r->n_regions = t->rs->n_regions;
+    t->r->n_patterns = t->rs->n_patterns;
+    for (size_t r = 0; r < t->rs->n_regions; r++)
+        t->r->n_points += t->rs->regions[r].n_points;
+    if (o->pattern_cache_in &&
+        (st = qp_pattern_cache_load_file(o->pattern_cache_in, &t->cache_in, err)) != QP_OK)
+        return st;
+    struct qp_placement *every = NULL;
+    if ((st = all_points(t->rs, t->r->seed, &every, err)) != QP_OK) return st;
+    struct qp_provider *data = NULL;
+    st = qp_provider_open_model(t->m, o->calibration_data_path, o->calibration_shapes, o->data,
+                                &data, err);
+    if (st == QP_OK) {
+        t->r->calibration_source = qp_provider_is_synthetic(data) ? "synthetic" : "data";
+        struct qp_calibrate_options co;
+        qp_calibrate_options_default(&co);
+        co.placement = every;
+        co.placement_float_only = 1; /* plan-time tensors: their points are skipped */
+        co.n_threads = o->n_threads;
+        st = qp_calibrate(t->m, data, &co, &t->ranges, NULL, err);
+    }
+    qp_provider_free(data);
+    qp_placement_free(every);
+    return st;
+}
+
+/* Creates `dir` when missing. */
+static enum qp_status make_dir(const char *dir, struct qp_error *err) {
+    struct stat s;
+    if (stat(dir, &s) == 0) {
+        if (S_ISDIR(s.st_mode)) return QP_OK;
+        return qp_error_set(err, QP_ERR_IO, "autotune: '%s' exists and is not a folder", dir);
+    }
+    if (mkdir(dir, 0777) != 0)
+        return qp_error_set(err, QP_ERR_IO, "autotune: cannot create '%s': %s", dir,
+                            strerror(errno));
+    return QP_OK;
+}
+
+/* The guard and the final files. */
+static enum qp_status finish(struct tune *t, struct qp_placement *best, struct qp_error *err) {
+    const char *dir = t->r->output_dir;
+    struct qp_placement *none = qp_placement_create();
+    char *final = join(dir, "optimized_final.onnx"), *pj = join(dir, "placement.json"),
+         *pc = join(dir, "pattern_cache.json");
+    enum qp_status st = QP_OK;
+    if (!none || !final || !pj || !pc) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+        goto done;
+    }
+    if ((st = write_model(t, none, t->ref_path, err)) != QP_OK) goto done;
+    struct qp_latency_race_options ro = t->o->race;
+    ro.min_effect = t->o->guard_min_effect;
+    struct qp_latency_race_result res;
+    if ((st = qp_latency_race(t->o->backend, t->best_path, t->ref_path, &ro, &res, err)) != QP_OK)
+        goto done;
+    t->r->guard = res.verdict;
+    t->r->reference_median_ms = median_of(res.best_ms, res.n_best);
+    if (t->r->n_measured == 0)
+        t->r->seed_median_ms = t->r->best_median_ms = median_of(res.cand_ms, res.n_cand);
+    qp_latency_race_result_release(&res);
+    t->r->guard_passed = t->r->guard.verdict == QP_LATENCY_FASTER;
+    const char *keep = t->r->guard_passed ? t->best_path : t->ref_path;
+    if ((st = qp_placement_save_file(t->r->guard_passed ? best : none, pj, err)) != QP_OK)
+        goto done;
+    if (rename(keep, final) != 0) {
+        st =
+            qp_error_set(err, QP_ERR_IO, "autotune: cannot write '%s': %s", final, strerror(errno));
+        goto done;
+    }
+    st = qp_pattern_cache_save_file(t->cache_out, pc, err);
+done:
+    qp_placement_free(none);
+    free(final);
+    free(pj);
+    free(pc);
+    return st;
+}
+
+enum qp_status qp_autotune(const struct qp_autotune_options *o,
+                           struct qp_autotune_report **report_out, struct qp_error *err) {
+    if (report_out) *report_out = NULL;
+    if (!o || !o->onnx_path || !o->backend)
+        return qp_error_set(err, QP_ERR_USAGE, "autotune: the model path and a backend are needed");
+    if (o->high_precision != QP_DTYPE_FLOAT && o->high_precision != QP_DTYPE_FLOAT16)
+        return qp_error_set(err, QP_ERR_USAGE, "autotune: high precision must be fp32 or fp16");
+    if ((unsigned)o->mode >= QP_AUTOTUNE_MODE_COUNT || !(o->guard_min_effect >= 0) ||
+        (unsigned)o->quant_mode >= QP_QUANT_MODE_COUNT)
+        return qp_error_set(err, QP_ERR_USAGE, "autotune: bad mode or guard effect");
+    struct tune t = {.o = o, .t0 = qp_clock_seconds()};
+    size_t *order = NULL;
+    struct qp_placement *best = NULL;
+    enum qp_status st = QP_OK;
+    if (!(t.r = calloc(1, sizeof *t.r)) ||
+        !(t.r->output_dir = strdup(o->output_dir ? o->output_dir : "autotune_out"))) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+        goto fail;
+    }
+    if ((st = prepare(&t, err)) != QP_OK) goto fail;
+    if (!(t.state_path = o->state_file ? strdup(o->state_file)
+                                       : join(t.r->output_dir, "autotune_state.json"))) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+        goto fail;
+    }
+    if ((st = state_open(&t, err)) != QP_OK) goto fail; /* read before anything is written */
+    if ((st = make_dir(t.r->output_dir, err)) != QP_OK) goto fail;
+    char *log_path = join(t.r->output_dir, "log.jsonl");
+    t.cand_path = join(t.r->output_dir, ".autotune.candidate.onnx");
+    t.best_path = join(t.r->output_dir, ".autotune.best.onnx");
+    t.ref_path = join(t.r->output_dir, ".autotune.reference.onnx");
+    t.cache_out = qp_pattern_cache_create();
+    order = pattern_order(t.rs);
+    if (!log_path || !t.cand_path || !t.best_path || !t.ref_path || !t.cache_out || !order) {
+        free(log_path);
+        st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+        goto fail;
+    }
+    t.log = fopen(log_path, "w");
+    if (!t.log) {
+        st = qp_error_set(err, QP_ERR_IO, "autotune: cannot write '%s': %s", log_path,
+                          strerror(errno));
+        free(log_path);
+        goto fail;
+    }
+    free(log_path);
+    if ((st = qp_placement_copy(t.r->seed, &best, err)) != QP_OK) goto fail;
+    if ((st = write_model(&t, best, t.best_path, err)) != QP_OK) goto fail;
+    size_t n_order = 0, done = 0, planned = 0;
+    for (size_t i = 0; i < t.rs->n_patterns; i++)
+        if (t.rs->patterns[order[i]].n_points) order[n_order++] = order[i];
+    size_t max =
+        o->schemes_per_pattern ? o->schemes_per_pattern : qp_autotune_mode_schemes(o->mode);
+    for (size_t k = 0; k < n_order; k++)
+        planned += planned_schemes(t.rs->patterns[order[k]].n_points, max);
+    for (size_t k = 0; k < n_order && !t.r->interrupted; k++)
+        if ((st = tune_pattern(&t, order[k], k, n_order, &done, &planned, &best, err)) != QP_OK)
+            goto fail;
+    if (!t.r->interrupted && (st = finish(&t, best, err)) != QP_OK) goto fail;
+    t.r->best = best;
+    best = NULL;
+    t.r->seconds = qp_clock_seconds() - t.t0;
+fail:
+    if (t.log && fclose(t.log) != 0 && st == QP_OK)
+        st = qp_error_set(err, QP_ERR_IO, "autotune: cannot write log.jsonl");
+    if (t.cand_path) unlink(t.cand_path);
+    if (t.best_path) unlink(t.best_path);
+    if (t.ref_path) unlink(t.ref_path);
+    free(t.cand_path);
+    free(t.best_path);
+    free(t.ref_path);
+    free(order);
+    free(t.state_path);
+    cJSON_Delete(t.state);
+    cJSON_Delete(t.prev);
+    qp_placement_free(best);
+    qp_pattern_cache_free(t.cache_in);
+    qp_pattern_cache_free(t.cache_out);
+    qp_ranges_free(t.ranges);
+    qp_regions_free(t.rs);
+    qp_model_free(t.m);
+    if (st == QP_OK && report_out)
+        *report_out = t.r;
+    else
+        qp_autotune_report_free(t.r);
+    return st;
+}

@@ -1,0 +1,122 @@
+/*
+ * The autotune search behind `qplace autotune` (docs/autotune.md, "The search"): Q/DQ placement
+ * chosen by measured latency, pattern by pattern.
+ *
+ *   load -> opset 19 -> seed placement (the trt policy, or a Q/DQ baseline model's) -> regions and
+ * patterns -> one calibration of every insertion point's tensor (the data given, else synthetic
+ * data as quantize uses) -> for each pattern, largest total node count first: schemes (the pattern
+ *   cache's first, then generated ones), each applied to every instance of the pattern over the
+ *   current best placement, written with those ranges and raced against the current best
+ *   (autotune/compare.h); adopted only on a FASTER verdict -> the performance guard: the best
+ *   model raced against the model without Q/DQ at the same high precision, kept only when at
+ *   least guard_min_effect faster -> output_dir: placement.json, optimized_final.onnx, log.jsonl,
+ *   pattern_cache.json.
+ *
+ * Internal header (no public qplace/autotune.h yet).
+ *
+ *     struct qp_autotune_options o;
+ *     qp_autotune_options_default(&o);
+ *     o.onnx_path = "model.onnx"; o.output_dir = "autotune_out";
+ *     struct qp_autotune_report *r = NULL;
+ *     if (qp_autotune(&o, &r, &err) != QP_OK) ...
+ *     ... r->seed_median_ms, r->best_median_ms, r->n_adopted, r->guard_passed ...
+ *     qp_autotune_report_free(r);
+ */
+#ifndef QP_PIPELINE_AUTOTUNE_H
+#define QP_PIPELINE_AUTOTUNE_H
+
+#include <signal.h>
+#include <stddef.h>
+
+#include "autotune/compare.h"
+#include "autotune/latency.h"
+#include "placement/placement.h"
+#include "qplace/calib.h"
+#include "qplace/dtype.h"
+#include "qplace/status.h"
+
+enum qp_autotune_mode {
+    QP_AUTOTUNE_QUICK = 0, /* 8 schemes per pattern */
+    QP_AUTOTUNE_DEFAULT,   /* 16 */
+    QP_AUTOTUNE_EXTENSIVE, /* 32 */
+    QP_AUTOTUNE_MODE_COUNT
+};
+
+/* "quick", "default", "extensive"; -1 for anything else. */
+int qp_autotune_mode_parse(const char *s);
+/* The schemes per pattern of a mode. */
+size_t qp_autotune_mode_schemes(enum qp_autotune_mode m);
+
+/* One measured scheme, for progress callbacks. */
+struct qp_autotune_step {
+    size_t pattern_k, n_patterns; /* 1-based position in the search order */
+    size_t scheme_j, n_schemes;   /* 1-based among this pattern's schemes */
+    double elapsed_s, eta_s;      /* eta: later patterns counted as min(max, 2^points) */
+    double cand_median_ms, best_median_ms;
+    enum qp_latency_verdict_kind verdict;
+    int adopted;
+    int replayed; /* the race came from the state file, not measured */
+};
+
+typedef void (*qp_autotune_progress_fn)(const struct qp_autotune_step *s, void *user);
+
+struct qp_autotune_options {
+    const char *onnx_path;              /* required */
+    const char *output_dir;             /* NULL: "autotune_out" */
+    enum qp_autotune_mode mode;         /* default QP_AUTOTUNE_DEFAULT */
+    size_t schemes_per_pattern;         /* 0: the mode's */
+    const char *calibration_data_path;  /* NULL: synthetic data */
+    const char *calibration_shapes;     /* "NAME:1x3x224x224,..." or NULL */
+    const struct qp_data_options *data; /* image flags, caps (borrowed); NULL: defaults */
+    const char *pattern_cache_in;       /* NULL: none */
+    /* A Q/DQ model of the same graph (node names) whose placement seeds the search instead of
+     * the trt policy's: every slot it feeds through a DequantizeLinear. NULL: the trt policy. */
+    const char *qdq_baseline;
+    enum qp_dtype high_precision;  /* QP_DTYPE_FLOAT (default) or QP_DTYPE_FLOAT16 */
+    enum qp_quant_mode quant_mode; /* QP_QUANT_INT8 (default) or QP_QUANT_FP8 (E4M3FN) */
+    int n_threads;                 /* calibration threads; 0: all cores */
+    /* The latency backend (borrowed for the call; the caller creates it). Required. */
+    struct qp_latency_backend *backend;
+    struct qp_latency_race_options race; /* per scheme; defaults of compare.h */
+    double guard_min_effect;             /* default 0.02: at least 1.02x faster */
+    /* Resume (docs/autotune.md): every race is recorded in this file as it ends; a run that
+     * finds the file replays its races instead of measuring them again, as long as the search
+     * asks for the same (pattern, scheme) at the same step. NULL: output_dir's
+     * autotune_state.json. */
+    const char *state_file;
+    /* Polled before each race (may be NULL): when it reads non-zero the search stops, the state
+     * kept, no final file written, and the report says interrupted. */
+    const volatile sig_atomic_t *stop;
+    qp_autotune_progress_fn progress; /* may be NULL */
+    void *progress_user;
+};
+
+void qp_autotune_options_default(struct qp_autotune_options *o);
+
+struct qp_autotune_report {
+    char *output_dir;
+    size_t n_regions, n_patterns, n_points;
+    size_t n_measured, n_adopted, n_skipped; /* skipped: equal to the best, or not writable */
+    size_t n_replayed;                       /* of n_measured, races taken from the state file */
+    int interrupted;                         /* stopped by `stop`: no final files */
+    double seed_median_ms, best_median_ms;   /* from the races (0 when nothing was measured) */
+    double reference_median_ms;              /* the model without Q/DQ, in the guard race */
+    struct qp_latency_verdict guard;         /* best (a) against the reference (b) */
+    int guard_passed;                        /* 1: optimized_final.onnx holds the Q/DQ model */
+    struct qp_placement *best;               /* the search's best placement; owned */
+    struct qp_placement *seed;               /* the trt policy's or --qdq_baseline's; owned */
+    double seconds;
+    const char *calibration_source; /* "synthetic" or the data's kind (static) */
+};
+
+void qp_autotune_report_free(struct qp_autotune_report *r);
+
+/* Runs the search. Nothing is written before the model loads, its placement is made and the
+ * options are checked; output_dir is created when missing. *report_out (may be NULL) receives a
+ * report to free. Returns QP_ERR_USAGE (no onnx_path or backend, bad options), QP_ERR_BAD_INPUT
+ * (an unreadable or already quantized model, bad calibration data, a bad pattern cache),
+ * QP_ERR_IO, QP_ERR_NOMEM, and the backend's statuses. */
+enum qp_status qp_autotune(const struct qp_autotune_options *o,
+                           struct qp_autotune_report **report_out, struct qp_error *err);
+
+#endif

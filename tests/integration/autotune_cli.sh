@@ -1,0 +1,132 @@
+#!/bin/bash
+# qplace autotune end to end on tests/integration/quantize_models/resnet_like.onnx with synthetic
+# data: the five outputs, placement.json taken by quantize --placement_in, optimized_final.onnx
+# the same placement as placement.json (diff SAME), log.jsonl lines JSON, a rerun replaying
+# autotune_state.json, the pattern cache reused; bad input writes nothing.
+# Usage: autotune_cli.sh QPLACE
+set -u
+Q=$1
+M=$(cd "$(dirname "$0")/quantize_models" && pwd)/resnet_like.onnx
+PY=/usr/bin/python3
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# expect RC CMD...: runs CMD, checks its exit status.
+expect() {
+    local want=$1
+    shift
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    if [ "$rc" != "$want" ]; then
+        fail "exit $rc (want $want): $*"
+        cat "$T/err"
+    fi
+}
+sum_before=$(md5sum "$M" | cut -d' ' -f1)
+
+# 1. A quick search, 2 schemes per pattern, 5 runs per round.
+O=$T/out1
+expect 0 "$Q" autotune --onnx_path "$M" --mode quick --schemes_per_region 2 --timing_runs 5 \
+    --threads 2 --output_dir "$O"
+for f in placement.json optimized_final.onnx log.jsonl pattern_cache.json autotune_state.json; do
+    [ -s "$O/$f" ] || fail "$f missing or empty"
+done
+ls -A "$O" | grep -q '^\.autotune' && fail "temporary files left in the output folder"
+grep -q '^autotune: pattern 1/[0-9]*, scheme [0-9]*/2: .* ETA' "$T/err" || fail "progress line"
+grep -q '^  backend  *builtin (' "$T/out" || fail "summary: backend"
+grep -Eq '^  schemes  *[1-9][0-9]* measured' "$T/out" || fail "summary: schemes measured"
+grep -Eq '^  guard  *(passed|failed)' "$T/out" || fail "summary: guard"
+"$PY" - "$O/log.jsonl" <<'PYEOF' || fail "log.jsonl"
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert lines, "no line"
+for l in lines:
+    d = json.loads(l)
+    for k in ("pattern", "signature", "regions", "points", "verdict", "adopted"):
+        assert k in d, k
+    if d["verdict"] != "error":
+        assert len(d["candidate_ms"]) >= 5 and len(d["best_ms"]) >= 5
+        assert d["candidate_median_ms"] > 0 and d["best_median_ms"] > 0
+        assert d["verdict"] in ("faster", "slower", "unresolved")
+        assert d["adopted"] == (d["verdict"] == "faster")
+PYEOF
+"$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['format']=='qplace.pattern_cache' and d['patterns']" \
+    "$O/pattern_cache.json" || fail "pattern_cache.json"
+expect 0 "$Q" diff "$O/optimized_final.onnx" "$O/placement.json"
+grep -q '^result: SAME' "$T/out" || fail "optimized_final.onnx vs placement.json not SAME"
+expect 0 "$Q" quantize --onnx_path "$M" --placement_in "$O/placement.json" \
+    --output_path "$T/q.onnx"
+expect 0 "$Q" diff "$T/q.onnx" "$O/placement.json"
+grep -q '^result: SAME' "$T/out" || fail "quantize --placement_in vs placement.json not SAME"
+
+# 2. The same command again replays every race from autotune_state.json: the same placement.
+grep -o '"points":\[[0-9,]*\].*"adopted":[a-z]*' "$O/log.jsonl" | sed 's/"candidate_ms.*"adopted"/ /' >"$T/decisions1"
+n1=$(grep -c '"resumed":false' "$O/log.jsonl")
+expect 0 "$Q" autotune --onnx_path "$M" --mode quick --schemes_per_region 2 --timing_runs 5 \
+    --threads 2 --output_dir "$O"
+grep -Eq "^  schemes  *$n1 measured \($n1 from the state file\)" "$T/out" || fail "resume: not replayed"
+grep -q '"resumed":false' "$O/log.jsonl" && fail "resume: a race was measured again"
+grep -o '"points":\[[0-9,]*\].*"adopted":[a-z]*' "$O/log.jsonl" | sed 's/"candidate_ms.*"adopted"/ /' >"$T/decisions2"
+[ -s "$T/decisions1" ] && cmp -s "$T/decisions1" "$T/decisions2" || fail "resume: other decisions"
+
+# 3. The pattern cache of run 1 seeds another run.
+expect 0 "$Q" autotune --onnx_path "$M" --mode quick --schemes_per_region 2 --timing_runs 5 \
+    --threads 2 --output_dir "$T/out2" --pattern_cache "$O/pattern_cache.json"
+grep -q '"source":"cache"' "$T/out2/log.jsonl" || fail "no scheme from the pattern cache"
+
+# 4. --use_trtexec on the fake trtexec of the unit tests (equal latencies: nothing adopted),
+#    with the timing cache, plugins and extra arguments on its command line.
+FAKE=$(cd "$(dirname "$0")/../unit/autotune/data" && pwd)/fake_trtexec.sh
+TRTEXEC=$FAKE FAKE_TRTEXEC_ARGS=$T/trt_args expect 0 "$Q" autotune --onnx_path "$M" --use_trtexec \
+    --schemes_per_region 2 --timing_runs 4 --timing_cache "$T/tc.cache" \
+    --plugin_libraries libx.so --trtexec_benchmark_args="--memPoolSize=workspace:64MiB --noDataTransfers" \
+    --output_dir "$T/trt"
+grep -q '^  backend  *trtexec (' "$T/out" || fail "trtexec: backend line"
+grep -Eq '^  schemes  *[1-9][0-9]* measured .*, 0 adopted' "$T/out" || fail "trtexec: adopted"
+for a in --stronglyTyped "--timingCacheFile=$T/tc.cache" --staticPlugins=libx.so \
+    --memPoolSize=workspace:64MiB --noDataTransfers; do
+    grep -qxF -- "$a" "$T/trt_args" || fail "trtexec argument $a"
+done
+
+# 5. Ctrl-C: exit 130 after the race in flight, the state kept, no final file, no temporary.
+V=$(dirname "$M")/vit_like.onnx
+"$Q" autotune --onnx_path "$V" --timing_runs 5000 --threads 1 --output_dir "$T/int" \
+    >"$T/int.out" 2>"$T/int.err" &
+pid=$!
+sleep 2
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" = 130 ] || { fail "Ctrl-C: exit $rc (want 130)"; cat "$T/int.err"; }
+grep -q 'interrupted after [0-9]* races; the same command resumes' "$T/int.err" || fail "Ctrl-C message"
+[ -e "$T/int/optimized_final.onnx" ] && fail "Ctrl-C: optimized_final.onnx written"
+ls -A "$T/int" | grep -q '^\.autotune' && fail "Ctrl-C: temporary files left"
+
+# 6. Bad input: exit 2 or 1, nothing written.
+expect 2 "$Q" autotune --onnx_path "$T/missing.onnx" --output_dir "$T/bad1"
+[ -e "$T/bad1" ] && fail "missing model: output folder created"
+expect 1 "$Q" autotune --onnx_path "$M" --mode fast --output_dir "$T/bad2"
+grep -q "mode must be quick, default or extensive" "$T/err" || fail "bad mode message"
+[ -e "$T/bad2" ] && fail "bad mode: output folder created"
+expect 1 "$Q" autotune --onnx_path "$M" --quant_type int4 --output_dir "$T/bad7"
+[ -e "$T/bad7" ] && fail "bad quant type: output folder created"
+expect 1 "$Q" autotune --onnx_path "$M" --timing_cache x.cache --output_dir "$T/bad3"
+[ -e "$T/bad3" ] && fail "trtexec flag without trtexec: output folder created"
+expect 0 "$Q" quantize --onnx_path "$M" --output_path "$T/trt.onnx"
+expect 2 "$Q" autotune --onnx_path "$T/trt.onnx" --output_dir "$T/bad4"
+grep -q "already holds Q/DQ" "$T/err" || fail "quantized model message"
+[ -e "$T/bad4" ] && fail "quantized model: output folder created"
+expect 2 "$Q" autotune --onnx_path "$M" --qdq_baseline "$M" --output_dir "$T/bad6"
+grep -q "holds no Q/DQ node" "$T/err" || fail "float baseline message"
+[ -e "$T/bad6" ] && fail "float baseline: output folder created"
+expect 0 "$Q" autotune --onnx_path "$M" --qdq_baseline "$T/trt.onnx" --schemes_per_region 1 \
+    --timing_runs 5 --output_dir "$T/base"
+grep -Eq '^  schemes  *0 measured' "$T/out" || fail "trt baseline: schemes measured"
+echo '{"format": "qplace.pattern_cache", "version": 1, "patterns": 3}' >"$T/bad_cache.json"
+expect 2 "$Q" autotune --onnx_path "$M" --pattern_cache "$T/bad_cache.json" --output_dir "$T/bad5"
+[ -e "$T/bad5" ] && fail "bad pattern cache: output folder created"
+
+[ "$(md5sum "$M" | cut -d' ' -f1)" = "$sum_before" ] || fail "input model changed"
+[ $fails = 0 ] && echo "autotune_cli: all checks passed"
+exit $((fails > 0))

@@ -1,0 +1,378 @@
+/* The autotune driver's decisions on the `fixed` latency backend (pipeline/autotune.h): a scheme
+ * the backend makes faster is adopted and kept through the guard; when nothing is faster the
+ * search ends on the seed and the guard keeps the model without Q/DQ. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "autotune/latency.h"
+#include "autotune/region.h"
+#include "autotune/scheme.h"
+#include "ir/ir.h"
+#include "pipeline/autotune.h"
+#include "qplace/placement.h"
+
+#define MODEL       QP_TEST_DATA_DIR "/../integration/quantize_models/resnet_like.onnx"
+#define MAX_SCHEMES 4
+#define MAX_TENSORS 128
+
+/* A sorted set of tensor names (the inputs of a model's QuantizeLinear nodes). */
+struct tset {
+    size_t n;
+    char *names[MAX_TENSORS];
+};
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void tset_add(struct tset *s, const char *name) {
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->names[i], name) == 0) return;
+    assert_true(s->n < MAX_TENSORS);
+    s->names[s->n++] = strdup(name);
+    qsort(s->names, s->n, sizeof s->names[0], cmp_str);
+}
+
+static void tset_clear(struct tset *s) {
+    for (size_t i = 0; i < s->n; i++)
+        free(s->names[i]);
+    s->n = 0;
+}
+
+static int tset_equal(const struct tset *a, const struct tset *b) {
+    if (a->n != b->n) return 0;
+    for (size_t i = 0; i < a->n; i++)
+        if (strcmp(a->names[i], b->names[i]) != 0) return 0;
+    return 1;
+}
+
+static void tset_of_model(const char *path, struct tset *s) {
+    struct qp_error err = {0};
+    struct qp_model *m = NULL;
+    assert_int_equal(qp_model_load_file(path, NULL, &m, &err), QP_OK);
+    const struct qp_graph *g = m->graph;
+    for (size_t i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && strcmp(g->nodes[i].op_type, "QuantizeLinear") == 0)
+            tset_add(s, g->values[g->nodes[i].inputs[0]].name);
+    qp_model_free(m);
+}
+
+static void tset_of_placement(const struct qp_placement *p, struct tset *s) {
+    for (size_t i = 0; i < p->n_edges; i++)
+        tset_add(s, p->edges[i].tensor);
+    for (size_t i = 0; i < p->n_weights; i++)
+        tset_add(s, p->weights[i].tensor);
+}
+
+/* The backend: a model is fast exactly when its quantized tensors are `fast`'s. */
+struct world {
+    struct tset fast;
+    int any_fast; /* 0: every model takes the same time */
+    int q_fast;   /* 1: every model holding Q/DQ is fast */
+    /* the last model looked at, by file identity */
+    char path[4096];
+    dev_t dev;
+    ino_t ino;
+    struct timespec mtime;
+    off_t size;
+    double base;
+    size_t n_samples; /* samples handed out */
+};
+
+static double latency(void *ctx, const char *path, size_t k) {
+    struct world *w = ctx;
+    struct stat st;
+    w->n_samples++;
+    if (stat(path, &st) != 0) return -1;
+    if (strcmp(path, w->path) != 0 || st.st_dev != w->dev || st.st_ino != w->ino ||
+        st.st_mtim.tv_sec != w->mtime.tv_sec || st.st_mtim.tv_nsec != w->mtime.tv_nsec ||
+        st.st_size != w->size) {
+        struct tset s = {0};
+        tset_of_model(path, &s);
+        w->base = (w->any_fast && tset_equal(&s, &w->fast)) || (w->q_fast && s.n) ? 0.5 : 1.0;
+        tset_clear(&s);
+        snprintf(w->path, sizeof w->path, "%s", path);
+        w->dev = st.st_dev;
+        w->ino = st.st_ino;
+        w->mtime = st.st_mtim;
+        w->size = st.st_size;
+    }
+    return w->base * (1.0 + 0.001 * (double)(k % 5)); /* a little spread, well under 1% */
+}
+
+/* The placement of the first mutation of the first pattern the search visits (the largest by
+ * total node count; ties: the first), as the driver builds it: its tensors go into *out. */
+static void target_scheme(struct tset *out) {
+    struct qp_error err = {0};
+    struct qp_model *m = NULL;
+    assert_int_equal(qp_model_load_file(MODEL, NULL, &m, &err), QP_OK);
+    struct qp_placement *seed = NULL;
+    assert_int_equal(qp_placement_trt(m, NULL, &seed, &err), QP_OK);
+    struct qp_regions *rs = NULL;
+    assert_int_equal(qp_regions_build(m->graph, &rs, &err), QP_OK);
+    size_t best = 0, best_total = 0;
+    for (size_t p = 0; p < rs->n_patterns; p++) {
+        size_t total = 0;
+        for (size_t r = 0; r < rs->n_regions; r++)
+            if (rs->regions[r].pattern == (int)p) total += rs->regions[r].n_nodes;
+        if (rs->patterns[p].n_points && total > best_total) {
+            best = p;
+            best_total = total;
+        }
+    }
+    size_t r0 = 0;
+    while (rs->regions[r0].pattern != (int)best)
+        r0++;
+    uint64_t *bits = qp_scheme_alloc(rs->patterns[best].n_points);
+    qp_scheme_from_placement(rs, r0, seed, bits);
+    struct qp_scheme_list list = {0};
+    assert_int_equal(qp_schemes_generate(rs, best, bits, 42 + best, MAX_SCHEMES, &list, &err),
+                     QP_OK);
+    assert_true(list.n >= 2);
+    const uint64_t **choice = calloc(rs->n_patterns, sizeof *choice);
+    choice[best] = qp_scheme_list_at(&list, 1);
+    struct qp_placement *p = NULL;
+    assert_int_equal(qp_schemes_apply(rs, seed, choice, &p, &err), QP_OK);
+    assert_false(qp_placement_equal(p, seed));
+    tset_of_placement(p, out);
+    assert_true(out->n > 0);
+    qp_placement_free(p);
+    free(choice);
+    qp_scheme_list_free(&list);
+    free(bits);
+    qp_regions_free(rs);
+    qp_placement_free(seed);
+    qp_model_free(m);
+}
+
+static enum qp_quant_mode g_mode = QP_QUANT_INT8;
+
+static struct qp_autotune_report *run_from(struct world *w, const char *dir, const char *baseline) {
+    struct qp_error err = {0};
+    struct qp_latency_backend *b = NULL;
+    assert_int_equal(qp_latency_fixed_create(latency, w, &b, &err), QP_OK);
+    struct qp_autotune_options o;
+    qp_autotune_options_default(&o);
+    o.onnx_path = MODEL;
+    o.output_dir = dir;
+    o.qdq_baseline = baseline;
+    o.quant_mode = g_mode;
+    o.schemes_per_pattern = MAX_SCHEMES;
+    o.backend = b;
+    o.n_threads = 1;
+    o.race.runs_per_round = 5;
+    o.race.max_rounds = 3;
+    struct qp_autotune_report *r = NULL;
+    enum qp_status st = qp_autotune(&o, &r, &err);
+    if (st != QP_OK) fprintf(stderr, "%s\n", err.msg);
+    assert_int_equal(st, QP_OK);
+    qp_latency_backend_free(b);
+    return r;
+}
+
+static struct qp_autotune_report *run(struct world *w, const char *dir) {
+    return run_from(w, dir, NULL);
+}
+
+static void rm_dir(const char *dir) {
+    const char *files[] = {"placement.json", "optimized_final.onnx", "log.jsonl",
+                           "pattern_cache.json", "autotune_state.json"};
+    char path[4200];
+    for (size_t i = 0; i < 5; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static void test_one_faster(void **state) {
+    (void)state;
+    struct world w = {.any_fast = 1};
+    target_scheme(&w.fast);
+    const char *dir = QP_TEST_BINARY_DIR "/autotune_one_faster";
+    rm_dir(dir);
+    struct qp_autotune_report *r = run(&w, dir);
+    assert_int_equal(r->n_adopted, 1);
+    assert_true(r->n_measured >= 1);
+    struct tset got = {0};
+    tset_of_placement(r->best, &got);
+    assert_true(tset_equal(&got, &w.fast));
+    assert_true(r->guard_passed); /* the model without Q/DQ is slow */
+    assert_true(r->seed_median_ms > 0.9 && r->best_median_ms < 0.6);
+    /* optimized_final.onnx holds the adopted scheme, placement.json the same placement */
+    struct tset final = {0};
+    tset_of_model(QP_TEST_BINARY_DIR "/autotune_one_faster/optimized_final.onnx", &final);
+    assert_true(tset_equal(&final, &w.fast));
+    struct qp_error err = {0};
+    struct qp_placement *pj = NULL;
+    assert_int_equal(
+        qp_placement_load_file(QP_TEST_BINARY_DIR "/autotune_one_faster/placement.json", &pj, &err),
+        QP_OK);
+    assert_true(qp_placement_equal(pj, r->best));
+    qp_placement_free(pj);
+    /* --qdq_baseline: that model's placement is the next search's seed */
+    struct world w2 = {.any_fast = 0};
+    const char *dir2 = QP_TEST_BINARY_DIR "/autotune_baseline";
+    rm_dir(dir2);
+    struct qp_autotune_report *r2 =
+        run_from(&w2, dir2, QP_TEST_BINARY_DIR "/autotune_one_faster/optimized_final.onnx");
+    assert_true(qp_placement_equal(r2->seed, r->best));
+    assert_false(qp_placement_equal(r2->seed, r->seed));
+    assert_int_equal(r2->n_adopted, 0);
+    qp_autotune_report_free(r2);
+    rm_dir(dir2);
+    tset_clear(&final);
+    tset_clear(&got);
+    tset_clear(&w.fast);
+    qp_autotune_report_free(r);
+    rm_dir(dir);
+}
+
+static void test_none_faster(void **state) {
+    (void)state;
+    struct world w = {.any_fast = 0};
+    const char *dir = QP_TEST_BINARY_DIR "/autotune_none_faster";
+    rm_dir(dir);
+    struct qp_autotune_report *r = run(&w, dir);
+    assert_true(r->n_measured >= 1);
+    assert_int_equal(r->n_adopted, 0);
+    assert_true(qp_placement_equal(r->best, r->seed));
+    assert_false(r->guard_passed); /* not 1.02x faster than the model without Q/DQ */
+    struct tset final = {0};
+    tset_of_model(QP_TEST_BINARY_DIR "/autotune_none_faster/optimized_final.onnx", &final);
+    assert_int_equal(final.n, 0);
+    qp_autotune_report_free(r);
+    rm_dir(dir);
+}
+
+/* Keeps the first n steps of a state file, as a run killed after n races leaves it. */
+static void truncate_state(const char *path, int n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char text[1 << 20];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = 0;
+    cJSON *doc = cJSON_Parse(text);
+    assert_non_null(doc);
+    cJSON *steps = cJSON_GetObjectItemCaseSensitive(doc, "steps");
+    assert_true(cJSON_GetArraySize(steps) > n);
+    while (cJSON_GetArraySize(steps) > n)
+        cJSON_DeleteItemFromArray(steps, n);
+    char *out = cJSON_PrintUnformatted(doc);
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(out, f);
+    fclose(f);
+    free(out);
+    cJSON_Delete(doc);
+}
+
+/* A run stopped after two races and resumed measures only the rest, and ends as an
+ * uninterrupted run; a rerun with the whole state measures no scheme at all. */
+static void test_resume(void **state) {
+    (void)state;
+    struct world w = {.any_fast = 1};
+    target_scheme(&w.fast);
+    const char *dir = QP_TEST_BINARY_DIR "/autotune_resume";
+    rm_dir(dir);
+    struct qp_autotune_report *a = run(&w, dir);
+    size_t samples_a = w.n_samples;
+    assert_true(a->n_measured >= 3);
+    assert_int_equal(a->n_replayed, 0);
+    truncate_state(QP_TEST_BINARY_DIR "/autotune_resume/autotune_state.json", 2);
+    w.n_samples = 0;
+    struct qp_autotune_report *b = run(&w, dir);
+    assert_int_equal(b->n_replayed, 2);
+    assert_int_equal(b->n_measured, a->n_measured);
+    assert_int_equal(b->n_adopted, a->n_adopted);
+    assert_true(qp_placement_equal(b->best, a->best));
+    assert_true(w.n_samples < samples_a);
+    w.n_samples = 0;
+    struct qp_autotune_report *c = run(&w, dir);
+    assert_int_equal(c->n_replayed, a->n_measured);
+    assert_true(qp_placement_equal(c->best, a->best));
+    assert_true(w.n_samples > 0); /* the guard race only */
+    size_t guard_samples = w.n_samples;
+    assert_true(guard_samples < samples_a / 2);
+    qp_autotune_report_free(a);
+    qp_autotune_report_free(b);
+    qp_autotune_report_free(c);
+    tset_clear(&w.fast);
+    rm_dir(dir);
+}
+
+/* --quant_type fp8: the models written hold float8e4m3fn quantizers. */
+static void test_fp8(void **state) {
+    (void)state;
+    struct world w = {.q_fast = 1};
+    const char *dir = QP_TEST_BINARY_DIR "/autotune_fp8";
+    rm_dir(dir);
+    g_mode = QP_QUANT_FP8;
+    struct qp_autotune_report *r = run(&w, dir);
+    g_mode = QP_QUANT_INT8;
+    assert_true(r->guard_passed);
+    struct qp_error err = {0};
+    struct qp_model *m = NULL;
+    assert_int_equal(
+        qp_model_load_file(QP_TEST_BINARY_DIR "/autotune_fp8/optimized_final.onnx", NULL, &m, &err),
+        QP_OK);
+    size_t n_q = 0;
+    for (size_t i = 0; i < m->graph->n_nodes; i++) {
+        const struct qp_node *n = &m->graph->nodes[i];
+        if (n->dead || strcmp(n->op_type, "QuantizeLinear") != 0) continue;
+        assert_true(n->n_inputs == 3);
+        assert_int_equal(m->graph->values[n->inputs[2]].dtype, QP_DTYPE_FLOAT8E4M3FN);
+        n_q++;
+    }
+    assert_true(n_q > 0);
+    qp_model_free(m);
+    qp_autotune_report_free(r);
+    rm_dir(dir);
+}
+
+/* A stop request before the first race: no race, no final file, the report says so. */
+static void test_stop(void **state) {
+    (void)state;
+    struct world w = {.any_fast = 0};
+    const char *dir = QP_TEST_BINARY_DIR "/autotune_stop";
+    rm_dir(dir);
+    struct qp_error err = {0};
+    struct qp_latency_backend *b = NULL;
+    assert_int_equal(qp_latency_fixed_create(latency, &w, &b, &err), QP_OK);
+    static volatile sig_atomic_t stop = 1;
+    struct qp_autotune_options o;
+    qp_autotune_options_default(&o);
+    o.onnx_path = MODEL;
+    o.output_dir = dir;
+    o.backend = b;
+    o.stop = &stop;
+    struct qp_autotune_report *r = NULL;
+    assert_int_equal(qp_autotune(&o, &r, &err), QP_OK);
+    assert_true(r->interrupted);
+    assert_int_equal(r->n_measured, 0);
+    assert_int_equal(w.n_samples, 0);
+    assert_int_equal(access(QP_TEST_BINARY_DIR "/autotune_stop/optimized_final.onnx", F_OK), -1);
+    qp_autotune_report_free(r);
+    qp_latency_backend_free(b);
+    rm_dir(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_faster), cmocka_unit_test(test_none_faster),
+        cmocka_unit_test(test_resume),     cmocka_unit_test(test_stop),
+        cmocka_unit_test(test_fp8),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
