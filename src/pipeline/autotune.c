@@ -408,6 +408,51 @@ static size_t planned_schemes(size_t n_points, size_t max) {
     return n_points < 20 && ((size_t)1 << n_points) < max ? (size_t)1 << n_points : max;
 }
 
+/* A race just run or replayed, accounted for: the state file, the result's medians, the
+ * pattern cache and log.jsonl. *adopt: the candidate was faster. */
+static enum qp_status account_race(struct tune *t, size_t p, const uint64_t *scheme,
+                                   const uint64_t *cur, int from_cache, int replayed,
+                                   const struct qp_latency_race_result *res, int *adopt,
+                                   struct qp_error *err) {
+    const struct qp_pattern *pat = &t->rs->patterns[p];
+    t->step++;
+    t->last_replayed = replayed;
+    t->r->n_replayed += (size_t)replayed;
+    enum qp_status st = state_record(t, pat, scheme, res, err);
+    if (st != QP_OK) return st;
+    *adopt = res->verdict.verdict == QP_LATENCY_FASTER;
+    double cm = median_of(res->cand_ms, res->n_cand), bm = median_of(res->best_ms, res->n_best);
+    if (t->r->n_measured == 0) t->r->seed_median_ms = bm;
+    t->r->n_measured++;
+    t->r->best_median_ms = *adopt ? cm : bm;
+    if (t->cache_out && ((st = qp_pattern_cache_add(t->cache_out, pat, scheme, cm, err)) != QP_OK ||
+                         (st = qp_pattern_cache_add(t->cache_out, pat, cur, bm, err)) != QP_OK))
+        return st;
+    return log_line(t, p, from_cache ? "cache" : "generated", scheme, res, *adopt, NULL, err);
+}
+
+/* The progress callback after race (k, j) of n_order patterns and n schemes. */
+static void progress_step(const struct tune *t, size_t k, size_t n_order, size_t j, size_t n,
+                          size_t done, size_t planned, const struct qp_latency_race_result *res,
+                          int adopt, int replayed) {
+    if (!t->o->progress) return;
+    double el = qp_clock_seconds() - t->t0;
+    struct qp_autotune_step s = {
+        .pattern_k = k + 1,
+        .n_patterns = n_order,
+        .scheme_j = j + 1,
+        .n_schemes = n,
+        .elapsed_s = el,
+        .eta_s = planned > done ? el / (double)done * (double)(planned - done) : 0,
+        .cand_median_ms = median_of(res->cand_ms, res->n_cand),
+        .best_median_ms = median_of(res->best_ms, res->n_best),
+        .verdict = res->verdict.verdict,
+        .adopted = adopt,
+        .replayed = replayed,
+    };
+    t->o->progress(&s, t->o->progress_user);
+}
+
 /* Measures the schemes of pattern p (k-th of n in the search order). */
 static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_order, size_t *done,
                                    size_t *planned, struct qp_placement **best,
@@ -474,46 +519,10 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
                 goto done;
             }
         }
-        t->step++;
-        t->last_replayed = replayed;
-        t->r->n_replayed += (size_t)replayed;
-        if ((st = state_record(t, pat, list[j], &res, err)) != QP_OK) {
-            qp_latency_race_result_release(&res);
-            qp_placement_free(cand);
-            goto done;
-        }
-        int adopt = res.verdict.verdict == QP_LATENCY_FASTER;
-        double cm = median_of(res.cand_ms, res.n_cand), bm = median_of(res.best_ms, res.n_best);
-        if (t->r->n_measured == 0) t->r->seed_median_ms = bm;
-        t->r->n_measured++;
-        t->r->best_median_ms = adopt ? cm : bm;
-        if (t->cache_out) {
-            if ((st = qp_pattern_cache_add(t->cache_out, pat, list[j], cm, err)) != QP_OK ||
-                (st = qp_pattern_cache_add(t->cache_out, pat, cur, bm, err)) != QP_OK) {
-                qp_latency_race_result_release(&res);
-                qp_placement_free(cand);
-                goto done;
-            }
-        }
-        st = log_line(t, p, from_cache[j] ? "cache" : "generated", list[j], &res, adopt, NULL, err);
+        int adopt = 0;
+        st = account_race(t, p, list[j], cur, from_cache[j], replayed, &res, &adopt, err);
         (*done)++;
-        if (t->o->progress) {
-            double el = qp_clock_seconds() - t->t0;
-            struct qp_autotune_step s = {
-                .pattern_k = k + 1,
-                .n_patterns = n_order,
-                .scheme_j = j + 1,
-                .n_schemes = n,
-                .elapsed_s = el,
-                .eta_s = *planned > *done ? el / (double)*done * (double)(*planned - *done) : 0,
-                .cand_median_ms = cm,
-                .best_median_ms = bm,
-                .verdict = res.verdict.verdict,
-                .adopted = adopt,
-                .replayed = replayed,
-            };
-            t->o->progress(&s, t->o->progress_user);
-        }
+        if (st == QP_OK) progress_step(t, k, n_order, j, n, *done, *planned, &res, adopt, replayed);
         qp_latency_race_result_release(&res);
         if (st != QP_OK) {
             qp_placement_free(cand);
