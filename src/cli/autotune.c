@@ -146,9 +146,17 @@ static void print_summary(const struct qp_autotune_report *r, const struct qp_la
     printf("  backend         %s (%s)\n", b->name, b->detail);
     printf("  schemes         %zu measured (%zu from the state file), %zu adopted, %zu skipped\n",
            r->n_measured, r->n_replayed, r->n_adopted, r->n_skipped);
-    printf("  seed            %.4f ms median\n", r->seed_median_ms);
-    printf("  best            %.4f ms median (%.3fx the seed)\n", r->best_median_ms,
-           r->best_median_ms > 0 ? r->seed_median_ms / r->best_median_ms : 0.0);
+    /* The two medians come from different races (the first and the last), so on a machine
+     * whose speed drifts their ratio says little when nothing was adopted: say so instead. */
+    printf("  seed            %.4f ms median (first race)\n", r->seed_median_ms);
+    if (r->n_adopted)
+        printf("  best            %.4f ms median (last race; %.3fx the seed's first median)\n",
+               r->best_median_ms,
+               r->best_median_ms > 0 ? r->seed_median_ms / r->best_median_ms : 0.0);
+    else
+        printf("  best            the seed: no scheme was faster at the race's confidence "
+               "(%.4f ms median in the last race)\n",
+               r->best_median_ms);
     printf("  without Q/DQ    %.4f ms median\n", r->reference_median_ms);
     printf("  guard           %s: best is %.3fx the model without Q/DQ (%s, p %.3g); %s\n",
            r->guard_passed ? "passed" : "failed",
