@@ -33,7 +33,8 @@ __all__ = ["quantize", "calibrate", "sensitivity", "Session", "isa", "Placement"
 
 
 def autotune(*args, **kwargs):
-    """Not built yet: `qplace autotune` (latency-driven placement) is an open issue; until it
-    lands this raises UnsupportedError instead of silently doing something else."""
-    raise UnsupportedError("qplace.autotune: autotune is not implemented yet; use "
-                           "qplace.quantize (the trt policy) or a placement")
+    """Not bound yet: autotune exists as the `qplace autotune` command (docs/autotune.md) but has
+    no Python binding; this raises UnsupportedError instead of silently doing something else."""
+    raise UnsupportedError("qplace.autotune: no Python binding yet; run `qplace autotune "
+                           "--onnx_path MODEL --output_dir DIR`, then "
+                           "qplace.quantize(..., placement='DIR/placement.json')")

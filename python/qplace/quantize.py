@@ -76,7 +76,8 @@ _REFUSED = {
     "input_shapes_profile": "qplace calibrates on its own engine; give calibration_shapes",
     "block_size": "int4 is not supported",
     "target_dla": "qplace's trt policy targets TensorRT GPUs, not DLA",
-    "autotune": "qplace.autotune does not exist yet (issue: autotune)",
+    "autotune": "the integrated form is not built yet; run `qplace autotune ... --output_dir "
+                "DIR`, then quantize(..., placement='DIR/placement.json')",
 }
 
 

@@ -229,6 +229,11 @@ def test_bad_inputs_raise_and_write_nothing(cls_model, cls_npz, tmp_path):
     bad(tmp_path, qplace.UsageError, "trt_plugins", onnx_path=cls_model,
         trt_plugins=["a.so"])
     bad(tmp_path, qplace.UsageError, "int4", onnx_path=cls_model, quantize_mode="int4")
+    # autotune is the qplace autotune command; both spellings point at it and at placement=
+    bad(tmp_path, qplace.UsageError, "placement='DIR/placement.json'", onnx_path=cls_model,
+        autotune="quick")
+    with pytest.raises(qplace.UnsupportedError, match="qplace autotune"):
+        qplace.autotune(onnx_path=cls_model)
     pickled = os.path.join(os.path.dirname(cls_npz), "bad_pickled.npz")
     bad(tmp_path, qplace.BadInputError, "bad_pickled.npz", onnx_path=cls_model,
         calibration_data=pickled)

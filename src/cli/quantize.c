@@ -74,6 +74,7 @@ const struct cli_opt cli_quantize_opts[] = {
     {"trt_plugins", CLI_LIST, "SO", "refused: no TensorRT plugins in qplace's engine"},
     {"trt_plugins_precision", CLI_LIST, "OP:PREC", "refused (goes with --trt_plugins)"},
     {"target_dla", CLI_BOOL, NULL, "refused: qplace does not target DLA"},
+    {"autotune", CLI_BOOL, NULL, "refused: run qplace autotune, then --placement_in"},
     {0},
 };
 
@@ -214,6 +215,10 @@ static int refuse_unsupported(const struct cli_args *a) {
         {"trt_plugins_precision", "it only serves --trt_plugins, which qplace does not take"},
         {"target_dla", "qplace's trt policy targets TensorRT GPUs; DLA placement is not "
                        "implemented (quantize every op type with --op_types_to_quantize)"},
+        {"autotune", "the integrated form is not built yet; run `qplace autotune --onnx_path "
+                     "MODEL --calibration_data_path DATA --output_dir DIR`, then `qplace quantize "
+                     "--placement_in DIR/placement.json` with the same data: the placement it "
+                     "chose, calibrated exactly (or use DIR/optimized_final.onnx)"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
         if (cli_has(a, refused[i].flag)) {
