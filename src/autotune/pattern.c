@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/edit.h"
 #include "core/size.h"
 #include "placement/placement.h"
 
@@ -350,23 +351,16 @@ void qp_patterns_release(struct qp_regions *rs) {
     rs->n_patterns = 0;
 }
 
+/* ctx: {a, b}, two arrays of op-type strings. */
+static int ops_differ(size_t i, size_t j, const void *ctx) {
+    char *const *const *s = ctx;
+    return strcmp(s[0][i], s[1][j]) != 0;
+}
+
 size_t qp_pattern_distance(char *const *a, size_t na, char *const *b, size_t nb) {
     size_t *row = qp_malloc_n(nb + 1, sizeof *row);
     if (!row) return SIZE_MAX;
-    for (size_t j = 0; j <= nb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= na; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= nb; j++) {
-            size_t up = row[j], best = diag + (strcmp(a[i - 1], b[j - 1]) != 0);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            diag = up;
-            row[j] = best;
-        }
-    }
-    size_t d = row[nb];
+    size_t d = qp_edit_distance(na, nb, ops_differ, (char *const *const[]){a, b}, row);
     free(row);
     return d;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/edit.h"
 #include "core/size.h"
 
 static char normalize(char c) {
@@ -32,26 +33,17 @@ static int find_opt(const struct cli_opt *opts, const char *given, size_t len) {
 
 #define CLI_MAX_NAME 64 /* longer names are never "close" to anything */
 
+/* ctx: {given, name}; '-' and '_' are the same character. */
+static int name_chars_differ(size_t i, size_t j, const void *ctx) {
+    const char *const *s = ctx;
+    return normalize(s[0][i]) != normalize(s[1][j]);
+}
+
 int cli_name_distance(const char *given, size_t len, const char *name) {
     size_t m = strlen(name);
     if (len > CLI_MAX_NAME || m > CLI_MAX_NAME) return -1;
-    /* Levenshtein, one row at a time. */
-    int row[CLI_MAX_NAME + 1];
-    for (size_t j = 0; j <= m; j++)
-        row[j] = (int)j;
-    for (size_t i = 1; i <= len; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= m; j++) {
-            int up = row[j];
-            int best = diag + (normalize(given[i - 1]) != normalize(name[j - 1]));
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    int d = row[m];
+    size_t row[CLI_MAX_NAME + 1];
+    int d = (int)qp_edit_distance(len, m, name_chars_differ, (const char *[]){given, name}, row);
     /* close: one edit for short names, about one per four characters for longer ones */
     int limit = 1 + (int)(len < m ? len : m) / 4;
     return d <= limit ? d : -1;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/edit.h"
 #include "core/size.h"
 #include "ir/optraits.h"
 #include "placement/select.h"
@@ -29,25 +30,15 @@ static int is_onnx_op(const char *op) {
 }
 
 /* Case-insensitive edit distance of a and b, capped: SIZE_MAX when either is longer than 63. */
+static int chars_differ_nocase(size_t i, size_t j, const void *ctx) {
+    const char *const *s = ctx; /* {a, b} */
+    return tolower((unsigned char)s[0][i]) != tolower((unsigned char)s[1][j]);
+}
+
 static size_t distance(const char *a, const char *b) {
     size_t na = strlen(a), nb = strlen(b), row[64];
     if (na > 63 || nb > 63) return SIZE_MAX;
-    for (size_t j = 0; j <= nb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= na; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= nb; j++) {
-            size_t up = row[j];
-            int same = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]);
-            size_t best = diag + !same;
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[nb];
+    return qp_edit_distance(na, nb, chars_differ_nocase, (const char *[]){a, b}, row);
 }
 
 /* Keeps `cand` in *best when it is closer to `name` than *best_d. */
