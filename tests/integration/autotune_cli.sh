@@ -8,21 +8,8 @@ set -u
 Q=$1
 M=$(cd "$(dirname "$0")/quantize_models" && pwd)/resnet_like.onnx
 PY=/usr/bin/python3
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-# expect RC CMD...: runs CMD, checks its exit status.
-expect() {
-    local want=$1
-    shift
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$?
-    if [ "$rc" != "$want" ]; then
-        fail "exit $rc (want $want): $*"
-        cat "$T/err"
-    fi
-}
+# T, fail, expect
+. "$(dirname "$0")/lib/cli_checks.sh"
 sum_before=$(md5sum "$M" | cut -d' ' -f1)
 
 # 1. A quick search, 2 schemes per pattern, 5 runs per round.

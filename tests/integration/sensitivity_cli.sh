@@ -8,21 +8,8 @@ set -u
 Q=$1
 D=$(cd "$(dirname "$0")/../unit/sensitivity/data" && pwd)
 PY=/usr/bin/python3
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-# expect RC CMD...: runs CMD, checks its exit status.
-expect() {
-    local want=$1
-    shift
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$?
-    if [ "$rc" != "$want" ]; then
-        fail "exit $rc (want $want): $*"
-        cat "$T/err"
-    fi
-}
+# T, fail, expect
+. "$(dirname "$0")/lib/cli_checks.sh"
 py() { "$PY" -c "$@" || fail "python check: $1"; }
 
 M=$D/sens_small.onnx
