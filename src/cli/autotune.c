@@ -196,7 +196,7 @@ static void print_accuracy(const struct qp_autotune_report *r) {
         const struct qp_autotune_front *f = &r->frontier[i];
         printf("    %11.4f  %11.4g  %s", f->median_ms, f->drift, f->label);
         if (f->pattern >= 0) printf(" (pattern %ld, %zu points)", f->pattern, f->n_points_on);
-        printf("\n");
+        printf("%s\n", f->final ? "  <- optimized_final.onnx" : "");
     }
 }
 

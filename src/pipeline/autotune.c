@@ -87,6 +87,7 @@ struct tune {
     long best_pattern;
     cJSON *best_points;
     cJSON *measured;
+    cJSON *best_entry; /* the adopted scheme's entry in `measured` (borrowed); NULL: the seed */
 };
 
 static char *join(const char *dir, const char *name) {
@@ -462,6 +463,11 @@ static enum qp_status measured_add(struct tune *t, const char *label, double ms,
     return QP_OK;
 }
 
+/* Marks entry e (NULL: none) as the placement optimized_final.onnx holds. */
+static void mark_final(cJSON *e) {
+    if (e) cJSON_ReplaceItemInObjectCaseSensitive(e, "final", cJSON_CreateTrue());
+}
+
 enum { DRIFT_RACE = 0, DRIFT_REJECTED, DRIFT_FAILED, DRIFT_STOP };
 
 /* The drift of scheme `bits` of pattern p applied as `cand` (replayed or measured) into
@@ -534,8 +540,9 @@ static enum qp_status write_pareto(struct tune *t, struct qp_error *err) {
     int kept = r->guard_passed;
     cJSON *bp = t->best_points ? cJSON_Duplicate(t->best_points, 1) : NULL;
     const char *bsig = t->best_pattern >= 0 ? t->rs->patterns[t->best_pattern].signature : NULL;
-    enum qp_status st =
-        measured_add(t, "seed", r->seed_median_ms, r->seed_drift, -1, NULL, NULL, 0, err);
+    enum qp_status st = measured_add(t, "seed", r->seed_median_ms, r->seed_drift, -1, NULL, NULL,
+                                     kept && !t->best_entry, err);
+    if (kept) mark_final(t->best_entry);
     if (st == QP_OK)
         st = measured_add(t, "best", r->guard.median_a_ms, r->best_drift, t->best_pattern, bsig, bp,
                           kept, err);
@@ -655,6 +662,7 @@ static enum qp_status account_race(struct tune *t, size_t p, const uint64_t *sch
                            points_json(scheme, pat->n_points), 0, err)) != QP_OK)
         return st;
     if (*adopt) {
+        t->best_entry = cJSON_GetArrayItem(t->measured, cJSON_GetArraySize(t->measured) - 1);
         t->r->best_drift = drift;
         t->best_pattern = (long)p;
         cJSON_Delete(t->best_points);

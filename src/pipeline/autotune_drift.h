@@ -89,6 +89,7 @@ struct qp_autotune_front {
     double median_ms, drift;
     long pattern;       /* -1: none */
     size_t n_points_on; /* points of the scheme; 0 for none */
+    int final;          /* the placement optimized_final.onnx holds */
 };
 
 /* What pareto.json says about how drift was measured. */

@@ -492,6 +492,16 @@ static void test_pareto(void **state) {
     }
     assert_non_null(seed);
     assert_true(jnum(seed, "drift") == r->seed_drift);
+    /* the adopted scheme's race and the guard's measurement of it: optimized_final.onnx */
+    int n_final = 0;
+    cJSON_ArrayForEach(x, all) {
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "final"))) continue;
+        n_final++;
+        assert_true(jnum(x, "drift") == r->final_drift);
+        assert_true(cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(x, "points")));
+    }
+    assert_true(r->guard_passed);
+    assert_int_equal(n_final, 2);
     /* the adopted scheme (0.5x) beats the seed on latency: the seed is not on the frontier
      * unless its drift is lower */
     cJSON_Delete(doc);
