@@ -696,6 +696,20 @@ static void progress_step(const struct tune *t, size_t k, size_t n_order, size_t
     t->o->progress(&s, t->o->progress_user);
 }
 
+/* The candidate just raced (its model at cand_path) becomes the best; `cand` is transferred. */
+static enum qp_status adopt_candidate(struct tune *t, struct qp_placement *cand,
+                                      struct qp_placement **best, struct qp_error *err) {
+    if (rename(t->cand_path, t->best_path) != 0) {
+        qp_placement_free(cand);
+        return qp_error_set(err, QP_ERR_IO, "autotune: cannot rename '%s': %s", t->cand_path,
+                            strerror(errno));
+    }
+    qp_placement_free(*best);
+    *best = cand;
+    t->r->n_adopted++;
+    return QP_OK;
+}
+
 /* Measures the schemes of pattern p (k-th of n in the search order). */
 static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_order, size_t *done,
                                    size_t *planned, struct qp_placement **best,
@@ -783,20 +797,12 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
             qp_placement_free(cand);
             goto done;
         }
-        if (adopt) {
-            if (rename(t->cand_path, t->best_path) != 0) {
-                qp_placement_free(cand);
-                st = qp_error_set(err, QP_ERR_IO, "autotune: cannot rename '%s': %s", t->cand_path,
-                                  strerror(errno));
-                goto done;
-            }
-            qp_placement_free(*best);
-            *best = cand;
-            memcpy(cur, list[j], words * sizeof *cur);
-            t->r->n_adopted++;
-        } else {
+        if (!adopt) {
             qp_placement_free(cand);
+            continue;
         }
+        if ((st = adopt_candidate(t, cand, best, err)) != QP_OK) goto done;
+        memcpy(cur, list[j], words * sizeof *cur);
     }
 done:
     free(list);
