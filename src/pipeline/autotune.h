@@ -67,9 +67,6 @@ struct qp_autotune_options {
     size_t schemes_per_pattern;         /* 0: the mode's */
     const char *calibration_data_path;  /* NULL: synthetic data */
     const char *calibration_shapes;     /* "NAME:1x3x224x224,..." or NULL */
-    /* The calibration data as a provider (borrowed; reset before use), instead of
-     * calibration_data_path: a library caller's arrays (qplace/autotune.h). NULL: the path. */
-    struct qp_provider *calibration_provider;
     const struct qp_data_options *data; /* image flags, caps (borrowed); NULL: defaults */
     const char *pattern_cache_in;       /* NULL: none */
     /* A Q/DQ model of the same graph (node names) whose placement seeds the search instead of
@@ -92,6 +89,9 @@ struct qp_autotune_options {
     const volatile sig_atomic_t *stop;
     qp_autotune_progress_fn progress; /* may be NULL */
     void *progress_user;
+    /* The calibration data as a provider (borrowed; reset before use), instead of
+     * calibration_data_path: a library caller's arrays (qplace/autotune.h). NULL: the path. */
+    struct qp_provider *calibration_provider;
 };
 
 void qp_autotune_options_default(struct qp_autotune_options *o);
