@@ -93,7 +93,9 @@ const char cli_quantize_details[] =
     "--min_top1_agreement (an accuracy budget) rank the quantized nodes by sensitivity after\n"
     "calibration and leave the most sensitive in float, one at a time, until the held-out\n"
     "data (--eval_data_path, else the calibration data) meets the bounds; the summary lists\n"
-    "what was excluded. docs/quantize.md.\n";
+    "what was excluded. --autotune[=quick|default|extensive] chooses the placement with\n"
+    "qplace autotune's latency search first (--autotune_* flags: its flags) and quantizes\n"
+    "exactly it (docs/autotune.md, \"Integrated\"). docs/quantize.md.\n";
 
 static enum qp_status add_list(struct qp_select *s, const struct cli_args *a, const char *flag,
                                enum qp_select_list list, int *any, struct qp_error *err) {

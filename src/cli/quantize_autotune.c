@@ -113,8 +113,13 @@ int cli_quantize_autotune(const struct cli_args *a, const struct qp_quantize_opt
     cli_autotune_sigint(&old);
     struct qp_error err = {0};
     struct qp_quantize_autotune_report *r = NULL;
-    enum qp_status st = qp_quantize_autotune(q, &o, &r, &err);
-    cli_autotune_sigint_restore(&old);
+    enum qp_status st = qp_quantize_autotune_search(q, &o, &r, &err);
+    cli_autotune_sigint_restore(&old); /* Ctrl-C during the quantization ends the process */
+    if (st == QP_OK && !r->interrupted) {
+        print_search(r, b);
+        fflush(stdout);
+        st = qp_quantize_autotune_apply(q, r, &err);
+    }
     if (st != QP_OK) {
         rc = cli_fail(&err);
     } else if (r->interrupted) {
@@ -125,7 +130,6 @@ int cli_quantize_autotune(const struct cli_args *a, const struct qp_quantize_opt
                                  : "; the same command resumes from the state file");
         rc = 130;
     } else {
-        print_search(r, b);
         *report_out = r->quantize;
         r->quantize = NULL;
     }

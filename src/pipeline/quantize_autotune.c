@@ -131,23 +131,43 @@ static enum qp_status quantize_chosen(const struct qp_quantize_options *q,
     return st;
 }
 
+enum qp_status qp_quantize_autotune_search(const struct qp_quantize_options *q,
+                                           const struct qp_autotune_options *a,
+                                           struct qp_quantize_autotune_report **report_out,
+                                           struct qp_error *err) {
+    if (report_out) *report_out = NULL;
+    if (!q || !a || !report_out)
+        return qp_error_set(err, QP_ERR_USAGE, "quantize --autotune: options are needed");
+    enum qp_status st = check_inputs(q, a, err);
+    if (st != QP_OK) return st;
+    struct qp_quantize_autotune_report *r = calloc(1, sizeof *r);
+    if (!r) return qp_error_set(err, QP_ERR_NOMEM, "quantize --autotune: out of memory");
+    if ((st = search(a, q->onnx_path, &r->temporary_dir, &r->search, err)) != QP_OK) {
+        qp_quantize_autotune_report_free(r);
+        return st;
+    }
+    r->interrupted = r->search->interrupted || (a->stop && *a->stop);
+    *report_out = r;
+    return QP_OK;
+}
+
+enum qp_status qp_quantize_autotune_apply(const struct qp_quantize_options *q,
+                                          struct qp_quantize_autotune_report *r,
+                                          struct qp_error *err) {
+    if (!q || !r || !r->search || r->interrupted || r->quantize)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "quantize --autotune: no finished search to quantize");
+    return quantize_chosen(q, r, err);
+}
+
 enum qp_status qp_quantize_autotune(const struct qp_quantize_options *q,
                                     const struct qp_autotune_options *a,
                                     struct qp_quantize_autotune_report **report_out,
                                     struct qp_error *err) {
     if (report_out) *report_out = NULL;
-    if (!q || !a) return qp_error_set(err, QP_ERR_USAGE, "quantize --autotune: options are needed");
-    enum qp_status st = check_inputs(q, a, err);
-    if (st != QP_OK) return st;
-    struct qp_quantize_autotune_report *r = calloc(1, sizeof *r);
-    if (!r) return qp_error_set(err, QP_ERR_NOMEM, "quantize --autotune: out of memory");
-    if ((st = search(a, q->onnx_path, &r->temporary_dir, &r->search, err)) != QP_OK) goto done;
-    if (r->search->interrupted || (a->stop && *a->stop)) {
-        r->interrupted = 1;
-        goto done;
-    }
-    st = quantize_chosen(q, r, err);
-done:
+    struct qp_quantize_autotune_report *r = NULL;
+    enum qp_status st = qp_quantize_autotune_search(q, a, &r, err);
+    if (st == QP_OK && !r->interrupted) st = qp_quantize_autotune_apply(q, r, err);
     if (st == QP_OK && report_out)
         *report_out = r;
     else

@@ -39,6 +39,17 @@ struct qp_quantize_autotune_report {
 
 void qp_quantize_autotune_report_free(struct qp_quantize_autotune_report *r);
 
+/* The two steps on their own (the CLI stops catching Ctrl-C between them): the checks and the
+ * search (*report_out always set on QP_OK; `interrupted` when stopped), then the quantization
+ * of the chosen placement into r->quantize (QP_ERR_USAGE on an interrupted report). */
+enum qp_status qp_quantize_autotune_search(const struct qp_quantize_options *q,
+                                           const struct qp_autotune_options *a,
+                                           struct qp_quantize_autotune_report **report_out,
+                                           struct qp_error *err);
+enum qp_status qp_quantize_autotune_apply(const struct qp_quantize_options *q,
+                                          struct qp_quantize_autotune_report *r,
+                                          struct qp_error *err);
+
 /* Runs the search, then quantize with its placement. `q` and `a` are borrowed; a's onnx_path
  * must be q's (NULL takes q's). *report_out (may be NULL) receives a report to free. Returns
  * QP_ERR_USAGE (a placement choice in `q`, a different model path, no backend), the statuses of
