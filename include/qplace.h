@@ -13,6 +13,7 @@
 #include "qplace/calib.h"
 #include "qplace/graph.h"
 #include "qplace/quantize.h"
+#include "qplace/autotune.h"
 #include "qplace/session.h"
 #include "qplace/sensitivity.h"
 #endif

@@ -20,21 +20,25 @@ from .calibrate import calibrate
 from .errors import (BadInputError, Error, FileError, InternalError, OutOfMemoryError,
                      UnsupportedError, UsageError)
 from .placement import Edge, Placement, Weight, trt_placement
-from .quantize import Drift, QuantizeSummary, quantize
+from .quantize import AutotuneSummary, Drift, QuantizeSummary, quantize
 from .ranges import Range, Ranges
 from .session import Session, isa
 
 __version__ = "0.1.0"
 
 __all__ = ["quantize", "calibrate", "sensitivity", "Session", "isa", "Placement", "Edge",
-           "Weight", "trt_placement", "Ranges", "Range", "QuantizeSummary", "Drift", "Error",
+           "Weight", "trt_placement", "Ranges", "Range", "QuantizeSummary", "AutotuneSummary", "Drift", "Error",
            "UsageError", "BadInputError", "UnsupportedError", "FileError", "OutOfMemoryError",
            "InternalError", "library_path", "autotune"]
 
 
 def autotune(*args, **kwargs):
-    """Not bound yet: autotune exists as the `qplace autotune` command (docs/autotune.md) but has
-    no Python binding; this raises UnsupportedError instead of silently doing something else."""
-    raise UnsupportedError("qplace.autotune: no Python binding yet; run `qplace autotune "
-                           "--onnx_path MODEL --output_dir DIR`, then "
-                           "qplace.quantize(..., placement='DIR/placement.json')")
+    """Not bound as a function of its own: the search runs inside quantize() with autotune=True
+    or a mode ("quick", "default", "extensive") and the autotune_* keywords, and quantizes the
+    placement it chose (docs/python.md); the standalone search is the `qplace autotune`
+    command (docs/autotune.md). This raises UnsupportedError saying so instead of silently
+    doing something else."""
+    raise UnsupportedError("qplace.autotune: no standalone binding; use qplace.quantize("
+                           "onnx_path=..., autotune='quick', autotune_output_dir=DIR) for the "
+                           "search and the quantization of its placement, or the command "
+                           "`qplace autotune --onnx_path MODEL --output_dir DIR`")

@@ -226,6 +226,23 @@ class ScorePick(Structure):
                 ("coverage_pct", c_double), ("near_tie", c_int), ("warning", c_char * 256)]
 
 
+class AutotuneConfig(Structure):
+    _fields_ = [("mode", c_char_p), ("schemes_per_region", c_size_t), ("output_dir", c_char_p),
+                ("pattern_cache", c_char_p), ("qdq_baseline", c_char_p),
+                ("state_file", c_char_p), ("backend", c_char_p), ("timing_cache", c_char_p),
+                ("trtexec_args", c_char_p), ("warmup_runs", c_int), ("timing_runs", c_int),
+                ("quantize_mode", c_int), ("high_precision_dtype", c_int),
+                ("calibration_shapes", c_char_p), ("n_threads", c_int)]
+
+
+class AutotuneSummary(Structure):
+    _fields_ = [("n_regions", c_size_t), ("n_patterns", c_size_t), ("n_points", c_size_t),
+                ("n_measured", c_size_t), ("n_replayed", c_size_t), ("n_adopted", c_size_t),
+                ("n_skipped", c_size_t), ("seed_median_ms", c_double),
+                ("best_median_ms", c_double), ("reference_median_ms", c_double),
+                ("guard_passed", c_int), ("seconds", c_double), ("placement", c_void_p)]
+
+
 # The structs test_abi.py checks against the C compiler's layout (name in C -> class).
 STRUCTS = {
     "qp_error": Error, "qp_array": Array, "qp_trt_options": TrtOptions,
@@ -238,6 +255,7 @@ STRUCTS = {
     "qp_sensitivity_target": SensitivityTarget, "qp_sensitivity_summary": SensitivitySummary,
     "qp_sensitivity_pick_options": PickOptions, "qp_sensitivity_pick_summary": PickSummary,
     "qp_sensitivity_score_pick": ScorePick, "qp_save_options": SaveOptions,
+    "qp_autotune_config": AutotuneConfig, "qp_autotune_summary": AutotuneSummary,
 }
 
 BatchFn = CFUNCTYPE(c_int, c_void_p, c_uint64, POINTER(Array), POINTER(Error))
@@ -317,6 +335,11 @@ _DECLS = [
     ("qp_quantize_model", S, P, P, POINTER(QuantizeConfig), PP, POINTER(POINTER(QuantizeSummary)),
      E),
     ("qp_quantize_summary_free", None, POINTER(QuantizeSummary)),
+    # autotune.h
+    ("qp_autotune_config_default", None, POINTER(AutotuneConfig)),
+    ("qp_autotune_file", S, c_char_p, P, POINTER(AutotuneConfig),
+     POINTER(POINTER(AutotuneSummary)), E),
+    ("qp_autotune_summary_free", None, POINTER(AutotuneSummary)),
     # session.h
     ("qp_session_create", S, P, POINTER(SessionOptions), c_size_t, POINTER(Shape), PP, E),
     ("qp_session_free", None, P),

@@ -14,6 +14,11 @@ saying what qplace does instead (calibration_eps, simplify, ...); those it canno
 UsageError saying why (trt_plugins, target_dla, int4). qplace adds: `percentile`, `eval_data`
 (held-out samples for the drift), `placement` (a Placement or file applied as it is), `rules`
 (a rules file), `ranges` (a Ranges or file instead of calibration), `placement_out`, `threads`.
+
+autotune=True|"quick"|"default"|"extensive" (ModelOpt's integrated autotune) runs the latency
+search of `qplace autotune` first (qplace/autotune.h) and quantizes exactly the placement it
+chose, as `qplace quantize --autotune` does; the autotune_* keywords are its flags, and the
+summary's `autotune` field says what the search did (docs/python.md).
 """
 
 import ctypes
@@ -44,9 +49,22 @@ QuantizeSummary = namedtuple(
     "weight_clip_mean_ratio budget equalization smoothquant_alpha n_cle_pairs n_cle_skipped "
     "n_smoothquant_pairs n_smoothquant_skipped outputs_before bias_correction n_bias_layers "
     "n_biases_added bias_rounds bias_shift_before bias_shift_after bias_seconds "
-    "outputs_uncorrected outputs_unclipped auto_methods")
+    "outputs_uncorrected outputs_unclipped auto_methods autotune")
 QuantizeSummary.__doc__ = ("What qplace.quantize wrote, and the drift it measured; budget is a "
-                           "Budget with an accuracy budget, else None.")
+                           "Budget with an accuracy budget, else None; autotune an "
+                           "AutotuneSummary with autotune=, else None.")
+
+AutotuneSummary = namedtuple(
+    "AutotuneSummary",
+    "mode n_regions n_patterns n_points n_measured n_replayed n_adopted n_skipped "
+    "seed_median_ms best_median_ms reference_median_ms guard_passed seconds placement "
+    "output_dir")
+AutotuneSummary.__doc__ = ("What quantize(..., autotune=...)'s search did: regions, patterns, "
+                           "insertion points, races measured (replayed: from the state file), "
+                           "adopted and skipped, the seed's and the best's median latency, the "
+                           "model without Q/DQ's, whether the guard kept the Q/DQ placement "
+                           "(else the placement is empty), and the placement quantized. "
+                           "output_dir: the search's folder, None when it was temporary.")
 
 Budget = namedtuple("Budget", "met n_ranked excluded drift_before drift_after top1_before "
                               "top1_after")
@@ -76,9 +94,13 @@ _REFUSED = {
     "input_shapes_profile": "qplace calibrates on its own engine; give calibration_shapes",
     "block_size": "int4 is not supported",
     "target_dla": "qplace's trt policy targets TensorRT GPUs, not DLA",
-    "autotune": "the integrated form is not built yet; run `qplace autotune ... --output_dir "
-                "DIR`, then quantize(..., placement='DIR/placement.json')",
 }
+_AUTOTUNE_MODES = ("quick", "default", "extensive")
+# Keywords that choose or trim the placement: with autotune the search chooses it, and the model
+# holds exactly the search's placement.
+_AUTOTUNE_CONFLICTS = ("placement", "rules", "op_types_to_quantize", "op_types_to_exclude",
+                       "nodes_to_quantize", "nodes_to_exclude", "disable_mha_qdq",
+                       "max_output_drift", "min_top1_agreement")
 
 
 def _accepted_and_refused(given):
@@ -118,7 +140,7 @@ def _summary(s, output_path):
         bool(s.bias_correction), s.n_bias_layers, s.n_biases_added, s.bias_rounds,
         s.bias_shift_before, s.bias_shift_after, s.bias_seconds, uncorrected,
         _drifts(s.outputs_unclipped, s.n_outputs) if s.outputs_unclipped else None,
-        _auto_methods(s))
+        _auto_methods(s), None)
 
 
 def _auto_methods(s):
@@ -155,7 +177,10 @@ def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration
              *, percentile=None, eval_data=None, placement=None, rules=None, ranges=None,
              placement_out=None, threads=0, weight_clipping="absmax", max_output_drift=None,
              min_top1_agreement=None, equalization="none", smoothquant_alpha=0.5,
-             bias_correction=False):
+             bias_correction=False, autotune_output_dir=None, autotune_schemes_per_region=None,
+             autotune_pattern_cache=None, autotune_qdq_baseline=None, autotune_state_file=None,
+             autotune_backend=None, autotune_use_trtexec=False, autotune_timing_cache=None,
+             autotune_trtexec_args=None, autotune_warmup_runs=None, autotune_timing_runs=None):
     """Quantizes onnx_path (a path, the model's bytes) and writes output_path; returns a
     QuantizeSummary. Raises qplace.Error subclasses (UsageError for a bad argument,
     BadInputError for a bad model or data, ...); on failure nothing is written."""
@@ -165,7 +190,8 @@ def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration
         keep_intermediate_files=keep_intermediate_files, calibrate_per_node=calibrate_per_node,
         mha_accumulation_dtype=mha_accumulation_dtype, trt_plugins=trt_plugins,
         trt_plugins_precision=trt_plugins_precision, input_shapes_profile=input_shapes_profile, block_size=block_size,
-        target_dla=target_dla, autotune=autotune))
+        target_dla=target_dla))
+    args["autotune"] = _autotune_mode(args)
     for p in as_list(passes, "passes"):
         if p != "concat_elimination":
             raise usage("quantize: passes: the only pass is concat_elimination, not %r" % p)
@@ -209,8 +235,9 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
               use_external_data_format, output_path, high_precision_dtype, disable_mha_qdq,
               dq_only, direct_io_types, opset, percentile, eval_data, placement, rules, ranges,
               placement_out, threads, weight_clipping, max_output_drift, min_top1_agreement,
-              equalization, smoothquant_alpha, bias_correction, **_checked):
-    """quantize() once its ModelOpt-only keywords are checked (_checked: those, unused)."""
+              equalization, smoothquant_alpha, bias_correction, autotune, **kw):
+    """quantize() once its ModelOpt-only keywords are checked (kw: those, unused, and the
+    autotune_* keywords)."""
     model = model_arg(onnx_path)
     if output_path is None:
         if model.path is None:
@@ -284,25 +311,116 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
         c.eval_data = ev.ptr
     out = ctypes.c_void_p()
     summ = ctypes.POINTER(_lib.QuantizeSummary)()
+    asum = ctypes.POINTER(_lib.AutotuneSummary)()
     err = _lib.Error()
     try:
-        check(_lib.qp_quantize_model(model.ptr, data.ptr if data else None, ctypes.byref(c),
-                                     ctypes.byref(out), ctypes.byref(summ), ctypes.byref(err)),
-              err)
-    except Exception as ex:
-        cause = next((d.failure for d in (data, ev) if d is not None and d.failure), None)
-        if cause is not None:
-            raise ex from cause
-        raise
-    from ._core import Model
-    q = Model(out)
-    try:
-        s = _summary(summ.contents, output_path)
+        try:
+            if autotune is not None:
+                c.placement = _search(model, data, c, autotune, kw, asum)
+            check(_lib.qp_quantize_model(model.ptr, data.ptr if data else None,
+                                         ctypes.byref(c), ctypes.byref(out), ctypes.byref(summ),
+                                         ctypes.byref(err)), err)
+        except Exception as ex:
+            cause = next((d.failure for d in (data, ev) if d is not None and d.failure), None)
+            if cause is not None:
+                raise ex from cause
+            raise
+        from ._core import Model
+        q = Model(out)
+        try:
+            s = _summary(summ.contents, output_path)
+        finally:
+            _lib.qp_quantize_summary_free(summ)
+        if asum:
+            s = s._replace(placement_source="autotune" if asum.contents.guard_passed else
+                           "autotune (guard failed: the empty placement)",
+                           autotune=_autotune_summary(asum.contents, autotune, kw))
     finally:
-        _lib.qp_quantize_summary_free(summ)
+        if asum:
+            _lib.qp_autotune_summary_free(asum)
     ext = os.path.basename(output_path) + "_data" if use_external_data_format else None
     q.save(output_path, external_location=ext)
     if placement_out is not None:
         s.placement.save(placement_out)
     del keep, fp16_ops, pl, rg
     return s
+
+
+def _autotune_mode(args):
+    """The search's mode from quantize()'s autotune keyword (None: no search), after checking the
+    keywords that go with it."""
+    v = args["autotune"]
+    given = [k for k in args if k.startswith("autotune_") and args[k] not in (None, False)]
+    if v is None or v is False:
+        if given:
+            raise usage("quantize: %s needs autotune=True or a mode (quick, default, "
+                        "extensive)" % given[0])
+        return None
+    mode = "default" if v is True else v
+    if mode not in _AUTOTUNE_MODES:
+        raise usage("quantize: autotune must be True or one of quick, default, extensive, not "
+                    "%r" % (v,))
+    for k in _AUTOTUNE_CONFLICTS:
+        if args[k] not in (None, False, [], ()):
+            raise usage("quantize: %s cannot be combined with autotune: the search chooses the "
+                        "placement and the model is written with exactly it (seed the search "
+                        "with a Q/DQ model through autotune_qdq_baseline)" % k)
+    return mode
+
+
+def _opt_path(v, what):
+    return None if v is None else _lib.enc(fspath(v, what))
+
+
+def _search(model, data, c, mode, kw, asum):
+    """Runs qp_autotune_file on the model's file with the quantize configuration's data, shapes,
+    type, precision and threads; asum receives the summary (the caller frees it). Returns the
+    placement pointer to quantize (owned by asum)."""
+    if model.path is None:
+        raise usage("quantize: autotune needs onnx_path as a file path: the search times model "
+                    "files")
+    if c.high_precision_dtype not in (_HIGH["fp32"], _HIGH["fp16"]):
+        raise usage("quantize: high_precision_dtype bf16 with autotune: the search times fp32 "
+                    "or fp16 models")
+    a = _lib.AutotuneConfig()
+    _lib.qp_autotune_config_default(ctypes.byref(a))
+    a.mode = _lib.enc(mode)
+    if kw["autotune_schemes_per_region"] is not None:
+        a.schemes_per_region = int_arg(kw["autotune_schemes_per_region"],
+                                       "autotune_schemes_per_region", 1)
+    a.output_dir = _opt_path(kw["autotune_output_dir"], "autotune_output_dir")
+    a.pattern_cache = _opt_path(kw["autotune_pattern_cache"], "autotune_pattern_cache")
+    a.qdq_baseline = _opt_path(kw["autotune_qdq_baseline"], "autotune_qdq_baseline")
+    a.state_file = _opt_path(kw["autotune_state_file"], "autotune_state_file")
+    backend = kw["autotune_backend"]
+    if kw["autotune_use_trtexec"]:
+        if backend not in (None, "trtexec"):
+            raise usage("quantize: autotune_use_trtexec and autotune_backend=%r disagree"
+                        % backend)
+        backend = "trtexec"
+    if backend is not None:
+        a.backend = _lib.enc(choice(backend, ("builtin", "trtexec", "ort"), "autotune_backend"))
+    a.timing_cache = _opt_path(kw["autotune_timing_cache"], "autotune_timing_cache")
+    if kw["autotune_trtexec_args"] is not None:
+        a.trtexec_args = _lib.enc(str(kw["autotune_trtexec_args"]))
+    if kw["autotune_warmup_runs"] is not None:
+        a.warmup_runs = int_arg(kw["autotune_warmup_runs"], "autotune_warmup_runs")
+    if kw["autotune_timing_runs"] is not None:
+        a.timing_runs = int_arg(kw["autotune_timing_runs"], "autotune_timing_runs", 4)
+    a.quantize_mode = c.trt.quantize_mode
+    a.high_precision_dtype = c.high_precision_dtype
+    a.calibration_shapes = c.calibration_shapes
+    a.n_threads = c.n_threads
+    err = _lib.Error()
+    check(_lib.qp_autotune_file(_lib.enc(model.path), data.ptr if data else None,
+                                ctypes.byref(a), ctypes.byref(asum), ctypes.byref(err)), err)
+    return asum.contents.placement
+
+
+def _autotune_summary(s, mode, kw):
+    out = kw["autotune_output_dir"]
+    return AutotuneSummary(mode, s.n_regions, s.n_patterns, s.n_points, s.n_measured,
+                           s.n_replayed, s.n_adopted, s.n_skipped, s.seed_median_ms,
+                           s.best_median_ms, s.reference_median_ms, bool(s.guard_passed),
+                           s.seconds, Placement._from_ptr(s.placement),
+                           None if out is None else fspath(out, "autotune_output_dir"))

@@ -229,10 +229,14 @@ def test_bad_inputs_raise_and_write_nothing(cls_model, cls_npz, tmp_path):
     bad(tmp_path, qplace.UsageError, "trt_plugins", onnx_path=cls_model,
         trt_plugins=["a.so"])
     bad(tmp_path, qplace.UsageError, "int4", onnx_path=cls_model, quantize_mode="int4")
-    # autotune is the qplace autotune command; both spellings point at it and at placement=
-    bad(tmp_path, qplace.UsageError, "placement='DIR/placement.json'", onnx_path=cls_model,
-        autotune="quick")
-    with pytest.raises(qplace.UnsupportedError, match="qplace autotune"):
+    # autotune= runs the search (test_autotune.py); what it cannot take is refused up front
+    bad(tmp_path, qplace.UsageError, "autotune must be True or one of quick", onnx_path=cls_model,
+        autotune="fast")
+    bad(tmp_path, qplace.UsageError, "placement cannot be combined with autotune",
+        onnx_path=cls_model, autotune="quick", placement=qplace.Placement())
+    bad(tmp_path, qplace.UsageError, "autotune_timing_runs needs autotune", onnx_path=cls_model,
+        autotune_timing_runs=5)
+    with pytest.raises(qplace.UnsupportedError, match="autotune='quick'"):
         qplace.autotune(onnx_path=cls_model)
     pickled = os.path.join(os.path.dirname(cls_npz), "bad_pickled.npz")
     bad(tmp_path, qplace.BadInputError, "bad_pickled.npz", onnx_path=cls_model,

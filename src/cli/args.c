@@ -117,8 +117,12 @@ static enum qp_status parse_flag(const struct cli_opt *opts, int argc, char **ar
         push_flag(out, o, NULL);
         return QP_OK;
     }
-    if (opt->kind == CLI_VALUE && cli_count(out, opt->name) > 0)
+    if ((opt->kind == CLI_VALUE || opt->kind == CLI_OPTIONAL) && cli_has(out, opt->name))
         return qp_error_set(err, QP_ERR_USAGE, "--%.*s given more than once", (int)len, name);
+    if (opt->kind == CLI_OPTIONAL) {
+        push_flag(out, o, eq ? eq + 1 : NULL);
+        return QP_OK;
+    }
     if (eq) {
         push_flag(out, o, eq + 1);
         return QP_OK;
@@ -137,7 +141,7 @@ static enum qp_status parse_flag(const struct cli_opt *opts, int argc, char **ar
 
 /* The boolean flag spelled right before argv[i], if any: "--dq_only False" is a value given to a
  * flag that takes none, the likeliest reason for a stray word. */
-static const char *bool_before(const struct cli_opt *opts, char **argv, int i) {
+static const char *bool_before(const struct cli_opt *opts, char **argv, int i, int *optional) {
     if (i == 0 || strncmp(argv[i - 1], "--", 2) != 0 || strchr(argv[i - 1], '=')) return NULL;
     const char *name = argv[i - 1] + 2;
     int o = find_opt(opts, name, strlen(name));
@@ -145,7 +149,8 @@ static const char *bool_before(const struct cli_opt *opts, char **argv, int i) {
         struct qp_error ignored;
         if (resolve_flag(opts, name, strlen(name), &o, &ignored) != QP_OK) return NULL;
     }
-    return opts[o].kind == CLI_BOOL ? argv[i - 1] : NULL;
+    if (optional) *optional = opts[o].kind == CLI_OPTIONAL;
+    return opts[o].kind == CLI_BOOL || opts[o].kind == CLI_OPTIONAL ? argv[i - 1] : NULL;
 }
 
 /* The positional rules of `spec`, once every argument is read. `at[k]` is pos[k]'s argv index. */
@@ -164,11 +169,16 @@ static enum qp_status check_positionals(const struct cli_spec *spec, char **argv
         /* the first surplus word, or a surplus word that follows a boolean flag */
         size_t bad = first + (size_t)spec->max_pos;
         for (size_t k = bad; k < out->n_pos; k++)
-            if (bool_before(spec->opts, argv, at[k])) {
+            if (bool_before(spec->opts, argv, at[k], NULL)) {
                 bad = k;
                 break;
             }
-        const char *flag = bool_before(spec->opts, argv, at[bad]);
+        int optional = 0;
+        const char *flag = bool_before(spec->opts, argv, at[bad], &optional);
+        if (flag && optional)
+            return qp_error_set(err, QP_ERR_USAGE,
+                                "unexpected argument '%s' (%s takes a value only as %s=%s)",
+                                out->pos[bad], flag, flag, out->pos[bad]);
         if (flag)
             return qp_error_set(err, QP_ERR_USAGE, "unexpected argument '%s' (%s takes no value)",
                                 out->pos[bad], flag);
@@ -297,6 +307,9 @@ void cli_print_opts(FILE *f, const struct cli_opt *opts) {
             break;
         case CLI_LIST:
             snprintf(left, sizeof left, "--%s %s [%s ...]", opts[i].name, mv, mv);
+            break;
+        case CLI_OPTIONAL:
+            snprintf(left, sizeof left, "--%s[=%s]", opts[i].name, mv);
             break;
         }
         fprintf(f, "  %-30s %s\n", left, opts[i].help ? opts[i].help : "");

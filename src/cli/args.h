@@ -37,7 +37,11 @@ enum cli_opt_kind {
     CLI_BOOL,  /* no value; `--flag=x` is an error; repeating it is harmless */
     CLI_VALUE, /* exactly one value; giving the flag twice is an error */
     CLI_MULTI, /* one value per occurrence; repeatable (`--input a=x.npy --input b=y.npy`) */
-    CLI_LIST   /* one or more values up to the next flag (argparse nargs="+"); repeatable */
+    CLI_LIST,  /* one or more values up to the next flag (argparse nargs="+"); repeatable */
+    /* a value only as `--flag=value`; bare `--flag` has none (cli_value gives the fallback);
+     * once at most. `quantize --autotune[=quick]`: the next word is never taken, so
+     * `--autotune MODEL` keeps MODEL positional */
+    CLI_OPTIONAL
 };
 
 struct cli_opt {

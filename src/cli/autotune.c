@@ -1,6 +1,4 @@
 /* qplace autotune: Q/DQ placement chosen by measured latency (docs/autotune.md, "The search"). */
-#include <errno.h>
-#include <signal.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,7 +6,7 @@
 #include <string.h>
 
 #include "autotune/latency.h"
-#include "autotune/trtexec.h"
+#include "autotune_flags.h"
 #include "cli.h"
 #include "pipeline/autotune.h"
 
@@ -63,119 +61,6 @@ static int bad_usage(const char *fmt, const char *a) {
     fprintf(stderr, fmt, a);
     fprintf(stderr, "\nTry 'qplace help autotune'.\n");
     return 1;
-}
-
-/* A count flag in [lo, hi]; absent leaves *out. 0 on a bad value. */
-static int parse_count(const struct cli_args *a, const char *flag, long lo, long hi, long *out) {
-    const char *s = cli_value(a, flag, NULL);
-    if (!s) return 1;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || !*s || *end || v < lo || v > hi) return 0;
-    *out = v;
-    return 1;
-}
-
-/* --max_output_drift (sensitivity's grammar: a non-negative number), --eval_data_path and
- * --drift_samples; 0 or the exit code. */
-static int drift_options(const struct cli_args *a, struct qp_autotune_options *o) {
-    const char *s = cli_value(a, "max_output_drift", NULL);
-    if (s) {
-        char *end = NULL;
-        errno = 0;
-        double d = strtod(s, &end);
-        if (end == s || *end || errno || !isfinite(d) || !(d >= 0))
-            return bad_usage("--max_output_drift: '%s' is not a non-negative number", s);
-        o->max_output_drift = d;
-    }
-    long v = QP_AUTOTUNE_DRIFT_SAMPLES;
-    if (!parse_count(a, "drift_samples", 0, 1L << 30, &v))
-        return bad_usage("--drift_samples: '%s' is not a count", cli_value(a, "drift_samples", ""));
-    o->drift_samples = (size_t)v;
-    o->eval_data_path = cli_value(a, "eval_data_path", NULL);
-    return 0;
-}
-
-static volatile sig_atomic_t stop_requested;
-
-static void on_sigint(int sig) {
-    (void)sig;
-    stop_requested = 1;
-}
-
-static void on_step(const struct qp_autotune_step *s, void *user) {
-    (void)user;
-    if (s->rejected_drift) {
-        fprintf(stderr,
-                "autotune: pattern %zu/%zu, scheme %zu/%zu: drift %.4g over the bound, "
-                "rejected unraced%s [%.1f s, ETA %.0f s]\n",
-                s->pattern_k, s->n_patterns, s->scheme_j, s->n_schemes, s->drift,
-                s->replayed ? " (from the state file)" : "", s->elapsed_s, s->eta_s);
-        return;
-    }
-    fprintf(stderr, "autotune: pattern %zu/%zu, scheme %zu/%zu: %.4f ms vs best %.4f ms, %s%s",
-            s->pattern_k, s->n_patterns, s->scheme_j, s->n_schemes, s->cand_median_ms,
-            s->best_median_ms, qp_latency_verdict_name(s->verdict), s->adopted ? ", adopted" : "");
-    if (isfinite(s->drift)) fprintf(stderr, ", drift %.4g", s->drift);
-    if (s->replayed) fprintf(stderr, " (from the state file)");
-    fprintf(stderr, " [%.1f s, ETA %.0f s]\n", s->elapsed_s, s->eta_s);
-}
-
-/* The backend the flags ask for; 0 or the exit code. */
-static int make_backend(const struct cli_args *a, int warmup, struct qp_latency_backend **out) {
-    const char *name = cli_value(a, "backend", cli_has(a, "use_trtexec") ? "trtexec" : "builtin");
-    if (cli_has(a, "use_trtexec") && strcmp(name, "trtexec") != 0)
-        return bad_usage("--use_trtexec and --backend %s disagree", name);
-    int trt = strcmp(name, "trtexec") == 0;
-    if (!trt && (cli_has(a, "timing_cache") || cli_has(a, "trtexec_benchmark_args") ||
-                 cli_has(a, "plugin_libraries")))
-        return bad_usage("%s", "--timing_cache, --trtexec_benchmark_args and --plugin_libraries "
-                               "need --backend trtexec");
-    if (trt && cli_has(a, "warmup_runs"))
-        return bad_usage("%s", "--warmup_runs counts runs of builtin and ort; trtexec warms up "
-                               "for a time (its default 200 ms)");
-    long threads = 0;
-    if (!parse_count(a, "threads", 0, 4096, &threads))
-        return bad_usage("--threads: '%s' is not a thread count", cli_value(a, "threads", ""));
-    struct qp_error err = {0};
-    enum qp_status st;
-    if (strcmp(name, "builtin") == 0) {
-        struct qp_latency_builtin_options o;
-        qp_latency_builtin_options_default(&o);
-        o.n_threads = (int)threads;
-        if (warmup >= 0) o.warmup = warmup;
-        o.shapes = cli_value(a, "calibration_shapes", NULL);
-        st = qp_latency_builtin_create(&o, out, &err);
-    } else if (strcmp(name, "ort") == 0) {
-        struct qp_latency_ort_options o;
-        qp_latency_ort_options_default(&o);
-        o.n_threads = (int)threads;
-        if (warmup >= 0) o.warmup = warmup;
-        o.shapes = cli_value(a, "calibration_shapes", NULL);
-        st = qp_latency_ort_create(&o, out, &err);
-    } else if (trt) {
-        size_t n = cli_count(a, "plugin_libraries");
-        const char **plugins = calloc(n ? n : 1, sizeof *plugins);
-        if (!plugins) {
-            qp_error_set(&err, QP_ERR_NOMEM, "autotune: out of memory");
-            return cli_fail(&err);
-        }
-        for (size_t i = 0; i < n; i++)
-            plugins[i] = cli_value_at(a, "plugin_libraries", i);
-        struct qp_latency_trtexec_options o;
-        qp_latency_trtexec_options_default(&o);
-        o.timing_cache = cli_value(a, "timing_cache", NULL);
-        o.plugins = plugins;
-        o.n_plugins = n;
-        o.extra_args = cli_value(a, "trtexec_benchmark_args", NULL);
-        st = qp_latency_trtexec_create(&o, out, &err);
-        free(plugins);
-    } else {
-        return bad_usage("--backend must be builtin, trtexec or ort, not '%s'", name);
-    }
-    if (st == QP_ERR_USAGE) return bad_usage("%s", err.msg);
-    return st == QP_OK ? 0 : cli_fail(&err);
 }
 
 /* Drift lines and the latency/drift frontier of pareto.json. */
@@ -244,20 +129,6 @@ int cli_autotune_run(const struct cli_args *args) {
         if (m < 0) return bad_usage("--mode must be quick, default or extensive, not '%s'", s);
         o.mode = (enum qp_autotune_mode)m;
     }
-    long v = 0;
-    if (!parse_count(args, "schemes_per_region", 1, 1 << 20, &v))
-        return bad_usage("--schemes_per_region: '%s' is not a positive count",
-                         cli_value(args, "schemes_per_region", ""));
-    o.schemes_per_pattern = (size_t)v;
-    v = 10;
-    if (!parse_count(args, "timing_runs", 4, 100000, &v))
-        return bad_usage("--timing_runs: '%s' is not a count >= 4",
-                         cli_value(args, "timing_runs", ""));
-    o.race.runs_per_round = (size_t)v;
-    v = -1;
-    if (!parse_count(args, "warmup_runs", 0, 100000, &v))
-        return bad_usage("--warmup_runs: '%s' is not a count", cli_value(args, "warmup_runs", ""));
-    int warmup = (int)v;
     const char *hp = cli_value(args, "high_precision_dtype", "fp32");
     if (strcmp(hp, "fp32") == 0)
         o.high_precision = QP_DTYPE_FLOAT;
@@ -272,37 +143,26 @@ int cli_autotune_run(const struct cli_args *args) {
         o.quant_mode = QP_QUANT_FP8;
     else
         return bad_usage("--quant_type must be int8 or fp8, not '%s'", qt);
-    v = 0;
-    if (!parse_count(args, "threads", 0, 4096, &v))
-        return bad_usage("--threads: '%s' is not a thread count", cli_value(args, "threads", ""));
-    o.n_threads = (int)v;
     struct qp_data_options dopt;
     int rc;
     if ((rc = cli_data_options(args, "autotune", &dopt)) != 0) return rc;
     o.data = &dopt;
     o.calibration_data_path = cli_value(args, "calibration_data_path", NULL);
     o.calibration_shapes = cli_value(args, "calibration_shapes", NULL);
-    o.pattern_cache_in = cli_value(args, "pattern_cache", NULL);
     struct qp_latency_backend *b = NULL;
-    if ((rc = make_backend(args, warmup, &b)) != 0) return rc;
+    if ((rc = cli_autotune_flags(args, &cli_autotune_standalone, &o, &b)) != 0) return rc;
     o.backend = b;
-    o.state_file = cli_value(args, "state_file", NULL);
-    o.qdq_baseline = cli_value(args, "qdq_baseline", NULL);
-    if ((rc = drift_options(args, &o)) != 0) {
+    if ((rc = cli_autotune_drift_flags(args, &o)) != 0) {
         qp_latency_backend_free(b);
         return rc;
     }
-    o.progress = on_step;
-    o.stop = &stop_requested;
-    struct sigaction sa, old;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old);
+    cli_autotune_watch(&o);
+    struct sigaction old;
+    cli_autotune_sigint(&old);
     struct qp_error err = {0};
     struct qp_autotune_report *r = NULL;
     enum qp_status st = qp_autotune(&o, &r, &err);
-    sigaction(SIGINT, &old, NULL);
+    cli_autotune_sigint_restore(&old);
     if (st != QP_OK) {
         rc = cli_fail(&err);
     } else if (r->interrupted) {

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "calib/data.h"
+#include "autotune_flags.h"
 #include "cli.h"
 #include "core/size.h"
 #include "pipeline/quantize.h"
@@ -52,6 +53,8 @@ const struct cli_opt cli_quantize_opts[] = {
     {"output_path", CLI_VALUE, "OUT", "output model (default <model>.quant.onnx)"},
     {"threads", CLI_VALUE, "N", "engine threads (default: all cores)"},
     {"explain", CLI_BOOL, NULL, "also print every placed edge and weight with its reason"},
+    /* The integrated autotune search (docs/autotune.md, "Integrated"). */
+    CLI_QUANTIZE_AUTOTUNE_OPTS,
     /* The written model and logging (ModelOpt's flags; docs/quantize.md "Output"). */
     {"opset", CLI_VALUE, "N", "output opset, 19..21 (default: the model's, at least 19)"},
     {"use_external_data_format", CLI_BOOL, NULL, "weights in <output>_data beside the output"},
@@ -74,7 +77,6 @@ const struct cli_opt cli_quantize_opts[] = {
     {"trt_plugins", CLI_LIST, "SO", "refused: no TensorRT plugins in qplace's engine"},
     {"trt_plugins_precision", CLI_LIST, "OP:PREC", "refused (goes with --trt_plugins)"},
     {"target_dla", CLI_BOOL, NULL, "refused: qplace does not target DLA"},
-    {"autotune", CLI_BOOL, NULL, "refused: run qplace autotune, then --placement_in"},
     {0},
 };
 
@@ -91,7 +93,9 @@ const char cli_quantize_details[] =
     "--min_top1_agreement (an accuracy budget) rank the quantized nodes by sensitivity after\n"
     "calibration and leave the most sensitive in float, one at a time, until the held-out\n"
     "data (--eval_data_path, else the calibration data) meets the bounds; the summary lists\n"
-    "what was excluded. docs/quantize.md.\n";
+    "what was excluded. --autotune[=quick|default|extensive] chooses the placement with\n"
+    "qplace autotune's latency search first (--autotune_* flags: its flags) and quantizes\n"
+    "exactly it (docs/autotune.md, \"Integrated\"). docs/quantize.md.\n";
 
 static enum qp_status add_list(struct qp_select *s, const struct cli_args *a, const char *flag,
                                enum qp_select_list list, int *any, struct qp_error *err) {
@@ -215,10 +219,6 @@ static int refuse_unsupported(const struct cli_args *a) {
         {"trt_plugins_precision", "it only serves --trt_plugins, which qplace does not take"},
         {"target_dla", "qplace's trt policy targets TensorRT GPUs; DLA placement is not "
                        "implemented (quantize every op type with --op_types_to_quantize)"},
-        {"autotune", "the integrated form is not built yet; run `qplace autotune --onnx_path "
-                     "MODEL --calibration_data_path DATA --output_dir DIR`, then `qplace quantize "
-                     "--placement_in DIR/placement.json` with the same data: the placement it "
-                     "chose, calibrated exactly (or use DIR/optimized_final.onnx)"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
         if (cli_has(a, refused[i].flag)) {
@@ -611,7 +611,9 @@ int cli_quantize_run(const struct cli_args *a) {
         goto done;
     }
     o.select = any ? sel : NULL;
-    if (qp_quantize(&o, &r, &err) != QP_OK) {
+    if (cli_quantize_autotune_wanted(a)) {
+        if ((rc = cli_quantize_autotune(a, &o, &r)) != 0) goto done;
+    } else if (qp_quantize(&o, &r, &err) != QP_OK) {
         rc = cli_fail(&err);
         goto done;
     }

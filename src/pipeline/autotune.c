@@ -915,9 +915,11 @@ static enum qp_status prepare(struct tune *t, struct qp_error *err) {
         return st;
     struct qp_placement *every = NULL;
     if ((st = all_points(t->rs, t->r->seed, &every, err)) != QP_OK) return st;
-    struct qp_provider *data = NULL;
-    st = qp_provider_open_model(t->m, o->calibration_data_path, o->calibration_shapes, o->data,
-                                &data, err);
+    struct qp_provider *data = NULL, *given = o->calibration_provider;
+    st = given ? QP_OK
+               : qp_provider_open_model(t->m, o->calibration_data_path, o->calibration_shapes,
+                                        o->data, &data, err);
+    if (given) data = given;
     if (st == QP_OK) {
         t->r->calibration_source = qp_provider_is_synthetic(data) ? "synthetic" : "data";
         struct qp_calibrate_options co;
@@ -927,7 +929,7 @@ static enum qp_status prepare(struct tune *t, struct qp_error *err) {
         co.n_threads = o->n_threads;
         st = qp_calibrate(t->m, data, &co, &t->ranges, NULL, err);
     }
-    qp_provider_free(data);
+    if (!given) qp_provider_free(data);
     if (st == QP_OK) {
         struct qp_autotune_drift_options dop = {
             .eval_data_path = o->eval_data_path,

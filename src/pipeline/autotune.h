@@ -101,6 +101,9 @@ struct qp_autotune_options {
     double max_output_drift;    /* < 0 (default): no bound; drift is measured all the same */
     const char *eval_data_path; /* NULL: as above */
     size_t drift_samples;       /* default QP_AUTOTUNE_DRIFT_SAMPLES */
+    /* The calibration data as a provider (borrowed; reset before use), instead of
+     * calibration_data_path: a library caller's arrays (qplace/autotune.h). NULL: the path. */
+    struct qp_provider *calibration_provider;
 };
 
 void qp_autotune_options_default(struct qp_autotune_options *o);

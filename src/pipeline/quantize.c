@@ -210,6 +210,11 @@ static enum qp_status place_from_options(const struct qp_quantize_options *o, st
         snprintf(r->placement_source, n, "placement file %s", o->placement_in);
         return QP_OK;
     }
+    if (o->placement) {
+        if ((st = qp_placement_copy(o->placement, out, err)) != QP_OK) return st;
+        r->placement_source = strdup(o->placement_label ? o->placement_label : "placement");
+        return r->placement_source ? QP_OK : nomem(err);
+    }
     if (!(*out = qp_placement_create())) return nomem(err);
     struct qp_policy_options po = {
         .mode = o->mode, .disable_mha_qdq = o->disable_mha_qdq, .select = o->select};
@@ -822,7 +827,8 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
          (st = equalize_models(&job, place_options_cb, o, r, err)) != QP_OK))
         goto done;
     if ((st = place_from_options(o, job.mq->graph, r, &job.pl, err)) != QP_OK ||
-        (st = validate_placement(&job, o->placement_in, err)) != QP_OK)
+        (st = validate_placement(&job, o->placement_in ? o->placement_in : o->placement_label,
+                                 err)) != QP_OK)
         goto done;
     r->n_overridden = over.n;
     if ((o->ranges_in || o->calibration_cache_path) &&

@@ -72,8 +72,12 @@ struct qp_quantize_options {
     const char *override_shapes;        /* "name:1x3x224x224,...": fixes dynamic input dims */
     const struct qp_select *select;     /* borrowed; NULL for none */
     int disable_mha_qdq;
-    const char *rules_path;    /* NULL: none */
-    const char *placement_in;  /* NULL: the trt policy */
+    const char *rules_path;   /* NULL: none */
+    const char *placement_in; /* NULL: the trt policy */
+    /* A placement applied as placement_in's would be (borrowed; copied), used when placement_in
+     * is NULL; placement_label names it in the report ("autotune"). NULL: none. */
+    const struct qp_placement *placement;
+    const char *placement_label;
     const char *placement_out; /* NULL: not written */
     int dq_only;
     enum qp_dtype high_precision; /* QP_DTYPE_FLOAT */

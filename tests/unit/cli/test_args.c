@@ -303,6 +303,43 @@ static void test_print_opts(void **state) {
     assert_non_null(strstr(buf, "--help"));
 }
 
+/* CLI_OPTIONAL (quantize --autotune[=MODE]): a value only after '=', never the next word. */
+static void test_optional(void **state) {
+    (void)state;
+    static const struct cli_opt o[] = {
+        {"onnx_path", CLI_VALUE, "MODEL", "the model"},
+        {"autotune", CLI_OPTIONAL, "MODE", "a mode or none"},
+        {"autotune_timing_runs", CLI_VALUE, "N", "a count"},
+        {0},
+    };
+    static const struct cli_spec spec = {o, 0, 0, "onnx_path"};
+    struct cli_args a;
+    struct qp_error err;
+    char *bare[] = {"--autotune", "m.onnx", NULL};
+    assert_int_equal(parse_spec(&spec, bare, &a, &err), QP_OK);
+    assert_true(cli_has(&a, "autotune"));
+    assert_string_equal(cli_value(&a, "autotune", "default"), "default");
+    assert_string_equal(cli_value(&a, "onnx_path", NULL), "m.onnx");
+    cli_args_free(&a);
+    char *eq[] = {"m.onnx", "--autotune=quick", "--autotune-timing-runs", "5", NULL};
+    assert_int_equal(parse_spec(&spec, eq, &a, &err), QP_OK);
+    assert_string_equal(cli_value(&a, "autotune", "default"), "quick");
+    assert_string_equal(cli_value(&a, "autotune_timing_runs", NULL), "5");
+    cli_args_free(&a);
+    char *spaced[] = {"--onnx_path", "m.onnx", "--autotune", "quick", NULL};
+    expect_spec_usage(&spec, spaced,
+                      "unexpected argument 'quick' (--autotune takes a value only as "
+                      "--autotune=quick)");
+    char *twice[] = {"m.onnx", "--autotune", "--autotune=quick", NULL};
+    expect_spec_usage(&spec, twice, "--autotune given more than once");
+    char buf[1024] = {0};
+    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+    assert_non_null(f);
+    cli_print_opts(f, o);
+    fclose(f);
+    assert_non_null(strstr(buf, "--autotune[=MODE]"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_both_spellings), cmocka_unit_test(test_positionals_and_values),
@@ -310,7 +347,7 @@ int main(void) {
         cmocka_unit_test(test_help),           cmocka_unit_test(test_errors),
         cmocka_unit_test(test_stray_words),    cmocka_unit_test(test_pos_flag),
         cmocka_unit_test(test_prefixes),       cmocka_unit_test(test_name_distance),
-        cmocka_unit_test(test_print_opts),
+        cmocka_unit_test(test_print_opts),     cmocka_unit_test(test_optional),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
