@@ -33,6 +33,9 @@ const struct cli_opt cli_autotune_opts[] = {
     {"quant_type", CLI_VALUE, "int8|fp8", "what the quantizers hold (int8)"},
     {"high_precision_dtype", CLI_VALUE, "fp32|fp16", "precision of what is not quantized (fp32)"},
     CLI_THREADS_OPT,
+    {"timing", CLI_VALUE, "auto|region|whole",
+     "time each scheme on its pattern's sub-model or on the whole model (auto: region on "
+     "builtin)"},
     {0},
 };
 
@@ -148,15 +151,21 @@ static void print_summary(const struct qp_autotune_report *r, const struct qp_la
            r->n_measured, r->n_replayed, r->n_adopted, r->n_skipped);
     /* The two medians come from different races (the first and the last), so on a machine
      * whose speed drifts their ratio says little when nothing was adopted: say so instead. */
-    printf("  seed            %.4f ms median (first race)\n", r->seed_median_ms);
+    printf("  timing          %s\n", r->timing_region
+                                         ? "region (each pattern's sub-model; medians below are "
+                                           "whole-model: the seed timed once, best in the guard)"
+                                         : "whole model");
+    printf("  seed            %.4f ms median (%s)\n", r->seed_median_ms,
+           r->timing_region ? "whole seed" : "first race");
+    const char *last = r->timing_region ? "guard race" : "last race";
     if (r->n_adopted)
-        printf("  best            %.4f ms median (last race; %.3fx the seed's first median)\n",
-               r->best_median_ms,
+        printf("  best            %.4f ms median (%s; %.3fx the seed's first median)\n",
+               r->best_median_ms, last,
                r->best_median_ms > 0 ? r->seed_median_ms / r->best_median_ms : 0.0);
     else
         printf("  best            the seed: no scheme was faster at the race's confidence "
-               "(%.4f ms median in the last race)\n",
-               r->best_median_ms);
+               "(%.4f ms median in the %s)\n",
+               r->best_median_ms, last);
     printf("  without Q/DQ    %.4f ms median\n", r->reference_median_ms);
     printf("  guard           %s: best is %.3fx the model without Q/DQ (%s, p %.3g); %s\n",
            r->guard_passed ? "passed" : "failed",
@@ -187,6 +196,11 @@ int cli_autotune_run(const struct cli_args *args) {
         return bad_usage("--schemes_per_region: '%s' is not a positive count",
                          cli_value(args, "schemes_per_region", ""));
     o.schemes_per_pattern = (size_t)v;
+    if ((s = cli_value(args, "timing", NULL))) {
+        int tm = qp_autotune_timing_parse(s);
+        if (tm < 0) return bad_usage("--timing must be auto, region or whole, not '%s'", s);
+        o.timing = (enum qp_autotune_timing)tm;
+    }
     v = 10;
     if (!parse_count(args, "timing_runs", 4, 100000, &v))
         return bad_usage("--timing_runs: '%s' is not a count >= 4",
