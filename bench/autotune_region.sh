@@ -4,10 +4,12 @@
 #   bash bench/autotune_region.sh [QPLACE] [THREADS] [MODE] [REPEATS]
 # For the generated ResNet-50 and ViT-tiny (1x3x224x224, synthetic calibration, builtin
 # backend): `qplace autotune --mode MODE` (default quick) with --timing whole and with --timing
-# region, REPEATS times each (default 1), printing per run the wall seconds, races measured and
-# adopted, and per model whether the final placements are equal (`qplace diff` of the two
-# placement.json files, every whole run against every region run) and the ratio of the median
-# wall times (whole / region). Prints the ISA line of the backend. Minutes per model.
+# region, REPEATS times each (default 1), printing per run the wall seconds, the search's
+# seconds (the pattern loop, as the summary's `time` line gives it: without loading and
+# calibration, which both timings share), races measured and adopted, and per model whether
+# the final placements are equal (`qplace diff` of the two placement.json files, every whole
+# run against every region run) and the ratios of the median times (whole / region). Prints the
+# ISA line of the backend. Minutes per model.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 QPLACE="${1:-$ROOT/build/qplace}"
@@ -27,10 +29,10 @@ median() { # median X... (numbers)
 }
 
 isa=""
-printf '%-9s %-7s %3s %9s %7s %8s %9s %9s\n' model timing run "wall s" races adopted \
-    "seed ms" "best ms"
+printf '%-9s %-7s %3s %8s %9s %6s %8s %9s %9s\n' model timing run "wall s" "search s" races \
+    adopted "seed ms" "best ms"
 for m in resnet50 vit_tiny; do
-    declare -A walls=()
+    declare -A walls=() searches=()
     for timing in whole region; do
         for r in $(seq 1 "$REPEATS"); do
             dir="$OUT/$m.$timing.$r"
@@ -42,13 +44,15 @@ for m in resnet50 vit_tiny; do
             t1=$(date +%s.%N)
             wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
             walls[$timing]+="$wall "
+            search=$(sed -n 's/^  time .*(the search: \([0-9.]*\) s).*/\1/p' "$dir.txt")
+            searches[$timing]+="${search:-0} "
             races=$(sed -n 's/^  schemes *\([0-9]*\) measured.*/\1/p' "$dir.txt")
             adopted=$(sed -n 's/^  schemes.*, \([0-9]*\) adopted.*/\1/p' "$dir.txt")
             seed=$(sed -n 's/^  seed *\([0-9.]*\) ms.*/\1/p' "$dir.txt")
             best=$(sed -n 's/^  best .*(\([0-9.]*\) ms median.*/\1/p; s/^  best *\([0-9.]*\) ms.*/\1/p' "$dir.txt")
             [ -n "$isa" ] || isa=$(sed -n 's/^  backend *//p' "$dir.txt")
-            printf '%-9s %-7s %3s %9s %7s %8s %9s %9s\n' "$m" "$timing" "$r" "$wall" "$races" \
-                "$adopted" "$seed" "$best"
+            printf '%-9s %-7s %3s %8s %9s %6s %8s %9s %9s\n' "$m" "$timing" "$r" "$wall" \
+                "${search:--}" "$races" "$adopted" "$seed" "$best"
         done
     done
     same=0
@@ -66,9 +70,14 @@ for m in resnet50 vit_tiny; do
     w=$(median ${walls[whole]})
     # shellcheck disable=SC2086
     g=$(median ${walls[region]})
+    # shellcheck disable=SC2086
+    sw=$(median ${searches[whole]})
+    # shellcheck disable=SC2086
+    sg=$(median ${searches[region]})
+    ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
     echo "$m: final placements equal in $same of $total whole/region pairs;" \
-        "median wall $w s whole, $g s region: $(awk -v a="$w" -v b="$g" \
-            'BEGIN {printf "%.2f", b > 0 ? a / b : 0}')x"
-    unset walls
+        "median wall $w s whole, $g s region: $(ratio "$w" "$g")x;" \
+        "median search $sw s whole, $sg s region: $(ratio "$sw" "$sg")x"
+    unset walls searches
 done
 echo "backend: $isa; mode $MODE, $THREADS threads"

@@ -176,7 +176,7 @@ static void print_summary(const struct qp_autotune_report *r, const struct qp_la
     printf("  output          %s/{placement.json, optimized_final.onnx, log.jsonl, "
            "pattern_cache.json, autotune_state.json}\n",
            r->output_dir);
-    printf("  time            %.1f s\n", r->seconds);
+    printf("  time            %.1f s (the search: %.1f s)\n", r->seconds, r->search_seconds);
 }
 
 int cli_autotune_run(const struct cli_args *args) {

@@ -518,6 +518,16 @@ static enum qp_status region_prepare(struct tune *t, struct qp_error *err) {
         st = qp_subgraph_capture(t->m, t->o->calibration_shapes, vals, n, t->o->n_threads, &t->cap,
                                  err);
     free(vals);
+    if (st != QP_OK && st != QP_ERR_NOMEM && t->o->timing == QP_AUTOTUNE_TIMING_AUTO) {
+        /* a model the capture cannot run as asked (e.g. a tensor only a subgraph computes):
+         * auto falls back to whole-model timing, which needs none of it */
+        for (size_t p = 0; p < t->rs->n_patterns; p++)
+            free(t->keep[p]);
+        free(t->keep);
+        t->keep = NULL;
+        t->region = t->r->timing_region = 0;
+        return QP_OK;
+    }
     if (st != QP_OK) qp_error_prefix(err, "autotune: region-local timing");
     return st;
 }
@@ -900,6 +910,7 @@ enum qp_status qp_autotune(const struct qp_autotune_options *o,
         goto fail;
     }
     if ((st = prepare(&t, err)) != QP_OK) goto fail;
+    double t_search = qp_clock_seconds();
     if ((st = region_prepare(&t, err)) != QP_OK) goto fail;
     if (!(t.state_path = o->state_file ? strdup(o->state_file)
                                        : join(t.r->output_dir, "autotune_state.json"))) {
@@ -946,6 +957,7 @@ enum qp_status qp_autotune(const struct qp_autotune_options *o,
     if (t.region && t.r->n_adopted && !t.r->interrupted &&
         (st = write_model(&t, best, t.best_path, err)) != QP_OK) /* races wrote sub-models */
         goto fail;
+    t.r->search_seconds = qp_clock_seconds() - t_search;
     if (!t.r->interrupted && (st = finish(&t, best, err)) != QP_OK) goto fail;
     t.r->best = best;
     best = NULL;

@@ -125,6 +125,8 @@ struct qp_autotune_report {
     const char *calibration_source; /* "synthetic" or the data's kind (static) */
     int timing_region;              /* 1: the races timed sub-models (seed_median_ms is then
                                        the whole seed's, best_median_ms the guard race's) */
+    double search_seconds;          /* the pattern loop: from before the first race (and, with
+                                       region timing, the capture) to after the last */
 };
 
 void qp_autotune_report_free(struct qp_autotune_report *r);
