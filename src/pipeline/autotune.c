@@ -15,6 +15,7 @@
 #include "autotune/pattern.h"
 #include "autotune/region.h"
 #include "autotune/scheme.h"
+#include "autotune/subgraph.h"
 #include "core/clock.h"
 #include "placement/diff.h"
 #include "ir/ir.h"
@@ -29,6 +30,13 @@
 int qp_autotune_mode_parse(const char *s) {
     static const char *const names[QP_AUTOTUNE_MODE_COUNT] = {"quick", "default", "extensive"};
     for (int i = 0; s && i < QP_AUTOTUNE_MODE_COUNT; i++)
+        if (strcmp(s, names[i]) == 0) return i;
+    return -1;
+}
+
+int qp_autotune_timing_parse(const char *s) {
+    static const char *const names[QP_AUTOTUNE_TIMING_COUNT] = {"auto", "whole", "region"};
+    for (int i = 0; s && i < QP_AUTOTUNE_TIMING_COUNT; i++)
         if (strcmp(s, names[i]) == 0) return i;
     return -1;
 }
@@ -88,6 +96,16 @@ struct tune {
     cJSON *best_points;
     cJSON *measured;
     cJSON *best_entry; /* the adopted scheme's entry in `measured` (borrowed); NULL: the seed */
+    /* Region-local timing (NULL/0 with whole-model timing): each pattern's node set, the
+     * tensors entering them from one run of the whole model, the sub-model files, the whole
+     * best's median as estimated (measured once, then lowered by each adopted gain), and the
+     * current pattern's sub-model size and scaled minimum effect, for the log. */
+    int region;
+    unsigned char **keep;
+    struct qp_subgraph_capture *cap;
+    char *cand_sub_path, *best_sub_path;
+    double whole_ms, sub_min_effect;
+    size_t sub_nodes;
 };
 
 static char *join(const char *dir, const char *name) {
@@ -104,11 +122,13 @@ static int amax_from_ranges(void *user, const char *tensor, float *amax_out) {
     return 1;
 }
 
-/* Writes the model with placement `p` (the calibrated ranges' scales) to `path`. */
-static enum qp_status write_model(struct tune *t, const struct qp_placement *p, const char *path,
-                                  struct qp_error *err) {
+/* Writes model `base` (t->m or a sub-model of it) with placement `p` (the calibrated ranges'
+ * scales) to `path`. */
+static enum qp_status write_model_of(struct tune *t, const struct qp_model *base,
+                                     const struct qp_placement *p, const char *path,
+                                     struct qp_error *err) {
     struct qp_model *c = NULL;
-    enum qp_status st = qp_model_clone(t->m, &c, err);
+    enum qp_status st = qp_model_clone(base, &c, err);
     if (st != QP_OK) return st;
     struct qp_writer_options wo;
     qp_writer_options_default(&wo);
@@ -120,6 +140,12 @@ static enum qp_status write_model(struct tune *t, const struct qp_placement *p, 
         st = qp_model_save_file(c, path, NULL, err);
     qp_model_free(c);
     return st;
+}
+
+/* Writes the whole model with placement `p` to `path`. */
+static enum qp_status write_model(struct tune *t, const struct qp_placement *p, const char *path,
+                                  struct qp_error *err) {
+    return write_model_of(t, t->m, p, path, err);
 }
 
 static double median_of(const double *x, size_t n) {
@@ -151,6 +177,11 @@ static enum qp_status log_line(struct tune *t, size_t pattern, const char *sourc
     cJSON_AddNumberToObject(o, "regions", (double)pat->n_instances);
     cJSON_AddNumberToObject(o, "n_points", (double)pat->n_points);
     cJSON_AddStringToObject(o, "source", source);
+    cJSON_AddStringToObject(o, "timing", t->region ? "region" : "whole");
+    if (t->region) {
+        cJSON_AddNumberToObject(o, "sub_nodes", (double)t->sub_nodes);
+        cJSON_AddNumberToObject(o, "min_effect", t->sub_min_effect);
+    }
     for (size_t k = 0; k < pat->n_points; k++)
         if (qp_scheme_get(bits, k)) cJSON_AddItemToArray(pts, cJSON_CreateNumber((double)k));
     cJSON_AddItemToObject(o, "points", pts);
@@ -228,10 +259,13 @@ static int state_replay(struct tune *t, const struct qp_pattern *pat, const uint
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(st, "verdict");
     const cJSON *pv = cJSON_GetObjectItemCaseSensitive(st, "p_value");
     const cJSON *rounds = cJSON_GetObjectItemCaseSensitive(st, "rounds");
+    const cJSON *timing = cJSON_GetObjectItemCaseSensitive(st, "timing"); /* absent: whole */
+    const char *was = cJSON_IsString(timing) ? timing->valuestring : "whole";
     cJSON *want = points_json(bits, pat->n_points);
     int ok = st && cJSON_IsString(sig) && strcmp(sig->valuestring, pat->signature) == 0 && want &&
              cJSON_Compare(cJSON_GetObjectItemCaseSensitive(st, "points"), want, 1) &&
-             cJSON_IsString(ver) && cJSON_IsNumber(pv) && cJSON_IsNumber(rounds);
+             cJSON_IsString(ver) && cJSON_IsNumber(pv) && cJSON_IsNumber(rounds) &&
+             strcmp(was, t->region ? "region" : "whole") == 0;
     cJSON_Delete(want);
     memset(out, 0, sizeof *out);
     int v = -1;
@@ -274,6 +308,7 @@ static enum qp_status state_record(struct tune *t, const struct qp_pattern *pat,
     }
     cJSON_AddStringToObject(o, "signature", pat->signature);
     cJSON_AddItemToObject(o, "points", points_json(bits, pat->n_points));
+    cJSON_AddStringToObject(o, "timing", t->region ? "region" : "whole");
     if (res) {
         cJSON_AddItemToObject(o, "candidate_ms",
                               cJSON_CreateDoubleArray(res->cand_ms, (int)res->n_cand));
@@ -652,9 +687,9 @@ static enum qp_status account_race(struct tune *t, size_t p, const uint64_t *sch
     enum qp_status st = state_record(t, pat, scheme, res, drift, *adopt, err);
     if (st != QP_OK) return st;
     double cm = median_of(res->cand_ms, res->n_cand), bm = median_of(res->best_ms, res->n_best);
-    if (t->r->n_measured == 0) t->r->seed_median_ms = bm;
+    if (t->r->n_measured == 0 && !t->region) t->r->seed_median_ms = bm;
     t->r->n_measured++;
-    t->r->best_median_ms = *adopt ? cm : bm;
+    if (!t->region) t->r->best_median_ms = *adopt ? cm : bm;
     if (t->cache_out && ((st = qp_pattern_cache_add(t->cache_out, pat, scheme, cm, err)) != QP_OK ||
                          (st = qp_pattern_cache_add(t->cache_out, pat, cur, bm, err)) != QP_OK))
         return st;
@@ -698,16 +733,139 @@ static void progress_step(const struct tune *t, size_t k, size_t n_order, size_t
 
 /* The candidate just raced (its model at cand_path) becomes the best; `cand` is transferred. */
 static enum qp_status adopt_candidate(struct tune *t, struct qp_placement *cand,
+                                      const char *cand_file, const char *best_file,
                                       struct qp_placement **best, struct qp_error *err) {
-    if (rename(t->cand_path, t->best_path) != 0) {
+    if (rename(cand_file, best_file) != 0) {
         qp_placement_free(cand);
-        return qp_error_set(err, QP_ERR_IO, "autotune: cannot rename '%s': %s", t->cand_path,
+        return qp_error_set(err, QP_ERR_IO, "autotune: cannot rename '%s': %s", cand_file,
                             strerror(errno));
     }
     qp_placement_free(*best);
     *best = cand;
     t->r->n_adopted++;
     return QP_OK;
+}
+
+/* ---- region-local timing (docs/autotune.md "Region-local timing") ---------------------- */
+
+/* Decides the timing; for region timing, every searched pattern's node set and one capture of
+ * the tensors entering them (a run of the whole float model). Before anything is written. */
+static enum qp_status region_prepare(struct tune *t, struct qp_error *err) {
+    enum qp_autotune_timing tm = t->o->timing;
+    if (tm == QP_AUTOTUNE_TIMING_AUTO)
+        tm = strcmp(t->o->backend->name, "builtin") == 0 ? QP_AUTOTUNE_TIMING_REGION
+                                                         : QP_AUTOTUNE_TIMING_WHOLE;
+    t->region = t->r->timing_region = tm == QP_AUTOTUNE_TIMING_REGION;
+    if (!t->region) return QP_OK;
+    const struct qp_graph *g = t->m->graph;
+    int *vals = NULL;
+    size_t n = 0, cap = 0;
+    enum qp_status st = QP_OK;
+    if (!(t->keep = calloc(t->rs->n_patterns ? t->rs->n_patterns : 1, sizeof *t->keep)))
+        return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    for (size_t p = 0; p < t->rs->n_patterns && st == QP_OK; p++) {
+        if (!t->rs->patterns[p].n_points) continue;
+        if (!(t->keep[p] = calloc(g->n_nodes ? g->n_nodes : 1, 1))) {
+            st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+            break;
+        }
+        qp_subgraph_nodes(t->rs, p, t->keep[p]);
+        st = qp_subgraph_border(g, t->keep[p], &vals, &n, &cap, err);
+    }
+    if (st == QP_OK)
+        st = qp_subgraph_capture(t->m, t->o->calibration_shapes, vals, n, t->o->n_threads, &t->cap,
+                                 err);
+    free(vals);
+    if (st != QP_OK && st != QP_ERR_NOMEM && t->o->timing == QP_AUTOTUNE_TIMING_AUTO) {
+        /* a model the capture cannot run as asked (e.g. a tensor only a subgraph computes):
+         * auto falls back to whole-model timing, which needs none of it */
+        for (size_t p = 0; p < t->rs->n_patterns; p++)
+            free(t->keep[p]);
+        free(t->keep);
+        t->keep = NULL;
+        t->region = t->r->timing_region = 0;
+        return QP_OK;
+    }
+    if (st != QP_OK) qp_error_prefix(err, "autotune: region-local timing");
+    return st;
+}
+
+static void region_release(struct tune *t) {
+    for (size_t p = 0; t->keep && p < t->rs->n_patterns; p++)
+        free(t->keep[p]);
+    free(t->keep);
+    qp_subgraph_capture_free(t->cap);
+    if (t->cand_sub_path) unlink(t->cand_sub_path);
+    if (t->best_sub_path) unlink(t->best_sub_path);
+    free(t->cand_sub_path);
+    free(t->best_sub_path);
+}
+
+/* Writes sub-model `sub` with placement `p` restricted to it. */
+static enum qp_status write_sub(struct tune *t, const struct qp_model *sub,
+                                const struct qp_placement *p, const char *path,
+                                struct qp_error *err) {
+    struct qp_placement *ps = NULL;
+    enum qp_status st = qp_subgraph_placement(p, sub, &ps, err);
+    if (st == QP_OK) st = write_model_of(t, sub, ps, path, err);
+    qp_placement_free(ps);
+    return st;
+}
+
+/* The minimum effect of a sub-model race: the whole model's, scaled by whole / sub-model
+ * latency, so that the sub-model must gain as many milliseconds as the whole model would. */
+static double region_effect(const struct tune *t, double sub_ms) {
+    double e = t->o->race.min_effect;
+    return sub_ms > 0 && t->whole_ms > sub_ms ? e * t->whole_ms / sub_ms : e;
+}
+
+/* Pattern p's race setup: with region timing, its sub-model (*sub) with the best placement
+ * written to best_sub_path, timed once to scale the minimum effect. */
+static enum qp_status region_begin(struct tune *t, size_t p, const struct qp_placement *best,
+                                   struct qp_model **sub, struct qp_latency_race_options *ro,
+                                   struct qp_error *err) {
+    *ro = t->o->race;
+    *sub = NULL;
+    if (!t->region) return QP_OK;
+    size_t n = ro->runs_per_round ? ro->runs_per_round : 1;
+    double *ms = malloc(n * sizeof *ms);
+    if (!ms) return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    enum qp_status st = qp_subgraph_extract(t->m, t->keep[p], t->cap, sub, err);
+    if (st == QP_OK) st = write_sub(t, *sub, best, t->best_sub_path, err);
+    if (st == QP_OK) st = qp_latency_measure(t->o->backend, t->best_sub_path, n, ms, err);
+    if (st == QP_OK) {
+        t->sub_nodes = 0;
+        for (size_t k = 0; k < (*sub)->graph->n_nodes; k++)
+            t->sub_nodes += !(*sub)->graph->nodes[k].dead;
+        ro->min_effect = t->sub_min_effect = region_effect(t, median_of(ms, n));
+    } else {
+        qp_model_free(*sub);
+        *sub = NULL;
+    }
+    free(ms);
+    return st;
+}
+
+/* An adopted race: the whole best's estimate loses the sub-model's gain, and the effect is
+ * scaled to the new best sub-model's median. */
+static void region_adopted(struct tune *t, const struct qp_latency_race_result *res,
+                           struct qp_latency_race_options *ro) {
+    if (!t->region) return;
+    double cm = median_of(res->cand_ms, res->n_cand), bm = median_of(res->best_ms, res->n_best);
+    if (bm > cm && t->whole_ms > bm - cm) t->whole_ms -= bm - cm;
+    ro->min_effect = t->sub_min_effect = region_effect(t, cm);
+}
+
+/* The whole seed model (written at best_path), timed once: the whole-model latency the
+ * minimum effects are scaled by, and the report's seed median. */
+static enum qp_status region_seed(struct tune *t, struct qp_error *err) {
+    size_t n = t->o->race.runs_per_round ? t->o->race.runs_per_round : 1;
+    double *ms = malloc(n * sizeof *ms);
+    if (!ms) return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    enum qp_status st = qp_latency_measure(t->o->backend, t->best_path, n, ms, err);
+    if (st == QP_OK) t->whole_ms = t->r->seed_median_ms = median_of(ms, n);
+    free(ms);
+    return st;
 }
 
 /* Measures the schemes of pattern p (k-th of n in the search order). */
@@ -728,11 +886,16 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
     const uint64_t **list = NULL;
     int *from_cache = NULL;
     size_t n = 0;
+    struct qp_model *sub = NULL; /* region timing: the pattern's sub-model */
+    struct qp_latency_race_options ro;
+    const char *cand_file = t->region ? t->cand_sub_path : t->cand_path;
+    const char *best_file = t->region ? t->best_sub_path : t->best_path;
     enum qp_status st = QP_OK;
     if (!cur || !choice) {
         st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
         goto done;
     }
+    if ((st = region_begin(t, p, *best, &sub, &ro, err)) != QP_OK) goto done;
     qp_scheme_from_placement(rs, r0, *best, cur);
     if ((st = candidates(t, p, cur, max, &gen, &list, &from_cache, &n, err)) != QP_OK) goto done;
     *planned = *planned + n - planned_schemes(pat->n_points, max); /* the estimate made exact */
@@ -747,7 +910,8 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
             continue;
         }
         struct qp_error werr = {0};
-        st = write_model(t, cand, t->cand_path, &werr);
+        st = sub ? write_sub(t, sub, cand, cand_file, &werr)
+                 : write_model(t, cand, cand_file, &werr);
         if (st == QP_ERR_BAD_INPUT) { /* e.g. a point whose tensor got no range */
             qp_placement_free(cand);
             t->r->n_skipped++;
@@ -781,7 +945,7 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
             goto done;
         }
         if (!replayed) {
-            st = qp_latency_race(t->o->backend, t->cand_path, t->best_path, &t->o->race, &res, err);
+            st = qp_latency_race(t->o->backend, cand_file, best_file, &ro, &res, err);
             if (st != QP_OK) {
                 qp_placement_free(cand);
                 goto done;
@@ -792,6 +956,7 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
         (*done)++;
         if (st == QP_OK)
             progress_step(t, k, n_order, j, n, *done, *planned, &res, adopt, replayed, drift);
+        if (st == QP_OK && adopt) region_adopted(t, &res, &ro);
         qp_latency_race_result_release(&res);
         if (st != QP_OK) {
             qp_placement_free(cand);
@@ -801,10 +966,11 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
             qp_placement_free(cand);
             continue;
         }
-        if ((st = adopt_candidate(t, cand, best, err)) != QP_OK) goto done;
+        if ((st = adopt_candidate(t, cand, cand_file, best_file, best, err)) != QP_OK) goto done;
         memcpy(cur, list[j], words * sizeof *cur);
     }
 done:
+    qp_model_free(sub);
     free(list);
     free(from_cache);
     qp_scheme_list_free(&gen);
@@ -978,8 +1144,9 @@ static enum qp_status finish(struct tune *t, struct qp_placement *best, struct q
         goto done;
     t->r->guard = res.verdict;
     t->r->reference_median_ms = median_of(res.best_ms, res.n_best);
-    if (t->r->n_measured == 0)
-        t->r->seed_median_ms = t->r->best_median_ms = median_of(res.cand_ms, res.n_cand);
+    double guard_best_ms = median_of(res.cand_ms, res.n_cand);
+    if (t->r->n_measured == 0 && !t->region) t->r->seed_median_ms = guard_best_ms;
+    if (t->r->n_measured == 0 || t->region) t->r->best_median_ms = guard_best_ms;
     qp_latency_race_result_release(&res);
     t->r->guard_passed = t->r->guard.verdict == QP_LATENCY_FASTER;
     const char *keep = t->r->guard_passed ? t->best_path : t->ref_path;
@@ -1023,6 +1190,8 @@ enum qp_status qp_autotune(const struct qp_autotune_options *o,
         goto fail;
     }
     if ((st = prepare(&t, err)) != QP_OK) goto fail;
+    double t_search = qp_clock_seconds();
+    if ((st = region_prepare(&t, err)) != QP_OK) goto fail;
     if (!(t.state_path = o->state_file ? strdup(o->state_file)
                                        : join(t.r->output_dir, "autotune_state.json"))) {
         st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
@@ -1039,9 +1208,12 @@ enum qp_status qp_autotune(const struct qp_autotune_options *o,
     t.cand_path = join(t.r->output_dir, ".autotune.candidate.onnx");
     t.best_path = join(t.r->output_dir, ".autotune.best.onnx");
     t.ref_path = join(t.r->output_dir, ".autotune.reference.onnx");
+    t.cand_sub_path = join(t.r->output_dir, ".autotune.sub.candidate.onnx");
+    t.best_sub_path = join(t.r->output_dir, ".autotune.sub.best.onnx");
     t.cache_out = qp_pattern_cache_create();
     order = pattern_order(t.rs);
-    if (!log_path || !t.cand_path || !t.best_path || !t.ref_path || !t.cache_out || !order) {
+    if (!log_path || !t.cand_path || !t.best_path || !t.ref_path || !t.cache_out || !order ||
+        !t.cand_sub_path || !t.best_sub_path) {
         free(log_path);
         st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
         goto fail;
@@ -1056,6 +1228,7 @@ enum qp_status qp_autotune(const struct qp_autotune_options *o,
     free(log_path);
     if ((st = qp_placement_copy(t.r->seed, &best, err)) != QP_OK) goto fail;
     if ((st = write_model(&t, best, t.best_path, err)) != QP_OK) goto fail;
+    if (t.region && (st = region_seed(&t, err)) != QP_OK) goto fail;
     size_t n_order = 0, done = 0, planned = 0;
     for (size_t i = 0; i < t.rs->n_patterns; i++)
         if (t.rs->patterns[order[i]].n_points) order[n_order++] = order[i];
@@ -1066,6 +1239,10 @@ enum qp_status qp_autotune(const struct qp_autotune_options *o,
     for (size_t k = 0; k < n_order && !t.r->interrupted; k++)
         if ((st = tune_pattern(&t, order[k], k, n_order, &done, &planned, &best, err)) != QP_OK)
             goto fail;
+    if (t.region && t.r->n_adopted && !t.r->interrupted &&
+        (st = write_model(&t, best, t.best_path, err)) != QP_OK) /* races wrote sub-models */
+        goto fail;
+    t.r->search_seconds = qp_clock_seconds() - t_search;
     if (!t.r->interrupted && (st = finish(&t, best, err)) != QP_OK) goto fail;
     t.r->best = best;
     best = NULL;
@@ -1079,6 +1256,7 @@ fail:
     free(t.cand_path);
     free(t.best_path);
     free(t.ref_path);
+    region_release(&t);
     free(order);
     free(t.state_path);
     cJSON_Delete(t.state);

@@ -49,6 +49,17 @@ int qp_autotune_mode_parse(const char *s);
 /* The schemes per pattern of a mode. */
 size_t qp_autotune_mode_schemes(enum qp_autotune_mode m);
 
+/* How a scheme is timed (docs/autotune.md "Region-local timing"). */
+enum qp_autotune_timing {
+    QP_AUTOTUNE_TIMING_AUTO = 0, /* REGION on the builtin backend, WHOLE on the others */
+    QP_AUTOTUNE_TIMING_WHOLE,    /* the whole model with the candidate against the whole best */
+    QP_AUTOTUNE_TIMING_REGION,   /* the pattern's sub-model (autotune/subgraph.h), both ways */
+    QP_AUTOTUNE_TIMING_COUNT
+};
+
+/* "auto", "whole", "region"; -1 for anything else. */
+int qp_autotune_timing_parse(const char *s);
+
 /* One measured scheme, for progress callbacks. */
 struct qp_autotune_step {
     size_t pattern_k, n_patterns; /* 1-based position in the search order */
@@ -104,6 +115,11 @@ struct qp_autotune_options {
     /* The calibration data as a provider (borrowed; reset before use), instead of
      * calibration_data_path: a library caller's arrays (qplace/autotune.h). NULL: the path. */
     struct qp_provider *calibration_provider;
+    /* Region-local timing: each pattern's races time its sub-model (its instances and their
+     * one-step neighbours, cut out with the same calibrated ranges) instead of the whole model,
+     * with the minimum effect scaled by whole / sub-model latency so that a scheme is adopted
+     * for the same whole-model gain. The guard stays whole-model. Default AUTO. */
+    enum qp_autotune_timing timing;
 };
 
 void qp_autotune_options_default(struct qp_autotune_options *o);
@@ -134,6 +150,10 @@ struct qp_autotune_report {
     double drift_seconds;               /* opening the evaluator and every measurement */
     size_t n_frontier;                  /* pareto.json's frontier, fastest first */
     struct qp_autotune_front *frontier; /* owned */
+    int timing_region;                  /* 1: the races timed sub-models (seed_median_ms is then
+                                           the whole seed's, best_median_ms the guard race's) */
+    double search_seconds;              /* the pattern loop: from before the first race (and, with
+                                           region timing, the capture) to after the last */
 };
 
 void qp_autotune_report_free(struct qp_autotune_report *r);

@@ -80,6 +80,11 @@ struct world {
     struct tset fast;
     int any_fast; /* 0: every model takes the same time */
     int q_fast;   /* 1: every model holding Q/DQ is fast */
+    /* 1: a model (whole or a sub-model) is fast when it quantizes every tensor of `add` and
+     * none of `rem`: a rule that a sub-model of the changed pattern answers as the whole
+     * model does */
+    int by_change;
+    struct tset add, rem;
     /* the last model looked at, by file identity */
     char path[4096];
     dev_t dev;
@@ -100,7 +105,13 @@ static double latency(void *ctx, const char *path, size_t k) {
         st.st_size != w->size) {
         struct tset s = {0};
         tset_of_model(path, &s);
-        w->base = (w->any_fast && tset_equal(&s, &w->fast)) || (w->q_fast && s.n) ? 0.5 : 1.0;
+        int changed = w->by_change;
+        for (size_t i = 0; changed && i < w->add.n; i++)
+            changed = bsearch(&w->add.names[i], s.names, s.n, sizeof s.names[0], cmp_str) != NULL;
+        for (size_t i = 0; changed && i < w->rem.n; i++)
+            changed = bsearch(&w->rem.names[i], s.names, s.n, sizeof s.names[0], cmp_str) == NULL;
+        w->base =
+            (w->any_fast && tset_equal(&s, &w->fast)) || (w->q_fast && s.n) || changed ? 0.5 : 1.0;
         tset_clear(&s);
         snprintf(w->path, sizeof w->path, "%s", path);
         w->dev = st.st_dev;
@@ -158,6 +169,7 @@ static void target_scheme(struct tset *out) {
 
 static enum qp_quant_mode g_mode = QP_QUANT_INT8;
 static double g_max_drift = -1;
+static enum qp_autotune_timing g_timing = QP_AUTOTUNE_TIMING_AUTO;
 
 static struct qp_autotune_report *run_from(struct world *w, const char *dir, const char *baseline) {
     struct qp_error err = {0};
@@ -169,6 +181,7 @@ static struct qp_autotune_report *run_from(struct world *w, const char *dir, con
     o.output_dir = dir;
     o.qdq_baseline = baseline;
     o.quant_mode = g_mode;
+    o.timing = g_timing;
     o.schemes_per_pattern = MAX_SCHEMES;
     o.backend = b;
     o.n_threads = 1;
@@ -566,12 +579,69 @@ static void test_resume_drift(void **state) {
     rm_dir(dir);
 }
 
+/* Region-local timing ends on the placement whole-model timing ends on, when a sub-model is as
+ * fast as the whole model would be with the same change; the log says which timing ran. */
+static void test_region_same(void **state) {
+    (void)state;
+    struct world w = {.by_change = 1};
+    struct tset target = {0}, seed = {0};
+    target_scheme(&target);
+    struct qp_error err = {0};
+    struct qp_model *m = NULL;
+    assert_int_equal(qp_model_load_file(MODEL, NULL, &m, &err), QP_OK);
+    struct qp_placement *sp = NULL;
+    assert_int_equal(qp_placement_trt(m, NULL, &sp, &err), QP_OK);
+    tset_of_placement(sp, &seed);
+    for (size_t i = 0; i < target.n; i++)
+        if (!bsearch(&target.names[i], seed.names, seed.n, sizeof seed.names[0], cmp_str))
+            tset_add(&w.add, target.names[i]);
+    for (size_t i = 0; i < seed.n; i++)
+        if (!bsearch(&seed.names[i], target.names, target.n, sizeof target.names[0], cmp_str))
+            tset_add(&w.rem, seed.names[i]);
+    assert_true(w.add.n + w.rem.n > 0);
+    const char *dw = QP_TEST_BINARY_DIR "/autotune_timing_whole";
+    const char *dr = QP_TEST_BINARY_DIR "/autotune_timing_region";
+    rm_dir(dw);
+    rm_dir(dr);
+    g_timing = QP_AUTOTUNE_TIMING_WHOLE;
+    struct qp_autotune_report *rw = run(&w, dw);
+    g_timing = QP_AUTOTUNE_TIMING_REGION;
+    w.path[0] = 0;
+    struct qp_autotune_report *rr = run(&w, dr);
+    g_timing = QP_AUTOTUNE_TIMING_AUTO;
+    assert_int_equal(rw->timing_region, 0);
+    assert_int_equal(rr->timing_region, 1);
+    assert_true(rw->n_adopted >= 1);
+    assert_int_equal(rr->n_adopted, rw->n_adopted);
+    assert_true(qp_placement_equal(rr->best, rw->best));
+    assert_false(qp_placement_equal(rr->best, rr->seed));
+    /* the guard and the medians of the report are whole-model ones */
+    assert_true(rr->seed_median_ms > 0.9 && rr->best_median_ms < 0.6);
+    FILE *f = fopen(QP_TEST_BINARY_DIR "/autotune_timing_region/log.jsonl", "r");
+    assert_non_null(f);
+    char line[65536];
+    assert_non_null(fgets(line, sizeof line, f));
+    assert_non_null(strstr(line, "\"timing\":\"region\""));
+    fclose(f);
+    qp_autotune_report_free(rw);
+    qp_autotune_report_free(rr);
+    qp_placement_free(sp);
+    qp_model_free(m);
+    tset_clear(&target);
+    tset_clear(&seed);
+    tset_clear(&w.add);
+    tset_clear(&w.rem);
+    rm_dir(dw);
+    rm_dir(dr);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_one_faster), cmocka_unit_test(test_none_faster),
-        cmocka_unit_test(test_resume),     cmocka_unit_test(test_stop),
-        cmocka_unit_test(test_fp8),        cmocka_unit_test(test_drift_rejects),
-        cmocka_unit_test(test_pareto),     cmocka_unit_test(test_resume_drift),
+        cmocka_unit_test(test_one_faster),  cmocka_unit_test(test_none_faster),
+        cmocka_unit_test(test_resume),      cmocka_unit_test(test_stop),
+        cmocka_unit_test(test_fp8),         cmocka_unit_test(test_drift_rejects),
+        cmocka_unit_test(test_pareto),      cmocka_unit_test(test_resume_drift),
+        cmocka_unit_test(test_region_same),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

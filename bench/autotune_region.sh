@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Region-local against whole-model timing in `qplace autotune` (docs/autotune.md "Region-local
+# timing"), in one run:
+#   bash bench/autotune_region.sh [QPLACE] [THREADS] [MODE] [REPEATS]
+# For the generated ResNet-50 and ViT-tiny (1x3x224x224, synthetic calibration, builtin
+# backend): `qplace autotune --mode MODE` (default quick) with --timing whole and with --timing
+# region, REPEATS times each (default 1), printing per run the wall seconds, the search's
+# seconds (the pattern loop, as the summary's `time` line gives it: without loading and
+# calibration, which both timings share), races measured and adopted, and per model whether
+# the final placements are equal (`qplace diff` of the two placement.json files, every whole
+# run against every region run) and the ratios of the median times (whole / region). Prints the
+# ISA line of the backend. Minutes per model.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+QPLACE="${1:-$ROOT/build/qplace}"
+THREADS="${2:-2}"
+MODE="${3:-quick}"
+REPEATS="${4:-1}"
+GEN="$ROOT/.cache/models/generated"
+OUT="${AUTOTUNE_REGION_BENCH_DIR:-$ROOT/.cache/autotune-region-bench}"
+mkdir -p "$GEN" "$OUT"
+. "$ROOT/bench/lib.sh"
+for m in resnet50 vit_tiny; do
+    generate "$ROOT/tests/models/gen_$m.py" "$GEN/$m.onnx"
+done
+
+median() { # median X... (numbers)
+    printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'
+}
+
+isa=""
+printf '%-9s %-7s %3s %8s %9s %6s %8s %9s %9s\n' model timing run "wall s" "search s" races \
+    adopted "seed ms" "best ms"
+for m in resnet50 vit_tiny; do
+    declare -A walls=() searches=()
+    for timing in whole region; do
+        for r in $(seq 1 "$REPEATS"); do
+            dir="$OUT/$m.$timing.$r"
+            rm -rf "$dir"
+            t0=$(date +%s.%N)
+            "$QPLACE" autotune --onnx_path "$GEN/$m.onnx" --mode "$MODE" --timing "$timing" \
+                --calibration_shapes input:1x3x224x224 --threads "$THREADS" \
+                --output_dir "$dir" >"$dir.txt" 2>"$dir.err"
+            t1=$(date +%s.%N)
+            wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
+            walls[$timing]+="$wall "
+            search=$(sed -n 's/^  time .*(the search: \([0-9.]*\) s).*/\1/p' "$dir.txt")
+            searches[$timing]+="${search:-0} "
+            races=$(sed -n 's/^  schemes *\([0-9]*\) measured.*/\1/p' "$dir.txt")
+            adopted=$(sed -n 's/^  schemes.*, \([0-9]*\) adopted.*/\1/p' "$dir.txt")
+            seed=$(sed -n 's/^  seed *\([0-9.]*\) ms.*/\1/p' "$dir.txt")
+            best=$(sed -n 's/^  best .*(\([0-9.]*\) ms median.*/\1/p; s/^  best *\([0-9.]*\) ms.*/\1/p' "$dir.txt")
+            [ -n "$isa" ] || isa=$(sed -n 's/^  backend *//p' "$dir.txt")
+            printf '%-9s %-7s %3s %8s %9s %6s %8s %9s %9s\n' "$m" "$timing" "$r" "$wall" \
+                "${search:--}" "$races" "$adopted" "$seed" "$best"
+        done
+    done
+    same=0
+    total=0
+    for a in $(seq 1 "$REPEATS"); do
+        for b in $(seq 1 "$REPEATS"); do
+            total=$((total + 1))
+            if "$QPLACE" diff "$OUT/$m.whole.$a/placement.json" \
+                "$OUT/$m.region.$b/placement.json" | grep -q '^result: SAME'; then
+                same=$((same + 1))
+            fi
+        done
+    done
+    # shellcheck disable=SC2086
+    w=$(median ${walls[whole]})
+    # shellcheck disable=SC2086
+    g=$(median ${walls[region]})
+    # shellcheck disable=SC2086
+    sw=$(median ${searches[whole]})
+    # shellcheck disable=SC2086
+    sg=$(median ${searches[region]})
+    ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
+    echo "$m: final placements equal in $same of $total whole/region pairs;" \
+        "median wall $w s whole, $g s region: $(ratio "$w" "$g")x;" \
+        "median search $sw s whole, $sg s region: $(ratio "$sw" "$sg")x"
+    unset walls searches
+done
+echo "backend: $isa; mode $MODE, $THREADS threads"

@@ -1,0 +1,352 @@
+/* Sub-models for region-local timing (autotune/subgraph.h). */
+#include "autotune/subgraph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "calib/provider.h"
+#include "core/size.h"
+#include "core/arena.h"
+#include "runtime/bench.h"
+
+static int is_constant_node(const struct qp_graph *g, int n) {
+    return n >= 0 && !g->nodes[n].dead && qp_node_is(&g->nodes[n], "Constant");
+}
+
+size_t qp_subgraph_nodes(const struct qp_regions *rs, size_t pattern, unsigned char *keep) {
+    const struct qp_graph *g = rs->graph;
+    size_t added = 0;
+    /* 1: an instance's node; 2: a neighbour one step out (its own neighbours are not added). */
+    unsigned char *in = calloc(g->n_nodes ? g->n_nodes : 1, 1);
+    if (!in) return 0;
+    for (size_t r = 0; r < rs->n_regions; r++)
+        if (rs->regions[r].pattern == (int)pattern)
+            for (size_t k = 0; k < rs->regions[r].n_nodes; k++)
+                in[rs->regions[r].nodes[k]] = 1;
+    for (size_t n = 0; n < g->n_nodes; n++) {
+        if (in[n] != 1) continue;
+        const struct qp_node *nd = &g->nodes[n];
+        for (int i = 0; i < nd->n_inputs; i++) {
+            int v = nd->inputs[i];
+            int p = v >= 0 ? g->values[v].producer : -1;
+            if (p >= 0 && !g->nodes[p].dead && !in[p]) in[p] = 2;
+        }
+        for (int o = 0; o < nd->n_outputs; o++) {
+            int v = nd->outputs[o];
+            for (size_t u = 0; v >= 0 && u < g->values[v].n_uses; u++) {
+                int c = g->values[v].uses[u].node;
+                if (!g->nodes[c].dead && !in[c]) in[c] = 2;
+            }
+        }
+    }
+    for (size_t n = 0; n < g->n_nodes; n++) { /* the Constant nodes the set reads */
+        if (!in[n] || is_constant_node(g, (int)n)) continue;
+        const struct qp_node *nd = &g->nodes[n];
+        for (int i = 0; i < nd->n_inputs; i++) {
+            int p = nd->inputs[i] >= 0 ? g->values[nd->inputs[i]].producer : -1;
+            if (is_constant_node(g, p)) in[p] = 2;
+        }
+    }
+    for (size_t n = 0; n < g->n_nodes; n++)
+        if (in[n] && !keep[n]) {
+            keep[n] = 1;
+            added++;
+        }
+    free(in);
+    return added;
+}
+
+enum qp_status qp_subgraph_border(const struct qp_graph *g, const unsigned char *keep, int **vals,
+                                  size_t *n, size_t *cap, struct qp_error *err) {
+    for (size_t k = 0; k < g->n_nodes; k++) {
+        const struct qp_node *nd = &g->nodes[k];
+        if (!keep[k] || nd->dead) continue;
+        for (int i = 0; i < nd->n_inputs; i++) {
+            int v = nd->inputs[i];
+            if (v < 0) continue;
+            const struct qp_value *val = &g->values[v];
+            if (val->producer < 0 || keep[val->producer]) continue;
+            int dup = 0;
+            for (size_t j = 0; j < *n && !dup; j++)
+                dup = (*vals)[j] == v;
+            if (dup) continue;
+            if (*n == *cap) {
+                size_t nc = *cap ? *cap * 2 : 16;
+                int *nv = qp_realloc_n(*vals, nc, sizeof *nv);
+                if (!nv) return qp_error_set(err, QP_ERR_NOMEM, "subgraph: out of memory");
+                *vals = nv;
+                *cap = nc;
+            }
+            (*vals)[(*n)++] = v;
+        }
+    }
+    return QP_OK;
+}
+
+void qp_subgraph_capture_free(struct qp_subgraph_capture *c) {
+    if (!c) return;
+    for (size_t i = 0; i < c->n; i++)
+        qp_array_release(&c->tensors[i].value);
+    free(c->tensors);
+    free(c->inputs);
+    free(c);
+}
+
+struct capture_run {
+    struct qp_subgraph_capture *c;
+    const struct qp_session *s;
+    enum qp_status st;
+    struct qp_error *err;
+};
+
+static int on_tensor(const char *tensor, const char *node, const struct qp_array *value,
+                     void *user) {
+    (void)node;
+    struct capture_run *cr = user;
+    for (size_t i = 0; i < cr->c->n; i++) {
+        struct qp_subgraph_tensor *t = &cr->c->tensors[i];
+        if (strcmp(t->name, tensor) != 0) continue;
+        enum qp_dtype dt = QP_DTYPE_UNDEFINED;
+        int computed = 1;
+        struct qp_error e = {0};
+        if (qp_session_value_info(cr->s, tensor, &dt, &computed, &e) != QP_OK) computed = 0;
+        qp_array_release(&t->value);
+        t->frozen = value->dtype != QP_DTYPE_FLOAT || !computed;
+        if (t->frozen) {
+            cr->st = qp_array_alloc(&t->value, value->dtype, value->rank, value->dims, cr->err);
+            if (cr->st != QP_OK) return 1;
+            memcpy(t->value.data, value->data,
+                   value->nbytes < t->value.nbytes ? value->nbytes : t->value.nbytes);
+        } else {
+            t->value.dtype = value->dtype;
+            t->value.rank = value->rank;
+            memcpy(t->value.dims, value->dims, sizeof t->value.dims);
+        }
+        t->value.nbytes = t->frozen ? t->value.nbytes : 0;
+        return 0;
+    }
+    return 0;
+}
+
+/* The whole model's graph inputs at their concrete shapes (names borrowed from the model). */
+static enum qp_status input_shapes(const struct qp_model *m, const char *shapes,
+                                   struct qp_shape **out, size_t *n_out, struct qp_error *err) {
+    struct qp_calib_shapes cs = {0};
+    struct qp_shape *given = NULL;
+    enum qp_status st = QP_OK;
+    if (shapes && *shapes && (st = qp_calib_shapes_parse(shapes, &cs, err)) != QP_OK) return st;
+    if (!(given = qp_malloc_n(cs.n ? cs.n : 1, sizeof *given))) {
+        qp_calib_shapes_release(&cs);
+        return qp_error_set(err, QP_ERR_NOMEM, "subgraph: out of memory");
+    }
+    for (size_t i = 0; i < cs.n; i++) {
+        memset(&given[i], 0, sizeof given[i]);
+        given[i].name = cs.items[i].name;
+        given[i].rank = cs.items[i].rank;
+        memcpy(given[i].dims, cs.items[i].dims, sizeof given[i].dims);
+    }
+    st = qp_bench_input_shapes(m, cs.n, given, out, n_out, err);
+    for (size_t i = 0; st == QP_OK && i < *n_out; i++) { /* names: the model's, not cs's */
+        int v = qp_graph_find_value(m->graph, (*out)[i].name);
+        (*out)[i].name = v >= 0 ? m->graph->values[v].name : NULL;
+    }
+    free(given);
+    qp_calib_shapes_release(&cs);
+    return st;
+}
+
+enum qp_status qp_subgraph_capture(const struct qp_model *m, const char *shapes, const int *vals,
+                                   size_t n, int n_threads, struct qp_subgraph_capture **out,
+                                   struct qp_error *err) {
+    struct qp_subgraph_capture *c = calloc(1, sizeof *c);
+    const char **names = qp_malloc_n(n ? n : 1, sizeof *names);
+    struct qp_session *s = NULL;
+    struct qp_array *inputs = NULL;
+    enum qp_status st = QP_OK;
+    if (!c || !names || !(c->tensors = calloc(n ? n : 1, sizeof *c->tensors))) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "subgraph: out of memory");
+        goto done;
+    }
+    c->n = n;
+    for (size_t i = 0; i < n; i++) {
+        c->tensors[i].name = names[i] = m->graph->values[vals[i]].name;
+        c->tensors[i].value.rank = -1; /* not seen yet */
+    }
+    if ((st = input_shapes(m, shapes, &c->inputs, &c->n_inputs, err)) != QP_OK) goto done;
+    struct qp_session_options so = {.n_threads = n_threads, .lazy_plan = 1};
+    if ((st = qp_session_create(m, &so, c->n_inputs, c->inputs, &s, err)) != QP_OK) goto done;
+    struct capture_run cr = {.c = c, .s = s, .st = QP_OK, .err = err};
+    if (n && (st = qp_session_set_observed(s, n, names, err)) != QP_OK) goto done;
+    qp_session_set_observer(s, on_tensor, &cr);
+    if ((st = qp_bench_inputs_create(s, c->n_inputs, c->inputs, &inputs, err)) != QP_OK) goto done;
+    st = qp_session_run(s, qp_session_n_inputs(s), inputs, err);
+    if (st == QP_ERR_USAGE && cr.st != QP_OK) st = cr.st; /* the observer's own failure */
+    if (st != QP_OK) goto done;
+    for (size_t i = 0; i < n; i++)
+        if (c->tensors[i].value.rank < 0) {
+            st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                              "subgraph: tensor '%s' was not computed by a run of the model",
+                              names[i]);
+            goto done;
+        }
+done:
+    qp_bench_inputs_free(inputs, s ? qp_session_n_inputs(s) : 0);
+    qp_session_free(s);
+    free(names);
+    if (st == QP_OK)
+        *out = c;
+    else
+        qp_subgraph_capture_free(c);
+    return st;
+}
+
+static const struct qp_subgraph_tensor *captured(const struct qp_subgraph_capture *c,
+                                                 const char *name) {
+    for (size_t i = 0; i < c->n; i++)
+        if (strcmp(c->tensors[i].name, name) == 0) return &c->tensors[i];
+    return NULL;
+}
+
+/* An entering tensor `v` of the sub-model graph g becomes a graph input or an initializer. */
+static enum qp_status make_border(struct qp_model *sub, int v, const struct qp_subgraph_tensor *t,
+                                  struct qp_error *err) {
+    struct qp_graph *g = sub->graph;
+    struct qp_value *val = &g->values[v];
+    int rank = t->value.rank;
+    int64_t *dims = qp_arena_calloc(sub->arena, rank ? (size_t)rank : 1, sizeof *dims);
+    if (!dims) return qp_error_set(err, QP_ERR_NOMEM, "subgraph: out of memory");
+    memcpy(dims, t->value.dims, (size_t)rank * sizeof *dims);
+    if (t->frozen) {
+        void *bytes = malloc(t->value.nbytes ? t->value.nbytes : 1);
+        if (!bytes) return qp_error_set(err, QP_ERR_NOMEM, "subgraph: out of memory");
+        memcpy(bytes, t->value.data, t->value.nbytes);
+        enum qp_status st = qp_model_own(sub, bytes, err);
+        if (st != QP_OK) return st;
+        int ok = 1;
+        struct qp_tensor ts = {.name = val->name,
+                               .dtype = t->value.dtype,
+                               .rank = rank,
+                               .dims = dims,
+                               .numel = qp_array_numel(&t->value, &ok),
+                               .data = bytes,
+                               .nbytes = t->value.nbytes};
+        return qp_graph_add_initializer(g, &ts, NULL, err);
+    }
+    struct qp_dim *d = qp_arena_calloc(sub->arena, rank ? (size_t)rank : 1, sizeof *d);
+    if (!d) return qp_error_set(err, QP_ERR_NOMEM, "subgraph: out of memory");
+    for (int i = 0; i < rank; i++)
+        d[i].value = dims[i];
+    val = &g->values[v];
+    val->kind = QP_VALUE_TENSOR;
+    val->dtype = t->value.dtype;
+    val->rank = rank;
+    val->dims = d;
+    val->origin_type = NULL;
+    return qp_graph_add_input(g, v, err);
+}
+
+/* Drops the initializers no live node reads (and that are no graph input). */
+static void prune_initializers(struct qp_graph *g) {
+    size_t j = 0;
+    for (size_t i = 0; i < g->n_inits; i++) {
+        int v = g->inits_value[i];
+        if (g->values[v].n_uses == 0 && !g->values[v].is_graph_input) {
+            g->values[v].initializer = -1;
+            continue;
+        }
+        g->inits[j] = g->inits[i];
+        g->inits_value[j] = v;
+        g->values[v].initializer = (int)j++;
+    }
+    g->n_inits = j;
+}
+
+/* The sub-model's outputs: tensors its nodes write that the whole model reads elsewhere or
+ * returns (whole: the original graph; sub's node indices by name). */
+static enum qp_status set_outputs(const struct qp_graph *whole, const unsigned char *keep,
+                                  struct qp_graph *g, struct qp_error *err) {
+    for (size_t i = 0; i < g->n_outputs; i++)
+        g->values[g->outputs[i]].is_graph_output = 0;
+    g->n_outputs = 0;
+    for (size_t k = 0; k < whole->n_nodes; k++) {
+        const struct qp_node *nd = &whole->nodes[k];
+        if (!keep[k] || nd->dead) continue;
+        for (int o = 0; o < nd->n_outputs; o++) {
+            int v = nd->outputs[o];
+            if (v < 0) continue;
+            const struct qp_value *val = &whole->values[v];
+            int leaves = val->is_graph_output;
+            for (size_t u = 0; u < val->n_uses && !leaves; u++)
+                leaves = !keep[val->uses[u].node];
+            if (!leaves) continue;
+            int sv = qp_graph_find_value(g, val->name);
+            enum qp_status st = sv >= 0 ? qp_graph_add_output(g, sv, err) : QP_OK;
+            if (st != QP_OK) return st;
+        }
+    }
+    if (g->n_outputs == 0)
+        return qp_error_set(err, QP_ERR_BAD_INPUT, "subgraph: no tensor leaves the node set");
+    return QP_OK;
+}
+
+enum qp_status qp_subgraph_extract(const struct qp_model *m, const unsigned char *keep,
+                                   const struct qp_subgraph_capture *cap, struct qp_model **out,
+                                   struct qp_error *err) {
+    struct qp_model *sub = NULL;
+    enum qp_status st = qp_model_clone_shared(m, &sub, err);
+    if (st != QP_OK) return st;
+    struct qp_graph *g = sub->graph;
+    const struct qp_graph *whole = m->graph;
+    for (size_t k = 0; k < g->n_nodes && st == QP_OK; k++) {
+        if (g->nodes[k].dead) continue;
+        int w = qp_graph_find_node(whole, g->nodes[k].name);
+        if (w < 0 || !keep[w]) st = qp_graph_remove_node(g, (int)k, err);
+    }
+    for (size_t i = 0; i < g->n_value_info; i++)
+        g->values[g->value_info[i]].in_value_info = 0;
+    g->n_value_info = 0;
+    for (size_t v = 0; v < g->n_values && st == QP_OK; v++) {
+        const struct qp_value *val = &g->values[v];
+        if (!val->n_uses || val->producer >= 0 || val->initializer >= 0 || val->is_graph_input)
+            continue;
+        const struct qp_subgraph_tensor *t = captured(cap, val->name);
+        if (!t)
+            st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                              "subgraph: tensor '%s' enters the sub-model but was not captured",
+                              val->name);
+        else
+            st = make_border(sub, (int)v, t, err);
+    }
+    if (st == QP_OK) {
+        prune_initializers(g);
+        st = set_outputs(whole, keep, g, err);
+    }
+    if (st == QP_OK) st = qp_graph_toposort(g, err);
+    if (st == QP_OK)
+        *out = sub;
+    else
+        qp_model_free(sub);
+    return st;
+}
+
+enum qp_status qp_subgraph_placement(const struct qp_placement *p, const struct qp_model *sub,
+                                     struct qp_placement **out, struct qp_error *err) {
+    struct qp_placement *r = qp_placement_create();
+    if (!r) return qp_error_set(err, QP_ERR_NOMEM, "subgraph: out of memory");
+    enum qp_status st = QP_OK;
+    for (size_t i = 0; i < p->n_edges && st == QP_OK; i++) {
+        const struct qp_qedge *e = &p->edges[i];
+        if (qp_graph_find_node(sub->graph, e->node) >= 0)
+            st = qp_placement_add_edge(r, e->tensor, e->node, e->input, e->reason, err);
+    }
+    for (size_t i = 0; i < p->n_weights && st == QP_OK; i++) {
+        const struct qp_qweight *w = &p->weights[i];
+        if (qp_graph_find_node(sub->graph, w->node) >= 0)
+            st = qp_placement_add_weight(r, w->tensor, w->node, w->input, w->axis, w->reason, err);
+    }
+    if (st == QP_OK)
+        *out = r;
+    else
+        qp_placement_free(r);
+    return st;
+}

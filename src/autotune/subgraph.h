@@ -1,0 +1,103 @@
+/*
+ * Sub-models for region-local timing (docs/autotune.md "Region-local timing"): the part of a
+ * model a pattern's schemes change, cut out as a valid model of its own, so a race times that
+ * part instead of the whole model.
+ *
+ * The node set of pattern p (qp_subgraph_nodes) is every instance of p, plus one step outside
+ * them: the producers of the tensors they read and the consumers of the tensors they write. A
+ * Q/DQ on an instance's border fuses into those neighbours in the engine (a Quantize into the
+ * producing Conv's output, an int8 output into the consumer), so they are in the sub-model to
+ * fuse the way they do in the whole model. Constant nodes the set reads are in it too.
+ *
+ * The sub-model (qp_subgraph_extract) holds those nodes, the initializers they read, and:
+ *   - as graph inputs, the float tensors entering the set, each declared with the static dtype
+ *     and shape it has in a run of the whole model at the given input shapes (captured once by
+ *     qp_subgraph_capture); every graph input of the whole model is declared too, read or not,
+ *     so a backend's shape option naming them (`--calibration_shapes`) fits every sub-model;
+ *   - as initializers, the entering tensors that are not float32 or that the engine computes at
+ *     plan time (shape computations, a Cast of a dimension): their values from that run, so
+ *     Reshape and friends get the same shapes;
+ *   - as graph outputs, the tensors its nodes write that the whole model reads outside the set
+ *     or returns.
+ * Node, tensor and initializer names are the whole model's, so a placement of the whole model
+ * restricted to the sub-model's nodes (qp_subgraph_placement) writes the same Q/DQ there.
+ * Running the sub-model on the captured entering tensors gives the whole model's values of its
+ * outputs (the unit test checks it on ResNet- and ViT-like blocks).
+ *
+ *     unsigned char *keep = calloc(g->n_nodes, 1);
+ *     qp_subgraph_nodes(rs, p, keep);
+ *     struct qp_subgraph_capture *cap = NULL;      // once per model, for every pattern's border
+ *     qp_subgraph_border(g, keep, &names, &n);     // names to capture (append for all patterns)
+ *     if (qp_subgraph_capture(m, "input:1x3x224x224", names, n, 2, &cap, &err) != QP_OK) ...
+ *     struct qp_model *sub = NULL;
+ *     if (qp_subgraph_extract(m, keep, cap, &sub, &err) != QP_OK) ...
+ *     struct qp_placement *ps = NULL;
+ *     qp_subgraph_placement(best, sub, &ps, &err);   // then the Q/DQ writer on a clone of sub
+ *     qp_model_free(sub); qp_subgraph_capture_free(cap);
+ */
+#ifndef QP_AUTOTUNE_SUBGRAPH_H
+#define QP_AUTOTUNE_SUBGRAPH_H
+
+#include <stddef.h>
+
+#include "autotune/region.h"
+#include "ir/ir.h"
+#include "placement/placement.h"
+#include "qplace/array.h"
+#include "qplace/status.h"
+
+/* Marks in keep[0..g->n_nodes) (a byte per node of rs->graph, set to 1; other bytes are left
+ * as they are) the node set of pattern `pattern`: its instances' nodes, the live producers of
+ * what they read, the live consumers of what they write, and the Constant nodes any of those
+ * read. Returns the number of nodes marked by this call. */
+size_t qp_subgraph_nodes(const struct qp_regions *rs, size_t pattern, unsigned char *keep);
+
+/* The tensors entering the node set `keep` that qp_subgraph_extract needs captured: read by a
+ * kept node, produced by a node outside the set (not a graph input, not an initializer).
+ * Appends their value indices to *vals (grown with realloc; *n and *cap updated), no
+ * duplicates within the call's additions or with what *vals already holds. Returns QP_ERR_NOMEM. */
+enum qp_status qp_subgraph_border(const struct qp_graph *g, const unsigned char *keep, int **vals,
+                                  size_t *n, size_t *cap, struct qp_error *err);
+
+/* What one run of the whole model says of some of its tensors. */
+struct qp_subgraph_tensor {
+    const char *name;      /* the model's (borrowed from it) */
+    struct qp_array value; /* dtype and shape; `data` (owned) only when `frozen` */
+    int frozen;            /* not float32, or computed at plan time: becomes an initializer */
+};
+
+struct qp_subgraph_capture {
+    size_t n;
+    struct qp_subgraph_tensor *tensors;
+    size_t n_inputs;
+    struct qp_shape *inputs; /* the whole model's graph inputs' concrete shapes */
+};
+
+/* Runs model `m` (borrowed; the capture borrows its names for its lifetime) once on
+ * runtime/bench.h's deterministic inputs at `shapes` ("NAME:1x3x224x224,..."; NULL: the model's
+ * static shapes) with n_threads (0: all cores) and records the tensors vals[0..n) of its
+ * top-level graph. *out (free with qp_subgraph_capture_free) is written only on success.
+ * Returns QP_ERR_USAGE (a bad shape string, a dynamic input without a shape), QP_ERR_BAD_INPUT
+ * (a tensor the run does not compute), QP_ERR_NOMEM, and what creating and running the
+ * session return. */
+enum qp_status qp_subgraph_capture(const struct qp_model *m, const char *shapes, const int *vals,
+                                   size_t n, int n_threads, struct qp_subgraph_capture **out,
+                                   struct qp_error *err);
+void qp_subgraph_capture_free(struct qp_subgraph_capture *c);
+
+/* The sub-model of `m` (borrowed; the sub-model borrows its initializer bytes, so `m` must
+ * outlive it) holding the nodes marked in keep[0..m->graph->n_nodes) (see the overview).
+ * `cap` must hold every tensor qp_subgraph_border lists for `keep`. *out is written only on
+ * success (qp_model_free). Returns QP_ERR_BAD_INPUT (an entering tensor not captured; no
+ * tensor leaves the set), QP_ERR_NOMEM. */
+enum qp_status qp_subgraph_extract(const struct qp_model *m, const unsigned char *keep,
+                                   const struct qp_subgraph_capture *cap, struct qp_model **out,
+                                   struct qp_error *err);
+
+/* The entries of placement `p` (borrowed) whose consumer node is in `sub`: a new placement in
+ * *out (qp_placement_free), written only on success. Returns QP_ERR_NOMEM and what adding an
+ * entry returns. */
+enum qp_status qp_subgraph_placement(const struct qp_placement *p, const struct qp_model *sub,
+                                     struct qp_placement **out, struct qp_error *err);
+
+#endif

@@ -1,0 +1,298 @@
+/* Sub-models for region-local timing (autotune/subgraph.h): for every pattern of a ResNet-like
+ * and a ViT-like model, the sub-model is a valid model that runs in the engine, its outputs
+ * equal the whole model's tensors of those names when fed the whole model's values of its
+ * inputs, and the trt placement restricted to it is written with every Q/DQ (border ones
+ * included) and runs on the int8 path. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "autotune/region.h"
+#include "autotune/subgraph.h"
+#include "ir/ir.h"
+#include "placement/diff.h"
+#include "placement/placement.h"
+#include "quant/policy_trt.h"
+#include "quant/writer.h"
+#include "qplace/model.h"
+#include "qplace/session.h"
+#include "runtime/bench.h"
+
+#define MODELS QP_TEST_DATA_DIR "/../integration/quantize_models"
+#define DEEP   QP_TEST_DATA_DIR "/../unit/autotune/data"
+
+/* Every tensor of a whole-model run, by name (full copies). */
+struct recorded {
+    size_t n;
+    char *names[4096];
+    struct qp_array values[4096];
+};
+
+static int record(const char *tensor, const char *node, const struct qp_array *v, void *user) {
+    (void)node;
+    struct recorded *r = user;
+    if (r->n >= 4096) return 1;
+    struct qp_error err = {0};
+    if (qp_array_alloc(&r->values[r->n], v->dtype, v->rank, v->dims, &err) != QP_OK) return 1;
+    memcpy(r->values[r->n].data, v->data, v->nbytes);
+    r->names[r->n++] = strdup(tensor);
+    return 0;
+}
+
+static const struct qp_array *find(const struct recorded *r, const char *name) {
+    for (size_t i = 0; i < r->n; i++)
+        if (strcmp(r->names[i], name) == 0) return &r->values[i];
+    return NULL;
+}
+
+static void record_free(struct recorded *r) {
+    for (size_t i = 0; i < r->n; i++) {
+        free(r->names[i]);
+        qp_array_release(&r->values[i]);
+    }
+    free(r);
+}
+
+/* The whole model's run on bench inputs, every computed tensor and the inputs recorded. */
+static struct recorded *run_whole(struct qp_model *m, struct qp_array **inputs_out, size_t *n_in) {
+    struct qp_error err = {0};
+    struct recorded *r = calloc(1, sizeof *r);
+    struct qp_shape *sh = NULL;
+    size_t n_sh = 0;
+    assert_int_equal(qp_bench_input_shapes(m, 0, NULL, &sh, &n_sh, &err), QP_OK);
+    struct qp_session *s = NULL;
+    struct qp_session_options so = {.n_threads = 1, .lazy_plan = 1, .no_fusion = 1};
+    assert_int_equal(qp_session_create(m, &so, n_sh, sh, &s, &err), QP_OK);
+    qp_session_set_observer(s, record, r);
+    assert_int_equal(qp_bench_inputs_create(s, n_sh, sh, inputs_out, &err), QP_OK);
+    *n_in = qp_session_n_inputs(s);
+    for (size_t i = 0; i < *n_in; i++) { /* the graph inputs, by name */
+        struct qp_array *a = &r->values[r->n];
+        assert_int_equal(qp_array_alloc(a, (*inputs_out)[i].dtype, (*inputs_out)[i].rank,
+                                        (*inputs_out)[i].dims, &err),
+                         QP_OK);
+        memcpy(a->data, (*inputs_out)[i].data, a->nbytes);
+        r->names[r->n++] = strdup(qp_session_input_name(s, i));
+    }
+    assert_int_equal(qp_session_run(s, *n_in, *inputs_out, &err), QP_OK);
+    qp_session_free(s);
+    free(sh);
+    return r;
+}
+
+static int amax_one(void *user, const char *tensor, float *amax_out) {
+    (void)user;
+    (void)tensor;
+    *amax_out = 4.0f;
+    return 1;
+}
+
+/* Runs `sub` on the whole run's values of its inputs and compares its outputs with them. */
+static void check_values(struct qp_model *sub, const struct recorded *whole) {
+    struct qp_error err = {0};
+    struct qp_graph *g = sub->graph;
+    struct qp_shape *sh = calloc(g->n_inputs, sizeof *sh);
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        const struct qp_array *a = find(whole, g->values[g->inputs[i]].name);
+        if (!a) fail_msg("sub-model input '%s' not in the whole run", g->values[g->inputs[i]].name);
+        sh[i].name = g->values[g->inputs[i]].name;
+        sh[i].rank = a->rank;
+        memcpy(sh[i].dims, a->dims, sizeof sh[i].dims);
+    }
+    struct qp_session *s = NULL;
+    struct qp_session_options so = {.n_threads = 1, .no_fusion = 1};
+    assert_int_equal(qp_session_create(sub, &so, g->n_inputs, sh, &s, &err), QP_OK);
+    size_t n_in = qp_session_n_inputs(s);
+    struct qp_array *in = calloc(n_in ? n_in : 1, sizeof *in);
+    for (size_t i = 0; i < n_in; i++)
+        in[i] = *find(whole, qp_session_input_name(s, i)); /* borrowed */
+    assert_int_equal(qp_session_run(s, n_in, in, &err), QP_OK);
+    assert_true(g->n_outputs > 0);
+    for (size_t o = 0; o < g->n_outputs; o++) {
+        struct qp_array view;
+        assert_int_equal(qp_session_output(s, o, &view, &err), QP_OK);
+        const struct qp_array *out = &view;
+        const struct qp_array *want = find(whole, g->values[g->outputs[o]].name);
+        assert_non_null(want);
+        assert_int_equal(out->nbytes, want->nbytes);
+        assert_int_equal(out->dtype, QP_DTYPE_FLOAT);
+        const float *a = out->data, *b = want->data;
+        for (size_t k = 0; k < out->nbytes / sizeof(float); k++)
+            if (!(fabsf(a[k] - b[k]) <= 1e-5f + 1e-4f * fabsf(b[k])))
+                fail_msg("output '%s'[%zu]: %g, whole model %g", g->values[g->outputs[o]].name, k,
+                         a[k], b[k]);
+    }
+    qp_session_free(s);
+    free(in);
+    free(sh);
+}
+
+/* The trt placement restricted to `sub`, written: every entry becomes a Q/DQ (diff SAME), one at
+ * least on a sub-model graph input (a border), and the model runs on the int8 path. Returns the
+ * number of border edges. */
+static size_t check_qdq(struct qp_model *whole, struct qp_model *sub) {
+    struct qp_error err = {0};
+    struct qp_placement *p = NULL, *ps = NULL;
+    struct qp_trt_options trt = {.quantize_mode = QP_QUANT_INT8};
+    assert_int_equal(qp_placement_trt(whole, &trt, &p, &err), QP_OK);
+    assert_int_equal(qp_subgraph_placement(p, sub, &ps, &err), QP_OK);
+    size_t in_sub = 0, border = 0;
+    for (size_t i = 0; i < p->n_edges; i++)
+        if (qp_graph_find_node(sub->graph, p->edges[i].node) >= 0) in_sub++;
+    for (size_t i = 0; i < p->n_weights; i++)
+        if (qp_graph_find_node(sub->graph, p->weights[i].node) >= 0) in_sub++;
+    assert_int_equal(ps->n_edges + ps->n_weights, in_sub);
+    for (size_t i = 0; i < ps->n_edges; i++) {
+        int v = qp_graph_find_value(sub->graph, ps->edges[i].tensor);
+        if (v >= 0 && sub->graph->values[v].is_graph_input) border++;
+    }
+    struct qp_model *q = NULL;
+    assert_int_equal(qp_model_clone(sub, &q, &err), QP_OK);
+    struct qp_writer_options wo;
+    qp_writer_options_default(&wo);
+    wo.amax = amax_one;
+    assert_int_equal(qp_qdq_write(q, ps, &wo, NULL, &err), QP_OK);
+    struct qp_qdq_slots *slots = NULL;
+    assert_int_equal(qp_qdq_slots_from_model(q->graph, &slots, &err), QP_OK);
+    assert_int_equal(slots->n, in_sub);
+    qp_qdq_slots_free(slots);
+    struct qp_shape *sh = NULL;
+    size_t n_sh = 0;
+    assert_int_equal(qp_bench_input_shapes(q, 0, NULL, &sh, &n_sh, &err), QP_OK);
+    struct qp_bench_options bo = {.warmup = 1, .iterations = 2, .n_threads = 1};
+    struct qp_bench_result br = {0};
+    assert_int_equal(qp_bench_measure(q, n_sh, sh, &bo, &br, &err), QP_OK);
+    assert_true(br.median_ms > 0);
+    qp_bench_result_release(&br);
+    free(sh);
+    qp_model_free(q);
+    qp_placement_free(ps);
+    qp_placement_free(p);
+    return border;
+}
+
+static void check_model(const char *path) {
+    struct qp_error err = {0};
+    struct qp_model *m = NULL;
+    assert_int_equal(qp_model_load_file(path, NULL, &m, &err), QP_OK);
+    struct qp_regions *rs = NULL;
+    assert_int_equal(qp_regions_build(m->graph, &rs, &err), QP_OK);
+    struct qp_array *inputs = NULL;
+    size_t n_in = 0;
+    struct recorded *whole = run_whole(m, &inputs, &n_in);
+    struct qp_graph *g = m->graph;
+    int *vals = NULL;
+    size_t n = 0, cap = 0, borders = 0, checked = 0;
+    unsigned char **keep = calloc(rs->n_patterns, sizeof *keep);
+    for (size_t p = 0; p < rs->n_patterns; p++) {
+        keep[p] = calloc(g->n_nodes, 1);
+        size_t marked = qp_subgraph_nodes(rs, p, keep[p]);
+        size_t own = 0;
+        for (size_t r = 0; r < rs->n_regions; r++)
+            if (rs->regions[r].pattern == (int)p) own += rs->regions[r].n_nodes;
+        assert_true(marked >= own);
+        assert_int_equal(qp_subgraph_border(g, keep[p], &vals, &n, &cap, &err), QP_OK);
+    }
+    struct qp_subgraph_capture *c = NULL;
+    assert_int_equal(qp_subgraph_capture(m, NULL, vals, n, 1, &c, &err), QP_OK);
+    for (size_t p = 0; p < rs->n_patterns; p++) {
+        struct qp_model *sub = NULL;
+        if (qp_subgraph_extract(m, keep[p], c, &sub, &err) != QP_OK)
+            fail_msg("pattern %zu: %s", p, err.msg);
+        size_t live = 0;
+        for (size_t k = 0; k < sub->graph->n_nodes; k++)
+            live += !sub->graph->nodes[k].dead;
+        size_t want = 0;
+        for (size_t k = 0; k < g->n_nodes; k++)
+            want += keep[p][k] && !g->nodes[k].dead;
+        assert_int_equal(live, want);
+        assert_true(sub->graph->n_inits <= g->n_inits + n);
+        check_values(sub, whole);
+        borders += check_qdq(m, sub);
+        checked++;
+        qp_model_free(sub);
+        free(keep[p]);
+    }
+    assert_true(checked >= 2);
+    assert_true(borders > 0);
+    free(keep);
+    free(vals);
+    qp_subgraph_capture_free(c);
+    qp_bench_inputs_free(inputs, n_in);
+    record_free(whole);
+    qp_regions_free(rs);
+    qp_model_free(m);
+}
+
+static void test_resnet_like(void **state) {
+    (void)state;
+    check_model(MODELS "/resnet_like.onnx");
+}
+
+static void test_resnet_deep(void **state) {
+    (void)state;
+    check_model(DEEP "/resnet_deep.onnx");
+}
+
+static void test_vit_like(void **state) {
+    (void)state;
+    check_model(MODELS "/vit_like.onnx");
+}
+
+static void test_vit_deep(void **state) {
+    (void)state;
+    check_model(DEEP "/vit_deep.onnx");
+}
+
+/* A whole model's unused initializers do not follow into a sub-model. */
+static void test_initializers_pruned(void **state) {
+    (void)state;
+    struct qp_error err = {0};
+    struct qp_model *m = NULL;
+    assert_int_equal(qp_model_load_file(DEEP "/resnet_deep.onnx", NULL, &m, &err), QP_OK);
+    struct qp_regions *rs = NULL;
+    assert_int_equal(qp_regions_build(m->graph, &rs, &err), QP_OK);
+    unsigned char *keep = calloc(m->graph->n_nodes, 1);
+    qp_subgraph_nodes(rs, rs->regions[rs->n_regions - 1].pattern, keep);
+    int *vals = NULL;
+    size_t n = 0, cap = 0;
+    assert_int_equal(qp_subgraph_border(m->graph, keep, &vals, &n, &cap, &err), QP_OK);
+    assert_true(n > 0);
+    struct qp_subgraph_capture *c = NULL;
+    assert_int_equal(qp_subgraph_capture(m, NULL, vals, n, 1, &c, &err), QP_OK);
+    struct qp_model *sub = NULL;
+    assert_int_equal(qp_subgraph_extract(m, keep, c, &sub, &err), QP_OK);
+    assert_true(sub->graph->n_inits < m->graph->n_inits);
+    for (size_t i = 0; i < sub->graph->n_inits; i++)
+        assert_true(sub->graph->values[sub->graph->inits_value[i]].n_uses > 0);
+    /* a tensor entering the set but missing from the capture is bad input */
+    struct qp_subgraph_capture empty = {0};
+    struct qp_model *bad = NULL;
+    assert_int_equal(qp_subgraph_extract(m, keep, &empty, &bad, &err), QP_ERR_BAD_INPUT);
+    assert_null(bad);
+    assert_non_null(strstr(err.msg, "not captured"));
+    qp_model_free(sub);
+    qp_subgraph_capture_free(c);
+    free(vals);
+    free(keep);
+    qp_regions_free(rs);
+    qp_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_resnet_like),
+        cmocka_unit_test(test_resnet_deep),
+        cmocka_unit_test(test_vit_like),
+        cmocka_unit_test(test_vit_deep),
+        cmocka_unit_test(test_initializers_pruned),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
