@@ -27,6 +27,7 @@
 
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "autotune/compare.h"
 #include "autotune/latency.h"
@@ -56,6 +57,13 @@ struct qp_autotune_step {
     enum qp_latency_verdict_kind verdict;
     int adopted;
     int replayed; /* the race came from the state file, not measured */
+    /* for verbose output and a progress bar */
+    const char *signature;  /* the pattern's (borrowed for the callback) */
+    const uint64_t *points; /* the candidate scheme: bit k = point k (autotune/scheme.h) */
+    size_t n_points;
+    double p_value;
+    int from_cache;                   /* the scheme came from the pattern cache */
+    size_t races_done, races_planned; /* schemes handled so far, and expected in all */
 };
 
 typedef void (*qp_autotune_progress_fn)(const struct qp_autotune_step *s, void *user);
@@ -89,6 +97,13 @@ struct qp_autotune_options {
     const volatile sig_atomic_t *stop;
     qp_autotune_progress_fn progress; /* may be NULL */
     void *progress_user;
+    /* A --node_filter_list file (pipeline/autotune_filter.h): only regions with a node matching
+     * one of its fnmatch patterns are searched. NULL: every region. */
+    const char *node_filter_list;
+    /* Pattern cache early stop (docs/autotune.md, "Pattern cache"): a pattern whose current
+     * scheme is the cache entry's best stops after this many further races in a row lost.
+     * Default 2; 0: never stop early. */
+    size_t cache_patience;
 };
 
 void qp_autotune_options_default(struct qp_autotune_options *o);
@@ -107,6 +122,8 @@ struct qp_autotune_report {
     struct qp_placement *seed;               /* the trt policy's or --qdq_baseline's; owned */
     double seconds;
     const char *calibration_source; /* "synthetic" or the data's kind (static) */
+    size_t n_regions_filtered;      /* regions left to the seed by node_filter_list */
+    size_t n_cache_stops;           /* patterns stopped early on the pattern cache's best */
 };
 
 void qp_autotune_report_free(struct qp_autotune_report *r);
