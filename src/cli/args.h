@@ -21,6 +21,7 @@
  *     cli_args_free(&a);
  *
  * Values are borrowed from argv. "--" ends the flags; a lone "-" is a positional argument.
+ * Single-dash flags exist only as CLI_ALIAS rows (`-v`).
  * `-h`/`--help` anywhere before "--" sets `help` instead of failing on anything else.
  * Messages name flags as the user spelled them, unquoted (`--dq_only takes no value`), and
  * words in quotes (`unexpected argument 'junk'`); the caller adds "qplace <command>: ".
@@ -37,7 +38,12 @@ enum cli_opt_kind {
     CLI_BOOL,  /* no value; `--flag=x` is an error; repeating it is harmless */
     CLI_VALUE, /* exactly one value; giving the flag twice is an error */
     CLI_MULTI, /* one value per occurrence; repeatable (`--input a=x.npy --input b=y.npy`) */
-    CLI_LIST   /* one or more values up to the next flag (argparse nargs="+"); repeatable */
+    CLI_LIST,  /* one or more values up to the next flag (argparse nargs="+"); repeatable */
+    /* A one-letter short spelling, `-v` for `--verbose`: the row {"v", CLI_ALIAS, "verbose",
+     * NULL} names the flag in `metavar` (that flag's row must exist). `-v` then parses as the
+     * flag does (`-m MODEL` takes the next word); `--v` means nothing more than before, and
+     * help prints "-v, --verbose". ModelOpt's autotune spells -m, -o, -s and -v so. */
+    CLI_ALIAS
 };
 
 struct cli_opt {

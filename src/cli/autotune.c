@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "autotune/latency.h"
 #include "autotune/trtexec.h"
+#include "autotune_progress.h"
 #include "cli.h"
 #include "pipeline/autotune.h"
 
@@ -33,6 +35,16 @@ const struct cli_opt cli_autotune_opts[] = {
     {"quant_type", CLI_VALUE, "int8|fp8", "what the quantizers hold (int8)"},
     {"high_precision_dtype", CLI_VALUE, "fp32|fp16", "precision of what is not quantized (fp32)"},
     CLI_THREADS_OPT,
+    {"node_filter_list", CLI_VALUE, "FILE",
+     "fnmatch patterns over node names, one a line: only regions with a matching node are "
+     "searched"},
+    {"default_dq_dtype", CLI_VALUE, "float32|float16",
+     "ModelOpt's name for --high_precision_dtype (bfloat16 is refused)"},
+    {"verbose", CLI_BOOL, NULL, "a line per race (pattern, points, medians, verdict); debug log"},
+    {"v", CLI_ALIAS, "verbose", NULL},
+    {"m", CLI_ALIAS, "onnx_path", NULL},
+    {"o", CLI_ALIAS, "output_dir", NULL},
+    {"s", CLI_ALIAS, "schemes_per_region", NULL},
     {0},
 };
 
@@ -75,13 +87,51 @@ static void on_sigint(int sig) {
     stop_requested = 1;
 }
 
-static void on_step(const struct qp_autotune_step *s, void *user) {
+static struct cli_autotune_progress progress;
+
+/* -v: the log hook lets the autotune module's debug and info lines through (messages starting
+ * "autotune:"), the other modules' from warnings up, as without -v. */
+static void verbose_log(enum qp_log_level level, const char *msg, void *user) {
     (void)user;
-    fprintf(stderr, "autotune: pattern %zu/%zu, scheme %zu/%zu: %.4f ms vs best %.4f ms, %s%s",
-            s->pattern_k, s->n_patterns, s->scheme_j, s->n_schemes, s->cand_median_ms,
-            s->best_median_ms, qp_latency_verdict_name(s->verdict), s->adopted ? ", adopted" : "");
-    if (s->replayed) fprintf(stderr, " (from the state file)");
-    fprintf(stderr, " [%.1f s, ETA %.0f s]\n", s->elapsed_s, s->eta_s);
+    if (level < QP_LOG_WARN && strncmp(msg, "autotune:", 9) != 0) return;
+    static const char *const prefix[] = {"debug", "info", "warning", "error"};
+    cli_autotune_progress_clear(&progress);
+    fprintf(stderr, "qplace: %s: %s\n", prefix[level], msg);
+}
+
+/* --high_precision_dtype and ModelOpt's --default_dq_dtype into *out; 0 or the exit code. */
+static int parse_precision(const struct cli_args *a, enum qp_dtype *out) {
+    const char *hp = cli_value(a, "high_precision_dtype", NULL);
+    const char *dq = cli_value(a, "default_dq_dtype", NULL);
+    enum qp_dtype from_dq = QP_DTYPE_UNDEFINED;
+    if (dq && strcmp(dq, "float32") == 0)
+        from_dq = QP_DTYPE_FLOAT;
+    else if (dq && strcmp(dq, "float16") == 0)
+        from_dq = QP_DTYPE_FLOAT16;
+    else if (dq && strcmp(dq, "bfloat16") == 0)
+        return bad_usage("%s", "--default_dq_dtype bfloat16 is not supported: the builtin "
+                               "engine has no bfloat16 kernels, so the model without Q/DQ that "
+                               "the guard races cannot run; use float32 or float16");
+    else if (dq)
+        return bad_usage("--default_dq_dtype must be float32 or float16, not '%s'", dq);
+    *out = from_dq != QP_DTYPE_UNDEFINED ? from_dq : QP_DTYPE_FLOAT;
+    if (!hp) return 0;
+    enum qp_dtype from_hp;
+    if (strcmp(hp, "fp32") == 0)
+        from_hp = QP_DTYPE_FLOAT;
+    else if (strcmp(hp, "fp16") == 0)
+        from_hp = QP_DTYPE_FLOAT16;
+    else
+        return bad_usage("--high_precision_dtype must be fp32 or fp16, not '%s'", hp);
+    if (from_dq != QP_DTYPE_UNDEFINED && from_dq != from_hp) {
+        fprintf(stderr,
+                "qplace autotune: --default_dq_dtype %s and --high_precision_dtype %s disagree "
+                "(they name the same thing: give one)\nTry 'qplace help autotune'.\n",
+                dq, hp);
+        return 1;
+    }
+    *out = from_hp;
+    return 0;
 }
 
 /* The backend the flags ask for; 0 or the exit code. */
@@ -146,6 +196,12 @@ static void print_summary(const struct qp_autotune_report *r, const struct qp_la
     printf("  backend         %s (%s)\n", b->name, b->detail);
     printf("  schemes         %zu measured (%zu from the state file), %zu adopted, %zu skipped\n",
            r->n_measured, r->n_replayed, r->n_adopted, r->n_skipped);
+    if (r->n_regions_filtered)
+        printf("  node filter     %zu of %zu regions searched, the rest keep the seed's choices\n",
+               r->n_regions - r->n_regions_filtered, r->n_regions);
+    if (r->n_cache_stops)
+        printf("  pattern cache   %zu patterns stopped early: the cache's best scheme held\n",
+               r->n_cache_stops);
     /* The two medians come from different races (the first and the last), so on a machine
      * whose speed drifts their ratio says little when nothing was adopted: say so instead. */
     printf("  seed            %.4f ms median (first race)\n", r->seed_median_ms);
@@ -196,13 +252,8 @@ int cli_autotune_run(const struct cli_args *args) {
     if (!parse_count(args, "warmup_runs", 0, 100000, &v))
         return bad_usage("--warmup_runs: '%s' is not a count", cli_value(args, "warmup_runs", ""));
     int warmup = (int)v;
-    const char *hp = cli_value(args, "high_precision_dtype", "fp32");
-    if (strcmp(hp, "fp32") == 0)
-        o.high_precision = QP_DTYPE_FLOAT;
-    else if (strcmp(hp, "fp16") == 0)
-        o.high_precision = QP_DTYPE_FLOAT16;
-    else
-        return bad_usage("--high_precision_dtype must be fp32 or fp16, not '%s'", hp);
+    int rc;
+    if ((rc = parse_precision(args, &o.high_precision)) != 0) return rc;
     const char *qt = cli_value(args, "quant_type", "int8");
     if (strcmp(qt, "int8") == 0)
         o.quant_mode = QP_QUANT_INT8;
@@ -215,7 +266,6 @@ int cli_autotune_run(const struct cli_args *args) {
         return bad_usage("--threads: '%s' is not a thread count", cli_value(args, "threads", ""));
     o.n_threads = (int)v;
     struct qp_data_options dopt;
-    int rc;
     if ((rc = cli_data_options(args, "autotune", &dopt)) != 0) return rc;
     o.data = &dopt;
     o.calibration_data_path = cli_value(args, "calibration_data_path", NULL);
@@ -226,7 +276,12 @@ int cli_autotune_run(const struct cli_args *args) {
     o.backend = b;
     o.state_file = cli_value(args, "state_file", NULL);
     o.qdq_baseline = cli_value(args, "qdq_baseline", NULL);
-    o.progress = on_step;
+    o.node_filter_list = cli_value(args, "node_filter_list", NULL);
+    progress = (struct cli_autotune_progress){
+        .f = stderr, .bar = isatty(STDERR_FILENO), .verbose = cli_has(args, "verbose")};
+    if (progress.verbose) qp_log_set_hook(verbose_log, NULL);
+    o.progress = cli_autotune_progress_step;
+    o.progress_user = &progress;
     o.stop = &stop_requested;
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
@@ -237,6 +292,7 @@ int cli_autotune_run(const struct cli_args *args) {
     struct qp_autotune_report *r = NULL;
     enum qp_status st = qp_autotune(&o, &r, &err);
     sigaction(SIGINT, &old, NULL);
+    cli_autotune_progress_end(&progress);
     if (st != QP_OK) {
         rc = cli_fail(&err);
     } else if (r->interrupted) {
