@@ -6,8 +6,10 @@
  * patterns -> one calibration of every insertion point's tensor (the data given, else synthetic
  * data as quantize uses) -> for each pattern, largest total node count first: schemes (the pattern
  *   cache's first, then generated ones), each applied to every instance of the pattern over the
- *   current best placement, written with those ranges and raced against the current best
- *   (autotune/compare.h); adopted only on a FASTER verdict -> the performance guard: the best
+ *   current best placement (with node_filter_list: every instance that has a matching node;
+ *   patterns without one are not searched), written with those ranges and raced against the
+ *   current best (autotune/compare.h); adopted only on a FASTER verdict; a pattern whose current
+ *   scheme is the pattern cache's best stops after cache_patience lost races -> the guard: the best
  *   model raced against the model without Q/DQ at the same high precision, kept only when at
  *   least guard_min_effect faster -> output_dir: placement.json, optimized_final.onnx, log.jsonl,
  *   pattern_cache.json.
