@@ -45,6 +45,11 @@ const struct cli_opt cli_autotune_opts[] = {
     {"m", CLI_ALIAS, "onnx_path", NULL},
     {"o", CLI_ALIAS, "output_dir", NULL},
     {"s", CLI_ALIAS, "schemes_per_region", NULL},
+    {"max_output_drift", CLI_VALUE, "D",
+     "reject schemes whose output drift (kl_div, as sensitivity's) is > D (or the seed's)"},
+    {"eval_data_path", CLI_VALUE, "FILE|DIR",
+     "samples the drift is measured on (default: the calibration data, else synthetic)"},
+    {"drift_samples", CLI_VALUE, "N", "the first N evaluation samples (32; 0: all)"},
     {0},
 };
 
@@ -59,7 +64,11 @@ const char cli_autotune_details[] =
     "same high precision. --output_dir receives placement.json, optimized_final.onnx,\n"
     "log.jsonl (one line per race), pattern_cache.json and autotune_state.json: every race,\n"
     "so that the same command after Ctrl-C (exit 130) or a kill replays them instead of\n"
-    "measuring again. Progress goes to stderr, the summary to stdout.\n";
+    "measuring again. Every placement's output drift from the float model (kl_div, summed over\n"
+    "outputs, as sensitivity's --max_output_drift) is measured before its race; with\n"
+    "--max_output_drift D a scheme over D (or over the seed's drift, when the seed is over D)\n"
+    "is rejected unraced. pareto.json holds the latency/drift frontier of the placements\n"
+    "measured. Progress goes to stderr, the summary to stdout.\n";
 
 static int bad_usage(const char *fmt, const char *a) {
     fprintf(stderr, "qplace autotune: ");
@@ -78,6 +87,26 @@ static int parse_count(const struct cli_args *a, const char *flag, long lo, long
     if (errno || !*s || *end || v < lo || v > hi) return 0;
     *out = v;
     return 1;
+}
+
+/* --max_output_drift (sensitivity's grammar: a non-negative number), --eval_data_path and
+ * --drift_samples; 0 or the exit code. */
+static int drift_options(const struct cli_args *a, struct qp_autotune_options *o) {
+    const char *s = cli_value(a, "max_output_drift", NULL);
+    if (s) {
+        char *end = NULL;
+        errno = 0;
+        double d = strtod(s, &end);
+        if (end == s || *end || errno || !isfinite(d) || !(d >= 0))
+            return bad_usage("--max_output_drift: '%s' is not a non-negative number", s);
+        o->max_output_drift = d;
+    }
+    long v = QP_AUTOTUNE_DRIFT_SAMPLES;
+    if (!parse_count(a, "drift_samples", 0, 1L << 30, &v))
+        return bad_usage("--drift_samples: '%s' is not a count", cli_value(a, "drift_samples", ""));
+    o->drift_samples = (size_t)v;
+    o->eval_data_path = cli_value(a, "eval_data_path", NULL);
+    return 0;
 }
 
 static volatile sig_atomic_t stop_requested;
@@ -190,6 +219,28 @@ static int make_backend(const struct cli_args *a, int warmup, struct qp_latency_
     return st == QP_OK ? 0 : cli_fail(&err);
 }
 
+/* Drift lines and the latency/drift frontier of pareto.json. */
+static void print_accuracy(const struct qp_autotune_report *r) {
+    printf("  drift           kl_div on %llu samples of the %s: seed %.4g, final %.4g\n",
+           (unsigned long long)r->drift_samples, r->drift_source, r->seed_drift, r->final_drift);
+    if (r->max_output_drift >= 0 && r->seed_over_bound)
+        printf("  drift bound     WARNING: the seed's drift %.4g already exceeds "
+               "--max_output_drift %g; schemes were held to the seed's drift instead (%zu "
+               "rejected)\n",
+               r->seed_drift, r->max_output_drift, r->n_rejected_drift);
+    else if (r->max_output_drift >= 0)
+        printf("  drift bound     %g: %zu schemes rejected unraced\n", r->max_output_drift,
+               r->n_rejected_drift);
+    printf("  frontier        latency/drift (pareto.json), fastest first:\n");
+    printf("      median ms        drift  placement\n");
+    for (size_t i = 0; i < r->n_frontier; i++) {
+        const struct qp_autotune_front *f = &r->frontier[i];
+        printf("    %11.4f  %11.4g  %s", f->median_ms, f->drift, f->label);
+        if (f->pattern >= 0) printf(" (pattern %ld, %zu points)", f->pattern, f->n_points_on);
+        printf("%s\n", f->final ? "  <- optimized_final.onnx" : "");
+    }
+}
+
 static void print_summary(const struct qp_autotune_report *r, const struct qp_latency_backend *b) {
     printf("autotune: %zu regions, %zu patterns, %zu insertion points (%s calibration)\n",
            r->n_regions, r->n_patterns, r->n_points, r->calibration_source);
@@ -220,10 +271,12 @@ static void print_summary(const struct qp_autotune_report *r, const struct qp_la
            qp_latency_verdict_name(r->guard.verdict), r->guard.p_value,
            r->guard_passed ? "optimized_final.onnx holds the Q/DQ model"
                            : "not 1.02x faster: optimized_final.onnx is the model without Q/DQ");
+    print_accuracy(r);
     printf("  output          %s/{placement.json, optimized_final.onnx, log.jsonl, "
-           "pattern_cache.json, autotune_state.json}\n",
+           "pattern_cache.json, pareto.json, autotune_state.json}\n",
            r->output_dir);
-    printf("  time            %.1f s\n", r->seconds);
+    printf("  time            %.1f s (%.1f s of it measuring drift)\n", r->seconds,
+           r->drift_seconds);
 }
 
 int cli_autotune_run(const struct cli_args *args) {
@@ -276,6 +329,10 @@ int cli_autotune_run(const struct cli_args *args) {
     o.backend = b;
     o.state_file = cli_value(args, "state_file", NULL);
     o.qdq_baseline = cli_value(args, "qdq_baseline", NULL);
+    if ((rc = drift_options(args, &o)) != 0) {
+        qp_latency_backend_free(b);
+        return rc;
+    }
     o.node_filter_list = cli_value(args, "node_filter_list", NULL);
     progress = (struct cli_autotune_progress){
         .f = stderr, .bar = isatty(STDERR_FILENO), .verbose = cli_has(args, "verbose")};

@@ -1,6 +1,7 @@
 /* What qplace autotune prints while it searches (autotune_progress.h). */
 #include "autotune_progress.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "autotune/compare.h"
@@ -26,12 +27,22 @@ void cli_autotune_bar_format(const struct qp_autotune_step *s, char *buf, size_t
 
 void cli_autotune_line_format(const struct qp_autotune_step *s, char *buf, size_t size) {
     if (!size) return;
+    if (s->rejected_drift) {
+        snprintf(buf, size,
+                 "autotune: pattern %zu/%zu, scheme %zu/%zu: drift %.4g over the bound, rejected "
+                 "unraced%s [%.1f s, ETA %.0f s]",
+                 s->pattern_k, s->n_patterns, s->scheme_j, s->n_schemes, s->drift,
+                 s->replayed ? " (from the state file)" : "", s->elapsed_s, s->eta_s);
+        return;
+    }
+    char drift[48] = "";
+    if (isfinite(s->drift)) snprintf(drift, sizeof drift, ", drift %.4g", s->drift);
     snprintf(buf, size,
-             "autotune: pattern %zu/%zu, scheme %zu/%zu: %.4f ms vs best %.4f ms, %s%s%s "
+             "autotune: pattern %zu/%zu, scheme %zu/%zu: %.4f ms vs best %.4f ms, %s%s%s%s "
              "[%.1f s, ETA %.0f s]",
              s->pattern_k, s->n_patterns, s->scheme_j, s->n_schemes, s->cand_median_ms,
              s->best_median_ms, qp_latency_verdict_name(s->verdict), s->adopted ? ", adopted" : "",
-             s->replayed ? " (from the state file)" : "", s->elapsed_s, s->eta_s);
+             drift, s->replayed ? " (from the state file)" : "", s->elapsed_s, s->eta_s);
 }
 
 /* "{0,2,5}" of the scheme's points into buf, "..." when it does not fit. */
@@ -58,14 +69,25 @@ void cli_autotune_verbose_format(const struct qp_autotune_step *s, char *buf, si
     if (!size) return;
     char pts[256];
     format_points(s, pts, sizeof pts);
+    const char *sig = s->signature ? s->signature : "?",
+               *src = s->from_cache ? " (pattern cache)" : "";
+    const char *rep = s->replayed ? " (from the state file)" : "";
+    if (s->rejected_drift) {
+        snprintf(buf, size,
+                 "autotune: pattern %zu/%zu '%s' scheme %zu/%zu%s points %s of %zu: drift %.4g "
+                 "over the bound, rejected unraced%s",
+                 s->pattern_k, s->n_patterns, sig, s->scheme_j, s->n_schemes, src, pts, s->n_points,
+                 s->drift, rep);
+        return;
+    }
+    char drift[48] = "";
+    if (isfinite(s->drift)) snprintf(drift, sizeof drift, ", drift %.4g", s->drift);
     snprintf(buf, size,
              "autotune: pattern %zu/%zu '%s' scheme %zu/%zu%s points %s of %zu: candidate "
-             "%.4f ms, best %.4f ms (medians), p %.3g: %s%s%s",
-             s->pattern_k, s->n_patterns, s->signature ? s->signature : "?", s->scheme_j,
-             s->n_schemes, s->from_cache ? " (pattern cache)" : "", pts, s->n_points,
+             "%.4f ms, best %.4f ms (medians), p %.3g: %s%s%s%s",
+             s->pattern_k, s->n_patterns, sig, s->scheme_j, s->n_schemes, src, pts, s->n_points,
              s->cand_median_ms, s->best_median_ms, s->p_value, qp_latency_verdict_name(s->verdict),
-             s->adopted ? ", adopted" : ", not adopted",
-             s->replayed ? " (from the state file)" : "");
+             s->adopted ? ", adopted" : ", not adopted", drift, rep);
 }
 
 void cli_autotune_progress_clear(struct cli_autotune_progress *p) {

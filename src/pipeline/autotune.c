@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,8 @@ void qp_autotune_options_default(struct qp_autotune_options *o) {
     qp_latency_race_options_default(&o->race);
     o->guard_min_effect = 0.02;
     o->cache_patience = 2;
+    o->max_output_drift = -1;
+    o->drift_samples = QP_AUTOTUNE_DRIFT_SAMPLES;
 }
 
 void qp_autotune_report_free(struct qp_autotune_report *r) {
@@ -53,6 +56,7 @@ void qp_autotune_report_free(struct qp_autotune_report *r) {
     free(r->output_dir);
     qp_placement_free(r->best);
     qp_placement_free(r->seed);
+    free(r->frontier);
     free(r);
 }
 
@@ -76,6 +80,17 @@ struct tune {
     size_t step;
     int last_replayed; /* the race being logged came from the state file */
     int *region_in;    /* node_filter_list: region r is searched; NULL: every region */
+    /* Accuracy (autotune_drift.h): the evaluator, the state file's drift header when it
+     * describes the same measurement (else its drifts are measured again), the best's drift
+     * and the scheme it came from, and every measured placement for pareto.json. */
+    struct qp_autotune_drift *drift;
+    cJSON *prev_drift;
+    int prev_drift_ok;
+    double bound; /* < 0: none */
+    long best_pattern;
+    cJSON *best_points;
+    cJSON *measured;
+    cJSON *best_entry; /* the adopted scheme's entry in `measured` (borrowed); NULL: the seed */
 };
 
 static char *join(const char *dir, const char *name) {
@@ -126,10 +141,11 @@ static double median_of(const double *x, size_t n) {
     return m;
 }
 
-/* One log.jsonl line; a write failure is QP_ERR_IO. */
+/* One log.jsonl line: a race (res), a scheme that could not be measured (error) or one over
+ * the drift bound (neither). A write failure is QP_ERR_IO. */
 static enum qp_status log_line(struct tune *t, size_t pattern, const char *source,
                                const uint64_t *bits, const struct qp_latency_race_result *res,
-                               int adopted, const char *error, struct qp_error *err) {
+                               int adopted, const char *error, double drift, struct qp_error *err) {
     const struct qp_pattern *pat = &t->rs->patterns[pattern];
     cJSON *o = cJSON_CreateObject(), *pts = cJSON_CreateArray();
     if (!o || !pts) goto nomem;
@@ -152,12 +168,16 @@ static enum qp_status log_line(struct tune *t, size_t pattern, const char *sourc
         cJSON_AddNumberToObject(o, "rounds", (double)res->n_rounds);
         cJSON_AddNumberToObject(o, "p_value", res->verdict.p_value);
         cJSON_AddStringToObject(o, "verdict", qp_latency_verdict_name(res->verdict.verdict));
-    } else {
+    } else if (error) {
         cJSON_AddStringToObject(o, "verdict", "error");
-        cJSON_AddStringToObject(o, "error", error ? error : "");
+        cJSON_AddStringToObject(o, "error", error);
+    } else {
+        cJSON_AddStringToObject(o, "verdict", "rejected_drift");
+        cJSON_AddNumberToObject(o, "drift_bound", t->bound);
     }
+    if (isfinite(drift)) cJSON_AddNumberToObject(o, "drift", drift);
     cJSON_AddBoolToObject(o, "adopted", adopted);
-    if (res) cJSON_AddBoolToObject(o, "resumed", t->last_replayed);
+    if (!error) cJSON_AddBoolToObject(o, "resumed", t->last_replayed);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!s) goto nomem;
@@ -243,10 +263,13 @@ static int state_replay(struct tune *t, const struct qp_pattern *pat, const uint
     return 1;
 }
 
-/* Appends a step to the state and writes the file atomically. */
+static enum qp_status state_write(struct tune *t, struct qp_error *err);
+
+/* Appends a step to the state and writes the file atomically: a race (res), or a scheme
+ * rejected by the drift bound (res NULL). */
 static enum qp_status state_record(struct tune *t, const struct qp_pattern *pat,
                                    const uint64_t *bits, const struct qp_latency_race_result *res,
-                                   struct qp_error *err) {
+                                   double drift, int adopted, struct qp_error *err) {
     cJSON *o = cJSON_CreateObject();
     if (!o || !cJSON_AddItemToArray(t->steps, o)) {
         cJSON_Delete(o);
@@ -254,12 +277,23 @@ static enum qp_status state_record(struct tune *t, const struct qp_pattern *pat,
     }
     cJSON_AddStringToObject(o, "signature", pat->signature);
     cJSON_AddItemToObject(o, "points", points_json(bits, pat->n_points));
-    cJSON_AddItemToObject(o, "candidate_ms",
-                          cJSON_CreateDoubleArray(res->cand_ms, (int)res->n_cand));
-    cJSON_AddItemToObject(o, "best_ms", cJSON_CreateDoubleArray(res->best_ms, (int)res->n_best));
-    cJSON_AddNumberToObject(o, "rounds", (double)res->n_rounds);
-    cJSON_AddNumberToObject(o, "p_value", res->verdict.p_value);
-    cJSON_AddStringToObject(o, "verdict", qp_latency_verdict_name(res->verdict.verdict));
+    if (res) {
+        cJSON_AddItemToObject(o, "candidate_ms",
+                              cJSON_CreateDoubleArray(res->cand_ms, (int)res->n_cand));
+        cJSON_AddItemToObject(o, "best_ms",
+                              cJSON_CreateDoubleArray(res->best_ms, (int)res->n_best));
+        cJSON_AddNumberToObject(o, "rounds", (double)res->n_rounds);
+        cJSON_AddNumberToObject(o, "p_value", res->verdict.p_value);
+    }
+    cJSON_AddStringToObject(o, "verdict",
+                            res ? qp_latency_verdict_name(res->verdict.verdict) : "rejected_drift");
+    if (isfinite(drift)) cJSON_AddNumberToObject(o, "drift", drift);
+    cJSON_AddBoolToObject(o, "adopted", adopted);
+    return state_write(t, err);
+}
+
+/* Writes the state file atomically. */
+static enum qp_status state_write(struct tune *t, struct qp_error *err) {
     char *text = cJSON_PrintUnformatted(t->state);
     size_t n = strlen(t->state_path) + 8;
     char *tmp = malloc(n);
@@ -336,9 +370,209 @@ static enum qp_status state_open(struct tune *t, struct qp_error *err) {
                             t->state_path, model->valuestring, t->o->onnx_path);
     }
     t->prev = cJSON_DetachItemViaPointer(doc, steps);
+    t->prev_drift = cJSON_DetachItemFromObjectCaseSensitive(doc, "drift");
     cJSON_Delete(doc);
     t->prev_valid = 1;
     return QP_OK;
+}
+
+/* ---- accuracy: drift per placement (autotune_drift.h) ----------------------------------- */
+
+/* What the drifts of a state file were measured on; a state measured otherwise is replayed
+ * for its races only, its drifts measured again. */
+static cJSON *drift_header(const struct tune *t) {
+    cJSON *h = cJSON_CreateObject();
+    const char *path = qp_autotune_drift_path(t->drift);
+    if (!h) return NULL;
+    cJSON_AddStringToObject(h, "metric", "kl_div");
+    cJSON_AddStringToObject(h, "source", qp_autotune_drift_source(t->drift));
+    if (path)
+        cJSON_AddStringToObject(h, "path", path);
+    else
+        cJSON_AddNullToObject(h, "path");
+    cJSON_AddNumberToObject(h, "samples", (double)qp_autotune_drift_samples(t->drift));
+    cJSON_AddNumberToObject(h, "quant_type", (double)t->o->quant_mode);
+    return h;
+}
+
+/* The seed's drift (replayed from the state when it measured the same way), the bound, and
+ * the state's drift header. */
+static enum qp_status drift_setup(struct tune *t, struct qp_error *err) {
+    struct qp_autotune_report *r = t->r;
+    cJSON *h = drift_header(t);
+    if (!h) return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    cJSON *pd = cJSON_DetachItemFromObjectCaseSensitive(t->prev_drift, "seed_drift");
+    t->prev_drift_ok = t->prev_drift && cJSON_Compare(t->prev_drift, h, 1);
+    enum qp_status st = QP_OK;
+    if (t->prev_drift_ok && cJSON_IsNumber(pd) && isfinite(pd->valuedouble))
+        r->seed_drift = pd->valuedouble;
+    else
+        st = qp_autotune_drift_measure(t->drift, r->seed, &r->seed_drift, err);
+    cJSON_Delete(pd);
+    if (st != QP_OK) {
+        cJSON_Delete(h);
+        return qp_error_prefix(err, "autotune: the seed placement");
+    }
+    cJSON_AddNumberToObject(h, "seed_drift", r->seed_drift);
+    cJSON_AddItemToObject(t->state, "drift", h);
+    r->max_output_drift = t->o->max_output_drift;
+    r->seed_over_bound = r->max_output_drift >= 0 && r->seed_drift > r->max_output_drift;
+    t->bound = r->max_output_drift < 0 ? -1
+               : r->seed_over_bound    ? r->seed_drift
+                                       : r->max_output_drift;
+    r->drift_bound = t->bound;
+    r->best_drift = r->seed_drift;
+    r->drift_source = qp_autotune_drift_source(t->drift);
+    r->drift_path = qp_autotune_drift_path(t->drift);
+    r->drift_samples = qp_autotune_drift_samples(t->drift);
+    t->best_pattern = -1;
+    return QP_OK;
+}
+
+/* The drift step t->step of the state file recorded for this scheme, when it matches. */
+static int drift_replay(const struct tune *t, const struct qp_pattern *pat, const uint64_t *bits,
+                        double *drift) {
+    if (!t->prev_valid || !t->prev_drift_ok) return 0;
+    const cJSON *st = cJSON_GetArrayItem(t->prev, (int)t->step);
+    const cJSON *sig = cJSON_GetObjectItemCaseSensitive(st, "signature");
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(st, "drift");
+    if (!cJSON_IsString(sig) || strcmp(sig->valuestring, pat->signature) != 0 ||
+        !cJSON_IsNumber(d) || !isfinite(d->valuedouble))
+        return 0;
+    cJSON *want = points_json(bits, pat->n_points);
+    int ok = want && cJSON_Compare(cJSON_GetObjectItemCaseSensitive(st, "points"), want, 1);
+    cJSON_Delete(want);
+    if (ok) *drift = d->valuedouble;
+    return ok;
+}
+
+/* A replayed step whose decision differs from the state's (another bound): the search takes
+ * another way from here, so the rest of the state is not replayed. */
+static void replay_decision(struct tune *t, size_t step, int adopted) {
+    const cJSON *a =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(t->prev, (int)step), "adopted");
+    if (cJSON_IsBool(a) && cJSON_IsTrue(a) != adopted) t->prev_valid = 0;
+}
+
+/* Appends a measured placement to pareto.json's list. */
+static enum qp_status measured_add(struct tune *t, const char *label, double ms, double drift,
+                                   long pattern, const char *sig, cJSON *points, int final,
+                                   struct qp_error *err) {
+    cJSON *e = qp_autotune_pareto_entry(label, ms, drift, pattern, sig, points);
+    if (!e || !cJSON_AddBoolToObject(e, "final", final) || !cJSON_AddItemToArray(t->measured, e)) {
+        cJSON_Delete(e);
+        return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    }
+    return QP_OK;
+}
+
+/* Marks entry e (NULL: none) as the placement optimized_final.onnx holds. */
+static void mark_final(cJSON *e) {
+    if (e) cJSON_ReplaceItemInObjectCaseSensitive(e, "final", cJSON_CreateTrue());
+}
+
+enum { DRIFT_RACE = 0, DRIFT_REJECTED, DRIFT_FAILED, DRIFT_STOP };
+
+/* The drift of scheme `bits` of pattern p applied as `cand` (replayed or measured) into
+ * *drift, and what follows in *what: DRIFT_RACE, DRIFT_REJECTED (over the bound: logged and
+ * recorded, not raced), DRIFT_FAILED (not measurable: logged) or DRIFT_STOP (Ctrl-C). */
+static enum qp_status scheme_drift(struct tune *t, size_t p, const uint64_t *bits,
+                                   const struct qp_placement *cand, int from_cache, double *drift,
+                                   int *what, struct qp_error *err) {
+    const struct qp_pattern *pat = &t->rs->patterns[p];
+    const char *source = from_cache ? "cache" : "generated";
+    int replayed = drift_replay(t, pat, bits, drift);
+    *what = DRIFT_RACE;
+    if (!replayed) {
+        if (t->o->stop && *t->o->stop) {
+            t->r->interrupted = 1;
+            *what = DRIFT_STOP;
+            return QP_OK;
+        }
+        struct qp_error derr = {0};
+        enum qp_status st = qp_autotune_drift_measure(t->drift, cand, drift, &derr);
+        if (st == QP_ERR_BAD_INPUT) {
+            *what = DRIFT_FAILED;
+            t->r->n_skipped++;
+            return log_line(t, p, source, bits, NULL, 0, derr.msg, NAN, err);
+        }
+        if (st != QP_OK) {
+            *err = derr;
+            return st;
+        }
+        t->r->n_drift_measured++;
+    } else {
+        t->r->n_drift_replayed++;
+    }
+    if (!(t->bound >= 0 && *drift > t->bound)) return QP_OK;
+    *what = DRIFT_REJECTED;
+    t->r->n_rejected_drift++;
+    t->last_replayed = replayed;
+    if (replayed) replay_decision(t, t->step, 0);
+    t->step++;
+    enum qp_status st = state_record(t, pat, bits, NULL, *drift, 0, err);
+    if (st == QP_OK) st = log_line(t, p, source, bits, NULL, 0, NULL, *drift, err);
+    return st;
+}
+
+/* The progress callback for a scheme rejected by the drift bound. */
+static void progress_rejected(const struct tune *t, size_t p, size_t k, size_t n_order, size_t j,
+                              size_t n, size_t done, size_t planned, const uint64_t *scheme,
+                              double drift) {
+    int replayed = t->last_replayed;
+    if (!t->o->progress) return;
+    double el = qp_clock_seconds() - t->t0;
+    struct qp_autotune_step s = {
+        .pattern_k = k + 1,
+        .n_patterns = n_order,
+        .scheme_j = j + 1,
+        .n_schemes = n,
+        .elapsed_s = el,
+        .eta_s = planned > done ? el / (double)done * (double)(planned - done) : 0,
+        .verdict = QP_LATENCY_UNRESOLVED,
+        .drift = drift,
+        .rejected_drift = 1,
+        .replayed = replayed,
+        .signature = t->rs->patterns[p].signature,
+        .points = scheme,
+        .n_points = t->rs->patterns[p].n_points,
+        .races_done = done,
+        .races_planned = planned,
+    };
+    t->o->progress(&s, t->o->progress_user);
+}
+
+/* pareto.json: the seed, every raced scheme (already listed), the best as the guard measured
+ * it and the model without Q/DQ; the frontier into the report. */
+static enum qp_status write_pareto(struct tune *t, struct qp_error *err) {
+    struct qp_autotune_report *r = t->r;
+    int kept = r->guard_passed;
+    cJSON *bp = t->best_points ? cJSON_Duplicate(t->best_points, 1) : NULL;
+    const char *bsig = t->best_pattern >= 0 ? t->rs->patterns[t->best_pattern].signature : NULL;
+    enum qp_status st = measured_add(t, "seed", r->seed_median_ms, r->seed_drift, -1, NULL, NULL,
+                                     kept && !t->best_entry, err);
+    if (kept) mark_final(t->best_entry);
+    if (st == QP_OK)
+        st = measured_add(t, "best", r->guard.median_a_ms, r->best_drift, t->best_pattern, bsig, bp,
+                          kept, err);
+    else
+        cJSON_Delete(bp);
+    if (st == QP_OK)
+        st = measured_add(t, "without_qdq", r->reference_median_ms, 0, -1, NULL, NULL, !kept, err);
+    r->final_drift = kept ? r->best_drift : 0;
+    char *path = join(r->output_dir, "pareto.json");
+    if (st == QP_OK && !path) st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    struct qp_autotune_pareto_meta meta = {
+        .model = t->o->onnx_path,
+        .max_output_drift = t->o->max_output_drift,
+        .source = r->drift_source,
+        .path = r->drift_path,
+        .samples = r->drift_samples,
+    };
+    if (st == QP_OK)
+        st = qp_autotune_pareto_write(t->measured, path, &meta, &r->frontier, &r->n_frontier, err);
+    free(path);
+    return st;
 }
 
 /* Patterns in search order: largest total node count (over all instances) first. */
@@ -418,18 +652,20 @@ static size_t planned_schemes(size_t n_points, size_t max) {
 }
 
 /* A race just run or replayed, accounted for: the state file, the result's medians, the
- * pattern cache and log.jsonl. *adopt: the candidate was faster. */
+ * pattern cache, pareto.json's list and log.jsonl. *adopt: the candidate was faster (its
+ * drift, within the bound, was checked before the race). */
 static enum qp_status account_race(struct tune *t, size_t p, const uint64_t *scheme,
                                    const uint64_t *cur, int from_cache, int replayed,
-                                   const struct qp_latency_race_result *res, int *adopt,
-                                   struct qp_error *err) {
+                                   const struct qp_latency_race_result *res, double drift,
+                                   int *adopt, struct qp_error *err) {
     const struct qp_pattern *pat = &t->rs->patterns[p];
+    *adopt = res->verdict.verdict == QP_LATENCY_FASTER;
+    if (replayed) replay_decision(t, t->step, *adopt);
     t->step++;
     t->last_replayed = replayed;
     t->r->n_replayed += (size_t)replayed;
-    enum qp_status st = state_record(t, pat, scheme, res, err);
+    enum qp_status st = state_record(t, pat, scheme, res, drift, *adopt, err);
     if (st != QP_OK) return st;
-    *adopt = res->verdict.verdict == QP_LATENCY_FASTER;
     double cm = median_of(res->cand_ms, res->n_cand), bm = median_of(res->best_ms, res->n_best);
     if (t->r->n_measured == 0) t->r->seed_median_ms = bm;
     t->r->n_measured++;
@@ -437,14 +673,26 @@ static enum qp_status account_race(struct tune *t, size_t p, const uint64_t *sch
     if (t->cache_out && ((st = qp_pattern_cache_add(t->cache_out, pat, scheme, cm, err)) != QP_OK ||
                          (st = qp_pattern_cache_add(t->cache_out, pat, cur, bm, err)) != QP_OK))
         return st;
-    return log_line(t, p, from_cache ? "cache" : "generated", scheme, res, *adopt, NULL, err);
+    if ((st = measured_add(t, "scheme", cm, drift, (long)p, pat->signature,
+                           points_json(scheme, pat->n_points), 0, err)) != QP_OK)
+        return st;
+    if (*adopt) {
+        t->best_entry = cJSON_GetArrayItem(t->measured, cJSON_GetArraySize(t->measured) - 1);
+        t->r->best_drift = drift;
+        t->best_pattern = (long)p;
+        cJSON_Delete(t->best_points);
+        if (!(t->best_points = points_json(scheme, pat->n_points)))
+            return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    }
+    return log_line(t, p, from_cache ? "cache" : "generated", scheme, res, *adopt, NULL, drift,
+                    err);
 }
 
 /* The progress callback after race (k, j) of n_order patterns and n schemes. */
 static void progress_step(const struct tune *t, size_t p, size_t k, size_t n_order, size_t j,
                           size_t n, size_t done, size_t planned, const uint64_t *scheme,
                           int from_cache, const struct qp_latency_race_result *res, int adopt,
-                          int replayed) {
+                          int replayed, double drift) {
     if (!t->o->progress) return;
     double el = qp_clock_seconds() - t->t0;
     struct qp_autotune_step s = {
@@ -466,6 +714,7 @@ static void progress_step(const struct tune *t, size_t p, size_t k, size_t n_ord
         .from_cache = from_cache,
         .races_done = done,
         .races_planned = planned,
+        .drift = drift,
     };
     t->o->progress(&s, t->o->progress_user);
 }
@@ -539,6 +788,20 @@ static void log_pattern(const struct tune *t, size_t p, size_t k, size_t n_order
            k + 1, n_order, pat->signature, pat->n_instances, searched, pat->n_points, n, cached);
 }
 
+/* The candidate just raced (its model at cand_path) becomes the best; `cand` is transferred. */
+static enum qp_status adopt_candidate(struct tune *t, struct qp_placement *cand,
+                                      struct qp_placement **best, struct qp_error *err) {
+    if (rename(t->cand_path, t->best_path) != 0) {
+        qp_placement_free(cand);
+        return qp_error_set(err, QP_ERR_IO, "autotune: cannot rename '%s': %s", t->cand_path,
+                            strerror(errno));
+    }
+    qp_placement_free(*best);
+    *best = cand;
+    t->r->n_adopted++;
+    return QP_OK;
+}
+
 /* Measures the schemes of pattern p (k-th of n in the search order). */
 static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_order, size_t *done,
                                    size_t *planned, struct qp_placement **best,
@@ -579,7 +842,7 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
             t->r->n_skipped++;
             (*done)++;
             if ((st = log_line(t, p, from_cache[j] ? "cache" : "generated", list[j], NULL, 0,
-                               werr.msg, err)) != QP_OK)
+                               werr.msg, NAN, err)) != QP_OK)
                 goto done;
             continue;
         }
@@ -587,6 +850,17 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
             *err = werr;
             qp_placement_free(cand);
             goto done;
+        }
+        double drift = NAN;
+        int what = DRIFT_RACE;
+        st = scheme_drift(t, p, list[j], cand, from_cache[j], &drift, &what, err);
+        if (st != QP_OK || what != DRIFT_RACE) {
+            qp_placement_free(cand);
+            if (st != QP_OK || what == DRIFT_STOP) goto done;
+            (*done)++;
+            if (what == DRIFT_REJECTED)
+                progress_rejected(t, p, k, n_order, j, n, *done, *planned, list[j], drift);
+            continue;
         }
         struct qp_latency_race_result res;
         int replayed = state_replay(t, pat, list[j], &res);
@@ -603,32 +877,24 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
             }
         }
         int adopt = 0;
-        st = account_race(t, p, list[j], cur, from_cache[j], replayed, &res, &adopt, err);
+        st = account_race(t, p, list[j], cur, from_cache[j], replayed, &res, drift, &adopt, err);
         (*done)++;
         if (st == QP_OK)
             progress_step(t, p, k, n_order, j, n, *done, *planned, list[j], from_cache[j], &res,
-                          adopt, replayed);
+                          adopt, replayed, drift);
         qp_latency_race_result_release(&res);
         if (st != QP_OK) {
             qp_placement_free(cand);
             goto done;
         }
-        if (adopt) {
-            if (rename(t->cand_path, t->best_path) != 0) {
-                qp_placement_free(cand);
-                st = qp_error_set(err, QP_ERR_IO, "autotune: cannot rename '%s': %s", t->cand_path,
-                                  strerror(errno));
-                goto done;
-            }
-            qp_placement_free(*best);
-            *best = cand;
-            memcpy(cur, list[j], words * sizeof *cur);
-            t->r->n_adopted++;
-            losses = 0;
-        } else {
+        if (!adopt) {
             qp_placement_free(cand);
             losses++;
+            continue;
         }
+        if ((st = adopt_candidate(t, cand, best, err)) != QP_OK) goto done;
+        memcpy(cur, list[j], words * sizeof *cur);
+        losses = 0;
     }
 done:
     free(list);
@@ -770,6 +1036,18 @@ static enum qp_status prepare(struct tune *t, struct qp_error *err) {
         st = qp_calibrate(t->m, data, &co, &t->ranges, NULL, err);
     }
     qp_provider_free(data);
+    if (st == QP_OK) {
+        struct qp_autotune_drift_options dop = {
+            .eval_data_path = o->eval_data_path,
+            .calibration_data_path = o->calibration_data_path,
+            .calibration_shapes = o->calibration_shapes,
+            .data = o->data,
+            .max_samples = o->drift_samples,
+            .quant_mode = o->quant_mode,
+            .n_threads = o->n_threads,
+        };
+        st = qp_autotune_drift_open(t->m, every, t->ranges, &dop, &t->drift, err);
+    }
     qp_placement_free(every);
     return st;
 }
@@ -818,7 +1096,8 @@ static enum qp_status finish(struct tune *t, struct qp_placement *best, struct q
             qp_error_set(err, QP_ERR_IO, "autotune: cannot write '%s': %s", final, strerror(errno));
         goto done;
     }
-    st = qp_pattern_cache_save_file(t->cache_out, pc, err);
+    if ((st = qp_pattern_cache_save_file(t->cache_out, pc, err)) != QP_OK) goto done;
+    st = write_pareto(t, err);
 done:
     qp_placement_free(none);
     free(final);
@@ -837,7 +1116,10 @@ enum qp_status qp_autotune(const struct qp_autotune_options *o,
     if ((unsigned)o->mode >= QP_AUTOTUNE_MODE_COUNT || !(o->guard_min_effect >= 0) ||
         (unsigned)o->quant_mode >= QP_QUANT_MODE_COUNT)
         return qp_error_set(err, QP_ERR_USAGE, "autotune: bad mode or guard effect");
-    struct tune t = {.o = o, .t0 = qp_clock_seconds()};
+    if (!isfinite(o->max_output_drift))
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "autotune: max_output_drift must be a finite number (< 0: no bound)");
+    struct tune t = {.o = o, .t0 = qp_clock_seconds(), .bound = -1, .best_pattern = -1};
     size_t *order = NULL;
     struct qp_placement *best = NULL;
     enum qp_status st = QP_OK;
@@ -853,6 +1135,11 @@ enum qp_status qp_autotune(const struct qp_autotune_options *o,
         goto fail;
     }
     if ((st = state_open(&t, err)) != QP_OK) goto fail; /* read before anything is written */
+    if (!(t.measured = cJSON_CreateArray())) {
+        st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+        goto fail;
+    }
+    if ((st = drift_setup(&t, err)) != QP_OK) goto fail;
     if ((st = make_dir(t.r->output_dir, err)) != QP_OK) goto fail;
     char *log_path = join(t.r->output_dir, "log.jsonl");
     t.cand_path = join(t.r->output_dir, ".autotune.candidate.onnx");
@@ -904,6 +1191,11 @@ fail:
     free(t.state_path);
     cJSON_Delete(t.state);
     cJSON_Delete(t.prev);
+    cJSON_Delete(t.prev_drift);
+    cJSON_Delete(t.best_points);
+    cJSON_Delete(t.measured);
+    if (t.r) t.r->drift_seconds = qp_autotune_drift_seconds(t.drift);
+    qp_autotune_drift_free(t.drift);
     qp_placement_free(best);
     qp_pattern_cache_free(t.cache_in);
     qp_pattern_cache_free(t.cache_out);

@@ -12,7 +12,8 @@
  *   scheme is the pattern cache's best stops after cache_patience lost races -> the guard: the best
  *   model raced against the model without Q/DQ at the same high precision, kept only when at
  *   least guard_min_effect faster -> output_dir: placement.json, optimized_final.onnx, log.jsonl,
- *   pattern_cache.json.
+ *   pattern_cache.json, pareto.json. Every placement also gets its output drift (before its
+ *   race; autotune_drift.h), and schemes over max_output_drift are rejected unraced.
  *
  * Internal header (no public qplace/autotune.h yet).
  *
@@ -33,6 +34,7 @@
 
 #include "autotune/compare.h"
 #include "autotune/latency.h"
+#include "pipeline/autotune_drift.h"
 #include "placement/placement.h"
 #include "qplace/calib.h"
 #include "qplace/dtype.h"
@@ -58,7 +60,9 @@ struct qp_autotune_step {
     double cand_median_ms, best_median_ms;
     enum qp_latency_verdict_kind verdict;
     int adopted;
-    int replayed; /* the race came from the state file, not measured */
+    int replayed;       /* the race came from the state file, not measured */
+    double drift;       /* the candidate's output drift (NaN: not measured) */
+    int rejected_drift; /* over the drift bound: not raced (medians 0) */
     /* for verbose output and a progress bar */
     const char *signature;  /* the pattern's (borrowed for the callback) */
     const uint64_t *points; /* the candidate scheme: bit k = point k (autotune/scheme.h) */
@@ -106,6 +110,14 @@ struct qp_autotune_options {
      * scheme is the cache entry's best stops after this many further races in a row lost.
      * Default 2; 0: never stop early. */
     size_t cache_patience;
+    /* Accuracy (docs/autotune.md, "Accuracy"): the whole-model output drift of the seed and of
+     * every scheme, before it is raced (pipeline/autotune_drift.h: kl_div, sensitivity's
+     * budget metric), on eval_data_path, else the calibration data, else synthetic data with
+     * seed 2; the first drift_samples samples (0: all). A scheme whose drift exceeds the bound
+     * max(max_output_drift, the seed's drift) is not raced nor adopted. */
+    double max_output_drift;    /* < 0 (default): no bound; drift is measured all the same */
+    const char *eval_data_path; /* NULL: as above */
+    size_t drift_samples;       /* default QP_AUTOTUNE_DRIFT_SAMPLES */
 };
 
 void qp_autotune_options_default(struct qp_autotune_options *o);
@@ -126,6 +138,18 @@ struct qp_autotune_report {
     const char *calibration_source; /* "synthetic" or the data's kind (static) */
     size_t n_regions_filtered;      /* regions left to the seed by node_filter_list */
     size_t n_cache_stops;           /* patterns stopped early on the pattern cache's best */
+    /* Accuracy: drift of the seed, of the search's best and of what optimized_final.onnx holds
+     * (0 when the guard kept the model without Q/DQ), schemes rejected by the bound. */
+    double max_output_drift, drift_bound; /* as asked, and max(it, seed_drift); < 0: none */
+    double seed_drift, best_drift, final_drift;
+    int seed_over_bound; /* the seed's drift exceeds max_output_drift */
+    size_t n_rejected_drift;
+    size_t n_drift_measured, n_drift_replayed; /* scheme drifts measured / from the state */
+    const char *drift_source, *drift_path;     /* autotune_drift.h; borrowed */
+    uint64_t drift_samples;
+    double drift_seconds;               /* opening the evaluator and every measurement */
+    size_t n_frontier;                  /* pareto.json's frontier, fastest first */
+    struct qp_autotune_front *frontier; /* owned */
 };
 
 void qp_autotune_report_free(struct qp_autotune_report *r);

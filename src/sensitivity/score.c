@@ -943,27 +943,78 @@ uint64_t qp_sens_top1_agree(const float *ref, const float *q, size_t n, size_t l
     return agree;
 }
 
+/* Per-output sums of whole-model measurements: the metric, the samples, top-1 agreement. */
+struct step_acc {
+    double *sums, *cnt;
+    uint64_t *agree, *rows;
+};
+
+static void step_acc_free(struct step_acc *a) {
+    free(a->sums);
+    free(a->cnt);
+    free(a->agree);
+    free(a->rows);
+}
+
+static enum qp_status step_acc_init(struct step_acc *a, size_t n_out, struct qp_error *err) {
+    size_t no = n_out + 1;
+    a->sums = calloc(no, sizeof *a->sums);
+    a->cnt = calloc(no, sizeof *a->cnt);
+    a->agree = calloc(no, sizeof *a->agree);
+    a->rows = calloc(no, sizeof *a->rows);
+    if (a->sums && a->cnt && a->agree && a->rows) return QP_OK;
+    step_acc_free(a);
+    return nomem(err);
+}
+
+/* Worker 0's run of the current batch (against c->ref) added to the sums. */
+static enum qp_status step_acc_add(struct sens_ctx *c, struct step_acc *a, struct qp_error *err) {
+    struct sens_worker *w = &c->wk[0];
+    for (size_t i = 0; i < c->n_out; i++) {
+        if (!c->out_float[i]) continue;
+        a->sums[i] += w->acc[i];
+        a->cnt[i] += (double)c->samples[i];
+        size_t last = c->last_dim[i];
+        if (!last) continue;
+        struct qp_array v;
+        enum qp_status st = qp_session_output(w->s, i, &v, err);
+        if (st != QP_OK) return st;
+        a->agree[i] += qp_sens_top1_agree(c->ref[i], v.data, c->ref_n[i], last);
+        a->rows[i] += c->ref_n[i] / last;
+    }
+    return QP_OK;
+}
+
+static void step_acc_finish(const struct step_acc *a, size_t n_out,
+                            struct qp_sens_budget_step *out) {
+    out->drift = 0;
+    out->top1 = -1;
+    for (size_t i = 0; i < n_out; i++) {
+        if (a->cnt[i] > 0) out->drift += a->sums[i] / a->cnt[i];
+        double t = a->rows[i] ? (double)a->agree[i] / (double)a->rows[i] : -1;
+        if (a->rows[i] && (out->top1 < 0 || t < out->top1)) out->top1 = t;
+    }
+}
+
+/* Fails naming the first entry that is not masked out and cannot be overlaid. */
+static enum qp_status check_unmasked(const struct sens_ctx *c, const unsigned char *mask,
+                                     struct qp_error *err) {
+    for (size_t e = 0; e < c->n_entries; e++)
+        if (!mask[e] && c->entry_err[e])
+            return qp_error_set(err, QP_ERR_BAD_INPUT, "sensitivity budget: %s", c->entry_err[e]);
+    return QP_OK;
+}
+
 /* The whole model with the full placement minus the masked entries, over every batch: the
  * metric summed over outputs (mean per sample) and the least top-1 agreement of the outputs
  * that hold class scores (-1 when none does). */
 static enum qp_status measure_budget(struct sens_ctx *c, const unsigned char *mask,
                                      struct qp_sens_budget_step *out, struct qp_error *err) {
-    for (size_t e = 0; e < c->n_entries; e++) {
-        if (mask[e]) continue;
-        if (c->entry_err[e])
-            return qp_error_set(err, QP_ERR_BAD_INPUT, "sensitivity budget: %s", c->entry_err[e]);
-    }
-    size_t no = c->n_out + 1;
-    double *sums = calloc(no, sizeof *sums), *cnt = calloc(no, sizeof *cnt);
-    uint64_t *agree = calloc(no, sizeof *agree), *rows = calloc(no, sizeof *rows);
-    if (!sums || !cnt || !agree || !rows) {
-        free(sums);
-        free(cnt);
-        free(agree);
-        free(rows);
-        return nomem(err);
-    }
-    enum qp_status st = qp_provider_reset(c->prov, err);
+    enum qp_status st = check_unmasked(c, mask, err);
+    if (st != QP_OK) return st;
+    struct step_acc a;
+    if ((st = step_acc_init(&a, c->n_out, err)) != QP_OK) return st;
+    st = qp_provider_reset(c->prov, err);
     const struct qp_array *batch = NULL;
     int end = 0;
     while (st == QP_OK) {
@@ -973,31 +1024,10 @@ static enum qp_status measure_budget(struct sens_ctx *c, const unsigned char *ma
         for (size_t e = 0; e < c->n_entries; e++)
             w->apply[e] = !mask[e];
         if ((st = ctx_probe(c, w, 0, err)) != QP_OK) break;
-        for (size_t i = 0; st == QP_OK && i < c->n_out; i++) {
-            if (!c->out_float[i]) continue;
-            sums[i] += w->acc[i];
-            cnt[i] += (double)c->samples[i];
-            size_t last = c->last_dim[i];
-            if (!last) continue;
-            struct qp_array v;
-            if ((st = qp_session_output(w->s, i, &v, err)) != QP_OK) break;
-            agree[i] += qp_sens_top1_agree(c->ref[i], v.data, c->ref_n[i], last);
-            rows[i] += c->ref_n[i] / last;
-        }
+        st = step_acc_add(c, &a, err);
     }
-    if (st == QP_OK) {
-        out->drift = 0;
-        out->top1 = -1;
-        for (size_t i = 0; i < c->n_out; i++) {
-            if (cnt[i] > 0) out->drift += sums[i] / cnt[i];
-            double t = rows[i] ? (double)agree[i] / (double)rows[i] : -1;
-            if (rows[i] && (out->top1 < 0 || t < out->top1)) out->top1 = t;
-        }
-    }
-    free(sums);
-    free(cnt);
-    free(agree);
-    free(rows);
+    if (st == QP_OK) step_acc_finish(&a, c->n_out, out);
+    step_acc_free(&a);
     return st;
 }
 
@@ -1128,6 +1158,168 @@ done:
     ctx_free(&c);
     free(mask);
     if (steps != steps_out) free(steps);
+    return st;
+}
+
+/* ---- whole-model drift of sub-placements (qp_sens_eval) ------------------------------------- */
+
+/* One batch's float reference, as ctx_reference leaves it in the context. */
+struct eval_batch {
+    float **ref;
+    size_t *ref_n, *samples, *last_dim;
+    int *out_float;
+    uint64_t rows;
+};
+
+struct qp_sens_eval {
+    struct sens_ctx c;
+    struct qp_sens_options o;
+    size_t n_batches;
+    struct eval_batch *b;
+    uint64_t n_samples;
+};
+
+static void eval_batch_free(struct eval_batch *b, size_t n_out) {
+    for (size_t i = 0; b->ref && i < n_out; i++)
+        free(b->ref[i]);
+    free(b->ref);
+    free(b->ref_n);
+    free(b->samples);
+    free(b->last_dim);
+    free(b->out_float);
+}
+
+void qp_sens_eval_free(struct qp_sens_eval *ev) {
+    if (!ev) return;
+    for (size_t k = 0; k < ev->n_batches; k++)
+        eval_batch_free(&ev->b[k], ev->c.n_out);
+    free(ev->b);
+    ctx_free(&ev->c);
+    free(ev);
+}
+
+uint64_t qp_sens_eval_n_samples(const struct qp_sens_eval *ev) {
+    return ev ? ev->n_samples : 0;
+}
+
+/* The context's current reference (after ctx_reference) copied into *b. */
+static enum qp_status eval_keep(const struct sens_ctx *c, struct eval_batch *b,
+                                struct qp_error *err) {
+    size_t no = c->n_out + 1;
+    b->ref = calloc(no, sizeof *b->ref);
+    b->ref_n = calloc(no, sizeof *b->ref_n);
+    b->samples = calloc(no, sizeof *b->samples);
+    b->last_dim = calloc(no, sizeof *b->last_dim);
+    b->out_float = calloc(no, sizeof *b->out_float);
+    if (!b->ref || !b->ref_n || !b->samples || !b->last_dim || !b->out_float) return nomem(err);
+    memcpy(b->ref_n, c->ref_n, c->n_out * sizeof *b->ref_n);
+    memcpy(b->samples, c->samples, c->n_out * sizeof *b->samples);
+    memcpy(b->last_dim, c->last_dim, c->n_out * sizeof *b->last_dim);
+    memcpy(b->out_float, c->out_float, c->n_out * sizeof *b->out_float);
+    b->rows = c->rows;
+    for (size_t i = 0; i < c->n_out; i++) {
+        if (!c->out_float[i]) continue;
+        if (!(b->ref[i] = malloc((c->ref_n[i] ? c->ref_n[i] : 1) * sizeof(float))))
+            return nomem(err);
+        memcpy(b->ref[i], c->ref[i], c->ref_n[i] * sizeof(float));
+    }
+    return QP_OK;
+}
+
+enum qp_status qp_sens_eval_create(const struct qp_model *model, const struct qp_placement *pl,
+                                   struct qp_provider *prov, const struct qp_ranges *ranges,
+                                   const struct qp_sens_options *o, struct qp_sens_eval **out,
+                                   struct qp_error *err) {
+    *out = NULL;
+    struct qp_sens_eval *ev = calloc(1, sizeof *ev);
+    if (!ev) return nomem(err);
+    ev->o = *o;
+    ev->o.progress = NULL;
+    enum qp_status st = ctx_init(&ev->c, model, pl, prov, ranges, &ev->o, err);
+    const struct qp_array *batch = NULL;
+    int end = 0;
+    size_t cap = 0;
+    while (st == QP_OK) {
+        if ((st = qp_provider_next(prov, &batch, &end, err)) != QP_OK || end) break;
+        if (ev->n_batches == cap) {
+            struct eval_batch *nb = qp_realloc_n(ev->b, cap = cap ? 2 * cap : 4, sizeof *nb);
+            if (!nb) {
+                st = nomem(err);
+                break;
+            }
+            ev->b = nb;
+        }
+        struct eval_batch *b = &ev->b[ev->n_batches];
+        memset(b, 0, sizeof *b);
+        ev->n_batches++;
+        if ((st = ctx_reference(&ev->c, batch, 0, err)) != QP_OK) break;
+        st = eval_keep(&ev->c, b, err);
+        ev->n_samples += b->rows;
+    }
+    if (st != QP_OK) {
+        qp_sens_eval_free(ev);
+        return st;
+    }
+    *out = ev;
+    return QP_OK;
+}
+
+/* Points the context's reference fields at batch b's (the context's own are saved in *save). */
+static void eval_swap(struct sens_ctx *c, struct eval_batch *b) {
+    float **r = c->ref;
+    size_t *rn = c->ref_n, *sm = c->samples, *ld = c->last_dim;
+    int *of = c->out_float;
+    c->ref = b->ref;
+    c->ref_n = b->ref_n;
+    c->samples = b->samples;
+    c->last_dim = b->last_dim;
+    c->out_float = b->out_float;
+    b->ref = r;
+    b->ref_n = rn;
+    b->samples = sm;
+    b->last_dim = ld;
+    b->out_float = of;
+    uint64_t rows = c->rows;
+    c->rows = b->rows;
+    b->rows = rows;
+}
+
+enum qp_status qp_sens_eval_measure(struct qp_sens_eval *ev, const unsigned char *quantized,
+                                    struct qp_sens_budget_step *out, struct qp_error *err) {
+    struct sens_ctx *c = &ev->c;
+    struct sens_worker *w = &c->wk[0];
+    for (size_t e = 0; e < c->n_entries; e++)
+        if (quantized[e] && c->entry_err[e])
+            return qp_error_set(err, QP_ERR_BAD_INPUT, "drift: %s", c->entry_err[e]);
+    struct step_acc a;
+    enum qp_status st = step_acc_init(&a, c->n_out, err);
+    if (st != QP_OK) return st;
+    if ((st = qp_provider_reset(c->prov, err)) == QP_OK) {
+        qp_session_set_threads(w->s, ev->o.n_threads);
+        qp_session_set_cache(w->s, 0);
+    }
+    const struct qp_array *batch = NULL;
+    int end = 0;
+    for (size_t k = 0; st == QP_OK && k < ev->n_batches; k++) {
+        if ((st = qp_provider_next(c->prov, &batch, &end, err)) != QP_OK) break;
+        if (end) {
+            st = qp_error_set(err, QP_ERR_INTERNAL,
+                              "drift: the data has fewer batches than "
+                              "at the start");
+            break;
+        }
+        for (size_t i = 0; i < c->n_in; i++)
+            c->in[i] = batch[c->in_map[i]];
+        memcpy(w->apply, quantized, c->n_entries);
+        eval_swap(c, &ev->b[k]); /* the kept reference is the context's for the run */
+        if ((st = ctx_probe(c, w, 0, err)) == QP_OK) st = step_acc_add(c, &a, err);
+        eval_swap(c, &ev->b[k]);
+    }
+    if (st == QP_OK) {
+        step_acc_finish(&a, c->n_out, out);
+        out->measured = 1;
+    }
+    step_acc_free(&a);
     return st;
 }
 

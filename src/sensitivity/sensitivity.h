@@ -244,6 +244,40 @@ enum qp_status qp_sens_budget(const struct qp_model *model, const struct qp_plac
                               struct qp_sens_budget_step *steps_out, int *met_out,
                               struct qp_placement **placement_out, struct qp_error *err);
 
+/* ---- whole-model drift of sub-placements --------------------------------------------------- */
+
+/* The whole model under sub-placements of one placement `pl`, on every sample of a provider,
+ * measured as the accuracy budget measures a step (qp_sens_budget: the options' metric, mean per
+ * sample, summed over the float outputs; the least top-1 agreement of the class-score outputs).
+ * One session holds an overlay per entry of `pl`, planned once; the float reference outputs of
+ * every batch are computed once, at creation, and kept, so a measurement is one full quantized
+ * run per batch. For a search that measures many placements drawn from one set of entries
+ * (autotune's schemes).
+ *
+ *     struct qp_sens_eval *ev = NULL;
+ *     if (qp_sens_eval_create(model, every, prov, ranges, &o, &ev, &err) != QP_OK) ...
+ *     // quantized[e]: entry e of `every` (edges first, then n_edges + weight index) is on
+ *     struct qp_sens_budget_step s;
+ *     if (qp_sens_eval_measure(ev, quantized, &s, &err) != QP_OK) ... s.drift ...
+ *     qp_sens_eval_free(ev);
+ */
+struct qp_sens_eval;
+
+/* `model`, `pl`, `prov` and `ranges` are borrowed for the evaluator's lifetime. QP_ERR_BAD_INPUT
+ * (no batches, no float output), QP_ERR_USAGE (bad options), QP_ERR_NOMEM, the engine's. */
+enum qp_status qp_sens_eval_create(const struct qp_model *model, const struct qp_placement *pl,
+                                   struct qp_provider *prov, const struct qp_ranges *ranges,
+                                   const struct qp_sens_options *o, struct qp_sens_eval **out,
+                                   struct qp_error *err);
+/* The model with the entries marked in `quantized` (one byte per entry of `pl`) quantized, into
+ * *out (`measured` set). QP_ERR_BAD_INPUT naming the entry when a marked entry cannot be
+ * overlaid (no calibrated range, a weight without float data). */
+enum qp_status qp_sens_eval_measure(struct qp_sens_eval *ev, const unsigned char *quantized,
+                                    struct qp_sens_budget_step *out, struct qp_error *err);
+/* Samples a measurement covers (the rows of every batch's first input). */
+uint64_t qp_sens_eval_n_samples(const struct qp_sens_eval *ev);
+void qp_sens_eval_free(struct qp_sens_eval *ev);
+
 /* The placement `pl` minus the entries whose mask[e] is set (edges first, then n_edges + weight
  * index, as a target's entries), as a new placement in *out. QP_ERR_NOMEM. */
 enum qp_status qp_sens_placement_minus(const struct qp_placement *pl, const unsigned char *mask,

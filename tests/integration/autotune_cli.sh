@@ -1,8 +1,9 @@
 #!/bin/bash
 # qplace autotune end to end on tests/integration/quantize_models/resnet_like.onnx with synthetic
 # data: the five outputs, placement.json taken by quantize --placement_in, optimized_final.onnx
-# the same placement as placement.json (diff SAME), log.jsonl lines JSON, a rerun replaying
-# autotune_state.json, the pattern cache reused; bad input writes nothing.
+# the same placement as placement.json (diff SAME), log.jsonl lines JSON, pareto.json's frontier,
+# a rerun replaying autotune_state.json, the pattern cache reused, --max_output_drift rejecting
+# schemes; bad input writes nothing.
 # Usage: autotune_cli.sh QPLACE
 set -u
 Q=$1
@@ -16,7 +17,8 @@ sum_before=$(md5sum "$M" | cut -d' ' -f1)
 O=$T/out1
 expect 0 "$Q" autotune --onnx_path "$M" --mode quick --schemes_per_region 2 --timing_runs 5 \
     --threads 2 --output_dir "$O"
-for f in placement.json optimized_final.onnx log.jsonl pattern_cache.json autotune_state.json; do
+for f in placement.json optimized_final.onnx log.jsonl pattern_cache.json autotune_state.json \
+    pareto.json; do
     [ -s "$O/$f" ] || fail "$f missing or empty"
 done
 ls -A "$O" | grep -q '^\.autotune' && fail "temporary files left in the output folder"
@@ -37,7 +39,30 @@ for l in lines:
         assert d["candidate_median_ms"] > 0 and d["best_median_ms"] > 0
         assert d["verdict"] in ("faster", "slower", "unresolved")
         assert d["adopted"] == (d["verdict"] == "faster")
+        assert d["drift"] >= 0, "drift of a raced scheme"
 PYEOF
+"$PY" - "$O/pareto.json" <<'PYEOF' || fail "pareto.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["format"] == "qplace.autotune_pareto" and d["version"] == 1 and d["metric"] == "kl_div"
+assert d["max_output_drift"] is None and d["evaluation"]["samples"] >= 1
+fr, allm = d["frontier"], d["measured"]
+labels = [e["label"] for e in allm]
+assert labels.count("seed") == 1 and labels.count("best") == 1 and "without_qdq" in labels
+def dom(b, a):
+    return (b["median_ms"] <= a["median_ms"] and b["drift"] <= a["drift"] and
+            (b["median_ms"] < a["median_ms"] or b["drift"] < a["drift"]))
+assert fr and [e["median_ms"] for e in fr] == sorted(e["median_ms"] for e in fr)
+for e in fr:
+    assert e["median_ms"] > 0 and e["drift"] >= 0 and e in allm
+    assert not any(dom(x, e) for x in allm), e
+for x in allm:
+    assert x in fr or any(dom(e, x) for e in fr), x
+    if x["label"] == "scheme":
+        assert isinstance(x["pattern"], int) and all(isinstance(k, int) for k in x["points"])
+PYEOF
+grep -q '^  frontier .*pareto.json' "$T/out" || fail "summary: frontier table"
+grep -Eq '^  drift  *kl_div on [0-9]+ samples of the synthetic data' "$T/out" || fail "summary: drift"
 "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['format']=='qplace.pattern_cache' and d['patterns']" \
     "$O/pattern_cache.json" || fail "pattern_cache.json"
 expect 0 "$Q" diff "$O/optimized_final.onnx" "$O/placement.json"
@@ -56,6 +81,24 @@ grep -Eq "^  schemes  *$n1 measured \($n1 from the state file\)" "$T/out" || fai
 grep -q '"resumed":false' "$O/log.jsonl" && fail "resume: a race was measured again"
 grep -o '"points":\[[0-9,]*\].*"adopted":[a-z]*' "$O/log.jsonl" | sed 's/"candidate_ms.*"adopted"/ /' >"$T/decisions2"
 [ -s "$T/decisions1" ] && cmp -s "$T/decisions1" "$T/decisions2" || fail "resume: other decisions"
+
+# 2b. --max_output_drift 0: the seed is over the bound, said so; schemes over the seed's drift
+#     are rejected unraced and logged with their drift.
+expect 0 "$Q" autotune --onnx_path "$M" --mode quick --schemes_per_region 4 --timing_runs 5 \
+    --threads 2 --output_dir "$T/drift" --max_output_drift 0
+grep -q "WARNING: the seed's drift .* already exceeds --max_output_drift 0" "$T/out" ||
+    fail "drift bound: seed over the bound not said"
+grep -q '"verdict":"rejected_drift"' "$T/drift/log.jsonl" || fail "drift bound: no scheme rejected"
+"$PY" - "$T/drift/log.jsonl" "$T/drift/pareto.json" <<'PYEOF' || fail "drift bound: log/pareto"
+import json, sys
+seed = [e for e in json.load(open(sys.argv[2]))["measured"] if e["label"] == "seed"][0]["drift"]
+for l in open(sys.argv[1]).read().splitlines():
+    d = json.loads(l)
+    if d["verdict"] == "rejected_drift":
+        assert d["drift"] > seed and not d["adopted"] and "candidate_ms" not in d
+    elif d["verdict"] != "error":
+        assert d["drift"] <= seed
+PYEOF
 
 # 3. The pattern cache of run 1 seeds another run.
 expect 0 "$Q" autotune --onnx_path "$M" --mode quick --schemes_per_region 2 --timing_runs 5 \
@@ -110,6 +153,16 @@ grep -q "holds no Q/DQ node" "$T/err" || fail "float baseline message"
 expect 0 "$Q" autotune --onnx_path "$M" --qdq_baseline "$T/trt.onnx" --schemes_per_region 1 \
     --timing_runs 5 --output_dir "$T/base"
 grep -Eq '^  schemes  *0 measured' "$T/out" || fail "trt baseline: schemes measured"
+for d in -1 abc nan inf 1e999 ""; do
+    expect 1 "$Q" autotune --onnx_path "$M" --max_output_drift "$d" --output_dir "$T/bad8"
+    grep -q "max_output_drift: '.*' is not a non-negative number" "$T/err" ||
+        fail "--max_output_drift $d: message"
+    [ -e "$T/bad8" ] && fail "--max_output_drift $d: output folder created"
+done
+expect 1 "$Q" autotune --onnx_path "$M" --drift_samples many --output_dir "$T/bad9"
+[ -e "$T/bad9" ] && fail "bad --drift_samples: output folder created"
+expect 2 "$Q" autotune --onnx_path "$M" --eval_data_path "$T/missing.npz" --output_dir "$T/bad10"
+[ -e "$T/bad10" ] && fail "missing --eval_data_path: output folder created"
 echo '{"format": "qplace.pattern_cache", "version": 1, "patterns": 3}' >"$T/bad_cache.json"
 expect 2 "$Q" autotune --onnx_path "$M" --pattern_cache "$T/bad_cache.json" --output_dir "$T/bad5"
 [ -e "$T/bad5" ] && fail "bad pattern cache: output folder created"

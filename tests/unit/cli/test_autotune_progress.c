@@ -7,6 +7,7 @@
 
 #include <cmocka.h>
 
+#include <math.h>
 #include <string.h>
 
 #include "../../../src/cli/autotune_progress.c"
@@ -31,6 +32,7 @@ static struct qp_autotune_step step(size_t done, size_t planned, double eta) {
         .p_value = 0.0012,
         .races_done = done,
         .races_planned = planned,
+        .drift = NAN,
     };
     return s;
 }

@@ -1,6 +1,7 @@
 /* The autotune driver's decisions on the `fixed` latency backend (pipeline/autotune.h): a scheme
  * the backend makes faster is adopted and kept through the guard; when nothing is faster the
- * search ends on the seed and the guard keeps the model without Q/DQ. */
+ * search ends on the seed and the guard keeps the model without Q/DQ; a faster scheme over
+ * --max_output_drift is rejected unraced; pareto.json's frontier; resume with drifts. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -182,6 +183,7 @@ static void target_scheme(struct tset *out) {
 }
 
 static enum qp_quant_mode g_mode = QP_QUANT_INT8;
+static double g_max_drift = -1;
 
 /* What a run may change from the defaults of run_from. */
 static const char *g_model = MODEL, *g_cache, *g_filter;
@@ -204,6 +206,7 @@ static struct qp_autotune_report *run_from(struct world *w, const char *dir, con
     o.n_threads = 1;
     o.race.runs_per_round = 5;
     o.race.max_rounds = 3;
+    o.max_output_drift = g_max_drift;
     struct qp_autotune_report *r = NULL;
     enum qp_status st = qp_autotune(&o, &r, &err);
     if (st != QP_OK) fprintf(stderr, "%s\n", err.msg);
@@ -217,10 +220,10 @@ static struct qp_autotune_report *run(struct world *w, const char *dir) {
 }
 
 static void rm_dir(const char *dir) {
-    const char *files[] = {"placement.json", "optimized_final.onnx", "log.jsonl",
-                           "pattern_cache.json", "autotune_state.json"};
+    const char *files[] = {"placement.json",     "optimized_final.onnx", "log.jsonl",
+                           "pattern_cache.json", "autotune_state.json",  "pareto.json"};
     char path[4200];
-    for (size_t i = 0; i < 5; i++) {
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
         unlink(path);
     }
@@ -523,11 +526,212 @@ static void test_node_filter(void **state) {
     unlink(filter);
 }
 
+static cJSON *load_json(const char *path) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char text[1 << 20];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = 0;
+    cJSON *doc = cJSON_Parse(text);
+    assert_non_null(doc);
+    return doc;
+}
+
+static double jnum(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    assert_true(cJSON_IsNumber(v));
+    return v->valuedouble;
+}
+
+/* b beats a on latency and drift, strictly on one of them. */
+static int dominates(const cJSON *b, const cJSON *a) {
+    double bm = jnum(b, "median_ms"), bd = jnum(b, "drift");
+    double am = jnum(a, "median_ms"), ad = jnum(a, "drift");
+    return bm <= am && bd <= ad && (bm < am || bd < ad);
+}
+
+/* The log.jsonl line of the raced or rejected scheme whose points are the target's. */
+static int log_has_rejected(const char *path, double bound) {
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char line[1 << 16];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        cJSON *o = cJSON_Parse(line);
+        assert_non_null(o);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "verdict");
+        if (cJSON_IsString(v) && strcmp(v->valuestring, "rejected_drift") == 0) {
+            assert_true(jnum(o, "drift") > bound);
+            assert_false(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "adopted")));
+            n++;
+        }
+        cJSON_Delete(o);
+    }
+    fclose(f);
+    return n;
+}
+
+/* The scheme the backend makes faster is adopted without a drift bound; with a bound under its
+ * drift it is rejected unraced (the seed stays), also when the seed itself is over the bound
+ * (bound 0: the seed's drift is the bound then). */
+static void test_drift_rejects(void **state) {
+    (void)state;
+    struct world w = {.any_fast = 1};
+    target_scheme(&w.fast);
+    const char *dir = QP_TEST_BINARY_DIR "/autotune_drift";
+    rm_dir(dir);
+    struct qp_autotune_report *a = run(&w, dir);
+    assert_int_equal(a->n_adopted, 1);
+    assert_int_equal(a->n_rejected_drift, 0);
+    assert_true(a->seed_drift > 0 && a->best_drift > a->seed_drift); /* the test's premise */
+    assert_true(a->n_drift_measured >= a->n_measured);
+    for (int pass = 0; pass < 2; pass++) {
+        rm_dir(dir);
+        g_max_drift = pass == 0 ? (a->seed_drift + a->best_drift) / 2 : 0;
+        w.n_samples = 0;
+        struct qp_autotune_report *b = run(&w, dir);
+        g_max_drift = -1;
+        assert_int_equal(b->n_adopted, 0);
+        assert_true(qp_placement_equal(b->best, b->seed));
+        assert_true(b->n_rejected_drift >= 1);
+        assert_true(b->n_measured + b->n_rejected_drift <= a->n_measured + a->n_rejected_drift);
+        assert_int_equal(b->seed_over_bound, pass == 1);
+        assert_true(b->drift_bound ==
+                    (pass == 0 ? (a->seed_drift + a->best_drift) / 2 : b->seed_drift));
+        assert_true(log_has_rejected(QP_TEST_BINARY_DIR "/autotune_drift/log.jsonl",
+                                     b->drift_bound) == (int)b->n_rejected_drift);
+        qp_autotune_report_free(b);
+    }
+    qp_autotune_report_free(a);
+    tset_clear(&w.fast);
+    rm_dir(dir);
+}
+
+/* pareto.json: the frontier is non-dominated among every measured placement, every other one
+ * is dominated by a frontier entry, and the seed is on it or dominated by one of it. */
+static void test_pareto(void **state) {
+    (void)state;
+    struct world w = {.any_fast = 1};
+    target_scheme(&w.fast);
+    const char *dir = QP_TEST_BINARY_DIR "/autotune_pareto";
+    rm_dir(dir);
+    struct qp_autotune_report *r = run(&w, dir);
+    cJSON *doc = load_json(QP_TEST_BINARY_DIR "/autotune_pareto/pareto.json");
+    const cJSON *fr = cJSON_GetObjectItemCaseSensitive(doc, "frontier");
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(doc, "measured");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(doc, "format")->valuestring,
+                        "qplace.autotune_pareto");
+    assert_true(cJSON_GetArraySize(fr) >= 1);
+    assert_int_equal((size_t)cJSON_GetArraySize(fr), r->n_frontier);
+    /* seed + each race + best + without_qdq */
+    assert_int_equal(cJSON_GetArraySize(all), (int)r->n_measured + 3);
+    const cJSON *e, *x, *seed = NULL;
+    double prev = 0;
+    cJSON_ArrayForEach(e, fr) {
+        assert_true(jnum(e, "median_ms") >= prev); /* fastest first */
+        prev = jnum(e, "median_ms");
+        cJSON_ArrayForEach(x, all) assert_false(dominates(x, e));
+    }
+    cJSON_ArrayForEach(x, all) {
+        const char *label = cJSON_GetObjectItemCaseSensitive(x, "label")->valuestring;
+        if (strcmp(label, "seed") == 0) seed = x;
+        if (strcmp(label, "scheme") == 0)
+            assert_true(cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(x, "points")));
+        int on = 0, beaten = 0;
+        cJSON_ArrayForEach(e, fr) {
+            on |= cJSON_Compare(e, x, 1);
+            beaten |= dominates(e, x);
+        }
+        assert_true(on || beaten);
+    }
+    assert_non_null(seed);
+    assert_true(jnum(seed, "drift") == r->seed_drift);
+    /* the adopted scheme's race and the guard's measurement of it: optimized_final.onnx */
+    int n_final = 0;
+    cJSON_ArrayForEach(x, all) {
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "final"))) continue;
+        n_final++;
+        assert_true(jnum(x, "drift") == r->final_drift);
+        assert_true(cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(x, "points")));
+    }
+    assert_true(r->guard_passed);
+    assert_int_equal(n_final, 2);
+    /* the adopted scheme (0.5x) beats the seed on latency: the seed is not on the frontier
+     * unless its drift is lower */
+    cJSON_Delete(doc);
+    qp_autotune_report_free(r);
+    tset_clear(&w.fast);
+    rm_dir(dir);
+}
+
+/* With a drift bound that rejects schemes, a state cut after two steps resumes to the
+ * uninterrupted run's result, measuring only the drifts it lacks; the whole state replays every
+ * drift (none measured) and gives the same pareto.json frontier. */
+static void test_resume_drift(void **state) {
+    (void)state;
+    struct world w = {.any_fast = 1};
+    target_scheme(&w.fast);
+    const char *dir = QP_TEST_BINARY_DIR "/autotune_resume_drift";
+    rm_dir(dir);
+    struct qp_autotune_report *a0 = run(&w, dir); /* for the bound */
+    double bound = (a0->seed_drift + a0->best_drift) / 2;
+    qp_autotune_report_free(a0);
+    rm_dir(dir);
+    g_max_drift = bound;
+    struct qp_autotune_report *a = run(&w, dir);
+    assert_true(a->n_rejected_drift >= 1);
+    size_t steps = a->n_measured + a->n_rejected_drift;
+    cJSON *pa = load_json(QP_TEST_BINARY_DIR "/autotune_resume_drift/pareto.json");
+    truncate_state(QP_TEST_BINARY_DIR "/autotune_resume_drift/autotune_state.json", 2);
+    struct qp_autotune_report *b = run(&w, dir);
+    assert_int_equal(b->n_drift_replayed, 2);
+    assert_int_equal(b->n_drift_measured + b->n_drift_replayed,
+                     a->n_drift_measured + a->n_drift_replayed);
+    assert_int_equal(b->n_rejected_drift, a->n_rejected_drift);
+    assert_int_equal(b->n_adopted, a->n_adopted);
+    assert_true(qp_placement_equal(b->best, a->best));
+    assert_true(b->seed_drift == a->seed_drift && b->best_drift == a->best_drift);
+    struct qp_autotune_report *c = run(&w, dir);
+    g_max_drift = -1;
+    assert_int_equal(c->n_drift_measured, 0);
+    assert_int_equal(c->n_drift_replayed, steps);
+    assert_int_equal(c->n_rejected_drift, a->n_rejected_drift);
+    assert_true(qp_placement_equal(c->best, a->best));
+    cJSON *pc = load_json(QP_TEST_BINARY_DIR "/autotune_resume_drift/pareto.json");
+    const cJSON *ma = cJSON_GetObjectItemCaseSensitive(pa, "measured");
+    const cJSON *mc = cJSON_GetObjectItemCaseSensitive(pc, "measured");
+    assert_int_equal(cJSON_GetArraySize(ma), cJSON_GetArraySize(mc));
+    for (int i = 0; i < cJSON_GetArraySize(ma); i++) {
+        const cJSON *x = cJSON_GetArrayItem(ma, i), *y = cJSON_GetArrayItem(mc, i);
+        const char *label = cJSON_GetObjectItemCaseSensitive(x, "label")->valuestring;
+        assert_string_equal(label, cJSON_GetObjectItemCaseSensitive(y, "label")->valuestring);
+        assert_true(jnum(x, "drift") == jnum(y, "drift"));
+        assert_true(cJSON_Compare(cJSON_GetObjectItemCaseSensitive(x, "points"),
+                                  cJSON_GetObjectItemCaseSensitive(y, "points"), 1));
+        if (strcmp(label, "scheme") == 0) /* replayed races: the same medians */
+            assert_true(jnum(x, "median_ms") == jnum(y, "median_ms"));
+    }
+    cJSON_Delete(pa);
+    cJSON_Delete(pc);
+    qp_autotune_report_free(a);
+    qp_autotune_report_free(b);
+    qp_autotune_report_free(c);
+    tset_clear(&w.fast);
+    rm_dir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_one_faster),  cmocka_unit_test(test_none_faster),
-        cmocka_unit_test(test_resume),      cmocka_unit_test(test_stop),
-        cmocka_unit_test(test_fp8),         cmocka_unit_test(test_cache_cuts_races),
+        cmocka_unit_test(test_one_faster),
+        cmocka_unit_test(test_none_faster),
+        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_stop),
+        cmocka_unit_test(test_fp8),
+        cmocka_unit_test(test_drift_rejects),
+        cmocka_unit_test(test_pareto),
+        cmocka_unit_test(test_resume_drift),
+        cmocka_unit_test(test_cache_cuts_races),
         cmocka_unit_test(test_node_filter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

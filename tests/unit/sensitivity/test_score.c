@@ -542,6 +542,62 @@ static void test_budget(void **state) {
     fixture_free(&f);
 }
 
+/* qp_sens_eval measures a sub-placement exactly as the budget measures its steps (same drift
+ * and top-1, bit for bit), with the float reference of every batch computed once: the full
+ * placement, the placement without the most sensitive target, and nothing quantized. */
+static void test_eval(void **state) {
+    (void)state;
+    struct fixture f;
+    fixture_load(&f, "sens_small.placement.json");
+    struct qp_sens_options o;
+    opts_default(&o);
+    o.granularity = QP_SENS_NODE;
+    struct qp_sens_result *r = score(&f, &o);
+    const struct qp_sens_target *ln = find(r, "ln");
+    size_t n = r->n_targets, idx = (size_t)(ln - r->targets), order[8], sizes[8];
+    const size_t *groups[8];
+    order[0] = idx; /* ln first, then the others in target order */
+    for (size_t i = 0, k = 1; i < n; i++)
+        if (i != idx) order[k++] = i;
+    for (size_t i = 0; i < n; i++) {
+        groups[i] = &order[i];
+        sizes[i] = 1;
+    }
+    struct qp_error err = {0};
+    struct qp_sens_budget_step st[9];
+    size_t k = 0;
+    int met = 0;
+    struct qp_sens_groups gs = {.n = n, .members = groups, .sizes = sizes};
+    struct qp_sens_budget_goal goal = {.max_drift = 0, .min_top1 = 0}; /* measures 0, 1, .. n */
+    assert_int_equal(
+        qp_sens_budget(f.m, f.pl, f.prov, f.ranges, &o, r, &gs, &goal, &k, st, &met, NULL, &err),
+        QP_OK);
+    assert_true(st[0].measured && st[1].measured && st[n].measured);
+    struct qp_sens_eval *ev = NULL;
+    assert_int_equal(qp_sens_eval_create(f.m, f.pl, f.prov, f.ranges, &o, &ev, &err), QP_OK);
+    assert_true(qp_sens_eval_n_samples(ev) == r->n_samples);
+    size_t ne = f.pl->n_edges + f.pl->n_weights;
+    unsigned char on[64];
+    assert_true(ne <= sizeof on);
+    struct qp_sens_budget_step e;
+    for (int pass = 0; pass < 2; pass++) { /* twice: the kept reference does not wear out */
+        memset(on, 1, ne);
+        assert_int_equal(qp_sens_eval_measure(ev, on, &e, &err), QP_OK);
+        assert_true(e.measured && e.drift == st[0].drift && e.top1 == st[0].top1);
+        for (size_t q = 0; q < ln->n_edges + ln->n_weights; q++)
+            on[ln->entries[q]] = 0;
+        assert_int_equal(qp_sens_eval_measure(ev, on, &e, &err), QP_OK);
+        assert_true(e.drift == st[1].drift && e.top1 == st[1].top1);
+        assert_true(e.drift < st[0].drift);
+        memset(on, 0, ne);
+        assert_int_equal(qp_sens_eval_measure(ev, on, &e, &err), QP_OK);
+        assert_true(e.drift == 0 && e.top1 == 1 && st[n].drift == 0);
+    }
+    qp_sens_eval_free(ev);
+    qp_sens_result_free(r);
+    fixture_free(&f);
+}
+
 static void test_bad_options(void **state) {
     (void)state;
     struct fixture f;
@@ -658,6 +714,7 @@ int main(void) {
         cmocka_unit_test(test_plan_failure_falls_back),
         cmocka_unit_test(test_calibrate_value_keyed),
         cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_eval),
         cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
