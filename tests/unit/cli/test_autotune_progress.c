@@ -77,6 +77,17 @@ static void test_lines(void **state) {
     cli_autotune_verbose_format(&s, buf, sizeof buf);
     assert_non_null(strstr(buf, "scheme 2/8 (pattern cache) points {0,2,5}"));
     assert_non_null(strstr(buf, ": slower, not adopted"));
+    s.drift = 1.5e-7; /* measured: said in both forms */
+    cli_autotune_line_format(&s, buf, sizeof buf);
+    assert_non_null(strstr(buf, "slower, drift 1.5e-07 [4.1 s"));
+    cli_autotune_verbose_format(&s, buf, sizeof buf);
+    assert_non_null(strstr(buf, "not adopted, drift 1.5e-07"));
+    s.rejected_drift = 1; /* over the bound: no medians */
+    cli_autotune_line_format(&s, buf, sizeof buf);
+    assert_string_equal(buf, "autotune: pattern 3/6, scheme 2/8: drift 1.5e-07 over the bound, "
+                             "rejected unraced [4.1 s, ETA 80 s]");
+    cli_autotune_verbose_format(&s, buf, sizeof buf);
+    assert_non_null(strstr(buf, "points {0,2,5} of 6: drift 1.5e-07 over the bound, rejected"));
 }
 
 /* On a stream that is no terminal: one line per race; with a bar, the line is redrawn with \r
