@@ -27,7 +27,7 @@ static int name_starts_with(const char *spec, const char *given, size_t given_le
 
 static int find_opt(const struct cli_opt *opts, const char *given, size_t len) {
     for (int i = 0; opts[i].name; i++)
-        if (name_matches(opts[i].name, given, len)) return i;
+        if (opts[i].kind != CLI_ALIAS && name_matches(opts[i].name, given, len)) return i;
     return -1;
 }
 
@@ -67,6 +67,7 @@ static enum qp_status unknown_flag(const struct cli_opt *opts, const char *name,
                                    struct qp_error *err) {
     int best = -1, best_d = -1;
     for (int i = 0; opts[i].name; i++) {
+        if (opts[i].kind == CLI_ALIAS) continue;
         int d = cli_name_distance(name, len, opts[i].name);
         if (d >= 0 && (best_d < 0 || d < best_d)) best = i, best_d = d;
     }
@@ -83,7 +84,9 @@ static enum qp_status resolve_flag(const struct cli_opt *opts, const char *name,
     if (*opt_out >= 0) return QP_OK;
     int n_match = 0, match = -1;
     for (int i = 0; len > 0 && opts[i].name; i++)
-        if (name_starts_with(opts[i].name, name, len) && n_match++ == 0) match = i;
+        if (opts[i].kind != CLI_ALIAS && name_starts_with(opts[i].name, name, len) &&
+            n_match++ == 0)
+            match = i;
     if (n_match == 1) {
         *opt_out = match;
         return QP_OK;
@@ -93,13 +96,31 @@ static enum qp_status resolve_flag(const struct cli_opt *opts, const char *name,
     size_t used = 0;
     list[0] = 0;
     for (int i = 0; opts[i].name && used < sizeof list; i++) {
-        if (!name_starts_with(opts[i].name, name, len)) continue;
+        if (opts[i].kind == CLI_ALIAS || !name_starts_with(opts[i].name, name, len)) continue;
         int w = snprintf(list + used, sizeof list - used, "%s--%s", used ? ", " : "", opts[i].name);
         if (w < 0) break;
         used += (size_t)w;
     }
     return qp_error_set(err, QP_ERR_USAGE, "ambiguous flag --%.*s: could be %s", (int)len, name,
                         list);
+}
+
+static enum qp_status take_values(const struct cli_opt *opts, int o, const char *name, size_t len,
+                                  const char *eq, int argc, char **argv, int *i,
+                                  struct cli_args *out, struct qp_error *err);
+
+/* A one-letter "-x" at argv[*i] (a CLI_ALIAS row); consumes its values. */
+static enum qp_status parse_short(const struct cli_opt *opts, int argc, char **argv, int *i,
+                                  struct cli_args *out, struct qp_error *err) {
+    const char *arg = argv[*i];
+    for (int k = 0; arg[2] == 0 && opts[k].name; k++) {
+        if (opts[k].kind != CLI_ALIAS || opts[k].name[0] != arg[1] || opts[k].name[1]) continue;
+        int o = find_opt(opts, opts[k].metavar, strlen(opts[k].metavar));
+        if (o < 0) break;
+        return take_values(opts, o, opts[o].name, strlen(opts[o].name), NULL, argc, argv, i, out,
+                           err);
+    }
+    return qp_error_set(err, QP_ERR_USAGE, "unknown flag %s (flags are spelled --name)", arg);
 }
 
 /* One "--name[=value]" at argv[*i]; consumes its values (advancing *i). */
@@ -111,6 +132,13 @@ static enum qp_status parse_flag(const struct cli_opt *opts, int argc, char **ar
     int o;
     enum qp_status st = resolve_flag(opts, name, len, &o, err);
     if (st != QP_OK) return st;
+    return take_values(opts, o, name, len, eq, argc, argv, i, out, err);
+}
+
+/* Flag opts[o], spelled name[0..len) (and "=value" at eq, or NULL) at argv[*i]: its values. */
+static enum qp_status take_values(const struct cli_opt *opts, int o, const char *name, size_t len,
+                                  const char *eq, int argc, char **argv, int *i,
+                                  struct cli_args *out, struct qp_error *err) {
     const struct cli_opt *opt = &opts[o];
     if (opt->kind == CLI_BOOL) {
         if (eq) return qp_error_set(err, QP_ERR_USAGE, "--%.*s takes no value", (int)len, name);
@@ -232,8 +260,7 @@ enum qp_status cli_parse(const struct cli_spec *spec, int argc, char **argv, str
         } else if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             out->help = 1;
         } else if (arg[1] != '-') {
-            st = qp_error_set(err, QP_ERR_USAGE, "unknown flag %s (flags are spelled --name)", arg);
-            goto fail;
+            if ((st = parse_short(spec->opts, argc, argv, &i, out, err)) != QP_OK) goto fail;
         } else if ((st = parse_flag(spec->opts, argc, argv, &i, out, err)) != QP_OK) {
             goto fail;
         }
@@ -293,20 +320,25 @@ const char *cli_value(const struct cli_args *a, const char *name, const char *fa
 
 void cli_print_opts(FILE *f, const struct cli_opt *opts) {
     for (int i = 0; opts[i].name; i++) {
-        char left[96];
+        char left[96], alias[8] = "";
         const char *mv = opts[i].metavar ? opts[i].metavar : "VALUE";
+        for (int k = 0; opts[k].name; k++)
+            if (opts[k].kind == CLI_ALIAS && strcmp(opts[k].metavar, opts[i].name) == 0)
+                snprintf(alias, sizeof alias, "-%s, ", opts[k].name);
         switch (opts[i].kind) {
+        case CLI_ALIAS:
+            continue;
         case CLI_BOOL:
-            snprintf(left, sizeof left, "--%s", opts[i].name);
+            snprintf(left, sizeof left, "%s--%s", alias, opts[i].name);
             break;
         case CLI_VALUE:
-            snprintf(left, sizeof left, "--%s %s", opts[i].name, mv);
+            snprintf(left, sizeof left, "%s--%s %s", alias, opts[i].name, mv);
             break;
         case CLI_MULTI:
-            snprintf(left, sizeof left, "--%s %s ...", opts[i].name, mv);
+            snprintf(left, sizeof left, "%s--%s %s ...", alias, opts[i].name, mv);
             break;
         case CLI_LIST:
-            snprintf(left, sizeof left, "--%s %s [%s ...]", opts[i].name, mv, mv);
+            snprintf(left, sizeof left, "%s--%s %s [%s ...]", alias, opts[i].name, mv, mv);
             break;
         case CLI_OPTIONAL:
             snprintf(left, sizeof left, "--%s[=%s]", opts[i].name, mv);

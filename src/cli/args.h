@@ -21,6 +21,7 @@
  *     cli_args_free(&a);
  *
  * Values are borrowed from argv. "--" ends the flags; a lone "-" is a positional argument.
+ * Single-dash flags exist only as CLI_ALIAS rows (`-v`).
  * `-h`/`--help` anywhere before "--" sets `help` instead of failing on anything else.
  * Messages name flags as the user spelled them, unquoted (`--dq_only takes no value`), and
  * words in quotes (`unexpected argument 'junk'`); the caller adds "qplace <command>: ".
@@ -41,7 +42,12 @@ enum cli_opt_kind {
     /* a value only as `--flag=value`; bare `--flag` has none (cli_value gives the fallback);
      * once at most. `quantize --autotune[=quick]`: the next word is never taken, so
      * `--autotune MODEL` keeps MODEL positional */
-    CLI_OPTIONAL
+    CLI_OPTIONAL,
+    /* A one-letter short spelling, `-v` for `--verbose`: the row {"v", CLI_ALIAS, "verbose",
+     * NULL} names the flag in `metavar` (that flag's row must exist). `-v` then parses as the
+     * flag does (`-m MODEL` takes the next word); `--v` means nothing more than before, and
+     * help prints "-v, --verbose". ModelOpt's autotune spells -m, -o, -s and -v so. */
+    CLI_ALIAS
 };
 
 struct cli_opt {

@@ -4,9 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "autotune/latency.h"
 #include "autotune_flags.h"
+#include "autotune_progress.h"
 #include "cli.h"
 #include "pipeline/autotune.h"
 
@@ -31,6 +33,16 @@ const struct cli_opt cli_autotune_opts[] = {
     {"quant_type", CLI_VALUE, "int8|fp8", "what the quantizers hold (int8)"},
     {"high_precision_dtype", CLI_VALUE, "fp32|fp16", "precision of what is not quantized (fp32)"},
     CLI_THREADS_OPT,
+    {"node_filter_list", CLI_VALUE, "FILE",
+     "fnmatch patterns over node names, one a line: only regions with a matching node are "
+     "searched"},
+    {"default_dq_dtype", CLI_VALUE, "float32|float16",
+     "ModelOpt's name for --high_precision_dtype (bfloat16 is refused)"},
+    {"verbose", CLI_BOOL, NULL, "a line per race (pattern, points, medians, verdict); debug log"},
+    {"v", CLI_ALIAS, "verbose", NULL},
+    {"m", CLI_ALIAS, "onnx_path", NULL},
+    {"o", CLI_ALIAS, "output_dir", NULL},
+    {"s", CLI_ALIAS, "schemes_per_region", NULL},
     {"max_output_drift", CLI_VALUE, "D",
      "reject schemes whose output drift (kl_div, as sensitivity's) is > D (or the seed's)"},
     {"eval_data_path", CLI_VALUE, "FILE|DIR",
@@ -66,6 +78,50 @@ static int bad_usage(const char *fmt, const char *a) {
     return 1;
 }
 
+/* -v: the log hook lets the autotune module's debug and info lines through (messages starting
+ * "autotune:"), the other modules' from warnings up, as without -v. */
+static void verbose_log(enum qp_log_level level, const char *msg, void *user) {
+    if (level < QP_LOG_WARN && strncmp(msg, "autotune:", 9) != 0) return;
+    static const char *const prefix[] = {"debug", "info", "warning", "error"};
+    cli_autotune_progress_clear(user);
+    fprintf(stderr, "qplace: %s: %s\n", prefix[level], msg);
+}
+
+/* --high_precision_dtype and ModelOpt's --default_dq_dtype into *out; 0 or the exit code. */
+static int parse_precision(const struct cli_args *a, enum qp_dtype *out) {
+    const char *hp = cli_value(a, "high_precision_dtype", NULL);
+    const char *dq = cli_value(a, "default_dq_dtype", NULL);
+    enum qp_dtype from_dq = QP_DTYPE_UNDEFINED;
+    if (dq && strcmp(dq, "float32") == 0)
+        from_dq = QP_DTYPE_FLOAT;
+    else if (dq && strcmp(dq, "float16") == 0)
+        from_dq = QP_DTYPE_FLOAT16;
+    else if (dq && strcmp(dq, "bfloat16") == 0)
+        return bad_usage("%s", "--default_dq_dtype bfloat16 is not supported: the builtin "
+                               "engine has no bfloat16 kernels, so the model without Q/DQ that "
+                               "the guard races cannot run; use float32 or float16");
+    else if (dq)
+        return bad_usage("--default_dq_dtype must be float32 or float16, not '%s'", dq);
+    *out = from_dq != QP_DTYPE_UNDEFINED ? from_dq : QP_DTYPE_FLOAT;
+    if (!hp) return 0;
+    enum qp_dtype from_hp;
+    if (strcmp(hp, "fp32") == 0)
+        from_hp = QP_DTYPE_FLOAT;
+    else if (strcmp(hp, "fp16") == 0)
+        from_hp = QP_DTYPE_FLOAT16;
+    else
+        return bad_usage("--high_precision_dtype must be fp32 or fp16, not '%s'", hp);
+    if (from_dq != QP_DTYPE_UNDEFINED && from_dq != from_hp) {
+        fprintf(stderr,
+                "qplace autotune: --default_dq_dtype %s and --high_precision_dtype %s disagree "
+                "(they name the same thing: give one)\nTry 'qplace help autotune'.\n",
+                dq, hp);
+        return 1;
+    }
+    *out = from_hp;
+    return 0;
+}
+
 /* Drift lines and the latency/drift frontier of pareto.json. */
 static void print_accuracy(const struct qp_autotune_report *r) {
     printf("  drift           kl_div on %llu samples of the %s: seed %.4g, final %.4g\n",
@@ -94,6 +150,12 @@ static void print_summary(const struct qp_autotune_report *r, const struct qp_la
     printf("  backend         %s (%s)\n", b->name, b->detail);
     printf("  schemes         %zu measured (%zu from the state file), %zu adopted, %zu skipped\n",
            r->n_measured, r->n_replayed, r->n_adopted, r->n_skipped);
+    if (r->n_regions_filtered)
+        printf("  node filter     %zu of %zu regions searched, the rest keep the seed's choices\n",
+               r->n_regions - r->n_regions_filtered, r->n_regions);
+    if (r->n_cache_stops)
+        printf("  pattern cache   %zu patterns stopped early: the cache's best scheme held\n",
+               r->n_cache_stops);
     /* The two medians come from different races (the first and the last), so on a machine
      * whose speed drifts their ratio says little when nothing was adopted: say so instead. */
     printf("  timing          %s\n", r->timing_region
@@ -143,13 +205,8 @@ int cli_autotune_run(const struct cli_args *args) {
         if (tm < 0) return bad_usage("--timing must be auto, region or whole, not '%s'", s);
         o.timing = (enum qp_autotune_timing)tm;
     }
-    const char *hp = cli_value(args, "high_precision_dtype", "fp32");
-    if (strcmp(hp, "fp32") == 0)
-        o.high_precision = QP_DTYPE_FLOAT;
-    else if (strcmp(hp, "fp16") == 0)
-        o.high_precision = QP_DTYPE_FLOAT16;
-    else
-        return bad_usage("--high_precision_dtype must be fp32 or fp16, not '%s'", hp);
+    int rc;
+    if ((rc = parse_precision(args, &o.high_precision)) != 0) return rc;
     const char *qt = cli_value(args, "quant_type", "int8");
     if (strcmp(qt, "int8") == 0)
         o.quant_mode = QP_QUANT_INT8;
@@ -158,7 +215,6 @@ int cli_autotune_run(const struct cli_args *args) {
     else
         return bad_usage("--quant_type must be int8 or fp8, not '%s'", qt);
     struct qp_data_options dopt;
-    int rc;
     if ((rc = cli_data_options(args, "autotune", &dopt)) != 0) return rc;
     o.data = &dopt;
     o.calibration_data_path = cli_value(args, "calibration_data_path", NULL);
@@ -170,7 +226,9 @@ int cli_autotune_run(const struct cli_args *args) {
         qp_latency_backend_free(b);
         return rc;
     }
-    cli_autotune_watch(&o);
+    o.node_filter_list = cli_value(args, "node_filter_list", NULL);
+    struct cli_autotune_progress *progress = cli_autotune_watch(&o, cli_has(args, "verbose"));
+    if (progress->verbose) qp_log_set_hook(verbose_log, progress);
     struct sigaction old;
     cli_autotune_sigint(&old);
     struct qp_error err = {0};

@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "autotune/latency.h"
 #include "autotune/trtexec.h"
+#include "autotune_progress.h"
 #include "cli.h"
 
 const struct cli_autotune_names cli_autotune_standalone = {
@@ -192,27 +194,15 @@ static void on_sigint(int sig) {
     stop_requested = 1;
 }
 
-static void on_step(const struct qp_autotune_step *s, void *user) {
-    (void)user;
-    if (s->rejected_drift) {
-        fprintf(stderr,
-                "autotune: pattern %zu/%zu, scheme %zu/%zu: drift %.4g over the bound, "
-                "rejected unraced%s [%.1f s, ETA %.0f s]\n",
-                s->pattern_k, s->n_patterns, s->scheme_j, s->n_schemes, s->drift,
-                s->replayed ? " (from the state file)" : "", s->elapsed_s, s->eta_s);
-        return;
-    }
-    fprintf(stderr, "autotune: pattern %zu/%zu, scheme %zu/%zu: %.4f ms vs best %.4f ms, %s%s",
-            s->pattern_k, s->n_patterns, s->scheme_j, s->n_schemes, s->cand_median_ms,
-            s->best_median_ms, qp_latency_verdict_name(s->verdict), s->adopted ? ", adopted" : "");
-    if (isfinite(s->drift)) fprintf(stderr, ", drift %.4g", s->drift);
-    if (s->replayed) fprintf(stderr, " (from the state file)");
-    fprintf(stderr, " [%.1f s, ETA %.0f s]\n", s->elapsed_s, s->eta_s);
-}
+static struct cli_autotune_progress progress;
 
-void cli_autotune_watch(struct qp_autotune_options *o) {
-    o->progress = on_step;
+struct cli_autotune_progress *cli_autotune_watch(struct qp_autotune_options *o, int verbose) {
+    progress = (struct cli_autotune_progress){
+        .f = stderr, .bar = isatty(STDERR_FILENO), .verbose = verbose};
+    o->progress = cli_autotune_progress_step;
+    o->progress_user = &progress;
     o->stop = &stop_requested;
+    return &progress;
 }
 
 void cli_autotune_sigint(struct sigaction *old_out) {
@@ -225,4 +215,5 @@ void cli_autotune_sigint(struct sigaction *old_out) {
 
 void cli_autotune_sigint_restore(const struct sigaction *old) {
     sigaction(SIGINT, old, NULL);
+    cli_autotune_progress_end(&progress);
 }

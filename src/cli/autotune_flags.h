@@ -7,7 +7,7 @@
  *     struct qp_latency_backend *b = NULL;
  *     int rc = cli_autotune_flags(args, &cli_autotune_integrated, &o, &b);
  *     if (rc) return rc;                       // the usage message is printed
- *     cli_autotune_watch(&o);                  // progress on stderr, o.stop set by Ctrl-C
+ *     cli_autotune_watch(&o, 0);               // progress on stderr, o.stop set by Ctrl-C
  *     struct sigaction old; cli_autotune_sigint(&old);
  *     ... qp_autotune(&o, ...) ...
  *     cli_autotune_sigint_restore(&old);
@@ -62,10 +62,12 @@ int cli_autotune_flags(const struct cli_args *a, const struct cli_autotune_names
  * --drift_samples and --eval_data_path into o. Returns 0, or the exit code after the message. */
 int cli_autotune_drift_flags(const struct cli_args *a, struct qp_autotune_options *o);
 
-/* One progress line per race on stderr, and o->stop set by Ctrl-C once cli_autotune_sigint has
- * installed the handler. */
-void cli_autotune_watch(struct qp_autotune_options *o);
+/* Progress on stderr (autotune_progress.h: a bar on a terminal, else a line per race; with
+ * `verbose` a detailed line per race), and o->stop set by Ctrl-C once cli_autotune_sigint has
+ * installed the handler. Returns the progress state (for a log hook that clears the bar). */
+struct cli_autotune_progress *cli_autotune_watch(struct qp_autotune_options *o, int verbose);
 void cli_autotune_sigint(struct sigaction *old_out);
+/* Restores the old handler and ends the progress bar's line. */
 void cli_autotune_sigint_restore(const struct sigaction *old);
 
 /* ---- quantize --autotune (quantize_autotune.c) ---- */

@@ -9,7 +9,7 @@
 
 #define BAR_WIDTH 20
 
-static void format_eta(double s, char *buf, size_t size) {
+void cli_progress_eta(double s, char *buf, size_t size) {
     if (s < 0 || s > 1e7) {
         snprintf(buf, size, "?");
     } else if (s < 60) {
@@ -27,7 +27,7 @@ void cli_progress_format(const struct cli_progress *p, uint64_t done, double ela
     double rate = elapsed > 0 ? (double)done / elapsed : 0;
     char eta[32] = "?";
     if (p->total && rate > 0 && done <= p->total)
-        format_eta((double)(p->total - done) / rate, eta, sizeof eta);
+        cli_progress_eta((double)(p->total - done) / rate, eta, sizeof eta);
     if (bar && p->total) {
         char bars[BAR_WIDTH + 1];
         uint64_t d = done > p->total ? p->total : done;

@@ -49,4 +49,7 @@ void cli_progress_finish(struct cli_progress *p, uint64_t done);
 void cli_progress_format(const struct cli_progress *p, uint64_t done, double elapsed, int bar,
                          char *buf, size_t size);
 
+/* A time left as "42s", "1m20s" or "2h05m"; "?" when negative or beyond ~4 months. */
+void cli_progress_eta(double seconds, char *buf, size_t size);
+
 #endif

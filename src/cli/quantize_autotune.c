@@ -108,7 +108,7 @@ int cli_quantize_autotune(const struct cli_args *a, const struct qp_quantize_opt
     struct qp_latency_backend *b = NULL;
     if ((rc = cli_autotune_flags(a, &cli_autotune_integrated, &o, &b)) != 0) return rc;
     o.backend = b;
-    cli_autotune_watch(&o);
+    cli_autotune_watch(&o, 0);
     struct sigaction old;
     cli_autotune_sigint(&old);
     struct qp_error err = {0};

@@ -17,6 +17,7 @@
 #include "autotune/scheme.h"
 #include "autotune/subgraph.h"
 #include "core/clock.h"
+#include "pipeline/autotune_filter.h"
 #include "placement/diff.h"
 #include "ir/ir.h"
 #include "qplace/calib.h"
@@ -53,6 +54,7 @@ void qp_autotune_options_default(struct qp_autotune_options *o) {
     o->high_precision = QP_DTYPE_FLOAT;
     qp_latency_race_options_default(&o->race);
     o->guard_min_effect = 0.02;
+    o->cache_patience = 2;
     o->max_output_drift = -1;
     o->drift_samples = QP_AUTOTUNE_DRIFT_SAMPLES;
 }
@@ -85,6 +87,7 @@ struct tune {
     char *state_path;
     size_t step;
     int last_replayed; /* the race being logged came from the state file */
+    int *region_in;    /* node_filter_list: region r is searched; NULL: every region */
     /* Accuracy (autotune_drift.h): the evaluator, the state file's drift header when it
      * describes the same measurement (else its drifts are measured again), the best's drift
      * and the scheme it came from, and every measured placement for pareto.json. */
@@ -548,8 +551,9 @@ static enum qp_status scheme_drift(struct tune *t, size_t p, const uint64_t *bit
 }
 
 /* The progress callback for a scheme rejected by the drift bound. */
-static void progress_rejected(const struct tune *t, size_t k, size_t n_order, size_t j, size_t n,
-                              size_t done, size_t planned, double drift) {
+static void progress_rejected(const struct tune *t, size_t p, size_t k, size_t n_order, size_t j,
+                              size_t n, size_t done, size_t planned, const uint64_t *scheme,
+                              double drift) {
     int replayed = t->last_replayed;
     if (!t->o->progress) return;
     double el = qp_clock_seconds() - t->t0;
@@ -564,6 +568,11 @@ static void progress_rejected(const struct tune *t, size_t k, size_t n_order, si
         .drift = drift,
         .rejected_drift = 1,
         .replayed = replayed,
+        .signature = t->rs->patterns[p].signature,
+        .points = scheme,
+        .n_points = t->rs->patterns[p].n_points,
+        .races_done = done,
+        .races_planned = planned,
     };
     t->o->progress(&s, t->o->progress_user);
 }
@@ -625,6 +634,17 @@ static size_t *pattern_order(const struct qp_regions *rs) {
     return order;
 }
 
+/* The pattern cache's entry for `pat` (NULL: none, or no cache). */
+static const struct qp_cache_entry *cache_entry(const struct tune *t,
+                                                const struct qp_pattern *pat) {
+    if (!t->cache_in) return NULL;
+    int k = qp_pattern_cache_nearest(t->cache_in, pat, CACHE_MAX_DISTANCE, NULL);
+    if (k >= 0 && t->cache_in->entries[k].n_points == pat->n_points &&
+        t->cache_in->entries[k].n_schemes > 0)
+        return &t->cache_in->entries[k];
+    return NULL;
+}
+
 /* The schemes to try for pattern p: the pattern cache's first, then generated ones from the
  * best placement's scheme, no duplicates, at most `max`. Pointers into `gen` and the cache. */
 static enum qp_status candidates(struct tune *t, size_t p, const uint64_t *seed_bits, size_t max,
@@ -633,12 +653,7 @@ static enum qp_status candidates(struct tune *t, size_t p, const uint64_t *seed_
     const struct qp_pattern *pat = &t->rs->patterns[p];
     enum qp_status st = qp_schemes_generate(t->rs, p, seed_bits, 42 + (uint64_t)p, max, gen, err);
     if (st != QP_OK) return st;
-    const struct qp_cache_entry *e = NULL;
-    if (t->cache_in) {
-        int k = qp_pattern_cache_nearest(t->cache_in, pat, CACHE_MAX_DISTANCE, NULL);
-        if (k >= 0 && t->cache_in->entries[k].n_points == pat->n_points)
-            e = &t->cache_in->entries[k];
-    }
+    const struct qp_cache_entry *e = cache_entry(t, pat);
     size_t cap = gen->n + (e ? e->n_schemes : 0);
     const uint64_t **list = malloc((cap ? cap : 1) * sizeof *list);
     int *src = malloc((cap ? cap : 1) * sizeof *src);
@@ -709,9 +724,10 @@ static enum qp_status account_race(struct tune *t, size_t p, const uint64_t *sch
 }
 
 /* The progress callback after race (k, j) of n_order patterns and n schemes. */
-static void progress_step(const struct tune *t, size_t k, size_t n_order, size_t j, size_t n,
-                          size_t done, size_t planned, const struct qp_latency_race_result *res,
-                          int adopt, int replayed, double drift) {
+static void progress_step(const struct tune *t, size_t p, size_t k, size_t n_order, size_t j,
+                          size_t n, size_t done, size_t planned, const uint64_t *scheme,
+                          int from_cache, const struct qp_latency_race_result *res, int adopt,
+                          int replayed, double drift) {
     if (!t->o->progress) return;
     double el = qp_clock_seconds() - t->t0;
     struct qp_autotune_step s = {
@@ -726,9 +742,85 @@ static void progress_step(const struct tune *t, size_t k, size_t n_order, size_t
         .verdict = res->verdict.verdict,
         .adopted = adopt,
         .replayed = replayed,
+        .signature = t->rs->patterns[p].signature,
+        .points = scheme,
+        .n_points = t->rs->patterns[p].n_points,
+        .p_value = res->verdict.p_value,
+        .from_cache = from_cache,
+        .races_done = done,
+        .races_planned = planned,
         .drift = drift,
     };
     t->o->progress(&s, t->o->progress_user);
+}
+
+/* The first instance of pattern p that the node filter lets through (every region without one). */
+static size_t first_instance(const struct tune *t, size_t p) {
+    size_t r = 0;
+    while (r < t->rs->n_regions &&
+           (t->rs->regions[r].pattern != (int)p || (t->region_in && !t->region_in[r])))
+        r++;
+    return r;
+}
+
+/* 1 when pattern p has an instance the node filter lets through. */
+static int pattern_searched(const struct tune *t, size_t p) {
+    return first_instance(t, p) < t->rs->n_regions;
+}
+
+/* `best` with scheme `bits` on every instance of pattern p that the node filter lets through. */
+static enum qp_status apply_scheme(const struct tune *t, size_t p, const uint64_t *bits,
+                                   const struct qp_placement *best, struct qp_placement **out,
+                                   struct qp_error *err) {
+    const struct qp_regions *rs = t->rs;
+    size_t n = t->region_in ? rs->n_regions : rs->n_patterns;
+    const uint64_t **choice = calloc(n ? n : 1, sizeof *choice);
+    if (!choice) return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    enum qp_status st;
+    if (t->region_in) {
+        for (size_t r = 0; r < rs->n_regions; r++)
+            if (rs->regions[r].pattern == (int)p && t->region_in[r]) choice[r] = bits;
+        st = qp_schemes_apply_regions(rs, best, choice, out, err);
+    } else {
+        choice[p] = bits;
+        st = qp_schemes_apply(rs, best, choice, out, err);
+    }
+    free(choice);
+    return st;
+}
+
+/* The pattern cache's early stop before scheme j of n: pattern p's current scheme is its cache
+ * entry's best and the last `losses` races in a row (at least cache_patience) were not adopted.
+ * The schemes not tried leave *planned. */
+static int cache_stop(struct tune *t, size_t p, const uint64_t *cur, size_t losses, size_t j,
+                      size_t n, size_t *planned) {
+    const struct qp_pattern *pat = &t->rs->patterns[p];
+    const struct qp_cache_entry *e = cache_entry(t, pat);
+    if (!e || !t->o->cache_patience || losses < t->o->cache_patience ||
+        memcmp(cur, e->schemes[0].bits, QP_SCHEME_WORDS(pat->n_points) * sizeof *cur) != 0)
+        return 0;
+    *planned -= n - j;
+    t->r->n_cache_stops++;
+    qp_log(QP_LOG_DEBUG,
+           "autotune: pattern '%s': the pattern cache's best scheme holds and %zu races after it "
+           "were lost: %zu schemes not tried",
+           pat->signature, losses, n - j);
+    return 1;
+}
+
+/* A debug line for pattern p (k-th of n_order) and its n schemes. */
+static void log_pattern(const struct tune *t, size_t p, size_t k, size_t n_order,
+                        const int *from_cache, size_t n) {
+    const struct qp_pattern *pat = &t->rs->patterns[p];
+    size_t searched = 0, cached = 0;
+    for (size_t r = 0; r < t->rs->n_regions; r++)
+        searched += t->rs->regions[r].pattern == (int)p && (!t->region_in || t->region_in[r]);
+    for (size_t j = 0; j < n; j++)
+        cached += (size_t)from_cache[j];
+    qp_log(QP_LOG_DEBUG,
+           "autotune: pattern %zu/%zu '%s': %zu instances (%zu searched), %zu points, %zu schemes "
+           "(%zu from the pattern cache)",
+           k + 1, n_order, pat->signature, pat->n_instances, searched, pat->n_points, n, cached);
 }
 
 /* The candidate just raced (its model at cand_path) becomes the best; `cand` is transferred. */
@@ -874,14 +966,10 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
                                    struct qp_error *err) {
     const struct qp_regions *rs = t->rs;
     const struct qp_pattern *pat = &rs->patterns[p];
-    size_t r0 = 0;
-    while (r0 < rs->n_regions && rs->regions[r0].pattern != (int)p)
-        r0++;
     size_t max = t->o->schemes_per_pattern ? t->o->schemes_per_pattern
                                            : qp_autotune_mode_schemes(t->o->mode);
-    size_t words = QP_SCHEME_WORDS(pat->n_points);
+    size_t words = QP_SCHEME_WORDS(pat->n_points), losses = 0;
     uint64_t *cur = qp_scheme_alloc(pat->n_points);
-    const uint64_t **choice = calloc(rs->n_patterns, sizeof *choice);
     struct qp_scheme_list gen = {0};
     const uint64_t **list = NULL;
     int *from_cache = NULL;
@@ -891,18 +979,19 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
     const char *cand_file = t->region ? t->cand_sub_path : t->cand_path;
     const char *best_file = t->region ? t->best_sub_path : t->best_path;
     enum qp_status st = QP_OK;
-    if (!cur || !choice) {
+    if (!cur) {
         st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
         goto done;
     }
     if ((st = region_begin(t, p, *best, &sub, &ro, err)) != QP_OK) goto done;
-    qp_scheme_from_placement(rs, r0, *best, cur);
+    qp_scheme_from_placement(rs, first_instance(t, p), *best, cur);
     if ((st = candidates(t, p, cur, max, &gen, &list, &from_cache, &n, err)) != QP_OK) goto done;
     *planned = *planned + n - planned_schemes(pat->n_points, max); /* the estimate made exact */
+    log_pattern(t, p, k, n_order, from_cache, n);
     for (size_t j = 0; j < n; j++) {
-        choice[p] = list[j];
+        if (cache_stop(t, p, cur, losses, j, n, planned)) break;
         struct qp_placement *cand = NULL;
-        if ((st = qp_schemes_apply(rs, *best, choice, &cand, err)) != QP_OK) goto done;
+        if ((st = apply_scheme(t, p, list[j], *best, &cand, err)) != QP_OK) goto done;
         if (qp_placement_equal(cand, *best)) { /* nothing to measure */
             qp_placement_free(cand);
             t->r->n_skipped++;
@@ -934,7 +1023,7 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
             if (st != QP_OK || what == DRIFT_STOP) goto done;
             (*done)++;
             if (what == DRIFT_REJECTED)
-                progress_rejected(t, k, n_order, j, n, *done, *planned, drift);
+                progress_rejected(t, p, k, n_order, j, n, *done, *planned, list[j], drift);
             continue;
         }
         struct qp_latency_race_result res;
@@ -955,7 +1044,8 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
         st = account_race(t, p, list[j], cur, from_cache[j], replayed, &res, drift, &adopt, err);
         (*done)++;
         if (st == QP_OK)
-            progress_step(t, k, n_order, j, n, *done, *planned, &res, adopt, replayed, drift);
+            progress_step(t, p, k, n_order, j, n, *done, *planned, list[j], from_cache[j], &res,
+                          adopt, replayed, drift);
         if (st == QP_OK && adopt) region_adopted(t, &res, &ro);
         qp_latency_race_result_release(&res);
         if (st != QP_OK) {
@@ -964,17 +1054,18 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
         }
         if (!adopt) {
             qp_placement_free(cand);
+            losses++;
             continue;
         }
         if ((st = adopt_candidate(t, cand, cand_file, best_file, best, err)) != QP_OK) goto done;
         memcpy(cur, list[j], words * sizeof *cur);
+        losses = 0;
     }
 done:
     qp_model_free(sub);
     free(list);
     free(from_cache);
     qp_scheme_list_free(&gen);
-    free(choice);
     free(cur);
     return st;
 }
@@ -1053,6 +1144,22 @@ static enum qp_status baseline_placement(struct tune *t, const char *path,
     return st;
 }
 
+/* --node_filter_list: the file read, each pattern checked against the model, the regions it
+ * lets through in t->region_in. */
+static enum qp_status prepare_filter(struct tune *t, struct qp_error *err) {
+    struct qp_node_filter *f = NULL;
+    enum qp_status st = qp_node_filter_load(t->o->node_filter_list, &f, err);
+    if (st == QP_OK) st = qp_node_filter_check(f, t->m->graph, err);
+    if (st == QP_OK) st = qp_node_filter_regions(f, t->rs, &t->region_in, err);
+    qp_node_filter_free(f);
+    if (st != QP_OK) return st;
+    for (size_t r = 0; r < t->rs->n_regions; r++)
+        t->r->n_regions_filtered += !t->region_in[r];
+    qp_log(QP_LOG_DEBUG, "autotune: --node_filter_list '%s': %zu of %zu regions searched",
+           t->o->node_filter_list, t->rs->n_regions - t->r->n_regions_filtered, t->rs->n_regions);
+    return QP_OK;
+}
+
 /* Loads, places, builds regions, calibrates: everything that can fail on bad input, before
  * anything is written. */
 static enum qp_status prepare(struct tune *t, struct qp_error *err) {
@@ -1079,6 +1186,7 @@ static enum qp_status prepare(struct tune *t, struct qp_error *err) {
     if (o->pattern_cache_in &&
         (st = qp_pattern_cache_load_file(o->pattern_cache_in, &t->cache_in, err)) != QP_OK)
         return st;
+    if (o->node_filter_list && (st = prepare_filter(t, err)) != QP_OK) return st;
     struct qp_placement *every = NULL;
     if ((st = all_points(t->rs, t->r->seed, &every, err)) != QP_OK) return st;
     struct qp_provider *data = NULL, *given = o->calibration_provider;
@@ -1231,7 +1339,8 @@ enum qp_status qp_autotune(const struct qp_autotune_options *o,
     if (t.region && (st = region_seed(&t, err)) != QP_OK) goto fail;
     size_t n_order = 0, done = 0, planned = 0;
     for (size_t i = 0; i < t.rs->n_patterns; i++)
-        if (t.rs->patterns[order[i]].n_points) order[n_order++] = order[i];
+        if (t.rs->patterns[order[i]].n_points && pattern_searched(&t, order[i]))
+            order[n_order++] = order[i];
     size_t max =
         o->schemes_per_pattern ? o->schemes_per_pattern : qp_autotune_mode_schemes(o->mode);
     for (size_t k = 0; k < n_order; k++)
@@ -1258,6 +1367,7 @@ fail:
     free(t.ref_path);
     region_release(&t);
     free(order);
+    free(t.region_in);
     free(t.state_path);
     cJSON_Delete(t.state);
     cJSON_Delete(t.prev);

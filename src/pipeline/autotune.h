@@ -6,8 +6,10 @@
  * patterns -> one calibration of every insertion point's tensor (the data given, else synthetic
  * data as quantize uses) -> for each pattern, largest total node count first: schemes (the pattern
  *   cache's first, then generated ones), each applied to every instance of the pattern over the
- *   current best placement, written with those ranges and raced against the current best
- *   (autotune/compare.h); adopted only on a FASTER verdict -> the performance guard: the best
+ *   current best placement (with node_filter_list: every instance that has a matching node;
+ *   patterns without one are not searched), written with those ranges and raced against the
+ *   current best (autotune/compare.h); adopted only on a FASTER verdict; a pattern whose current
+ *   scheme is the pattern cache's best stops after cache_patience lost races -> the guard: the best
  *   model raced against the model without Q/DQ at the same high precision, kept only when at
  *   least guard_min_effect faster -> output_dir: placement.json, optimized_final.onnx, log.jsonl,
  *   pattern_cache.json, pareto.json. Every placement also gets its output drift (before its
@@ -28,6 +30,7 @@
 
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "autotune/compare.h"
 #include "autotune/latency.h"
@@ -71,6 +74,13 @@ struct qp_autotune_step {
     int replayed;       /* the race came from the state file, not measured */
     double drift;       /* the candidate's output drift (NaN: not measured) */
     int rejected_drift; /* over the drift bound: not raced (medians 0) */
+    /* for verbose output and a progress bar */
+    const char *signature;  /* the pattern's (borrowed for the callback) */
+    const uint64_t *points; /* the candidate scheme: bit k = point k (autotune/scheme.h) */
+    size_t n_points;
+    double p_value;
+    int from_cache;                   /* the scheme came from the pattern cache */
+    size_t races_done, races_planned; /* schemes handled so far, and expected in all */
 };
 
 typedef void (*qp_autotune_progress_fn)(const struct qp_autotune_step *s, void *user);
@@ -104,6 +114,13 @@ struct qp_autotune_options {
     const volatile sig_atomic_t *stop;
     qp_autotune_progress_fn progress; /* may be NULL */
     void *progress_user;
+    /* A --node_filter_list file (pipeline/autotune_filter.h): only regions with a node matching
+     * one of its fnmatch patterns are searched. NULL: every region. */
+    const char *node_filter_list;
+    /* Pattern cache early stop (docs/autotune.md, "Pattern cache"): a pattern whose current
+     * scheme is the cache entry's best stops after this many further races in a row lost.
+     * Default 2; 0: never stop early. */
+    size_t cache_patience;
     /* Accuracy (docs/autotune.md, "Accuracy"): the whole-model output drift of the seed and of
      * every scheme, before it is raced (pipeline/autotune_drift.h: kl_div, sensitivity's
      * budget metric), on eval_data_path, else the calibration data, else synthetic data with
@@ -138,6 +155,8 @@ struct qp_autotune_report {
     struct qp_placement *seed;               /* the trt policy's or --qdq_baseline's; owned */
     double seconds;
     const char *calibration_source; /* "synthetic" or the data's kind (static) */
+    size_t n_regions_filtered;      /* regions left to the seed by node_filter_list */
+    size_t n_cache_stops;           /* patterns stopped early on the pattern cache's best */
     /* Accuracy: drift of the seed, of the search's best and of what optimized_final.onnx holds
      * (0 when the guard kept the model without Q/DQ), schemes rejected by the bound. */
     double max_output_drift, drift_bound; /* as asked, and max(it, seed_drift); < 0: none */

@@ -178,6 +178,39 @@ echo '{"format": "qplace.pattern_cache", "version": 1, "patterns": 3}' >"$T/bad_
 expect 2 "$Q" autotune --onnx_path "$M" --pattern_cache "$T/bad_cache.json" --output_dir "$T/bad5"
 [ -e "$T/bad5" ] && fail "bad pattern cache: output folder created"
 
+# --node_filter_list (ModelOpt's implementation raises AttributeError on it), ModelOpt's short
+# flags, -v, --default_dq_dtype
+printf '# block 2 only\n\n  conv_b2_*  \n' >"$T/filter.txt"
+expect 0 "$Q" autotune -m "$M" -o "$T/filt" --mode quick -s 2 --timing_runs 5 \
+    --node_filter_list "$T/filter.txt" -v --default_dq_dtype float32
+grep -Eq '^  node filter  *1 of [0-9]+ regions searched' "$T/out" || fail "filter: summary line"
+grep -q "^qplace: debug: autotune: --node_filter_list '.*filter.txt': 1 of" "$T/err" ||
+    fail "-v: no autotune debug line"
+grep -Eq "^autotune: pattern 1/1 '.*' scheme [0-9]+/[0-9]+ points \{[0-9,]*\} of [0-9]+: candidate .* p .*: (faster|slower|unresolved)" \
+    "$T/err" || fail "-v: no per-race line"
+"$PY" - "$T/filt/log.jsonl" <<'PYEOF' || fail "filter: log.jsonl holds another pattern"
+import json, sys
+sigs = {json.loads(l)["signature"] for l in open(sys.argv[1])}
+sys.exit(0 if len(sigs) == 1 else 1)
+PYEOF
+printf 'conv_b2_*\nconv_b3_a\n' >"$T/filter2.txt"
+expect 2 "$Q" autotune --onnx_path "$M" --node_filter_list "$T/filter2.txt" --output_dir "$T/bad8"
+grep -q "line 2: pattern 'conv_b3_a' matches no node of the model (nearest node: 'conv_b1_a')" \
+    "$T/err" || fail "filter: no-match message"
+[ -e "$T/bad8" ] && fail "filter without a match: output folder created"
+printf '# nothing\n\n' >"$T/filter3.txt"
+expect 2 "$Q" autotune --onnx_path "$M" --node_filter_list "$T/filter3.txt" --output_dir "$T/bad9"
+grep -q "holds no pattern" "$T/err" || fail "filter: empty file message"
+expect 2 "$Q" autotune --onnx_path "$M" --node_filter_list "$T/nofile.txt" --output_dir "$T/bad9"
+grep -q "cannot read" "$T/err" || fail "filter: unreadable file message"
+[ -e "$T/bad9" ] && fail "bad filter: output folder created"
+expect 1 "$Q" autotune --onnx_path "$M" --default_dq_dtype bfloat16 --output_dir "$T/bad10"
+grep -q "bfloat16 is not supported.*use float32 or float16" "$T/err" || fail "bfloat16 message"
+expect 1 "$Q" autotune --onnx_path "$M" --default_dq_dtype float16 --high_precision_dtype fp32 \
+    --output_dir "$T/bad10"
+grep -q "disagree" "$T/err" || fail "--default_dq_dtype vs --high_precision_dtype message"
+[ -e "$T/bad10" ] && fail "bad dq dtype: output folder created"
+
 [ "$(md5sum "$M" | cut -d' ' -f1)" = "$sum_before" ] || fail "input model changed"
 [ $fails = 0 ] && echo "autotune_cli: all checks passed"
 exit $((fails > 0))

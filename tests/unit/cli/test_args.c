@@ -340,6 +340,43 @@ static void test_optional(void **state) {
     assert_non_null(strstr(buf, "--autotune[=MODE]"));
 }
 
+/* CLI_ALIAS rows: `-v` is --verbose, `-m X` is --onnx_path X; `--v` and `-x` are not flags,
+ * and help prints "-v, --verbose". */
+static void test_short_aliases(void **state) {
+    (void)state;
+    static const struct cli_opt aopts[] = {
+        {"onnx_path", CLI_VALUE, "MODEL", "the model"},
+        {"verbose", CLI_BOOL, NULL, "more"},
+        {"v", CLI_ALIAS, "verbose", NULL},
+        {"m", CLI_ALIAS, "onnx_path", NULL},
+        {0},
+    };
+    static const struct cli_spec spec = {aopts, 0, 0, NULL};
+    struct cli_args a;
+    struct qp_error err;
+    char *ok[] = {"-m", "x.onnx", "-v", NULL};
+    assert_int_equal(parse_spec(&spec, ok, &a, &err), QP_OK);
+    assert_string_equal(cli_value(&a, "onnx_path", NULL), "x.onnx");
+    assert_true(cli_has(&a, "verbose"));
+    cli_args_free(&a);
+    char *missing[] = {"-m", NULL};
+    assert_int_equal(parse_spec(&spec, missing, &a, &err), QP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "--onnx_path needs a value"));
+    char *unknown[] = {"-x", NULL};
+    assert_int_equal(parse_spec(&spec, unknown, &a, &err), QP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "unknown flag -x"));
+    char *long_alias[] = {"--m", "x.onnx", NULL}; /* an alias row is no long name */
+    assert_int_equal(parse_spec(&spec, long_alias, &a, &err), QP_ERR_USAGE);
+    char buf[1024] = {0};
+    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+    assert_non_null(f);
+    cli_print_opts(f, aopts);
+    fclose(f);
+    assert_non_null(strstr(buf, "-v, --verbose"));
+    assert_non_null(strstr(buf, "-m, --onnx_path MODEL"));
+    assert_null(strstr(buf, "--v "));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_both_spellings), cmocka_unit_test(test_positionals_and_values),
@@ -348,6 +385,7 @@ int main(void) {
         cmocka_unit_test(test_stray_words),    cmocka_unit_test(test_pos_flag),
         cmocka_unit_test(test_prefixes),       cmocka_unit_test(test_name_distance),
         cmocka_unit_test(test_print_opts),     cmocka_unit_test(test_optional),
+        cmocka_unit_test(test_short_aliases),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

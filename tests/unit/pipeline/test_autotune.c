@@ -75,6 +75,29 @@ static void tset_of_placement(const struct qp_placement *p, struct tset *s) {
         tset_add(s, p->weights[i].tensor);
 }
 
+/* A latency from the structure alone, the same on any model of a family: each consumer slot fed
+ * by a DequantizeLinear makes the model 3% faster when the consumer is a Conv, 3% slower
+ * otherwise (the other way round with conv_slow). The fastest placement quantizes exactly the
+ * Conv inputs (every input but the Conv inputs). */
+static double structural_latency(const char *path, int conv_slow) {
+    struct qp_error err = {0};
+    struct qp_model *m = NULL;
+    assert_int_equal(qp_model_load_file(path, NULL, &m, &err), QP_OK);
+    const struct qp_graph *g = m->graph;
+    double t = 1.0;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const struct qp_node *n = &g->nodes[i];
+        if (n->dead || strcmp(n->op_type, "DequantizeLinear") == 0) continue;
+        for (int k = 0; k < n->n_inputs; k++) {
+            int v = n->inputs[k], pr = v >= 0 ? g->values[v].producer : -1;
+            if (pr >= 0 && strcmp(g->nodes[pr].op_type, "DequantizeLinear") == 0)
+                t *= (strcmp(n->op_type, "Conv") == 0) != conv_slow ? 0.97 : 1.03;
+        }
+    }
+    qp_model_free(m);
+    return t;
+}
+
 /* The backend: a model is fast exactly when its quantized tensors are `fast`'s. */
 struct world {
     struct tset fast;
@@ -85,6 +108,8 @@ struct world {
      * model does */
     int by_change;
     struct tset add, rem;
+    int structural; /* 1: structural_latency */
+    int conv_slow;  /* its conv_slow */
     /* the last model looked at, by file identity */
     char path[4096];
     dev_t dev;
@@ -112,6 +137,7 @@ static double latency(void *ctx, const char *path, size_t k) {
             changed = bsearch(&w->rem.names[i], s.names, s.n, sizeof s.names[0], cmp_str) == NULL;
         w->base =
             (w->any_fast && tset_equal(&s, &w->fast)) || (w->q_fast && s.n) || changed ? 0.5 : 1.0;
+        if (w->structural) w->base = structural_latency(path, w->conv_slow);
         tset_clear(&s);
         snprintf(w->path, sizeof w->path, "%s", path);
         w->dev = st.st_dev;
@@ -171,18 +197,24 @@ static enum qp_quant_mode g_mode = QP_QUANT_INT8;
 static double g_max_drift = -1;
 static enum qp_autotune_timing g_timing = QP_AUTOTUNE_TIMING_AUTO;
 
+/* What a run may change from the defaults of run_from. */
+static const char *g_model = MODEL, *g_cache, *g_filter;
+static size_t g_schemes = MAX_SCHEMES;
+
 static struct qp_autotune_report *run_from(struct world *w, const char *dir, const char *baseline) {
     struct qp_error err = {0};
     struct qp_latency_backend *b = NULL;
     assert_int_equal(qp_latency_fixed_create(latency, w, &b, &err), QP_OK);
     struct qp_autotune_options o;
     qp_autotune_options_default(&o);
-    o.onnx_path = MODEL;
+    o.onnx_path = g_model;
     o.output_dir = dir;
     o.qdq_baseline = baseline;
     o.quant_mode = g_mode;
     o.timing = g_timing;
-    o.schemes_per_pattern = MAX_SCHEMES;
+    o.pattern_cache_in = g_cache;
+    o.node_filter_list = g_filter;
+    o.schemes_per_pattern = g_schemes;
     o.backend = b;
     o.n_threads = 1;
     o.race.runs_per_round = 5;
@@ -382,6 +414,129 @@ static void test_stop(void **state) {
     qp_autotune_report_free(r);
     qp_latency_backend_free(b);
     rm_dir(dir);
+}
+
+#define RESNET_SHORT QP_TEST_DATA_DIR "/../unit/autotune/data/resnet_short.onnx"
+#define RESNET_DEEP  QP_TEST_DATA_DIR "/../unit/autotune/data/resnet_deep.onnx"
+
+/* Issue 18's test: a pattern cache from a ResNet cuts measurements on a deeper ResNet. A search
+ * on resnet_short (two identity blocks) leaves pattern_cache.json; on resnet_deep (four) the
+ * search with that cache races fewer schemes than without it (patterns whose cached best holds
+ * stop after cache_patience lost races) and ends on a placement at least as fast. */
+static void test_cache_cuts_races(void **state) {
+    (void)state;
+    struct world w = {.structural = 1};
+    const char *dir_a = QP_TEST_BINARY_DIR "/autotune_cache_short",
+               *dir_b = QP_TEST_BINARY_DIR "/autotune_cache_deep_cold",
+               *dir_c = QP_TEST_BINARY_DIR "/autotune_cache_deep_warm";
+    rm_dir(dir_a);
+    rm_dir(dir_b);
+    rm_dir(dir_c);
+    g_schemes = 8;
+    g_model = RESNET_SHORT;
+    struct qp_autotune_report *a = run(&w, dir_a);
+    assert_true(a->n_adopted > 0);
+    g_model = RESNET_DEEP;
+    struct qp_autotune_report *cold = run(&w, dir_b);
+    g_cache = QP_TEST_BINARY_DIR "/autotune_cache_short/pattern_cache.json";
+    struct qp_autotune_report *warm = run(&w, dir_c);
+    g_cache = NULL;
+    g_model = MODEL;
+    g_schemes = MAX_SCHEMES;
+    fprintf(stderr, "races: resnet_short %zu; resnet_deep %zu without the cache, %zu with it\n",
+            a->n_measured, cold->n_measured, warm->n_measured);
+    assert_int_equal(cold->n_cache_stops, 0);
+    assert_true(warm->n_cache_stops > 0);
+    assert_true(warm->n_measured < cold->n_measured);
+    double l_cold = structural_latency(
+               QP_TEST_BINARY_DIR "/autotune_cache_deep_cold/optimized_final.onnx", 0),
+           l_warm = structural_latency(
+               QP_TEST_BINARY_DIR "/autotune_cache_deep_warm/optimized_final.onnx", 0);
+    fprintf(stderr, "structural latency: %.4f without the cache, %.4f with it\n", l_cold, l_warm);
+    assert_true(l_warm <= l_cold * 1.000001);
+    qp_autotune_report_free(a);
+    qp_autotune_report_free(cold);
+    qp_autotune_report_free(warm);
+    rm_dir(dir_a);
+    rm_dir(dir_b);
+    rm_dir(dir_c);
+}
+
+/* Slots of `a` that `b` lacks whose consumer is outside block 2's region of resnet_deep (its
+ * nodes: conv_b2_*, relu_b2_*, add_b2, relu_b2). */
+static size_t slots_outside_block2(const struct qp_placement *a, const struct qp_placement *b) {
+    size_t n = 0;
+    for (size_t i = 0; i < a->n_edges + a->n_weights; i++) {
+        const char *node = i < a->n_edges ? a->edges[i].node : a->weights[i - a->n_edges].node;
+        int input = i < a->n_edges ? a->edges[i].input : a->weights[i - a->n_edges].input;
+        int is_w = 0;
+        size_t idx = 0;
+        if (qp_placement_find(b, node, input, &is_w, &idx)) continue;
+        n += strstr(node, "_b2") == NULL;
+    }
+    return n;
+}
+
+/* --node_filter_list: only the regions with a matching node change, even where other instances
+ * share their pattern (identity blocks 1-3 of resnet_deep); the others keep the seed's slots. A
+ * filter that matches no node is bad input, and nothing is written. */
+static void test_node_filter(void **state) {
+    (void)state;
+    const char *filter = QP_TEST_BINARY_DIR "/autotune_filter.txt";
+    FILE *f = fopen(filter, "w");
+    assert_non_null(f);
+    fputs("# block 2 only\n\n  conv_b2_*  \n", f);
+    fclose(f);
+    struct world w = {.structural = 1, .conv_slow = 1};
+    const char *dir = QP_TEST_BINARY_DIR "/autotune_filter";
+    rm_dir(dir);
+    g_filter = filter;
+    g_schemes = 16;
+    g_model = RESNET_DEEP;
+    struct qp_autotune_report *r = run(&w, dir);
+    g_model = MODEL;
+    g_filter = NULL;
+    g_schemes = MAX_SCHEMES;
+    assert_true(r->n_regions_filtered > 0);
+    assert_true(r->n_adopted > 0);
+    /* every slot that differs from the seed is a slot of block 2's region */
+    assert_false(qp_placement_equal(r->best, r->seed));
+    assert_int_equal(slots_outside_block2(r->best, r->seed), 0);
+    assert_int_equal(slots_outside_block2(r->seed, r->best), 0);
+    struct qp_error err = {0};
+    qp_autotune_report_free(r);
+    rm_dir(dir);
+    /* a pattern that matches nothing: bad input naming the nearest node, no folder */
+    f = fopen(filter, "w");
+    assert_non_null(f);
+    fputs("conv_b2_*\nconv_b9_a\n", f);
+    fclose(f);
+    struct qp_latency_backend *b = NULL;
+    assert_int_equal(qp_latency_fixed_create(latency, &w, &b, &err), QP_OK);
+    struct qp_autotune_options o;
+    qp_autotune_options_default(&o);
+    o.onnx_path = RESNET_DEEP;
+    o.output_dir = dir;
+    o.backend = b;
+    o.node_filter_list = filter;
+    struct qp_autotune_report *none = NULL;
+    assert_int_equal(qp_autotune(&o, &none, &err), QP_ERR_BAD_INPUT);
+    assert_null(none);
+    assert_non_null(strstr(err.msg, "line 2: pattern 'conv_b9_a' matches no node"));
+    assert_non_null(strstr(err.msg, "nearest node: 'conv_b0_a'"));
+    assert_int_equal(access(dir, F_OK), -1);
+    /* no pattern at all; an unreadable file */
+    f = fopen(filter, "w");
+    assert_non_null(f);
+    fputs("# only a comment\n   \n", f);
+    fclose(f);
+    assert_int_equal(qp_autotune(&o, &none, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "holds no pattern"));
+    o.node_filter_list = QP_TEST_BINARY_DIR "/no_such_filter.txt";
+    assert_int_equal(qp_autotune(&o, &none, &err), QP_ERR_IO);
+    assert_int_equal(access(dir, F_OK), -1);
+    qp_latency_backend_free(b);
+    unlink(filter);
 }
 
 static cJSON *load_json(const char *path) {
@@ -641,7 +796,8 @@ int main(void) {
         cmocka_unit_test(test_resume),      cmocka_unit_test(test_stop),
         cmocka_unit_test(test_fp8),         cmocka_unit_test(test_drift_rejects),
         cmocka_unit_test(test_pareto),      cmocka_unit_test(test_resume_drift),
-        cmocka_unit_test(test_region_same),
+        cmocka_unit_test(test_region_same), cmocka_unit_test(test_cache_cuts_races),
+        cmocka_unit_test(test_node_filter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

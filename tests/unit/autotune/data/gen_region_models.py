@@ -6,6 +6,8 @@ repeat so that repeated blocks can be seen sharing one pattern signature:
 
 resnet_deep.onnx (opset 13): Conv/Relu stem, MaxPool, one bottleneck block with a projection Conv,
 four identical bottleneck blocks with identity shortcuts, GlobalAveragePool, Flatten, Gemm.
+resnet_short.onnx: the same with two identity blocks (the pattern cache test of
+tests/unit/pipeline/test_autotune.c: a cache from it on resnet_deep).
 vit_deep.onnx (opset 20): patch embedding, four identical pre-LN transformer blocks (one-head
 attention, Gelu MLP, residual Adds), mean pooling, classifier. Nodes are named per block.
 Weights from a fixed seed; the files are reproducible byte for byte.
@@ -28,7 +30,7 @@ def c(name, arr, dtype=np.float32):
     return numpy_helper.from_array(np.asarray(arr, dtype=dtype), name)
 
 
-def resnet_deep():
+def resnet_deep(n_blocks=5, name="resnet_deep"):
     nodes, inits = [], []
 
     def conv(x, y, cin, cout, k, stride=1):
@@ -41,7 +43,7 @@ def resnet_deep():
     nodes.append(N("MaxPool", ["stem_r"], ["pool"], name="maxpool", kernel_shape=[2, 2],
                    strides=[2, 2]))
     prev = "pool"
-    for b in range(5):
+    for b in range(n_blocks):
         y = f"b{b}"
         conv(prev, f"{y}_a", 8 if b == 0 else 16, 4, 1)
         nodes.append(N("Relu", [f"{y}_a"], [f"{y}_ar"], name=f"relu_{y}_a"))
@@ -59,7 +61,7 @@ def resnet_deep():
     nodes.append(N("Flatten", ["gap"], ["flat"], name="flatten"))
     inits += [w("fc_w", 10, 16), w("fc_b", 10)]
     nodes.append(N("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="fc", transB=1))
-    g = helper.make_graph(nodes, "resnet_deep",
+    g = helper.make_graph(nodes, name,
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
                           [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
                           inits)
@@ -125,6 +127,7 @@ def main(argv):
     out = argv[0] if argv else os.path.dirname(os.path.abspath(__file__))
     save(resnet_deep(), os.path.join(out, "resnet_deep.onnx"))
     save(vit_deep(), os.path.join(out, "vit_deep.onnx"))
+    save(resnet_deep(3, "resnet_short"), os.path.join(out, "resnet_short.onnx"))
     return 0
 
 
