@@ -44,7 +44,7 @@ for m in resnet50 vit_tiny; do
             t1=$(date +%s.%N)
             wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
             walls[$timing]+="$wall "
-            search=$(sed -n 's/^  time .*(the search: \([0-9.]*\) s).*/\1/p' "$dir.txt")
+            search=$(sed -n 's/^  time .*(the search: \([0-9.]*\) s[;)].*/\1/p' "$dir.txt")
             searches[$timing]+="${search:-0} "
             races=$(sed -n 's/^  schemes *\([0-9]*\) measured.*/\1/p' "$dir.txt")
             adopted=$(sed -n 's/^  schemes.*, \([0-9]*\) adopted.*/\1/p' "$dir.txt")
