@@ -550,33 +550,6 @@ static enum qp_status scheme_drift(struct tune *t, size_t p, const uint64_t *bit
     return st;
 }
 
-/* The progress callback for a scheme rejected by the drift bound. */
-static void progress_rejected(const struct tune *t, size_t p, size_t k, size_t n_order, size_t j,
-                              size_t n, size_t done, size_t planned, const uint64_t *scheme,
-                              double drift) {
-    int replayed = t->last_replayed;
-    if (!t->o->progress) return;
-    double el = qp_clock_seconds() - t->t0;
-    struct qp_autotune_step s = {
-        .pattern_k = k + 1,
-        .n_patterns = n_order,
-        .scheme_j = j + 1,
-        .n_schemes = n,
-        .elapsed_s = el,
-        .eta_s = planned > done ? el / (double)done * (double)(planned - done) : 0,
-        .verdict = QP_LATENCY_UNRESOLVED,
-        .drift = drift,
-        .rejected_drift = 1,
-        .replayed = replayed,
-        .signature = t->rs->patterns[p].signature,
-        .points = scheme,
-        .n_points = t->rs->patterns[p].n_points,
-        .races_done = done,
-        .races_planned = planned,
-    };
-    t->o->progress(&s, t->o->progress_user);
-}
-
 /* pareto.json: the seed, every raced scheme (already listed), the best as the guard measured
  * it and the model without Q/DQ; the frontier into the report. */
 static enum qp_status write_pareto(struct tune *t, struct qp_error *err) {
@@ -723,7 +696,8 @@ static enum qp_status account_race(struct tune *t, size_t p, const uint64_t *sch
                     err);
 }
 
-/* The progress callback after race (k, j) of n_order patterns and n schemes. */
+/* The progress callback after race (k, j) of n_order patterns and n schemes; res NULL: the
+ * scheme was rejected by the drift bound, unraced. */
 static void progress_step(const struct tune *t, size_t p, size_t k, size_t n_order, size_t j,
                           size_t n, size_t done, size_t planned, const uint64_t *scheme,
                           int from_cache, const struct qp_latency_race_result *res, int adopt,
@@ -737,15 +711,16 @@ static void progress_step(const struct tune *t, size_t p, size_t k, size_t n_ord
         .n_schemes = n,
         .elapsed_s = el,
         .eta_s = planned > done ? el / (double)done * (double)(planned - done) : 0,
-        .cand_median_ms = median_of(res->cand_ms, res->n_cand),
-        .best_median_ms = median_of(res->best_ms, res->n_best),
-        .verdict = res->verdict.verdict,
+        .cand_median_ms = res ? median_of(res->cand_ms, res->n_cand) : 0,
+        .best_median_ms = res ? median_of(res->best_ms, res->n_best) : 0,
+        .verdict = res ? res->verdict.verdict : QP_LATENCY_UNRESOLVED,
+        .rejected_drift = !res,
         .adopted = adopt,
         .replayed = replayed,
         .signature = t->rs->patterns[p].signature,
         .points = scheme,
         .n_points = t->rs->patterns[p].n_points,
-        .p_value = res->verdict.p_value,
+        .p_value = res ? res->verdict.p_value : 0,
         .from_cache = from_cache,
         .races_done = done,
         .races_planned = planned,
@@ -1025,7 +1000,8 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
             if (st != QP_OK || what == DRIFT_STOP) goto done;
             (*done)++;
             if (what == DRIFT_REJECTED)
-                progress_rejected(t, p, k, n_order, j, n, *done, *planned, list[j], drift);
+                progress_step(t, p, k, n_order, j, n, *done, *planned, list[j], 0, NULL, 0,
+                              t->last_replayed, drift);
             continue;
         }
         struct qp_latency_race_result res;
