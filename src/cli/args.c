@@ -1,5 +1,7 @@
 #include "args.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -347,4 +349,14 @@ void cli_print_opts(FILE *f, const struct cli_opt *opts) {
         fprintf(f, "  %-30s %s\n", left, opts[i].help ? opts[i].help : "");
     }
     fprintf(f, "  %-30s %s\n", "-h, --help", "show this help");
+}
+
+int cli_parse_finite(const char *s, double *out) {
+    if (!s || !*s) return 0;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v)) return 0;
+    *out = v;
+    return 1;
 }

@@ -101,6 +101,10 @@ const char *cli_value_at(const struct cli_args *a, const char *name, size_t i);
 /* The value of a CLI_VALUE flag (the last value for the others), or `fallback`. */
 const char *cli_value(const struct cli_args *a, const char *name, const char *fallback);
 
+/* A whole, finite decimal number (strtod's grammar, nothing after it, no overflow) into *out;
+ * 1 on success, 0 (*out untouched) otherwise. Flag values like --max_output_drift D. */
+int cli_parse_finite(const char *s, double *out);
+
 /* Edit distance between given[0..len) and `name` ('-' and '_' equal) when it is small enough to
  * suggest `name` for a misspelling (about one edit per four characters), else -1. */
 int cli_name_distance(const char *given, size_t len, const char *name);

@@ -171,10 +171,8 @@ int cli_autotune_drift_flags(const struct cli_args *a, struct qp_autotune_option
     const struct cli_autotune_names *n = &cli_autotune_standalone;
     const char *s = cli_value(a, "max_output_drift", NULL);
     if (s) {
-        char *end = NULL;
-        errno = 0;
-        double d = strtod(s, &end);
-        if (end == s || *end || errno || !isfinite(d) || !(d >= 0))
+        double d = 0;
+        if (!cli_parse_finite(s, &d) || !(d >= 0))
             return bad_usage(n, "--max_output_drift: '%s' is not a non-negative number", s);
         o->max_output_drift = d;
     }

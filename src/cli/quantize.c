@@ -291,13 +291,6 @@ static int parse_opset(const struct cli_args *a, int64_t *out) {
 }
 
 /* 1 when all of `s` is a finite number, into *out. */
-static int finite_number(const char *s, double *out) {
-    char *end = NULL;
-    errno = 0;
-    *out = strtod(s, &end);
-    return end != s && !*end && errno == 0 && isfinite(*out);
-}
-
 /* The accuracy methods' flags (weight clipping, the budget, equalization) into `o`; 1 on an
  * error (printed). */
 static int accuracy_options(const struct cli_args *a, struct qp_quantize_options *o) {
@@ -310,13 +303,13 @@ static int accuracy_options(const struct cli_args *a, struct qp_quantize_options
         return 1;
     }
     const char *v = cli_value(a, "max_output_drift", NULL);
-    if (v && !(finite_number(v, &o->max_output_drift) && o->max_output_drift >= 0)) {
+    if (v && !(cli_parse_finite(v, &o->max_output_drift) && o->max_output_drift >= 0)) {
         fprintf(stderr, "qplace quantize: --max_output_drift: '%s' is not a non-negative number\n",
                 v);
         return 1;
     }
     v = cli_value(a, "min_top1_agreement", NULL);
-    if (v && !(finite_number(v, &o->min_top1_agreement) && o->min_top1_agreement > 0 &&
+    if (v && !(cli_parse_finite(v, &o->min_top1_agreement) && o->min_top1_agreement > 0 &&
                o->min_top1_agreement <= 1)) {
         fprintf(stderr, "qplace quantize: --min_top1_agreement: '%s' is not a fraction in (0, 1]\n",
                 v);
@@ -335,7 +328,7 @@ static int accuracy_options(const struct cli_args *a, struct qp_quantize_options
         return 1;
     }
     if ((v = cli_value(a, "smoothquant_alpha", NULL))) {
-        if (!(finite_number(v, &o->smoothquant_alpha) && o->smoothquant_alpha >= 0 &&
+        if (!(cli_parse_finite(v, &o->smoothquant_alpha) && o->smoothquant_alpha >= 0 &&
               o->smoothquant_alpha <= 1)) {
             fprintf(stderr,
                     "qplace quantize: --smoothquant_alpha must be a number in [0, 1], not '%s'\n",

@@ -88,16 +88,6 @@ static int bad_usage(const char *fmt, const char *a) {
     return 1;
 }
 
-static int parse_double(const char *s, double *out) {
-    if (!s || !*s) return 0;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v)) return 0;
-    *out = v;
-    return 1;
-}
-
 static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
     if (!s || !isdigit((unsigned char)s[0])) return 0;
     char *end;
@@ -214,14 +204,14 @@ static int parse_picker(const struct cli_args *args, struct qp_sensitivity_run_o
     const char *s;
     int v;
     if ((s = cli_value(args, "coverage", NULL))) {
-        if (!parse_double(s, &po->coverage) || po->coverage < 0 || po->coverage > 1)
+        if (!cli_parse_finite(s, &po->coverage) || po->coverage < 0 || po->coverage > 1)
             return bad_usage("--coverage: '%s' is not a number in [0, 1]", s);
         o->picking = 1;
     }
     if ((s = cli_value(args, "threshold", NULL))) {
         if (cli_has(args, "coverage"))
             return bad_usage("%s", "--coverage and --threshold exclude each other");
-        if (!parse_double(s, &po->threshold))
+        if (!cli_parse_finite(s, &po->threshold))
             return bad_usage("--threshold: '%s' is not a number", s);
         po->threshold_mode = 1;
         o->picking = 1;
@@ -235,11 +225,11 @@ static int parse_picker(const struct cli_args *args, struct qp_sensitivity_run_o
         o->picking = 1;
     }
     if ((s = cli_value(args, "min_score_floor", NULL))) {
-        if (!parse_double(s, &po->min_score_floor))
+        if (!cli_parse_finite(s, &po->min_score_floor))
             return bad_usage("--min_score_floor: '%s' is not a number", s);
         o->picking = 1;
     }
-    if ((s = cli_value(args, "near_tie_ratio", NULL)) && !parse_double(s, &po->near_tie_ratio))
+    if ((s = cli_value(args, "near_tie_ratio", NULL)) && !cli_parse_finite(s, &po->near_tie_ratio))
         return bad_usage("--near_tie_ratio: '%s' is not a number", s);
     if ((s = cli_value(args, "block_agg", NULL))) {
         if ((v = qp_block_agg_parse(s)) < 0)
@@ -247,13 +237,13 @@ static int parse_picker(const struct cli_args *args, struct qp_sensitivity_run_o
         po->agg = v;
     }
     if ((s = cli_value(args, "max_output_drift", NULL))) {
-        if (!parse_double(s, &o->max_output_drift) || !(o->max_output_drift >= 0))
+        if (!cli_parse_finite(s, &o->max_output_drift) || !(o->max_output_drift >= 0))
             return bad_usage("--max_output_drift: '%s' is not a non-negative number", s);
         o->picking = 1;
     }
     if ((s = cli_value(args, "min_top1_agreement", NULL))) {
         double p = 0;
-        if (!parse_double(s, &p) || !(p > 0 && p <= 1))
+        if (!cli_parse_finite(s, &p) || !(p > 0 && p <= 1))
             return bad_usage("--min_top1_agreement: '%s' is not a fraction in (0, 1]", s);
         o->min_top1_agreement = p;
         o->picking = 1;
