@@ -106,11 +106,21 @@ struct qp_quantize_config {
      * `ranges` (they were measured on the model before equalization). */
     unsigned equalization;
     double smoothquant_alpha; /* in [0, 1]; qp_quantize_config_default sets 0.5 */
-    /* qplace's; 1: after calibration, each Conv/ConvTranspose/Gemm/MatMul the placement
-     * quantizes gets its bias lowered by the mean per-channel output shift (quantized minus
-     * float) measured on the calibration data, a bias or Add created where it has none
-     * (docs/quantize.md "Bias correction"). Written biases stay float. Default 0. */
+    /* qplace's, enum qp_bias_correction: after calibration, each Conv/ConvTranspose/Gemm/MatMul
+     * the placement quantizes gets its bias lowered by the mean per-channel output shift
+     * (quantized minus float) measured on the calibration data, a bias or Add created where it
+     * has none (docs/quantize.md "Bias correction"). Written biases stay float.
+     * qp_quantize_config_default sets QP_BIAS_CORRECTION_AUTO. */
     int bias_correction;
+};
+
+enum qp_bias_correction {
+    QP_BIAS_CORRECTION_OFF = 0,
+    QP_BIAS_CORRECTION_ON = 1, /* always; needs calibration data */
+    /* with calibration data of the user's (not synthetic data), correct, measure the drift of
+     * the model with and without the correction on the evaluation samples, and write the one
+     * whose mean cosine over the outputs is higher (summary: bias_auto, bias_kept) */
+    QP_BIAS_CORRECTION_AUTO = 2,
 };
 
 void qp_quantize_config_default(struct qp_quantize_config *c);
@@ -181,13 +191,21 @@ struct qp_quantize_summary {
     struct qp_quantize_drift *outputs_uncorrected;
     /* weight_clipping QP_WEIGHT_CLIP_MSE: the drift of the same model written with each weight
      * channel's absmax scale instead, on the same samples as `outputs` (n_outputs entries, owned
-     * by the summary; NULL otherwise). */
+     * by the summary; NULL otherwise, and when bias correction auto did not keep its correction:
+     * it was measured on the corrected model). */
     struct qp_quantize_drift *outputs_unclipped;
     /* calibration_method auto: the tensors that took each method (indexed by enum
      * qp_calib_method), and how many of them took entropy because none of their consumers
      * could be evaluated (docs/calibration.md); zeros for other methods. */
     size_t auto_methods[QP_CALIB_AUTO];
     size_t n_auto_fallback;
+    /* bias_correction QP_BIAS_CORRECTION_AUTO that ran: bias_auto 1, and bias_kept 1 when the
+     * corrected model was written (outputs its drift, outputs_uncorrected the other's) or 0
+     * when its mean cosine was not higher and the model was written without the correction
+     * (outputs that model's drift, outputs_uncorrected NULL, outputs_corrected the corrected
+     * model's: n_outputs entries, owned by the summary; NULL otherwise). */
+    int bias_auto, bias_kept;
+    struct qp_quantize_drift *outputs_corrected;
 };
 
 /* NULL-safe. */

@@ -119,7 +119,9 @@ class QuantizeSummary(Structure):
                 ("bias_shift_after", c_double), ("bias_seconds", c_double),
                 ("outputs_uncorrected", POINTER(QuantizeDrift)),
                 ("outputs_unclipped", POINTER(QuantizeDrift)),
-                ("auto_methods", c_size_t * 4), ("n_auto_fallback", c_size_t)]
+                ("auto_methods", c_size_t * 4), ("n_auto_fallback", c_size_t),
+                ("bias_auto", c_int), ("bias_kept", c_int),
+                ("outputs_corrected", POINTER(QuantizeDrift))]
 
 
 class DataOptions(Structure):

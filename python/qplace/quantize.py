@@ -49,7 +49,8 @@ QuantizeSummary = namedtuple(
     "weight_clip_mean_ratio budget equalization smoothquant_alpha n_cle_pairs n_cle_skipped "
     "n_smoothquant_pairs n_smoothquant_skipped outputs_before bias_correction n_bias_layers "
     "n_biases_added bias_rounds bias_shift_before bias_shift_after bias_seconds "
-    "outputs_uncorrected outputs_unclipped auto_methods autotune")
+    "outputs_uncorrected outputs_unclipped auto_methods autotune bias_auto bias_kept "
+    "outputs_corrected")
 QuantizeSummary.__doc__ = ("What qplace.quantize wrote, and the drift it measured; budget is a "
                            "Budget with an accuracy budget, else None; autotune an "
                            "AutotuneSummary with autotune=, else None.")
@@ -140,7 +141,8 @@ def _summary(s, output_path):
         bool(s.bias_correction), s.n_bias_layers, s.n_biases_added, s.bias_rounds,
         s.bias_shift_before, s.bias_shift_after, s.bias_seconds, uncorrected,
         _drifts(s.outputs_unclipped, s.n_outputs) if s.outputs_unclipped else None,
-        _auto_methods(s), None)
+        _auto_methods(s), None, bool(s.bias_auto), bool(s.bias_kept),
+        _drifts(s.outputs_corrected, s.n_outputs) if s.outputs_corrected else None)
 
 
 def _auto_methods(s):
@@ -177,7 +179,7 @@ def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration
              *, percentile=None, eval_data=None, placement=None, rules=None, ranges=None,
              placement_out=None, threads=0, weight_clipping="absmax", max_output_drift=None,
              min_top1_agreement=None, equalization="none", smoothquant_alpha=0.5,
-             bias_correction=False, autotune_output_dir=None, autotune_schemes_per_region=None,
+             bias_correction="auto", autotune_output_dir=None, autotune_schemes_per_region=None,
              autotune_pattern_cache=None, autotune_qdq_baseline=None, autotune_state_file=None,
              autotune_backend=None, autotune_use_trtexec=False, autotune_timing_cache=None,
              autotune_trtexec_args=None, autotune_warmup_runs=None, autotune_timing_runs=None):
@@ -280,7 +282,11 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
                     % (smoothquant_alpha,)) from None
     if not 0.0 <= c.smoothquant_alpha <= 1.0:
         raise usage("quantize: smoothquant_alpha %g is not in [0, 1]" % c.smoothquant_alpha)
-    c.bias_correction = 1 if bias_correction else 0
+    bc = {True: 1, False: 0, "on": 1, "off": 0, "auto": 2}
+    if not isinstance(bias_correction, (bool, str)) or bias_correction not in bc:
+        raise usage("quantize: bias_correction must be True, False, 'on', 'off' or 'auto', "
+                    "not %r" % (bias_correction,))
+    c.bias_correction = bc[bias_correction]
     c.opset = 0 if opset is None else int_arg(opset, "opset", 1, 1000)
     fp16_ops = _lib.StrArray(
         [t for v in as_list(op_types_to_exclude_fp16, "op_types_to_exclude_fp16")

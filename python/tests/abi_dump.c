@@ -119,6 +119,9 @@ int main(void) {
     F(qp_quantize_summary, bias_seconds);
     F(qp_quantize_summary, outputs_uncorrected);
     F(qp_quantize_summary, outputs_unclipped);
+    F(qp_quantize_summary, bias_auto);
+    F(qp_quantize_summary, bias_kept);
+    F(qp_quantize_summary, outputs_corrected);
     F(qp_quantize_summary, auto_methods);
     F(qp_quantize_summary, n_auto_fallback);
     SZ(qp_data_options);

@@ -68,8 +68,8 @@ def test_options_match_the_cli(cli, cls_model, cls_npz, tmp_path):
           "fp8"], dict(calibration_method="percentile", percentile=99.9, quantize_mode="fp8")),
         (["--disable_mha_qdq", "--op_types_to_quantize", "Conv"],
          dict(disable_mha_qdq=True, op_types_to_quantize="Conv")),
-        (["--weight_clipping", "mse", "--calibration_method", "mse"],
-         dict(weight_clipping="mse", calibration_method="mse")),
+        (["--weight_clipping", "mse", "--calibration_method", "mse", "--bias_correction=off"],
+         dict(weight_clipping="mse", calibration_method="mse", bias_correction="off")),
     ]
     for flags, kw in cases:
         py, cl, s = both(cli, tmp_path, cls_model, ["--calibration_data_path", cls_npz] + flags,
@@ -80,7 +80,8 @@ def test_options_match_the_cli(cli, cls_model, cls_npz, tmp_path):
             assert s.n_weight_channels_clipped < s.n_weight_channels
             # The drift without the clipping is that of the same quantization with absmax.
             plain = qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "p.onnx"),
-                                    calibration_data=cls_npz, calibration_method="mse")
+                                    calibration_data=cls_npz, calibration_method="mse",
+                                    bias_correction=False)
             assert plain.outputs_unclipped is None
             assert s.outputs_unclipped[0].cosine == plain.outputs[0].cosine
             assert s.outputs_unclipped[0].cosine != s.outputs[0].cosine
@@ -105,9 +106,57 @@ def test_bias_correction_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
     assert all(0 < d.cosine <= 1 for d in s.outputs_uncorrected)
     # The corrected model is not the uncorrected one.
     plain = qplace.quantize(onnx_path=cls_model, calibration_data=cls_npz,
-                            high_precision_dtype="fp32", output_path=str(tmp_path / "plain.onnx"))
+                            high_precision_dtype="fp32", output_path=str(tmp_path / "plain.onnx"),
+                            bias_correction="off")
     assert read(tmp_path / "plain.onnx") != py
     assert plain.outputs[0].cosine == pytest.approx(s.outputs_uncorrected[0].cosine, abs=1e-12)
+
+
+def test_bias_correction_auto_writes_the_model_of_higher_cosine(cli, cls_model, cls_npz,
+                                                                  tmp_path):
+    """The default (auto) with calibration data corrects, measures both models and writes the
+    corrected one only when its mean cosine is higher: the file is then the --bias_correction
+    one, else the --bias_correction=off one, and the drifts name which is which. On these six
+    samples of cls, entropy and percentile 99 decide differently, so both branches run."""
+    decisions = set()
+    for method, hp in (("entropy", "fp32"), ("percentile", "fp16")):
+        kw = dict(onnx_path=cls_model, calibration_data=cls_npz, high_precision_dtype=hp,
+                  calibration_method=method, percentile=99.0 if method == "percentile" else None)
+        s = qplace.quantize(output_path=str(tmp_path / "auto.onnx"), **kw)
+        on = qplace.quantize(output_path=str(tmp_path / "on.onnx"), bias_correction="on", **kw)
+        off = qplace.quantize(output_path=str(tmp_path / "off.onnx"), bias_correction=False,
+                              **kw)
+        assert s.bias_correction and s.bias_auto and not on.bias_auto and not off.bias_correction
+        cos_on, cos_off = on.outputs[0].cosine, off.outputs[0].cosine
+        assert s.bias_kept == (cos_on > cos_off), method
+        written = read(tmp_path / ("on.onnx" if s.bias_kept else "off.onnx"))
+        assert read(tmp_path / "auto.onnx") == written, method
+        if s.bias_kept:
+            assert s.outputs[0].cosine == cos_on and s.outputs_corrected is None
+            assert s.outputs_uncorrected[0].cosine == cos_off
+        else:
+            assert s.outputs[0].cosine == cos_off and s.outputs_uncorrected is None
+            assert s.outputs_corrected[0].cosine == cos_on
+        decisions.add(s.bias_kept)
+        # the same decision and file from the command line, whose default is auto too
+        p = run_cli(cli, "quantize", "--onnx_path", cls_model, "--calibration_data_path", cls_npz,
+                    "--high_precision_dtype", hp, "--calibration_method", method,
+                    *(["--percentile", "99.0"] if method == "percentile" else []),
+                    "--output_path", tmp_path / "cli.onnx")
+        assert ("; kept:" if s.bias_kept else "; NOT kept:") in p.stdout
+        assert read(tmp_path / "cli.onnx") == written
+    assert decisions == {True, False}
+    # synthetic data: auto does not run; a bad value is a usage error
+    s = qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "syn.onnx"),
+                        high_precision_dtype="fp32", calibration_shapes="x:1x3x48x192")
+    assert not s.bias_correction and not s.bias_auto
+    with pytest.raises(qplace.UsageError, match="bias_correction"):
+        qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "x.onnx"),
+                        bias_correction="sometimes")
+    p = run_cli(cli, "quantize", "--onnx_path", cls_model, "--bias_correction=sometimes",
+                "--output_path", tmp_path / "y.onnx", ok=False)
+    assert p.returncode == 1 and "expected on, off or auto" in p.stderr
+    assert not (tmp_path / "y.onnx").exists()
 
 
 def test_auto_matches_the_cli(cli, cls_model, cls_npz, tmp_path):

@@ -46,8 +46,10 @@ const struct cli_opt cli_quantize_opts[] = {
     {"equalization", CLI_VALUE, "none|cle|smoothquant|all",
      "rescale float weights first: Conv pairs (cle), LayerNorm -> MatMul (smoothquant)"},
     {"smoothquant_alpha", CLI_VALUE, "A", "SmoothQuant's migration strength in [0, 1] (0.5)"},
-    {"bias_correction", CLI_BOOL, NULL,
-     "correct Conv/Gemm/MatMul biases by the mean output shift on the calibration data"},
+    {"bias_correction", CLI_OPTIONAL, "auto|on|off",
+     "correct Conv/Gemm/MatMul biases by the mean output shift on the calibration data: on "
+     "(bare flag), off, or auto (default: with --calibration_data_path, kept only when it "
+     "raises the drift's mean cosine)"},
     {"high_precision_dtype", CLI_VALUE, "fp32|fp16|bf16",
      "precision of the rest (default fp16, I/O kept fp32)"},
     {"output_path", CLI_VALUE, "OUT", "output model (default <model>.quant.onnx)"},
@@ -290,11 +292,18 @@ static int parse_opset(const struct cli_args *a, int64_t *out) {
     return 0;
 }
 
-/* 1 when all of `s` is a finite number, into *out. */
 /* The accuracy methods' flags (weight clipping, the budget, equalization) into `o`; 1 on an
  * error (printed). */
 static int accuracy_options(const struct cli_args *a, struct qp_quantize_options *o) {
-    o->bias_correction = cli_has(a, "bias_correction");
+    const char *bc = cli_value(a, "bias_correction", cli_has(a, "bias_correction") ? "on" : "auto");
+    o->bias_correction = strcmp(bc, "on") == 0     ? QP_BIAS_CORRECTION_ON
+                         : strcmp(bc, "off") == 0  ? QP_BIAS_CORRECTION_OFF
+                         : strcmp(bc, "auto") == 0 ? QP_BIAS_CORRECTION_AUTO
+                                                   : -1;
+    if (o->bias_correction < 0) {
+        fprintf(stderr, "qplace quantize: --bias_correction=%s: expected on, off or auto\n", bc);
+        return 1;
+    }
     const char *wc = cli_value(a, "weight_clipping", "absmax");
     if (strcmp(wc, "mse") == 0) {
         o->weight_clipping = QP_WEIGHT_CLIP_MSE;
@@ -455,9 +464,14 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
                r->n_unused_ranges);
     if (r->bias_correction) {
         const struct qp_bias_correct_stats *b = &r->bias;
-        printf(
-            "  bias correction: %zu layers (%zu channels), %zu biases added, %d rounds, %.2f s\n",
-            b->n_layers, b->n_channels, b->n_biases_added, b->n_rounds, b->seconds);
+        printf("  bias correction%s: %zu layers (%zu channels), %zu biases added, %d rounds, "
+               "%.2f s%s\n",
+               r->bias_auto ? " (auto)" : "", b->n_layers, b->n_channels, b->n_biases_added,
+               b->n_rounds, b->seconds,
+               !r->bias_auto  ? ""
+               : r->bias_kept ? "; kept: the drift's mean cosine is higher with it"
+                              : "; NOT kept: the drift's mean cosine is not higher with it, the "
+                                "model is written without");
         if (b->n_passes > 1)
             printf("    mean |channel shift| / channel std on the calibration data: %.4g before, "
                    "%.4g after round %d\n",
@@ -488,6 +502,10 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
     if (r->outputs_uncorrected) {
         printf("  the same model without bias correction (same samples):\n");
         print_drift_rows(r->outputs_uncorrected, r->n_outputs);
+    }
+    if (r->outputs_corrected) {
+        printf("  the same model with bias correction, not written (same samples):\n");
+        print_drift_rows(r->outputs_corrected, r->n_outputs);
     }
     if (r->outputs_unclipped) {
         printf("  the same model without weight clipping (absmax scales; same samples):\n");

@@ -43,6 +43,7 @@ void qp_quantize_report_free(struct qp_quantize_report *r) {
     if (!r) return;
     drifts_free(r->outputs, r->n_outputs);
     drifts_free(r->outputs_uncorrected, r->n_outputs);
+    drifts_free(r->outputs_corrected, r->n_outputs);
     drifts_free(r->outputs_unclipped, r->n_outputs);
     drifts_free(r->outputs_before, r->n_outputs_before);
     qp_equalize_report_free(r->equalize);
@@ -475,6 +476,44 @@ static enum qp_status write_unclipped(const struct qp_quantize_job *job,
     return write_copy(&plain, ranges, out, err);
 }
 
+/* Whether bias correction runs: on always (correct_biases refuses to without data), auto with
+ * calibration data of the user's. */
+static int bias_correction_runs(const struct qp_quantize_job *job) {
+    if (job->bias_correction == QP_BIAS_CORRECTION_AUTO)
+        return job->cal && !qp_provider_is_synthetic(job->cal);
+    return job->bias_correction == QP_BIAS_CORRECTION_ON;
+}
+
+/* The mean over outputs of the drift's cosine. */
+static double mean_cosine(const struct qp_quantize_drift *d, size_t n) {
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += d[i].cosine;
+    return n ? sum / (double)n : 0;
+}
+
+/* Bias correction auto, after the drift of the corrected model (r->outputs) and of the one
+ * without (*plain, r->outputs_uncorrected) was measured: the corrected model stays unless its
+ * mean cosine is not higher; then the model without the correction becomes job->mq (the
+ * corrected one goes with *plain) and the drifts move with their models. The drift without
+ * weight clipping was measured on the corrected model, so it no longer describes the one
+ * written and is dropped. */
+static void decide_bias(struct qp_quantize_job *job, struct qp_model **plain,
+                        struct qp_quantize_report *r) {
+    r->bias_auto = 1;
+    r->bias_kept =
+        mean_cosine(r->outputs, r->n_outputs) > mean_cosine(r->outputs_uncorrected, r->n_outputs);
+    if (r->bias_kept) return;
+    struct qp_model *corrected = job->mq;
+    job->mq = *plain;
+    *plain = corrected;
+    r->outputs_corrected = r->outputs;
+    r->outputs = r->outputs_uncorrected;
+    r->outputs_uncorrected = NULL;
+    drifts_free(r->outputs_unclipped, r->n_outputs);
+    r->outputs_unclipped = NULL;
+}
+
 /* Everything after placement and data: calibration on every batch (or the ranges from files),
  * the accuracy budget, bias correction, the writer and the drift. */
 static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quantize_report *r,
@@ -489,13 +528,15 @@ static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quanti
     if (r->calibrated) st = calibrate(job, r, &ranges, err);
     const struct qp_ranges *used = r->calibrated ? ranges : job->file_ranges;
     if (st == QP_OK && qp_sens_goal_set(&job->goal)) st = apply_budget(job, used, r, err);
-    if (st == QP_OK && job->bias_correction) st = correct_biases(job, used, r, &plain, err);
+    if (st == QP_OK && bias_correction_runs(job)) st = correct_biases(job, used, r, &plain, err);
     if (st == QP_OK && job->weight_clipping == QP_WEIGHT_CLIP_MSE)
         st = write_unclipped(job, used, &unclipped, err);
     if (st == QP_OK && (st = write_model(job, job->mq, used, &r->writer, err)) == QP_OK) {
         r->writer.opset_from = job->opset_in;
         st = measure_drift(job, plain, unclipped, r, err);
     }
+    if (st == QP_OK && r->bias_correction && job->bias_correction == QP_BIAS_CORRECTION_AUTO)
+        decide_bias(job, &plain, r);
     if (st == QP_OK && precision_after_drift(job)) {
         struct qp_writer_options wo;
         writer_options(job, ranges, &wo);
@@ -872,12 +913,14 @@ void qp_quantize_config_default(struct qp_quantize_config *c) {
     c->high_precision_dtype = QP_DTYPE_FLOAT16;
     c->max_output_drift = -1;
     c->smoothquant_alpha = 0.5;
+    c->bias_correction = QP_BIAS_CORRECTION_AUTO;
 }
 
 void qp_quantize_summary_free(struct qp_quantize_summary *s) {
     if (!s) return;
     drifts_free(s->outputs, s->n_outputs);
     drifts_free(s->outputs_uncorrected, s->n_outputs);
+    drifts_free(s->outputs_corrected, s->n_outputs);
     drifts_free(s->outputs_unclipped, s->n_outputs);
     drifts_free(s->outputs_before, s->n_outputs);
     qp_placement_free(s->placement);
@@ -894,6 +937,10 @@ static enum qp_status check_config(const struct qp_quantize_config *c, struct qp
     if ((unsigned)c->calibration_method >= QP_CALIB_METHOD_COUNT)
         return qp_error_set(err, QP_ERR_USAGE, "quantize: unknown calibration_method %d",
                             (int)c->calibration_method);
+    if ((unsigned)c->bias_correction > QP_BIAS_CORRECTION_AUTO)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "quantize: bias_correction %d is not off (0), on (1) or auto (2)",
+                            c->bias_correction);
     if (c->high_precision_dtype != QP_DTYPE_FLOAT && c->high_precision_dtype != QP_DTYPE_FLOAT16 &&
         c->high_precision_dtype != QP_DTYPE_BFLOAT16)
         return qp_error_set(err, QP_ERR_USAGE,
@@ -1016,6 +1063,9 @@ static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantiz
         .bias_shift_after = r->bias.shift_after,
         .bias_seconds = r->bias.seconds,
         .outputs_uncorrected = r->outputs_uncorrected,
+        .bias_auto = r->bias_auto,
+        .bias_kept = r->bias_kept,
+        .outputs_corrected = r->outputs_corrected,
         .outputs_unclipped = r->outputs_unclipped,
         .n_auto_fallback = r->n_auto_fallback,
     };
@@ -1038,6 +1088,7 @@ static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantiz
                                                                            : "trt policy + rules";
     r->outputs = NULL; /* moved into the summary */
     r->outputs_uncorrected = NULL;
+    r->outputs_corrected = NULL;
     r->outputs_unclipped = NULL;
     r->n_outputs = 0;
     r->placement = NULL;
@@ -1074,7 +1125,7 @@ enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provide
         .goal = {.max_drift = c->max_output_drift, .min_top1 = c->min_top1_agreement},
         .equalization = c->equalization,
         .smoothquant_alpha = c->smoothquant_alpha,
-        .bias_correction = c->bias_correction != 0};
+        .bias_correction = c->bias_correction};
     struct qp_calib_shapes over = {0};
     if ((c->override_shapes && (st = parse_override(c->override_shapes, &over, err)) != QP_OK) ||
         (st = qp_model_clone(model, &job.mf, err)) != QP_OK ||

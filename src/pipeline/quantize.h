@@ -8,9 +8,10 @@
  *   include/exclude lists and rules, or --placement_in) -> calibration of the placement's
  *   activation tensors (calib/collect.h), or ranges from --ranges_in / --calibration_cache_path
  *   -> with an accuracy budget, the placement minus the most sensitive nodes (pipeline/budget.h)
- *   -> [--bias_correction: biases corrected on the calibration data (adjust/bias_correct.h)]
- *   -> Q/DQ writer (quant/writer.h) -> atomic save -> drift of the quantized model against the
- *   float model.
+ *   -> [--bias_correction, or auto (the CLI's default) with the user's calibration data:
+ *   biases corrected on it (adjust/bias_correct.h)] -> Q/DQ writer (quant/writer.h) -> drift of
+ *   the quantized model against the float model (auto: of both models, the corrected one kept
+ *   only when its mean cosine is higher) -> atomic save.
  *
  * Calibration data (calib/data.h, also for --eval_data_path): a .npz/.npy file (inputs by
  * name), a folder of shards or of images, or none (seeded synthetic data, as
@@ -105,8 +106,10 @@ struct qp_quantize_options {
      * smoothquant_alpha in [0, 1] (qp_quantize_options_default: 0.5). */
     unsigned equalization;
     double smoothquant_alpha;
-    /* 1: biases corrected by the mean output shift on the calibration data (adjust/
-     * bias_correct.h) before the final write. */
+    /* enum qp_bias_correction (qplace/quantize.h): biases corrected by the mean output shift
+     * on the calibration data (adjust/bias_correct.h) before the final write: off, on, or auto
+     * (with the user's calibration data, kept only when it raises the drift's mean cosine;
+     * qp_quantize_options_default's choice). */
     int bias_correction;
 };
 
@@ -152,6 +155,11 @@ struct qp_quantize_report {
     int bias_correction;
     struct qp_bias_correct_stats bias;
     struct qp_quantize_drift *outputs_uncorrected;
+    /* auto: bias_auto 1 when it ran; bias_kept 0 when the model was written without the
+     * correction (outputs then that model's drift, outputs_uncorrected NULL and
+     * outputs_corrected the corrected model's, n_outputs entries, owned) */
+    int bias_auto, bias_kept;
+    struct qp_quantize_drift *outputs_corrected;
     /* --weight_clipping mse: the drift of the same model written with absmax weight scales, on
      * the same samples (n_outputs entries, owned; NULL otherwise). */
     struct qp_quantize_drift *outputs_unclipped;
