@@ -31,11 +31,27 @@ __attribute__((target("avx512f"))) static inline __m512 level512(__m512 x, __m51
     return _mm512_min_ps(_mm512_max_ps(v, lo), hi);
 }
 
+/* level512 for a zero point of 0 and a vector without NaN: the same values in fewer operations
+ * (the block is bound by its floating-point operations: about two a cycle on 512-bit vectors).
+ * Adding +0 turns a -0 from rounding into the +0 that adding the zero point gives. */
+__attribute__((target("avx512f"))) static inline __m512 level512_z0(__m512 x, __m512 s, __m512 lo,
+                                                                    __m512 hi) {
+    __m512 v = _mm512_roundscale_ps(_mm512_div_ps(x, s), ROUND_NEAREST);
+    return _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(v, _mm512_setzero_ps()), lo), hi);
+}
+
 __attribute__((target("avx512f"))) static void fq512(const float *x, float *y, int64_t n, float sc,
                                                      float zp, float lo, float hi) {
     __m512 s = _mm512_set1_ps(sc), z = _mm512_set1_ps(zp), l = _mm512_set1_ps(lo),
            h = _mm512_set1_ps(hi);
-    for (int64_t k = 0; k < n; k += 16) {
+    int64_t k = 0;
+    if (zp == 0.0f) /* symmetric: the usual int8 activation; NaN vectors take the general path */
+        for (; k + 16 <= n; k += 16) {
+            __m512 v = _mm512_loadu_ps(x + k);
+            if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) break;
+            _mm512_storeu_ps(y + k, _mm512_mul_ps(level512_z0(v, s, l, h), s));
+        }
+    for (; k < n; k += 16) {
         __mmask16 m = tail16(n - k);
         __m512 v = level512(_mm512_maskz_loadu_ps(m, x + k), s, z, l, h);
         _mm512_mask_storeu_ps(y + k, m, _mm512_mul_ps(_mm512_sub_ps(v, z), s));
@@ -46,7 +62,15 @@ __attribute__((target("avx512f"))) static void q8_512(const float *x, void *out,
                                                       float sc, float zp, float lo, float hi) {
     __m512 s = _mm512_set1_ps(sc), z = _mm512_set1_ps(zp), l = _mm512_set1_ps(lo),
            h = _mm512_set1_ps(hi);
-    for (int64_t k = 0; k < n; k += 16) {
+    int64_t k = 0;
+    if (zp == 0.0f)
+        for (; k + 16 <= n; k += 16) {
+            __m512 v = _mm512_loadu_ps(x + k);
+            if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) break;
+            __m512i q = _mm512_cvtps_epi32(level512_z0(v, s, l, h));
+            _mm_storeu_si128((__m128i *)((char *)out + k), _mm512_cvtepi32_epi8(q));
+        }
+    for (; k < n; k += 16) {
         __mmask16 m = tail16(n - k);
         __m512i v = _mm512_cvtps_epi32(level512(_mm512_maskz_loadu_ps(m, x + k), s, z, l, h));
         _mm512_mask_cvtepi32_storeu_epi8((char *)out + k, m, v); /* low bytes */
@@ -69,11 +93,25 @@ __attribute__((target("avx2"))) static inline __m256 level256(__m256 x, __m256 s
     return _mm256_min_ps(_mm256_max_ps(v, lo), hi);
 }
 
+/* level512_z0 on AVX2. */
+__attribute__((target("avx2"))) static inline __m256 level256_z0(__m256 x, __m256 s, __m256 lo,
+                                                                 __m256 hi) {
+    __m256 v = _mm256_round_ps(_mm256_div_ps(x, s), ROUND_NEAREST);
+    return _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(v, _mm256_setzero_ps()), lo), hi);
+}
+
 __attribute__((target("avx2"))) static void fq256(const float *x, float *y, int64_t n, float sc,
                                                   float zp, float lo, float hi) {
     __m256 s = _mm256_set1_ps(sc), z = _mm256_set1_ps(zp), l = _mm256_set1_ps(lo),
            h = _mm256_set1_ps(hi);
-    for (int64_t k = 0; k < n; k += 8) {
+    int64_t k = 0;
+    if (zp == 0.0f)
+        for (; k + 8 <= n; k += 8) {
+            __m256 v = _mm256_loadu_ps(x + k);
+            if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) break;
+            _mm256_storeu_ps(y + k, _mm256_mul_ps(level256_z0(v, s, l, h), s));
+        }
+    for (; k < n; k += 8) {
         __m256i m = tail8(n - k);
         __m256 v = level256(_mm256_maskload_ps(x + k, m), s, z, l, h);
         _mm256_maskstore_ps(y + k, m, _mm256_mul_ps(_mm256_sub_ps(v, z), s));

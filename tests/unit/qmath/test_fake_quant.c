@@ -185,7 +185,8 @@ static void test_simd_blocks(void **state) {
     } cfg[] = {{0.25f, 0.0f, -128.0f, 127.0f, 1},
                {0.3f, -5.0f, -128.0f, 127.0f, 1},
                {0.0371f, 128.0f, 0.0f, 255.0f, 0},
-               {2.0f, 3.0f, 0.0f, 255.0f, 0}};
+               {2.0f, 3.0f, 0.0f, 255.0f, 0},
+               {0.05f, 0.0f, 0.0f, 255.0f, 0}}; /* zero point 0: the blocks' shorter path */
     int level = qp_qsimd_level();
     unsigned char zp8 = 0;
     print_message("SIMD level %d\n", level);
