@@ -107,9 +107,9 @@ struct qp_quantize_options {
     unsigned equalization;
     double smoothquant_alpha;
     /* enum qp_bias_correction (qplace/quantize.h): biases corrected by the mean output shift
-     * on the calibration data (adjust/bias_correct.h) before the final write: off, on, or auto
-     * (with the user's calibration data, kept only when it raises the drift's mean cosine;
-     * qp_quantize_options_default's choice). */
+     * on the calibration data (adjust/bias_correct.h) before the final write: off
+     * (qp_quantize_options_default's), on, or auto (with the user's calibration data, kept
+     * only when it raises the drift's mean cosine; the CLI's default). */
     int bias_correction;
 };
 
