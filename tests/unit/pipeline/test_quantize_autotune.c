@@ -133,15 +133,20 @@ static int dir_empty(const char *dir) {
     return n == 0;
 }
 
+/* quantize's options for vit_sdpa written to `out` with fp32 high precision, one thread. */
+static void vit_options(struct qp_quantize_options *q, const char *out) {
+    qp_quantize_options_default(q);
+    q->onnx_path = VIT;
+    q->output_path = out;
+    q->high_precision = QP_DTYPE_FLOAT;
+    q->n_threads = 1;
+}
+
 /* The Q/DQ baseline: `p` written by quantize with fp32 high precision. */
 static void write_baseline(const struct qp_placement *p) {
     struct qp_quantize_options q;
-    qp_quantize_options_default(&q);
-    q.onnx_path = VIT;
-    q.output_path = BASE;
+    vit_options(&q, BASE);
     q.placement = p;
-    q.high_precision = QP_DTYPE_FLOAT;
-    q.n_threads = 1;
     struct qp_error err = {0};
     struct qp_quantize_report *r = NULL;
     enum qp_status st = qp_quantize(&q, &r, &err);
@@ -159,12 +164,8 @@ static enum qp_status run(struct world *w, const char *dir, struct qp_quantize_a
     struct qp_latency_backend *b = NULL;
     assert_int_equal(qp_latency_fixed_create(latency, w, &b, err), QP_OK);
     struct qp_quantize_options q;
-    qp_quantize_options_default(&q);
-    q.onnx_path = VIT;
-    q.output_path = OUT;
+    vit_options(&q, OUT);
     q.placement_out = PL_OUT;
-    q.high_precision = QP_DTYPE_FLOAT;
-    q.n_threads = 1;
     struct qp_autotune_options a;
     qp_autotune_options_default(&a);
     a.output_dir = dir;
