@@ -133,6 +133,10 @@ struct qp_shape {
  * fixes the shapes of named graph inputs; inputs not listed use the model's static shape. When
  * every input's shape is then known, the plan for it is built now, so dtype and shape errors
  * surface here. On success *session_out owns a new session (qp_session_free).
+ * A float16 model runs on a copy whose float16 tensors inside the graph are float32 arrays
+ * rounded to float16 after every node that computes them (docs/engine.md): the results are the
+ * model's as written, and an observer or qp_session_value_info sees such a tensor as float32
+ * (graph inputs and outputs keep their float16 type).
  * Returns QP_ERR_UNSUPPORTED (an op, opset or dtype without a kernel, a subgraph op other than
  * If, a non-tensor input), QP_ERR_BAD_INPUT (inconsistent shapes or attributes; a shape naming no
  * input; a shape whose rank disagrees with the model), QP_ERR_NOMEM, QP_ERR_USAGE (NULL

@@ -85,3 +85,35 @@ enum qp_status qp_k_cast_run(const struct qp_krun *r) {
     }
     return QP_OK;
 }
+
+/* QP_INT8_DOMAIN "RoundFloat16" (x): float32 in and out, each element rounded to float16 (to
+ * nearest even, beyond the range to infinity, NaN quieted) and back -- what storing x as
+ * float16 and converting it for the next kernel gives (runtime/narrow.h). Any other dtype is
+ * copied as it is (an output narrow.c took for float16 that is not float). */
+enum qp_status qp_k_round_f16_prepare(struct qp_kprep *p) {
+    enum qp_status st = qp_kneed(p, 0);
+    if (st) return st;
+    const struct qp_kt *x = p->in[0];
+    return qp_kt_set(p->out[0], x->dtype, x->rank, x->dims, p->err);
+}
+
+#define ROUND_PIECE 2048
+
+enum qp_status qp_k_round_f16_run(const struct qp_krun *r) {
+    if (r->in[0]->dtype != QP_DTYPE_FLOAT) {
+        if (r->in[0]->nbytes) memcpy(r->out[0]->data, r->in[0]->data, r->in[0]->nbytes);
+        return QP_OK;
+    }
+    int64_t n = (int64_t)r->in[0]->numel, pieces = (n + ROUND_PIECE - 1) / ROUND_PIECE;
+    const float *x = r->in[0]->data;
+    float *y = r->out[0]->data;
+    int nt = n < 65536 ? 1 : r->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t k = 0; k < pieces; k++) {
+        uint16_t h[ROUND_PIECE];
+        int64_t o = k * ROUND_PIECE, len = n - o < ROUND_PIECE ? n - o : ROUND_PIECE;
+        qp_f32_to_fp16_n(x + o, h, (size_t)len);
+        qp_fp16_to_f32_n(h, y + o, (size_t)len);
+    }
+    return QP_OK;
+}

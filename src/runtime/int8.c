@@ -17,6 +17,7 @@
 #include "kernels/isa.h"
 #include "runtime/int8.h"
 #include "runtime/int8_graph.h"
+#include "runtime/narrow.h"
 
 /* ---- integer data flows --------------------------------------------------------------------- */
 
@@ -1045,6 +1046,22 @@ static int decide_rest(const struct qp_graph *g, struct rt_int8_report *rep) {
         rep->d[i].reason = rep->text[i][1];
     }
     return 1;
+}
+
+enum qp_status rt_int8_widen(struct qp_graph *g, const char **why, size_t *n_widened,
+                             struct qp_error *err) {
+    const char *e = getenv("QP_INT8_FP16_OUT");
+    *why = NULL;
+    *n_widened = 0;
+    if (e && strcmp(e, "1") == 0) {
+        for (size_t v = 0; v < g->n_values; v++)
+            if (g->values[v].dtype == QP_DTYPE_FLOAT16 || g->values[v].dtype == QP_DTYPE_BFLOAT16) {
+                *why = "QP_INT8_FP16_OUT=1 keeps them";
+                break;
+            }
+        return QP_OK;
+    }
+    return rt_narrow_widen(g, why, n_widened, err);
 }
 
 /* QP_INT8_POINTWISE=0 keeps elementwise chains node by node (measurements, bisecting). */

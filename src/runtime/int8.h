@@ -48,15 +48,8 @@ void rt_int8_report_free(struct rt_int8_report *rep);
  * Returns the moves made, or -1 on an edit's error (the graph is then unusable). */
 int rt_int8_move_pass(struct qp_graph *g, struct rt_int8_report *rep, struct qp_error *err);
 
-/* float16/bfloat16 values of `g` that are not graph inputs or outputs become float32: narrow
- * initializers and node-attribute constants are converted, Casts to a narrow type cast to
- * float32, narrow graph inputs get a Cast up and narrow graph outputs a Cast down. The CPU has no
- * narrow float arithmetic, so kernels would convert around every node; results differ from
- * the written model's by its fp16 rounding between nodes only. Declines (sets *why, changes
- * nothing) for subgraphs, custom-domain ops on narrow tensors, `dtype` attributes naming a narrow
- * type, narrow initializers that are graph inputs; QP_INT8_FP16_OUT=1 declines too (tests).
- * *n_widened: constants converted, Casts retargeted and declared value types changed. QP_ERR_NOMEM
- * or an edit's error: the graph is unusable. */
+/* rt_narrow_widen (runtime/narrow.h) for the integer path: results differ from the written
+ * model's by its fp16 rounding between nodes only. QP_INT8_FP16_OUT=1 declines (tests). */
 enum qp_status rt_int8_widen(struct qp_graph *g, const char **why, size_t *n_widened,
                              struct qp_error *err);
 

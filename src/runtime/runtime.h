@@ -212,8 +212,9 @@ struct qp_session {
     struct rt_cache cache;
     size_t n_executed;    /* node steps computed by the last run */
     size_t n_plans_built; /* plans rt_plan_build made for this session (tests: no re-plan) */
-    /* QP_INT8_AUTO: the rewritten copy the session runs (owned; `model` points at it), the
-     * decisions, and why the integer path fell back (empty when it did not). */
+    /* QP_INT8_AUTO: the rewritten copy the session runs (owned; `model` points at it; also the
+     * float16 copy of narrow.h's rt_narrow_emulate), the decisions, and why the integer path
+     * fell back (empty when it did not). */
     struct qp_model *int8_model;
     struct rt_int8_report *int8;
     char int8_fallback[QP_ERROR_MSG_SIZE];

@@ -11,6 +11,7 @@
 #include "kernels/isa.h"
 #include "qplace/model.h"
 #include "runtime/int8.h"
+#include "runtime/narrow.h"
 #include "runtime/profile.h"
 #include "runtime/runtime.h"
 
@@ -281,6 +282,11 @@ static enum qp_status get_plan(struct qp_session *s, const int *ranks,
     return QP_OK;
 }
 
+static enum qp_status create_plain(const struct qp_model *model,
+                                   const struct qp_session_options *opts, size_t n_shapes,
+                                   const struct qp_shape *shapes, struct qp_session **session_out,
+                                   struct qp_error *err);
+
 /* QP_INT8_AUTO: a session on the rewritten copy, or (when that cannot be planned) on the model
  * as written, saying why. */
 static enum qp_status create_int8(const struct qp_model *model,
@@ -296,7 +302,7 @@ static enum qp_status create_int8(const struct qp_model *model,
     enum qp_status st = qp_model_clone_shared(model, &clone, &e2);
     if (!st) st = rt_int8_rewrite(qp_model_graph(clone), rep, &e2);
     struct qp_session *s = NULL;
-    if (!st) st = qp_session_create(clone, &o, n_shapes, shapes, &s, &e2);
+    if (!st) st = create_plain(clone, &o, n_shapes, shapes, &s, &e2);
     if (!st) {
         s->int8_model = clone;
         s->int8 = rep;
@@ -335,14 +341,12 @@ const char *qp_session_isa(void) {
     return qp_isa_describe();
 }
 
-enum qp_status qp_session_create(const struct qp_model *model,
-                                 const struct qp_session_options *opts, size_t n_shapes,
-                                 const struct qp_shape *shapes, struct qp_session **session_out,
-                                 struct qp_error *err) {
+/* The session on `model` as it is. */
+static enum qp_status create_plain(const struct qp_model *model,
+                                   const struct qp_session_options *opts, size_t n_shapes,
+                                   const struct qp_shape *shapes, struct qp_session **session_out,
+                                   struct qp_error *err) {
     enum qp_status st = QP_OK;
-    if (model && session_out && opts && opts->int8 == QP_INT8_AUTO &&
-        rt_int8_has_qdq(qp_model_graph(model)))
-        return create_int8(model, opts, n_shapes, shapes, session_out, err);
     int *ranks = NULL;
     int64_t(*dims)[QP_MAX_RANK] = NULL;
     if (!model || !session_out || (n_shapes && !shapes))
@@ -469,6 +473,46 @@ static void cache_clear(struct rt_cache *c) {
     c->ov = NULL;
     c->n_ov = 0;
     c->valid = 0;
+}
+
+/* A float16 model (QP_INT8_OFF, or QP_INT8_AUTO without Q/DQ): a session on a copy whose
+ * float16 values are held as float32 and rounded (runtime/narrow.h), or on the model as
+ * written when the copy declines or cannot be planned. */
+static enum qp_status create_narrow(const struct qp_model *model,
+                                    const struct qp_session_options *opts, size_t n_shapes,
+                                    const struct qp_shape *shapes, struct qp_session **session_out,
+                                    struct qp_error *err) {
+    struct qp_model *clone = NULL;
+    struct qp_error e2 = {0};
+    const char *why = NULL;
+    size_t n_rounds = 0;
+    enum qp_status st = qp_model_clone_shared(model, &clone, &e2);
+    if (!st) st = rt_narrow_emulate(qp_model_graph(clone), &why, &n_rounds, &e2);
+    if (!st && !why) st = create_plain(clone, opts, n_shapes, shapes, session_out, &e2);
+    if (!st && !why) {
+        qp_log(QP_LOG_DEBUG, "session: float16 held as float32, %zu rounding nodes", n_rounds);
+        (*session_out)->int8_model = clone;
+        return QP_OK;
+    }
+    qp_model_free(clone);
+    if (st == QP_ERR_NOMEM) {
+        if (err) *err = e2;
+        return st;
+    }
+    qp_log(QP_LOG_DEBUG, "session: float16 tensors kept as float16: %s", why ? why : e2.msg);
+    return create_plain(model, opts, n_shapes, shapes, session_out, err);
+}
+
+enum qp_status qp_session_create(const struct qp_model *model,
+                                 const struct qp_session_options *opts, size_t n_shapes,
+                                 const struct qp_shape *shapes, struct qp_session **session_out,
+                                 struct qp_error *err) {
+    const struct qp_graph *g = model ? qp_model_graph(model) : NULL;
+    if (g && session_out && opts && opts->int8 == QP_INT8_AUTO && rt_int8_has_qdq(g))
+        return create_int8(model, opts, n_shapes, shapes, session_out, err);
+    if (g && session_out && rt_narrow_emulates(g))
+        return create_narrow(model, opts, n_shapes, shapes, session_out, err);
+    return create_plain(model, opts, n_shapes, shapes, session_out, err);
 }
 
 void qp_session_free(struct qp_session *s) {
