@@ -14,6 +14,7 @@
 #include "calib/provider.h"
 #include "calib/provider_npz.h"
 #include "calib/ranges.h"
+#include "core/clock.h"
 #include "core/file.h"
 #include "ir/ir.h"
 #include "ir/opset_convert.h"
@@ -146,6 +147,7 @@ struct qp_quantize_job {
     unsigned equalization;
     double smoothquant_alpha;
     int bias_correction;
+    int no_variants; /* 1: the drift of mq only (the run without equalization) */
 };
 
 /* A requested output opset (0: none) qplace can write; `name` names it in the message. */
@@ -514,6 +516,13 @@ static void decide_bias(struct qp_quantize_job *job, struct qp_model **plain,
     r->outputs_unclipped = NULL;
 }
 
+/* Logs (debug) the seconds since `t0` that step `what` took; returns the time now. */
+static double step_time(const char *what, double t0) {
+    double t = qp_clock_seconds();
+    qp_log(QP_LOG_DEBUG, "quantize: %s took %.2f s", what, t - t0);
+    return t;
+}
+
 /* Everything after placement and data: calibration on every batch (or the ranges from files),
  * the accuracy budget, bias correction, the writer and the drift. */
 static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quantize_report *r,
@@ -525,15 +534,21 @@ static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quanti
     r->calibrated = !job->file_ranges;
     struct qp_ranges *ranges = NULL;
     struct qp_model *plain = NULL, *unclipped = NULL;
+    double t = qp_clock_seconds();
     if (r->calibrated) st = calibrate(job, r, &ranges, err);
+    t = step_time("calibration", t);
     const struct qp_ranges *used = r->calibrated ? ranges : job->file_ranges;
     if (st == QP_OK && qp_sens_goal_set(&job->goal)) st = apply_budget(job, used, r, err);
+    t = step_time("budget", t);
     if (st == QP_OK && bias_correction_runs(job)) st = correct_biases(job, used, r, &plain, err);
-    if (st == QP_OK && job->weight_clipping == QP_WEIGHT_CLIP_MSE)
+    t = step_time("bias correction", t);
+    if (st == QP_OK && job->weight_clipping == QP_WEIGHT_CLIP_MSE && !job->no_variants)
         st = write_unclipped(job, used, &unclipped, err);
     if (st == QP_OK && (st = write_model(job, job->mq, used, &r->writer, err)) == QP_OK) {
         r->writer.opset_from = job->opset_in;
+        t = step_time("writer", t);
         st = measure_drift(job, plain, unclipped, r, err);
+        step_time("drift", t);
     }
     if (st == QP_OK && r->bias_correction && job->bias_correction == QP_BIAS_CORRECTION_AUTO)
         decide_bias(job, &plain, r);
@@ -583,11 +598,13 @@ static enum qp_status equalize_models(struct qp_quantize_job *job, place_fn plac
     b.pl = NULL;
     b.goal = (struct qp_sens_budget_goal){.max_drift = -1, .min_top1 = 0}; /* plain: no budget */
     b.bias_correction = 0;                                                 /* nor correction */
+    b.no_variants = 1; /* its drift without weight clipping would not be shown */
     struct qp_quantize_report *r0 = calloc(1, sizeof *r0);
     struct qp_equalize_plan *plan = NULL;
     enum qp_status st = r0 ? QP_OK : nomem(err);
     r->equalization = job->equalization;
     r->smoothquant_alpha = job->smoothquant_alpha;
+    double t = qp_clock_seconds();
     if (st == QP_OK && ((st = qp_graph_toposort(job->mf->graph, err)) != QP_OK ||
                         (st = qp_model_clone_shared(job->mf, &b.mf, err)) != QP_OK ||
                         (st = qp_model_clone_shared(job->mq, &b.mq, err)) != QP_OK ||
@@ -596,6 +613,7 @@ static enum qp_status equalize_models(struct qp_quantize_job *job, place_fn plac
                         (st = validate_placement(&b, NULL, err)) != QP_OK ||
                         (st = quantize_job(&b, r0, err)) != QP_OK))
         qp_error_prefix(err, "quantize: the run without equalization");
+    t = step_time("the run without equalization", t);
     if (st == QP_OK) {
         r->outputs_before = r0->outputs;
         r->n_outputs_before = r0->n_outputs;
@@ -609,6 +627,7 @@ static enum qp_status equalize_models(struct qp_quantize_job *job, place_fn plac
         if ((st = qp_equalize_plan(job->mf, job->cal, &eo, &plan, &r->equalize, err)) == QP_OK &&
             (st = qp_equalize_apply(plan, job->mf, err)) == QP_OK)
             st = qp_equalize_apply(plan, job->mq, err);
+        step_time("equalization", t);
     }
     qp_equalize_plan_free(plan);
     qp_placement_free(b.pl);
