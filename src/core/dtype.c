@@ -279,6 +279,20 @@ __attribute__((target("avx,f16c"))) static void f2h_f16c(const float *src, uint1
         dst[i] = qp_f32_to_fp16(src[i]);
 }
 
+/* Each float rounded to fp16 and back in registers: for a NaN, cvtps_ph quiets it first, so
+ * cvtph_ps then meets a quiet NaN, which it widens as qp_fp16_to_f32 does. */
+__attribute__((target("avx,f16c"))) static void round_f16c(const float *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m128i a = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+        __m128i b = _mm256_cvtps_ph(_mm256_loadu_ps(src + i + 8), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(a));
+        _mm256_storeu_ps(dst + i + 8, _mm256_cvtph_ps(b));
+    }
+    for (; i < n; i++)
+        dst[i] = qp_fp16_to_f32(qp_f32_to_fp16(src[i]));
+}
+
 /* F16C and AVX, with the OS saving the AVX state (CPUID leaf 1 ECX bits 29, 28 and 27, and
  * XCR0's SSE and AVX bits): what the two functions above need. */
 static int cpu_f16c(void) {
@@ -304,8 +318,9 @@ static int have_f16c(void) {
 static int have_f16c(void) {
     return 0;
 }
-#define h2f_f16c(s, d, n) ((void)0)
-#define f2h_f16c(s, d, n) ((void)0)
+#define h2f_f16c(s, d, n)   ((void)0)
+#define f2h_f16c(s, d, n)   ((void)0)
+#define round_f16c(s, d, n) ((void)0)
 #endif
 
 void qp_fp16_to_f32_n(const uint16_t *src, float *dst, size_t n) {
@@ -324,4 +339,13 @@ void qp_f32_to_fp16_n(const float *src, uint16_t *dst, size_t n) {
     }
     for (size_t i = 0; i < n; i++)
         dst[i] = qp_f32_to_fp16(src[i]);
+}
+
+void qp_round_fp16_n(const float *src, float *dst, size_t n) {
+    if (have_f16c()) {
+        round_f16c(src, dst, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        dst[i] = qp_fp16_to_f32(qp_f32_to_fp16(src[i]));
 }

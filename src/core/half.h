@@ -10,5 +10,8 @@
 
 void qp_fp16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 void qp_f32_to_fp16_n(const float *src, uint16_t *dst, size_t n);
+/* Each float rounded to fp16 and back: the bits of qp_fp16_to_f32(qp_f32_to_fp16(x)) (src and
+ * dst may be the same array). */
+void qp_round_fp16_n(const float *src, float *dst, size_t n);
 
 #endif

@@ -1,5 +1,5 @@
-/* core/half.h: the bulk fp16 conversions give the scalar ones' bits, for every fp16 value and
- * for float32 values around every rounding boundary, NaN and infinity included, at every
+/* core/half.h: the bulk fp16 conversions and rounding give the scalar ones' bits, for every fp16
+ * value and for float32 values around every rounding boundary, NaN and infinity included, at every
  * length (the vector body and the scalar tail). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -67,10 +67,47 @@ static void test_f32_to_fp16_boundaries(void **state) {
     free(h);
 }
 
+/* qp_round_fp16_n gives the scalar round trip's bits, in place too, at every length. */
+static void test_round_fp16(void **state) {
+    (void)state;
+    enum { N = 1 << 20 };
+    uint32_t *u = malloc(N * sizeof *u);
+    float *r = malloc(N * sizeof *r);
+    assert_non_null(u);
+    assert_non_null(r);
+    uint32_t x = 777;
+    for (uint32_t i = 0; i < N; i++) {
+        float f = qp_fp16_to_f32((uint16_t)(i & 0xffff));
+        uint32_t b;
+        memcpy(&b, &f, sizeof b);
+        x = x * 1664525u + 1013904223u;
+        /* fp16 values, the halfway points between them and their neighbours, random floats */
+        u[i] = (i >> 16) < 4 ? b + (uint32_t[]){0, 0x1000, 0xfff, 0x1001}[i >> 16] : x;
+    }
+    qp_round_fp16_n((const float *)u, r, N);
+    for (uint32_t i = 0; i < N; i++) {
+        float f, want;
+        memcpy(&f, &u[i], sizeof f);
+        want = qp_fp16_to_f32(qp_f32_to_fp16(f));
+        if (memcmp(&want, &r[i], sizeof want) != 0)
+            fail_msg("f32 0x%08x: bulk %a, scalar %a", u[i], (double)r[i], (double)want);
+    }
+    for (size_t n = 0; n < 40; n++) { /* tails, in place */
+        float t[40];
+        memcpy(t, u, sizeof t);
+        qp_round_fp16_n(t, t, n);
+        for (size_t i = 0; i < 40; i++)
+            assert_memory_equal(&t[i], i < n ? (const void *)&r[i] : (const void *)&u[i], 4);
+    }
+    free(u);
+    free(r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp16_to_f32_all),
         cmocka_unit_test(test_f32_to_fp16_boundaries),
+        cmocka_unit_test(test_round_fp16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
