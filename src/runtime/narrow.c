@@ -305,6 +305,17 @@ static int round_output(struct qp_graph *g, int k, int slot, struct qp_error *er
            QP_OK;
 }
 
+/* 1 when v's only reader is a Cast to float16 (what rt_narrow_widen puts before a float16
+ * graph output): converting rounds as a rounding node would. */
+static int only_cast_down(const struct qp_graph *g, int v) {
+    const struct qp_value *x = &g->values[v];
+    if (x->n_uses != 1) return 0;
+    const struct qp_node *c = &g->nodes[x->uses[0].node];
+    const struct qp_attr *to = qp_node_attr(c, "to");
+    return qp_domain_is_onnx(c->domain) && strcmp(c->op_type, "Cast") == 0 && to &&
+           to->i == QP_DTYPE_FLOAT16;
+}
+
 enum qp_status rt_narrow_emulate(struct qp_graph *g, const char **why, size_t *n_rounds,
                                  struct qp_error *err) {
     *why = NULL;
@@ -354,8 +365,11 @@ enum qp_status rt_narrow_emulate(struct qp_graph *g, const char **why, size_t *n
     enum qp_status st = rt_narrow_widen(g, why, &n_widened, err);
     for (size_t i = 0; st == QP_OK && !*why && i < n; i++) {
         int v = g->nodes[pairs[i][0]].outputs[pairs[i][1]];
-        /* A Cast to float16 that makes a graph output keeps its type: it rounds. */
-        if (g->values[v].dtype == QP_DTYPE_FLOAT16 || g->values[v].is_graph_output) continue;
+        /* A Cast to float16 that makes a graph output keeps its type: it rounds. So does the
+         * Cast down to a float16 graph output that is all that reads v. */
+        if (g->values[v].dtype == QP_DTYPE_FLOAT16 || g->values[v].is_graph_output ||
+            only_cast_down(g, v))
+            continue;
         if (!round_output(g, pairs[i][0], pairs[i][1], err))
             st = err && err->status ? err->status
                                     : qp_error_set(err, QP_ERR_NOMEM, "session: out of memory");

@@ -40,9 +40,10 @@ enum qp_status rt_narrow_widen(struct qp_graph *g, const char **why, size_t *n_w
 int rt_narrow_emulates(const struct qp_graph *g);
 
 /* rt_narrow_widen, then a RoundFloat16 node after each node that computed a float16 value
- * (except those that only move values), the node writing a new value and the rounding node the
- * original one. Declines (sets *why, changes nothing) as rt_narrow_widen does and for bfloat16
- * values. *n_rounds: rounding nodes added. Errors leave the graph unusable. */
+ * (except those that only move values, and values only the Cast down to a float16 graph output
+ * reads), the node writing a new value and the rounding node the original one. Declines (sets *why,
+ * changes nothing) as rt_narrow_widen does and for bfloat16 values. *n_rounds: rounding nodes
+ * added. Errors leave the graph unusable. */
 enum qp_status rt_narrow_emulate(struct qp_graph *g, const char **why, size_t *n_rounds,
                                  struct qp_error *err);
 

@@ -105,9 +105,10 @@ path = os.path.join(work, "small16.onnx")
 onnx.save(small_model(), path)
 x = (rng.normal(size=(1, 8, 6, 6)) * 2).astype(np.float16)
 # Rounded after every node that makes a float16 value by computing it: DequantizeLinear x2,
-# Conv, Add, Mul, Where, LayerNormalization, the Cast to float16, Sub and Softmax -- not after
-# Relu, MaxPool and Transpose, which move values: 10 rounding nodes.
-out = compare("small", path, {"x": x}, 10)
+# Conv, Add, Mul, Where, LayerNormalization, the Cast to float16 -- not after Relu, MaxPool and
+# Transpose, which move values, nor after Sub and Softmax, whose outputs only the Cast down to
+# the float16 graph output reads (it rounds); Conv's output is read inside too: 8 rounding nodes.
+out = compare("small", path, {"x": x}, 8)
 if not np.isfinite(out["y"].astype(np.float32)).any():
     print("small: the output has no finite value; the test proves nothing")
     failed += 1
