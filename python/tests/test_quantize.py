@@ -112,6 +112,19 @@ def test_bias_correction_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
     assert plain.outputs[0].cosine == pytest.approx(s.outputs_uncorrected[0].cosine, abs=1e-12)
 
 
+def test_drift_does_not_depend_on_the_thread_count(cls_model, cls_npz, tmp_path):
+    """With two threads two workers measure alternate batches side by side (pipeline/drift.h);
+    each batch's sums are added in batch order, so one thread gives the same figures."""
+    s = [qplace.quantize(onnx_path=cls_model, calibration_data=cls_npz, threads=t,
+                         output_path=str(tmp_path / f"t{t}.onnx"), bias_correction="on")
+         for t in (1, 2)]
+    assert read(tmp_path / "t1.onnx") == read(tmp_path / "t2.onnx")
+    for a, b in ((s[0].outputs, s[1].outputs), (s[0].outputs_uncorrected, s[1].outputs_uncorrected)):
+        assert [(d.name, d.cosine, d.max_abs, d.top1, d.n_rows) for d in a] == \
+               [(d.name, d.cosine, d.max_abs, d.top1, d.n_rows) for d in b]
+    assert s[0].n_eval_samples == s[1].n_eval_samples == len(np.load(cls_npz)["x"])
+
+
 def test_bias_correction_auto_writes_the_model_of_higher_cosine(cli, cls_model, cls_npz,
                                                                   tmp_path):
     """The default (auto) with calibration data corrects, measures both models and writes the

@@ -18,6 +18,7 @@
 #include "core/file.h"
 #include "ir/ir.h"
 #include "ir/opset_convert.h"
+#include "pipeline/drift.h"
 #include "pipeline/sensitivity.h"
 #include "qplace/model.h"
 #include "qplace/session.h"
@@ -90,41 +91,6 @@ static enum qp_status make_provider(const struct qp_quantize_options *o, const c
 }
 
 /* Running sums for one output. */
-struct drift_acc {
-    double dot, na, nb, max_abs;
-    uint64_t rows, agree;
-};
-
-static enum qp_status compare_outputs(struct qp_session *sf, struct qp_session *sq,
-                                      struct drift_acc *acc, struct qp_quantize_drift *outs,
-                                      size_t n_outputs, struct qp_error *err) {
-    for (size_t i = 0; i < n_outputs; i++) {
-        struct qp_array a, b;
-        enum qp_status st = qp_session_output(sf, i, &a, err);
-        if (st == QP_OK) st = qp_session_output(sq, i, &b, err);
-        if (st != QP_OK) return st;
-        if (a.dtype != QP_DTYPE_FLOAT || b.dtype != QP_DTYPE_FLOAT || a.nbytes != b.nbytes)
-            continue;
-        size_t n = a.nbytes / 4;
-        const float *x = a.data, *y = b.data;
-        struct drift_acc *d = &acc[i];
-        for (size_t k = 0; k < n; k++) {
-            d->dot += (double)x[k] * y[k];
-            d->na += (double)x[k] * x[k];
-            d->nb += (double)y[k] * y[k];
-            double e = fabs((double)x[k] - (double)y[k]);
-            if (e > d->max_abs || isnan(e)) d->max_abs = e;
-        }
-        if (a.rank >= 2 && a.dims[a.rank - 1] >= 2) {
-            outs[i].has_top1 = 1;
-            size_t c = (size_t)a.dims[a.rank - 1];
-            d->rows += n / c;
-            d->agree += qp_sens_top1_agree(x, y, n, c);
-        }
-    }
-    return QP_OK;
-}
-
 /* What the steps after placement need: the float model (calibration and the drift reference),
  * the model that is written, its placement (validated against mq) and the data. */
 struct qp_quantize_job {
@@ -323,91 +289,23 @@ static enum qp_status write_model(const struct qp_quantize_job *job, struct qp_m
     return qp_qdq_write(m, job->pl, &wo, stats, err);
 }
 
-/* The accumulated sums into the drift figures. */
-static void drift_finish(const struct drift_acc *acc, struct qp_quantize_drift *outs, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        struct qp_quantize_drift *d = &outs[i];
-        d->cosine = acc[i].na > 0 && acc[i].nb > 0 ? acc[i].dot / sqrt(acc[i].na * acc[i].nb)
-                    : acc[i].na == acc[i].nb       ? 1.0
-                                                   : 0.0;
-        d->max_abs = acc[i].max_abs;
-        d->n_rows = acc[i].rows;
-        d->top1 = acc[i].rows ? (double)acc[i].agree / (double)acc[i].rows : 0;
-    }
-}
-
-/* A model whose drift is measured: mq, or a variant written without one method. */
-struct drift_model {
-    const struct qp_model *m;
-    struct qp_quantize_drift **outs; /* receives n_outputs drift entries (owned by the report) */
-    struct qp_session *s;
-    struct drift_acc *acc;
-};
-
-/* Sessions, accumulators and named drift entries of every model; NULL / 0 on failure. */
-static enum qp_status drift_models_open(const struct qp_quantize_job *job, struct qp_session *sf,
-                                        struct drift_model *dm, size_t n, size_t n_out,
-                                        struct qp_error *err) {
-    struct qp_session_options so = {.n_threads = job->n_threads};
-    for (size_t k = 0; k < n; k++) {
-        enum qp_status st = qp_session_create(dm[k].m, &so, 0, NULL, &dm[k].s, err);
-        if (st != QP_OK)
-            return qp_error_prefix(err, "quantize: the quantized model does not run in the engine");
-        *dm[k].outs = calloc(n_out ? n_out : 1, sizeof **dm[k].outs);
-        dm[k].acc = calloc(n_out ? n_out : 1, sizeof *dm[k].acc);
-        if (!*dm[k].outs || !dm[k].acc) return nomem(err);
-        for (size_t i = 0; i < n_out; i++)
-            if (!((*dm[k].outs)[i].name = strdup(qp_session_output_name(sf, i)))) return nomem(err);
-    }
-    return QP_OK;
-}
-
 /* Drift against mf over every batch of job->ev, else of job->cal (in-sample), before saving (so a
  * model the engine cannot run is an error), of mq into r->outputs and of the variants written
  * without bias correction (`uncorrected`) and without weight clipping (`unclipped`; each NULL:
- * none) into r->outputs_uncorrected / r->outputs_unclipped, on the same batches. */
+ * none) into r->outputs_uncorrected / r->outputs_unclipped, on the same batches (drift.h). */
 static enum qp_status measure_drift(const struct qp_quantize_job *job,
                                     const struct qp_model *uncorrected,
                                     const struct qp_model *unclipped, struct qp_quantize_report *r,
                                     struct qp_error *err) {
-    struct qp_session *sf = NULL;
-    struct qp_session_options so = {.n_threads = job->n_threads};
-    struct qp_provider *src = job->ev ? job->ev : job->cal;
-    size_t map[QP_QUANTIZE_MAX_INPUTS], ns = 0, n = 1;
-    struct qp_array feed[QP_QUANTIZE_MAX_INPUTS];
-    struct drift_model dm[3] = {{.m = job->mq, .outs = &r->outputs}};
-    if (uncorrected)
-        dm[n++] = (struct drift_model){.m = uncorrected, .outs = &r->outputs_uncorrected};
-    if (unclipped) dm[n++] = (struct drift_model){.m = unclipped, .outs = &r->outputs_unclipped};
-    enum qp_status st = qp_session_create(job->mf, &so, 0, NULL, &sf, err);
-    if (st != QP_OK) return st;
-    size_t n_out = qp_session_n_outputs(sf);
+    struct qp_drift_target t[3] = {{job->mq, &r->outputs}};
+    size_t n = 1, n_out = 0;
+    if (uncorrected) t[n++] = (struct qp_drift_target){uncorrected, &r->outputs_uncorrected};
+    if (unclipped) t[n++] = (struct qp_drift_target){unclipped, &r->outputs_unclipped};
+    uint64_t samples = 0;
+    enum qp_status st = qp_drift_measure(job->mf, t, n, job->ev ? job->ev : job->cal,
+                                         job->n_threads, &n_out, &samples, err);
     r->n_outputs = n_out; /* the report's free walks every non-NULL array */
-    if ((st = drift_models_open(job, sf, dm, n, n_out, err)) != QP_OK ||
-        (st = input_map(src, sf, map, err)) != QP_OK)
-        goto done;
-    ns = qp_session_n_inputs(sf);
-    const struct qp_array *batch = NULL;
-    int end = 0;
-    if ((st = qp_provider_reset(src, err)) != QP_OK) goto done;
-    for (;;) {
-        if ((st = qp_provider_next(src, &batch, &end, err)) != QP_OK || end) break;
-        feed_of(batch, map, ns, feed);
-        if ((st = qp_session_run(sf, ns, feed, err)) != QP_OK) break;
-        for (size_t k = 0; st == QP_OK && k < n; k++)
-            if ((st = qp_session_run(dm[k].s, ns, feed, err)) == QP_OK)
-                st = compare_outputs(sf, dm[k].s, dm[k].acc, *dm[k].outs, n_out, err);
-        if (st != QP_OK) break;
-        r->n_eval_samples += batch_rows(batch, qp_provider_n_inputs(src));
-    }
-    for (size_t k = 0; st == QP_OK && k < n; k++)
-        drift_finish(dm[k].acc, *dm[k].outs, n_out);
-done:
-    for (size_t k = 0; k < n; k++) {
-        free(dm[k].acc);
-        qp_session_free(dm[k].s);
-    }
-    qp_session_free(sf);
+    r->n_eval_samples += samples;
     return st;
 }
 
