@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calib/batch_pool.h"
 #include "calib/provider.h"
 #include "core/arena.h"
 #include "core/clock.h"
@@ -31,7 +32,8 @@ struct bc_layer {
 struct bc_pass {
     struct bc_layer *layers;
     size_t n;
-    long bad; /* the layer whose output the observer refused, or -1 */
+    long bad;           /* the layer whose output the observer refused, or -1 */
+    uint64_t n_batches; /* batches merged in this pass */
     int bad_dtype;
     int64_t bad_ch;
     const char *bad_tensor;
@@ -219,68 +221,153 @@ static int observe(const char *tensor, const char *node, const struct qp_array *
     return 0;
 }
 
-/* One pass of model m over every batch of `data`, accumulating the layers' channel sums. */
+/* A worker of a pass: its session on its own lane and one batch's channel sums, in a copy of
+ * the pass's layers (names and channel counts shared) that its observer fills. */
+struct bc_worker {
+    struct qp_session *s;
+    struct bc_pass pass;
+    const size_t *map;
+    size_t ns;
+};
+
+static void zero_sums(struct bc_pass *p) {
+    for (size_t i = 0; i < p->n; i++) {
+        struct bc_layer *L = &p->layers[i];
+        size_t c = (size_t)L->n_ch * sizeof(double);
+        memset(L->qsum, 0, c);
+        memset(L->fsum, 0, c);
+        memset(L->fsq, 0, c);
+        L->q_count = L->f_count = 0;
+    }
+}
+
+static enum qp_status worker_run(void *user, const struct qp_array *batch, struct qp_error *err) {
+    struct bc_worker *w = user;
+    struct qp_array feed[QP_BATCH_POOL_MAX_INPUTS];
+    for (size_t i = 0; i < w->ns; i++)
+        feed[i] = batch[w->map[i]];
+    zero_sums(&w->pass);
+    w->pass.bad = -1;
+    return qp_session_run(w->s, w->ns, feed, err);
+}
+
+/* A worker's batch sums into the pass's, in batch order. */
+static enum qp_status worker_merge(void *user, void *wp, const struct qp_array *batch,
+                                   struct qp_error *err) {
+    (void)batch;
+    (void)err;
+    struct bc_pass *p = user;
+    const struct bc_pass *b = &((const struct bc_worker *)wp)->pass;
+    for (size_t i = 0; i < p->n; i++) {
+        struct bc_layer *L = &p->layers[i];
+        const struct bc_layer *B = &b->layers[i];
+        for (int64_t c = 0; c < L->n_ch; c++) {
+            L->qsum[c] += B->qsum[c];
+            L->fsum[c] += B->fsum[c];
+            L->fsq[c] += B->fsq[c];
+        }
+        L->q_count += B->q_count;
+        L->f_count += B->f_count;
+    }
+    p->n_batches++;
+    return QP_OK;
+}
+
+/* Worker w: a session of m (n_threads, lane w) observing every layer's output and twin, and
+ * its own sums. */
+static enum qp_status worker_open(struct bc_worker *w, int lane, const struct qp_model *m,
+                                  const struct bc_pass *p, const char **names, int n_threads,
+                                  struct qp_error *err) {
+    struct qp_session_options so = {
+        .n_threads = n_threads, .lazy_plan = 1, .int8 = QP_INT8_OFF, .lane = lane};
+    w->pass = *p;
+    w->pass.layers = calloc(p->n ? p->n : 1, sizeof *w->pass.layers);
+    if (!w->pass.layers) return nomem(err);
+    for (size_t i = 0; i < p->n; i++) {
+        struct bc_layer *L = &w->pass.layers[i];
+        *L = p->layers[i];
+        size_t c = (size_t)L->n_ch;
+        L->qsum = calloc(3 * (c ? c : 1), sizeof(double));
+        if (!L->qsum) return nomem(err);
+        L->fsum = L->qsum + c;
+        L->fsq = L->fsum + c;
+    }
+    enum qp_status st = qp_session_create(m, &so, 0, NULL, &w->s, err);
+    if (st == QP_OK) st = qp_session_set_observed(w->s, 2 * p->n, names, err);
+    if (st == QP_OK) qp_session_set_observer(w->s, observe, &w->pass);
+    return st;
+}
+
+static void worker_close(struct bc_worker *w) {
+    qp_session_free(w->s);
+    for (size_t i = 0; w->pass.layers && i < w->pass.n; i++)
+        free(w->pass.layers[i].qsum);
+    free(w->pass.layers);
+}
+
+/* The error of a layer whose output the observer refused. */
+static enum qp_status bad_layer(const struct bc_pass *b, const struct qp_graph *g,
+                                struct qp_error *err) {
+    const struct bc_layer *L = &b->layers[b->bad];
+    const struct qp_node *n = &g->nodes[L->node];
+    if (b->bad_dtype)
+        return qp_error_set(err, QP_ERR_UNSUPPORTED,
+                            "bias correction: node '%s' (%s): output '%s' is not float32", n->name,
+                            n->op_type, b->bad_tensor);
+    return qp_error_set(err, QP_ERR_BAD_INPUT,
+                        "bias correction: node '%s' (%s): output '%s' has %lld channels on axis "
+                        "%s, the weight gives %lld",
+                        n->name, n->op_type, b->bad_tensor, (long long)b->bad_ch,
+                        is_conv(L->kind) ? "1" : "-1", (long long)L->n_ch);
+}
+
+/* One pass of model m over every batch of `data`, accumulating the layers' channel sums: two
+ * workers on alternate batches with two or more threads (calib/batch_pool.h), each batch's
+ * sums added in batch order (the same sums for every thread count). */
 static enum qp_status run_pass(const struct qp_model *m, struct bc_pass *p,
                                const struct qp_graph *g, struct qp_provider *data, int n_threads,
                                uint64_t *n_batches, struct qp_error *err) {
-    struct qp_session_options so = {.n_threads = n_threads, .lazy_plan = 1, .int8 = QP_INT8_OFF};
-    struct qp_session *s = NULL;
-    const char **names = malloc(2 * p->n * sizeof *names);
-    size_t n_in = qp_provider_n_inputs(data), ns = 0;
-    size_t *map = malloc((n_in ? n_in : 1) * sizeof *map);
-    struct qp_array *feed = malloc((n_in ? n_in : 1) * sizeof *feed);
-    enum qp_status st = QP_OK;
-    if (!names || !map || !feed) {
-        st = nomem(err);
-        goto done;
-    }
-    for (size_t i = 0; i < p->n; i++) {
+    int each = 1;
+    size_t n_wk = qp_batch_pool_workers(n_threads, &each), n_in = qp_provider_n_inputs(data);
+    struct bc_worker wk[QP_BATCH_POOL_MAX] = {0};
+    const char **names = malloc(2 * (p->n ? p->n : 1) * sizeof *names);
+    size_t map[QP_BATCH_POOL_MAX_INPUTS];
+    enum qp_status st = names ? QP_OK : nomem(err);
+    for (size_t i = 0; st == QP_OK && i < p->n; i++) {
         names[2 * i] = p->layers[i].out_q;
         names[2 * i + 1] = p->layers[i].out_f;
     }
-    if ((st = qp_session_create(m, &so, 0, NULL, &s, err)) != QP_OK ||
-        (st = qp_session_set_observed(s, 2 * p->n, names, err)) != QP_OK)
-        goto done;
-    if ((ns = qp_session_n_inputs(s)) > n_in) {
+    for (size_t w = 0; st == QP_OK && w < n_wk; w++)
+        st = worker_open(&wk[w], (int)w, m, p, names, each, err);
+    size_t ns = st == QP_OK ? qp_session_n_inputs(wk[0].s) : 0;
+    if (st == QP_OK && (ns > n_in || ns > QP_BATCH_POOL_MAX_INPUTS))
         st = qp_error_set(err, QP_ERR_BAD_INPUT,
                           "bias correction: the model has %zu inputs, the data %zu", ns, n_in);
-        goto done;
+    if (st == QP_OK) st = qp_provider_map_inputs(data, wk[0].s, "bias correction", map, err);
+    p->n_batches = 0;
+    if (st == QP_OK) {
+        for (size_t w = 0; w < n_wk; w++) {
+            wk[w].map = map;
+            wk[w].ns = ns;
+        }
+        struct qp_batch_pool bp = {.n_workers = n_wk,
+                                   .worker = {&wk[0], &wk[1]},
+                                   .run = worker_run,
+                                   .merge = worker_merge,
+                                   .user = p};
+        st = qp_batch_pool_run(data, &bp, err);
+        for (size_t w = 0; st != QP_OK && w < n_wk; w++)
+            if (wk[w].pass.bad >= 0) {
+                st = bad_layer(&wk[w].pass, g, err);
+                break;
+            }
     }
-    if ((st = qp_provider_map_inputs(data, s, "bias correction", map, err)) != QP_OK) goto done;
-    qp_session_set_observer(s, observe, p);
-    p->bad = -1;
-    *n_batches = 0;
-    const struct qp_array *batch = NULL;
-    int end = 0;
-    if ((st = qp_provider_reset(data, err)) != QP_OK) goto done;
-    for (;;) {
-        if ((st = qp_provider_next(data, &batch, &end, err)) != QP_OK || end) break;
-        for (size_t i = 0; i < ns; i++)
-            feed[i] = batch[map[i]];
-        if ((st = qp_session_run(s, ns, feed, err)) != QP_OK) break;
-        ++*n_batches;
-    }
-    if (st != QP_OK && p->bad >= 0) {
-        const struct bc_layer *L = &p->layers[p->bad];
-        const struct qp_node *n = &g->nodes[L->node];
-        if (p->bad_dtype)
-            st = qp_error_set(err, QP_ERR_UNSUPPORTED,
-                              "bias correction: node '%s' (%s): output '%s' is not float32",
-                              n->name, n->op_type, p->bad_tensor);
-        else
-            st = qp_error_set(err, QP_ERR_BAD_INPUT,
-                              "bias correction: node '%s' (%s): output '%s' has %lld channels "
-                              "on axis %s, the weight gives %lld",
-                              n->name, n->op_type, p->bad_tensor, (long long)p->bad_ch,
-                              is_conv(L->kind) ? "1" : "-1", (long long)L->n_ch);
-    } else if (st == QP_OK && !*n_batches) {
+    *n_batches = p->n_batches;
+    if (st == QP_OK && !*n_batches)
         st = qp_error_set(err, QP_ERR_BAD_INPUT, "bias correction: the data has no batches");
-    }
-done:
-    qp_session_free(s);
+    for (size_t w = 0; w < n_wk; w++)
+        worker_close(&wk[w]);
     free(names);
-    free(map);
-    free(feed);
     return st;
 }
 
