@@ -693,15 +693,9 @@ static enum qp_status measure(const struct qp_model *mq, const struct qp_placeme
     enum qp_status st = qp_model_clone(mq, &sm, err);
     if (st == QP_OK && (st = qp_qdq_write(sm, pl, wo, NULL, err)) != QP_OK)
         qp_error_prefix(err, "bias correction: writing the measured model");
-    for (size_t i = 0; st == QP_OK && i < p->n; i++) {
-        struct bc_layer *L = &p->layers[i];
-        size_t c = (size_t)L->n_ch * sizeof(double);
-        memset(L->qsum, 0, c);
-        memset(L->fsum, 0, c);
-        memset(L->fsq, 0, c);
-        L->q_count = L->f_count = 0;
-        st = add_twin(sm, mq, L, err);
-    }
+    zero_sums(p);
+    for (size_t i = 0; st == QP_OK && i < p->n; i++)
+        st = add_twin(sm, mq, &p->layers[i], err);
     if (st == QP_OK) st = qp_graph_toposort(sm->graph, err);
     if (st == QP_OK) st = run_pass(sm, p, mq->graph, data, n_threads, n_batches, err);
     for (size_t i = 0; st == QP_OK && i < p->n; i++)

@@ -30,6 +30,21 @@ static void test_fp16_to_f32_all(void **state) {
     free(f);
 }
 
+/* n float bit patterns: for the first n_rounds * 65536, every fp16 value's float bits plus one
+ * of two tails per round (tails[2 * round + a random bit]: the 13 dropped bits at and around
+ * the halfway point); then pseudo-random floats (NaNs and infinities among them). */
+static void patterns(uint32_t *u, uint32_t n, uint32_t seed, const uint32_t *tails,
+                     uint32_t n_rounds) {
+    uint32_t x = seed;
+    for (uint32_t i = 0; i < n; i++) {
+        float f = qp_fp16_to_f32((uint16_t)(i & 0xffff));
+        uint32_t b;
+        memcpy(&b, &f, sizeof b);
+        x = x * 1664525u + 1013904223u;
+        u[i] = (i >> 16) < n_rounds ? b + tails[(i >> 16) * 2 + (x & 1)] : x;
+    }
+}
+
 static void test_f32_to_fp16_boundaries(void **state) {
     (void)state;
     enum { N = 1 << 20 };
@@ -37,19 +52,9 @@ static void test_f32_to_fp16_boundaries(void **state) {
     uint16_t *h = malloc(N * sizeof *h);
     assert_non_null(u);
     assert_non_null(h);
-    uint32_t x = 12345;
-    for (uint32_t i = 0; i < N; i++) {
-        /* Every fp16 value's float bits with the 13 dropped bits at and around the halfway
-         * point, and pseudo-random floats (NaNs and infinities among them). */
-        float f = qp_fp16_to_f32((uint16_t)(i & 0xffff));
-        uint32_t b;
-        memcpy(&b, &f, sizeof b);
-        static const uint32_t tails[16] = {0,      1,      0xfff,  0x1000, 0x1001, 0x17ff,
-                                           0x1800, 0x1fff, 0x800,  0x7ff,  0x801,  0xfff,
-                                           0x1,    0x2,    0x1ffe, 0x1000};
-        x = x * 1664525u + 1013904223u;
-        u[i] = (i >> 16) < 8 ? b + tails[(i >> 16) * 2 + (x & 1)] : x;
-    }
+    static const uint32_t tails[16] = {0,     1,     0xfff, 0x1000, 0x1001, 0x17ff, 0x1800, 0x1fff,
+                                       0x800, 0x7ff, 0x801, 0xfff,  0x1,    0x2,    0x1ffe, 0x1000};
+    patterns(u, N, 12345, tails, 8);
     qp_f32_to_fp16_n((const float *)u, h, N);
     for (uint32_t i = 0; i < N; i++) {
         float f;
@@ -75,15 +80,8 @@ static void test_round_fp16(void **state) {
     float *r = malloc(N * sizeof *r);
     assert_non_null(u);
     assert_non_null(r);
-    uint32_t x = 777;
-    for (uint32_t i = 0; i < N; i++) {
-        float f = qp_fp16_to_f32((uint16_t)(i & 0xffff));
-        uint32_t b;
-        memcpy(&b, &f, sizeof b);
-        x = x * 1664525u + 1013904223u;
-        /* fp16 values, the halfway points between them and their neighbours, random floats */
-        u[i] = (i >> 16) < 4 ? b + (uint32_t[]){0, 0x1000, 0xfff, 0x1001}[i >> 16] : x;
-    }
+    static const uint32_t tails[8] = {0, 0, 0x1000, 0x1000, 0xfff, 0xfff, 0x1001, 0x1001};
+    patterns(u, N, 777, tails, 4);
     qp_round_fp16_n((const float *)u, r, N);
     for (uint32_t i = 0; i < N; i++) {
         float f, want;
