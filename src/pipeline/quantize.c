@@ -90,7 +90,6 @@ static enum qp_status make_provider(const struct qp_quantize_options *o, const c
     return qp_provider_open(path, &d, in, n, out, err);
 }
 
-/* Running sums for one output. */
 /* What the steps after placement need: the float model (calibration and the drift reference),
  * the model that is written, its placement (validated against mq) and the data. */
 struct qp_quantize_job {

@@ -85,29 +85,35 @@ static int widen_input(struct qp_graph *g, int v, struct qp_error *err) {
     return 1;
 }
 
-/* Narrow graph output v made by node p: p writes a float32 value that
- * v's other readers read, and a Cast makes v from it. */
-static int widen_output(struct qp_graph *g, int v, struct qp_error *err) {
+/* Node p's output `slot` (value v) becomes a new float32 value the node writes instead; v keeps
+ * its name and readers and loses its producer. Returns the new value, or -1 (out of memory). */
+static int redirect_output(struct qp_graph *g, int p, int slot) {
+    int v = g->nodes[p].outputs[slot];
     const char *base = qp_graph_unique_value_name(g, g->values[v].name);
     int w = base ? qp_graph_value(g, base) : -1;
-    if (w < 0) return 0;
+    if (w < 0) return -1;
     struct qp_value *x = &g->values[v], *y = &g->values[w];
-    int p = x->producer, slot = x->producer_output;
     y->rank = x->rank;
     y->dims = x->dims;
     y->dtype = QP_DTYPE_FLOAT;
-    while (x->n_uses) {
-        struct qp_use u = x->uses[0];
-        if (qp_graph_set_input(g, u.node, u.input, w, err)) return 0;
-        x = &g->values[v];
-    }
+    y->producer = p;
+    y->producer_output = slot;
+    x->producer = -1;
+    x->producer_output = 0;
     g->nodes[p].outputs[slot] = w;
-    g->values[w].producer = p;
-    g->values[w].producer_output = slot;
-    g->values[v].producer = -1;
-    g->values[v].producer_output = 0;
-    enum qp_dtype to = g->values[v].dtype;
-    return add_cast(g, g->values[w].name, g->values[v].name, to, err);
+    return w;
+}
+
+/* Narrow graph output v made by node p: p writes a float32 value that
+ * v's other readers read, and a Cast makes v from it. */
+static int widen_output(struct qp_graph *g, int v, struct qp_error *err) {
+    int w = redirect_output(g, g->values[v].producer, g->values[v].producer_output);
+    if (w < 0) return 0;
+    while (g->values[v].n_uses) {
+        struct qp_use u = g->values[v].uses[0];
+        if (qp_graph_set_input(g, u.node, u.input, w, err)) return 0;
+    }
+    return add_cast(g, g->values[w].name, g->values[v].name, g->values[v].dtype, err);
 }
 
 /* Constants held in node attributes (Constant, ConstantOfShape) and Casts to a narrow type. */
@@ -195,6 +201,13 @@ int rt_narrow_emulates(const struct qp_graph *g) {
     return 0;
 }
 
+/* 1 when n's op is one of ops[0..n_ops). */
+static int op_in(const struct qp_node *n, const char *const *ops, size_t n_ops) {
+    for (size_t i = 0; i < n_ops; i++)
+        if (strcmp(n->op_type, ops[i]) == 0) return 1;
+    return 0;
+}
+
 /* Ops whose outputs are elements of their float inputs, moved: float16 values stay float16
  * values without rounding. (Pad and Clip are not: an opset's attribute may hold a float32.) */
 static int moves_values(const struct qp_node *n) {
@@ -202,16 +215,7 @@ static int moves_values(const struct qp_node *n) {
         "Reshape", "Flatten", "Squeeze", "Unsqueeze",    "Identity",       "Transpose",
         "Concat",  "Split",   "Slice",   "Gather",       "GatherElements", "GatherND",
         "Expand",  "Tile",    "MaxPool", "DepthToSpace", "SpaceToDepth",   "Relu"};
-    if (!qp_domain_is_onnx(n->domain)) return 0;
-    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
-        if (strcmp(n->op_type, ops[i]) == 0) return 1;
-    return 0;
-}
-
-static int op_in(const struct qp_node *n, const char *const *ops, size_t n_ops) {
-    for (size_t i = 0; i < n_ops; i++)
-        if (strcmp(n->op_type, ops[i]) == 0) return 1;
-    return 0;
+    return qp_domain_is_onnx(n->domain) && op_in(n, ops, sizeof ops / sizeof *ops);
 }
 
 /* The dtype of input i of n (UNDEFINED when absent or unknown). */
@@ -285,21 +289,10 @@ static int infer_dtypes(const struct qp_graph *g, enum qp_dtype *dt, const char 
 /* Output `slot` of node `k` (a float32 value now): the node writes a new value and a
  * RoundFloat16 node makes the original one from it. 0: out of memory or an edit's error. */
 static int round_output(struct qp_graph *g, int k, int slot, struct qp_error *err) {
-    int v = g->nodes[k].outputs[slot];
-    const char *base = qp_graph_unique_value_name(g, g->values[v].name);
-    int u = base ? qp_graph_value(g, base) : -1;
+    int v = g->nodes[k].outputs[slot], u = redirect_output(g, k, slot);
     const char *name = u >= 0 ? qp_graph_unique_node_name(g, "qp_round_f16") : NULL;
     if (!name) return 0;
-    struct qp_value *x = &g->values[v], *y = &g->values[u];
-    y->rank = x->rank;
-    y->dims = x->dims;
-    y->dtype = QP_DTYPE_FLOAT;
-    g->nodes[k].outputs[slot] = u;
-    y->producer = k;
-    y->producer_output = slot;
-    x->producer = -1;
-    x->producer_output = 0;
-    const char *in = y->name, *out = x->name;
+    const char *in = g->values[u].name, *out = g->values[v].name;
     int nn;
     return qp_graph_add_node(g, name, "RoundFloat16", QP_INT8_DOMAIN, 1, &in, 1, &out, &nn, err) ==
            QP_OK;
