@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/numtext.h"
 #include "core/size.h"
 #include "qmath/qparams.h"
 
@@ -246,13 +247,11 @@ static void buf_float(struct buf *b, float v) {
     buf_printf(b, "%.9g", (double)v);
 }
 
-/* The shortest of %.15g / %.17g that reads back as the same double. */
+/* Text that reads back as the same double (core/numtext.h). */
 static void buf_double(struct buf *b, const char *key, double v) {
-    char tmp[64];
-    snprintf(tmp, sizeof tmp, "%.15g", v);
-    if (strtod(tmp, NULL) != v) snprintf(tmp, sizeof tmp, "%.17g", v);
+    char tmp[QP_DOUBLE_TEXT];
     buf_str(b, key);
-    buf_str(b, tmp);
+    buf_str(b, qp_double_text(v, tmp));
 }
 
 /* ---- atomic file writes and bounded reads ------------------------------------------------- */

@@ -17,6 +17,7 @@
 #include "autotune/scheme.h"
 #include "autotune/subgraph.h"
 #include "core/clock.h"
+#include "core/numtext.h"
 #include "pipeline/autotune_filter.h"
 #include "placement/diff.h"
 #include "ir/ir.h"
@@ -299,6 +300,24 @@ static int state_replay(struct tune *t, const struct qp_pattern *pat, const uint
 
 static enum qp_status state_write(struct tune *t, struct qp_error *err);
 
+/* The state file's numbers read back bit for bit (core/numtext.h), so that a resumed run
+ * recomputes exactly the medians, verdicts and drift checks it replays. A NaN or infinity is
+ * null, as cJSON prints it. */
+static cJSON *exact_number(double v) {
+    char b[QP_DOUBLE_TEXT];
+    return isfinite(v) ? cJSON_CreateRaw(qp_double_text(v, b)) : cJSON_CreateNull();
+}
+
+static void add_exact(cJSON *o, const char *key, double v) {
+    cJSON_AddItemToObject(o, key, exact_number(v));
+}
+
+static void add_exact_array(cJSON *o, const char *key, const double *x, size_t n) {
+    cJSON *a = cJSON_AddArrayToObject(o, key);
+    for (size_t i = 0; a && i < n; i++)
+        cJSON_AddItemToArray(a, exact_number(x[i]));
+}
+
 /* Appends a step to the state and writes the file atomically: a race (res), or a scheme
  * rejected by the drift bound (res NULL). */
 static enum qp_status state_record(struct tune *t, const struct qp_pattern *pat,
@@ -313,16 +332,14 @@ static enum qp_status state_record(struct tune *t, const struct qp_pattern *pat,
     cJSON_AddItemToObject(o, "points", points_json(bits, pat->n_points));
     cJSON_AddStringToObject(o, "timing", t->region ? "region" : "whole");
     if (res) {
-        cJSON_AddItemToObject(o, "candidate_ms",
-                              cJSON_CreateDoubleArray(res->cand_ms, (int)res->n_cand));
-        cJSON_AddItemToObject(o, "best_ms",
-                              cJSON_CreateDoubleArray(res->best_ms, (int)res->n_best));
+        add_exact_array(o, "candidate_ms", res->cand_ms, res->n_cand);
+        add_exact_array(o, "best_ms", res->best_ms, res->n_best);
         cJSON_AddNumberToObject(o, "rounds", (double)res->n_rounds);
-        cJSON_AddNumberToObject(o, "p_value", res->verdict.p_value);
+        add_exact(o, "p_value", res->verdict.p_value);
     }
     cJSON_AddStringToObject(o, "verdict",
                             res ? qp_latency_verdict_name(res->verdict.verdict) : "rejected_drift");
-    if (isfinite(drift)) cJSON_AddNumberToObject(o, "drift", drift);
+    if (isfinite(drift)) add_exact(o, "drift", drift);
     cJSON_AddBoolToObject(o, "adopted", adopted);
     return state_write(t, err);
 }
@@ -448,7 +465,7 @@ static enum qp_status drift_setup(struct tune *t, struct qp_error *err) {
         cJSON_Delete(h);
         return qp_error_prefix(err, "autotune: the seed placement");
     }
-    cJSON_AddNumberToObject(h, "seed_drift", r->seed_drift);
+    add_exact(h, "seed_drift", r->seed_drift);
     cJSON_AddItemToObject(t->state, "drift", h);
     r->max_output_drift = t->o->max_output_drift;
     r->seed_over_bound = r->max_output_drift >= 0 && r->seed_drift > r->max_output_drift;
