@@ -8,6 +8,7 @@
  * thread in k order, so the partition changes nothing.
  */
 #include "kernels/int8_gemm.h"
+#include "kernels/kernel.h"
 #include "kernels/vecmath.h"
 
 #include <omp.h>
@@ -333,6 +334,11 @@ AVX_INLINE void res_load(const struct qp_i8g_epi *e, int64_t at, int w, __m256 *
 
 /* Float and fp16 outputs: 16 values (w of them) at element `at` of y. */
 AVX_INLINE void store16_float(const struct qp_i8g_epi *e, int64_t at, const __m256 *v, int w) {
+    if (w == 16 && e->ydt == QP_DTYPE_FLOAT) { /* the common case: no copy through a buffer */
+        _mm256_storeu_ps((float *)e->y + at, v[0]);
+        _mm256_storeu_ps((float *)e->y + at + 8, v[1]);
+        return;
+    }
     float t[16];
     _mm256_storeu_ps(t, v[0]);
     _mm256_storeu_ps(t + 8, v[1]);
@@ -799,14 +805,34 @@ void qp_i8g_im2col(const struct qp_conv_state *g, const void *x, uint8_t fill, v
         im2col_row(g, x, fill, (uint8_t *)col + r * ld, r, ld);
 }
 
-/* The input pixels (channels-last rows) of output pixel `row`'s kernel positions, the zero
- * point's row for those in the padding. */
+/* Output pixel coordinates: image b, spatial o0, o1, o2 (walked in row order). */
+struct dw_at {
+    int64_t b, o0, o1, o2;
+};
+
+static struct dw_at dw_at_row(const struct qp_conv_state *g, int64_t row) {
+    int64_t P = g->out_sz, o = row % P;
+    struct dw_at a = {row / P, o / (g->out3[1] * g->out3[2]), o / g->out3[2] % g->out3[1],
+                      o % g->out3[2]};
+    return a;
+}
+
+static void dw_at_next(const struct qp_conv_state *g, struct dw_at *a) {
+    if (++a->o2 < g->out3[2]) return;
+    a->o2 = 0;
+    if (++a->o1 < g->out3[1]) return;
+    a->o1 = 0;
+    if (++a->o0 < g->out3[0]) return;
+    a->o0 = 0;
+    a->b++;
+}
+
+/* The input pixels (channels-last rows) of output pixel a's kernel positions, the zero point's
+ * row for those in the padding. */
 static void dw_pixels(const struct qp_conv_state *g, const uint8_t *x, const uint8_t *zrow,
-                      int64_t row, const uint8_t **px) {
-    int64_t C = g->c, P = g->out_sz, b = row / P, o = row % P;
-    int64_t o0 = o / (g->out3[1] * g->out3[2]), o1 = o / g->out3[2] % g->out3[1],
-            o2 = o % g->out3[2];
-    const uint8_t *xb = x + b * g->in_sz * C;
+                      const struct dw_at *a, const uint8_t **px) {
+    int64_t C = g->c, o0 = a->o0, o1 = a->o1, o2 = a->o2;
+    const uint8_t *xb = x + a->b * g->in_sz * C;
     int64_t k = 0;
     for (int64_t k0 = 0; k0 < g->k3[0]; k0++) {
         int64_t i0 = o0 * g->s3[0] - g->p3[0] + k0 * g->d3[0];
@@ -829,16 +855,22 @@ void qp_i8g_depthwise(enum qp_isa isa, const struct qp_conv_state *g, const void
     struct epi_ctx ctx = {e, v.wsum, zp};
     int64_t rows = g->n * g->out_sz;
     int nt = rows * g->c * g->k_sz < 65536 ? 1 : n_threads;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t row = 0; row < rows; row++) {
-        const uint8_t *px[DW_MAX_K];
-        dw_pixels(g, x, v.zrow, row, px);
+    /* Each thread a run of rows, its coordinates divided out once and then walked. */
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        qp_ksplit(rows, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        struct dw_at a = dw_at_row(g, lo);
+        for (int64_t row = lo; row < hi; row++, dw_at_next(g, &a)) {
+            const uint8_t *px[DW_MAX_K];
+            dw_pixels(g, x, v.zrow, &a, px);
 #if HAVE_AVX2
-        if (use_avx2(isa)) {
-            dw_row_avx2(g, px, is_signed, &v, &ctx, row);
-            continue;
-        }
+            if (use_avx2(isa)) {
+                dw_row_avx2(g, px, is_signed, &v, &ctx, row);
+                continue;
+            }
 #endif
-        dw_row_c(g, px, is_signed, &v, &ctx, row);
+            dw_row_c(g, px, is_signed, &v, &ctx, row);
+        }
     }
 }
