@@ -2,10 +2,12 @@
 #include "calib/auto.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "calib/batch_pool.h"
 #include "core/size.h"
 #include "ir/ir.h"
 #include "placement/placement.h"
@@ -26,6 +28,7 @@ struct copy {
 struct evnode {
     int node;
     int failed; /* cannot be evaluated: left out */
+    int go;     /* evaluated in this batch */
     struct qp_model *m;
     struct qp_session *s;
     size_t n_in;
@@ -43,18 +46,27 @@ struct consumer {
     int used; /* batches evaluated */
 };
 
+/* One worker's buffers. */
+struct scratch {
+    float *q; /* fake-quantized tensor */
+    size_t q_cap;
+    float *ref; /* reference outputs of one node, concatenated */
+    size_t ref_cap;
+};
+
+#define AUTO_MAX_WORKERS 2
+
 struct ctx {
     const struct qp_model *model;
     const struct qp_graph *g;
     enum qp_dtype qtype;
     int n_threads;
+    int n_workers; /* consumer nodes evaluated at once, each on one thread and its own lane */
+    const struct evnode *evs;
     struct copy *copies; /* per value index */
     unsigned char *need; /* per value index */
     uint64_t run;
-    float *q; /* fake-quantized tensor */
-    size_t q_cap;
-    float *ref; /* reference outputs of one node, concatenated */
-    size_t ref_cap;
+    struct scratch scr[AUTO_MAX_WORKERS];
     int failed;
     struct qp_error obs_err;
 };
@@ -260,7 +272,8 @@ static enum qp_status build(struct ctx *c, struct evnode *ev, struct qp_error *e
         }
     if ((st = add_inputs(c, ev, n, names, shapes, &n_shapes, &e)) != QP_OK) goto unfit;
     if ((st = add_node(m->graph, g, n, names, &e)) != QP_OK) goto unfit;
-    struct qp_session_options so = {.n_threads = c->n_threads};
+    /* One thread: the workers run nodes side by side (evaluate_batch), each on its own lane. */
+    struct qp_session_options so = {.n_threads = 1, .lane = (int)(ev - c->evs) % c->n_workers};
     if ((st = qp_session_create(m, &so, n_shapes, shapes, &ev->s, &e)) != QP_OK) goto unfit;
     ev->n_in = qp_session_n_inputs(ev->s);
     for (size_t i = 0; i < ev->n_in; i++)
@@ -311,8 +324,8 @@ static int fits(const struct ctx *c, const struct evnode *ev) {
  * when ref is not NULL: adds sum((y - ref)^2) to *sse and sum(ref^2) to *norm) or copied into
  * c->ref (ref NULL). Returns 0 when the run failed or there is no float32 output, -1 (err set)
  * when it ran out of memory: that is an error of the calibration, not a node that cannot run. */
-static int run_node(struct ctx *c, struct evnode *ev, const float *ref, double *sse, double *norm,
-                    struct qp_error *err) {
+static int run_node(const struct ctx *c, struct scratch *w, struct evnode *ev, const float *ref,
+                    double *sse, double *norm, struct qp_error *err) {
     struct qp_error e = {0};
     if (qp_session_run(ev->s, ev->n_in, ev->feed, &e) != QP_OK) {
         if (e.status == QP_ERR_NOMEM) {
@@ -331,10 +344,10 @@ static int run_node(struct ctx *c, struct evnode *ev, const float *ref, double *
         const float *yv = y.data;
         n_float++;
         if (!ref) {
-            void *p = c->ref;
-            if (grow(&p, &c->ref_cap, (off + ne) * sizeof(float), err) != QP_OK) return -1;
-            c->ref = p;
-            memcpy(c->ref + off, yv, ne * sizeof(float));
+            void *p = w->ref;
+            if (grow(&p, &w->ref_cap, (off + ne) * sizeof(float), err) != QP_OK) return -1;
+            w->ref = p;
+            memcpy(w->ref + off, yv, ne * sizeof(float));
         } else {
             double s = 0, r = 0;
             for (size_t k = 0; k < ne; k++) {
@@ -351,14 +364,14 @@ static int run_node(struct ctx *c, struct evnode *ev, const float *ref, double *
     return n_float ? 1 : 0;
 }
 
-/* Fake-quantizes the float32 array a symmetrically with amax into c->q. */
-static enum qp_status fake_quantize(struct ctx *c, const struct qp_array *a, double amax,
-                                    struct qp_error *err) {
+/* Fake-quantizes the float32 array a symmetrically with amax into w->q. */
+static enum qp_status fake_quantize(const struct ctx *c, struct scratch *w,
+                                    const struct qp_array *a, double amax, struct qp_error *err) {
     size_t ne = a->nbytes / sizeof(float);
-    void *p = c->q;
-    enum qp_status st = grow(&p, &c->q_cap, (ne ? ne : 1) * sizeof(float), err);
+    void *p = w->q;
+    enum qp_status st = grow(&p, &w->q_cap, (ne ? ne : 1) * sizeof(float), err);
     if (st != QP_OK) return st;
-    c->q = p;
+    w->q = p;
     float scale;
     int32_t zp;
     if ((st = qp_qparams_from_range(c->qtype, (float)-amax, (float)amax, 1, &scale, &zp, err)) !=
@@ -373,17 +386,70 @@ static enum qp_status fake_quantize(struct ctx *c, const struct qp_array *a, dou
                          .n_params = 1,
                          .scale = &scale,
                          .zero_point = zero};
-    qp_fake_quantize_f32(&q, a->data, c->q, 0, (int64_t)ne);
+    qp_fake_quantize_f32(&q, a->data, w->q, 0, (int64_t)ne);
     return QP_OK;
 }
 
-/* One batch: every consumer node in float, then once per candidate of each of its tensors. */
+/* Node ev in float, then once per candidate of each tensor it consumes (its consumers co[i]
+ * with co[i].ev == k): their squared errors added. QP_OK with ev->failed set when the node does
+ * not run; other statuses only for out-of-memory. */
+static enum qp_status evaluate_node(const struct ctx *c, struct scratch *w, size_t k,
+                                    struct evnode *ev, size_t n_co, struct consumer *co,
+                                    const struct qp_auto_tensor *t, struct qp_error *err) {
+    enum qp_status st;
+    for (size_t i = 0; i < ev->n_in; i++)
+        ev->feed[i] = c->copies[ev->in_value[i]].a;
+    double dummy = 0;
+    int r = run_node(c, w, ev, NULL, &dummy, NULL, err);
+    if (r < 0) return QP_ERR_NOMEM;
+    if (!r) {
+        ev->failed = 1;
+        return QP_OK;
+    }
+    for (size_t i = 0; i < n_co; i++) {
+        if (co[i].ev != k) continue;
+        const struct qp_auto_tensor *x = &t[co[i].tensor];
+        const struct qp_array *a = &c->copies[x->value].a;
+        if (a->dtype != QP_DTYPE_FLOAT) continue;
+        double sse[QP_AUTO_N_CAND] = {0}, norm = 0;
+        int ok = 1;
+        for (int m = 0; m < QP_AUTO_N_CAND && ok; m++) {
+            int same = -1; /* an earlier candidate with the same threshold: same error */
+            for (int p = 0; p < m && same < 0; p++)
+                if (x->amax[p] == x->amax[m]) same = p;
+            if (same >= 0) {
+                sse[m] = sse[same];
+                continue;
+            }
+            if ((st = fake_quantize(c, w, a, x->amax[m], err)) != QP_OK) return st;
+            for (size_t j = 0; j < ev->n_in; j++)
+                if (ev->in_value[j] == x->value) ev->feed[j].data = w->q;
+            r = run_node(c, w, ev, w->ref, &sse[m], m == 0 ? &norm : NULL, err);
+            if (r < 0) return QP_ERR_NOMEM;
+            ok = r;
+            for (size_t j = 0; j < ev->n_in; j++)
+                ev->feed[j].data = c->copies[ev->in_value[j]].a.data;
+        }
+        if (!ok) continue;
+        for (int m = 0; m < QP_AUTO_N_CAND; m++)
+            co[i].sse[m] += sse[m];
+        co[i].norm += norm;
+        co[i].used++;
+    }
+    return QP_OK;
+}
+
+/* One batch: the nodes' sessions built as their inputs first come (in order, on this thread),
+ * then the nodes evaluated on c->n_workers threads, node k on worker k % n_workers, which
+ * always runs its session (its lane). Each consumer's sums belong to one node and grow in
+ * batch order, so the results do not depend on the number of workers. */
 static enum qp_status evaluate_batch(struct ctx *c, size_t n_ev, struct evnode *evs, size_t n_co,
                                      struct consumer *co, const struct qp_auto_tensor *t,
                                      struct qp_error *err) {
     enum qp_status st;
     for (size_t k = 0; k < n_ev; k++) {
         struct evnode *ev = &evs[k];
+        ev->go = 0;
         if (ev->failed) continue;
         if (!ev->s) {
             const struct qp_node *n = &c->g->nodes[ev->node];
@@ -396,47 +462,24 @@ static enum qp_status evaluate_batch(struct ctx *c, size_t n_ev, struct evnode *
             if ((st = build(c, ev, err)) != QP_OK) return st;
             if (ev->failed) continue;
         }
-        if (!fits(c, ev)) continue;
-        for (size_t i = 0; i < ev->n_in; i++)
-            ev->feed[i] = c->copies[ev->in_value[i]].a;
-        double dummy = 0;
-        int r = run_node(c, ev, NULL, &dummy, NULL, err);
-        if (r < 0) return QP_ERR_NOMEM;
-        if (!r) {
-            ev->failed = 1;
-            continue;
-        }
-        for (size_t i = 0; i < n_co; i++) {
-            if (co[i].ev != k) continue;
-            const struct qp_auto_tensor *x = &t[co[i].tensor];
-            const struct qp_array *a = &c->copies[x->value].a;
-            if (a->dtype != QP_DTYPE_FLOAT) continue;
-            double sse[QP_AUTO_N_CAND] = {0}, norm = 0;
-            int ok = 1;
-            for (int m = 0; m < QP_AUTO_N_CAND && ok; m++) {
-                int same = -1; /* an earlier candidate with the same threshold: same error */
-                for (int p = 0; p < m && same < 0; p++)
-                    if (x->amax[p] == x->amax[m]) same = p;
-                if (same >= 0) {
-                    sse[m] = sse[same];
-                    continue;
-                }
-                if ((st = fake_quantize(c, a, x->amax[m], err)) != QP_OK) return st;
-                for (size_t j = 0; j < ev->n_in; j++)
-                    if (ev->in_value[j] == x->value) ev->feed[j].data = c->q;
-                r = run_node(c, ev, c->ref, &sse[m], m == 0 ? &norm : NULL, err);
-                if (r < 0) return QP_ERR_NOMEM;
-                ok = r;
-                for (size_t j = 0; j < ev->n_in; j++)
-                    ev->feed[j].data = c->copies[ev->in_value[j]].a.data;
-            }
-            if (!ok) continue;
-            for (int m = 0; m < QP_AUTO_N_CAND; m++)
-                co[i].sse[m] += sse[m];
-            co[i].norm += norm;
-            co[i].used++;
-        }
+        ev->go = fits(c, ev);
     }
+    enum qp_status wst[AUTO_MAX_WORKERS] = {QP_OK};
+    struct qp_error werr[AUTO_MAX_WORKERS];
+    memset(werr, 0, sizeof werr);
+    int nw = c->n_workers;
+#pragma omp parallel num_threads(nw) if (nw > 1)
+    {
+        int me = omp_get_thread_num(), all = omp_get_num_threads();
+        for (size_t k = (size_t)me; k < n_ev && wst[me] == QP_OK; k += (size_t)all)
+            if (evs[k].go)
+                wst[me] = evaluate_node(c, &c->scr[me], k, &evs[k], n_co, co, t, &werr[me]);
+    }
+    for (int w = 0; w < nw; w++)
+        if (wst[w] != QP_OK) {
+            if (err) *err = werr[w];
+            return wst[w];
+        }
     return QP_OK;
 }
 
@@ -463,6 +506,10 @@ enum qp_status qp_auto_evaluate(const struct qp_model *model, const struct qp_pl
     c.copies = calloc(g->n_values + 1, sizeof *c.copies);
     c.need = calloc(g->n_values + 1, 1);
     evs = calloc(g->n_nodes + 1, sizeof *evs);
+    c.evs = evs;
+    int each = 1;
+    size_t nw = qp_batch_pool_workers(n_threads, &each);
+    c.n_workers = nw > AUTO_MAX_WORKERS ? AUTO_MAX_WORKERS : (int)nw;
     ev_of_node = malloc((g->n_nodes + 1) * sizeof *ev_of_node);
     names = malloc((g->n_values + 1) * sizeof *names);
     if (!c.copies || !c.need || !evs || !ev_of_node || !names) goto nomem;
@@ -550,8 +597,10 @@ done:
             free(c.copies[v].a.data);
     free(c.copies);
     free(c.need);
-    free(c.q);
-    free(c.ref);
+    for (int w = 0; w < AUTO_MAX_WORKERS; w++) {
+        free(c.scr[w].q);
+        free(c.scr[w].ref);
+    }
     free(evs);
     free(co);
     free(ev_of_node);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "calib/auto.h"
+#include "core/clock.h"
 #include "ir/ir.h"
 #include "ir/optraits.h"
 #include "placement/placement.h"
@@ -541,11 +542,14 @@ static enum qp_status choose_auto(struct qp_collector *c, struct qp_calib_range 
             t[n].amax[m] = cand[i][m].amax;
         n++;
     }
+    double t0 = qp_clock_seconds();
     if ((st = qp_auto_evaluate(c->model, c->o.placement, c->o.calib.qtype, c->o.n_threads,
                                c->n_kept, c->n_kept_inputs, c->kept, n, t, err)) != QP_OK) {
         qp_error_prefix(err, "calibrate: auto");
         goto done;
     }
+    qp_log(QP_LOG_DEBUG, "calibrate auto: %zu tensors evaluated on %zu batches in %.2f s", n,
+           c->n_kept, qp_clock_seconds() - t0);
     if (c->o.group_concat)
         concat_union(c, parent, have);
     else

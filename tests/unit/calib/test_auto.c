@@ -251,6 +251,45 @@ static void test_auto_evaluate_placement(void **state) {
     qp_model_free(m);
 }
 
+/* Two workers (n_threads 2: consumer nodes side by side, each on one thread and its own lane)
+ * give the errors one worker gives, bit for bit, and the same consumer counts. */
+static void test_auto_evaluate_workers(void **state) {
+    (void)state;
+    make_data();
+    struct qp_model *m = model();
+    struct qp_error err = {0};
+    struct qp_array in[3];
+    int64_t dw[2] = {ROWS, W}, ds[2] = {ROWS, 4};
+    struct qp_session *s = NULL;
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
+    for (size_t i = 0; i < 3; i++) {
+        const char *name = qp_session_input_name(s, i);
+        int which = !strcmp(name, "x") ? 0 : !strcmp(name, "z") ? 1 : 2;
+        float *d = which == 0 ? xb[0] : which == 1 ? zb[0] : sb[0];
+        assert_int_equal(qp_array_view(&in[i], QP_DTYPE_FLOAT, 2, which == 2 ? ds : dw, d,
+                                       sizeof(float) * (which == 2 ? 4 : W) * ROWS, &err),
+                         QP_OK);
+    }
+    qp_session_free(s);
+    struct qp_auto_tensor t[2][3];
+    const char *names[3] = {"x", "z", "s"};
+    for (int run = 0; run < 2; run++) {
+        for (int i = 0; i < 3; i++) {
+            t[run][i] = (struct qp_auto_tensor){.value = qp_graph_find_value(m->graph, names[i])};
+            for (int k = 0; k < QP_AUTO_N_CAND; k++)
+                t[run][i].amax[k] = (3.0 + i) / (k + 1);
+        }
+        assert_int_equal(
+            qp_auto_evaluate(m, NULL, QP_DTYPE_INT8, run + 1, 1, 3, in, 3, t[run], &err), QP_OK);
+    }
+    assert_true(t[0][0].n_consumers > 0 && t[0][1].n_consumers > 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(t[0][i].n_consumers, t[1][i].n_consumers);
+        assert_memory_equal(t[0][i].error, t[1][i].error, sizeof t[0][i].error);
+    }
+    qp_model_free(m);
+}
+
 /* A Concat group shares one range (the candidate with the least error summed over its members)
  * and a Softmax output stays pinned: x[b, 4] -> Relu -> r; Concat(r, x) -> c; Softmax(c) -> s;
  * Neg(s) -> y. */
@@ -330,6 +369,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_auto_picks_least_consumer_error),
         cmocka_unit_test(test_auto_evaluate_placement),
+        cmocka_unit_test(test_auto_evaluate_workers),
         cmocka_unit_test(test_auto_concat_group_and_pin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
