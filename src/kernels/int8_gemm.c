@@ -226,6 +226,27 @@ AVX_INLINE int32_t load4(const uint8_t *p) {
     return v;
 }
 
+/* The first n (< 16) bytes at p in a vector, the rest 0, reading no byte past p + n: whole
+ * 4-byte words by a masked load (channel counts are multiples of 4 but for the odd model), else
+ * through a buffer (a library call: measured at most of a small depthwise layer's time). */
+AVX_INLINE __m128i load_part(const uint8_t *p, int64_t n) {
+    if (n % 4 == 0) {
+        __m128i m = _mm_cmpgt_epi32(_mm_set1_epi32((int)(n / 4)), _mm_setr_epi32(0, 1, 2, 3));
+        return _mm_maskload_epi32((const int *)(const void *)p, m);
+    }
+    uint8_t t[16] = {0};
+    memcpy(t, p, (size_t)n);
+    return _mm_loadu_si128((const __m128i *)t);
+}
+
+/* Lanes [0, n) of 8 (n may be <= 0 or >= 8). */
+AVX_INLINE __m256i mask8(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n < 0   ? 0
+                                                : n > 8 ? 8
+                                                        : (int)n),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 /* The post-operations on n vectors, one operation at a time over all of them:
  * qp_conv_post_ref's operations, lane by lane. q8: the values go to an int8 store, which does
  * not see the sign of a zero, so Relu may give +0 where the reference's alpha * x gives -0 (the
@@ -303,21 +324,12 @@ AVX_INLINE void res_load(const struct qp_i8g_epi *e, int64_t at, int w, __m256 *
             r[1] = _mm256_loadu_ps(p + 8);
             return;
         }
-        float t[16] = {0};
-        memcpy(t, p, (size_t)w * sizeof *t);
-        r[0] = _mm256_loadu_ps(t);
-        r[1] = _mm256_loadu_ps(t + 8);
+        r[0] = _mm256_maskload_ps(p, mask8(w));
+        r[1] = _mm256_maskload_ps(p + 8, mask8(w - 8));
         return;
     }
     const uint8_t *p = (const uint8_t *)e->res + at;
-    __m128i b;
-    if (w == 16) {
-        b = _mm_loadu_si128((const __m128i *)p);
-    } else {
-        uint8_t t[16] = {0};
-        memcpy(t, p, (size_t)w);
-        b = _mm_loadu_si128((const __m128i *)t);
-    }
+    __m128i b = w == 16 ? _mm_loadu_si128((const __m128i *)p) : load_part(p, w);
     __m128i b1 = _mm_srli_si128(b, 8);
     int sgn = e->rdt == QP_DTYPE_INT8;
     __m256i q0 = sgn ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
@@ -339,13 +351,15 @@ AVX_INLINE void store16_float(const struct qp_i8g_epi *e, int64_t at, const __m2
         _mm256_storeu_ps((float *)e->y + at + 8, v[1]);
         return;
     }
+    if (e->ydt == QP_DTYPE_FLOAT) {
+        _mm256_maskstore_ps((float *)e->y + at, mask8(w), v[0]);
+        _mm256_maskstore_ps((float *)e->y + at + 8, mask8(w - 8), v[1]);
+        return;
+    }
     float t[16];
     _mm256_storeu_ps(t, v[0]);
     _mm256_storeu_ps(t + 8, v[1]);
-    if (e->ydt == QP_DTYPE_FLOAT16)
-        qp_f32_to_fp16_n(t, (uint16_t *)e->y + at, (size_t)w);
-    else
-        memcpy((float *)e->y + at, t, (size_t)w * sizeof *t);
+    qp_f32_to_fp16_n(t, (uint16_t *)e->y + at, (size_t)w);
 }
 
 /* round_half_even(v / y_scale) for n vectors into v, exactly as the reference rounds the
@@ -395,6 +409,9 @@ AVX_INLINE void store_q8(const struct qp_i8g_epi *e, int64_t i0, int mr, int64_t
         uint8_t *y = (uint8_t *)e->y + (i0 + r) * e->ldy + j;
         if (w == 16) {
             _mm_storeu_si128((__m128i *)y, p8);
+        } else if (w % 4 == 0) { /* whole words: no library call */
+            __m128i m = _mm_cmpgt_epi32(_mm_set1_epi32(w / 4), _mm_setr_epi32(0, 1, 2, 3));
+            _mm_maskstore_epi32((int *)(void *)y, m, p8);
         } else {
             uint8_t t[16];
             _mm_storeu_si128((__m128i *)t, p8);
@@ -623,15 +640,7 @@ AVX static unsigned range_avx2(const uint8_t *x, size_t n) {
 
 /* 16 channels' bytes at p (fewer when only `left` remain: the rest 0), widened to int16. */
 AVX_INLINE __m256i dw_load(int is_signed, const uint8_t *p, int64_t left) {
-    __m128i v;
-    if (left >= 16) {
-        v = _mm_loadu_si128((const __m128i *)p);
-    } else {
-        uint8_t t[16] = {0};
-        memcpy(t, p, (size_t)left);
-        v = _mm_loadu_si128((const __m128i *)t);
-    }
-    return ext16(is_signed, v);
+    return ext16(is_signed, left >= 16 ? _mm_loadu_si128((const __m128i *)p) : load_part(p, left));
 }
 
 AVX static void dw_row_avx2(const struct qp_conv_state *g, const uint8_t *const *px, int is_signed,
