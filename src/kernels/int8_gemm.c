@@ -666,6 +666,43 @@ AVX static void dw_row_avx2(const struct qp_conv_state *g, const uint8_t *const 
     }
 }
 
+/* dw_row_avx2 for MR (4) consecutive output pixels along the last spatial axis whose kernel
+ * positions are all inside the image along it: pixel q reads px[k] + q * step (a padding row,
+ * zrow, stays zrow). Each pair's weights are loaded once for the four pixels, the four sums are
+ * independent chains, and one epilogue tile of four rows stores them. */
+AVX static void dw_rows4_avx2(const struct qp_conv_state *g, const uint8_t *const *px,
+                              const uint8_t *zrow, int64_t step, int is_signed,
+                              const struct dw_view *v, const struct epi_ctx *ctx, int64_t row) {
+    int64_t ks = g->k_sz;
+    for (int64_t c0 = 0; c0 < g->c; c0 += 16) {
+        int64_t left = g->c - c0;
+        __m256i lo[MR], hi[MR];
+        for (int q = 0; q < MR; q++)
+            lo[q] = hi[q] = _mm256_setzero_si256();
+        const int16_t *wb = v->w + c0 / 16 * v->npair * 32;
+        for (int64_t pp = 0; pp < v->npair; pp++) {
+            const uint8_t *p0 = px[2 * pp], *p1 = 2 * pp + 1 < ks ? px[2 * pp + 1] : p0;
+            int64_t s0 = p0 == zrow ? 0 : step, s1 = p1 == zrow ? 0 : step;
+            __m256i wl = _mm256_loadu_si256((const __m256i *)(wb + pp * 32));
+            __m256i wh = _mm256_loadu_si256((const __m256i *)(wb + pp * 32 + 16));
+            for (int q = 0; q < MR; q++) {
+                __m256i x0 = dw_load(is_signed, p0 + q * s0 + c0, left);
+                __m256i x1 = dw_load(is_signed, p1 + q * s1 + c0, left);
+                lo[q] =
+                    _mm256_add_epi32(lo[q], _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), wl));
+                hi[q] =
+                    _mm256_add_epi32(hi[q], _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), wh));
+            }
+        }
+        __m256i a[MR][2];
+        for (int q = 0; q < MR; q++) {
+            a[q][0] = _mm256_permute2x128_si256(lo[q], hi[q], 0x20);
+            a[q][1] = _mm256_permute2x128_si256(lo[q], hi[q], 0x31);
+        }
+        epi_tile(ctx, row, MR, c0, left < 16 ? (int)left : 16, a);
+    }
+}
+
 #else
 #define HAVE_AVX2 0
 #endif
@@ -857,6 +894,14 @@ static void dw_pixels(const struct qp_conv_state *g, const uint8_t *x, const uin
     }
 }
 
+/* 1 when output pixels a .. a + MR - 1 lie on one line of the last spatial axis and every
+ * kernel position of each is inside the image along that axis (dw_rows4_avx2's condition). */
+static int dw_inside4(const struct qp_conv_state *g, const struct dw_at *a) {
+    int64_t first = a->o2 * g->s3[2] - g->p3[2];
+    int64_t last = (a->o2 + MR - 1) * g->s3[2] - g->p3[2] + (g->k3[2] - 1) * g->d3[2];
+    return a->o2 + MR <= g->out3[2] && first >= 0 && last < g->in3[2];
+}
+
 void qp_i8g_depthwise(enum qp_isa isa, const struct qp_conv_state *g, const void *x, int is_signed,
                       int32_t zp, const void *packed, const struct qp_i8g_epi *e, int n_threads) {
     if (g->k_sz > DW_MAX_K) return; /* qp_i8g_dw_pack_bytes refused it */
@@ -874,6 +919,12 @@ void qp_i8g_depthwise(enum qp_isa isa, const struct qp_conv_state *g, const void
             const uint8_t *px[DW_MAX_K];
             dw_pixels(g, x, v.zrow, &a, px);
 #if HAVE_AVX2
+            if (use_avx2(isa) && row + MR <= hi && dw_inside4(g, &a)) {
+                dw_rows4_avx2(g, px, v.zrow, g->s3[2] * g->c, is_signed, &v, &ctx, row);
+                for (int q = 1; q < MR; q++, row++)
+                    dw_at_next(g, &a);
+                continue;
+            }
             if (use_avx2(isa)) {
                 dw_row_avx2(g, px, is_signed, &v, &ctx, row);
                 continue;

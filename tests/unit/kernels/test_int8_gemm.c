@@ -526,7 +526,11 @@ static void test_depthwise(void **state) {
                  {2, 32, 7, 7, 3, 2, 1},
                  {1, 40, 11, 10, 5, 2, 2},
                  {1, 16, 6, 6, 5, 1, 2},
-                 {1, 5, 5, 4, 3, 1, 0}};
+                 {1, 5, 5, 4, 3, 1, 0},
+                 /* wide rows: runs of four interior pixels (dw_rows4_avx2) at stride 2, and with
+                  * a partial 8-channel block, a 5x5 kernel and two images */
+                 {1, 40, 6, 20, 3, 2, 1},
+                 {2, 24, 5, 12, 5, 1, 2}};
     enum qp_isa isas[2];
     int ni = n_isas(isas);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
