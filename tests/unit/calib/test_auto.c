@@ -198,6 +198,23 @@ static void test_auto_picks_least_consumer_error(void **state) {
     qp_model_free(m);
 }
 
+/* The first batch of x, z and s as the model's inputs, in its session's order. */
+static void first_batch(const struct qp_model *m, struct qp_array in[3]) {
+    struct qp_error err = {0};
+    int64_t dw[2] = {ROWS, W}, ds[2] = {ROWS, 4};
+    struct qp_session *s = NULL;
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
+    for (size_t i = 0; i < 3; i++) {
+        const char *name = qp_session_input_name(s, i);
+        int which = !strcmp(name, "x") ? 0 : !strcmp(name, "z") ? 1 : 2;
+        float *d = which == 0 ? xb[0] : which == 1 ? zb[0] : sb[0];
+        assert_int_equal(qp_array_view(&in[i], QP_DTYPE_FLOAT, 2, which == 2 ? ds : dw, d,
+                                       sizeof(float) * (which == 2 ? 4 : W) * ROWS, &err),
+                         QP_OK);
+    }
+    qp_session_free(s);
+}
+
 /* The evaluator alone: a consumer limited by a placement, and a tensor with no consumer in it. */
 static void test_auto_evaluate_placement(void **state) {
     (void)state;
@@ -214,18 +231,7 @@ static void test_auto_evaluate_placement(void **state) {
         t[1].amax[k] = 3.0;
     }
     struct qp_array in[3];
-    int64_t dw[2] = {ROWS, W}, ds[2] = {ROWS, 4};
-    struct qp_session *s = NULL;
-    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
-    for (size_t i = 0; i < 3; i++) {
-        const char *name = qp_session_input_name(s, i);
-        int which = !strcmp(name, "x") ? 0 : !strcmp(name, "z") ? 1 : 2;
-        float *d = which == 0 ? xb[0] : which == 1 ? zb[0] : sb[0];
-        assert_int_equal(qp_array_view(&in[i], QP_DTYPE_FLOAT, 2, which == 2 ? ds : dw, d,
-                                       sizeof(float) * (which == 2 ? 4 : W) * ROWS, &err),
-                         QP_OK);
-    }
-    qp_session_free(s);
+    first_batch(m, in);
     assert_int_equal(qp_auto_evaluate(m, pl, QP_DTYPE_INT8, 1, 1, 3, in, 2, t, &err), QP_OK);
     assert_int_equal(t[0].n_consumers, 1);
     assert_int_equal(t[1].n_consumers, 0); /* z has no edge in the placement */
@@ -259,18 +265,7 @@ static void test_auto_evaluate_workers(void **state) {
     struct qp_model *m = model();
     struct qp_error err = {0};
     struct qp_array in[3];
-    int64_t dw[2] = {ROWS, W}, ds[2] = {ROWS, 4};
-    struct qp_session *s = NULL;
-    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
-    for (size_t i = 0; i < 3; i++) {
-        const char *name = qp_session_input_name(s, i);
-        int which = !strcmp(name, "x") ? 0 : !strcmp(name, "z") ? 1 : 2;
-        float *d = which == 0 ? xb[0] : which == 1 ? zb[0] : sb[0];
-        assert_int_equal(qp_array_view(&in[i], QP_DTYPE_FLOAT, 2, which == 2 ? ds : dw, d,
-                                       sizeof(float) * (which == 2 ? 4 : W) * ROWS, &err),
-                         QP_OK);
-    }
-    qp_session_free(s);
+    first_batch(m, in);
     struct qp_auto_tensor t[2][3];
     const char *names[3] = {"x", "z", "s"};
     for (int run = 0; run < 2; run++) {
