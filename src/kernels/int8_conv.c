@@ -89,6 +89,7 @@ struct i8_state {
     int avx2;
     size_t off_pack, off_res, off_col;
     int64_t ldk;
+    int col_threads; /* threads the im2col scratch holds chunks for (qp_i8g_conv_gemm) */
 };
 
 enum avx2_kind { AVX2_NONE = 0, AVX2_GEMM, AVX2_IM2COL, AVX2_DEPTHWISE };
@@ -675,7 +676,12 @@ static size_t plan_scratch_avx2(struct i8_state *s) {
     size_t pat = s->patch && !dst_final(s) ? out_n * el : 0; /* the scatter's, channels last */
     size_t r = !s->io.has_res || (rq8 && s->res_nhwc) ? 0 : out_n * (rq8 ? 1 : sizeof(float));
     s->ldk = (g->c * g->k_sz + 3) / 4 * 4;
-    size_t col = s->avx2 == AVX2_IM2COL ? (size_t)(g->n * g->out_sz) * (size_t)s->ldk : 0;
+    int dt = qp_dnnl_default_threads();
+    s->col_threads = dt < 1 ? 1 : dt > 64 ? 64 : dt;
+    size_t col = s->avx2 != AVX2_IM2COL ? 0
+                 : qp_i8g_conv_gemm_pays(g->c * g->k_sz, g->m)
+                     ? qp_i8g_conv_gemm_scratch(g, s->ldk, s->col_threads)
+                     : (size_t)(g->n * g->out_sz) * (size_t)s->ldk;
     s->off_src = 0;
     s->off_dst = qp_dnnl_align(a);
     s->off_res = s->off_dst + qp_dnnl_align(b);
@@ -1048,12 +1054,17 @@ static enum qp_status run_avx2(const struct qp_krun *r) {
         struct qp_i8g_b b;
         qp_i8g_b_view(blob + s->off_pack, g->c * g->k_sz, g->m, &b);
         struct qp_i8g_a a = {x, g->c, sgn, s->io.xzp, source_range(s, x, isa, nt)};
-        if (s->avx2 == AVX2_IM2COL) {
+        if (s->avx2 == AVX2_IM2COL && qp_i8g_conv_gemm_pays(g->c * g->k_sz, g->m))
+            qp_i8g_conv_gemm(isa, g, x, (uint8_t)s->io.xzp, s->ldk, scr + s->off_col, &a, &b, &e,
+                             nt < s->col_threads ? nt : s->col_threads);
+        else if (s->avx2 == AVX2_IM2COL) {
             qp_i8g_im2col(g, x, (uint8_t)s->io.xzp, scr + s->off_col, s->ldk, nt);
             a.data = scr + s->off_col;
             a.lda = s->ldk;
+            qp_i8g_gemm(isa, g->n * g->out_sz, &a, &b, &e, nt);
+        } else {
+            qp_i8g_gemm(isa, g->n * g->out_sz, &a, &b, &e, nt);
         }
-        qp_i8g_gemm(isa, g->n * g->out_sz, &a, &b, &e, nt);
     }
     finish_out(s, dbuf, scr, r->out[0]->data, nt);
     return QP_OK;

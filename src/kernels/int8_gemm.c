@@ -179,13 +179,14 @@ struct job {
     const struct qp_i8g_b *b;
     struct epi_ctx ctx;
     int64_t m, kq, np;
+    int64_t a_row0; /* output row i reads A's row i - a_row0 (a chunk of im2col rows) */
 };
 
 static void tile_c(const struct job *jb, int64_t i0, int mr, int64_t p) {
     const int8_t *bp = jb->b->panels + p * jb->kq * QB;
     int64_t w = jb->b->n - p * NR < NR ? jb->b->n - p * NR : NR;
     for (int r = 0; r < mr; r++) {
-        const uint8_t *row = (const uint8_t *)jb->a->data + (i0 + r) * jb->a->lda;
+        const uint8_t *row = (const uint8_t *)jb->a->data + (i0 + r - jb->a_row0) * jb->a->lda;
         int64_t acc[NR] = {0};
         for (int64_t q = 0; q < jb->kq; q++)
             for (int t = 0; t < 4; t++) {
@@ -609,7 +610,7 @@ AVX static void sums_s16(int is_signed, int mr, int64_t kq, const uint8_t *a, in
 
 AVX static void tile_avx2(const struct job *jb, int64_t i0, int mr, int64_t p) {
     __m256i acc[MR + 1][2]; /* micro_s16 writes pairs of rows */
-    const uint8_t *a = (const uint8_t *)jb->a->data + i0 * jb->a->lda;
+    const uint8_t *a = (const uint8_t *)jb->a->data + (i0 - jb->a_row0) * jb->a->lda;
     const int8_t *bp = jb->b->panels + p * jb->kq * QB;
     if (jb->a->range & QP_I8G_BELOW_128)
         sums_u8(mr, jb->kq, a, jb->a->lda, bp, acc);
@@ -731,7 +732,7 @@ static void item(enum qp_isa isa, const struct job *jb, int64_t r0, int64_t r1, 
 void qp_i8g_gemm(enum qp_isa isa, int64_t m, const struct qp_i8g_a *a, const struct qp_i8g_b *b,
                  const struct qp_i8g_epi *e, int n_threads) {
     if (m <= 0 || b->n <= 0) return;
-    struct job jb = {a, b, {e, b->colsum, a->zp}, m, kquads(b->k), qp_i8g_npad(b->n) / NR};
+    struct job jb = {a, b, {e, b->colsum, a->zp}, m, kquads(b->k), qp_i8g_npad(b->n) / NR, 0};
     /* Smaller items when there would be too few for the threads (ResNet's 7x7 layers). */
     int64_t mc = MC, pg = PG;
     int nt = (double)m * (double)b->n * (double)b->k < 262144.0 ? 1 : n_threads;
@@ -871,6 +872,54 @@ static void dw_at_next(const struct qp_conv_state *g, struct dw_at *a) {
     if (++a->o0 < g->out3[0]) return;
     a->o0 = 0;
     a->b++;
+}
+
+/* The packed B (bytes) up to which the chunked convolution GEMM pays: it runs every panel on
+ * each chunk, so B is read once per chunk and must stay in the core's cache (about a 256 KiB
+ * half of a Zen 3 L2); above, the plain GEMM's blocking (MC rows x PG panels) keeps B's
+ * panels in cache instead. */
+#define CONV_GEMM_MAX_B (256 << 10)
+
+/* Rows of im2col a thread writes and multiplies at a time: about 128 KiB of them, so that the
+ * panels' passes over them read the cache, not memory (at least 4 tiles' worth). */
+static int64_t chunk_rows(int64_t ld) {
+    int64_t r = ((int64_t)128 << 10) / (ld > 0 ? ld : 1);
+    r = r < 4 * MR ? 4 * MR : r > 1024 ? 1024 : r;
+    return r / MR * MR;
+}
+
+int qp_i8g_conv_gemm_pays(int64_t k, int64_t n) {
+    return (double)qp_i8g_npad(n) * (double)kquads(k) * 4.0 <= (double)CONV_GEMM_MAX_B;
+}
+
+size_t qp_i8g_conv_gemm_scratch(const struct qp_conv_state *g, int64_t ld, int n_threads) {
+    int64_t rows = g->n * g->out_sz, ch = chunk_rows(ld);
+    int64_t per = rows < ch ? rows : ch, n_chunks = per > 0 ? (rows + per - 1) / per : 0;
+    int64_t nt = n_threads < 1 ? 1 : n_threads < n_chunks ? n_threads : n_chunks;
+    return (size_t)nt * (size_t)per * (size_t)ld;
+}
+
+void qp_i8g_conv_gemm(enum qp_isa isa, const struct qp_conv_state *g, const void *x, uint8_t fill,
+                      int64_t ld, void *col, const struct qp_i8g_a *a, const struct qp_i8g_b *b,
+                      const struct qp_i8g_epi *e, int n_threads) {
+    int64_t m = g->n * g->out_sz, ch = chunk_rows(ld);
+    if (m <= 0 || b->n <= 0) return;
+    int64_t per = m < ch ? m : ch, n_chunks = (m + per - 1) / per;
+    int nt = (double)m * (double)b->n * (double)b->k < 262144.0 ? 1 : n_threads;
+    if (nt > n_chunks) nt = (int)n_chunks;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int64_t c = 0; c < n_chunks; c++) {
+        int64_t r0 = c * per, r1 = r0 + per < m ? r0 + per : m;
+        uint8_t *mine = (uint8_t *)col + (size_t)omp_get_thread_num() * (size_t)per * (size_t)ld;
+        for (int64_t r = r0; r < r1; r++)
+            im2col_row(g, x, fill, mine + (r - r0) * ld, r, ld);
+        struct qp_i8g_a ca = *a;
+        ca.data = mine;
+        ca.lda = ld;
+        struct job jb = {&ca, b, {e, b->colsum, a->zp}, m, kquads(b->k), qp_i8g_npad(b->n) / NR,
+                         r0};
+        item(isa, &jb, r0, r1, 0, jb.np);
+    }
 }
 
 /* The input pixels (channels-last rows) of output pixel a's kernel positions, the zero point's

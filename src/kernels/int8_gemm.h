@@ -112,6 +112,17 @@ unsigned qp_i8g_range(enum qp_isa isa, const void *x, size_t n, int n_threads);
 void qp_i8g_im2col(const struct qp_conv_state *g, const void *x, uint8_t fill, void *col,
                    int64_t ld, int n_threads);
 
+/* qp_i8g_im2col then qp_i8g_gemm on its rows (a->data and a->lda unused: the rows come from
+ * x), in chunks of rows that stay in cache: each thread writes a chunk's im2col rows into its
+ * own part of `col` (qp_i8g_conv_gemm_scratch bytes for n_threads) and runs every panel on them
+ * before the next chunk, instead of writing the whole im2col matrix to memory and reading it
+ * back once per panel group. The same bits as the two calls. */
+int qp_i8g_conv_gemm_pays(int64_t k, int64_t n); /* B of k x n small enough to stay in cache */
+size_t qp_i8g_conv_gemm_scratch(const struct qp_conv_state *g, int64_t ld, int n_threads);
+void qp_i8g_conv_gemm(enum qp_isa isa, const struct qp_conv_state *g, const void *x, uint8_t fill,
+                      int64_t ld, void *col, const struct qp_i8g_a *a, const struct qp_i8g_b *b,
+                      const struct qp_i8g_epi *e, int n_threads);
+
 /* Depthwise weights (group == c == m): w is [c][k_sz]; packed for the kernel with the zero
  * point's row (padding reads it) and the per-channel weight sums. */
 size_t qp_i8g_dw_pack_bytes(int64_t c, int64_t k_sz);

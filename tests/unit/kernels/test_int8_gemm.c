@@ -468,7 +468,10 @@ static void test_im2col_conv(void **state) {
                  {2, 8, 16, 6, 7, 3, 1, 1, 1},
                  {1, 5, 9, 9, 9, 3, 2, 1, 2},
                  {1, 16, 33, 5, 5, 1, 2, 0, 1},
-                 {1, 13, 17, 8, 6, 3, 1, 2, 1}};
+                 {1, 13, 17, 8, 6, 3, 1, 2, 1},
+                 /* several chunks of qp_i8g_conv_gemm (1024 rows; 224 at k = 576) */
+                 {1, 8, 20, 40, 60, 3, 1, 1, 1},
+                 {1, 64, 16, 24, 24, 3, 1, 1, 1}};
     enum qp_isa isas[2];
     int ni = n_isas(isas);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
@@ -499,15 +502,27 @@ static void test_im2col_conv(void **state) {
                 struct qp_i8g_a a = {col, ld, sg, zp, QP_I8G_ANY};
                 struct qp_i8g_epi e = {NULL, NULL,           NULL, QP_DTYPE_INT32, y, g.m,
                                        NULL, QP_DTYPE_FLOAT, 0};
-                qp_i8g_gemm(isas[ii], rows, &a, &b, &e, 2);
-                for (int64_t r = 0; r < rows; r++)
-                    for (int64_t oc = 0; oc < g.m; oc++) {
-                        int64_t want = conv_ref(&g, x, sg, zp, w, r / g.out_sz, r % g.out_sz, oc);
-                        if (y[r * g.m + oc] != want)
-                            fail_msg("im2col case %zu (%s): row %lld channel %lld: %d, want %lld",
-                                     c, qp_isa_name(isas[ii]), (long long)r, (long long)oc,
-                                     y[r * g.m + oc], (long long)want);
+                /* nt 0: im2col then the GEMM; 1, 2: the chunked qp_i8g_conv_gemm */
+                for (int nt = 0; nt <= 2; nt++) {
+                    memset(y, 0x5a, (size_t)(rows * g.m) * sizeof *y);
+                    if (nt == 0) {
+                        qp_i8g_gemm(isas[ii], rows, &a, &b, &e, 2);
+                    } else {
+                        uint8_t *chunks = malloc(qp_i8g_conv_gemm_scratch(&g, ld, nt));
+                        qp_i8g_conv_gemm(isas[ii], &g, x, (uint8_t)zp, ld, chunks, &a, &b, &e, nt);
+                        free(chunks);
                     }
+                    for (int64_t r = 0; r < rows; r++)
+                        for (int64_t oc = 0; oc < g.m; oc++) {
+                            int64_t want =
+                                conv_ref(&g, x, sg, zp, w, r / g.out_sz, r % g.out_sz, oc);
+                            if (y[r * g.m + oc] != want)
+                                fail_msg("im2col case %zu (%s, %d): row %lld channel %lld: %d, "
+                                         "want %lld",
+                                         c, qp_isa_name(isas[ii]), nt, (long long)r, (long long)oc,
+                                         y[r * g.m + oc], (long long)want);
+                        }
+                }
             }
             free(x);
             free(col);
