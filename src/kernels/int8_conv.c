@@ -89,7 +89,8 @@ struct i8_state {
     int avx2;
     size_t off_pack, off_res, off_col;
     int64_t ldk;
-    int col_threads; /* threads the im2col scratch holds chunks for (qp_i8g_conv_gemm) */
+    int chunked;     /* im2col in chunks (qp_i8g_conv_gemm: the packed weights stay in cache) */
+    int col_threads; /* threads the chunked im2col scratch holds chunks for */
 };
 
 enum avx2_kind { AVX2_NONE = 0, AVX2_GEMM, AVX2_IM2COL, AVX2_DEPTHWISE };
@@ -678,10 +679,10 @@ static size_t plan_scratch_avx2(struct i8_state *s) {
     s->ldk = (g->c * g->k_sz + 3) / 4 * 4;
     int dt = qp_dnnl_default_threads();
     s->col_threads = dt < 1 ? 1 : dt > 64 ? 64 : dt;
-    size_t col = s->avx2 != AVX2_IM2COL ? 0
-                 : qp_i8g_conv_gemm_pays(g->c * g->k_sz, g->m)
-                     ? qp_i8g_conv_gemm_scratch(g, s->ldk, s->col_threads)
-                     : (size_t)(g->n * g->out_sz) * (size_t)s->ldk;
+    s->chunked = s->avx2 == AVX2_IM2COL && qp_i8g_conv_gemm_pays(g->c * g->k_sz, g->m);
+    size_t col = s->chunked               ? qp_i8g_conv_gemm_scratch(g, s->ldk, s->col_threads)
+                 : s->avx2 == AVX2_IM2COL ? (size_t)(g->n * g->out_sz) * (size_t)s->ldk
+                                          : 0;
     s->off_src = 0;
     s->off_dst = qp_dnnl_align(a);
     s->off_res = s->off_dst + qp_dnnl_align(b);
@@ -1054,15 +1055,15 @@ static enum qp_status run_avx2(const struct qp_krun *r) {
         struct qp_i8g_b b;
         qp_i8g_b_view(blob + s->off_pack, g->c * g->k_sz, g->m, &b);
         struct qp_i8g_a a = {x, g->c, sgn, s->io.xzp, source_range(s, x, isa, nt)};
-        if (s->avx2 == AVX2_IM2COL && qp_i8g_conv_gemm_pays(g->c * g->k_sz, g->m))
+        if (s->chunked) {
             qp_i8g_conv_gemm(isa, g, x, (uint8_t)s->io.xzp, s->ldk, scr + s->off_col, &a, &b, &e,
                              nt < s->col_threads ? nt : s->col_threads);
-        else if (s->avx2 == AVX2_IM2COL) {
-            qp_i8g_im2col(g, x, (uint8_t)s->io.xzp, scr + s->off_col, s->ldk, nt);
-            a.data = scr + s->off_col;
-            a.lda = s->ldk;
-            qp_i8g_gemm(isa, g->n * g->out_sz, &a, &b, &e, nt);
         } else {
+            if (s->avx2 == AVX2_IM2COL) {
+                qp_i8g_im2col(g, x, (uint8_t)s->io.xzp, scr + s->off_col, s->ldk, nt);
+                a.data = scr + s->off_col;
+                a.lda = s->ldk;
+            }
             qp_i8g_gemm(isa, g->n * g->out_sz, &a, &b, &e, nt);
         }
     }

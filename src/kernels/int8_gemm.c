@@ -227,14 +227,16 @@ AVX_INLINE int32_t load4(const uint8_t *p) {
     return v;
 }
 
+/* The 4-byte words [0, n / 4) of a 16-byte vector (n < 16, a multiple of 4). */
+AVX_INLINE __m128i words4(int64_t n) {
+    return _mm_cmpgt_epi32(_mm_set1_epi32((int)(n / 4)), _mm_setr_epi32(0, 1, 2, 3));
+}
+
 /* The first n (< 16) bytes at p in a vector, the rest 0, reading no byte past p + n: whole
  * 4-byte words by a masked load (channel counts are multiples of 4 but for the odd model), else
  * through a buffer (a library call: measured at most of a small depthwise layer's time). */
 AVX_INLINE __m128i load_part(const uint8_t *p, int64_t n) {
-    if (n % 4 == 0) {
-        __m128i m = _mm_cmpgt_epi32(_mm_set1_epi32((int)(n / 4)), _mm_setr_epi32(0, 1, 2, 3));
-        return _mm_maskload_epi32((const int *)(const void *)p, m);
-    }
+    if (n % 4 == 0) return _mm_maskload_epi32((const int *)(const void *)p, words4(n));
     uint8_t t[16] = {0};
     memcpy(t, p, (size_t)n);
     return _mm_loadu_si128((const __m128i *)t);
@@ -347,14 +349,15 @@ AVX_INLINE void res_load(const struct qp_i8g_epi *e, int64_t at, int w, __m256 *
 
 /* Float and fp16 outputs: 16 values (w of them) at element `at` of y. */
 AVX_INLINE void store16_float(const struct qp_i8g_epi *e, int64_t at, const __m256 *v, int w) {
-    if (w == 16 && e->ydt == QP_DTYPE_FLOAT) { /* the common case: no copy through a buffer */
-        _mm256_storeu_ps((float *)e->y + at, v[0]);
-        _mm256_storeu_ps((float *)e->y + at + 8, v[1]);
-        return;
-    }
-    if (e->ydt == QP_DTYPE_FLOAT) {
-        _mm256_maskstore_ps((float *)e->y + at, mask8(w), v[0]);
-        _mm256_maskstore_ps((float *)e->y + at + 8, mask8(w - 8), v[1]);
+    if (e->ydt == QP_DTYPE_FLOAT) { /* no copy through a buffer */
+        float *y = (float *)e->y + at;
+        if (w == 16) {
+            _mm256_storeu_ps(y, v[0]);
+            _mm256_storeu_ps(y + 8, v[1]);
+        } else {
+            _mm256_maskstore_ps(y, mask8(w), v[0]);
+            _mm256_maskstore_ps(y + 8, mask8(w - 8), v[1]);
+        }
         return;
     }
     float t[16];
@@ -411,8 +414,7 @@ AVX_INLINE void store_q8(const struct qp_i8g_epi *e, int64_t i0, int mr, int64_t
         if (w == 16) {
             _mm_storeu_si128((__m128i *)y, p8);
         } else if (w % 4 == 0) { /* whole words: no library call */
-            __m128i m = _mm_cmpgt_epi32(_mm_set1_epi32(w / 4), _mm_setr_epi32(0, 1, 2, 3));
-            _mm_maskstore_epi32((int *)(void *)y, m, p8);
+            _mm_maskstore_epi32((int *)(void *)y, words4(w), p8);
         } else {
             uint8_t t[16];
             _mm_storeu_si128((__m128i *)t, p8);
@@ -644,41 +646,19 @@ AVX_INLINE __m256i dw_load(int is_signed, const uint8_t *p, int64_t left) {
     return ext16(is_signed, left >= 16 ? _mm_loadu_si128((const __m128i *)p) : load_part(p, left));
 }
 
-AVX static void dw_row_avx2(const struct qp_conv_state *g, const uint8_t *const *px, int is_signed,
-                            const struct dw_view *v, const struct epi_ctx *ctx, int64_t row) {
-    int64_t ks = g->k_sz;
-    for (int64_t c0 = 0; c0 < g->c; c0 += 16) {
-        int64_t left = g->c - c0;
-        __m256i lo = _mm256_setzero_si256(), hi = lo;
-        const int16_t *wb = v->w + c0 / 16 * v->npair * 32;
-        for (int64_t pp = 0; pp < v->npair; pp++) {
-            const uint8_t *p1 = 2 * pp + 1 < ks ? px[2 * pp + 1] : px[2 * pp];
-            __m256i x0 = dw_load(is_signed, px[2 * pp] + c0, left);
-            __m256i x1 = dw_load(is_signed, p1 + c0, left);
-            __m256i wl = _mm256_loadu_si256((const __m256i *)(wb + pp * 32));
-            __m256i wh = _mm256_loadu_si256((const __m256i *)(wb + pp * 32 + 16));
-            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), wl));
-            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), wh));
-        }
-        /* lo holds channels (0..3 | 8..11), hi (4..7 | 12..15) */
-        __m256i a[1][2] = {
-            {_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31)}};
-        epi_tile(ctx, row, 1, c0, left < 16 ? (int)left : 16, a);
-    }
-}
-
-/* dw_row_avx2 for MR (4) consecutive output pixels along the last spatial axis whose kernel
- * positions are all inside the image along it: pixel q reads px[k] + q * step (a padding row,
- * zrow, stays zrow). Each pair's weights are loaded once for the four pixels, the four sums are
- * independent chains, and one epilogue tile of four rows stores them. */
-AVX static void dw_rows4_avx2(const struct qp_conv_state *g, const uint8_t *const *px,
-                              const uint8_t *zrow, int64_t step, int is_signed,
-                              const struct dw_view *v, const struct epi_ctx *ctx, int64_t row) {
+/* The depthwise sums of nq (1 or MR) consecutive output pixels, rows row .. row + nq - 1:
+ * pixel q reads px[k] + q * step (nq > 1 only where every kernel position of the nq pixels lies
+ * inside the image along the last axis; a padding row, zrow, stays zrow). Each pair's weights
+ * are loaded once for the nq pixels, their sums are independent chains, and one epilogue tile
+ * of nq rows stores them. Inlined with nq a constant, so each case compiles on its own. */
+AVX_INLINE void dw_rows(const struct qp_conv_state *g, const uint8_t *const *px,
+                        const uint8_t *zrow, int64_t step, int is_signed, const struct dw_view *v,
+                        const struct epi_ctx *ctx, int64_t row, const int nq) {
     int64_t ks = g->k_sz;
     for (int64_t c0 = 0; c0 < g->c; c0 += 16) {
         int64_t left = g->c - c0;
         __m256i lo[MR], hi[MR];
-        for (int q = 0; q < MR; q++)
+        for (int q = 0; q < nq; q++)
             lo[q] = hi[q] = _mm256_setzero_si256();
         const int16_t *wb = v->w + c0 / 16 * v->npair * 32;
         for (int64_t pp = 0; pp < v->npair; pp++) {
@@ -686,7 +666,7 @@ AVX static void dw_rows4_avx2(const struct qp_conv_state *g, const uint8_t *cons
             int64_t s0 = p0 == zrow ? 0 : step, s1 = p1 == zrow ? 0 : step;
             __m256i wl = _mm256_loadu_si256((const __m256i *)(wb + pp * 32));
             __m256i wh = _mm256_loadu_si256((const __m256i *)(wb + pp * 32 + 16));
-            for (int q = 0; q < MR; q++) {
+            for (int q = 0; q < nq; q++) {
                 __m256i x0 = dw_load(is_signed, p0 + q * s0 + c0, left);
                 __m256i x1 = dw_load(is_signed, p1 + q * s1 + c0, left);
                 lo[q] =
@@ -695,13 +675,26 @@ AVX static void dw_rows4_avx2(const struct qp_conv_state *g, const uint8_t *cons
                     _mm256_add_epi32(hi[q], _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), wh));
             }
         }
+        /* lo holds channels (0..3 | 8..11), hi (4..7 | 12..15) */
         __m256i a[MR][2];
-        for (int q = 0; q < MR; q++) {
+        for (int q = 0; q < nq; q++) {
             a[q][0] = _mm256_permute2x128_si256(lo[q], hi[q], 0x20);
             a[q][1] = _mm256_permute2x128_si256(lo[q], hi[q], 0x31);
         }
-        epi_tile(ctx, row, MR, c0, left < 16 ? (int)left : 16, a);
+        epi_tile(ctx, row, nq, c0, left < 16 ? (int)left : 16, a);
     }
+}
+
+AVX static void dw_row_avx2(const struct qp_conv_state *g, const uint8_t *const *px,
+                            const uint8_t *zrow, int is_signed, const struct dw_view *v,
+                            const struct epi_ctx *ctx, int64_t row) {
+    dw_rows(g, px, zrow, 0, is_signed, v, ctx, row, 1);
+}
+
+AVX static void dw_rows4_avx2(const struct qp_conv_state *g, const uint8_t *const *px,
+                              const uint8_t *zrow, int64_t step, int is_signed,
+                              const struct dw_view *v, const struct epi_ctx *ctx, int64_t row) {
+    dw_rows(g, px, zrow, step, is_signed, v, ctx, row, MR);
 }
 
 #else
@@ -729,13 +722,18 @@ static void item(enum qp_isa isa, const struct job *jb, int64_t r0, int64_t r1, 
         }
 }
 
+/* Threads for an m x n x k product: one below 2^18 multiply-adds (a parallel region costs more). */
+static int gemm_threads(int64_t m, int64_t n, int64_t k, int n_threads) {
+    return (double)m * (double)n * (double)k < 262144.0 ? 1 : n_threads;
+}
+
 void qp_i8g_gemm(enum qp_isa isa, int64_t m, const struct qp_i8g_a *a, const struct qp_i8g_b *b,
                  const struct qp_i8g_epi *e, int n_threads) {
     if (m <= 0 || b->n <= 0) return;
     struct job jb = {a, b, {e, b->colsum, a->zp}, m, kquads(b->k), qp_i8g_npad(b->n) / NR, 0};
     /* Smaller items when there would be too few for the threads (ResNet's 7x7 layers). */
     int64_t mc = MC, pg = PG;
-    int nt = (double)m * (double)b->n * (double)b->k < 262144.0 ? 1 : n_threads;
+    int nt = gemm_threads(m, b->n, b->k, n_threads);
     while (((m + mc - 1) / mc) * ((jb.np + pg - 1) / pg) < 4 * nt && (pg > 1 || mc > MR)) {
         if (pg > 1)
             pg /= 2;
@@ -905,7 +903,7 @@ void qp_i8g_conv_gemm(enum qp_isa isa, const struct qp_conv_state *g, const void
     int64_t m = g->n * g->out_sz, ch = chunk_rows(ld);
     if (m <= 0 || b->n <= 0) return;
     int64_t per = m < ch ? m : ch, n_chunks = (m + per - 1) / per;
-    int nt = (double)m * (double)b->n * (double)b->k < 262144.0 ? 1 : n_threads;
+    int nt = gemm_threads(m, b->n, b->k, n_threads);
     if (nt > n_chunks) nt = (int)n_chunks;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (int64_t c = 0; c < n_chunks; c++) {
@@ -975,7 +973,7 @@ void qp_i8g_depthwise(enum qp_isa isa, const struct qp_conv_state *g, const void
                 continue;
             }
             if (use_avx2(isa)) {
-                dw_row_avx2(g, px, is_signed, &v, &ctx, row);
+                dw_row_avx2(g, px, v.zrow, is_signed, &v, &ctx, row);
                 continue;
             }
 #endif

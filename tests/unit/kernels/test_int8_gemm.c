@@ -460,6 +460,21 @@ static int64_t conv_ref(const struct qp_conv_state *g, const uint8_t *x, int is_
 }
 
 /* Group-1 convolutions through im2col and the GEMM. */
+/* y (rows x g->m int32 sums, channels last) against the direct sums; `what`, case c, the ISA
+ * and the thread count (or variant) name a failure. */
+static void check_conv(const char *what, size_t c, enum qp_isa isa, int nt,
+                       const struct qp_conv_state *g, const uint8_t *x, int sg, int32_t zp,
+                       const int8_t *w, const int32_t *y) {
+    for (int64_t r = 0; r < g->n * g->out_sz; r++)
+        for (int64_t oc = 0; oc < g->m; oc++) {
+            int64_t want = conv_ref(g, x, sg, zp, w, r / g->out_sz, r % g->out_sz, oc);
+            if (y[r * g->m + oc] != want)
+                fail_msg("%s case %zu (%s, %d): row %lld channel %lld: %d, want %lld", what, c,
+                         qp_isa_name(isa), nt, (long long)r, (long long)oc, y[r * g->m + oc],
+                         (long long)want);
+        }
+}
+
 static void test_im2col_conv(void **state) {
     (void)state;
     static const struct {
@@ -512,16 +527,7 @@ static void test_im2col_conv(void **state) {
                         qp_i8g_conv_gemm(isas[ii], &g, x, (uint8_t)zp, ld, chunks, &a, &b, &e, nt);
                         free(chunks);
                     }
-                    for (int64_t r = 0; r < rows; r++)
-                        for (int64_t oc = 0; oc < g.m; oc++) {
-                            int64_t want =
-                                conv_ref(&g, x, sg, zp, w, r / g.out_sz, r % g.out_sz, oc);
-                            if (y[r * g.m + oc] != want)
-                                fail_msg("im2col case %zu (%s, %d): row %lld channel %lld: %d, "
-                                         "want %lld",
-                                         c, qp_isa_name(isas[ii]), nt, (long long)r, (long long)oc,
-                                         y[r * g.m + oc], (long long)want);
-                        }
+                    check_conv("im2col", c, isas[ii], nt, &g, x, sg, zp, w, y);
                 }
             }
             free(x);
@@ -570,16 +576,7 @@ static void test_depthwise(void **state) {
                     struct qp_i8g_epi e = {NULL, NULL,           NULL, QP_DTYPE_INT32, y, g.c,
                                            NULL, QP_DTYPE_FLOAT, 0};
                     qp_i8g_depthwise(isas[ii], &g, x, sg, zp, packed, &e, nt);
-                    for (int64_t r = 0; r < rows; r++)
-                        for (int64_t ch = 0; ch < g.c; ch++) {
-                            int64_t want =
-                                conv_ref(&g, x, sg, zp, w, r / g.out_sz, r % g.out_sz, ch);
-                            if (y[r * g.c + ch] != want)
-                                fail_msg("depthwise case %zu (%s, %d threads): row %lld channel "
-                                         "%lld: %d, want %lld",
-                                         c, qp_isa_name(isas[ii]), nt, (long long)r, (long long)ch,
-                                         y[r * g.c + ch], (long long)want);
-                        }
+                    check_conv("depthwise", c, isas[ii], nt, &g, x, sg, zp, w, y);
                 }
             free(x);
             free(w);
