@@ -89,11 +89,16 @@ struct qp_session_options {
      * (docs/engine.md "INT8 path"). Results then differ from QP_INT8_OFF by rounding: int8
      * outputs by at most one quantization step. The session then runs a rewritten copy of the
      * model: observers and overlays see that graph (use QP_INT8_OFF for them);
-     * qp_session_int8_decisions says what fused. A model without Q/DQ runs as with QP_INT8_OFF. */
+     * qp_session_int8_decisions says what fused. A model without Q/DQ runs as with QP_INT8_OFF.
+     * QP_INT8_EXACT gives QP_INT8_OFF's outputs bit for bit, faster: each Q whose readers are
+     * DQs of its parameters runs with them as one fake-quantize pass, and chains of Add, Sub,
+     * Mul, Div, Clip, Relu and LeakyRelu with those passes and a float16 model's roundings
+     * run as one pass (docs/engine.md "Exact path"). It also runs a rewritten copy: the values
+     * a fused pass computes are not seen by observers and overlays (use QP_INT8_OFF for them). */
     int int8;
 };
 
-enum qp_int8_mode { QP_INT8_OFF = 0, QP_INT8_AUTO = 1 };
+enum qp_int8_mode { QP_INT8_OFF = 0, QP_INT8_AUTO = 1, QP_INT8_EXACT = 2 };
 
 /* What the integer path did with one QuantizeLinear/DequantizeLinear node of the model. */
 struct qp_int8_decision {

@@ -6,7 +6,8 @@
 
 int8="off" (the default, as the library's) runs a Q/DQ model as written (the fake-quantization
 oracle); "auto" fuses DequantizeLinear -> op -> QuantizeLinear into integer kernels, as
-`qplace run` does by default. A session is used from one thread at a time.
+`qplace run` does by default; "exact" gives "off"'s outputs bit for bit in fewer passes
+(docs/engine.md "Exact path"). A session is used from one thread at a time.
 """
 
 import ctypes
@@ -29,7 +30,7 @@ class Session:
         o = _lib.SessionOptions()
         o.n_threads = int_arg(threads, "threads")
         o.no_fusion = 0 if fusion else 1
-        o.int8 = choice(int8, {"off": 0, "auto": 1}, "int8")
+        o.int8 = choice(int8, {"off": 0, "auto": 1, "exact": 2}, "int8")
         shapes = shapes or {}
         if not isinstance(shapes, dict):
             raise usage("shapes: expected a dict {input name: shape}")

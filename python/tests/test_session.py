@@ -37,6 +37,8 @@ def test_int8_path_on_a_quantized_model(cli, cls_model, cls_npz, tmp_path):
     rows, fallback = auto.int8_decisions()
     assert fallback == "" and len(rows) > 50 and sum(r["fused"] for r in rows) > len(rows) / 2
     assert off.int8_decisions() == ([], "")
+    exact = qplace.Session(str(q), int8="exact")  # the oracle's bits, in fewer passes
+    assert np.array_equal(exact.run({"x": x})["softmax_0.tmp_0"], o)
     assert auto.isa == qplace.isa() and qplace.isa()
 
 

@@ -279,7 +279,7 @@ static enum qp_status worker_open(struct bc_worker *w, int lane, const struct qp
                                   const struct bc_pass *p, const char **names, int n_threads,
                                   struct qp_error *err) {
     struct qp_session_options so = {
-        .n_threads = n_threads, .lazy_plan = 1, .int8 = QP_INT8_OFF, .lane = lane};
+        .n_threads = n_threads, .lazy_plan = 1, .int8 = QP_INT8_EXACT, .lane = lane};
     w->pass = *p;
     w->pass.layers = calloc(p->n ? p->n : 1, sizeof *w->pass.layers);
     if (!w->pass.layers) return nomem(err);

@@ -23,13 +23,13 @@
  * `writer` options (high precision forced to float32, direct_io_types off), adds beside every
  * layer a float twin (the same op, attributes and bias reading the layer's input before its
  * QuantizeLinear/DequantizeLinear and the float weight), runs it on every batch of the data in
- * the engine's fake-quantization path (QP_INT8_OFF), observing only the layers and their twins,
- * and accumulates per channel (float64) the mean of layer minus twin: the shift that quantizing
- * this layer's input and weight causes, given the input the quantized model feeds it. Every
- * layer is corrected from one pass; the next round measures again with the corrections in place
- * (the corrections upstream move a layer's input distribution a little, so its own shift moves
- * a little: rounds converge, by a factor of 3 to 4 each on PaddleOCR cls). `verify` adds a last
- * measuring pass, which measures what the last round left.
+ * the engine's fake-quantization path (QP_INT8_EXACT: QP_INT8_OFF's bits), observing only the
+ * layers and their twins, and accumulates per channel (float64) the mean of layer minus twin: the
+ * shift that quantizing this layer's input and weight causes, given the input the quantized model
+ * feeds it. Every layer is corrected from one pass; the next round measures again with the
+ * corrections in place (the corrections upstream move a layer's input distribution a little, so its
+ * own shift moves a little: rounds converge, by a factor of 3 to 4 each on PaddleOCR cls). `verify`
+ * adds a last measuring pass, which measures what the last round left.
  *
  * Why not the shift of the quantized model's output against the float model's: that shift
  * includes what upstream layers pass on, so correcting every layer from one pass corrects the

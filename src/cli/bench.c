@@ -46,7 +46,8 @@ const struct cli_opt cli_bench_opts[] = {
     {"check", CLI_BOOL, NULL, "with --compare-ort: outputs must agree (rtol 1e-3, atol 1e-4)"},
     {"ort_script", CLI_VALUE, "FILE", "ORT runner (default: bench/ort_bench.js of the source)"},
     {"ort_npm", CLI_VALUE, "DIR", "folder holding node_modules/onnxruntime-node"},
-    {"int8", CLI_VALUE, "auto|off", "the integer path on Q/DQ models (default auto)"},
+    {"int8", CLI_VALUE, "auto|off|exact",
+     "the integer path on Q/DQ models (default auto; exact: off's bits, faster)"},
     {"explain", CLI_BOOL, NULL, "list what each Q/DQ node fused into, or why it runs alone"},
     {0},
 };

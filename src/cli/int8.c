@@ -9,7 +9,8 @@ int cli_int8_mode(const struct cli_args *args, const char *command) {
     const char *v = cli_value(args, "int8", "auto");
     if (strcmp(v, "auto") == 0) return QP_INT8_AUTO;
     if (strcmp(v, "off") == 0) return QP_INT8_OFF;
-    fprintf(stderr, "qplace %s: --int8: '%s' is not auto or off\n", command, v);
+    if (strcmp(v, "exact") == 0) return QP_INT8_EXACT;
+    fprintf(stderr, "qplace %s: --int8: '%s' is not auto, off or exact\n", command, v);
     return -1;
 }
 

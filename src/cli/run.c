@@ -16,7 +16,8 @@ const struct cli_opt cli_run_opts[] = {
     {"inputs", CLI_VALUE, "FILE.npz", "graph inputs from an .npz archive, keyed by input name"},
     {"output", CLI_VALUE, "OUT.npz", "where to write the outputs (required)"},
     {"threads", CLI_VALUE, "N", "kernel threads (default: all cores; results do not change)"},
-    {"int8", CLI_VALUE, "auto|off", "the integer path on Q/DQ models (default auto)"},
+    {"int8", CLI_VALUE, "auto|off|exact",
+     "the integer path on Q/DQ models (default auto; exact: off's bits, faster)"},
     {0},
 };
 

@@ -650,6 +650,9 @@ static void run_unary(const struct pw_instr *in, const float *x, float *d, int64
         qp_fake_quantize_f32(&q, x, d, 0, n);
         break;
     }
+    case QP_PW_ROUND16:
+        qp_round_fp16_n(x, d, (size_t)n);
+        break;
     default: /* COPY */
         if (x != d) memcpy(d, x, (size_t)n * sizeof *d);
         break;

@@ -30,11 +30,15 @@
  *              are stored as their shape says and read through their strides (a constant
  *              [1,C,1,1] or an SE gate [N,C,1,1] as fast as before, anything else gathered).
  *
- * Arithmetic is float32 whatever the model's float type: an fp16 model's intermediate values
- * are not rounded to fp16 between nodes (more accurate than the written model; outputs within
- * fp16 rounding of it). Every op computes what the engine's own kernel computes on float32
- * (FakeQuant bit-identical to qmath's), so a float model's group matches node-by-node runs up
- * to fp16 storage.
+ * Arithmetic is float32 whatever the model's float type: on the integer path an fp16 model's
+ * intermediate values are not rounded to fp16 between nodes (more accurate than the written
+ * model; outputs within fp16 rounding of it). On the exact path (runtime/int8.h,
+ * rt_int8_exact_rewrite) the RoundFloat16 nodes of the emulated fp16 graph are members
+ * (QP_PW_ROUND16), so every value is rounded where the written model rounds it. Add, Sub, Mul,
+ * Div, Clip, Relu, LeakyRelu, the FakeQuant (qmath's) and the rounding compute what the engine's
+ * own kernels compute on float32, bit for bit; HardSwish (x / 6 here, x * (1/6) in the kernel),
+ * HardSigmoid, Sigmoid, Tanh, Erf and Pow may differ in the last bit, which the integer path's
+ * tolerance allows and the exact path avoids by leaving them out.
  *
  * Run: the main shape is split at one axis into rows x inner, so that each input is full,
  * scalar, constant within a row (e.g. per channel over NCHW, or an SE gate [N,C,1,1]) or the
@@ -58,9 +62,10 @@ enum qp_pw_op {
     QP_PW_HSWISH,
     QP_PW_TANH,
     QP_PW_ERF,
-    QP_PW_SQUARE, /* Pow(x, 2) */
-    QP_PW_FQ,     /* params: scale, zero point, qmin, qmax */
-    QP_PW_COPY,   /* Identity */
+    QP_PW_SQUARE,  /* Pow(x, 2) */
+    QP_PW_FQ,      /* params: scale, zero point, qmin, qmax */
+    QP_PW_COPY,    /* Identity */
+    QP_PW_ROUND16, /* RoundFloat16 (runtime/narrow.h): to float16 and back, as qp_round_fp16_n */
     QP_PW_OP_COUNT
 };
 

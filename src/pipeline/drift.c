@@ -122,10 +122,12 @@ static enum qp_status worker_open(struct drift_run *r, size_t w, const struct qp
                                   struct qp_error *err) {
     struct drift_worker *wk = &r->w[w];
     struct qp_session_options so = {.n_threads = n_threads, .lane = (int)w};
+    /* the quantized models on the exact path: the oracle's bits, faster (runtime/int8.h) */
+    struct qp_session_options sq = {.n_threads = n_threads, .lane = (int)w, .int8 = QP_INT8_EXACT};
     wk->r = r;
     enum qp_status st = qp_session_create(mf, &so, 0, NULL, &wk->sf, err);
     for (size_t k = 0; st == QP_OK && k < r->n; k++)
-        if ((st = qp_session_create(t[k].m, &so, 0, NULL, &wk->s[k], err)) != QP_OK)
+        if ((st = qp_session_create(t[k].m, &sq, 0, NULL, &wk->s[k], err)) != QP_OK)
             qp_error_prefix(err, "quantize: the quantized model does not run in the engine");
     if (st != QP_OK) return st;
     size_t n_out = qp_session_n_outputs(wk->sf);

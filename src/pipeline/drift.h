@@ -3,7 +3,8 @@
  * (qplace/quantize.h: struct qp_quantize_drift): per output, the cosine over all elements of all
  * samples, the largest |quantized - float| and, for outputs that look like class scores, the
  * fraction of rows whose argmax agree. Each batch of the data runs the float model once and
- * every quantized model once.
+ * every quantized model once, those on the exact path (QP_INT8_EXACT: the fake-quantization
+ * oracle's bits in fewer passes).
  *
  * With two or more threads, two workers take alternate batches at once (calib/batch_pool.h),
  * each with its own sessions on its own lane and half the threads: at batch 1 on 2 cores, two

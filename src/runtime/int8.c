@@ -1086,7 +1086,7 @@ enum qp_status rt_int8_rewrite(struct qp_graph *g, struct rt_int8_report *rep,
     if (ok) conv_pass(g, rep, &ok, err);
     if (ok && (st = sweep(g, rep, err))) ok = 0;
     if (ok && !fakequant_pass(g, n_orig, rep, err)) ok = 0;
-    if (ok && !pointwise_off() && !rt_int8_pw_pass(g, rep, err)) ok = 0;
+    if (ok && !pointwise_off() && !rt_int8_pw_pass(g, 0, rep, err)) ok = 0;
     if (ok && !mark_nhwc(g)) ok = 0;
     if (ok && !decide_rest(g, rep)) ok = 0;
     if (ok && (st = qp_graph_toposort(g, err))) ok = 0;
@@ -1097,4 +1097,26 @@ enum qp_status rt_int8_rewrite(struct qp_graph *g, struct rt_int8_report *rep,
                                         : qp_error_set(err, QP_ERR_NOMEM, "int8: out of memory"));
     }
     return QP_OK;
+}
+
+enum qp_status rt_int8_exact_rewrite(struct qp_graph *g, const char **why, size_t *n_rounds,
+                                     struct qp_error *err) {
+    *why = NULL;
+    *n_rounds = 0;
+    enum qp_status st = QP_OK;
+    if (rt_narrow_emulates(g)) {
+        if ((st = rt_narrow_emulate(g, why, n_rounds, err)) != QP_OK || *why) return st;
+    } else {
+        for (size_t v = 0; v < g->n_values; v++)
+            if (g->values[v].dtype == QP_DTYPE_FLOAT16 || g->values[v].dtype == QP_DTYPE_BFLOAT16) {
+                *why = "narrow float values the engine does not emulate";
+                return QP_OK;
+            }
+    }
+    struct rt_int8_report rep = {0}; /* the passes note decisions; nobody reads them here */
+    int ok = fakequant_pass(g, g->n_nodes, &rep, err) && rt_int8_pw_pass(g, 1, &rep, err);
+    rt_int8_report_free(&rep);
+    if (ok) return qp_graph_toposort(g, err);
+    return err && err->status ? err->status
+                              : qp_error_set(err, QP_ERR_NOMEM, "int8: out of memory");
 }

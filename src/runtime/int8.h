@@ -42,6 +42,20 @@ enum qp_status rt_int8_rewrite(struct qp_graph *g, struct rt_int8_report *rep,
                                struct qp_error *err);
 void rt_int8_report_free(struct rt_int8_report *rep);
 
+/* The exact path (qp_session_options.int8 = QP_INT8_EXACT): the rewrites of `g` (a clone) that
+ * keep every output bit for bit what the fake-quantization oracle (QP_INT8_OFF) computes, only
+ * faster. A float16 graph is first emulated as QP_INT8_OFF runs it (runtime/narrow.h: float32
+ * values with a RoundFloat16 node wherever the model stores float16); then each Q whose readers
+ * are only DQs of its parameters runs with them as one FakeQuant pass, and chains of elementwise
+ * nodes whose Pointwise arithmetic is the engine kernel's own (Add, Sub, Mul, Div, Clip, Relu,
+ * LeakyRelu, FakeQuant, RoundFloat16; not a node a Conv chain of the float fusion could take,
+ * so what runtime/fuse.c folds stays as it is) run as one Pointwise pass (int8_pw.c with
+ * `exact`). Sets *why (static text) and changes nothing when the graph cannot be emulated; then
+ * the caller runs the model as written. *n_rounds: RoundFloat16 nodes added. Other errors
+ * leave the graph unusable. */
+enum qp_status rt_int8_exact_rewrite(struct qp_graph *g, const char **why, size_t *n_rounds,
+                                     struct qp_error *err);
+
 /* Moves Q and DQ nodes across Concat and nearest Resize (int8_move.c) so that those run on
  * int8: Q(Concat(a, ...)) -> Concat(Q(a), ...), Q(Resize(y)) -> Resize(Q(y)) for a Resize that
  * does not shrink, Resize(DQ(x)) -> DQ(Resize(x)) when only elementwise ops read the Resize.

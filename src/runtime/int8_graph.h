@@ -75,7 +75,11 @@ int i8g_set_int(struct qp_graph *g, int node, const char *name, int64_t v);
 int i8g_set_ints(struct qp_graph *g, int node, const char *name, int n, const int64_t *v);
 
 /* The pointwise pass (int8_pw.c): elementwise chains, their FakeQuant passes, DQ sources and Q
- * sinks become Pointwise nodes (kernels/int8_pw.h). 0 on failure (err set, or out of memory). */
-int rt_int8_pw_pass(struct qp_graph *g, struct rt_int8_report *rep, struct qp_error *err);
+ * sinks become Pointwise nodes (kernels/int8_pw.h). `exact` (rt_int8_exact_rewrite): only the
+ * ops whose Pointwise arithmetic is bit for bit the engine kernel's, RoundFloat16 nodes as
+ * members, and no node a Conv chain of the float fusion could take. 0 on failure (err set, or
+ * out of memory). */
+int rt_int8_pw_pass(struct qp_graph *g, int exact, struct rt_int8_report *rep,
+                    struct qp_error *err);
 
 #endif

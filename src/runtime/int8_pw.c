@@ -38,6 +38,8 @@ struct pass {
     unsigned char *done;
     struct rt_int8_report *rep;
     struct qp_error *err;
+    int exact;                /* rt_int8_pw_pass's `exact`: only ops that match the engine's */
+    unsigned char *near_conv; /* exact: node -> a Conv chain (runtime/fuse.c) may take it */
 };
 
 /* Topological position of node n. A Pointwise node the pass made takes its last member's: what
@@ -90,7 +92,7 @@ static int known_float_d(const struct qp_graph *g, int v, int depth) {
                                   "Concat",  "MaxPool",   "Pow",     "ReduceMean", "MatMul"};
     for (size_t i = 0; i < sizeof makes / sizeof makes[0]; i++)
         if (qp_node_is(p, makes[i])) return 1;
-    if (is_int8_op(p, "FakeQuant")) return 1;
+    if (is_int8_op(p, "FakeQuant") || is_int8_op(p, "RoundFloat16")) return 1;
     if (is_int8_op(p, "QConv") || is_int8_op(p, "QMatMul")) return i8g_in_at(p, 7) < 0;
     if (is_int8_op(p, "Pointwise")) {
         const int64_t *dt;
@@ -173,7 +175,56 @@ static int pw_op(const struct qp_graph *g, const struct qp_node *n, float p[3]) 
         p[2] = (float)q.dt;
         return QP_PW_FQ;
     }
+    if (is_int8_op(n, "RoundFloat16") && n->n_inputs == 1) return QP_PW_ROUND16;
     return -1;
+}
+
+/* pw_op for this pass: on the exact path only the ops whose Pointwise arithmetic is the very
+ * arithmetic of the engine's kernel (IEEE add, subtract, multiply, divide; comparisons; the
+ * FakeQuant and the float16 rounding) and only nodes that no Conv chain of the float fusion
+ * (runtime/fuse.c) could take: the exact path must not change what that pass folds. */
+static int pass_op(const struct pass *ps, const struct qp_node *n, float p[3]) {
+    int op = pw_op(ps->g, n, p);
+    if (!ps->exact || op < 0) return op;
+    if (ps->near_conv[n - ps->g->nodes]) return -1;
+    switch (op) {
+    case QP_PW_ADD:
+    case QP_PW_SUB:
+    case QP_PW_MUL:
+    case QP_PW_DIV:
+    case QP_PW_CLIP:
+    case QP_PW_RELU:
+    case QP_PW_LEAKY:
+    case QP_PW_FQ:
+    case QP_PW_ROUND16:
+        return op;
+    default:
+        return -1;
+    }
+}
+
+/* Marks the nodes a Conv chain of the float fusion could take: every BatchNormalization, Mul,
+ * Add, Div or activation reached from a Conv or ConvTranspose through such nodes only (a
+ * superset of what runtime/fuse.c groups, which also needs single readers). */
+static void mark_near_conv(const struct qp_graph *g, size_t nn, unsigned char *mark) {
+    static const char *roles[] = {
+        "BatchNormalization", "Mul",  "Add",     "Div",         "Relu",
+        "LeakyRelu",          "Clip", "Sigmoid", "HardSigmoid", "HardSwish"};
+    for (size_t t = 0; t < g->n_topo; t++) {
+        const struct qp_node *n = &g->nodes[g->topo[t]];
+        if (n->dead || (size_t)g->topo[t] >= nn) continue;
+        int root = qp_node_is(n, "Conv") || qp_node_is(n, "ConvTranspose");
+        if (!root && !mark[g->topo[t]]) continue;
+        for (int o = 0; o < n->n_outputs; o++) {
+            if (n->outputs[o] < 0) continue;
+            const struct qp_value *v = &g->values[n->outputs[o]];
+            for (size_t u = 0; u < v->n_uses; u++) {
+                const struct qp_node *c = &g->nodes[v->uses[u].node];
+                for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++)
+                    if (qp_node_is(c, roles[r])) mark[v->uses[u].node] = 1;
+            }
+        }
+    }
 }
 
 /* The inputs of n that carry data (Clip's bounds and Pow's exponent are parameters). */
@@ -219,7 +270,7 @@ static int try_join(struct pass *ps, struct group *gr, int k) {
     if ((size_t)k >= ps->nn) return 0;
     const struct qp_node *n = &ps->g->nodes[k];
     float p[3];
-    if (ps->in[k] || ps->done[k] || gr->n == PW_MAX_NODES || pw_op(ps->g, n, p) < 0) return 0;
+    if (ps->in[k] || ps->done[k] || gr->n == PW_MAX_NODES || pass_op(ps, n, p) < 0) return 0;
     struct group save = *gr;
     for (int i = 0; i < data_inputs(n); i++) {
         int v = i8g_in_at(n, i);
@@ -334,7 +385,7 @@ static int program(const struct pass *ps, const struct group *gr, struct emit *e
     for (int m = 0; m < gr->n; m++) {
         const struct qp_node *n = &ps->g->nodes[gr->member[m]];
         float p[3];
-        int op = pw_op(ps->g, n, p), ops[2] = {0, 0};
+        int op = pass_op(ps, n, p), ops[2] = {0, 0};
         for (int i = 0; i < data_inputs(n); i++)
             if ((ops[i] = operand(ps, gr, e, i8g_in_at(n, i))) == INT32_MIN) return 0;
         for (int r = 0; r < QP_PW_MAX_REGS; r++) /* free what this node read last */
@@ -494,13 +545,21 @@ static int dq_inputs(const struct pass *ps, const struct group *gr) {
     return k;
 }
 
-int rt_int8_pw_pass(struct qp_graph *g, struct rt_int8_report *rep, struct qp_error *err) {
+int rt_int8_pw_pass(struct qp_graph *g, int exact, struct rt_int8_report *rep,
+                    struct qp_error *err) {
     if (qp_graph_toposort(g, err)) return 0;
     size_t nn = g->n_nodes;
-    struct pass ps = {
-        g,   nn, qp_malloc_n(2 * nn + 1, sizeof(int)), calloc(nn + 1, 1), calloc(nn + 1, 1),
-        rep, err};
-    int ok = ps.pos && ps.in && ps.done;
+    struct pass ps = {g,
+                      nn,
+                      qp_malloc_n(2 * nn + 1, sizeof(int)),
+                      calloc(nn + 1, 1),
+                      calloc(nn + 1, 1),
+                      rep,
+                      err,
+                      exact,
+                      calloc(nn + 1, 1)};
+    int ok = ps.pos && ps.in && ps.done && ps.near_conv;
+    if (ok && exact) mark_near_conv(g, nn, ps.near_conv);
     for (size_t k = 0; ok && k < 2 * nn + 1; k++)
         ps.pos[k] = -1;
     for (size_t t = 0; ok && t < g->n_topo; t++)
@@ -513,7 +572,7 @@ int rt_int8_pw_pass(struct qp_graph *g, struct rt_int8_report *rep, struct qp_er
         int k = order[t];
         float p[3];
         const struct qp_node *n = &g->nodes[k];
-        if (n->dead || ps.done[k] || pw_op(g, n, p) < 0) continue;
+        if (n->dead || ps.done[k] || pass_op(&ps, n, p) < 0) continue;
         struct group gr = {.seed_pos = (int)t};
         if (!try_join(&ps, &gr, k)) continue;
         int any_float = 0;
@@ -533,5 +592,6 @@ int rt_int8_pw_pass(struct qp_graph *g, struct rt_int8_report *rep, struct qp_er
     free(ps.pos);
     free(ps.in);
     free(ps.done);
+    free(ps.near_conv);
     return ok;
 }

@@ -503,11 +503,43 @@ static enum qp_status create_narrow(const struct qp_model *model,
     return create_plain(model, opts, n_shapes, shapes, session_out, err);
 }
 
+/* QP_INT8_EXACT: a session on a copy rewritten with the oracle's very arithmetic
+ * (runtime/int8.h rt_int8_exact_rewrite), or the QP_INT8_OFF session when the copy declines
+ * or cannot be planned. */
+static enum qp_status create_exact(const struct qp_model *model,
+                                   const struct qp_session_options *opts, size_t n_shapes,
+                                   const struct qp_shape *shapes, struct qp_session **session_out,
+                                   struct qp_error *err) {
+    struct qp_session_options o = *opts;
+    o.int8 = QP_INT8_OFF;
+    struct qp_model *clone = NULL;
+    struct qp_error e2 = {0};
+    const char *why = NULL;
+    size_t n_rounds = 0;
+    enum qp_status st = qp_model_clone_shared(model, &clone, &e2);
+    if (!st) st = rt_int8_exact_rewrite(qp_model_graph(clone), &why, &n_rounds, &e2);
+    if (!st && !why) st = create_plain(clone, &o, n_shapes, shapes, session_out, &e2);
+    if (!st && !why) {
+        qp_log(QP_LOG_DEBUG, "session: exact path, %zu float16 rounding nodes", n_rounds);
+        (*session_out)->int8_model = clone;
+        return QP_OK;
+    }
+    qp_model_free(clone);
+    if (st == QP_ERR_NOMEM) {
+        if (err) *err = e2;
+        return st;
+    }
+    qp_log(QP_LOG_DEBUG, "session: the exact path is off for this model: %s", why ? why : e2.msg);
+    return qp_session_create(model, &o, n_shapes, shapes, session_out, err);
+}
+
 enum qp_status qp_session_create(const struct qp_model *model,
                                  const struct qp_session_options *opts, size_t n_shapes,
                                  const struct qp_shape *shapes, struct qp_session **session_out,
                                  struct qp_error *err) {
     const struct qp_graph *g = model ? qp_model_graph(model) : NULL;
+    if (g && session_out && opts && opts->int8 == QP_INT8_EXACT)
+        return create_exact(model, opts, n_shapes, shapes, session_out, err);
     if (g && session_out && opts && opts->int8 == QP_INT8_AUTO && rt_int8_has_qdq(g))
         return create_int8(model, opts, n_shapes, shapes, session_out, err);
     if (g && session_out && rt_narrow_emulates(g))

@@ -4,7 +4,9 @@
 generated model without declared intermediate types (Q/DQ with float16 scales, Conv, residual
 Add, MaxPool, Where, LayerNormalization, a Cast to float16, a graph output also read inside)
 and on the PaddleOCR cls model quantized with the default fp16 high precision. A bfloat16 model
-is declined and still runs.
+is declined and still runs. The exact path (`--int8 exact`: fake-quantize and pointwise passes
+with the float16 roundings inside them, runtime/int8.h) gives `--int8 off`'s bytes on the same
+models and on cls quantized with fp32 high precision.
 usage: fp16_rounding.py QPLACE REAL_MODELS_DIR WORKDIR"""
 import os
 import re
@@ -23,15 +25,15 @@ rng = np.random.default_rng(3)
 failed = 0
 
 
-def run(model, inputs, storage):
-    """The outputs of `qplace run --int8 off` and its debug log."""
+def run(model, inputs, storage, mode="off"):
+    """The outputs of `qplace run --int8 MODE` and its debug log."""
     np.savez(os.path.join(work, "in.npz"), **inputs)
     out = os.path.join(work, "out.npz")
     env = dict(os.environ, QPLACE_VERBOSE="1")
     if storage:
         env["QP_FP16_STORAGE"] = "1"
     r = subprocess.run([qplace, "run", model, "--inputs", os.path.join(work, "in.npz"),
-                        "--output", out, "--int8", "off", "--threads", "2"],
+                        "--output", out, "--int8", mode, "--threads", "2"],
                        env=env, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"qplace run {model} failed ({r.returncode}): {r.stderr[-2000:]}")
@@ -42,6 +44,20 @@ def run(model, inputs, storage):
 def rounding_nodes(log):
     m = re.search(r"float16 held as float32, (\d+) rounding nodes", log)
     return int(m[1]) if m else None
+
+
+def check_exact(name, model, inputs, off):
+    """--int8 exact: the exact path taken, and the bytes of --int8 off (`off`)."""
+    global failed
+    e, log = run(model, inputs, storage=False, mode="exact")
+    if "session: exact path" not in log:
+        print(f"{name}: the exact path was not taken: {log[-800:]}")
+        failed += 1
+    for k in off:
+        if e[k].dtype != off[k].dtype or e[k].tobytes() != off[k].tobytes():
+            d = np.abs(e[k].astype(np.float64) - off[k].astype(np.float64)).max()
+            print(f"{name}: --int8 exact output {k} differs from --int8 off (max |diff| {d})")
+            failed += 1
 
 
 def compare(name, model, inputs, want_rounds):
@@ -109,6 +125,7 @@ x = (rng.normal(size=(1, 8, 6, 6)) * 2).astype(np.float16)
 # Transpose, which move values, nor after Sub and Softmax, whose outputs only the Cast down to
 # the float16 graph output reads (it rounds); Conv's output is read inside too: 8 rounding nodes.
 out = compare("small", path, {"x": x}, 8)
+check_exact("small", path, {"x": x}, out)
 if not np.isfinite(out["y"].astype(np.float32)).any():
     print("small: the output has no finite value; the test proves nothing")
     failed += 1
@@ -129,12 +146,13 @@ if "kept as float16: a bfloat16" not in log or rounding_nodes(log) is not None:
 # PaddleOCR cls quantized by default (fp16 high precision), on random images.
 cls = os.path.join(real, "ch_ppocr_mobile_v2.0_cls_infer.onnx")
 if os.path.exists(cls):
-    q = os.path.join(work, "cls16.onnx")
-    r = subprocess.run([qplace, "quantize", "--onnx_path", cls, "--output_path", q,
-                        "--calibration_shapes", "x:1x3x48x192", "--threads", "2"],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"quantize cls failed ({r.returncode}): {r.stderr[-2000:]}")
+    q, q32 = os.path.join(work, "cls16.onnx"), os.path.join(work, "cls32.onnx")
+    for path_q, hp in ((q, "fp16"), (q32, "fp32")):
+        r = subprocess.run([qplace, "quantize", "--onnx_path", cls, "--output_path", path_q,
+                            "--calibration_shapes", "x:1x3x48x192", "--threads", "2",
+                            "--high_precision_dtype", hp], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"quantize cls {hp} failed ({r.returncode}): {r.stderr[-2000:]}")
     for i in range(2):
         img = rng.uniform(-1, 1, size=(1, 3, 48, 192)).astype(np.float32)
         a, log = run(q, {"x": img}, storage=False)
@@ -146,6 +164,9 @@ if os.path.exists(cls):
             if a[k].tobytes() != b[k].tobytes():
                 print(f"cls: output {k} differs from the float16 storage's")
                 failed += 1
+        check_exact("cls fp16", q, {"x": img}, a)
+        a32, _ = run(q32, {"x": img}, storage=False)
+        check_exact("cls fp32", q32, {"x": img}, a32)
 else:
     print(f"(skipped the cls model: {cls} missing)")
 print("fp16 rounding:", "FAILED" if failed else "ok")

@@ -18,8 +18,10 @@
 #include <cmocka.h>
 
 #include "ir/ir.h"
+#include "kernels/int8_pw.h"
 #include "kernels/kernel.h"
 #include "qplace/session.h"
+#include "quant/f16.h"
 #include "runtime/runtime.h"
 
 #include "rt_testmodel.h"
@@ -27,6 +29,7 @@
 #define CH 6
 #define HW 9
 #define NX (CH * HW * HW)
+#define MO 8 /* the Conv's output channels (conv_affine_model) */
 
 static void scalar(struct qp_model *m, const char *name, float v) {
     graph_add_init(m, m->graph, name, QP_DTYPE_FLOAT, 0, NULL, &v, sizeof v);
@@ -122,9 +125,8 @@ static void fill(float *v, size_t n, float amp) {
 /* PaddleOCR's block after a Conv, as the trt policy writes it: a LearnableAffineBlock (here a
  * per-channel Mul and a scalar Add) then x * Clip(x + 3, 0, 6) / 6 with Q/DQ on the Mul's and
  * the Clip's inputs, then the Q of the next Conv. */
-static void test_hardswish_chain(void **state) {
-    (void)state;
-    struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
+static struct qp_model *hardswish_model(void) {
+    static struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
     struct qp_model *m = model_with_x(4, xd);
     rt_qdq(m, "x", "xd", 0.05f, 3);
     int64_t cd[4] = {1, CH, 1, 1};
@@ -147,6 +149,12 @@ static void test_hardswish_chain(void **state) {
     rt_qdq(m, "hs", "y", 0.03f, 0);
     const char *outs[1] = {"y"};
     finish(m, 1, outs);
+    return m;
+}
+
+static void test_hardswish_chain(void **state) {
+    (void)state;
+    struct qp_model *m = hardswish_model();
     fill(xin, NX, 4.0f);
     int64_t d[4] = {1, CH, HW, HW};
     size_t ny[1] = {NX};
@@ -216,10 +224,8 @@ static void test_last_axis_affine(void **state) {
 /* Conv -> Mul by a per-channel constant -> Add of a scalar (PaddleOCR's LearnableAffineBlock)
  * -> Relu -> Q: the constant Mul and Add fold into the QConv's channel affine map (so the
  * Pointwise pass has nothing left to do there), within one quantization step of the oracle. */
-static void test_conv_affine(void **state) {
-    (void)state;
-    enum { MO = 8 };
-    struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
+static struct qp_model *conv_affine_model(void) {
+    static struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
     struct qp_model *m = model_with_x(4, xd);
     rt_qdq(m, "x", "xd", 0.05f, 0);
     static int8_t w[MO * CH];
@@ -250,6 +256,12 @@ static void test_conv_affine(void **state) {
     rt_qdq(m, "r", "y", 0.02f, 0);
     const char *outs[1] = {"y"};
     finish(m, 1, outs);
+    return m;
+}
+
+static void test_conv_affine(void **state) {
+    (void)state;
+    struct qp_model *m = conv_affine_model();
     fill(xin, NX, 4.0f);
     int64_t d[4] = {1, CH, HW, HW};
     size_t ny[1] = {MO * HW * HW};
@@ -379,6 +391,108 @@ static void test_nhwc_between_qconv(void **state) {
     qp_model_free(m);
 }
 
+/* ---- the exact path (QP_INT8_EXACT, runtime/int8.h rt_int8_exact_rewrite) ------------------ */
+
+/* Live nodes of the session's graph with op type `op`. */
+static int n_live(const struct qp_session *s, const char *op) {
+    int k = 0;
+    for (size_t i = 0; i < s->g->n_nodes; i++)
+        k += !s->g->nodes[i].dead && strcmp(s->g->nodes[i].op_type, op) == 0;
+    return k;
+}
+
+/* Instructions with op `op` in the session's Pointwise programs. */
+static int n_pw_instr(const struct qp_session *s, int op) {
+    int k = 0;
+    for (size_t i = 0; i < s->g->n_nodes; i++) {
+        const struct qp_node *n = &s->g->nodes[i];
+        if (n->dead || strcmp(n->op_type, "Pointwise") != 0) continue;
+        const int64_t *prog;
+        int64_t np = qp_kattr_ints(n, "pw_prog", &prog);
+        for (int64_t j = 0; j + 5 <= np; j += 5)
+            k += prog[j] == op;
+    }
+    return k;
+}
+
+/* QP_INT8_EXACT against QP_INT8_OFF on x: every output bit for bit; returns the exact session. */
+static struct qp_session *check_exact(struct qp_model *m, const float *x, size_t nx, size_t ny) {
+    float *off = calloc(ny, sizeof *off), *ex = calloc(ny, sizeof *ex);
+    assert_true(off && ex);
+    int64_t d[4] = {1, CH, HW, HW};
+    run(m, QP_INT8_OFF, x, 4, d, nx, 1, &off, &ny, 0);
+    struct qp_session *s = run(m, QP_INT8_EXACT, x, 4, d, nx, 1, &ex, &ny, 1);
+    for (size_t i = 0; i < ny; i++)
+        if (memcmp(&off[i], &ex[i], sizeof *off) != 0)
+            fail_msg("element %zu: %.9g (int8 off) vs %.9g (exact)", i, (double)off[i],
+                     (double)ex[i]);
+    free(off);
+    free(ex);
+    return s;
+}
+
+/* The hard-swish chain with its Q/DQ pairs: one Pointwise pass, no Q/DQ node left, the
+ * oracle's bits (input values spread over the whole int8 range, so saturation is met too). */
+static void test_exact_chain(void **state) {
+    (void)state;
+    struct qp_model *m = hardswish_model();
+    fill(xin, NX, 9.0f);
+    struct qp_session *s = check_exact(m, xin, NX, NX);
+    assert_int_equal(n_live(s, "Pointwise"), 1);
+    assert_int_equal(n_live(s, "QuantizeLinear") + n_live(s, "DequantizeLinear"), 0);
+    assert_int_equal(n_pw_instr(s, QP_PW_FQ), 5);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
+/* The same chain in float16 (as `quantize` writes its default output, I/O float32): the
+ * roundings to float16 become instructions of the pass, where the oracle rounds, and the
+ * bits are the oracle's. */
+static void test_exact_f16(void **state) {
+    (void)state;
+    struct qp_model *m = hardswish_model();
+    struct qp_error err = {0};
+    if (qp_model_convert_f16(m, NULL, &err) != QP_OK) fail_msg("convert: %s", err.msg);
+    fill(xin, NX, 9.0f);
+    struct qp_session *s = check_exact(m, xin, NX, NX);
+    assert_true(n_live(s, "Pointwise") >= 1);
+    assert_true(n_pw_instr(s, QP_PW_ROUND16) >= 5);
+    /* The input's Q keeps the float32 scale of its float32 input, its DQ takes the float16 one:
+     * not one fake quantization, so that Q stays (the pass reads its int8 output). */
+    assert_int_equal(n_live(s, "DequantizeLinear"), 0);
+    assert_int_equal(n_live(s, "QuantizeLinear"), 1);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
+/* Conv -> constant Mul -> Add -> Relu: the float fusion folds the Mul and Add into the Conv
+ * (in double), so the exact path leaves them to it (a Pointwise pass would round differently):
+ * the Mul is still a node, and the bits are the oracle's. */
+static void test_exact_leaves_conv_chain(void **state) {
+    (void)state;
+    struct qp_model *m = conv_affine_model();
+    fill(xin, NX, 4.0f);
+    struct qp_session *s = check_exact(m, xin, NX, MO * HW * HW);
+    assert_true(n_live(s, "Mul") == 1 && n_live(s, "Add") == 1 && n_live(s, "Relu") == 1);
+    assert_int_equal(n_live(s, "Pointwise"), 0);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
+/* Sigmoid is not an exact member (the engine's kernel and the pass's differ in the last bit):
+ * it stays a node and the gate's Mul with its Q/DQ still runs as one pass. */
+static void test_exact_skips_sigmoid(void **state) {
+    (void)state;
+    struct qp_model *m;
+    se_model(0, &m);
+    fill(xin, NX, 4.0f);
+    struct qp_session *s = check_exact(m, xin, NX, NX);
+    assert_int_equal(n_live(s, "Sigmoid"), 1);
+    assert_true(n_live(s, "Pointwise") >= 1);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
 /* A Pointwise node written by hand with an instruction that reads an undefined register: the
  * session is refused with a message naming the node and the instruction. */
 static void test_bad_program(void **state) {
@@ -424,9 +538,16 @@ static void test_bad_program(void **state) {
 int main(void) {
     (void)insert_qdq;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hardswish_chain),  cmocka_unit_test(test_se_gate),
-        cmocka_unit_test(test_last_axis_affine), cmocka_unit_test(test_conv_affine),
-        cmocka_unit_test(test_bad_program),      cmocka_unit_test(test_nhwc_between_qconv),
+        cmocka_unit_test(test_hardswish_chain),
+        cmocka_unit_test(test_se_gate),
+        cmocka_unit_test(test_last_axis_affine),
+        cmocka_unit_test(test_conv_affine),
+        cmocka_unit_test(test_bad_program),
+        cmocka_unit_test(test_nhwc_between_qconv),
+        cmocka_unit_test(test_exact_chain),
+        cmocka_unit_test(test_exact_f16),
+        cmocka_unit_test(test_exact_leaves_conv_chain),
+        cmocka_unit_test(test_exact_skips_sigmoid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
