@@ -386,3 +386,17 @@ def test_equalization_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
             qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "x.onnx"),
                             calibration_data=cls_npz, **kw)
     assert not os.path.exists(tmp_path / "x.onnx")
+
+
+def test_equalization_before_is_the_plain_quantization(cls_model, cls_npz, tmp_path):
+    """With --equalization the "before" drift is that of the same quantization without it,
+    measured in the final drift pass against the float model as given: the figures of a plain
+    run of the same methods (pipeline/quantize.c, equalize_models)."""
+    kw = dict(onnx_path=cls_model, calibration_data=cls_npz, bias_correction="off",
+              high_precision_dtype="fp32")
+    eq = qplace.quantize(output_path=str(tmp_path / "eq.onnx"), equalization="all", **kw)
+    plain = qplace.quantize(output_path=str(tmp_path / "plain.onnx"), **kw)
+    assert eq.n_cle_pairs > 0 and read(tmp_path / "eq.onnx") != read(tmp_path / "plain.onnx")
+    assert [(d.name, d.cosine, d.max_abs, d.top1) for d in eq.outputs_before] == \
+           [(d.name, d.cosine, d.max_abs, d.top1) for d in plain.outputs]
+    assert eq.n_eval_samples == plain.n_eval_samples

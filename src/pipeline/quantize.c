@@ -113,7 +113,17 @@ struct qp_quantize_job {
     double smoothquant_alpha;
     int bias_correction;
     int no_variants; /* 1: the drift of mq only (the run without equalization) */
+    int no_drift;    /* 1: no drift measured (the run without equalization: measured later) */
+    /* The run without equalization's written model and the float model as it was before
+     * equalization (owned; NULL: none): the final drift pass measures them too. */
+    struct qp_model *before_mq, *before_mf;
 };
+
+static void free_before(struct qp_quantize_job *job) {
+    qp_model_free(job->before_mq);
+    qp_model_free(job->before_mf);
+    job->before_mq = job->before_mf = NULL;
+}
 
 /* A requested output opset (0: none) qplace can write; `name` names it in the message. */
 static enum qp_status check_opset(int64_t opset, const char *name, struct qp_error *err) {
@@ -296,14 +306,18 @@ static enum qp_status measure_drift(const struct qp_quantize_job *job,
                                     const struct qp_model *uncorrected,
                                     const struct qp_model *unclipped, struct qp_quantize_report *r,
                                     struct qp_error *err) {
-    struct qp_drift_target t[3] = {{job->mq, &r->outputs}};
+    struct qp_drift_target t[QP_DRIFT_MAX_MODELS] = {{job->mq, &r->outputs}};
     size_t n = 1, n_out = 0;
     if (uncorrected) t[n++] = (struct qp_drift_target){uncorrected, &r->outputs_uncorrected};
     if (unclipped) t[n++] = (struct qp_drift_target){unclipped, &r->outputs_unclipped};
+    if (job->before_mq) t[n++] = (struct qp_drift_target){job->before_mq, &r->outputs_before};
+    /* With equalization every model is compared with the float model as it was given. */
+    const struct qp_model *mf = job->before_mf ? job->before_mf : job->mf;
     uint64_t samples = 0;
-    enum qp_status st = qp_drift_measure(job->mf, t, n, job->ev ? job->ev : job->cal,
-                                         job->n_threads, &n_out, &samples, err);
+    enum qp_status st = qp_drift_measure(mf, t, n, job->ev ? job->ev : job->cal, job->n_threads,
+                                         &n_out, &samples, err);
     r->n_outputs = n_out; /* the report's free walks every non-NULL array */
+    if (job->before_mq) r->n_outputs_before = n_out;
     r->n_eval_samples += samples;
     return st;
 }
@@ -444,9 +458,10 @@ static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quanti
     if (st == QP_OK && (st = write_model(job, job->mq, used, &r->writer, err)) == QP_OK) {
         r->writer.opset_from = job->opset_in;
         t = step_time("writer", t);
-        st = measure_drift(job, plain, unclipped, r, err);
+        if (!job->no_drift) st = measure_drift(job, plain, unclipped, r, err);
         step_time("drift", t);
     }
+    free_before(job);
     if (st == QP_OK && r->bias_correction && job->bias_correction == QP_BIAS_CORRECTION_AUTO)
         decide_bias(job, &plain, r);
     if (st == QP_OK && precision_after_drift(job)) {
@@ -484,8 +499,9 @@ static enum qp_status check_equalization(unsigned bits, double alpha, int ranges
 }
 
 /* Equalization before placement (a weight copied for one pair is then what the placement
- * sees): first the plain quantization of the unequalized model (its own placement, calibration,
- * writer and drift, on shallow clones; no budget, no bias correction) for the "before" drift,
+ * sees): first the plain quantization of the unequalized model (its own placement, calibration
+ * and writer, on shallow clones; no budget, no bias correction), kept with the float model as
+ * it was (job->before_mq, before_mf) for the "before" drift that the final drift pass measures,
  * then one plan on mf applied to both mf and mq. */
 static enum qp_status equalize_models(struct qp_quantize_job *job, place_fn place,
                                       const void *place_user, struct qp_quantize_report *r,
@@ -496,6 +512,7 @@ static enum qp_status equalize_models(struct qp_quantize_job *job, place_fn plac
     b.goal = (struct qp_sens_budget_goal){.max_drift = -1, .min_top1 = 0}; /* plain: no budget */
     b.bias_correction = 0;                                                 /* nor correction */
     b.no_variants = 1; /* its drift without weight clipping would not be shown */
+    b.no_drift = 1;    /* measured with the others' (measure_drift: one float run per batch) */
     struct qp_quantize_report *r0 = calloc(1, sizeof *r0);
     struct qp_equalize_plan *plan = NULL;
     enum qp_status st = r0 ? QP_OK : nomem(err);
@@ -512,10 +529,9 @@ static enum qp_status equalize_models(struct qp_quantize_job *job, place_fn plac
         qp_error_prefix(err, "quantize: the run without equalization");
     t = step_time("the run without equalization", t);
     if (st == QP_OK) {
-        r->outputs_before = r0->outputs;
-        r->n_outputs_before = r0->n_outputs;
-        r0->outputs = NULL;
-        r0->n_outputs = 0;
+        job->before_mq = b.mq;
+        job->before_mf = b.mf;
+        b.mq = b.mf = NULL;
         struct qp_equalize_options eo;
         qp_equalize_options_default(&eo);
         eo.methods = job->equalization;
@@ -812,6 +828,7 @@ done:
     qp_calib_shapes_release(&over);
     qp_ranges_free(file_ranges);
     qp_placement_free(job.pl);
+    free_before(&job);
     qp_model_free(job.mq);
     qp_model_free(job.mf);
     if (st == QP_OK && report_out)
@@ -1075,6 +1092,7 @@ done:
     qp_provider_free(own_cal);
     qp_provider_free(own_ev);
     qp_placement_free(job.pl);
+    free_before(&job);
     qp_model_free(job.mq);
     qp_model_free(job.mf);
     qp_quantize_report_free(r);
