@@ -511,7 +511,7 @@ static void print_json(const struct flags *f, int n_threads, const char *wait_de
     cJSON_AddStringToObject(r, "omp_wait", wait_desc);
     cJSON_AddStringToObject(r, "isa", qp_session_isa());
     cJSON_AddStringToObject(r, "cpu_isa", qp_isa_name(qp_cpu_isa()));
-    cJSON_AddStringToObject(r, "int8", f->int8 ? "auto" : "off");
+    cJSON_AddStringToObject(r, "int8", cli_int8_name(f->int8));
     add_stats_json(r, "qplace", q);
     if (o) {
         cJSON *oj = add_stats_json(r, "ort", &o->st);
@@ -540,7 +540,7 @@ static void print_text(const struct flags *f, int n_threads, const char *wait_de
     printf("model       %s\nthreads     %d\niterations  %ld (warm-up %ld)\nomp wait    %s\n"
            "isa         %s (CPU: %s)\nint8        %s\n",
            f->path, n_threads, f->iters, f->warm, wait_desc, qp_session_isa(),
-           qp_isa_name(qp_cpu_isa()), f->int8 ? "auto" : "off");
+           qp_isa_name(qp_cpu_isa()), cli_int8_name(f->int8));
     printf("%-8s %11s %11s %11s %12s %13s\n", "engine", "median_ms", "min_ms", "mean_ms", "items/s",
            "peak_rss_MB");
     print_row("qplace", q);
@@ -613,7 +613,10 @@ int cli_bench_run(const struct cli_args *args) {
         print_json(&f, n_threads, wait_desc, &q, f.compare ? ort : NULL);
     else
         print_text(&f, n_threads, wait_desc, &q, f.compare ? ort : NULL);
-    if (!f.json && f.int8) cli_int8_summary(s, f.explain);
+    if (!f.json && f.int8 == QP_INT8_AUTO) cli_int8_summary(s, f.explain);
+    if (!f.json && f.int8 == QP_INT8_EXACT)
+        printf("int8 path   exact: the bits of --int8 off, Q/DQ pairs and elementwise chains in "
+               "fewer passes\n");
     rc = f.check && ort->mismatch ? 3 : 0;
     goto done;
 fail:

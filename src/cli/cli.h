@@ -121,9 +121,11 @@ void cli_print_budget(FILE *f, const struct qp_sens_budget_goal *g,
                       const struct qp_sens_budget_step *first,
                       const struct qp_sens_budget_step *last, size_t n_groups, int met);
 
-/* --int8 auto|off of `run` and `bench` (cli_int8.c): QP_INT8_AUTO (the default) or QP_INT8_OFF;
- * -1 after the message for another value. */
+/* --int8 auto|off|exact of `run` and `bench` (int8.c): QP_INT8_AUTO (the default),
+ * QP_INT8_OFF or QP_INT8_EXACT; -1 after the message for another value. */
 int cli_int8_mode(const struct cli_args *args, const char *command);
+/* The flag's word for a mode ("auto", "off", "exact"). */
+const char *cli_int8_name(int mode);
 /* Prints what the integer path of session `s` did: counts, and with `explain` one line per
  * Q/DQ node of the model (what it fused into, or why it runs as its own pass). */
 struct qp_session;

@@ -14,6 +14,10 @@ int cli_int8_mode(const struct cli_args *args, const char *command) {
     return -1;
 }
 
+const char *cli_int8_name(int mode) {
+    return mode == QP_INT8_AUTO ? "auto" : mode == QP_INT8_EXACT ? "exact" : "off";
+}
+
 void cli_int8_summary(const struct qp_session *s, int explain) {
     const struct qp_int8_decision *d;
     const char *fallback;

@@ -8,6 +8,7 @@ is declined and still runs. The exact path (`--int8 exact`: fake-quantize and po
 with the float16 roundings inside them, runtime/int8.h) gives `--int8 off`'s bytes on the same
 models and on cls quantized with fp32 high precision.
 usage: fp16_rounding.py QPLACE REAL_MODELS_DIR WORKDIR"""
+import json
 import os
 import re
 import subprocess
@@ -167,6 +168,15 @@ if os.path.exists(cls):
         check_exact("cls fp16", q, {"x": img}, a)
         a32, _ = run(q32, {"x": img}, storage=False)
         check_exact("cls fp32", q32, {"x": img}, a32)
+    # `bench --int8 exact` names the mode (text and JSON) and says what runs.
+    b = [qplace, "bench", q32, "--shape", "x=1x3x48x192", "--iterations", "1", "--warmup", "0",
+         "--int8", "exact"]
+    t = subprocess.run(b, capture_output=True, text=True)
+    j = subprocess.run(b + ["--json"], capture_output=True, text=True)
+    if (t.returncode or j.returncode or "int8        exact" not in t.stdout or
+            "int8 path   exact" not in t.stdout or json.loads(j.stdout).get("int8") != "exact"):
+        print(f"bench --int8 exact: {t.stdout[-600:]}{t.stderr[-600:]}{j.stdout[-300:]}")
+        failed += 1
 else:
     print(f"(skipped the cls model: {cls} missing)")
 print("fp16 rounding:", "FAILED" if failed else "ok")
