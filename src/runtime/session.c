@@ -475,22 +475,28 @@ static void cache_clear(struct rt_cache *c) {
     c->valid = 0;
 }
 
-/* A float16 model (QP_INT8_OFF, or QP_INT8_AUTO without Q/DQ): a session on a copy whose
- * float16 values are held as float32 and rounded (runtime/narrow.h), or on the model as
- * written when the copy declines or cannot be planned. */
-static enum qp_status create_narrow(const struct qp_model *model,
-                                    const struct qp_session_options *opts, size_t n_shapes,
-                                    const struct qp_shape *shapes, struct qp_session **session_out,
-                                    struct qp_error *err) {
+/* A graph rewrite that keeps the model's outputs (runtime/narrow.h, runtime/int8.h): sets *why
+ * and changes nothing when it declines; *n_rounds: float16 rounding nodes added. */
+typedef enum qp_status (*rewrite_fn)(struct qp_graph *g, const char **why, size_t *n_rounds,
+                                     struct qp_error *err);
+
+/* A session (options o) on a copy of `model` that `rw` rewrote (logged at debug: `done` and
+ * the float16 rounding nodes added); when the copy declines or cannot be planned, logs why after
+ * `off` and sets *declined with nothing made: the caller then runs the model as written. */
+static enum qp_status
+create_rewritten(const struct qp_model *model, rewrite_fn rw, const char *done, const char *off,
+                 const struct qp_session_options *o, size_t n_shapes, const struct qp_shape *shapes,
+                 struct qp_session **session_out, int *declined, struct qp_error *err) {
     struct qp_model *clone = NULL;
     struct qp_error e2 = {0};
     const char *why = NULL;
     size_t n_rounds = 0;
+    *declined = 0;
     enum qp_status st = qp_model_clone_shared(model, &clone, &e2);
-    if (!st) st = rt_narrow_emulate(qp_model_graph(clone), &why, &n_rounds, &e2);
-    if (!st && !why) st = create_plain(clone, opts, n_shapes, shapes, session_out, &e2);
+    if (!st) st = rw(qp_model_graph(clone), &why, &n_rounds, &e2);
+    if (!st && !why) st = create_plain(clone, o, n_shapes, shapes, session_out, &e2);
     if (!st && !why) {
-        qp_log(QP_LOG_DEBUG, "session: float16 held as float32, %zu rounding nodes", n_rounds);
+        qp_log(QP_LOG_DEBUG, "session: %s, %zu rounding nodes", done, n_rounds);
         (*session_out)->int8_model = clone;
         return QP_OK;
     }
@@ -499,7 +505,23 @@ static enum qp_status create_narrow(const struct qp_model *model,
         if (err) *err = e2;
         return st;
     }
-    qp_log(QP_LOG_DEBUG, "session: float16 tensors kept as float16: %s", why ? why : e2.msg);
+    qp_log(QP_LOG_DEBUG, "session: %s: %s", off, why ? why : e2.msg);
+    *declined = 1;
+    return QP_OK;
+}
+
+/* A float16 model (QP_INT8_OFF, or QP_INT8_AUTO without Q/DQ): a session on a copy whose
+ * float16 values are held as float32 and rounded (runtime/narrow.h), or on the model as
+ * written when the copy declines or cannot be planned. */
+static enum qp_status create_narrow(const struct qp_model *model,
+                                    const struct qp_session_options *opts, size_t n_shapes,
+                                    const struct qp_shape *shapes, struct qp_session **session_out,
+                                    struct qp_error *err) {
+    int declined;
+    enum qp_status st = create_rewritten(model, rt_narrow_emulate, "float16 held as float32",
+                                         "float16 tensors kept as float16", opts, n_shapes, shapes,
+                                         session_out, &declined, err);
+    if (st || !declined) return st;
     return create_plain(model, opts, n_shapes, shapes, session_out, err);
 }
 
@@ -512,24 +534,11 @@ static enum qp_status create_exact(const struct qp_model *model,
                                    struct qp_error *err) {
     struct qp_session_options o = *opts;
     o.int8 = QP_INT8_OFF;
-    struct qp_model *clone = NULL;
-    struct qp_error e2 = {0};
-    const char *why = NULL;
-    size_t n_rounds = 0;
-    enum qp_status st = qp_model_clone_shared(model, &clone, &e2);
-    if (!st) st = rt_int8_exact_rewrite(qp_model_graph(clone), &why, &n_rounds, &e2);
-    if (!st && !why) st = create_plain(clone, &o, n_shapes, shapes, session_out, &e2);
-    if (!st && !why) {
-        qp_log(QP_LOG_DEBUG, "session: exact path, %zu float16 rounding nodes", n_rounds);
-        (*session_out)->int8_model = clone;
-        return QP_OK;
-    }
-    qp_model_free(clone);
-    if (st == QP_ERR_NOMEM) {
-        if (err) *err = e2;
-        return st;
-    }
-    qp_log(QP_LOG_DEBUG, "session: the exact path is off for this model: %s", why ? why : e2.msg);
+    int declined;
+    enum qp_status st = create_rewritten(model, rt_int8_exact_rewrite, "exact path",
+                                         "the exact path is off for this model", &o, n_shapes,
+                                         shapes, session_out, &declined, err);
+    if (st || !declined) return st;
     return qp_session_create(model, &o, n_shapes, shapes, session_out, err);
 }
 

@@ -47,6 +47,16 @@ def rounding_nodes(log):
     return int(m[1]) if m else None
 
 
+def same_bytes(name, got, want, what):
+    """Every output of `want` in `got` with the same dtype and bytes; counts a failure per output."""
+    global failed
+    for k in want:
+        if got[k].dtype != want[k].dtype or got[k].tobytes() != want[k].tobytes():
+            d = np.abs(got[k].astype(np.float64) - want[k].astype(np.float64)).max()
+            print(f"{name}: output {k} differs from {what} (max |diff| {d})")
+            failed += 1
+
+
 def check_exact(name, model, inputs, off):
     """--int8 exact: the exact path taken, and the bytes of --int8 off (`off`)."""
     global failed
@@ -54,11 +64,7 @@ def check_exact(name, model, inputs, off):
     if "session: exact path" not in log:
         print(f"{name}: the exact path was not taken: {log[-800:]}")
         failed += 1
-    for k in off:
-        if e[k].dtype != off[k].dtype or e[k].tobytes() != off[k].tobytes():
-            d = np.abs(e[k].astype(np.float64) - off[k].astype(np.float64)).max()
-            print(f"{name}: --int8 exact output {k} differs from --int8 off (max |diff| {d})")
-            failed += 1
+    same_bytes(name, e, off, "--int8 off's with --int8 exact")
 
 
 def compare(name, model, inputs, want_rounds):
@@ -72,11 +78,7 @@ def compare(name, model, inputs, want_rounds):
     if rounding_nodes(log_b) is not None:
         print(f"{name}: QP_FP16_STORAGE=1 still rounded")
         failed += 1
-    for k in b:
-        if a[k].dtype != b[k].dtype or a[k].tobytes() != b[k].tobytes():
-            d = np.abs(a[k].astype(np.float64) - b[k].astype(np.float64)).max()
-            print(f"{name}: output {k} differs from the float16 storage's (max |diff| {d})")
-            failed += 1
+    same_bytes(name, a, b, "the float16 storage's")
     return a
 
 
