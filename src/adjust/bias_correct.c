@@ -93,6 +93,30 @@ static int64_t channels(const struct qp_node *n, enum bc_kind k, const struct qp
     return 0;
 }
 
+/* The sum of n floats in float64, four partial sums (the quantized layer's channel mean). */
+static double row_sum(const float *row, uint64_t n) {
+    double s[4] = {0};
+    uint64_t k = 0;
+    for (; k + 4 <= n; k += 4)
+        for (int j = 0; j < 4; j++)
+            s[j] += row[k + j];
+    for (; k < n; k++)
+        s[0] += row[k];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+/* The sum of the squares of n floats in float64, as row_sum (the twin's channel variance). */
+static double row_sum_sq(const float *row, uint64_t n) {
+    double s[4] = {0};
+    uint64_t k = 0;
+    for (; k + 4 <= n; k += 4)
+        for (int j = 0; j < 4; j++)
+            s[j] += (double)row[k + j] * row[k + j];
+    for (; k < n; k++)
+        s[0] += (double)row[k] * row[k];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
 /* Fills L for node `ni` of mq when it is a layer to correct: returns 1, 0 to leave it (with
  * *skipped set when it qualified but its bias cannot be corrected), or -1 with err set. */
 static int discover(const struct qp_graph *g, int ni, const struct qp_placement *pl,
@@ -199,19 +223,8 @@ static int observe(const char *tensor, const char *node, const struct qp_array *
         for (uint64_t o = 0; o < outer; o++)
             for (uint64_t c = 0; c < n_ch; c++) {
                 const float *row = x + (o * n_ch + c) * inner;
-                double s[4] = {0}, s2[4] = {0};
-                uint64_t k = 0;
-                for (; k + 4 <= inner; k += 4)
-                    for (int j = 0; j < 4; j++) {
-                        s[j] += row[k + j];
-                        s2[j] += (double)row[k + j] * row[k + j];
-                    }
-                for (; k < inner; k++) {
-                    s[0] += row[k];
-                    s2[0] += (double)row[k] * row[k];
-                }
-                sum[c] += (s[0] + s[1]) + (s[2] + s[3]);
-                if (sq) sq[c] += (s2[0] + s2[1]) + (s2[2] + s2[3]);
+                sum[c] += row_sum(row, inner);
+                if (sq) sq[c] += row_sum_sq(row, inner);
             }
     }
     if (twin)
