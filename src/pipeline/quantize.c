@@ -112,8 +112,9 @@ struct qp_quantize_job {
     unsigned equalization;
     double smoothquant_alpha;
     int bias_correction;
-    int no_variants; /* 1: the drift of mq only (the run without equalization) */
-    int no_drift;    /* 1: no drift measured (the run without equalization: measured later) */
+    /* 1: no drift measured and no variant written for it (the run without equalization: the
+     * final drift pass measures its model, job->before_mq) */
+    int no_drift;
     /* The run without equalization's written model and the float model as it was before
      * equalization (owned; NULL: none): the final drift pass measures them too. */
     struct qp_model *before_mq, *before_mf;
@@ -453,7 +454,7 @@ static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quanti
     t = step_time("budget", t);
     if (st == QP_OK && bias_correction_runs(job)) st = correct_biases(job, used, r, &plain, err);
     t = step_time("bias correction", t);
-    if (st == QP_OK && job->weight_clipping == QP_WEIGHT_CLIP_MSE && !job->no_variants)
+    if (st == QP_OK && job->weight_clipping == QP_WEIGHT_CLIP_MSE && !job->no_drift)
         st = write_unclipped(job, used, &unclipped, err);
     if (st == QP_OK && (st = write_model(job, job->mq, used, &r->writer, err)) == QP_OK) {
         r->writer.opset_from = job->opset_in;
@@ -511,8 +512,7 @@ static enum qp_status equalize_models(struct qp_quantize_job *job, place_fn plac
     b.pl = NULL;
     b.goal = (struct qp_sens_budget_goal){.max_drift = -1, .min_top1 = 0}; /* plain: no budget */
     b.bias_correction = 0;                                                 /* nor correction */
-    b.no_variants = 1; /* its drift without weight clipping would not be shown */
-    b.no_drift = 1;    /* measured with the others' (measure_drift: one float run per batch) */
+    b.no_drift = 1; /* measured with the others' (measure_drift: one float run per batch) */
     struct qp_quantize_report *r0 = calloc(1, sizeof *r0);
     struct qp_equalize_plan *plan = NULL;
     enum qp_status st = r0 ? QP_OK : nomem(err);

@@ -103,6 +103,16 @@ static int other_input(const struct qp_node *n, int input) {
     return n->inputs[1 - input];
 }
 
+int rt_fuse_chain_op(const struct qp_node *n) {
+    /* every op type grow() below gives a role, the decomposed HardSwish's Div included */
+    static const char *const ops[] = {
+        "BatchNormalization", "Mul",  "Add",     "Div",         "Relu",
+        "LeakyRelu",          "Clip", "Sigmoid", "HardSigmoid", "HardSwish"};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (qp_node_is(n, ops[i])) return 1;
+    return 0;
+}
+
 /* Grows the chain from Conv node `head`; returns the member count (1: nothing to fuse). */
 static int grow(const struct finder *f, int head, int *mem, int *role, int *aux) {
     const struct qp_graph *g = f->g;

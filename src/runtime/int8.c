@@ -1048,17 +1048,21 @@ static int decide_rest(const struct qp_graph *g, struct rt_int8_report *rep) {
     return 1;
 }
 
+/* 1 when a value of g is declared float16 or bfloat16. */
+static int has_narrow_value(const struct qp_graph *g) {
+    for (size_t v = 0; v < g->n_values; v++)
+        if (g->values[v].dtype == QP_DTYPE_FLOAT16 || g->values[v].dtype == QP_DTYPE_BFLOAT16)
+            return 1;
+    return 0;
+}
+
 enum qp_status rt_int8_widen(struct qp_graph *g, const char **why, size_t *n_widened,
                              struct qp_error *err) {
     const char *e = getenv("QP_INT8_FP16_OUT");
     *why = NULL;
     *n_widened = 0;
     if (e && strcmp(e, "1") == 0) {
-        for (size_t v = 0; v < g->n_values; v++)
-            if (g->values[v].dtype == QP_DTYPE_FLOAT16 || g->values[v].dtype == QP_DTYPE_BFLOAT16) {
-                *why = "QP_INT8_FP16_OUT=1 keeps them";
-                break;
-            }
+        if (has_narrow_value(g)) *why = "QP_INT8_FP16_OUT=1 keeps them";
         return QP_OK;
     }
     return rt_narrow_widen(g, why, n_widened, err);
@@ -1106,12 +1110,9 @@ enum qp_status rt_int8_exact_rewrite(struct qp_graph *g, const char **why, size_
     enum qp_status st = QP_OK;
     if (rt_narrow_emulates(g)) {
         if ((st = rt_narrow_emulate(g, why, n_rounds, err)) != QP_OK || *why) return st;
-    } else {
-        for (size_t v = 0; v < g->n_values; v++)
-            if (g->values[v].dtype == QP_DTYPE_FLOAT16 || g->values[v].dtype == QP_DTYPE_BFLOAT16) {
-                *why = "narrow float values the engine does not emulate";
-                return QP_OK;
-            }
+    } else if (has_narrow_value(g)) {
+        *why = "narrow float values the engine does not emulate";
+        return QP_OK;
     }
     struct rt_int8_report rep = {0}; /* the passes note decisions; nobody reads them here */
     int ok = fakequant_pass(g, g->n_nodes, &rep, err) && rt_int8_pw_pass(g, 1, &rep, err);

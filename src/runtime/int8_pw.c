@@ -20,6 +20,7 @@
 #include "kernels/int8_pw.h"
 #include "kernels/kernel.h"
 #include "runtime/int8_graph.h"
+#include "runtime/runtime.h"
 
 #define PW_MAX_NODES 40
 
@@ -180,9 +181,9 @@ static int pw_op(const struct qp_graph *g, const struct qp_node *n, float p[3]) 
 }
 
 /* pw_op for this pass: on the exact path only the ops whose Pointwise arithmetic is the very
- * arithmetic of the engine's kernel (IEEE add, subtract, multiply, divide; comparisons; the
- * FakeQuant and the float16 rounding) and only nodes that no Conv chain of the float fusion
- * (runtime/fuse.c) could take: the exact path must not change what that pass folds. */
+ * arithmetic of the engine's kernel (IEEE add, subtract, multiply, divide; Clip, Relu and
+ * LeakyRelu; the FakeQuant and the float16 rounding) and only nodes that no Conv chain of the float
+ * fusion (runtime/fuse.c) could take: the exact path must not change what that pass folds. */
 static int pass_op(const struct pass *ps, const struct qp_node *n, float p[3]) {
     int op = pw_op(ps->g, n, p);
     if (!ps->exact || op < 0) return op;
@@ -203,26 +204,19 @@ static int pass_op(const struct pass *ps, const struct qp_node *n, float p[3]) {
     }
 }
 
-/* Marks the nodes a Conv chain of the float fusion could take: every BatchNormalization, Mul,
- * Add, Div or activation reached from a Conv or ConvTranspose through such nodes only (a
- * superset of what runtime/fuse.c groups, which also needs single readers). */
-static void mark_near_conv(const struct qp_graph *g, size_t nn, unsigned char *mark) {
-    static const char *roles[] = {
-        "BatchNormalization", "Mul",  "Add",     "Div",         "Relu",
-        "LeakyRelu",          "Clip", "Sigmoid", "HardSigmoid", "HardSwish"};
+/* Marks the nodes a Conv chain of the float fusion could take: every node of a chain op type
+ * (rt_fuse_chain_op) reached from a Conv or ConvTranspose through such nodes only (a superset of
+ * what runtime/fuse.c groups, which also needs single readers and constant operands). */
+static void mark_near_conv(const struct qp_graph *g, unsigned char *mark) {
     for (size_t t = 0; t < g->n_topo; t++) {
         const struct qp_node *n = &g->nodes[g->topo[t]];
-        if (n->dead || (size_t)g->topo[t] >= nn) continue;
         int root = qp_node_is(n, "Conv") || qp_node_is(n, "ConvTranspose");
-        if (!root && !mark[g->topo[t]]) continue;
+        if (n->dead || (!root && !mark[g->topo[t]])) continue;
         for (int o = 0; o < n->n_outputs; o++) {
             if (n->outputs[o] < 0) continue;
             const struct qp_value *v = &g->values[n->outputs[o]];
-            for (size_t u = 0; u < v->n_uses; u++) {
-                const struct qp_node *c = &g->nodes[v->uses[u].node];
-                for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++)
-                    if (qp_node_is(c, roles[r])) mark[v->uses[u].node] = 1;
-            }
+            for (size_t u = 0; u < v->n_uses; u++)
+                if (rt_fuse_chain_op(&g->nodes[v->uses[u].node])) mark[v->uses[u].node] = 1;
         }
     }
 }
@@ -559,7 +553,7 @@ int rt_int8_pw_pass(struct qp_graph *g, int exact, struct rt_int8_report *rep,
                       exact,
                       calloc(nn + 1, 1)};
     int ok = ps.pos && ps.in && ps.done && ps.near_conv;
-    if (ok && exact) mark_near_conv(g, nn, ps.near_conv);
+    if (ok && exact) mark_near_conv(g, ps.near_conv);
     for (size_t k = 0; ok && k < 2 * nn + 1; k++)
         ps.pos[k] = -1;
     for (size_t t = 0; ok && t < g->n_topo; t++)

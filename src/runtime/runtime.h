@@ -247,6 +247,9 @@ enum qp_status rt_fuse_prepare(const struct rt_fuse *f, int node, const struct q
 enum qp_status rt_fuse_settle(const struct qp_session *s, struct rt_plan *p, struct qp_error *err);
 /* 1 when the environment variable QP_NO_FUSE is set (non-empty, not "0"). */
 int rt_fuse_disabled(void);
+/* 1 when node n's op type is one a Conv chain of the fusion may take (any role of fuse.c's
+ * grow, whatever its inputs): what the exact path (runtime/int8.h) must leave to the fusion. */
+int rt_fuse_chain_op(const struct qp_node *n);
 /* Called after group tail `tail` got its step: replaces the steps of the longest prefix of the
  * group (from `first`, where the group's first node started) that passes every check by one
  * fused step (none: the plan stays as it is). Updates p->n_steps and node_step. QP_ERR_NOMEM
