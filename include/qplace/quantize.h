@@ -206,6 +206,11 @@ struct qp_quantize_summary {
      * model's: n_outputs entries, owned by the summary; NULL otherwise). */
     int bias_auto, bias_kept;
     struct qp_quantize_drift *outputs_corrected;
+    /* With equalization and calibration: the placed tensors whose values the equalization leaves
+     * unchanged (up to float rounding: they lie past the layers that multiply its scales back)
+     * keep the ranges the run without equalization calibrated; only the others are calibrated
+     * again on the equalized model. How many were kept so. */
+    size_t n_ranges_reused;
 };
 
 /* NULL-safe. */

@@ -121,7 +121,8 @@ class QuantizeSummary(Structure):
                 ("outputs_unclipped", POINTER(QuantizeDrift)),
                 ("auto_methods", c_size_t * 4), ("n_auto_fallback", c_size_t),
                 ("bias_auto", c_int), ("bias_kept", c_int),
-                ("outputs_corrected", POINTER(QuantizeDrift))]
+                ("outputs_corrected", POINTER(QuantizeDrift)),
+                ("n_ranges_reused", c_size_t)]
 
 
 class DataOptions(Structure):

@@ -50,7 +50,7 @@ QuantizeSummary = namedtuple(
     "n_smoothquant_pairs n_smoothquant_skipped outputs_before bias_correction n_bias_layers "
     "n_biases_added bias_rounds bias_shift_before bias_shift_after bias_seconds "
     "outputs_uncorrected outputs_unclipped auto_methods autotune bias_auto bias_kept "
-    "outputs_corrected")
+    "outputs_corrected n_ranges_reused")
 QuantizeSummary.__doc__ = ("What qplace.quantize wrote, and the drift it measured; budget is a "
                            "Budget with an accuracy budget, else None; autotune an "
                            "AutotuneSummary with autotune=, else None.")
@@ -142,7 +142,8 @@ def _summary(s, output_path):
         s.bias_shift_before, s.bias_shift_after, s.bias_seconds, uncorrected,
         _drifts(s.outputs_unclipped, s.n_outputs) if s.outputs_unclipped else None,
         _auto_methods(s), None, bool(s.bias_auto), bool(s.bias_kept),
-        _drifts(s.outputs_corrected, s.n_outputs) if s.outputs_corrected else None)
+        _drifts(s.outputs_corrected, s.n_outputs) if s.outputs_corrected else None,
+        s.n_ranges_reused)
 
 
 def _auto_methods(s):

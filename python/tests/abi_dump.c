@@ -122,6 +122,7 @@ int main(void) {
     F(qp_quantize_summary, bias_auto);
     F(qp_quantize_summary, bias_kept);
     F(qp_quantize_summary, outputs_corrected);
+    F(qp_quantize_summary, n_ranges_reused);
     F(qp_quantize_summary, auto_methods);
     F(qp_quantize_summary, n_auto_fallback);
     SZ(qp_data_options);

@@ -388,6 +388,36 @@ def test_equalization_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
     assert not os.path.exists(tmp_path / "x.onnx")
 
 
+def act_scales(path):
+    """{activation tensor: its QuantizeLinear scale} of a written model."""
+    import onnx
+    from onnx import numpy_helper
+    g = onnx.load(str(path)).graph
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    for n in g.node:
+        if n.op_type == "Constant":
+            consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    return {n.input[0]: float(consts[n.input[1]].reshape(-1)[0]) for n in g.node
+            if n.op_type == "QuantizeLinear" and n.input[0] not in consts}
+
+
+def test_equalization_recalibrates_only_what_it_changes(cls_model, cls_npz, tmp_path):
+    """After equalization only the placed tensors it changes are calibrated again
+    (qp_equalize_changed): the others keep the ranges, and with auto the choices, of the run
+    without it, so their scales are exactly a plain run's."""
+    kw = dict(onnx_path=cls_model, calibration_data=cls_npz, bias_correction="off",
+              high_precision_dtype="fp32", calibration_method="auto")
+    eq = qplace.quantize(output_path=str(tmp_path / "eq.onnx"), equalization="cle", **kw)
+    plain = qplace.quantize(output_path=str(tmp_path / "plain.onnx"), **kw)
+    assert plain.n_ranges_reused == 0 and eq.n_cle_pairs > 0
+    assert 0 < eq.n_ranges_reused < eq.n_tensors
+    assert sum(v for k, v in eq.auto_methods.items() if k != "fallback") == eq.n_tensors
+    a, b = act_scales(tmp_path / "plain.onnx"), act_scales(tmp_path / "eq.onnx")
+    assert a.keys() == b.keys() and len(a) == eq.n_tensors
+    same = [t for t in a if a[t] == b[t]]
+    assert eq.n_ranges_reused <= len(same) < len(a)
+
+
 def test_equalization_before_is_the_plain_quantization(cls_model, cls_npz, tmp_path):
     """With --equalization the "before" drift is that of the same quantization without it,
     measured in the final drift pass against the float model as given: the figures of a plain

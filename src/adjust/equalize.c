@@ -947,3 +947,35 @@ enum qp_status qp_equalize_apply(const struct qp_equalize_plan *plan, struct qp_
     free(mine.p);
     return st;
 }
+
+enum qp_status qp_equalize_changed(const struct qp_equalize_plan *plan, const struct qp_graph *g,
+                                   unsigned char *changed, struct qp_error *err) {
+    if (!plan || !g || !changed)
+        return qp_error_set(err, QP_ERR_USAGE, "equalize: no plan, graph or marks");
+    memset(changed, 0, g->n_values);
+    unsigned char *role = calloc(g->n_nodes ? g->n_nodes : 1, 1); /* 1 divides, 2 multiplies */
+    if (!role) return nomem(err);
+    for (size_t i = 0; i < plan->n_ops; i++) {
+        int ni = qp_graph_find_node(g, plan->ops[i].node);
+        if (ni < 0) {
+            free(role);
+            return qp_error_set(err, QP_ERR_BAD_INPUT,
+                                "equalize: node '%s' of the plan is not in the graph",
+                                plan->ops[i].node);
+        }
+        role[ni] |= plan->ops[i].divide ? 1 : 2;
+    }
+    for (size_t k = 0; k < g->n_topo; k++) {
+        int ni = g->topo[k];
+        const struct qp_node *n = &g->nodes[ni];
+        int fed = 0; /* Shape and Size read dims only */
+        for (int j = 0;
+             j < n->n_inputs && !fed && !qp_node_is(n, "Shape") && !qp_node_is(n, "Size"); j++)
+            fed = n->inputs[j] >= 0 && changed[n->inputs[j]];
+        if (!(role[ni] & 1) && !(fed && !(role[ni] & 2))) continue;
+        for (int j = 0; j < n->n_outputs; j++)
+            if (n->outputs[j] >= 0) changed[n->outputs[j]] = 1;
+    }
+    free(role);
+    return QP_OK;
+}

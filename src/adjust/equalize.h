@@ -73,6 +73,7 @@ struct qp_equalize_report {
 };
 
 struct qp_equalize_plan;
+struct qp_graph;
 
 /* Finds the pairs of `model` (borrowed for the call; a sorted top-level graph, not modified) and
  * computes their scales. `data` (borrowed; may be NULL when SmoothQuant is not asked for) is read
@@ -93,6 +94,18 @@ enum qp_status qp_equalize_plan(const struct qp_model *model, struct qp_provider
  * another weight shape), QP_ERR_NOMEM; on failure `m` may be partly rescaled. */
 enum qp_status qp_equalize_apply(const struct qp_equalize_plan *plan, struct qp_model *m,
                                  struct qp_error *err);
+
+/* Marks in changed[v] (g->n_values bytes, all set here) the values of `g` (a sorted graph of the
+ * model the plan was made on, or of a copy with the same node names) whose float values the plan
+ * changes: the outputs of the nodes whose constants it divides (Conv1 or the BatchNormalization
+ * of a CLE pair, SmoothQuant's gamma and beta) and whatever those feed, up to the nodes whose
+ * weights it multiplies back (Conv2, the MatMul / Gemm readers): their outputs compute the same
+ * function as before, so they and everything after them differ only by float rounding (as do
+ * the outputs of Shape and Size, which read dims only).
+ * quantize calibrates only the marked tensors again after equalization. Returns
+ * QP_ERR_BAD_INPUT naming a plan node `g` lacks, QP_ERR_USAGE for NULL arguments, QP_ERR_NOMEM. */
+enum qp_status qp_equalize_changed(const struct qp_equalize_plan *plan, const struct qp_graph *g,
+                                   unsigned char *changed, struct qp_error *err);
 
 /* NULL-safe. */
 void qp_equalize_plan_free(struct qp_equalize_plan *p);

@@ -56,6 +56,10 @@ struct qp_collector {
     struct qp_array *kept;
     size_t n_kept, n_kept_inputs, kept_bytes;
     uint64_t kept_samples;
+    /* auto, after qp_collector_finish: per slot the method chosen (-1: none) and 1 when it is
+     * entropy for want of an evaluated consumer */
+    int *chosen;
+    unsigned char *fallback;
     /* An error raised inside the observer, which can only return non-zero. */
     int failed;
     struct qp_error obs_err;
@@ -404,6 +408,8 @@ void qp_collector_free(struct qp_collector *c) {
     free(c->pool);
     free(c->slots);
     free(c->slot_of_value);
+    free(c->chosen);
+    free(c->fallback);
     qp_session_free(c->session);
     free(c);
 }
@@ -575,6 +581,7 @@ static enum qp_status choose_auto(struct qp_collector *c, struct qp_calib_range 
             if (!have[j] || uf_find(parent, (int)j) != (int)i || chosen[j] < 0) continue;
             if (!(any && all)) {
                 rep->n_auto_fallback++;
+                c->fallback[j] = 1;
             } else {
                 struct qp_calib_range own = rr[j];
                 rr[j] = cand[j][best];
@@ -731,17 +738,22 @@ enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **ou
     int *parent = malloc(ns * sizeof *parent);
     struct qp_calib_range *tmp = malloc(ns * sizeof *tmp);
     int *members = malloc(ns * sizeof *members);
-    int *chosen = malloc(ns * sizeof *chosen);
+    free(c->chosen);
+    free(c->fallback);
+    int *chosen = c->chosen = malloc(ns * sizeof *chosen);
+    c->fallback = calloc(ns, 1);
     struct qp_ranges *r = qp_ranges_create();
     struct qp_collect_report rep = {.n_batches = c->n_batches,
                                     .n_samples = c->n_samples,
                                     .collector_bytes_max = c->bytes_max,
                                     .n_derived = c->n_derived};
     enum qp_status st = QP_OK;
-    if (!rr || !have || !parent || !tmp || !members || !chosen || !r) {
+    if (!rr || !have || !parent || !tmp || !members || !chosen || !c->fallback || !r) {
         st = qp_error_set(err, QP_ERR_NOMEM, "calibrate: out of memory");
         goto done;
     }
+    for (size_t i = 0; i < ns; i++)
+        chosen[i] = -1;
     if ((st = compute_slot_ranges(c, rr, have, parent, &rep, err)) != QP_OK) goto done;
     log_derived(c);
     if (c->o.calib.method == QP_CALIB_AUTO &&
@@ -757,7 +769,6 @@ done:
     free(parent);
     free(tmp);
     free(members);
-    free(chosen);
     if (st != QP_OK) {
         qp_ranges_free(r);
         return st;
@@ -765,6 +776,16 @@ done:
     if (report) *report = rep;
     *out = r;
     return QP_OK;
+}
+
+int qp_collector_auto_choice(const struct qp_collector *c, const char *tensor, int *fallback) {
+    if (fallback) *fallback = 0;
+    if (!c || !tensor || !c->chosen || c->o.calib.method != QP_CALIB_AUTO) return -1;
+    int v = qp_graph_find_value(c->g, tensor);
+    int i = v >= 0 ? c->slot_of_value[v] : -1;
+    if (i < 0) return -1;
+    if (fallback && c->chosen[i] >= 0) *fallback = c->fallback[i];
+    return c->chosen[i];
 }
 
 /* ---- all in one ---------------------------------------------------------------------------- */

@@ -129,6 +129,12 @@ size_t qp_collector_bytes(const struct qp_collector *c);
 enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **out,
                                    struct qp_collect_report *report, struct qp_error *err);
 
+/* After qp_collector_finish with QP_CALIB_AUTO: the method auto chose for `tensor` (an enum
+ * qp_calib_method before QP_CALIB_AUTO, counted in the report's n_auto), with *fallback (may be
+ * NULL) 1 when that is entropy because no consumer could be evaluated; -1 when the tensor got no
+ * evaluated range (not calibrated, a pinned Softmax output) or the method is not auto. */
+int qp_collector_auto_choice(const struct qp_collector *c, const char *tensor, int *fallback);
+
 /* ---- all in one ---------------------------------------------------------------------------- */
 
 /* Calibrates `model` on every batch of `provider` (both borrowed; the provider is reset first

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "adjust/bias_correct.h"
+#include "adjust/equalize.h"
 #include "calib/collect.h"
 #include "calib/data.h"
 #include "calib/provider.h"
@@ -90,6 +91,13 @@ static enum qp_status make_provider(const struct qp_quantize_options *o, const c
     return qp_provider_open(path, &d, in, n, out, err);
 }
 
+/* One range's auto choice (qp_collector_auto_choice): the method, or -1, and whether that is
+ * entropy for want of an evaluated consumer. */
+struct auto_choice {
+    signed char method;
+    unsigned char fallback;
+};
+
 /* What the steps after placement need: the float model (calibration and the drift reference),
  * the model that is written, its placement (validated against mq) and the data. */
 struct qp_quantize_job {
@@ -118,12 +126,30 @@ struct qp_quantize_job {
     /* The run without equalization's written model and the float model as it was before
      * equalization (owned; NULL: none): the final drift pass measures them too. */
     struct qp_model *before_mq, *before_mf;
+    /* keep_ranges (the run without equalization): its ranges and, per range (qp_ranges_at
+     * order; NULL unless auto), auto's choice are handed back in kept_ranges / kept_choice
+     * with the calibration's batch and sample counts. In the equalized run they are that run's,
+     * and recalibrate (per value of mf; NULL: calibrate every tensor) marks the tensors whose
+     * values the equalization changes (and their Concat groups): only those are calibrated
+     * again, the others take the range the run without equalization measured on values that
+     * differ from theirs by float rounding alone (qp_equalize_changed). */
+    int keep_ranges;
+    struct qp_ranges *kept_ranges;
+    struct auto_choice *kept_choice;
+    uint64_t kept_batches, kept_samples;
+    unsigned char *recalibrate;
 };
 
 static void free_before(struct qp_quantize_job *job) {
     qp_model_free(job->before_mq);
     qp_model_free(job->before_mf);
     job->before_mq = job->before_mf = NULL;
+    qp_ranges_free(job->kept_ranges);
+    free(job->kept_choice);
+    free(job->recalibrate);
+    job->kept_ranges = NULL;
+    job->kept_choice = NULL;
+    job->recalibrate = NULL;
 }
 
 /* A requested output opset (0: none) qplace can write; `name` names it in the message. */
@@ -222,14 +248,34 @@ static uint64_t batch_rows(const struct qp_array *batch, size_t n) {
     return n && batch[0].rank > 0 ? (uint64_t)batch[0].dims[0] : 1;
 }
 
-/* Calibrates the placement's tensors on every batch of job->cal into *ranges_out. */
-static enum qp_status calibrate(const struct qp_quantize_job *job, struct qp_quantize_report *r,
-                                struct qp_ranges **ranges_out, struct qp_error *err) {
+/* Auto's choice for every range of `ranges`, from the collector that made them, into *out. */
+static enum qp_status record_choices(const struct qp_collector *col, const struct qp_ranges *ranges,
+                                     struct auto_choice **out, struct qp_error *err) {
+    size_t n = qp_ranges_count(ranges);
+    struct auto_choice *c = calloc(n ? n : 1, sizeof *c);
+    if (!c) return nomem(err);
+    for (size_t i = 0; i < n; i++) {
+        int fb = 0;
+        c[i].method =
+            (signed char)qp_collector_auto_choice(col, qp_ranges_at(ranges, i)->tensor, &fb);
+        c[i].fallback = (unsigned char)fb;
+    }
+    *out = c;
+    return QP_OK;
+}
+
+/* Calibrates the tensors of placement `pl` on every batch of job->cal into *ranges_out, with
+ * auto's choice per range into *choice_out (NULL unless auto). */
+static enum qp_status calibrate_placement(const struct qp_quantize_job *job,
+                                          const struct qp_placement *pl,
+                                          struct qp_quantize_report *r,
+                                          struct qp_ranges **ranges_out,
+                                          struct auto_choice **choice_out, struct qp_error *err) {
     struct qp_collect_options co;
     qp_collect_options_default(&co, job->method);
     if (job->percentile > 0) co.calib.percentile = job->percentile;
     co.calib.qtype = job->mode == QP_QUANT_FP8 ? QP_DTYPE_FLOAT8E4M3FN : QP_DTYPE_INT8;
-    co.placement = job->pl;
+    co.placement = pl;
     co.n_threads = job->n_threads;
     size_t n_in = qp_provider_n_inputs(job->cal), map[QP_QUANTIZE_MAX_INPUTS];
     struct qp_shape bshapes[QP_QUANTIZE_MAX_INPUTS];
@@ -261,9 +307,97 @@ static enum qp_status calibrate(const struct qp_quantize_job *job, struct qp_qua
     if (st == QP_OK && (st = qp_collector_finish(col, ranges_out, &rep, err)) == QP_OK) {
         memcpy(r->auto_methods, rep.n_auto, sizeof r->auto_methods);
         r->n_auto_fallback = rep.n_auto_fallback;
+        if (job->method == QP_CALIB_AUTO &&
+            (st = record_choices(col, *ranges_out, choice_out, err)) != QP_OK) {
+            qp_ranges_free(*ranges_out);
+            *ranges_out = NULL;
+        }
     }
     qp_collector_free(col);
     return st;
+}
+
+static int placement_has_tensor(const struct qp_placement *pl, const char *tensor);
+
+/* 1 when the equalized run takes `tensor`'s range from the run without equalization. */
+static int reusable(const struct qp_quantize_job *job, const char *tensor) {
+    int v = qp_graph_find_value(job->mf->graph, tensor);
+    return v >= 0 && !job->recalibrate[v] && qp_ranges_find(job->kept_ranges, tensor);
+}
+
+/* Adds to `to` (and its choices `tc`, aligned; NULL: none) range i of `from` (choices `fc`;
+ * NULL: none); with `r` (a reused range) counts it and its auto choice there. */
+static enum qp_status add_range(struct qp_ranges *to, struct auto_choice *tc,
+                                const struct qp_ranges *from, const struct auto_choice *fc,
+                                size_t i, struct qp_quantize_report *r, struct qp_error *err) {
+    if (qp_ranges_find(to, qp_ranges_at(from, i)->tensor)) return QP_OK;
+    struct auto_choice c = fc ? fc[i] : (struct auto_choice){-1, 0};
+    if (tc) tc[qp_ranges_count(to)] = c;
+    if (r) {
+        r->n_ranges_reused++;
+        if (c.method >= 0) r->auto_methods[c.method]++;
+        if (c.method >= 0) r->n_auto_fallback += c.fallback;
+    }
+    return qp_ranges_set(to, qp_ranges_at(from, i), err);
+}
+
+/* The equalized run's calibration (job->recalibrate): the placement's tensors the equalization
+ * changed, or that the run without it has no range for, calibrated on every batch; the others'
+ * ranges and auto choices copied from that run (r->n_ranges_reused of them). */
+static enum qp_status calibrate_reusing(const struct qp_quantize_job *job,
+                                        struct qp_quantize_report *r, struct qp_ranges **ranges_out,
+                                        struct auto_choice **choice_out, struct qp_error *err) {
+    struct qp_placement *sub = qp_placement_create();
+    struct qp_ranges *fresh = NULL, *all = qp_ranges_create();
+    struct auto_choice *fc = NULL, *ac = NULL;
+    size_t n_pl = job->pl->n_edges, n_fresh = 0;
+    enum qp_status st = sub && all ? QP_OK : nomem(err);
+    if (st == QP_OK && job->method == QP_CALIB_AUTO && !(ac = calloc(n_pl ? n_pl : 1, sizeof *ac)))
+        st = nomem(err);
+    for (size_t i = 0; st == QP_OK && i < n_pl; i++) {
+        const struct qp_qedge *e = &job->pl->edges[i];
+        if (!reusable(job, e->tensor))
+            st = qp_placement_add_edge(sub, e->tensor, e->node, e->input, e->reason, err);
+    }
+    if (st == QP_OK && sub->n_edges) {
+        st = calibrate_placement(job, sub, r, &fresh, &fc, err);
+    } else if (st == QP_OK) { /* nothing changed: no pass at all */
+        r->n_calib_batches = job->kept_batches;
+        r->n_calib_samples = job->kept_samples;
+    }
+    n_fresh = fresh ? qp_ranges_count(fresh) : 0;
+    for (size_t i = 0; st == QP_OK && i < n_fresh; i++)
+        st = add_range(all, ac, fresh, fc, i, NULL, err);
+    for (size_t i = 0; st == QP_OK && i < qp_ranges_count(job->kept_ranges); i++)
+        if (reusable(job, qp_ranges_at(job->kept_ranges, i)->tensor) &&
+            placement_has_tensor(job->pl, qp_ranges_at(job->kept_ranges, i)->tensor))
+            st = add_range(all, ac, job->kept_ranges, job->kept_choice, i, r, err);
+    qp_placement_free(sub);
+    qp_ranges_free(fresh);
+    free(fc);
+    if (st != QP_OK) {
+        qp_ranges_free(all);
+        free(ac);
+        return st;
+    }
+    qp_log(QP_LOG_DEBUG,
+           "quantize: %zu tensors calibrated again after equalization, %zu ranges "
+           "taken from the run without it",
+           n_fresh, r->n_ranges_reused);
+    *ranges_out = all;
+    *choice_out = ac;
+    return QP_OK;
+}
+
+/* Calibrates the placement's tensors (calibrate_placement; calibrate_reusing in the equalized
+ * run) into *ranges_out and *choice_out. */
+static enum qp_status calibrate(const struct qp_quantize_job *job, struct qp_quantize_report *r,
+                                struct qp_ranges **ranges_out, struct auto_choice **choice_out,
+                                struct qp_error *err) {
+    *choice_out = NULL;
+    if (job->recalibrate && job->kept_ranges)
+        return calibrate_reusing(job, r, ranges_out, choice_out, err);
+    return calibrate_placement(job, job->pl, r, ranges_out, choice_out, err);
 }
 
 static void writer_options(const struct qp_quantize_job *job, const struct qp_ranges *ranges,
@@ -445,9 +579,10 @@ static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quanti
     r->eval_on_calibration = !job->ev;
     r->calibrated = !job->file_ranges;
     struct qp_ranges *ranges = NULL;
+    struct auto_choice *choice = NULL;
     struct qp_model *plain = NULL, *unclipped = NULL;
     double t = qp_clock_seconds();
-    if (r->calibrated) st = calibrate(job, r, &ranges, err);
+    if (r->calibrated) st = calibrate(job, r, &ranges, &choice, err);
     t = step_time("calibration", t);
     const struct qp_ranges *used = r->calibrated ? ranges : job->file_ranges;
     if (st == QP_OK && qp_sens_goal_set(&job->goal)) st = apply_budget(job, used, r, err);
@@ -473,7 +608,16 @@ static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quanti
     }
     qp_model_free(plain);
     qp_model_free(unclipped);
+    if (st == QP_OK && job->keep_ranges) { /* handed to the equalized run */
+        job->kept_ranges = ranges;
+        job->kept_choice = choice;
+        job->kept_batches = r->n_calib_batches;
+        job->kept_samples = r->n_calib_samples;
+        ranges = NULL;
+        choice = NULL;
+    }
     qp_ranges_free(ranges);
+    free(choice);
     return st;
 }
 
@@ -499,11 +643,51 @@ static enum qp_status check_equalization(unsigned bits, double alpha, int ranges
     return QP_OK;
 }
 
+/* Concat members share one range (collect.h, group_concat): a Concat with a marked input or
+ * output has all of them marked, until nothing changes. */
+static void close_over_concat(const struct qp_graph *g, unsigned char *mark) {
+    for (int again = 1; again;) {
+        again = 0;
+        for (size_t k = 0; k < g->n_topo; k++) {
+            const struct qp_node *n = &g->nodes[g->topo[k]];
+            if (!qp_node_is(n, "Concat") || n->n_outputs < 1 || n->outputs[0] < 0) continue;
+            int any = mark[n->outputs[0]];
+            for (int j = 0; j < n->n_inputs && !any; j++)
+                any = n->inputs[j] >= 0 && mark[n->inputs[j]];
+            if (!any) continue;
+            for (int j = -1; j < n->n_inputs; j++) {
+                int v = j < 0 ? n->outputs[0] : n->inputs[j];
+                if (v >= 0 && !mark[v]) mark[v] = again = 1;
+            }
+        }
+    }
+}
+
+/* The equalized run calibrates again only what the plan changed (job->recalibrate, over mf as
+ * rescaled) and takes the other ranges from the run without equalization (b's, moved here). */
+static enum qp_status reuse_plain_ranges(struct qp_quantize_job *job, struct qp_quantize_job *b,
+                                         const struct qp_equalize_plan *plan,
+                                         struct qp_error *err) {
+    const struct qp_graph *g = job->mf->graph;
+    if (!(job->recalibrate = malloc(g->n_values ? g->n_values : 1))) return nomem(err);
+    enum qp_status st = qp_equalize_changed(plan, g, job->recalibrate, err);
+    if (st != QP_OK) return st;
+    close_over_concat(g, job->recalibrate);
+    job->kept_ranges = b->kept_ranges;
+    job->kept_choice = b->kept_choice;
+    job->kept_batches = b->kept_batches;
+    job->kept_samples = b->kept_samples;
+    b->kept_ranges = NULL;
+    b->kept_choice = NULL;
+    return QP_OK;
+}
+
 /* Equalization before placement (a weight copied for one pair is then what the placement
  * sees): first the plain quantization of the unequalized model (its own placement, calibration
  * and writer, on shallow clones; no budget, no bias correction), kept with the float model as
  * it was (job->before_mq, before_mf) for the "before" drift that the final drift pass measures,
- * then one plan on mf applied to both mf and mq. */
+ * then one plan on mf applied to both mf and mq, and the plain run's ranges handed on for the
+ * tensors the plan leaves unchanged (reuse_plain_ranges). */
 static enum qp_status equalize_models(struct qp_quantize_job *job, place_fn place,
                                       const void *place_user, struct qp_quantize_report *r,
                                       struct qp_error *err) {
@@ -513,6 +697,7 @@ static enum qp_status equalize_models(struct qp_quantize_job *job, place_fn plac
     b.goal = (struct qp_sens_budget_goal){.max_drift = -1, .min_top1 = 0}; /* plain: no budget */
     b.bias_correction = 0;                                                 /* nor correction */
     b.no_drift = 1; /* measured with the others' (measure_drift: one float run per batch) */
+    b.keep_ranges = 1;
     struct qp_quantize_report *r0 = calloc(1, sizeof *r0);
     struct qp_equalize_plan *plan = NULL;
     enum qp_status st = r0 ? QP_OK : nomem(err);
@@ -538,14 +723,17 @@ static enum qp_status equalize_models(struct qp_quantize_job *job, place_fn plac
         eo.alpha = job->smoothquant_alpha;
         eo.n_threads = job->n_threads;
         if ((st = qp_equalize_plan(job->mf, job->cal, &eo, &plan, &r->equalize, err)) == QP_OK &&
-            (st = qp_equalize_apply(plan, job->mf, err)) == QP_OK)
-            st = qp_equalize_apply(plan, job->mq, err);
+            (st = qp_equalize_apply(plan, job->mf, err)) == QP_OK &&
+            (st = qp_equalize_apply(plan, job->mq, err)) == QP_OK)
+            st = reuse_plain_ranges(job, &b, plan, err);
         step_time("equalization", t);
     }
     qp_equalize_plan_free(plan);
     qp_placement_free(b.pl);
     qp_model_free(b.mq);
     qp_model_free(b.mf);
+    qp_ranges_free(b.kept_ranges);
+    free(b.kept_choice);
     qp_quantize_report_free(r0);
     return st;
 }
@@ -1003,6 +1191,7 @@ static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantiz
         .n_auto_fallback = r->n_auto_fallback,
     };
     memcpy(s->auto_methods, r->auto_methods, sizeof s->auto_methods);
+    s->n_ranges_reused = r->n_ranges_reused;
     r->budget.excluded = NULL; /* moved into the summary */
     r->budget.n_excluded = 0;
     if (r->equalize) {

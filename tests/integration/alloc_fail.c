@@ -144,7 +144,9 @@ static enum qp_status phase_quantize(struct ctx *c, struct qp_error *err) {
     return run_quantize(&o, err);
 }
 
-/* quantize with --equalization all: the run without it, the plan and its application. */
+/* quantize with --equalization all: the run without it, the plan and its application, and the
+ * equalized run's calibration of what changed, merged with the ranges it keeps (auto's choices
+ * are recorded in phase_accuracy; with auto here the test would take minutes). */
 static enum qp_status phase_equalize(struct ctx *c, struct qp_error *err) {
     struct qp_quantize_options o;
     quantize_options(c, &o);

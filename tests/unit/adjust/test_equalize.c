@@ -565,6 +565,80 @@ static void test_smoothquant_residual_skipped(void **state) {
     qp_provider_free(p);
 }
 
+/* The values of m's graph the plan of `methods` changes (qp_equalize_changed), as a
+ * comma-separated list in value order, into buf. */
+static void changed_list(const struct qp_model *m, unsigned methods, struct qp_provider *data,
+                         char *buf, size_t cap) {
+    struct qp_error err = {0};
+    struct qp_equalize_options o;
+    qp_equalize_options_default(&o);
+    o.methods = methods;
+    o.n_threads = 1;
+    struct qp_equalize_plan *plan = NULL;
+    if (qp_equalize_plan(m, data, &o, &plan, NULL, &err) != QP_OK) fail_msg("%s", err.msg);
+    const struct qp_graph *g = m->graph;
+    unsigned char *mark = malloc(g->n_values);
+    assert_non_null(mark);
+    memset(mark, 7, g->n_values); /* every byte is set */
+    if (qp_equalize_changed(plan, g, mark, &err) != QP_OK) fail_msg("%s", err.msg);
+    buf[0] = 0;
+    for (size_t v = 0; v < g->n_values; v++) {
+        assert_true(mark[v] <= 1);
+        if (mark[v])
+            snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", *buf ? "," : "",
+                     g->values[v].name);
+    }
+    free(mark);
+    qp_equalize_plan_free(plan);
+}
+
+/* What a plan changes: from the node whose constants it divides to the one that multiplies the
+ * scale back (exclusive); that one's output and everything after it compute what they did. */
+static void test_changed_values(void **state) {
+    (void)state;
+    char got[512];
+    struct qp_model *m = conv_pair("Relu", 1, 0); /* conv1 -> bn (divided) -> act -> conv2 */
+    changed_list(m, QP_EQUALIZE_CLE, NULL, got, sizeof got);
+    assert_string_equal(got, "n1,a1");
+    qp_model_free(m);
+    m = conv_pair("Relu", 0, 1); /* conv1 (divided) -> act -> depthwise conv2 */
+    changed_list(m, QP_EQUALIZE_CLE, NULL, got, sizeof got);
+    assert_string_equal(got, "c1,a1");
+    qp_model_free(m);
+    m = conv_pair("HardSwish", 0, 0); /* skipped: nothing changes */
+    changed_list(m, QP_EQUALIZE_CLE, NULL, got, sizeof got);
+    assert_string_equal(got, "");
+    qp_model_free(m);
+    fill_sq();
+    struct qp_error err = {0};
+    struct qp_provider *p = NULL;
+    const char *names[] = {"x"};
+    assert_int_equal(qp_provider_callback_create(names, 1, 2, sq_batch, NULL, &p, &err), QP_OK);
+    m = ln_model(1, 0); /* ... Div -> Mul(gamma) -> Add(beta) -> two MatMuls */
+    changed_list(m, QP_EQUALIZE_SMOOTHQUANT, p, got, sizeof got);
+    assert_string_equal(got, "xg,h");
+    qp_model_free(m);
+    m = ln_model(0, 0);
+    changed_list(m, QP_EQUALIZE_ALL, p, got, sizeof got);
+    assert_string_equal(got, "h");
+    /* A graph without the plan's nodes: an error naming the node. */
+    struct qp_equalize_options o;
+    qp_equalize_options_default(&o);
+    o.methods = QP_EQUALIZE_CLE;
+    struct qp_equalize_plan *plan = NULL;
+    struct qp_model *cm = conv_pair("Relu", 0, 0);
+    assert_int_equal(qp_equalize_plan(cm, NULL, &o, &plan, NULL, &err), QP_OK);
+    unsigned char mark[64];
+    assert_true(m->graph->n_values <= sizeof mark);
+    assert_int_equal(qp_equalize_changed(plan, m->graph, mark, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "conv1"));
+    assert_int_equal(qp_equalize_changed(NULL, m->graph, mark, &err), QP_ERR_USAGE);
+    qp_equalize_plan_free(plan);
+    qp_model_free(cm);
+    qp_model_free(m);
+    qp_provider_free(p);
+}
+
 static void test_errors(void **state) {
     (void)state;
     struct qp_model *m = conv_pair("Relu", 0, 0);
@@ -602,6 +676,7 @@ int main(void) {
         cmocka_unit_test(test_smoothquant_layernorm),
         cmocka_unit_test(test_smoothquant_decomposed),
         cmocka_unit_test(test_smoothquant_residual_skipped),
+        cmocka_unit_test(test_changed_values),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
