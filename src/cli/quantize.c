@@ -455,10 +455,10 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
                r->calibration_source, r->method, (unsigned long long)r->n_calib_samples,
                (unsigned long long)r->n_calib_batches);
     if (r->calibrated && r->n_ranges_reused)
-        printf("  equalization left %zu of the placed tensors unchanged (up to float rounding): "
-               "their ranges are the run without equalization's, the other %zu were calibrated "
+        printf("  equalization left %zu of the calibrated tensors unchanged (up to float "
+               "rounding): their ranges are the run without equalization's; %zu were calibrated "
                "again\n",
-               r->n_ranges_reused, r->writer.n_tensors - r->n_ranges_reused);
+               r->n_ranges_reused, r->n_ranges_recalibrated);
     if (r->calibrated && o->method == QP_CALIB_AUTO)
         cli_print_auto(r->auto_methods, r->n_auto_fallback);
     else if (!r->calibrated)

@@ -380,10 +380,7 @@ static enum qp_status calibrate_reusing(const struct qp_quantize_job *job,
         free(ac);
         return st;
     }
-    qp_log(QP_LOG_DEBUG,
-           "quantize: %zu tensors calibrated again after equalization, %zu ranges "
-           "taken from the run without it",
-           n_fresh, r->n_ranges_reused);
+    r->n_ranges_recalibrated = n_fresh;
     *ranges_out = all;
     *choice_out = ac;
     return QP_OK;

@@ -126,8 +126,9 @@ struct qp_quantize_report {
     uint64_t n_calib_samples, n_calib_batches;
     size_t auto_methods[QP_CALIB_AUTO]; /* --calibration_method auto: tensors per method */
     size_t n_auto_fallback;             /* of them, entropy for want of a consumer to evaluate */
-    /* With equalization: ranges taken from the run without it (tensors it does not change) */
-    size_t n_ranges_reused;
+    /* With equalization: ranges taken from the run without it (tensors it does not change),
+     * and tensors calibrated again */
+    size_t n_ranges_reused, n_ranges_recalibrated;
     uint64_t n_eval_samples;
     int eval_on_calibration; /* 1: drift measured on the calibration data (in-sample) */
     int calibrated;          /* 0: the ranges came from --ranges_in / --calibration_cache_path */
