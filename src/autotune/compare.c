@@ -148,21 +148,18 @@ static enum qp_status check_race_options(const struct qp_latency_race_options *o
     return QP_OK;
 }
 
-/* One round: both models, the order alternating with the round (ABBA over two rounds). */
+/* One round: both models through qp_latency_measure_pair (run by run where the backend can,
+ * else one block each), which goes first alternating with the round (ABBA over two rounds). */
 static enum qp_status race_round(struct qp_latency_backend *backend, const char *cand,
                                  const char *best, size_t runs, struct qp_latency_race_result *r,
                                  struct qp_error *err) {
-    int cand_first = r->n_rounds % 2 == 0;
-    for (int k = 0; k < 2; k++) {
-        int is_cand = (k == 0) == cand_first;
-        double *dst = is_cand ? r->cand_ms + r->n_cand : r->best_ms + r->n_best;
-        enum qp_status st = qp_latency_measure(backend, is_cand ? cand : best, runs, dst, err);
-        if (st != QP_OK) return st;
-        if (is_cand)
-            r->n_cand += runs;
-        else
-            r->n_best += runs;
-    }
+    double *c = r->cand_ms + r->n_cand, *b = r->best_ms + r->n_best;
+    enum qp_status st = r->n_rounds % 2 == 0
+                            ? qp_latency_measure_pair(backend, cand, best, runs, c, b, err)
+                            : qp_latency_measure_pair(backend, best, cand, runs, b, c, err);
+    if (st != QP_OK) return st;
+    r->n_cand += runs;
+    r->n_best += runs;
     r->n_rounds++;
     return QP_OK;
 }

@@ -13,8 +13,10 @@
  * The normal approximation needs a few samples per side: with fewer than 4 on either side the
  * verdict is UNRESOLVED.
  *
- * qp_latency_race times a candidate and the current best *alternately*, round by round (ABBA
- * order, so a slow drift of the machine hits both), pools each side's samples and compares after
+ * qp_latency_race times a candidate and the current best *alternately*: within a round run by
+ * run where the backend keeps both models ready (builtin: qp_latency_measure_pair), else one
+ * block of runs each; which goes first alternates round by round (ABBA order), so a drift or a
+ * step of the machine's speed hits both. It pools each side's samples and compares after
  * every round from min_rounds on, until the verdict is resolved, max_rounds are done or the
  * time budget is spent. Looking after every round is a sequential test: to keep its overall
  * false-positive rate at most 1 - confidence, each look tests at (1 - confidence) / max_rounds

@@ -8,7 +8,8 @@
  *
  *   builtin  qplace's engine through the public session API (runtime/bench.h: deterministic
  *            inputs, warm-up, timed runs), Q/DQ models on the integer path by default; `detail`
- *            names the ISA the kernels run with (qp_session_isa).
+ *            names the ISA the kernels run with (qp_session_isa). It keeps two models' sessions
+ *            open to time them run by run in turn (measure_pair).
  *   trtexec  TensorRT's trtexec as a child process: --stronglyTyped, a timing cache, plugin
  *            libraries, the caller's extra arguments; the per-inference host latencies it prints
  *            with --avgRuns=1 are the samples (trtexec.h: the argv builder and the parser).
@@ -51,6 +52,13 @@ struct qp_latency_backend {
                               double *samples_ms, struct qp_error *err);
     /* Releases the backend (the struct included). */
     void (*free)(struct qp_latency_backend *b);
+    /* Optional (NULL: a backend that cannot hold two models ready at once, as trtexec and ort):
+     * times n_runs runs of each of two models in turn, run by run (a b, b a, a b, ...), after
+     * warming both up, into a_ms[0..n_runs) and b_ms[0..n_runs). Called through
+     * qp_latency_measure_pair, which checks the arguments and the samples. */
+    enum qp_status (*measure_pair)(struct qp_latency_backend *b, const char *a_path,
+                                   const char *b_path, size_t n_runs, double *a_ms, double *b_ms,
+                                   struct qp_error *err);
 };
 
 /* Times n_runs runs of `model_path` (borrowed for the call) on `b`. On success
@@ -62,6 +70,15 @@ struct qp_latency_backend {
  * loading and running the model return for builtin. */
 enum qp_status qp_latency_measure(struct qp_latency_backend *b, const char *model_path,
                                   size_t n_runs, double *samples_ms, struct qp_error *err);
+
+/* Times n_runs runs of each of `a_path` and `b_path` so that both meet the same machine: with
+ * the backend's measure_pair run by run (a b, b a, ...: a step in the machine's speed lands on
+ * both sides), else as two qp_latency_measure calls, a's first. On success a_ms and b_ms hold
+ * n_runs latencies each (finite, >= 0); on failure neither is touched. Statuses as
+ * qp_latency_measure. */
+enum qp_status qp_latency_measure_pair(struct qp_latency_backend *b, const char *a_path,
+                                       const char *b_path, size_t n_runs, double *a_ms,
+                                       double *b_ms, struct qp_error *err);
 
 /* NULL-safe. */
 void qp_latency_backend_free(struct qp_latency_backend *b);

@@ -195,6 +195,84 @@ static double negative_sample(void *ctx, const char *model_path, size_t k) {
     return k == 2 ? -1 : 5;
 }
 
+/* A machine whose speed steps: every latency doubles from the step_at-th run on (runs of both
+ * models counted together). The candidate takes 9 ms, the best 10 ms. With measure_pair the
+ * backend times them run by run, as builtin does; without it, one block each (trtexec, ort). */
+struct stepper {
+    struct qp_latency_backend base;
+    size_t k, step_at;
+    int pairs, cand_first, singles;
+};
+
+static double step_ms(struct stepper *s, const char *path) {
+    double ms = strstr(path, "cand") ? 9.0 : 10.0;
+    return s->k++ >= s->step_at ? 2 * ms : ms;
+}
+
+static enum qp_status stepper_measure(struct qp_latency_backend *b, const char *path, size_t n,
+                                      double *ms, struct qp_error *err) {
+    (void)err;
+    struct stepper *s = (struct stepper *)b;
+    s->singles++;
+    for (size_t i = 0; i < n; i++)
+        ms[i] = step_ms(s, path);
+    return QP_OK;
+}
+
+static enum qp_status stepper_pair(struct qp_latency_backend *b, const char *a, const char *c,
+                                   size_t n, double *a_ms, double *c_ms, struct qp_error *err) {
+    (void)err;
+    struct stepper *s = (struct stepper *)b;
+    s->pairs++;
+    s->cand_first += strstr(a, "cand") != NULL;
+    for (size_t i = 0; i < n; i++) {
+        a_ms[i] = step_ms(s, a);
+        c_ms[i] = step_ms(s, c);
+    }
+    return QP_OK;
+}
+
+/* A step in the middle of round two: timed run by run it falls on both sides and the faster
+ * candidate wins; timed in blocks it falls on the candidate's block alone, which then looks
+ * slower. The pair's order alternates with the round. */
+static void test_race_run_by_run(void **state) {
+    (void)state;
+    struct qp_error err = {0};
+    struct qp_latency_race_options o;
+    qp_latency_race_options_default(&o);
+    o.min_rounds = 2;
+    o.max_rounds = 4;
+    struct qp_latency_race_result r;
+    struct stepper s = {
+        .base = {.name = "stepper", .measure = stepper_measure, .measure_pair = stepper_pair},
+        .step_at = 30};
+    assert_int_equal(qp_latency_race(&s.base, "cand.onnx", "best.onnx", &o, &r, &err), QP_OK);
+    assert_int_equal(r.verdict.verdict, QP_LATENCY_FASTER);
+    assert_int_equal(r.n_rounds, 2);
+    assert_int_equal(s.pairs, 2);
+    assert_int_equal(s.cand_first, 1); /* round 1 candidate first, round 2 best first */
+    assert_int_equal(s.singles, 0);
+    size_t slow = 0;
+    for (size_t i = 0; i < r.n_cand; i++)
+        slow += r.cand_ms[i] > 10;
+    assert_int_equal(slow, 5);
+    qp_latency_race_result_release(&r);
+    struct stepper blocks = {.base = {.name = "stepper", .measure = stepper_measure},
+                             .step_at = 30};
+    assert_int_equal(qp_latency_race(&blocks.base, "cand.onnx", "best.onnx", &o, &r, &err), QP_OK);
+    assert_int_not_equal(r.verdict.verdict, QP_LATENCY_FASTER);
+    assert_int_equal(blocks.singles, 2 * (int)r.n_rounds);
+    qp_latency_race_result_release(&r);
+    /* The pair's argument checks; its samples land on their sides. */
+    double a[2] = {42, 42}, c[2] = {42, 42};
+    s.k = 0;
+    s.step_at = 0;
+    assert_int_equal(qp_latency_measure_pair(&s.base, "cand", "best", 0, a, c, &err), QP_ERR_USAGE);
+    assert_int_equal(qp_latency_measure_pair(&s.base, "cand", NULL, 2, a, c, &err), QP_ERR_USAGE);
+    assert_int_equal(qp_latency_measure_pair(&s.base, "cand", "best", 2, a, c, &err), QP_OK);
+    assert_true(a[0] == 18 && c[0] == 20);
+}
+
 /* A backend failure reaches the caller; its array is written only on success. */
 static void test_measure_errors(void **state) {
     (void)state;
@@ -227,6 +305,7 @@ int main(void) {
         cmocka_unit_test(test_race_clearly_faster),
         cmocka_unit_test(test_race_equal_unresolved),
         cmocka_unit_test(test_race_false_positive_rate),
+        cmocka_unit_test(test_race_run_by_run),
         cmocka_unit_test(test_measure_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

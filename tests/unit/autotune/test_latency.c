@@ -52,6 +52,17 @@ static void test_builtin(void **state) {
     assert_int_equal(qp_latency_measure(b, SRC "/no/such.onnx", 2, keep, &err), QP_ERR_IO);
     assert_non_null(strstr(err.msg, "latency: builtin: '"));
     assert_true(keep[0] == -1);
+    /* Two models in turn, run by run (both sessions open): samples for each; a missing second
+     * model is the loader's error naming it, and neither array is written. */
+    double pa[5] = {0}, pb[5] = {0}, kb[2] = {-1, -1};
+    assert_non_null(b->measure_pair);
+    assert_int_equal(qp_latency_measure_pair(b, SMALL, SMALL, 5, pa, pb, &err), QP_OK);
+    check_samples(pa, 5);
+    check_samples(pb, 5);
+    assert_int_equal(qp_latency_measure_pair(b, SMALL, SRC "/no/such.onnx", 2, keep, kb, &err),
+                     QP_ERR_IO);
+    assert_non_null(strstr(err.msg, "no/such.onnx"));
+    assert_true(keep[0] == -1 && kb[0] == -1);
     qp_latency_backend_free(b);
     /* Without the shape the dynamic dim is a usage error naming it. */
     o.shapes = NULL;
