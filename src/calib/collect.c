@@ -208,8 +208,9 @@ static int uf_find(int *parent, int i) {
     return i;
 }
 
-/* Joins the inputs and the output of every Concat among the given slots (transitively) into
- * parent[] (size n_slots). `have` (may be NULL: all) limits it to slots with statistics. */
+/* Joins the inputs and the output of every Concat among the given slots (transitively; the
+ * rule qp_collect_concat_close applies to values) into parent[] (size n_slots). `have` (may be
+ * NULL: all) limits it to slots with statistics. */
 static void concat_union(const struct qp_collector *c, int *parent, const int *have) {
     const struct qp_graph *g = c->g;
     for (size_t i = 0; i < c->n_slots; i++)
@@ -786,6 +787,24 @@ int qp_collector_auto_choice(const struct qp_collector *c, const char *tensor, i
     if (i < 0) return -1;
     if (fallback && c->chosen[i] >= 0) *fallback = c->fallback[i];
     return c->chosen[i];
+}
+
+void qp_collect_concat_close(const struct qp_graph *g, unsigned char *mark) {
+    for (int again = 1; again;) {
+        again = 0;
+        for (size_t k = 0; k < g->n_topo; k++) {
+            const struct qp_node *n = &g->nodes[g->topo[k]];
+            if (!is_onnx_op(n, "Concat") || n->n_outputs < 1 || n->outputs[0] < 0) continue;
+            int any = mark[n->outputs[0]];
+            for (int j = 0; j < n->n_inputs && !any; j++)
+                any = n->inputs[j] >= 0 && mark[n->inputs[j]];
+            if (!any) continue;
+            for (int j = -1; j < n->n_inputs; j++) {
+                int v = j < 0 ? n->outputs[0] : n->inputs[j];
+                if (v >= 0 && !mark[v]) mark[v] = again = 1;
+            }
+        }
+    }
 }
 
 /* ---- all in one ---------------------------------------------------------------------------- */

@@ -135,6 +135,12 @@ enum qp_status qp_collector_finish(struct qp_collector *c, struct qp_ranges **ou
  * evaluated range (not calibrated, a pinned Softmax output) or the method is not auto. */
 int qp_collector_auto_choice(const struct qp_collector *c, const char *tensor, int *fallback);
 
+/* Concat groups (o.group_concat joins the inputs and output of each Concat, transitively):
+ * marks (mark[v] per value of g, a sorted graph) every value joined to a marked one, so that a
+ * caller calibrating a subset of tensors calibrates whole groups (quantize after equalization). */
+struct qp_graph;
+void qp_collect_concat_close(const struct qp_graph *g, unsigned char *mark);
+
 /* ---- all in one ---------------------------------------------------------------------------- */
 
 /* Calibrates `model` on every batch of `provider` (both borrowed; the provider is reset first

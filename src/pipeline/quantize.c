@@ -265,7 +265,8 @@ static enum qp_status record_choices(const struct qp_collector *col, const struc
 }
 
 /* Calibrates the tensors of placement `pl` on every batch of job->cal into *ranges_out, with
- * auto's choice per range into *choice_out (NULL unless auto). */
+ * auto's choice per range into *choice_out when choice_out is not NULL (*choice_out NULL unless
+ * the method is auto). */
 static enum qp_status calibrate_placement(const struct qp_quantize_job *job,
                                           const struct qp_placement *pl,
                                           struct qp_quantize_report *r,
@@ -307,7 +308,7 @@ static enum qp_status calibrate_placement(const struct qp_quantize_job *job,
     if (st == QP_OK && (st = qp_collector_finish(col, ranges_out, &rep, err)) == QP_OK) {
         memcpy(r->auto_methods, rep.n_auto, sizeof r->auto_methods);
         r->n_auto_fallback = rep.n_auto_fallback;
-        if (job->method == QP_CALIB_AUTO &&
+        if (choice_out && job->method == QP_CALIB_AUTO &&
             (st = record_choices(col, *ranges_out, choice_out, err)) != QP_OK) {
             qp_ranges_free(*ranges_out);
             *ranges_out = NULL;
@@ -325,75 +326,70 @@ static int reusable(const struct qp_quantize_job *job, const char *tensor) {
     return v >= 0 && !job->recalibrate[v] && qp_ranges_find(job->kept_ranges, tensor);
 }
 
-/* Adds to `to` (and its choices `tc`, aligned; NULL: none) range i of `from` (choices `fc`;
- * NULL: none); with `r` (a reused range) counts it and its auto choice there. */
-static enum qp_status add_range(struct qp_ranges *to, struct auto_choice *tc,
-                                const struct qp_ranges *from, const struct auto_choice *fc,
-                                size_t i, struct qp_quantize_report *r, struct qp_error *err) {
+/* Adds to `to` range i of `from` (auto choices `fc`, aligned with it; NULL: none) unless `to`
+ * has the tensor; with `r` (a reused range) counts it and its auto choice there. */
+static enum qp_status add_range(struct qp_ranges *to, const struct qp_ranges *from,
+                                const struct auto_choice *fc, size_t i,
+                                struct qp_quantize_report *r, struct qp_error *err) {
     if (qp_ranges_find(to, qp_ranges_at(from, i)->tensor)) return QP_OK;
-    struct auto_choice c = fc ? fc[i] : (struct auto_choice){-1, 0};
-    if (tc) tc[qp_ranges_count(to)] = c;
     if (r) {
         r->n_ranges_reused++;
-        if (c.method >= 0) r->auto_methods[c.method]++;
-        if (c.method >= 0) r->n_auto_fallback += c.fallback;
+        if (fc && fc[i].method >= 0) {
+            r->auto_methods[fc[i].method]++;
+            r->n_auto_fallback += fc[i].fallback;
+        }
     }
     return qp_ranges_set(to, qp_ranges_at(from, i), err);
 }
 
 /* The equalized run's calibration (job->recalibrate): the placement's tensors the equalization
  * changed, or that the run without it has no range for, calibrated on every batch; the others'
- * ranges and auto choices copied from that run (r->n_ranges_reused of them). */
+ * ranges copied from that run, and with auto their choices counted (r->n_ranges_reused of
+ * them). */
 static enum qp_status calibrate_reusing(const struct qp_quantize_job *job,
                                         struct qp_quantize_report *r, struct qp_ranges **ranges_out,
-                                        struct auto_choice **choice_out, struct qp_error *err) {
+                                        struct qp_error *err) {
     struct qp_placement *sub = qp_placement_create();
     struct qp_ranges *fresh = NULL, *all = qp_ranges_create();
-    struct auto_choice *fc = NULL, *ac = NULL;
-    size_t n_pl = job->pl->n_edges, n_fresh = 0;
+    size_t n_fresh = 0;
     enum qp_status st = sub && all ? QP_OK : nomem(err);
-    if (st == QP_OK && job->method == QP_CALIB_AUTO && !(ac = calloc(n_pl ? n_pl : 1, sizeof *ac)))
-        st = nomem(err);
-    for (size_t i = 0; st == QP_OK && i < n_pl; i++) {
+    for (size_t i = 0; st == QP_OK && i < job->pl->n_edges; i++) {
         const struct qp_qedge *e = &job->pl->edges[i];
         if (!reusable(job, e->tensor))
             st = qp_placement_add_edge(sub, e->tensor, e->node, e->input, e->reason, err);
     }
     if (st == QP_OK && sub->n_edges) {
-        st = calibrate_placement(job, sub, r, &fresh, &fc, err);
+        st = calibrate_placement(job, sub, r, &fresh, NULL, err);
     } else if (st == QP_OK) { /* nothing changed: no pass at all */
         r->n_calib_batches = job->kept_batches;
         r->n_calib_samples = job->kept_samples;
     }
     n_fresh = fresh ? qp_ranges_count(fresh) : 0;
     for (size_t i = 0; st == QP_OK && i < n_fresh; i++)
-        st = add_range(all, ac, fresh, fc, i, NULL, err);
+        st = add_range(all, fresh, NULL, i, NULL, err);
     for (size_t i = 0; st == QP_OK && i < qp_ranges_count(job->kept_ranges); i++)
         if (reusable(job, qp_ranges_at(job->kept_ranges, i)->tensor) &&
             placement_has_tensor(job->pl, qp_ranges_at(job->kept_ranges, i)->tensor))
-            st = add_range(all, ac, job->kept_ranges, job->kept_choice, i, r, err);
+            st = add_range(all, job->kept_ranges, job->kept_choice, i, r, err);
     qp_placement_free(sub);
     qp_ranges_free(fresh);
-    free(fc);
     if (st != QP_OK) {
         qp_ranges_free(all);
-        free(ac);
         return st;
     }
     r->n_ranges_recalibrated = n_fresh;
     *ranges_out = all;
-    *choice_out = ac;
     return QP_OK;
 }
 
 /* Calibrates the placement's tensors (calibrate_placement; calibrate_reusing in the equalized
- * run) into *ranges_out and *choice_out. */
+ * run, whose choices nobody keeps) into *ranges_out, and auto's choices into *choice_out when
+ * it is not NULL (the run without equalization hands them on). */
 static enum qp_status calibrate(const struct qp_quantize_job *job, struct qp_quantize_report *r,
                                 struct qp_ranges **ranges_out, struct auto_choice **choice_out,
                                 struct qp_error *err) {
-    *choice_out = NULL;
-    if (job->recalibrate && job->kept_ranges)
-        return calibrate_reusing(job, r, ranges_out, choice_out, err);
+    if (choice_out) *choice_out = NULL;
+    if (job->recalibrate && job->kept_ranges) return calibrate_reusing(job, r, ranges_out, err);
     return calibrate_placement(job, job->pl, r, ranges_out, choice_out, err);
 }
 
@@ -579,7 +575,7 @@ static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quanti
     struct auto_choice *choice = NULL;
     struct qp_model *plain = NULL, *unclipped = NULL;
     double t = qp_clock_seconds();
-    if (r->calibrated) st = calibrate(job, r, &ranges, &choice, err);
+    if (r->calibrated) st = calibrate(job, r, &ranges, job->keep_ranges ? &choice : NULL, err);
     t = step_time("calibration", t);
     const struct qp_ranges *used = r->calibrated ? ranges : job->file_ranges;
     if (st == QP_OK && qp_sens_goal_set(&job->goal)) st = apply_budget(job, used, r, err);
@@ -640,26 +636,6 @@ static enum qp_status check_equalization(unsigned bits, double alpha, int ranges
     return QP_OK;
 }
 
-/* Concat members share one range (collect.h, group_concat): a Concat with a marked input or
- * output has all of them marked, until nothing changes. */
-static void close_over_concat(const struct qp_graph *g, unsigned char *mark) {
-    for (int again = 1; again;) {
-        again = 0;
-        for (size_t k = 0; k < g->n_topo; k++) {
-            const struct qp_node *n = &g->nodes[g->topo[k]];
-            if (!qp_node_is(n, "Concat") || n->n_outputs < 1 || n->outputs[0] < 0) continue;
-            int any = mark[n->outputs[0]];
-            for (int j = 0; j < n->n_inputs && !any; j++)
-                any = n->inputs[j] >= 0 && mark[n->inputs[j]];
-            if (!any) continue;
-            for (int j = -1; j < n->n_inputs; j++) {
-                int v = j < 0 ? n->outputs[0] : n->inputs[j];
-                if (v >= 0 && !mark[v]) mark[v] = again = 1;
-            }
-        }
-    }
-}
-
 /* The equalized run calibrates again only what the plan changed (job->recalibrate, over mf as
  * rescaled) and takes the other ranges from the run without equalization (b's, moved here). */
 static enum qp_status reuse_plain_ranges(struct qp_quantize_job *job, struct qp_quantize_job *b,
@@ -669,7 +645,7 @@ static enum qp_status reuse_plain_ranges(struct qp_quantize_job *job, struct qp_
     if (!(job->recalibrate = malloc(g->n_values ? g->n_values : 1))) return nomem(err);
     enum qp_status st = qp_equalize_changed(plan, g, job->recalibrate, err);
     if (st != QP_OK) return st;
-    close_over_concat(g, job->recalibrate);
+    qp_collect_concat_close(g, job->recalibrate);
     job->kept_ranges = b->kept_ranges;
     job->kept_choice = b->kept_choice;
     job->kept_batches = b->kept_batches;
