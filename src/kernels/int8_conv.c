@@ -58,7 +58,7 @@ struct i8_entry {
  * 1.5 / 1.8 ms per run, rec and det best at 2^21 too. The thread count of every run is then the
  * same for the node, so results do not depend on the session's. */
 #define I8_SMALL_MACS (1 << 21)
-/* The AVX2 depthwise kernel (int16 pair sums, one output pixel at a time) does several times
+/* The AVX2 depthwise kernel (float sums, four output pixels at a time) does several times
  * fewer multiply-adds a cycle than the GEMMs, so it takes the second thread from 2^18: the
  * depthwise convolutions of PaddleOCR rec (16-480 channels, 3x3 and 5x5) 2.8 -> 2.6 ms per run
  * on an AVX2 EPYC, 2 threads. */
@@ -615,7 +615,7 @@ static enum qp_status pack_avx2(struct qp_kprep *p, const struct i8_state *s, co
                                 void *to) {
     const struct qp_conv_state *g = kgeo(s);
     if (s->avx2 == AVX2_DEPTHWISE) {
-        qp_i8g_dw_pack(w, g->c, g->k_sz, (uint8_t)s->io.xzp, to);
+        qp_i8g_dw_pack(w, g->c, g->k_sz, to);
         return QP_OK;
     }
     int64_t k = g->c * g->k_sz;
@@ -680,9 +680,10 @@ static size_t plan_scratch_avx2(struct i8_state *s) {
     int dt = qp_dnnl_default_threads();
     s->col_threads = dt < 1 ? 1 : dt > 64 ? 64 : dt;
     s->chunked = s->avx2 == AVX2_IM2COL && qp_i8g_conv_gemm_pays(g->c * g->k_sz, g->m);
-    size_t col = s->chunked               ? qp_i8g_conv_gemm_scratch(g, s->ldk, s->col_threads)
-                 : s->avx2 == AVX2_IM2COL ? (size_t)(g->n * g->out_sz) * (size_t)s->ldk
-                                          : 0;
+    size_t col = s->chunked                  ? qp_i8g_conv_gemm_scratch(g, s->ldk, s->col_threads)
+                 : s->avx2 == AVX2_IM2COL    ? (size_t)(g->n * g->out_sz) * (size_t)s->ldk
+                 : s->avx2 == AVX2_DEPTHWISE ? qp_i8g_dw_scratch_bytes(g)
+                                             : 0;
     s->off_src = 0;
     s->off_dst = qp_dnnl_align(a);
     s->off_res = s->off_dst + qp_dnnl_align(b);
@@ -1050,7 +1051,7 @@ static enum qp_status run_avx2(const struct qp_krun *r) {
                            g->m};
     if (s->io.has_res) residual_avx2(s, r, &e, nt);
     if (s->avx2 == AVX2_DEPTHWISE) {
-        qp_i8g_depthwise(isa, g, x, sgn, s->io.xzp, blob + s->off_pack, &e, nt);
+        qp_i8g_depthwise(isa, g, x, sgn, s->io.xzp, blob + s->off_pack, scr + s->off_col, &e, nt);
     } else {
         struct qp_i8g_b b;
         qp_i8g_b_view(blob + s->off_pack, g->c * g->k_sz, g->m, &b);

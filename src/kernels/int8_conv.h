@@ -34,7 +34,8 @@
  *     sign(w) x), else vpmaddwd on int16, and the reference's epilogue arithmetic vectorized:
  *     the same bytes as the reference path. Group 1 convolutions (1x1 as a GEMM on the
  * channels-last source, the others through an int8 im2col) and depthwise ones (group == channels ==
- * outputs, a direct channels-last kernel); other groups take the next path.
+ * outputs, a direct channels-last kernel summing exactly in float32); other groups take the next
+ * path.
  *   - QP_INT8_PATH_DNNL_F32: oneDNN's convolution in float on the dequantized values (AVX2
  *     without VNNI where the AVX2 path does not take the geometry, or below AVX2; exact in the
  *     sense that matters: no saturation, float rounding only).

@@ -69,62 +69,34 @@ void qp_i8g_b_view(const void *packed, int64_t k, int64_t n, struct qp_i8g_b *b)
     b->n = n;
 }
 
-/* Depthwise: blocks of 16 channels; per block and pair of kernel positions (k0 = 2 pp, k1 =
- * k0 + 1), 32 int16 in the order the AVX2 kernel's unpacklo / unpackhi of the two positions'
- * channels give: element e is channel 8 L + 4 h + u / 2 at position k0 + u % 2, for h = e / 16,
- * L = e / 8 % 2, u = e % 8. Then the per-channel weight sums (int32) and the zero point's row
- * (bytes), both padded to the 16-channel blocks. */
-static int64_t dw_pairs(int64_t k_sz) {
-    return (k_sz + 1) / 2;
-}
-
+/* Depthwise: blocks of 16 channels; per block and kernel position, the 16 channels' weights as
+ * floats (zero beyond c). The kernel sums in float32, which is exact here: every product
+ * (x - zp) * w is an integer of at most 255 * 128 in magnitude, and every partial sum of at
+ * most DW_MAX_K of them stays below 2^24, where float32 holds every integer, so each
+ * multiply-add rounds nothing and the order of the sums does not matter. */
 size_t qp_i8g_dw_pack_bytes(int64_t c, int64_t k_sz) {
     if (c < 1 || c > (INT64_C(1) << 40) || k_sz < 1 || k_sz > DW_MAX_K) return 0;
-    size_t cp = (size_t)qp_i8g_npad(c), w, total;
-    if (!qp_size_mul3(cp, (size_t)dw_pairs(k_sz), 2 * sizeof(int16_t), &w) ||
-        !qp_size_add(w, cp * (sizeof(int32_t) + 1), &total))
+    size_t w;
+    if (!qp_size_mul3((size_t)qp_i8g_npad(c), (size_t)k_sz, sizeof(float), &w)) return 0;
+    return w;
+}
+
+void qp_i8g_dw_pack(const int8_t *w, int64_t c, int64_t k_sz, void *packed) {
+    float *wf = packed;
+    memset(packed, 0, qp_i8g_dw_pack_bytes(c, k_sz));
+    for (int64_t ch = 0; ch < c; ch++)
+        for (int64_t k = 0; k < k_sz; k++)
+            wf[(ch / NR * k_sz + k) * NR + ch % NR] = (float)w[ch * k_sz + k];
+}
+
+/* The source as floats x - zp, one row of npad(c) per pixel (channels beyond c 0), then one
+ * row of zeros that kernel positions in the padding read. */
+size_t qp_i8g_dw_scratch_bytes(const struct qp_conv_state *g) {
+    size_t rows, total;
+    if (!qp_size_mul((size_t)g->n, (size_t)g->in_sz, &rows) ||
+        !qp_size_mul3(rows + 1, (size_t)qp_i8g_npad(g->c), sizeof(float), &total))
         return 0;
     return total;
-}
-
-/* Where channel ch's weight at kernel position kpos sits within its block's pair. */
-static int64_t dw_index(int64_t ch, int64_t kpos) {
-    int64_t cl = ch % 16, lane = cl / 8, h = cl % 8 / 4, u = cl % 4 * 2 + kpos % 2;
-    return h * 16 + lane * 8 + u;
-}
-
-void qp_i8g_dw_pack(const int8_t *w, int64_t c, int64_t k_sz, uint8_t zp_byte, void *packed) {
-    int64_t cp = qp_i8g_npad(c), npair = dw_pairs(k_sz);
-    memset(packed, 0, qp_i8g_dw_pack_bytes(c, k_sz));
-    int16_t *w16 = packed;
-    int32_t *wsum = (int32_t *)(w16 + cp * npair * 2);
-    uint8_t *zrow = (uint8_t *)(wsum + cp);
-    for (int64_t ch = 0; ch < c; ch++) {
-        int32_t s = 0;
-        for (int64_t k = 0; k < k_sz; k++) {
-            w16[(ch / 16 * npair + k / 2) * 32 + dw_index(ch, k)] = w[ch * k_sz + k];
-            s += w[ch * k_sz + k];
-        }
-        wsum[ch] = s;
-    }
-    memset(zrow, zp_byte, (size_t)cp);
-}
-
-struct dw_view {
-    const int16_t *w;
-    const int32_t *wsum;
-    const uint8_t *zrow;
-    int64_t npair;
-};
-
-static struct dw_view dw_view(const void *packed, int64_t c, int64_t k_sz) {
-    struct dw_view v;
-    int64_t cp = qp_i8g_npad(c);
-    v.npair = dw_pairs(k_sz);
-    v.w = packed;
-    v.wsum = (const int32_t *)(v.w + cp * v.npair * 2);
-    v.zrow = (const uint8_t *)(v.wsum + cp);
-    return v;
 }
 
 /* ---- the epilogue, one element (the reference's arithmetic) ------------------------------- */
@@ -162,7 +134,7 @@ static void store_one(const struct qp_i8g_epi *e, int64_t at, float v) {
 /* Row i, column j from the sum of x * w (before the zero point). */
 static void epi_one(const struct epi_ctx *c, int64_t i, int64_t j, int64_t sum) {
     const struct qp_i8g_epi *e = c->e;
-    int32_t acc = (int32_t)(sum - (int64_t)c->zp * c->colsum[j]);
+    int32_t acc = (int32_t)(c->zp ? sum - (int64_t)c->zp * c->colsum[j] : sum);
     if (!e->io) {
         ((int32_t *)e->y)[i * e->ldy + j] = acc;
         return;
@@ -199,14 +171,13 @@ static void tile_c(const struct job *jb, int64_t i0, int mr, int64_t p) {
     }
 }
 
-static void dw_row_c(const struct qp_conv_state *g, const uint8_t *const *px, int is_signed,
-                     const struct dw_view *v, const struct epi_ctx *ctx, int64_t row) {
+/* One output pixel's depthwise sums: px[k] the float source row of kernel position k. */
+static void dw_row_c(const struct qp_conv_state *g, const float *const *px, const float *wf,
+                     const struct epi_ctx *ctx, int64_t row) {
     for (int64_t ch = 0; ch < g->c; ch++) {
         int64_t acc = 0;
-        for (int64_t k = 0; k < g->k_sz; k++) {
-            int32_t x = is_signed ? (int8_t)px[k][ch] : px[k][ch];
-            acc += x * v->w[(ch / 16 * v->npair + k / 2) * 32 + dw_index(ch, k)];
-        }
+        for (int64_t k = 0; k < g->k_sz; k++)
+            acc += (int64_t)px[k][ch] * (int64_t)wf[(ch / NR * g->k_sz + k) * NR + ch % NR];
         epi_one(ctx, row, ch, acc);
     }
 }
@@ -641,60 +612,74 @@ AVX static unsigned range_avx2(const uint8_t *x, size_t n) {
     return (any_top ? 0u : QP_I8G_BELOW_128) | (any_min ? 0u : QP_I8G_NO_MIN);
 }
 
-/* 16 channels' bytes at p (fewer when only `left` remain: the rest 0), widened to int16. */
-AVX_INLINE __m256i dw_load(int is_signed, const uint8_t *p, int64_t left) {
-    return ext16(is_signed, left >= 16 ? _mm_loadu_si128((const __m128i *)p) : load_part(p, left));
-}
-
-/* The depthwise sums of nq (1 or MR) consecutive output pixels, rows row .. row + nq - 1:
- * pixel q reads px[k] + q * step (nq > 1 only where every kernel position of the nq pixels lies
- * inside the image along the last axis; a padding row, zrow, stays zrow). Each pair's weights
- * are loaded once for the nq pixels, their sums are independent chains, and one epilogue tile
- * of nq rows stores them. Inlined with nq a constant, so each case compiles on its own. */
-AVX_INLINE void dw_rows(const struct qp_conv_state *g, const uint8_t *const *px,
-                        const uint8_t *zrow, int64_t step, int is_signed, const struct dw_view *v,
-                        const struct epi_ctx *ctx, int64_t row, const int nq) {
+/* The depthwise sums of nq (1 or MR) consecutive output pixels, rows row .. row + nq - 1, in
+ * float multiply-adds (exact: qp_i8g_dw_pack): pixel q reads px[k] + q * step (nq > 1 only
+ * where every kernel position of the nq pixels lies inside the image along the last axis; the
+ * padding row, zrow, stays zrow). Each position's 16 weights are loaded once for the nq pixels,
+ * whose 2 nq sums are independent chains; one epilogue tile of nq rows stores them. Inlined
+ * with nq a constant, so each case compiles on its own. */
+AVX_INLINE void dw_rows(const struct qp_conv_state *g, const float *const *px, const float *zrow,
+                        int64_t step, const float *wf, const struct epi_ctx *ctx, int64_t row,
+                        const int nq) {
     int64_t ks = g->k_sz;
-    for (int64_t c0 = 0; c0 < g->c; c0 += 16) {
+    for (int64_t c0 = 0; c0 < g->c; c0 += NR) {
         int64_t left = g->c - c0;
-        __m256i lo[MR], hi[MR];
+        __m256 lo[MR], hi[MR];
         for (int q = 0; q < nq; q++)
-            lo[q] = hi[q] = _mm256_setzero_si256();
-        const int16_t *wb = v->w + c0 / 16 * v->npair * 32;
-        for (int64_t pp = 0; pp < v->npair; pp++) {
-            const uint8_t *p0 = px[2 * pp], *p1 = 2 * pp + 1 < ks ? px[2 * pp + 1] : p0;
-            int64_t s0 = p0 == zrow ? 0 : step, s1 = p1 == zrow ? 0 : step;
-            __m256i wl = _mm256_loadu_si256((const __m256i *)(wb + pp * 32));
-            __m256i wh = _mm256_loadu_si256((const __m256i *)(wb + pp * 32 + 16));
+            lo[q] = hi[q] = _mm256_setzero_ps();
+        const float *wb = wf + c0 * ks;
+        for (int64_t k = 0; k < ks; k++) {
+            const float *p = px[k] + c0;
+            int64_t s = px[k] == zrow ? 0 : step;
+            __m256 w0 = _mm256_loadu_ps(wb + k * NR), w1 = _mm256_loadu_ps(wb + k * NR + 8);
             for (int q = 0; q < nq; q++) {
-                __m256i x0 = dw_load(is_signed, p0 + q * s0 + c0, left);
-                __m256i x1 = dw_load(is_signed, p1 + q * s1 + c0, left);
-                lo[q] =
-                    _mm256_add_epi32(lo[q], _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), wl));
-                hi[q] =
-                    _mm256_add_epi32(hi[q], _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), wh));
+                lo[q] = _mm256_fmadd_ps(_mm256_loadu_ps(p + q * s), w0, lo[q]);
+                hi[q] = _mm256_fmadd_ps(_mm256_loadu_ps(p + q * s + 8), w1, hi[q]);
             }
         }
-        /* lo holds channels (0..3 | 8..11), hi (4..7 | 12..15) */
         __m256i a[MR][2];
         for (int q = 0; q < nq; q++) {
-            a[q][0] = _mm256_permute2x128_si256(lo[q], hi[q], 0x20);
-            a[q][1] = _mm256_permute2x128_si256(lo[q], hi[q], 0x31);
+            a[q][0] = _mm256_cvtps_epi32(lo[q]);
+            a[q][1] = _mm256_cvtps_epi32(hi[q]);
         }
-        epi_tile(ctx, row, nq, c0, left < 16 ? (int)left : 16, a);
+        epi_tile(ctx, row, nq, c0, left < NR ? (int)left : NR, a);
     }
 }
 
-AVX static void dw_row_avx2(const struct qp_conv_state *g, const uint8_t *const *px,
-                            const uint8_t *zrow, int is_signed, const struct dw_view *v,
-                            const struct epi_ctx *ctx, int64_t row) {
-    dw_rows(g, px, zrow, 0, is_signed, v, ctx, row, 1);
+AVX static void dw_row_avx2(const struct qp_conv_state *g, const float *const *px,
+                            const float *zrow, const float *wf, const struct epi_ctx *ctx,
+                            int64_t row) {
+    dw_rows(g, px, zrow, 0, wf, ctx, row, 1);
 }
 
-AVX static void dw_rows4_avx2(const struct qp_conv_state *g, const uint8_t *const *px,
-                              const uint8_t *zrow, int64_t step, int is_signed,
-                              const struct dw_view *v, const struct epi_ctx *ctx, int64_t row) {
-    dw_rows(g, px, zrow, step, is_signed, v, ctx, row, MR);
+AVX static void dw_rows4_avx2(const struct qp_conv_state *g, const float *const *px,
+                              const float *zrow, int64_t step, const float *wf,
+                              const struct epi_ctx *ctx, int64_t row) {
+    dw_rows(g, px, zrow, step, wf, ctx, row, MR);
+}
+
+/* 8 bytes at p (int8 or uint8) minus zp, as floats. */
+AVX_INLINE __m256 dw_cvt8(const uint8_t *p, int is_signed, __m256i zp) {
+    __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    __m256i v = is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(v, zp));
+}
+
+/* Pixels [p0, p1) of the source into float rows of cp (qp_i8g_dw_scratch_bytes). */
+AVX static void dw_convert_avx2(const uint8_t *x, int64_t c, int64_t cp, int is_signed, int32_t zp,
+                                int64_t p0, int64_t p1, float *xf) {
+    __m256i z = _mm256_set1_epi32(zp);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *s = x + p * c;
+        float *d = xf + p * cp;
+        int64_t ch = 0;
+        for (; ch + 8 <= c; ch += 8)
+            _mm256_storeu_ps(d + ch, dw_cvt8(s + ch, is_signed, z));
+        for (; ch < c; ch++)
+            d[ch] = (float)((is_signed ? (int32_t)(int8_t)s[ch] : (int32_t)s[ch]) - zp);
+        for (; ch < cp; ch++)
+            d[ch] = 0.0f;
+    }
 }
 
 #else
@@ -920,12 +905,12 @@ void qp_i8g_conv_gemm(enum qp_isa isa, const struct qp_conv_state *g, const void
     }
 }
 
-/* The input pixels (channels-last rows) of output pixel a's kernel positions, the zero point's
- * row for those in the padding. */
-static void dw_pixels(const struct qp_conv_state *g, const uint8_t *x, const uint8_t *zrow,
-                      const struct dw_at *a, const uint8_t **px) {
-    int64_t C = g->c, o0 = a->o0, o1 = a->o1, o2 = a->o2;
-    const uint8_t *xb = x + a->b * g->in_sz * C;
+/* The source rows (floats, cp apart) of output pixel a's kernel positions, the zero row for
+ * those in the padding. */
+static void dw_pixels(const struct qp_conv_state *g, const float *xf, int64_t cp, const float *zrow,
+                      const struct dw_at *a, const float **px) {
+    int64_t o0 = a->o0, o1 = a->o1, o2 = a->o2;
+    const float *xb = xf + a->b * g->in_sz * cp;
     int64_t k = 0;
     for (int64_t k0 = 0; k0 < g->k3[0]; k0++) {
         int64_t i0 = o0 * g->s3[0] - g->p3[0] + k0 * g->d3[0];
@@ -935,7 +920,7 @@ static void dw_pixels(const struct qp_conv_state *g, const uint8_t *x, const uin
                 int64_t i2 = o2 * g->s3[2] - g->p3[2] + k2 * g->d3[2];
                 int in = i0 >= 0 && i0 < g->in3[0] && i1 >= 0 && i1 < g->in3[1] && i2 >= 0 &&
                          i2 < g->in3[2];
-                px[k] = in ? xb + ((i0 * g->in3[1] + i1) * g->in3[2] + i2) * C : zrow;
+                px[k] = in ? xb + ((i0 * g->in3[1] + i1) * g->in3[2] + i2) * cp : zrow;
             }
         }
     }
@@ -949,12 +934,41 @@ static int dw_inside4(const struct qp_conv_state *g, const struct dw_at *a) {
     return a->o2 + MR <= g->out3[2] && first >= 0 && last < g->in3[2];
 }
 
+/* The source into the scratch's float rows (and its zero row), threads over pixels. */
+static void dw_convert(enum qp_isa isa, const struct qp_conv_state *g, const uint8_t *x,
+                       int is_signed, int32_t zp, float *xf, int n_threads) {
+    int64_t cp = qp_i8g_npad(g->c), pixels = g->n * g->in_sz;
+    memset(xf + pixels * cp, 0, (size_t)cp * sizeof *xf);
+    int nt = pixels * g->c < 65536 ? 1 : n_threads;
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        qp_ksplit(pixels, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+#if HAVE_AVX2
+        if (use_avx2(isa)) {
+            dw_convert_avx2(x, g->c, cp, is_signed, zp, lo, hi, xf);
+        } else
+#endif
+        {
+            (void)isa;
+            for (int64_t p = lo; p < hi; p++)
+                for (int64_t ch = 0; ch < cp; ch++)
+                    xf[p * cp + ch] = ch >= g->c  ? 0.0f
+                                      : is_signed ? (float)((int32_t)(int8_t)x[p * g->c + ch] - zp)
+                                                  : (float)((int32_t)x[p * g->c + ch] - zp);
+        }
+    }
+}
+
 void qp_i8g_depthwise(enum qp_isa isa, const struct qp_conv_state *g, const void *x, int is_signed,
-                      int32_t zp, const void *packed, const struct qp_i8g_epi *e, int n_threads) {
+                      int32_t zp, const void *packed, void *scratch, const struct qp_i8g_epi *e,
+                      int n_threads) {
     if (g->k_sz > DW_MAX_K) return; /* qp_i8g_dw_pack_bytes refused it */
-    struct dw_view v = dw_view(packed, g->c, g->k_sz);
-    struct epi_ctx ctx = {e, v.wsum, zp};
-    int64_t rows = g->n * g->out_sz;
+    int64_t cp = qp_i8g_npad(g->c), rows = g->n * g->out_sz;
+    float *xf = scratch;
+    const float *zrow = xf + g->n * g->in_sz * cp, *wf = packed;
+    dw_convert(isa, g, x, is_signed, zp, xf, n_threads);
+    struct epi_ctx ctx = {e, NULL, 0}; /* the zero point is out of the float source */
     int nt = rows * g->c * g->k_sz < 65536 ? 1 : n_threads;
     /* Each thread a run of rows, its coordinates divided out once and then walked. */
 #pragma omp parallel num_threads(nt)
@@ -963,21 +977,21 @@ void qp_i8g_depthwise(enum qp_isa isa, const struct qp_conv_state *g, const void
         qp_ksplit(rows, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
         struct dw_at a = dw_at_row(g, lo);
         for (int64_t row = lo; row < hi; row++, dw_at_next(g, &a)) {
-            const uint8_t *px[DW_MAX_K];
-            dw_pixels(g, x, v.zrow, &a, px);
+            const float *px[DW_MAX_K];
+            dw_pixels(g, xf, cp, zrow, &a, px);
 #if HAVE_AVX2
             if (use_avx2(isa) && row + MR <= hi && dw_inside4(g, &a)) {
-                dw_rows4_avx2(g, px, v.zrow, g->s3[2] * g->c, is_signed, &v, &ctx, row);
+                dw_rows4_avx2(g, px, zrow, g->s3[2] * cp, wf, &ctx, row);
                 for (int q = 1; q < MR; q++, row++)
                     dw_at_next(g, &a);
                 continue;
             }
             if (use_avx2(isa)) {
-                dw_row_avx2(g, px, v.zrow, is_signed, &v, &ctx, row);
+                dw_row_avx2(g, px, zrow, wf, &ctx, row);
                 continue;
             }
 #endif
-            dw_row_c(g, px, is_signed, &v, &ctx, row);
+            dw_row_c(g, px, wf, &ctx, row);
         }
     }
 }

@@ -123,14 +123,23 @@ void qp_i8g_conv_gemm(enum qp_isa isa, const struct qp_conv_state *g, const void
                       int64_t ld, void *col, const struct qp_i8g_a *a, const struct qp_i8g_b *b,
                       const struct qp_i8g_epi *e, int n_threads);
 
-/* Depthwise weights (group == c == m): w is [c][k_sz]; packed for the kernel with the zero
- * point's row (padding reads it) and the per-channel weight sums. */
+/* Depthwise weights (group == c == m): w is [c][k_sz] (k_sz <= 81, else the size is 0), packed
+ * as floats for the kernel. */
 size_t qp_i8g_dw_pack_bytes(int64_t c, int64_t k_sz);
-void qp_i8g_dw_pack(const int8_t *w, int64_t c, int64_t k_sz, uint8_t zp_byte, void *packed);
+void qp_i8g_dw_pack(const int8_t *w, int64_t c, int64_t k_sz, void *packed);
+
+/* Scratch bytes of qp_i8g_depthwise for g: the source as floats x - zp (0 when the size
+ * overflows). */
+size_t qp_i8g_dw_scratch_bytes(const struct qp_conv_state *g);
 
 /* The depthwise convolution g on the channels-last input x (int8 when is_signed, else uint8;
- * zero point zp): row b * out_sz + o, column c of the epilogue is output pixel o, channel c. */
+ * zero point zp): row b * out_sz + o, column c of the epilogue is output pixel o, channel c.
+ * The source is first converted to floats x - zp in `scratch`; the sums are then float32
+ * multiply-adds of those and the float weights, exact (int8_gemm.c says why) and about four
+ * times fewer instructions than int16 pair sums, which need the bytes widened and interleaved
+ * for every product. */
 void qp_i8g_depthwise(enum qp_isa isa, const struct qp_conv_state *g, const void *x, int is_signed,
-                      int32_t zp, const void *packed, const struct qp_i8g_epi *e, int n_threads);
+                      int32_t zp, const void *packed, void *scratch, const struct qp_i8g_epi *e,
+                      int n_threads);
 
 #endif

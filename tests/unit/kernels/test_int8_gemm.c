@@ -551,7 +551,9 @@ static void test_depthwise(void **state) {
                  /* wide rows: runs of four interior pixels (dw_rows4_avx2) at stride 2, and with
                   * a partial 8-channel block, a 5x5 kernel and two images */
                  {1, 40, 6, 20, 3, 2, 1},
-                 {2, 24, 5, 12, 5, 1, 2}};
+                 {2, 24, 5, 12, 5, 1, 2},
+                 /* the largest kernel (81 positions): the float sums' exactness bound */
+                 {1, 20, 10, 13, 9, 1, 4}};
     enum qp_isa isas[2];
     int ni = n_isas(isas);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
@@ -569,20 +571,57 @@ static void test_depthwise(void **state) {
             for (int64_t i = 0; i < g.c * g.k_sz; i++)
                 w[i] = (int8_t)(i % 7 == 0 ? -128 : irand(-128, 127));
             void *packed = malloc(qp_i8g_dw_pack_bytes(g.c, g.k_sz));
-            qp_i8g_dw_pack(w, g.c, g.k_sz, (uint8_t)zp, packed);
+            void *scratch = malloc(qp_i8g_dw_scratch_bytes(&g));
+            qp_i8g_dw_pack(w, g.c, g.k_sz, packed);
             int32_t *y = malloc((size_t)(rows * g.c) * sizeof *y);
             for (int ii = 0; ii < ni; ii++)
                 for (int nt = 1; nt <= 2; nt++) {
                     struct qp_i8g_epi e = {NULL, NULL,           NULL, QP_DTYPE_INT32, y, g.c,
                                            NULL, QP_DTYPE_FLOAT, 0};
-                    qp_i8g_depthwise(isas[ii], &g, x, sg, zp, packed, &e, nt);
+                    qp_i8g_depthwise(isas[ii], &g, x, sg, zp, packed, scratch, &e, nt);
                     check_conv("depthwise", c, isas[ii], nt, &g, x, sg, zp, w, y);
                 }
             free(x);
             free(w);
             free(packed);
+            free(scratch);
             free(y);
         }
+}
+
+/* The float sums at their bound: the largest kernel (9x9), every product -255 x -128 (uint8 0
+ * with zero point 255, int8 -128 with 127), so interior sums reach 81 x 32640 = 2643840. */
+static void test_depthwise_extreme(void **state) {
+    (void)state;
+    enum qp_isa isas[2];
+    int ni = n_isas(isas);
+    struct qp_conv_state g = geo2(1, 24, 24, 24, 11, 14, 9, 1, 4, 1);
+    size_t nx = (size_t)(g.in_sz * g.c);
+    uint8_t *x = malloc(nx);
+    int8_t *w = malloc((size_t)(g.c * g.k_sz));
+    int32_t *y = malloc((size_t)(g.out_sz * g.c) * sizeof *y);
+    void *packed = malloc(qp_i8g_dw_pack_bytes(g.c, g.k_sz));
+    void *scratch = malloc(qp_i8g_dw_scratch_bytes(&g));
+    memset(w, 0x80, (size_t)(g.c * g.k_sz));
+    qp_i8g_dw_pack(w, g.c, g.k_sz, packed);
+    for (int sg = 0; sg < 2; sg++) {
+        int32_t zp = sg ? 127 : 255;
+        memset(x, sg ? 0x80 : 0, nx);
+        for (int ii = 0; ii < ni; ii++) {
+            qp_i8g_depthwise(isas[ii], &g, x, sg, zp, packed, scratch,
+                             &(struct qp_i8g_epi){NULL, NULL, NULL, QP_DTYPE_INT32, y, g.c, NULL,
+                                                  QP_DTYPE_FLOAT, 0},
+                             2);
+            check_conv("depthwise extreme", (size_t)sg, isas[ii], 2, &g, x, sg, zp, w, y);
+            int64_t centre = (g.out3[1] / 2) * g.out3[2] + g.out3[2] / 2;
+            assert_int_equal(y[centre * g.c], 81 * 255 * 128);
+        }
+    }
+    free(x);
+    free(w);
+    free(y);
+    free(packed);
+    free(scratch);
 }
 
 /* The scan finds one byte of 128 or more, or one 0x80, wherever it is. */
@@ -620,7 +659,8 @@ int main(void) {
         cmocka_unit_test(test_gemm_random),    cmocka_unit_test(test_gemm_extreme),
         cmocka_unit_test(test_gemm_longest_k), cmocka_unit_test(test_epilogue),
         cmocka_unit_test(test_epilogue_ties),  cmocka_unit_test(test_im2col_conv),
-        cmocka_unit_test(test_depthwise),      cmocka_unit_test(test_range_scan),
+        cmocka_unit_test(test_depthwise),      cmocka_unit_test(test_depthwise_extreme),
+        cmocka_unit_test(test_range_scan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
