@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "calib/provider.h"
 #include "core/clock.h"
@@ -73,10 +74,46 @@ void qp_latency_backend_free(struct qp_latency_backend *b) {
 
 /* ---- builtin ---------------------------------------------------------------------------- */
 
+/* One model ready to run: its session and deterministic inputs (runtime/bench.h). */
+struct ready {
+    struct qp_model *m;
+    struct qp_session *s;
+    struct qp_array *inputs;
+};
+
+/* What stat(2) says of a file, to tell whether a file at a path is still the one a session
+ * was made from (as make and git's index do): device, inode, size and modification time. A
+ * rewrite (autotune writes its files whole and renames them into place) changes the inode or
+ * the time; a rename keeps them (not the change time, hence not compared), so a candidate
+ * renamed to the best file keeps its session. */
+struct file_id {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+};
+
+/* measure_pair keeps the last two models' sessions open between calls: a race's rounds, and
+ * the races that share the best model, do not load and prepare them again (a ResNet-50 load
+ * and integer-path session cost about a quarter of a second each, and autotune's quick mode
+ * opened some 340 of them). */
+#define BUILTIN_KEEP 2
+
+struct kept {
+    struct ready r;
+    struct file_id id;
+    char *path;         /* where the file was last seen */
+    int used, known;    /* known: id identifies the file the session was made from */
+    unsigned long last; /* use order */
+};
+
 struct builtin {
     struct qp_latency_backend base; /* first: the backend pointer is this struct's */
     struct qp_latency_builtin_options o;
     struct qp_calib_shapes shapes;
+    struct kept keep[BUILTIN_KEEP];
+    unsigned long tick;
+    size_t n_opened; /* sessions made (qp_latency_builtin_opened) */
 };
 
 void qp_latency_builtin_options_default(struct qp_latency_builtin_options *o) {
@@ -101,13 +138,6 @@ static enum qp_status session_shapes(const struct qp_calib_shapes *c, struct qp_
     return QP_OK;
 }
 
-/* One model ready to run: its session and deterministic inputs (runtime/bench.h). */
-struct ready {
-    struct qp_model *m;
-    struct qp_session *s;
-    struct qp_array *inputs;
-};
-
 static void ready_close(struct ready *r) {
     qp_bench_inputs_free(r->inputs, r->s ? qp_session_n_inputs(r->s) : 0);
     qp_session_free(r->s);
@@ -117,9 +147,10 @@ static void ready_close(struct ready *r) {
 
 /* Loads `path` and makes its session with the backend's options and its inputs; errors are
  * prefixed with the path. */
-static enum qp_status ready_open(const struct builtin *b, const char *path, struct ready *r,
+static enum qp_status ready_open(struct builtin *b, const char *path, struct ready *r,
                                  struct qp_error *err) {
     memset(r, 0, sizeof *r);
+    b->n_opened++;
     struct qp_shape *given = NULL, *all = NULL;
     size_t n_all = 0;
     struct qp_session_options so = {.n_threads = b->o.n_threads, .int8 = b->o.int8};
@@ -166,33 +197,114 @@ static enum qp_status timed_run(const struct ready *r, const char *path, double 
     return QP_OK;
 }
 
-/* Both sessions open at once; warm-up and timed runs alternate, the order swapping each pair
- * (a b, b a, ...) so that neither side always runs on the other's caches. */
+static int file_id_of(const char *path, struct file_id *id) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    memset(id, 0, sizeof *id);
+    id->dev = st.st_dev;
+    id->ino = st.st_ino;
+    id->size = st.st_size;
+    id->mtime = st.st_mtim;
+    return 1;
+}
+
+static int same_file(const struct file_id *a, const struct file_id *b) {
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec;
+}
+
+static void kept_drop(struct kept *k) {
+    ready_close(&k->r);
+    free(k->path);
+    k->path = NULL;
+    k->used = 0;
+}
+
+/* The slot to open a model in, other than `spare` (the pair's other side): one that held an
+ * earlier file at the same path (stale now), else a free one, else the least recently used. */
+static int kept_victim(const struct builtin *b, const char *path, int spare) {
+    int at = -1;
+    for (int i = 0; i < BUILTIN_KEEP; i++)
+        if (i != spare && b->keep[i].used && b->keep[i].path && strcmp(b->keep[i].path, path) == 0)
+            return i;
+    for (int i = 0; i < BUILTIN_KEEP; i++) {
+        if (i == spare) continue;
+        if (!b->keep[i].used) return i;
+        if (at < 0 || b->keep[i].last < b->keep[at].last) at = i;
+    }
+    return at;
+}
+
+/* The kept session of the file at `path`, opened (kept_victim's slot) when no slot holds that
+ * very file. */
+static enum qp_status kept_get(struct builtin *b, const char *path, int spare, int *slot,
+                               struct qp_error *err) {
+    struct file_id id;
+    int known = file_id_of(path, &id);
+    for (int i = 0; known && i < BUILTIN_KEEP; i++)
+        if (b->keep[i].used && b->keep[i].known && same_file(&b->keep[i].id, &id)) {
+            char *dup = strdup(path); /* the file may have been renamed */
+            if (dup) {
+                free(b->keep[i].path);
+                b->keep[i].path = dup;
+            }
+            b->keep[i].last = ++b->tick;
+            *slot = i;
+            return QP_OK;
+        }
+    int at = kept_victim(b, path, spare);
+    kept_drop(&b->keep[at]);
+    enum qp_status st = ready_open(b, path, &b->keep[at].r, err);
+    if (st != QP_OK) return st;
+    /* Known only when the file did not change while it was read (else it is opened again on
+     * the next call). */
+    struct file_id after;
+    b->keep[at].known = known && file_id_of(path, &after) && same_file(&id, &after);
+    b->keep[at].id = id;
+    b->keep[at].path = strdup(path); /* NULL: only never preferred as stale */
+    b->keep[at].used = 1;
+    b->keep[at].last = ++b->tick;
+    *slot = at;
+    return QP_OK;
+}
+
+/* Both sessions open at once (kept from earlier calls where the files are the same); warm-up
+ * and timed runs alternate, the order swapping each pair (a b, b a, ...) so that neither side
+ * always runs on the other's caches. */
 static enum qp_status builtin_measure_pair(struct qp_latency_backend *base, const char *a_path,
                                            const char *b_path, size_t n_runs, double *a_ms,
                                            double *b_ms, struct qp_error *err) {
     struct builtin *b = (struct builtin *)base;
-    struct ready r[2];
     const char *path[2] = {a_path, b_path};
     double *out[2] = {a_ms, b_ms};
-    enum qp_status st = ready_open(b, a_path, &r[0], err);
-    if (st == QP_OK && (st = ready_open(b, b_path, &r[1], err)) != QP_OK) ready_close(&r[0]);
+    int slot[2] = {-1, -1};
+    enum qp_status st = kept_get(b, a_path, -1, &slot[0], err);
+    if (st == QP_OK) st = kept_get(b, b_path, slot[0], &slot[1], err);
     if (st != QP_OK) return st;
+    const struct ready *r[2] = {&b->keep[slot[0]].r, &b->keep[slot[1]].r};
     for (int i = 0; st == QP_OK && i < b->o.warmup; i++)
         for (int k = 0; st == QP_OK && k < 2; k++)
-            st = timed_run(&r[(i + k) % 2], path[(i + k) % 2], NULL, err);
+            st = timed_run(r[(i + k) % 2], path[(i + k) % 2], NULL, err);
     for (size_t i = 0; st == QP_OK && i < n_runs; i++)
         for (size_t k = 0; st == QP_OK && k < 2; k++) {
             size_t w = (i + k) % 2;
-            st = timed_run(&r[w], path[w], &out[w][i], err);
+            st = timed_run(r[w], path[w], &out[w][i], err);
         }
-    ready_close(&r[0]);
-    ready_close(&r[1]);
+    if (st != QP_OK) /* a session that failed is not kept */
+        for (int k = 0; k < 2; k++)
+            kept_drop(&b->keep[slot[k]]);
     return st;
+}
+
+size_t qp_latency_builtin_opened(const struct qp_latency_backend *base) {
+    if (!base || !base->name || strcmp(base->name, "builtin") != 0) return 0;
+    return ((const struct builtin *)base)->n_opened;
 }
 
 static void builtin_free(struct qp_latency_backend *base) {
     struct builtin *b = (struct builtin *)base;
+    for (int i = 0; i < BUILTIN_KEEP; i++)
+        kept_drop(&b->keep[i]);
     qp_calib_shapes_release(&b->shapes);
     free(b);
 }

@@ -64,6 +64,45 @@ static void test_builtin(void **state) {
     assert_non_null(strstr(err.msg, "no/such.onnx"));
     assert_true(keep[0] == -1 && kb[0] == -1);
     qp_latency_backend_free(b);
+    /* Kept sessions: a pair call on the same files opens nothing; a file rewritten in place
+     * (a new inode, as autotune's atomic writes make) is opened again; a file renamed keeps
+     * its session; a file replaced by a broken one is read again and fails. */
+    char dir[] = "/tmp/qp_keep_XXXXXX", fa[256], fb[256], fc[256], cmd[1024];
+    assert_non_null(mkdtemp(dir));
+    snprintf(fa, sizeof fa, "%s/a.onnx", dir);
+    snprintf(fb, sizeof fb, "%s/b.onnx", dir);
+    snprintf(fc, sizeof fc, "%s/c.onnx", dir);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s' && cp '%s' '%s'", SMALL, fa, SMALL, fb);
+    assert_int_equal(system(cmd), 0);
+    o.shapes = "input:2x2x4x4";
+    assert_int_equal(qp_latency_builtin_create(&o, &b, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), 0);
+    assert_int_equal(qp_latency_measure_pair(b, fa, fb, 2, pa, pb, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), 2);
+    assert_int_equal(qp_latency_measure_pair(b, fb, fa, 2, pa, pb, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), 2);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s.tmp' && mv '%s.tmp' '%s'", SMALL, fa, fa, fa);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(qp_latency_measure_pair(b, fa, fb, 2, pa, pb, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), 3);
+    assert_int_equal(rename(fa, fc), 0);
+    assert_int_equal(qp_latency_measure_pair(b, fb, fc, 2, pa, pb, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), 3);
+    check_samples(pa, 2);
+    check_samples(pb, 2);
+    snprintf(cmd, sizeof cmd, "printf 'not a model' > '%s.tmp' && mv '%s.tmp' '%s'", fc, fc, fc);
+    assert_int_equal(system(cmd), 0);
+    assert_int_not_equal(qp_latency_measure_pair(b, fb, fc, 2, pa, pb, &err), QP_OK);
+    assert_non_null(strstr(err.msg, "c.onnx"));
+    /* The failed file left no session: the next file takes its place, the pair's other one
+     * stays. */
+    assert_int_equal(qp_latency_measure_pair(b, fb, SMALL, 2, pa, pb, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), 5);
+    assert_int_equal(qp_latency_measure_pair(b, SMALL, fb, 2, pa, pb, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), 5);
+    qp_latency_backend_free(b);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
     /* Without the shape the dynamic dim is a usage error naming it. */
     o.shapes = NULL;
     o.int8 = QP_INT8_OFF;
