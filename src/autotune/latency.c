@@ -238,9 +238,10 @@ static int kept_victim(const struct builtin *b, const char *path, int spare) {
 /* The kept session of the file at `path`, opened (kept_victim's slot) when no slot holds that
  * very file. */
 static enum qp_status kept_get(struct builtin *b, const char *path, int spare, int *slot,
-                               struct qp_error *err) {
+                               int *fresh, struct qp_error *err) {
     struct file_id id;
     int known = file_id_of(path, &id);
+    *fresh = 0;
     for (int i = 0; known && i < BUILTIN_KEEP; i++)
         if (b->keep[i].used && b->keep[i].known && same_file(&b->keep[i].id, &id)) {
             char *dup = strdup(path); /* the file may have been renamed */
@@ -265,26 +266,34 @@ static enum qp_status kept_get(struct builtin *b, const char *path, int spare, i
     b->keep[at].used = 1;
     b->keep[at].last = ++b->tick;
     *slot = at;
+    *fresh = 1;
     return QP_OK;
 }
 
 /* Both sessions open at once (kept from earlier calls where the files are the same); warm-up
  * and timed runs alternate, the order swapping each pair (a b, b a, ...) so that neither side
- * always runs on the other's caches. */
+ * always runs on the other's caches. A session made for this call gets the backend's warm-up
+ * runs; a kept one, warmed up before, one run (to bring its data back into the caches after
+ * whatever ran in between). */
 static enum qp_status builtin_measure_pair(struct qp_latency_backend *base, const char *a_path,
                                            const char *b_path, size_t n_runs, double *a_ms,
                                            double *b_ms, struct qp_error *err) {
     struct builtin *b = (struct builtin *)base;
     const char *path[2] = {a_path, b_path};
     double *out[2] = {a_ms, b_ms};
-    int slot[2] = {-1, -1};
-    enum qp_status st = kept_get(b, a_path, -1, &slot[0], err);
-    if (st == QP_OK) st = kept_get(b, b_path, slot[0], &slot[1], err);
+    int slot[2] = {-1, -1}, fresh[2] = {0, 0};
+    enum qp_status st = kept_get(b, a_path, -1, &slot[0], &fresh[0], err);
+    if (st == QP_OK) st = kept_get(b, b_path, slot[0], &slot[1], &fresh[1], err);
     if (st != QP_OK) return st;
     const struct ready *r[2] = {&b->keep[slot[0]].r, &b->keep[slot[1]].r};
-    for (int i = 0; st == QP_OK && i < b->o.warmup; i++)
-        for (int k = 0; st == QP_OK && k < 2; k++)
-            st = timed_run(r[(i + k) % 2], path[(i + k) % 2], NULL, err);
+    int warm[2];
+    for (int k = 0; k < 2; k++)
+        warm[k] = fresh[k] || b->o.warmup < 1 ? b->o.warmup : 1;
+    for (int i = 0; st == QP_OK && (i < warm[0] || i < warm[1]); i++)
+        for (int k = 0; st == QP_OK && k < 2; k++) {
+            int w = (i + k) % 2;
+            if (i < warm[w]) st = timed_run(r[w], path[w], NULL, err);
+        }
     for (size_t i = 0; st == QP_OK && i < n_runs; i++)
         for (size_t k = 0; st == QP_OK && k < 2; k++) {
             size_t w = (i + k) % 2;
