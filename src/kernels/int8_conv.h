@@ -31,7 +31,8 @@
  *   - QP_INT8_PATH_AVX2: qplace's own exact integer kernels (kernels/int8_gemm.h) where the CPU
  *     has AVX2 but not VNNI: int32 sums through vpmaddubsw where a scan of the source shows the
  *     pair sums cannot saturate (every byte below 128; or int8 without -128, as |w| and
- *     sign(w) x), else vpmaddwd on int16, and the reference's epilogue arithmetic vectorized:
+ *     sign(w) x; or int8 with -128 and no weight -128, as |x| and sign(x) w), else vpmaddwd on
+ *     int16, and the reference's epilogue arithmetic vectorized:
  *     the same bytes as the reference path. Group 1 convolutions (1x1 as a GEMM on the
  * channels-last source, the others through an int8 im2col) and depthwise ones (group == channels ==
  * outputs, a direct channels-last kernel summing exactly in float32); other groups take the next

@@ -39,16 +39,17 @@ size_t qp_i8g_pack_bytes(int64_t k, int64_t n) {
     if (k < 1 || k > QP_I8G_MAX_K || n < 1 || n > (INT64_C(1) << 40)) return 0;
     size_t panels, sums, total;
     if (!qp_size_mul3((size_t)(qp_i8g_npad(n) / NR), (size_t)kquads(k), QB, &panels) ||
-        !qp_size_mul((size_t)qp_i8g_npad(n), sizeof(int32_t), &sums) ||
+        !qp_size_mul((size_t)qp_i8g_npad(n) + 1, sizeof(int32_t), &sums) ||
         !qp_size_add(panels, sums, &total))
         return 0;
-    return total;
+    return total; /* the last int32: 1 when no weight is -128 */
 }
 
 void qp_i8g_pack(const int8_t *bt, int64_t ldbt, int64_t k, int64_t n, void *packed) {
     int64_t kq = kquads(k), np = qp_i8g_npad(n) / NR;
     int8_t *d = packed;
     int32_t *sum = (int32_t *)(d + np * kq * QB);
+    int min128 = 0;
     memset(packed, 0, qp_i8g_pack_bytes(k, n));
     for (int64_t j = 0; j < n; j++) {
         const int8_t *col = bt + j * ldbt;
@@ -57,9 +58,11 @@ void qp_i8g_pack(const int8_t *bt, int64_t ldbt, int64_t k, int64_t n, void *pac
         for (int64_t kk = 0; kk < k; kk++) {
             pj[kk / 4 * QB + kk % 4] = col[kk];
             s += col[kk];
+            min128 |= col[kk] == -128;
         }
         sum[j] = s;
     }
+    sum[qp_i8g_npad(n)] = !min128;
 }
 
 void qp_i8g_b_view(const void *packed, int64_t k, int64_t n, struct qp_i8g_b *b) {
@@ -67,6 +70,7 @@ void qp_i8g_b_view(const void *packed, int64_t k, int64_t n, struct qp_i8g_b *b)
     b->colsum = (const int32_t *)((const int8_t *)packed + qp_i8g_npad(n) / NR * kquads(k) * QB);
     b->k = k;
     b->n = n;
+    b->no_min = b->colsum[qp_i8g_npad(n)] != 0;
 }
 
 /* Depthwise: blocks of 16 channels; per block and kernel position, the 16 channels' weights as
@@ -492,6 +496,32 @@ AVX_INLINE void micro_sgn(int mr, int64_t kq, const uint8_t *a, int64_t lda, con
 #undef SG_STEP
 }
 
+/* The same for int8 A with any bytes, where no weight is -128: vpmaddubsw of |x| (0..128,
+ * unsigned) and sign(x) * w (-127..127), the same products, pair sums within +-32512. Sources
+ * with -128 (activations that saturate at the bottom of their range, as entropy calibration
+ * makes them) then avoid the int16 kernel, half the speed. */
+AVX_INLINE void micro_absx(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *bp,
+                           __m256i acc[MR][2]) {
+    const __m256i one = _mm256_set1_epi16(1);
+    ROWS4(U8_DECL)
+#pragma GCC unroll 2
+    for (int64_t q = 0; q < kq; q++) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + q * QB));
+        __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + q * QB + 32));
+#define AX_STEP(r)                                                                                 \
+    if (mr > r) {                                                                                  \
+        __m256i av = _mm256_set1_epi32(load4(a + r * lda + 4 * q)), ax = _mm256_abs_epi8(av);      \
+        __m256i p0 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(b0, av));                           \
+        __m256i p1 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(b1, av));                           \
+        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(p0, one));                           \
+        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(p1, one));                           \
+    }
+        ROWS4(AX_STEP)
+    }
+    ROWS4(U8_OUT)
+#undef AX_STEP
+}
+
 AVX_INLINE __m256i ext16(int is_signed, __m128i v) {
     return is_signed ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v);
 }
@@ -565,6 +595,24 @@ AVX static void sums_sgn(int mr, int64_t kq, const uint8_t *a, int64_t lda, cons
     }
 }
 
+AVX static void sums_absx(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *bp,
+                          __m256i acc[MR][2]) {
+    switch (mr) {
+    case 4:
+        micro_absx(4, kq, a, lda, bp, acc);
+        break;
+    case 3:
+        micro_absx(3, kq, a, lda, bp, acc);
+        break;
+    case 2:
+        micro_absx(2, kq, a, lda, bp, acc);
+        break;
+    default:
+        micro_absx(1, kq, a, lda, bp, acc);
+        break;
+    }
+}
+
 AVX static void sums_s16(int is_signed, int mr, int64_t kq, const uint8_t *a, int64_t lda,
                          const int8_t *bp, __m256i acc[MR][2]) {
     for (int r = 0; r < mr; r += 2) {
@@ -589,6 +637,8 @@ AVX static void tile_avx2(const struct job *jb, int64_t i0, int mr, int64_t p) {
         sums_u8(mr, jb->kq, a, jb->a->lda, bp, acc);
     else if (jb->a->is_signed && (jb->a->range & QP_I8G_NO_MIN))
         sums_sgn(mr, jb->kq, a, jb->a->lda, bp, acc);
+    else if (jb->a->is_signed && jb->b->no_min)
+        sums_absx(mr, jb->kq, a, jb->a->lda, bp, acc);
     else
         sums_s16(jb->a->is_signed, mr, jb->kq, a, jb->a->lda, bp, acc);
     int w = (int)(jb->b->n - p * NR < NR ? jb->b->n - p * NR : NR);

@@ -7,23 +7,27 @@
  *
  * A is m rows of bytes (int8 or uint8, any values), B int8 constants packed once (qp_i8g_pack).
  * The zero point enters as - a_zp * colsum[j], the column sums of B computed when packing. The
- * products are summed exactly, whatever the values (k <= QP_I8G_MAX_K), by one of three kernels
- * the caller picks from a scan of A (qp_i8g_range):
+ * products are summed exactly, whatever the values (k <= QP_I8G_MAX_K), by one of four kernels,
+ * picked from a scan of A (qp_i8g_range, by the caller) and the weights (when packing):
  *   - QP_I8G_BELOW_128 (every byte below 128: int8 activations after a Relu, the common case):
  *     vpmaddubsw of the A bytes as unsigned and the signed weights, whose pair sums are within
  *     2 * 127 * 128 = 32512 and never saturate int16, then vpmaddwd with ones into int32;
  *   - QP_I8G_NO_MIN (int8 A without -128: an image, activations without a Relu): vpmaddubsw of
  *     |w| (0..128, unsigned) and sign(w) * x (vpsignb, -127..127), the same products, pair sums
  *     within 2 * 128 * 127 = 32512;
- *   - QP_I8G_ANY: bytes and weights sign- or zero-extended to int16 and vpmaddwd (the pair sums
- *     of int16 products are exact in int32), half the speed of the others.
+ *   - any int8 A where no weight is -128 (symmetric weight quantization gives -127..127):
+ *     vpmaddubsw of |x| (0..128) and sign(x) * w (vpsignb, -127..127), pair sums within
+ *     2 * 128 * 127 = 32512 again;
+ *   - otherwise (QP_I8G_ANY uint8 bytes of 128 or more, or int8 -128 with a -128 weight): bytes
+ *     and weights sign- or zero-extended to int16 and vpmaddwd (the pair sums of int16 products
+ *     are exact in int32), half the speed of the others.
  * vpmaddubsw never sees an operand pair whose sum may leave int16: that is where oneDNN's AVX2
  * int8 kernels saturate (docs/engine.md, "INT8 path").
  *
  * Packed B: ceil(n / 16) panels of 16 columns (zero weights beyond n); panel p holds, for each
  * quad q of k (k padded to a multiple of 4 with zero weights), 16 columns x 4 bytes: byte
  * 64 q + 4 c + t is B[4 q + t][16 p + c]. Then the column sums, int32, n padded to a multiple
- * of 16 with zeros.
+ * of 16 with zeros, then one int32: 1 when no weight is -128.
  *
  * The epilogue (struct qp_i8g_epi) writes raw int32 sums, or the integer path's real values:
  * v = acc * osc[j] + bias[j], the post-operations in order (SUM adds the residual's real value),
@@ -57,7 +61,7 @@ int64_t qp_i8g_npad(int64_t n);
 size_t qp_i8g_pack_bytes(int64_t k, int64_t n);
 
 /* Packs B, given transposed: bt row j (at bt + j * ldbt) is column j of B, k bytes, into
- * `packed` (qp_i8g_pack_bytes bytes, 32-byte aligned). */
+ * `packed` (qp_i8g_pack_bytes bytes, 32-byte aligned), with whether any weight is -128. */
 void qp_i8g_pack(const int8_t *bt, int64_t ldbt, int64_t k, int64_t n, void *packed);
 
 /* A packed B (views into the packed bytes). */
@@ -65,6 +69,7 @@ struct qp_i8g_b {
     const int8_t *panels;
     const int32_t *colsum;
     int64_t k, n;
+    int no_min; /* no weight is -128 (found when packing) */
 };
 void qp_i8g_b_view(const void *packed, int64_t k, int64_t n, struct qp_i8g_b *b);
 

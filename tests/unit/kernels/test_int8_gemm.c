@@ -129,16 +129,19 @@ static void check_raw(const struct prob *p, unsigned range, const char *what) {
     free(y);
 }
 
-/* Random A bytes: any (kind 0), below 128 (1), or any but 0x80 (2); random weights. */
+/* Random A bytes: any (kind 0), below 128 (1), any but 0x80 (2), or any with a 0x80 in every
+ * row and weights without -128 (3: the |x| kernel for int8); random weights otherwise, with a
+ * -128 in every column. */
 static void fill_random(struct prob *p, int kind) {
     for (int64_t i = 0; i < p->m; i++)
         for (int64_t kk = 0; kk < p->k; kk++) {
             int v = kind == 1 ? irand(0, 127) : irand(0, 255);
             if (kind == 2 && v == 0x80) v = 0x81;
+            if (kind == 3 && kk == i % p->k) v = 0x80;
             p->a[i * p->lda + kk] = (uint8_t)v;
         }
     for (int64_t i = 0; i < p->n * p->k; i++)
-        p->bt[i] = (int8_t)irand(-128, 127);
+        p->bt[i] = (int8_t)(kind == 3 ? irand(-127, 127) : i % p->k == 0 ? -128 : irand(-128, 127));
 }
 
 static void test_gemm_random(void **state) {
@@ -160,9 +163,14 @@ static void test_gemm_random(void **state) {
                     check_raw(&p, QP_I8G_BELOW_128, "random, below 128");
                     check_raw(&p, QP_I8G_ANY, "random, below 128, any kernel");
                     if (sg) check_raw(&p, QP_I8G_NO_MIN, "random, below 128, no -128 kernel");
+                    assert_false(p.b.no_min);
                     fill_random(&p, 2); /* no 0x80 byte */
                     prob_finish(&p);
                     check_raw(&p, sg ? QP_I8G_NO_MIN : QP_I8G_ANY, "random, no -128");
+                    fill_random(&p, 3); /* 0x80 bytes, no -128 weight */
+                    prob_finish(&p);
+                    assert_true(p.b.no_min);
+                    check_raw(&p, QP_I8G_ANY, "random, -128 bytes, no -128 weight");
                     prob_free(&p);
                 }
 }
@@ -173,14 +181,32 @@ static void test_gemm_extreme(void **state) {
     (void)state;
     static const struct {
         int is_signed;
-        int x; /* value; 1000: alternate the two extremes (int8: 127 and -127 here) */
+        int x; /* value; 1000: alternate the two extremes (int8: 127 and -127 here); 1002: 127
+                  and -128 */
         int32_t zp;
-        int w; /* 1000: alternate -128 and 127 */
+        int w; /* 1000: alternate -128 and 127; 1001: -127 and 127 */
     } cases[] = {
-        {0, 255, 0, -128},  {0, 255, 0, 127},     {0, 255, 255, 127},   {0, 0, 255, -128},
-        {1, 127, 0, 127},   {1, -128, 0, -128},   {1, -128, 127, -128}, {1, 127, -128, 127},
-        {0, 1000, 3, 1000}, {1, 1000, -5, 1000},  {0, 127, 0, -128},    {1, 127, 1, 1000},
-        {1, -127, 0, -128}, {1, -127, 127, 1000}, {1, -127, -128, 127}, {1, 1000, 0, -128},
+        {0, 255, 0, -128},
+        {0, 255, 0, 127},
+        {0, 255, 255, 127},
+        {0, 0, 255, -128},
+        {1, 127, 0, 127},
+        {1, -128, 0, -128},
+        {1, -128, 127, -128},
+        {1, 127, -128, 127},
+        {0, 1000, 3, 1000},
+        {1, 1000, -5, 1000},
+        {0, 127, 0, -128},
+        {1, 127, 1, 1000},
+        {1, -127, 0, -128},
+        {1, -127, 127, 1000},
+        {1, -127, -128, 127},
+        {1, 1000, 0, -128},
+        /* int8 -128 against weights without -128: the |x| kernel at its extremes */
+        {1, -128, 0, -127},
+        {1, -128, 127, 127},
+        {1, -128, -128, 1001},
+        {1, 1002, 5, 1001},
     };
     static const int64_t ks[] = {1, 5, 33, 1001};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
@@ -190,15 +216,20 @@ static void test_gemm_extreme(void **state) {
             int alt_hi = cases[c].is_signed ? 127 : 255, alt_lo = cases[c].is_signed ? -127 : 0;
             for (int64_t i = 0; i < p.m; i++)
                 for (int64_t kk = 0; kk < p.k; kk++) {
-                    int x = cases[c].x != 1000 ? cases[c].x : (i + kk) % 2 ? alt_hi : alt_lo;
+                    int x = cases[c].x == 1002   ? ((i + kk) % 2 ? 127 : -128)
+                            : cases[c].x != 1000 ? cases[c].x
+                            : (i + kk) % 2       ? alt_hi
+                                                 : alt_lo;
                     p.a[i * p.lda + kk] = (uint8_t)x;
                 }
+            int w_lo = cases[c].w == 1001 ? -127 : -128;
             for (int64_t j = 0; j < p.n; j++)
                 for (int64_t kk = 0; kk < p.k; kk++)
-                    p.bt[j * p.k + kk] = (int8_t)(cases[c].w != 1000 ? cases[c].w
-                                                  : (j + kk) % 3     ? 127
-                                                                     : -128);
+                    p.bt[j * p.k + kk] = (int8_t)(cases[c].w < 1000 ? cases[c].w
+                                                  : (j + kk) % 3    ? 127
+                                                                    : w_lo);
             prob_finish(&p);
+            assert_int_equal(p.b.no_min, cases[c].w > -128 && cases[c].w != 1000);
             unsigned r = range_of(&p);
             check_raw(&p, QP_I8G_ANY, "extreme");
             if (r & QP_I8G_BELOW_128) check_raw(&p, QP_I8G_BELOW_128, "extreme, below 128");
