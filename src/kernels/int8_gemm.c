@@ -446,21 +446,25 @@ AVX static void epi_tile(const struct epi_ctx *c, int64_t i0, int mr, int64_t j,
 
 /* Rows [0, mr) of A (a, lda apart) times the panel bp over kq quads, every A byte below 128:
  * vpmaddubsw (pair sums within +-32512: no saturation), vpmaddwd with ones into int32. The
- * accumulators are named variables so that they stay in registers. */
-AVX_INLINE void micro_u8(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *bp,
-                         __m256i acc[MR][2]) {
+ * accumulators are named variables so that they stay in registers. nh: the panel's 8-column
+ * halves to compute (1 where the panel holds 8 columns or fewer, as the last of n = 24 does:
+ * the other half's products would be of zero weights; its sums stay 0). */
+AVX_INLINE void micro_u8(int mr, int nh, int64_t kq, const uint8_t *a, int64_t lda,
+                         const int8_t *bp, __m256i acc[MR][2]) {
     const __m256i one = _mm256_set1_epi16(1);
 #define U8_DECL(r) __m256i c##r##0 = _mm256_setzero_si256(), c##r##1 = _mm256_setzero_si256();
     ROWS4(U8_DECL)
 #pragma GCC unroll 4
     for (int64_t q = 0; q < kq; q++) {
         __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + q * QB));
-        __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + q * QB + 32));
+        __m256i b1 = nh > 1 ? _mm256_loadu_si256((const __m256i *)(bp + q * QB + 32)) : b0;
 #define U8_STEP(r)                                                                                 \
     if (mr > r) {                                                                                  \
         __m256i av = _mm256_set1_epi32(load4(a + r * lda + 4 * q));                                \
         c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), one)); \
-        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), one)); \
+        if (nh > 1)                                                                                \
+            c##r##1 =                                                                              \
+                _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), one));   \
     }
         ROWS4(U8_STEP)
     }
@@ -473,22 +477,24 @@ AVX_INLINE void micro_u8(int mr, int64_t kq, const uint8_t *a, int64_t lda, cons
 
 /* The same for int8 A without -128: vpmaddubsw of |w| (unsigned, 0..128) and sign(w) * x
  * (-127..127), whose products are w * x and pair sums within +-32512. */
-AVX_INLINE void micro_sgn(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *bp,
-                          __m256i acc[MR][2]) {
+AVX_INLINE void micro_sgn(int mr, int nh, int64_t kq, const uint8_t *a, int64_t lda,
+                          const int8_t *bp, __m256i acc[MR][2]) {
     const __m256i one = _mm256_set1_epi16(1);
     ROWS4(U8_DECL)
 #pragma GCC unroll 2
     for (int64_t q = 0; q < kq; q++) {
         __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + q * QB));
-        __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + q * QB + 32));
-        __m256i m0 = _mm256_abs_epi8(b0), m1 = _mm256_abs_epi8(b1);
+        __m256i b1 = nh > 1 ? _mm256_loadu_si256((const __m256i *)(bp + q * QB + 32)) : b0;
+        __m256i m0 = _mm256_abs_epi8(b0), m1 = nh > 1 ? _mm256_abs_epi8(b1) : m0;
 #define SG_STEP(r)                                                                                 \
     if (mr > r) {                                                                                  \
         __m256i av = _mm256_set1_epi32(load4(a + r * lda + 4 * q));                                \
         __m256i p0 = _mm256_maddubs_epi16(m0, _mm256_sign_epi8(av, b0));                           \
-        __m256i p1 = _mm256_maddubs_epi16(m1, _mm256_sign_epi8(av, b1));                           \
         c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(p0, one));                           \
-        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(p1, one));                           \
+        if (nh > 1) {                                                                              \
+            __m256i p1 = _mm256_maddubs_epi16(m1, _mm256_sign_epi8(av, b1));                       \
+            c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(p1, one));                       \
+        }                                                                                          \
     }
         ROWS4(SG_STEP)
     }
@@ -500,21 +506,23 @@ AVX_INLINE void micro_sgn(int mr, int64_t kq, const uint8_t *a, int64_t lda, con
  * unsigned) and sign(x) * w (-127..127), the same products, pair sums within +-32512. Sources
  * with -128 (activations that saturate at the bottom of their range, as entropy calibration
  * makes them) then avoid the int16 kernel, half the speed. */
-AVX_INLINE void micro_absx(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *bp,
-                           __m256i acc[MR][2]) {
+AVX_INLINE void micro_absx(int mr, int nh, int64_t kq, const uint8_t *a, int64_t lda,
+                           const int8_t *bp, __m256i acc[MR][2]) {
     const __m256i one = _mm256_set1_epi16(1);
     ROWS4(U8_DECL)
 #pragma GCC unroll 2
     for (int64_t q = 0; q < kq; q++) {
         __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + q * QB));
-        __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + q * QB + 32));
+        __m256i b1 = nh > 1 ? _mm256_loadu_si256((const __m256i *)(bp + q * QB + 32)) : b0;
 #define AX_STEP(r)                                                                                 \
     if (mr > r) {                                                                                  \
         __m256i av = _mm256_set1_epi32(load4(a + r * lda + 4 * q)), ax = _mm256_abs_epi8(av);      \
         __m256i p0 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(b0, av));                           \
-        __m256i p1 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(b1, av));                           \
         c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(p0, one));                           \
-        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(p1, one));                           \
+        if (nh > 1) {                                                                              \
+            __m256i p1 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(b1, av));                       \
+            c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(p1, one));                       \
+        }                                                                                          \
     }
         ROWS4(AX_STEP)
     }
@@ -559,59 +567,44 @@ AVX_INLINE void micro_s16(int is_signed, int mr, int64_t kq, const uint8_t *a, i
     acc[1][1] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(d12, d13), 0xD8);
 }
 
-AVX static void sums_u8(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *bp,
-                        __m256i acc[MR][2]) {
-    switch (mr) {
-    case 4:
-        micro_u8(4, kq, a, lda, bp, acc);
-        break;
-    case 3:
-        micro_u8(3, kq, a, lda, bp, acc);
-        break;
-    case 2:
-        micro_u8(2, kq, a, lda, bp, acc);
-        break;
-    default:
-        micro_u8(1, kq, a, lda, bp, acc);
-        break;
+/* The micro-kernel MICRO with mr (1..MR) and nh (1, 2) as constants, each case compiled on its
+ * own. */
+#define SUMS_CASES(MICRO)                                                                          \
+    switch (mr * 2 + nh - 1) {                                                                     \
+    case 9:                                                                                        \
+        MICRO(4, 2, kq, a, lda, bp, acc);                                                          \
+        break;                                                                                     \
+    case 8:                                                                                        \
+        MICRO(4, 1, kq, a, lda, bp, acc);                                                          \
+        break;                                                                                     \
+    case 7:                                                                                        \
+        MICRO(3, 2, kq, a, lda, bp, acc);                                                          \
+        break;                                                                                     \
+    case 6:                                                                                        \
+        MICRO(3, 1, kq, a, lda, bp, acc);                                                          \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        MICRO(2, 2, kq, a, lda, bp, acc);                                                          \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        MICRO(2, 1, kq, a, lda, bp, acc);                                                          \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        MICRO(1, 2, kq, a, lda, bp, acc);                                                          \
+        break;                                                                                     \
+    default:                                                                                       \
+        MICRO(1, 1, kq, a, lda, bp, acc);                                                          \
+        break;                                                                                     \
     }
-}
 
-AVX static void sums_sgn(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *bp,
-                         __m256i acc[MR][2]) {
-    switch (mr) {
-    case 4:
-        micro_sgn(4, kq, a, lda, bp, acc);
-        break;
-    case 3:
-        micro_sgn(3, kq, a, lda, bp, acc);
-        break;
-    case 2:
-        micro_sgn(2, kq, a, lda, bp, acc);
-        break;
-    default:
-        micro_sgn(1, kq, a, lda, bp, acc);
-        break;
-    }
-}
+AVX static void sums_u8(int mr, int nh, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *bp,
+                        __m256i acc[MR][2]){SUMS_CASES(micro_u8)}
 
-AVX static void sums_absx(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *bp,
-                          __m256i acc[MR][2]) {
-    switch (mr) {
-    case 4:
-        micro_absx(4, kq, a, lda, bp, acc);
-        break;
-    case 3:
-        micro_absx(3, kq, a, lda, bp, acc);
-        break;
-    case 2:
-        micro_absx(2, kq, a, lda, bp, acc);
-        break;
-    default:
-        micro_absx(1, kq, a, lda, bp, acc);
-        break;
-    }
-}
+AVX static void sums_sgn(int mr, int nh, int64_t kq, const uint8_t *a, int64_t lda,
+                         const int8_t *bp, __m256i acc[MR][2]){SUMS_CASES(micro_sgn)}
+
+AVX static void sums_absx(int mr, int nh, int64_t kq, const uint8_t *a, int64_t lda,
+                          const int8_t *bp, __m256i acc[MR][2]){SUMS_CASES(micro_absx)}
 
 AVX static void sums_s16(int is_signed, int mr, int64_t kq, const uint8_t *a, int64_t lda,
                          const int8_t *bp, __m256i acc[MR][2]) {
@@ -633,15 +626,15 @@ AVX static void tile_avx2(const struct job *jb, int64_t i0, int mr, int64_t p) {
     __m256i acc[MR + 1][2]; /* micro_s16 writes pairs of rows */
     const uint8_t *a = (const uint8_t *)jb->a->data + (i0 - jb->a_row0) * jb->a->lda;
     const int8_t *bp = jb->b->panels + p * jb->kq * QB;
+    int w = (int)(jb->b->n - p * NR < NR ? jb->b->n - p * NR : NR), nh = w > 8 ? 2 : 1;
     if (jb->a->range & QP_I8G_BELOW_128)
-        sums_u8(mr, jb->kq, a, jb->a->lda, bp, acc);
+        sums_u8(mr, nh, jb->kq, a, jb->a->lda, bp, acc);
     else if (jb->a->is_signed && (jb->a->range & QP_I8G_NO_MIN))
-        sums_sgn(mr, jb->kq, a, jb->a->lda, bp, acc);
+        sums_sgn(mr, nh, jb->kq, a, jb->a->lda, bp, acc);
     else if (jb->a->is_signed && jb->b->no_min)
-        sums_absx(mr, jb->kq, a, jb->a->lda, bp, acc);
+        sums_absx(mr, nh, jb->kq, a, jb->a->lda, bp, acc);
     else
         sums_s16(jb->a->is_signed, mr, jb->kq, a, jb->a->lda, bp, acc);
-    int w = (int)(jb->b->n - p * NR < NR ? jb->b->n - p * NR : NR);
     epi_tile(&jb->ctx, i0, mr, p * NR, w, acc);
 }
 

@@ -146,7 +146,7 @@ static void fill_random(struct prob *p, int kind) {
 
 static void test_gemm_random(void **state) {
     (void)state;
-    static const int64_t ms[] = {1, 3, 4, 5, 17, 70}, ns[] = {1, 7, 16, 17, 33, 64},
+    static const int64_t ms[] = {1, 3, 4, 5, 17, 70}, ns[] = {1, 7, 16, 17, 24, 29, 33, 64},
                          ks[] = {1, 3, 4, 5, 63, 129, 300};
     for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
