@@ -836,13 +836,34 @@ static inline void fill_short(uint8_t *d, uint8_t v, int64_t n) {
         d[i] = v;
 }
 
-/* One im2col row: output pixel r (batch folded in). */
+/* Output pixel coordinates: image b, spatial o0, o1, o2 (walked in row order). */
+struct pix_at {
+    int64_t b, o0, o1, o2;
+};
+
+static struct pix_at pix_at_row(const struct qp_conv_state *g, int64_t row) {
+    int64_t P = g->out_sz, o = row % P;
+    struct pix_at a = {row / P, o / (g->out3[1] * g->out3[2]), o / g->out3[2] % g->out3[1],
+                       o % g->out3[2]};
+    return a;
+}
+
+static void pix_at_next(const struct qp_conv_state *g, struct pix_at *a) {
+    if (++a->o2 < g->out3[2]) return;
+    a->o2 = 0;
+    if (++a->o1 < g->out3[1]) return;
+    a->o1 = 0;
+    if (++a->o0 < g->out3[0]) return;
+    a->o0 = 0;
+    a->b++;
+}
+
+/* One im2col row: output pixel a (its coordinates walked by the caller: three divisions per
+ * row took a third of the row's time where pixels have few channels, as an RGB image's). */
 static void im2col_row(const struct qp_conv_state *g, const uint8_t *x, uint8_t fill, uint8_t *dst,
-                       int64_t r, int64_t ld) {
-    int64_t C = g->c, P = g->out_sz, b = r / P, o = r % P;
-    int64_t o0 = o / (g->out3[1] * g->out3[2]), o1 = o / g->out3[2] % g->out3[1],
-            o2 = o % g->out3[2];
-    const uint8_t *xb = x + b * g->in_sz * C;
+                       const struct pix_at *a, int64_t ld) {
+    int64_t C = g->c, o0 = a->o0, o1 = a->o1, o2 = a->o2;
+    const uint8_t *xb = x + a->b * g->in_sz * C;
     uint8_t *d = dst;
     int64_t i2a = o2 * g->s3[2] - g->p3[2], run = g->k3[2] * C;
     int whole = g->d3[2] == 1 && i2a >= 0 && i2a + g->k3[2] <= g->in3[2];
@@ -873,31 +894,14 @@ void qp_i8g_im2col(const struct qp_conv_state *g, const void *x, uint8_t fill, v
                    int64_t ld, int n_threads) {
     int64_t rows = g->n * g->out_sz;
     int nt = rows * ld < 65536 ? 1 : n_threads;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t r = 0; r < rows; r++)
-        im2col_row(g, x, fill, (uint8_t *)col + r * ld, r, ld);
-}
-
-/* Output pixel coordinates: image b, spatial o0, o1, o2 (walked in row order). */
-struct dw_at {
-    int64_t b, o0, o1, o2;
-};
-
-static struct dw_at dw_at_row(const struct qp_conv_state *g, int64_t row) {
-    int64_t P = g->out_sz, o = row % P;
-    struct dw_at a = {row / P, o / (g->out3[1] * g->out3[2]), o / g->out3[2] % g->out3[1],
-                      o % g->out3[2]};
-    return a;
-}
-
-static void dw_at_next(const struct qp_conv_state *g, struct dw_at *a) {
-    if (++a->o2 < g->out3[2]) return;
-    a->o2 = 0;
-    if (++a->o1 < g->out3[1]) return;
-    a->o1 = 0;
-    if (++a->o0 < g->out3[0]) return;
-    a->o0 = 0;
-    a->b++;
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        qp_ksplit(rows, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        struct pix_at a = pix_at_row(g, lo);
+        for (int64_t r = lo; r < hi; r++, pix_at_next(g, &a))
+            im2col_row(g, x, fill, (uint8_t *)col + r * ld, &a, ld);
+    }
 }
 
 /* The packed B (bytes) up to which the chunked convolution GEMM pays: it runs every panel on
@@ -937,8 +941,9 @@ void qp_i8g_conv_gemm(enum qp_isa isa, const struct qp_conv_state *g, const void
     for (int64_t c = 0; c < n_chunks; c++) {
         int64_t r0 = c * per, r1 = r0 + per < m ? r0 + per : m;
         uint8_t *mine = (uint8_t *)col + (size_t)omp_get_thread_num() * (size_t)per * (size_t)ld;
-        for (int64_t r = r0; r < r1; r++)
-            im2col_row(g, x, fill, mine + (r - r0) * ld, r, ld);
+        struct pix_at at = pix_at_row(g, r0);
+        for (int64_t r = r0; r < r1; r++, pix_at_next(g, &at))
+            im2col_row(g, x, fill, mine + (r - r0) * ld, &at, ld);
         struct qp_i8g_a ca = *a;
         ca.data = mine;
         ca.lda = ld;
@@ -951,7 +956,7 @@ void qp_i8g_conv_gemm(enum qp_isa isa, const struct qp_conv_state *g, const void
 /* The source rows (floats, cp apart) of output pixel a's kernel positions, the zero row for
  * those in the padding. */
 static void dw_pixels(const struct qp_conv_state *g, const float *xf, int64_t cp, const float *zrow,
-                      const struct dw_at *a, const float **px) {
+                      const struct pix_at *a, const float **px) {
     int64_t o0 = a->o0, o1 = a->o1, o2 = a->o2;
     const float *xb = xf + a->b * g->in_sz * cp;
     int64_t k = 0;
@@ -971,7 +976,7 @@ static void dw_pixels(const struct qp_conv_state *g, const float *xf, int64_t cp
 
 /* 1 when output pixels a .. a + MR - 1 lie on one line of the last spatial axis and every
  * kernel position of each is inside the image along that axis (dw_rows4_avx2's condition). */
-static int dw_inside4(const struct qp_conv_state *g, const struct dw_at *a) {
+static int dw_inside4(const struct qp_conv_state *g, const struct pix_at *a) {
     int64_t first = a->o2 * g->s3[2] - g->p3[2];
     int64_t last = (a->o2 + MR - 1) * g->s3[2] - g->p3[2] + (g->k3[2] - 1) * g->d3[2];
     return a->o2 + MR <= g->out3[2] && first >= 0 && last < g->in3[2];
@@ -1018,15 +1023,15 @@ void qp_i8g_depthwise(enum qp_isa isa, const struct qp_conv_state *g, const void
     {
         int64_t lo, hi;
         qp_ksplit(rows, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
-        struct dw_at a = dw_at_row(g, lo);
-        for (int64_t row = lo; row < hi; row++, dw_at_next(g, &a)) {
+        struct pix_at a = pix_at_row(g, lo);
+        for (int64_t row = lo; row < hi; row++, pix_at_next(g, &a)) {
             const float *px[DW_MAX_K];
             dw_pixels(g, xf, cp, zrow, &a, px);
 #if HAVE_AVX2
             if (use_avx2(isa) && row + MR <= hi && dw_inside4(g, &a)) {
                 dw_rows4_avx2(g, px, zrow, g->s3[2] * cp, wf, &ctx, row);
                 for (int q = 1; q < MR; q++, row++)
-                    dw_at_next(g, &a);
+                    pix_at_next(g, &a);
                 continue;
             }
             if (use_avx2(isa)) {
