@@ -235,38 +235,60 @@ static int kept_victim(const struct builtin *b, const char *path, int spare) {
     return at;
 }
 
-/* The kept session of the file at `path`, opened (kept_victim's slot) when no slot holds that
- * very file. */
-static enum qp_status kept_get(struct builtin *b, const char *path, int spare, int *slot,
-                               int *fresh, struct qp_error *err) {
+/* The slot whose session was made from the very file now at `path` (its path updated: the
+ * file may have been renamed), or -1. */
+static int kept_find(struct builtin *b, const char *path) {
     struct file_id id;
-    int known = file_id_of(path, &id);
-    *fresh = 0;
-    for (int i = 0; known && i < BUILTIN_KEEP; i++)
+    if (!file_id_of(path, &id)) return -1;
+    for (int i = 0; i < BUILTIN_KEEP; i++)
         if (b->keep[i].used && b->keep[i].known && same_file(&b->keep[i].id, &id)) {
-            char *dup = strdup(path); /* the file may have been renamed */
+            char *dup = strdup(path);
             if (dup) {
                 free(b->keep[i].path);
                 b->keep[i].path = dup;
             }
             b->keep[i].last = ++b->tick;
-            *slot = i;
-            return QP_OK;
+            return i;
         }
+    return -1;
+}
+
+/* Opens the file at `path` into kept_victim's slot (never `spare`). */
+static enum qp_status kept_open(struct builtin *b, const char *path, int spare, int *slot,
+                                struct qp_error *err) {
+    struct file_id id, after;
+    int known = file_id_of(path, &id);
     int at = kept_victim(b, path, spare);
     kept_drop(&b->keep[at]);
     enum qp_status st = ready_open(b, path, &b->keep[at].r, err);
     if (st != QP_OK) return st;
     /* Known only when the file did not change while it was read (else it is opened again on
      * the next call). */
-    struct file_id after;
     b->keep[at].known = known && file_id_of(path, &after) && same_file(&id, &after);
     b->keep[at].id = id;
-    b->keep[at].path = strdup(path); /* NULL: only never preferred as stale */
+    b->keep[at].path = strdup(path); /* NULL: never preferred as stale */
     b->keep[at].used = 1;
     b->keep[at].last = ++b->tick;
     *slot = at;
-    *fresh = 1;
+    return QP_OK;
+}
+
+/* The sessions of a pair call: both files looked up first, so that opening one never evicts
+ * the other's session (after autotune renames an adopted candidate to the best file, the next
+ * race's candidate takes the old best's slot); fresh[k]: made for this call. */
+static enum qp_status kept_pair(struct builtin *b, const char *const *path, int *slot, int *fresh,
+                                struct qp_error *err) {
+    for (int k = 0; k < 2; k++) {
+        slot[k] = kept_find(b, path[k]);
+        fresh[k] = 0;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (slot[k] < 0 && k == 1) slot[1] = kept_find(b, path[1]); /* the same file as a's */
+        if (slot[k] >= 0) continue;
+        enum qp_status st = kept_open(b, path[k], slot[1 - k], &slot[k], err);
+        if (st != QP_OK) return st;
+        fresh[k] = 1;
+    }
     return QP_OK;
 }
 
@@ -281,9 +303,8 @@ static enum qp_status builtin_measure_pair(struct qp_latency_backend *base, cons
     struct builtin *b = (struct builtin *)base;
     const char *path[2] = {a_path, b_path};
     double *out[2] = {a_ms, b_ms};
-    int slot[2] = {-1, -1}, fresh[2] = {0, 0};
-    enum qp_status st = kept_get(b, a_path, -1, &slot[0], &fresh[0], err);
-    if (st == QP_OK) st = kept_get(b, b_path, slot[0], &slot[1], &fresh[1], err);
+    int slot[2], fresh[2];
+    enum qp_status st = kept_pair(b, path, slot, fresh, err);
     if (st != QP_OK) return st;
     const struct ready *r[2] = {&b->keep[slot[0]].r, &b->keep[slot[1]].r};
     int warm[2];

@@ -100,6 +100,26 @@ static void test_builtin(void **state) {
     assert_int_equal(qp_latency_builtin_opened(b), 5);
     assert_int_equal(qp_latency_measure_pair(b, SMALL, fb, 2, pa, pb, &err), QP_OK);
     assert_int_equal(qp_latency_builtin_opened(b), 5);
+    /* Autotune's adoption: the candidate renamed over the best file keeps its session, and the
+     * next candidate, at the old candidate's path and looked up first, takes the old best's
+     * slot: one session made. */
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", SMALL, fa);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(qp_latency_measure_pair(b, fa, fb, 2, pa, pb, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), 6);
+    assert_int_equal(rename(fa, fb), 0);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", SMALL, fa);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(qp_latency_measure_pair(b, fa, fb, 2, pa, pb, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), 7);
+    assert_int_equal(qp_latency_measure_pair(b, fb, fa, 2, pa, pb, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), 7);
+    /* One file on both sides: one session. */
+    assert_int_equal(qp_latency_measure_pair(b, fc, fc, 2, pa, pb, &err), QP_ERR_BAD_INPUT);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", SMALL, fc);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(qp_latency_measure_pair(b, fc, fc, 2, pa, pb, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), 9);
     qp_latency_backend_free(b);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
