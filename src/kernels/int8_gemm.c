@@ -475,9 +475,13 @@ AVX_INLINE void micro_u8(int mr, int nh, int64_t kq, const uint8_t *a, int64_t l
 #undef U8_STEP
 }
 
-/* The same for int8 A without -128: vpmaddubsw of |w| (unsigned, 0..128) and sign(w) * x
- * (-127..127), whose products are w * x and pair sums within +-32512. */
-AVX_INLINE void micro_sgn(int mr, int nh, int64_t kq, const uint8_t *a, int64_t lda,
+/* The same for int8 A, as vpmaddubsw of an unsigned magnitude and a signed factor whose
+ * products are x * w, pair sums within +-32512:
+ *   by_x 0, A without -128: |w| (0..128) and sign(w) * x (vpsignb, -127..127);
+ *   by_x 1, no weight -128: |x| and sign(x) * w. Sources with -128 (activations that saturate
+ *   at the bottom of their range, as entropy calibration makes them) then avoid the int16
+ *   kernel, half the speed. */
+AVX_INLINE void micro_sgn(int by_x, int mr, int nh, int64_t kq, const uint8_t *a, int64_t lda,
                           const int8_t *bp, __m256i acc[MR][2]) {
     const __m256i one = _mm256_set1_epi16(1);
     ROWS4(U8_DECL)
@@ -485,50 +489,26 @@ AVX_INLINE void micro_sgn(int mr, int nh, int64_t kq, const uint8_t *a, int64_t 
     for (int64_t q = 0; q < kq; q++) {
         __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + q * QB));
         __m256i b1 = nh > 1 ? _mm256_loadu_si256((const __m256i *)(bp + q * QB + 32)) : b0;
-        __m256i m0 = _mm256_abs_epi8(b0), m1 = nh > 1 ? _mm256_abs_epi8(b1) : m0;
+        __m256i m0 = by_x ? b0 : _mm256_abs_epi8(b0),
+                m1 = by_x || nh < 2 ? b1 : _mm256_abs_epi8(b1);
+#define SG_PROD(w, m) /* w: the weights, m: their magnitudes (by_x 0) */                           \
+    (by_x ? _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w, av))                                      \
+          : _mm256_maddubs_epi16(m, _mm256_sign_epi8(av, w)))
 #define SG_STEP(r)                                                                                 \
     if (mr > r) {                                                                                  \
         __m256i av = _mm256_set1_epi32(load4(a + r * lda + 4 * q));                                \
-        __m256i p0 = _mm256_maddubs_epi16(m0, _mm256_sign_epi8(av, b0));                           \
-        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(p0, one));                           \
-        if (nh > 1) {                                                                              \
-            __m256i p1 = _mm256_maddubs_epi16(m1, _mm256_sign_epi8(av, b1));                       \
-            c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(p1, one));                       \
-        }                                                                                          \
+        __m256i ax = by_x ? _mm256_abs_epi8(av) : av;                                              \
+        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(SG_PROD(b0, m0), one));              \
+        if (nh > 1) c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(SG_PROD(b1, m1), one));  \
     }
         ROWS4(SG_STEP)
     }
     ROWS4(U8_OUT)
 #undef SG_STEP
+#undef SG_PROD
 }
-
-/* The same for int8 A with any bytes, where no weight is -128: vpmaddubsw of |x| (0..128,
- * unsigned) and sign(x) * w (-127..127), the same products, pair sums within +-32512. Sources
- * with -128 (activations that saturate at the bottom of their range, as entropy calibration
- * makes them) then avoid the int16 kernel, half the speed. */
-AVX_INLINE void micro_absx(int mr, int nh, int64_t kq, const uint8_t *a, int64_t lda,
-                           const int8_t *bp, __m256i acc[MR][2]) {
-    const __m256i one = _mm256_set1_epi16(1);
-    ROWS4(U8_DECL)
-#pragma GCC unroll 2
-    for (int64_t q = 0; q < kq; q++) {
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + q * QB));
-        __m256i b1 = nh > 1 ? _mm256_loadu_si256((const __m256i *)(bp + q * QB + 32)) : b0;
-#define AX_STEP(r)                                                                                 \
-    if (mr > r) {                                                                                  \
-        __m256i av = _mm256_set1_epi32(load4(a + r * lda + 4 * q)), ax = _mm256_abs_epi8(av);      \
-        __m256i p0 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(b0, av));                           \
-        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(p0, one));                           \
-        if (nh > 1) {                                                                              \
-            __m256i p1 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(b1, av));                       \
-            c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(p1, one));                       \
-        }                                                                                          \
-    }
-        ROWS4(AX_STEP)
-    }
-    ROWS4(U8_OUT)
-#undef AX_STEP
-}
+#define MICRO_SGN(...)  micro_sgn(0, __VA_ARGS__)
+#define MICRO_ABSX(...) micro_sgn(1, __VA_ARGS__)
 
 AVX_INLINE __m256i ext16(int is_signed, __m128i v) {
     return is_signed ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v);
@@ -569,42 +549,38 @@ AVX_INLINE void micro_s16(int is_signed, int mr, int64_t kq, const uint8_t *a, i
 
 /* The micro-kernel MICRO with mr (1..MR) and nh (1, 2) as constants, each case compiled on its
  * own. */
+#define SUMS_CASE(MICRO, R, H)                                                                     \
+    case R * 2 + H - 1:                                                                            \
+        MICRO(R, H, kq, a, lda, bp, acc);                                                          \
+        break;
 #define SUMS_CASES(MICRO)                                                                          \
     switch (mr * 2 + nh - 1) {                                                                     \
-    case 9:                                                                                        \
-        MICRO(4, 2, kq, a, lda, bp, acc);                                                          \
-        break;                                                                                     \
-    case 8:                                                                                        \
-        MICRO(4, 1, kq, a, lda, bp, acc);                                                          \
-        break;                                                                                     \
-    case 7:                                                                                        \
-        MICRO(3, 2, kq, a, lda, bp, acc);                                                          \
-        break;                                                                                     \
-    case 6:                                                                                        \
-        MICRO(3, 1, kq, a, lda, bp, acc);                                                          \
-        break;                                                                                     \
-    case 5:                                                                                        \
-        MICRO(2, 2, kq, a, lda, bp, acc);                                                          \
-        break;                                                                                     \
-    case 4:                                                                                        \
-        MICRO(2, 1, kq, a, lda, bp, acc);                                                          \
-        break;                                                                                     \
-    case 3:                                                                                        \
-        MICRO(1, 2, kq, a, lda, bp, acc);                                                          \
-        break;                                                                                     \
+        SUMS_CASE(MICRO, 4, 2)                                                                     \
+        SUMS_CASE(MICRO, 4, 1)                                                                     \
+        SUMS_CASE(MICRO, 3, 2)                                                                     \
+        SUMS_CASE(MICRO, 3, 1)                                                                     \
+        SUMS_CASE(MICRO, 2, 2)                                                                     \
+        SUMS_CASE(MICRO, 2, 1)                                                                     \
+        SUMS_CASE(MICRO, 1, 2)                                                                     \
     default:                                                                                       \
         MICRO(1, 1, kq, a, lda, bp, acc);                                                          \
         break;                                                                                     \
     }
 
 AVX static void sums_u8(int mr, int nh, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *bp,
-                        __m256i acc[MR][2]){SUMS_CASES(micro_u8)}
+                        __m256i acc[MR][2]) {
+    SUMS_CASES(micro_u8);
+}
 
 AVX static void sums_sgn(int mr, int nh, int64_t kq, const uint8_t *a, int64_t lda,
-                         const int8_t *bp, __m256i acc[MR][2]){SUMS_CASES(micro_sgn)}
+                         const int8_t *bp, __m256i acc[MR][2]) {
+    SUMS_CASES(MICRO_SGN);
+}
 
 AVX static void sums_absx(int mr, int nh, int64_t kq, const uint8_t *a, int64_t lda,
-                          const int8_t *bp, __m256i acc[MR][2]){SUMS_CASES(micro_absx)}
+                          const int8_t *bp, __m256i acc[MR][2]) {
+    SUMS_CASES(MICRO_ABSX);
+}
 
 AVX static void sums_s16(int is_signed, int mr, int64_t kq, const uint8_t *a, int64_t lda,
                          const int8_t *bp, __m256i acc[MR][2]) {
