@@ -58,11 +58,13 @@ struct i8_entry {
  * 1.5 / 1.8 ms per run, rec and det best at 2^21 too. The thread count of every run is then the
  * same for the node, so results do not depend on the session's. */
 #define I8_SMALL_MACS (1 << 21)
-/* The AVX2 depthwise kernel (float sums, four output pixels at a time) does several times
- * fewer multiply-adds a cycle than the GEMMs, so it takes the second thread from 2^18: the
- * depthwise convolutions of PaddleOCR rec (16-480 channels, 3x3 and 5x5) 2.8 -> 2.6 ms per run
- * on an AVX2 EPYC, 2 threads. */
-#define I8_SMALL_DW_MACS (1 << 18)
+/* The AVX2 depthwise kernel (float sums, four output pixels at a time) does fewer
+ * multiply-adds a cycle than the GEMMs, so it takes the second thread from 2^20: on PaddleOCR
+ * cls (AVX2 EPYC, 2 threads) 2^18 / 2^20 / 2^21 / 2^22 gave 1.94-1.97 / 1.82-1.84 / 1.83-1.85 /
+ * 1.81-1.84 ms per run (its 200-channel 5x5 layers on 192 pixels ran 0.074 ms on one thread and
+ * 0.120 on two) and rec 11.9-12.2 / 12.0-12.1 / 12.2-12.4 / 12.4-12.8 (its depthwise layers
+ * have 2^21 and more). 2^18 was chosen for the int16 kernel before, which was half as fast. */
+#define I8_SMALL_DW_MACS (1 << 20)
 
 struct i8_state {
     struct qp_conv_state geo;
