@@ -1004,6 +1004,10 @@ static void dst_out(const struct i8_state *s, const void *dbuf, void *y, int nth
 /* The patch convolution's output (channels last, K * M channels per source pixel) scattered
  * to the ConvTranspose's output (channels last when nhwc, else NCHW), elements of type T:
  * source pixel i, kernel position k, channel m goes to output pixel i * stride + k, channel m. */
+/* For each input pixel row and kernel row (k0, k1): the output row's pixels i2 * k3[2] + k2 in
+ * order (channels last: M values each, copied; channels first: one value per channel plane),
+ * so the writes of a channel plane are sequential (a 24 -> 1 upsampling head writes 1 value per
+ * pixel: per-pixel index arithmetic was most of its time). */
 #define PATCH_OUT(T)                                                                               \
     do {                                                                                           \
         const T *x = src;                                                                          \
@@ -1011,21 +1015,24 @@ static void dst_out(const struct i8_state *s, const void *dbuf, void *y, int nth
         _Pragma("omp parallel for num_threads(nt) schedule(static)") for (int64_t rw = 0;          \
                                                                           rw < rows; rw++) {       \
             int64_t b = rw / (g->in3[0] * g->in3[1]), i0 = rw / g->in3[1] % g->in3[0];             \
-            int64_t i1 = rw % g->in3[1];                                                           \
+            int64_t i1 = rw % g->in3[1], k2n = g->k3[2];                                           \
             const T *from = x + rw * g->in3[2] * K * M;                                            \
-            for (int64_t i2 = 0; i2 < g->in3[2]; i2++)                                             \
-                for (int64_t k0 = 0; k0 < g->k3[0]; k0++)                                          \
-                    for (int64_t k1 = 0; k1 < g->k3[1]; k1++) {                                    \
-                        int64_t o = ((i0 * g->k3[0] + k0) * g->out3[1] + i1 * g->k3[1] + k1) *     \
-                                        g->out3[2] +                                               \
-                                    i2 * g->k3[2];                                                 \
-                        for (int64_t k2 = 0; k2 < g->k3[2]; k2++, o++, from += M)                  \
-                            if (nhwc)                                                              \
-                                memcpy(y + (b * g->out_sz + o) * M, from, (size_t)M * sizeof(T));  \
-                            else                                                                   \
-                                for (int64_t m = 0; m < M; m++)                                    \
-                                    y[(b * M + m) * g->out_sz + o] = from[m];                      \
+            for (int64_t k0 = 0; k0 < g->k3[0]; k0++)                                              \
+                for (int64_t k1 = 0; k1 < g->k3[1]; k1++) {                                        \
+                    int64_t orow =                                                                 \
+                        ((i0 * g->k3[0] + k0) * g->out3[1] + i1 * g->k3[1] + k1) * g->out3[2];     \
+                    int64_t kk = (k0 * g->k3[1] + k1) * k2n;                                       \
+                    for (int64_t i2 = 0; i2 < g->in3[2]; i2++) {                                   \
+                        const T *f = from + (i2 * K + kk) * M;                                     \
+                        int64_t o = orow + i2 * k2n;                                               \
+                        if (nhwc)                                                                  \
+                            memcpy(y + (b * g->out_sz + o) * M, f, (size_t)(k2n * M) * sizeof(T)); \
+                        else                                                                       \
+                            for (int64_t m = 0; m < M; m++)                                        \
+                                for (int64_t k2 = 0; k2 < k2n; k2++)                               \
+                                    y[(b * M + m) * g->out_sz + o + k2] = f[k2 * M + m];           \
                     }                                                                              \
+                }                                                                                  \
         }                                                                                          \
     } while (0)
 

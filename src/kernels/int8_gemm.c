@@ -229,7 +229,8 @@ AVX_INLINE __m256i mask8(int64_t n) {
  * qp_conv_post_ref's operations, lane by lane. q8: the values go to an int8 store, which does
  * not see the sign of a zero, so Relu may give +0 where the reference's alpha * x gives -0 (the
  * only difference a maximum makes on finite values, and the later operations keep it a zero). */
-AVX_INLINE void posts_n(const struct qp_i8_io *io, __m256 *v, const __m256 *rv, int n, int q8) {
+AVX_INLINE void posts_n(const struct qp_i8_io *io, __m256 *v, const __m256 *rv, int n, int q8,
+                        int w) {
     const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
     for (int k = 0; k < io->n_post; k++) {
         const struct qp_conv_post *q = &io->post[k];
@@ -270,10 +271,24 @@ AVX_INLINE void posts_n(const struct qp_i8_io *io, __m256 *v, const __m256 *rv, 
                 v[i] = _mm256_add_ps(v[i], rv[i]);
             break;
         default: { /* Sigmoid: the float engine's (vecmath.h), else the reference's expf */
-            float t[8 * 32];
+            float t[8 * 32], c[8 * 32];
             if (n <= 32) {
                 for (int i = 0; i < n; i++)
                     _mm256_storeu_ps(t + 8 * i, v[i]);
+                /* only the w columns stored of each row's 16 (a few-channel head: 1 of 16) */
+                int64_t cnt = 0;
+                for (int r = 0; r < n / 2; r++)
+                    for (int l = 0; l < w; l++)
+                        c[cnt++] = t[16 * r + l];
+                if (w < 16 && n % 2 == 0 && qp_vf_apply(QP_VF_SIGMOID, c, c, cnt)) {
+                    cnt = 0;
+                    for (int r = 0; r < n / 2; r++)
+                        for (int l = 0; l < w; l++)
+                            t[16 * r + l] = c[cnt++];
+                    for (int i = 0; i < n; i++)
+                        v[i] = _mm256_loadu_ps(t + 8 * i);
+                    break;
+                }
                 if (qp_vf_apply(QP_VF_SIGMOID, t, t, 8 * n)) {
                     for (int i = 0; i < n; i++)
                         v[i] = _mm256_loadu_ps(t + 8 * i);
@@ -433,7 +448,7 @@ AVX static void epi_tile(const struct epi_ctx *c, int64_t i0, int mr, int64_t j,
         for (int r = 0; r < mr; r++)
             res_load(e, (i0 + r) * e->ldr + j, w, rv + 2 * r);
     posts_n(e->io, v, e->res ? rv : NULL, 2 * mr,
-            e->ydt == QP_DTYPE_INT8 || e->ydt == QP_DTYPE_UINT8);
+            e->ydt == QP_DTYPE_INT8 || e->ydt == QP_DTYPE_UINT8, w);
     if (e->ydt == QP_DTYPE_INT8 || e->ydt == QP_DTYPE_UINT8) {
         store_q8(e, i0, mr, j, w, v);
         return;

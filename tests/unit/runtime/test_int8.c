@@ -1323,6 +1323,54 @@ static void test_conv_transpose(void **state) {
     qp_model_free(m);
 }
 
+/* x -> QDQ -> ConvTranspose 2x2 stride 2 (C -> M) -> Relu -> QDQ -> Conv 1x1 (M -> M) -> y: the
+ * patch's int8 output read by a QConv only, so stored channels last (its scatter's NHWC
+ * branch; the head above writes channels first). The integer path, its reference and the
+ * oracle agree (power-of-two scales). */
+static void test_conv_transpose_nhwc(void **state) {
+    (void)state;
+    enum { NY = M * 2 * HW * 2 * HW };
+    static const int64_t s2[2] = {2, 2}, k2[2] = {2, 2};
+    static float y_q[NY], y_ref[NY], y_fq[NY];
+    struct qp_model *m = model_with_x(4, x_dims);
+    rt_qdq(m, "x", "xd", 0.0078125f, 0);
+    convt_weights(m, "ta", "taf", C, M, 1, 2);
+    conv_weights_k(m, "w2", "w2f", M, 1);
+    const char *ta[2] = {"xd", "taf"}, *ri[1] = {"t0"}, *ci[3] = {"ad", "w2f", "w2_b"};
+    rt_node(m, "cta", "ConvTranspose", 2, ta, "t0");
+    ints_attr(m, "cta", "strides", s2, 2);
+    ints_attr(m, "cta", "kernel_shape", k2, 2);
+    rt_node(m, "ct_r", "Relu", 1, ri, "t1");
+    rt_qdq(m, "t1", "ad", 0.0625f, 0);
+    rt_node(m, "c2", "Conv", 3, ci, "y");
+    finish(m, "y");
+    fill_x(1.0f);
+    struct qp_session *s;
+    run(m, QP_INT8_AUTO, xin, y_q, NY, &s);
+    int patch = 0;
+    for (size_t i = 0; s->last && i < s->last->n_steps; i++) {
+        const struct rt_step *st = &s->last->steps[i];
+        if (st->kind != RT_STEP_OVERLAY && st->k && strcmp(st->k->op, "QConv") == 0)
+            patch += qp_int8_conv_patch(st->state);
+    }
+    if (qp_dnnl_enabled() && (qp_int8_cpu_has_vnni() || qp_int8_avx2_allowed()))
+        assert_int_equal(patch, 1);
+    qp_session_free(s);
+    setenv("QP_INT8_REF", "1", 1);
+    run(m, QP_INT8_AUTO, xin, y_ref, NY, NULL);
+    unsetenv("QP_INT8_REF");
+    run(m, QP_INT8_OFF, xin, y_fq, NY, NULL);
+    int nonzero = 0;
+    for (size_t i = 0; i < NY; i++) {
+        if (y_q[i] != y_fq[i] || y_ref[i] != y_fq[i])
+            fail_msg("element %zu: int8 %.9g, reference %.9g, oracle %.9g", i, (double)y_q[i],
+                     (double)y_ref[i], (double)y_fq[i]);
+        nonzero += y_fq[i] != 0.0f;
+    }
+    assert_true(nonzero > NY / 2);
+    qp_model_free(m);
+}
+
 /* The path follows the CPU: oneDNN int8 only with VNNI (ONEDNN_MAX_CPU_ISA=AVX2 in the @avx2
  * variant of this test takes the other branch on an AVX-512 VNNI machine); without VNNI the AVX2
  * kernels for the geometries they take (group 1, depthwise), oneDNN float for the rest or when
@@ -1514,6 +1562,7 @@ int main(void) {
         cmocka_unit_test(test_reshape_moves),
         cmocka_unit_test(test_large_conv_threads),
         cmocka_unit_test(test_conv_transpose),
+        cmocka_unit_test(test_conv_transpose_nhwc),
         cmocka_unit_test(test_split_flow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
