@@ -603,7 +603,8 @@ static enum avx2_kind avx2_kind(const struct i8_state *s) {
     const struct qp_conv_state *g = kgeo(s);
     if (qp_kernel_isa() < QP_ISA_AVX2 || !qp_int8_avx2_allowed()) return AVX2_NONE;
     if (g->group > 1 && g->group == g->c && g->group == g->m)
-        return qp_i8g_dw_pack_bytes(g->c, g->k_sz) ? AVX2_DEPTHWISE : AVX2_NONE;
+        return qp_i8g_dw_pack_bytes(g->c, g->k_sz) && qp_i8g_dw_scratch_bytes(g) ? AVX2_DEPTHWISE
+                                                                                 : AVX2_NONE;
     if (g->group != 1 || !qp_i8g_pack_bytes(g->c * g->k_sz, g->m)) return AVX2_NONE;
     int same = g->k_sz == 1 && g->c % 4 == 0; /* 1x1, stride 1, no padding: the source is A */
     for (int i = 0; i < 3; i++)
