@@ -6,7 +6,8 @@
  *   - patterns regcomp would need memory exponential in their length for are refused before it
  *     sees them (found by fuzzing: gigabytes for 100-byte patterns): stacked quantifiers
  *     ("a++", "*?", which POSIX leaves undefined anyway), quantified groups nested in quantified
- *     groups past QP_REGEX_MAX_NODES nodes, patterns over QP_REGEX_MAX_PATTERN bytes.
+ *     groups past QP_REGEX_MAX_NODES nodes, repetition bounds above QP_REGEX_MAX_BOUND (POSIX's
+ *     least RE_DUP_MAX; "x{,24444}" took glibc 3 GB), patterns over QP_REGEX_MAX_PATTERN bytes.
  *
  *     regex_t re;
  *     char msg[256];
@@ -22,6 +23,7 @@
 
 #define QP_REGEX_MAX_PATTERN 1024
 #define QP_REGEX_MAX_NODES   100000.0
+#define QP_REGEX_MAX_BOUND   255
 
 enum {
     QP_REGEX_ANCHORED = 1, /* match at the start only, as Python's re.match: "^(" pat ")" */

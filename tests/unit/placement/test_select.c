@@ -133,6 +133,17 @@ static void test_lists_and_files(void **state) {
     assert_int_equal(qp_select_add(s, QP_SELECT_NODES_TO_EXCLUDE,
                                    "(blocks\\.(\\d+)\\.)+(conv|fc)[0-9]{1,3}", &err),
                      QP_OK);
+    /* An optional bound's copies cost regcomp memory quadratic in their number ("#{,24444}":
+     * 3 GB, a fuzz finding): bounds above 255 are refused, 255 and bounds in brackets pass. */
+    assert_int_equal(qp_select_add(s, QP_SELECT_NODES_TO_EXCLUDE, ",#{,24444}x", &err),
+                     QP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "repetition bound 24444 above 255"));
+    assert_int_equal(qp_select_add(s, QP_SELECT_NODES_TO_EXCLUDE, "a{256}", &err), QP_ERR_USAGE);
+    assert_int_equal(
+        qp_select_add(s, QP_SELECT_NODES_TO_EXCLUDE, "a{1,99999999999999999999}", &err),
+        QP_ERR_USAGE);
+    assert_int_equal(qp_select_add(s, QP_SELECT_NODES_TO_EXCLUDE, "a{0,255}[{9999}]\\{9999}", &err),
+                     QP_OK);
     qp_select_free(s);
     qp_select_free(NULL);
     qp_model_free(m);

@@ -263,11 +263,13 @@ static void test_blocks_errors(void **state) {
         "{\"a\": \"x\", \"a\": \"y\"}", "{",
         /* regcomp would take gigabytes (found by fuzzing) */
         "{\"a\": \".+++++++++++++++++++++++++++*\"}",
-        "{\"a\": \"((((((((((((((((((a)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+\"}"};
-    static const char *const what[] = {
-        "expected an object", "no groups",           "non-empty list",
-        "not a string",       "does not compile",    "repeated",
-        "not valid JSON",     "stacked quantifiers", "too complex"};
+        "{\"a\": \"((((((((((((((((((a)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+\"}",
+        "{\"a\": \",#{,24444}x\"}"};
+    static const char *const what[] = {"expected an object", "no groups",
+                                       "non-empty list",     "not a string",
+                                       "does not compile",   "repeated",
+                                       "not valid JSON",     "stacked quantifiers",
+                                       "too complex",        "repetition bound 24444 above 255"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         struct qp_error err = {0};
         struct qp_sens_blocks *b = NULL;
