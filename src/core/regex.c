@@ -40,6 +40,17 @@ static int stacked_quantifier(const char *pat, size_t n) {
     return 0;
 }
 
+/* The index of the ']' that ends the bracket expression opening at t[i] (POSIX: a leading ']'
+ * or '^]' is a member, a backslash is literal), or of the terminating '\0'. */
+static size_t bracket_end(const char *t, size_t i) {
+    i++;
+    if (t[i] == '^') i++;
+    if (t[i] == ']') i++;
+    while (t[i] && t[i] != ']')
+        i++;
+    return i;
+}
+
 /* The largest repetition bound of extended regex t ("{m}", "{m,}", "{m,n}", "{,n}"), outside
  * brackets and escapes; -1 when it has none. glibc's regcomp needs memory quadratic in an
  * optional bound's copies (each copy's epsilon closure holds the copies after it: "#{,24444}"
@@ -50,11 +61,7 @@ static long largest_bound(const char *t) {
         if (t[i] == '\\' && t[i + 1]) {
             i++;
         } else if (t[i] == '[') {
-            i++;
-            if (t[i] == '^') i++;
-            if (t[i] == ']') i++;
-            while (t[i] && t[i] != ']')
-                i++;
+            i = bracket_end(t, i);
             if (!t[i]) break;
         } else if (t[i] == '{') {
             for (i++; t[i] && t[i] != '}'; i++) {
@@ -113,11 +120,7 @@ static double regex_nodes(const char *t, double limit) {
         } else if (c == '\\' && t[i + 1]) {
             i++;
         } else if (c == '[') {
-            i++;
-            if (t[i] == '^') i++;
-            if (t[i] == ']') i++;
-            while (t[i] && t[i] != ']')
-                i++;
+            i = bracket_end(t, i);
             if (!t[i]) break;
         }
         total[d] += atom;
