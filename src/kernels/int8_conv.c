@@ -899,10 +899,10 @@ static void t16x16(const uint8_t *s, int64_t lds, uint8_t *d, int64_t ldd) {
  * (d[c * ldd + r] = s[r * lds + c]). */
 static void transpose_block(const uint8_t *s, int64_t lds, uint8_t *d, int64_t ldd, int64_t r0,
                             int64_t r1, int64_t c0, int64_t c1) {
-    int64_t rf = r0, cf = c1;
+    int64_t rf = r0;
 #if HAVE_T16
     rf = r0 + (r1 - r0) / 16 * 16; /* whole blocks: rows [r0, rf) x columns [c0, cf) */
-    cf = c0 + (c1 - c0) / 16 * 16;
+    int64_t cf = c0 + (c1 - c0) / 16 * 16;
     for (int64_t r = r0; r < rf; r += 16)
         for (int64_t c = c0; c < cf; c += 16)
             t16x16(s + r * lds + c, lds, d + c * ldd + r, ldd);
@@ -910,7 +910,6 @@ static void transpose_block(const uint8_t *s, int64_t lds, uint8_t *d, int64_t l
         for (int64_t c = cf; c < c1; c++)
             d[c * ldd + r] = s[r * lds + c];
 #endif
-    (void)cf;
     for (int64_t c = c0; c < c1; c++) /* the remaining rows */
         for (int64_t r = rf; r < r1; r++)
             d[c * ldd + r] = s[r * lds + c];

@@ -175,6 +175,11 @@ static void tile_c(const struct job *jb, int64_t i0, int mr, int64_t p) {
     }
 }
 
+/* A source byte (int8 when is_signed, else uint8) minus the zero point, as a float (exact). */
+static inline float byte_minus_zp(uint8_t b, int is_signed, int32_t zp) {
+    return (float)((is_signed ? (int32_t)(int8_t)b : (int32_t)b) - zp);
+}
+
 /* One output pixel's depthwise sums: px[k] the float source row of kernel position k. */
 static void dw_row_c(const struct qp_conv_state *g, const float *const *px, const float *wf,
                      const struct epi_ctx *ctx, int64_t row) {
@@ -271,25 +276,27 @@ AVX_INLINE void posts_n(const struct qp_i8_io *io, __m256 *v, const __m256 *rv, 
                 v[i] = _mm256_add_ps(v[i], rv[i]);
             break;
         default: { /* Sigmoid: the float engine's (vecmath.h), else the reference's expf */
-            float t[8 * 32], c[8 * 32];
+            float t[8 * 32];
             if (n <= 32) {
                 for (int i = 0; i < n; i++)
                     _mm256_storeu_ps(t + 8 * i, v[i]);
-                /* only the w columns stored of each row's 16 (a few-channel head: 1 of 16) */
-                int64_t cnt = 0;
-                for (int r = 0; r < n / 2; r++)
-                    for (int l = 0; l < w; l++)
-                        c[cnt++] = t[16 * r + l];
-                if (w < 16 && n % 2 == 0 && qp_vf_apply(QP_VF_SIGMOID, c, c, cnt)) {
-                    cnt = 0;
+                if (w < 16 && n % 2 == 0) {
+                    /* only the w columns stored of each row's 16 (a few-channel head: 1 of 16) */
+                    float c[8 * 32];
+                    int cnt = 0;
                     for (int r = 0; r < n / 2; r++)
                         for (int l = 0; l < w; l++)
-                            t[16 * r + l] = c[cnt++];
-                    for (int i = 0; i < n; i++)
-                        v[i] = _mm256_loadu_ps(t + 8 * i);
-                    break;
-                }
-                if (qp_vf_apply(QP_VF_SIGMOID, t, t, 8 * n)) {
+                            c[cnt++] = t[16 * r + l];
+                    if (qp_vf_apply(QP_VF_SIGMOID, c, c, cnt)) {
+                        cnt = 0;
+                        for (int r = 0; r < n / 2; r++)
+                            for (int l = 0; l < w; l++)
+                                t[16 * r + l] = c[cnt++];
+                        for (int i = 0; i < n; i++)
+                            v[i] = _mm256_loadu_ps(t + 8 * i);
+                        break;
+                    }
+                } else if (qp_vf_apply(QP_VF_SIGMOID, t, t, 8 * n)) {
                     for (int i = 0; i < n; i++)
                         v[i] = _mm256_loadu_ps(t + 8 * i);
                     break;
@@ -710,7 +717,7 @@ AVX static void dw_convert_avx2(const uint8_t *x, int64_t c, int64_t cp, int is_
         for (; ch + 8 <= c; ch += 8)
             _mm256_storeu_ps(d + ch, dw_cvt8(s + ch, is_signed, z));
         for (; ch < c; ch++)
-            d[ch] = (float)((is_signed ? (int32_t)(int8_t)s[ch] : (int32_t)s[ch]) - zp);
+            d[ch] = byte_minus_zp(s[ch], is_signed, zp);
         for (; ch < cp; ch++)
             d[ch] = 0.0f;
     }
@@ -992,9 +999,8 @@ static void dw_convert(enum qp_isa isa, const struct qp_conv_state *g, const uin
             (void)isa;
             for (int64_t p = lo; p < hi; p++)
                 for (int64_t ch = 0; ch < cp; ch++)
-                    xf[p * cp + ch] = ch >= g->c  ? 0.0f
-                                      : is_signed ? (float)((int32_t)(int8_t)x[p * g->c + ch] - zp)
-                                                  : (float)((int32_t)x[p * g->c + ch] - zp);
+                    xf[p * cp + ch] =
+                        ch < g->c ? byte_minus_zp(x[p * g->c + ch], is_signed, zp) : 0.0f;
         }
     }
 }
