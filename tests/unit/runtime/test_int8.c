@@ -1216,6 +1216,15 @@ static void convt_weights(struct qp_model *m, const char *name, const char *out,
     weight_qdq(m, name, out, 4, wd, w, ns, sc, cout, b, 1);
 }
 
+/* m on xin through the integer path's reference kernels (QP_INT8_REF) into y_ref and as
+ * written (the fake-quantization oracle) into y_fq, n values each. */
+static void run_ref_and_oracle(struct qp_model *m, float *y_ref, float *y_fq, size_t n) {
+    setenv("QP_INT8_REF", "1", 1);
+    run(m, QP_INT8_AUTO, xin, y_ref, n, NULL);
+    unsetenv("QP_INT8_REF");
+    run(m, QP_INT8_OFF, xin, y_fq, n, NULL);
+}
+
 /* x -> QDQ -> ConvTranspose 2x2 stride 2 (C -> M) -> Add, Mul by constants per channel -> Relu
  * -> QDQ -> ConvTranspose 3x3 stride 2 pads 1 output_padding 1, 2 groups (M -> 4) -> Sigmoid
  * -> y (float): PaddleOCR det's head, and the general deconvolution. */
@@ -1293,10 +1302,7 @@ static void check_conv_transpose(struct qp_model *m, int pass) {
     }
     assert_int_equal(k, fuse_a + fuse_b);
     qp_session_free(s);
-    setenv("QP_INT8_REF", "1", 1);
-    run(m, QP_INT8_AUTO, xin, y_ref, NY, NULL);
-    unsetenv("QP_INT8_REF");
-    run(m, QP_INT8_OFF, xin, y_fq, NY, NULL);
+    run_ref_and_oracle(m, y_ref, y_fq, NY);
     int spread = 0;
     for (size_t i = 0; i < NY; i++) {
         if (fabsf(y_q[i] - y_fq[i]) > 2e-6f || fabsf(y_ref[i] - y_fq[i]) > 2e-6f)
@@ -1356,10 +1362,7 @@ static void test_conv_transpose_nhwc(void **state) {
     if (qp_dnnl_enabled() && (qp_int8_cpu_has_vnni() || qp_int8_avx2_allowed()))
         assert_int_equal(patch, 1);
     qp_session_free(s);
-    setenv("QP_INT8_REF", "1", 1);
-    run(m, QP_INT8_AUTO, xin, y_ref, NY, NULL);
-    unsetenv("QP_INT8_REF");
-    run(m, QP_INT8_OFF, xin, y_fq, NY, NULL);
+    run_ref_and_oracle(m, y_ref, y_fq, NY);
     int nonzero = 0;
     for (size_t i = 0; i < NY; i++) {
         if (y_q[i] != y_fq[i] || y_ref[i] != y_fq[i])
