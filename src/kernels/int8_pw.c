@@ -55,7 +55,8 @@ struct pw_instr {
 
 struct pw_state {
     int n_in, n_out, n_instr, n_regs, rank, split, general, max_threads;
-    int nhwc; /* the main shape is channels last (attribute nhwc) */
+    int coords; /* some input or output reads the tile's coordinates (tile_coords) */
+    int nhwc;   /* the main shape is channels last (attribute nhwc) */
     int64_t main[QP_MAX_RANK], rows, inner;
     struct pw_input in[QP_PW_MAX_IN];
     struct pw_output out[QP_PW_MAX_OUT];
@@ -414,6 +415,11 @@ enum qp_status qp_k_pointwise_prepare(struct qp_kprep *p) {
         return st;
     }
     choose_split(&q, s, in_phys);
+    s->coords = s->general;
+    for (int i = 0; i < s->n_in; i++)
+        s->coords |= s->in[i].kind == IN_ROW || s->in[i].kind == IN_GEN;
+    for (int o = 0; o < s->n_out; o++)
+        s->coords |= !s->out[o].full;
     int mt = qp_dnnl_default_threads();
     s->max_threads = mt < 1 ? 1 : mt > 64 ? 64 : mt;
     p->scratch = (size_t)s->max_threads * sizeof(struct tile_bufs);
@@ -721,7 +727,7 @@ static void store(const struct pw_state *s, const struct pw_output *y, void *out
 
 static void run_tile(const struct pw_state *s, const struct qp_krun *r, struct tile *t,
                      struct tile_bufs *b) {
-    tile_coords(s, t);
+    if (s->coords) tile_coords(s, t); /* divisions by every dim: only where they are read */
     struct operand in[QP_PW_MAX_IN], reg[QP_PW_MAX_REGS];
     for (int i = 0; i < s->n_in; i++)
         in[i] = load(s, r, i, t, b->in[i]);

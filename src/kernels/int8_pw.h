@@ -69,7 +69,7 @@ enum qp_pw_op {
     QP_PW_OP_COUNT
 };
 
-#define QP_PW_TILE     256
+#define QP_PW_TILE     1024
 #define QP_PW_MAX_REGS 16
 #define QP_PW_MAX_IN   16
 #define QP_PW_MAX_OUT  8

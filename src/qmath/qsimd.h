@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 
-#define QP_QSIMD_BLOCK 256
+#define QP_QSIMD_BLOCK 1024
 
 /* y = (saturate(round_half_even(x / sc) + zp, lo, hi) - zp) * sc. */
 int qp_qsimd_fake_quantize(const float *x, float *y, int64_t n, float sc, float zp, float lo,

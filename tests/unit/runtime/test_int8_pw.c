@@ -123,13 +123,16 @@ static void fill(float *v, size_t n, float amp) {
 }
 
 /* PaddleOCR's block after a Conv, as the trt policy writes it: a LearnableAffineBlock (here a
- * per-channel Mul and a scalar Add) then x * Clip(x + 3, 0, 6) / 6 with Q/DQ on the Mul's and
- * the Clip's inputs, then the Q of the next Conv. */
-static struct qp_model *hardswish_model(void) {
-    static struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
+ * Mul, per channel or `scalar_mul`, and a scalar Add) then x * Clip(x + 3, 0, 6) / 6 with Q/DQ
+ * on the Mul's and the Clip's inputs, then the Q of the next Conv; x is [1, ch, hw, hw]. */
+static struct qp_model *hardswish_model_of(int64_t ch, int64_t hw, int scalar_mul) {
+    static struct qp_dim xd[4];
+    xd[0] = (struct qp_dim){1, NULL};
+    xd[1] = (struct qp_dim){ch, NULL};
+    xd[2] = xd[3] = (struct qp_dim){hw, NULL};
     struct qp_model *m = model_with_x(4, xd);
     rt_qdq(m, "x", "xd", 0.05f, 3);
-    int64_t cd[4] = {1, CH, 1, 1};
+    int64_t cd[4] = {1, scalar_mul ? 1 : ch, 1, 1};
     rt_rng = 5;
     rt_rand_init(m, "a", 4, cd, 0.5f, 2.0f);
     scalar(m, "b", 0.25f);
@@ -152,6 +155,10 @@ static struct qp_model *hardswish_model(void) {
     return m;
 }
 
+static struct qp_model *hardswish_model(void) {
+    return hardswish_model_of(CH, HW, 0);
+}
+
 static void test_hardswish_chain(void **state) {
     (void)state;
     struct qp_model *m = hardswish_model();
@@ -161,6 +168,25 @@ static void test_hardswish_chain(void **state) {
     /* every Q/DQ node: the input's and the output's pairs are fake-quantize steps too */
     check_same(m, xin, 4, d, NX, 1, ny, 10);
     qp_model_free(m);
+}
+
+/* Tensors of many tiles, on two threads (>= 32768 elements), rows that end inside a tile: the
+ * per-channel Mul reads the tile's coordinates (a constant per row), the scalar one does not
+ * (the whole tensor is one row and the tiles skip computing them). */
+static void test_hardswish_tiles(void **state) {
+    (void)state;
+    const int64_t ch = 7, hw = 75, n = ch * hw * hw; /* rows of 5625: 5.5 tiles of 1024 */
+    float *x = malloc((size_t)n * sizeof *x);
+    assert_non_null(x);
+    fill(x, (size_t)n, 4.0f);
+    for (int scalar_mul = 0; scalar_mul <= 1; scalar_mul++) {
+        struct qp_model *m = hardswish_model_of(ch, hw, scalar_mul);
+        int64_t d[4] = {1, ch, hw, hw};
+        size_t ny[1] = {(size_t)n};
+        check_same(m, x, 4, d, (size_t)n, 1, ny, 10);
+        qp_model_free(m);
+    }
+    free(x);
 }
 
 /* A squeeze-and-excitation gate: DQ(x) * Sigmoid(GlobalAveragePool(DQ(x))), then a Q. The gate
@@ -539,6 +565,7 @@ int main(void) {
     (void)insert_qdq;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hardswish_chain),
+        cmocka_unit_test(test_hardswish_tiles),
         cmocka_unit_test(test_se_gate),
         cmocka_unit_test(test_last_axis_affine),
         cmocka_unit_test(test_conv_affine),
