@@ -1,11 +1,13 @@
 /* Pools: MaxPool (with the optional Indices output), AveragePool, GlobalAveragePool,
- * GlobalMaxPool. float32; MaxPool also int8/uint8. */
+ * GlobalMaxPool. float32; MaxPool also int8/uint8. The integer path's layout pass may mark an
+ * int8 MaxPool or a float32 GlobalAveragePool `nhwc`: its input is stored channels last. */
 #include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clones.h"
 #include "kernels/kcheck.h"
 #include "kernels/fast.h"
 #include "kernels/kernels.h"
@@ -14,7 +16,8 @@
 
 struct pool_state {
     int is_max, count_pad, storage_order;
-    int nhwc; /* int8 MaxPool: the tensors are stored channels last (attribute nhwc) */
+    int nhwc; /* int8 MaxPool, float GlobalAveragePool: the input is stored channels last
+               * (attribute nhwc; the integer path's layout pass sets it) */
     int64_t planes, c;
     int64_t in3[3], out3[3], k3[3], s3[3], d3[3], p3[3], pe3[3];
     int64_t in_sz, out_sz;
@@ -348,8 +351,56 @@ __attribute__((target("avx2"))) static void gap_planes_avx2(const float *x, floa
 }
 #endif
 
+/* gap_planes_body on a channels-last input (n pixels of c channels per batch item): channel ch
+ * gets the same sum, accumulator by accumulator, as its plane would (so the same bits), 64
+ * channels at a time across the pixels. Items [lo, hi) of (batch, block of 64 channels). */
+#define GAP_CB 64
+QP_CLONES
+static void gap_nhwc(const float *x, float *y, int64_t c, int64_t n, int64_t lo, int64_t hi) {
+    int64_t blocks = (c + GAP_CB - 1) / GAP_CB;
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t b = it / blocks, c0 = it % blocks * GAP_CB;
+        int64_t w = c - c0 < GAP_CB ? c - c0 : GAP_CB;
+        const float *xb = x + b * n * c + c0;
+        double acc[8][GAP_CB];
+        memset(acc, 0, sizeof acc);
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int j = 0; j < 8; j++)
+                for (int64_t k = 0; k < w; k++)
+                    acc[j][k] += (double)xb[(i + j) * c + k];
+        for (int64_t k = 0; k < w; k++) {
+            double sum = ((acc[0][k] + acc[1][k]) + (acc[2][k] + acc[3][k])) +
+                         ((acc[4][k] + acc[5][k]) + (acc[6][k] + acc[7][k]));
+            for (int64_t t = i; t < n; t++)
+                sum += (double)xb[t * c + k];
+            y[b * c + c0 + k] = n ? (float)(sum / (double)n) : 0.0f;
+        }
+    }
+}
+
+enum qp_status qp_k_global_avgpool_prepare(struct qp_kprep *p) {
+    enum qp_status st = qp_k_pool_prepare(p);
+    if (st) return st;
+    struct pool_state *s = p->state;
+    s->nhwc = qp_kattr_int(p->node, "nhwc", 0) != 0;
+    return QP_OK;
+}
+
 enum qp_status qp_k_global_avgpool_run(const struct qp_krun *r) {
     const struct pool_state *s = r->state;
+    if (s->nhwc) {
+        int64_t nb = r->in[0]->dims[0], c = r->in[0]->dims[1],
+                items = nb * ((c + GAP_CB - 1) / GAP_CB);
+        int nt = s->planes * s->in_sz < 131072 ? 1 : r->n_threads;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            int64_t lo, hi;
+            qp_ksplit(items, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+            gap_nhwc(r->in[0]->data, r->out[0]->data, c, s->in_sz, lo, hi);
+        }
+        return QP_OK;
+    }
     if (s->is_max || s->out_sz != 1 || r->in[0]->dtype != QP_DTYPE_FLOAT) return qp_k_pool_run(r);
     const float *x = r->in[0]->data;
     float *y = r->out[0]->data;

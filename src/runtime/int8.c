@@ -812,9 +812,30 @@ static int nhwc_maxpool(const struct qp_graph *g, const struct qp_use *u) {
     return qconv_readers(g, &g->values[n->outputs[0]]);
 }
 
+/* 1 when value v is float32 as the integer path leaves it: a QConv's output without Q in a
+ * float32 graph, or a Pointwise output written as float32. */
+static int float32_output(const struct qp_graph *g, int v) {
+    const struct qp_value *x = &g->values[v];
+    if (x->producer < 0 || int8_output(g, v)) return 0;
+    const struct qp_node *n = &g->nodes[x->producer];
+    if (is_qconv(n)) return qp_kattr_int(n, "out_dtype", -1) == QP_DTYPE_FLOAT;
+    const int64_t *dt;
+    return is_pw(n) && qp_kattr_ints(n, "pw_out_dt", &dt) > x->producer_output &&
+           dt[x->producer_output] == QP_DTYPE_FLOAT;
+}
+
+/* A GlobalAveragePool reading float32 value v: it can average it channels last (pool.c,
+ * attribute `nhwc`), and its [N, C, 1, ...] output is the same in either layout (an SE block's
+ * pooling, so the Conv before it need not write channels first). */
+static int nhwc_gap(const struct qp_graph *g, const struct qp_use *u, int v) {
+    const struct qp_node *n = &g->nodes[u->node];
+    return !n->dead && qp_node_is(n, "GlobalAveragePool") && u->input == 0 && float32_output(g, v);
+}
+
 /* 1 when value v, made by a QConv or a Pointwise node that `ok` admits, can be stored channels
  * last: every reader takes it so (a QConv's source, its int8 residual, a MaxPool between
- * QConv nodes, a Pointwise node `ok` admits) and it is no graph output. */
+ * QConv nodes, a Pointwise node `ok` admits, a GlobalAveragePool of a float32 value) and it is
+ * no graph output. */
 static int nhwc_value(const struct qp_graph *g, const unsigned char *ok, int v) {
     const struct qp_value *x = &g->values[v];
     if (x->producer < 0 || x->is_graph_output || x->n_uses == 0) return 0;
@@ -825,7 +846,8 @@ static int nhwc_value(const struct qp_graph *g, const unsigned char *ok, int v) 
         const struct qp_node *r = &g->nodes[xu->node];
         int fine = is_qconv(r) ? xu->input == 0 || (xu->input == 9 && int8_output(g, v))
                    : is_pw(r)  ? ok[xu->node]
-                               : is_qconv(p) && int8_output(g, v) && nhwc_maxpool(g, xu);
+                               : (is_qconv(p) && int8_output(g, v) && nhwc_maxpool(g, xu)) ||
+                                    nhwc_gap(g, xu, v);
         if (!fine) return 0;
     }
     return 1;
@@ -859,6 +881,14 @@ static int mark_readers(struct qp_graph *g, const struct qp_value *v) {
     return 1;
 }
 
+/* The GlobalAveragePool readers of channels-last value v average it so. */
+static int mark_gaps(struct qp_graph *g, int v) {
+    const struct qp_value *x = &g->values[v];
+    for (size_t u = 0; u < x->n_uses; u++)
+        if (nhwc_gap(g, &x->uses[u], v) && !i8g_add_int(g, x->uses[u].node, "nhwc", 1)) return 0;
+    return 1;
+}
+
 /* The attributes of one node on channels-last tensors (`ok`: the Pointwise nodes admitted). */
 static int mark_node(struct qp_graph *g, const unsigned char *ok, int k) {
     const struct qp_node *n = &g->nodes[k];
@@ -867,6 +897,8 @@ static int mark_node(struct qp_graph *g, const unsigned char *ok, int k) {
         if (n->n_inputs > 64 || n->n_outputs > 64) return 1;
         for (int i = 0; i < n->n_inputs; i++)
             fi[i] = n->inputs[i] >= 0 && nhwc_value(g, ok, n->inputs[i]);
+        for (int o = 0; o < n->n_outputs; o++)
+            if (!mark_gaps(g, n->outputs[o])) return 0;
         for (int o = 0; o < n->n_outputs; o++)
             fo[o] = 1;
         return i8g_add_int(g, k, "nhwc", 1) && i8g_add_ints(g, k, "pw_in_nhwc", n->n_inputs, fi) &&
@@ -877,7 +909,7 @@ static int mark_node(struct qp_graph *g, const unsigned char *ok, int k) {
         (r >= 0 && nhwc_value(g, ok, r) && !i8g_add_int(g, k, "res_nhwc", 1)))
         return 0;
     if (y < 0 || !nhwc_value(g, ok, y)) return 1;
-    if (!i8g_add_int(g, k, "dst_nhwc", 1)) return 0;
+    if (!i8g_add_int(g, k, "dst_nhwc", 1) || !mark_gaps(g, y)) return 0;
     const struct qp_value *v = &g->values[y];
     for (size_t u = 0; u < v->n_uses; u++) { /* a MaxPool between QConv nodes */
         int m = v->uses[u].node;

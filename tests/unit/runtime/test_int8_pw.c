@@ -417,6 +417,95 @@ static void test_nhwc_between_qconv(void **state) {
     qp_model_free(m);
 }
 
+/* An SE block's pooling of a QConv's float output: conv1 -> GlobalAveragePool -> Sigmoid, and
+ * conv1 * gate -> Q -> conv2. The Pointwise node runs channels last, so conv1 writes channels
+ * last and the pooling averages that layout (attribute nhwc): the output is bit for bit what
+ * QP_INT8_NHWC_POINTWISE=0 gives (conv1 channels first, the planar pooling). */
+static void test_nhwc_gap_after_qconv(void **state) {
+    (void)state;
+    struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
+    struct qp_model *m = model_with_x(4, xd);
+    rt_qdq(m, "x", "xd", 0.05f, 0);
+    conv1x1(m, "conv1", "xd", "c", 0);
+    const char *gi[1] = {"c"};
+    rt_node(m, "gap", "GlobalAveragePool", 1, gi, "g");
+    const char *si[1] = {"g"};
+    rt_node(m, "gate", "Sigmoid", 1, si, "sg");
+    bin(m, "se_mul", "Mul", "c", "sg", "e");
+    rt_qdq(m, "e", "ed", 0.002f, 0);
+    conv1x1(m, "conv2", "ed", "o", 1);
+    rt_qdq(m, "o", "y", 0.0005f, 0);
+    const char *outs[1] = {"y"};
+    finish(m, 1, outs);
+    fill(xin, NX, 4.0f);
+    int64_t d[4] = {1, CH, HW, HW};
+    size_t ny[1] = {NX};
+    static float on[NX], tr[NX];
+    float *pn = on, *pt = tr;
+    struct qp_session *s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 1, &pn, ny, 1);
+    assert_int_equal(attr_of(s, "GlobalAveragePool", "nhwc"), 1);
+    assert_int_equal(qp_kattr_int(&s->g->nodes[qp_graph_find_node(s->g, "conv1")], "dst_nhwc", 0),
+                     1);
+    qp_session_free(s);
+    setenv("QP_INT8_NHWC_POINTWISE", "0", 1);
+    s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 1, &pt, ny, 1);
+    assert_int_equal(attr_of(s, "GlobalAveragePool", "nhwc"), -1);
+    qp_session_free(s);
+    unsetenv("QP_INT8_NHWC_POINTWISE");
+    size_t nonzero = 0;
+    for (size_t i = 0; i < NX; i++) {
+        if (memcmp(&on[i], &tr[i], sizeof on[i]) != 0)
+            fail_msg("element %zu: %g channels last, %g transposed", i, (double)on[i],
+                     (double)tr[i]);
+        nonzero += on[i] != 0;
+    }
+    assert_true(nonzero > NX / 4);
+    qp_model_free(m);
+}
+
+/* The channels-last GlobalAveragePool kernel alone (attribute nhwc on a float model), two batch
+ * items of 70 channels (a block of 64 and a rest) over 5 x 7 pixels (four groups of eight and a
+ * tail), against the planar kernel on the same values transposed: the same bits. Pixels 0 and 8
+ * of each channel are +-1e17 around small values, so the sum depends on the order of the
+ * additions (the planar kernel's eight interleaved accumulators cancel them first). */
+static void test_gap_nhwc_kernel(void **state) {
+    (void)state;
+    enum { NB = 2, C = 70, H = 5, W = 7, N = NB * C * H * W };
+    static float nhwc[N], nchw[N], y0[NB * C], y1[NB * C];
+    rt_rng = 29;
+    for (int i = 0; i < N; i++) {
+        int p = i / C % (H * W), c = i % C;
+        nhwc[i] = p == 0 ? 1e17f * (float)(c + 1) : p == 8 ? -1e17f * (float)(c + 1) : rt_frand();
+    }
+    for (int b = 0; b < NB; b++)
+        for (int p = 0; p < H * W; p++)
+            for (int c = 0; c < C; c++)
+                nchw[(b * C + c) * H * W + p] = nhwc[(b * H * W + p) * C + c];
+    float *out[2] = {y0, y1};
+    for (int k = 0; k < 2; k++) {
+        struct qp_dim xd[4] = {{NB, NULL}, {C, NULL}, {H, NULL}, {W, NULL}};
+        struct qp_model *m = model_with_x(4, xd);
+        const char *gi[1] = {"x"};
+        rt_node(m, "gap", "GlobalAveragePool", 1, gi, "y");
+        if (k == 0) {
+            struct qp_attr *a = qp_node_add_attr(m->graph, qp_graph_find_node(m->graph, "gap"),
+                                                 "nhwc", QP_ATTR_INT);
+            assert_non_null(a);
+            a->i = 1;
+        }
+        const char *outs[1] = {"y"};
+        finish(m, 1, outs);
+        int64_t d[4] = {NB, C, H, W};
+        size_t ny[1] = {NB * C};
+        run(m, QP_INT8_OFF, k == 0 ? nhwc : nchw, 4, d, N, 1, &out[k], ny, 0);
+        qp_model_free(m);
+    }
+    for (int i = 0; i < NB * C; i++)
+        if (memcmp(&y0[i], &y1[i], sizeof y0[i]) != 0)
+            fail_msg("channel %d: %.9g channels last, %.9g planar", i, (double)y0[i],
+                     (double)y1[i]);
+}
+
 /* ---- the exact path (QP_INT8_EXACT, runtime/int8.h rt_int8_exact_rewrite) ------------------ */
 
 /* Live nodes of the session's graph with op type `op`. */
@@ -571,6 +660,8 @@ int main(void) {
         cmocka_unit_test(test_conv_affine),
         cmocka_unit_test(test_bad_program),
         cmocka_unit_test(test_nhwc_between_qconv),
+        cmocka_unit_test(test_nhwc_gap_after_qconv),
+        cmocka_unit_test(test_gap_nhwc_kernel),
         cmocka_unit_test(test_exact_chain),
         cmocka_unit_test(test_exact_f16),
         cmocka_unit_test(test_exact_leaves_conv_chain),
