@@ -351,6 +351,61 @@ static int64_t attr_of(const struct qp_session *s, const char *op, const char *a
     return -2;
 }
 
+/* The end of an SE block into a second QConv: gate = Sigmoid(GlobalAveragePool(pooled)),
+ * x * gate -> Q (scale es) -> conv2 -> Q (scale ys) = y, the graph's output. */
+static void se_into_conv2(struct qp_model *m, const char *x, const char *pooled, float es,
+                          float ys) {
+    const char *gi[1] = {pooled};
+    rt_node(m, "gap", "GlobalAveragePool", 1, gi, "g");
+    const char *si[1] = {"g"};
+    rt_node(m, "gate", "Sigmoid", 1, si, "sg");
+    bin(m, "se_mul", "Mul", x, "sg", "e");
+    rt_qdq(m, "e", "ed", es, 0);
+    conv1x1(m, "conv2", "ed", "o", 1);
+    rt_qdq(m, "o", "y", ys, 0);
+    const char *outs[1] = {"y"};
+    finish(m, 1, outs);
+}
+
+/* Runs m (input [1,CH,HW,HW]: xin) on the integer path into y, with channels-last Pointwise
+ * nodes or without (QP_INT8_NHWC_POINTWISE=0); returns the session. */
+static struct qp_session *run_layout(struct qp_model *m, float *y, int nhwc) {
+    int64_t d[4] = {1, CH, HW, HW};
+    size_t ny[1] = {NX};
+    if (!nhwc) setenv("QP_INT8_NHWC_POINTWISE", "0", 1);
+    struct qp_session *s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 1, &y, ny, 1);
+    unsetenv("QP_INT8_NHWC_POINTWISE");
+    return s;
+}
+
+/* The channels-last run's output `on` is bit for bit the channels-first one's `tr`, within one
+ * output step (ys) of the oracle's `off` when given, and mostly nonzero. */
+static void check_layouts(const float *on, const float *tr, const float *off, float ys) {
+    size_t nonzero = 0;
+    for (size_t i = 0; i < NX; i++) {
+        if (memcmp(&on[i], &tr[i], sizeof on[i]) != 0)
+            fail_msg("element %zu: %g channels last, %g transposed", i, (double)on[i],
+                     (double)tr[i]);
+        if (off && fabsf(on[i] - off[i]) > ys * 1.001f)
+            fail_msg("element %zu: %g (int8) vs %g (oracle)", i, (double)on[i], (double)off[i]);
+        nonzero += on[i] != 0;
+    }
+    assert_true(nonzero > NX / 4);
+}
+
+/* x [1,CH,HW,HW] -> Q/DQ (0.05) -> xd -> conv1 -> c, the rest for the caller to add. */
+static struct qp_model *conv1_model(void) {
+    static struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
+    struct qp_model *m = model_with_x(4, xd);
+    rt_qdq(m, "x", "xd", 0.05f, 0);
+    conv1x1(m, "conv1", "xd", "c", 0);
+    return m;
+}
+
+static int64_t node_attr(const struct qp_session *s, const char *node, const char *attr) {
+    return qp_kattr_int(&s->g->nodes[qp_graph_find_node(s->g, node)], attr, 0);
+}
+
 /* QConv (float output) -> Pointwise (per-channel affine, HardSwish with Q/DQ inside, times an
  * SE gate [1,C,1,1] computed from the source) -> QConv: the tensors between the QConv nodes and
  * the Pointwise node stay channels last (attributes dst_nhwc, nhwc, src_nhwc), the gate is read
@@ -358,10 +413,7 @@ static int64_t attr_of(const struct qp_session *s, const char *op, const char *a
  * gives, and within one step of the oracle. */
 static void test_nhwc_between_qconv(void **state) {
     (void)state;
-    struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
-    struct qp_model *m = model_with_x(4, xd);
-    rt_qdq(m, "x", "xd", 0.05f, 0);
-    conv1x1(m, "conv1", "xd", "c", 0);
+    struct qp_model *m = conv1_model();
     int64_t cd[4] = {1, CH, 1, 1};
     rt_rng = 13;
     rt_rand_init(m, "a", 4, cd, 0.5f, 1.5f);
@@ -376,44 +428,22 @@ static void test_nhwc_between_qconv(void **state) {
     rt_node(m, "hs_clip", "Clip", 3, ci, "cl");
     bin(m, "hs_mul", "Mul", "td", "cl", "h");
     bin(m, "hs_div", "Div", "h", "six", "hs");
-    const char *gi[1] = {"xd"};
-    rt_node(m, "gap", "GlobalAveragePool", 1, gi, "g");
-    const char *si[1] = {"g"};
-    rt_node(m, "gate", "Sigmoid", 1, si, "sg");
-    bin(m, "se_mul", "Mul", "hs", "sg", "e");
-    rt_qdq(m, "e", "ed", 0.02f, 0);
-    conv1x1(m, "conv2", "ed", "o", 1);
-    rt_qdq(m, "o", "y", 0.01f, 0);
-    const char *outs[1] = {"y"};
-    finish(m, 1, outs);
+    se_into_conv2(m, "hs", "xd", 0.02f, 0.01f);
     fill(xin, NX, 4.0f);
     int64_t d[4] = {1, CH, HW, HW};
     size_t ny[1] = {NX};
     static float off[NX], on[NX], tr[NX];
-    float *po = off, *pn = on, *pt = tr;
+    float *po = off;
     run(m, QP_INT8_OFF, xin, 4, d, NX, 1, &po, ny, 0);
-    struct qp_session *s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 1, &pn, ny, 1);
+    struct qp_session *s = run_layout(m, on, 1);
     assert_int_equal(attr_of(s, "Pointwise", "nhwc"), 1);
-    assert_int_equal(qp_kattr_int(&s->g->nodes[qp_graph_find_node(s->g, "conv1")], "dst_nhwc", 0),
-                     1);
-    assert_int_equal(qp_kattr_int(&s->g->nodes[qp_graph_find_node(s->g, "conv2")], "src_nhwc", 0),
-                     1);
+    assert_int_equal(node_attr(s, "conv1", "dst_nhwc"), 1);
+    assert_int_equal(node_attr(s, "conv2", "src_nhwc"), 1);
     qp_session_free(s);
-    setenv("QP_INT8_NHWC_POINTWISE", "0", 1);
-    s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 1, &pt, ny, 1);
+    s = run_layout(m, tr, 0);
     assert_int_equal(attr_of(s, "Pointwise", "nhwc"), -1);
     qp_session_free(s);
-    unsetenv("QP_INT8_NHWC_POINTWISE");
-    size_t nonzero = 0;
-    for (size_t i = 0; i < NX; i++) {
-        if (memcmp(&on[i], &tr[i], sizeof on[i]) != 0)
-            fail_msg("element %zu: %g channels last, %g transposed", i, (double)on[i],
-                     (double)tr[i]);
-        if (fabsf(on[i] - off[i]) > 0.01f * 1.001f)
-            fail_msg("element %zu: %g (int8) vs %g (oracle)", i, (double)on[i], (double)off[i]);
-        nonzero += on[i] != 0;
-    }
-    assert_true(nonzero > NX / 4);
+    check_layouts(on, tr, off, 0.01f);
     qp_model_free(m);
 }
 
@@ -423,43 +453,18 @@ static void test_nhwc_between_qconv(void **state) {
  * QP_INT8_NHWC_POINTWISE=0 gives (conv1 channels first, the planar pooling). */
 static void test_nhwc_gap_after_qconv(void **state) {
     (void)state;
-    struct qp_dim xd[4] = {{1, NULL}, {CH, NULL}, {HW, NULL}, {HW, NULL}};
-    struct qp_model *m = model_with_x(4, xd);
-    rt_qdq(m, "x", "xd", 0.05f, 0);
-    conv1x1(m, "conv1", "xd", "c", 0);
-    const char *gi[1] = {"c"};
-    rt_node(m, "gap", "GlobalAveragePool", 1, gi, "g");
-    const char *si[1] = {"g"};
-    rt_node(m, "gate", "Sigmoid", 1, si, "sg");
-    bin(m, "se_mul", "Mul", "c", "sg", "e");
-    rt_qdq(m, "e", "ed", 0.002f, 0);
-    conv1x1(m, "conv2", "ed", "o", 1);
-    rt_qdq(m, "o", "y", 0.0005f, 0);
-    const char *outs[1] = {"y"};
-    finish(m, 1, outs);
+    struct qp_model *m = conv1_model();
+    se_into_conv2(m, "c", "c", 0.002f, 0.0005f);
     fill(xin, NX, 4.0f);
-    int64_t d[4] = {1, CH, HW, HW};
-    size_t ny[1] = {NX};
     static float on[NX], tr[NX];
-    float *pn = on, *pt = tr;
-    struct qp_session *s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 1, &pn, ny, 1);
+    struct qp_session *s = run_layout(m, on, 1);
     assert_int_equal(attr_of(s, "GlobalAveragePool", "nhwc"), 1);
-    assert_int_equal(qp_kattr_int(&s->g->nodes[qp_graph_find_node(s->g, "conv1")], "dst_nhwc", 0),
-                     1);
+    assert_int_equal(node_attr(s, "conv1", "dst_nhwc"), 1);
     qp_session_free(s);
-    setenv("QP_INT8_NHWC_POINTWISE", "0", 1);
-    s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 1, &pt, ny, 1);
+    s = run_layout(m, tr, 0);
     assert_int_equal(attr_of(s, "GlobalAveragePool", "nhwc"), -1);
     qp_session_free(s);
-    unsetenv("QP_INT8_NHWC_POINTWISE");
-    size_t nonzero = 0;
-    for (size_t i = 0; i < NX; i++) {
-        if (memcmp(&on[i], &tr[i], sizeof on[i]) != 0)
-            fail_msg("element %zu: %g channels last, %g transposed", i, (double)on[i],
-                     (double)tr[i]);
-        nonzero += on[i] != 0;
-    }
-    assert_true(nonzero > NX / 4);
+    check_layouts(on, tr, NULL, 0.0f);
     qp_model_free(m);
 }
 
