@@ -21,8 +21,7 @@ void qp_image_release(struct qp_image *img) {
     memset(img, 0, sizeof *img);
 }
 
-static enum qp_status alloc_rgb(const char *path, int64_t h, int64_t w, float **out,
-                                struct qp_error *err) {
+static enum qp_status check_size(const char *path, int64_t h, int64_t w, struct qp_error *err) {
     if (h < 1 || w < 1)
         return qp_error_set(err, QP_ERR_BAD_INPUT, "%s: image size %lldx%lld", path, (long long)w,
                             (long long)h);
@@ -30,6 +29,13 @@ static enum qp_status alloc_rgb(const char *path, int64_t h, int64_t w, float **
         return qp_error_set(err, QP_ERR_UNSUPPORTED,
                             "%s: image %lldx%lld is larger than %lld pixels", path, (long long)w,
                             (long long)h, (long long)QP_IMAGE_MAX_PIXELS);
+    return QP_OK;
+}
+
+static enum qp_status alloc_rgb(const char *path, int64_t h, int64_t w, float **out,
+                                struct qp_error *err) {
+    enum qp_status st = check_size(path, h, w, err);
+    if (st != QP_OK) return st;
     *out = qp_malloc_n((size_t)(h * w) * 3, sizeof(float));
     if (!*out) return qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", path);
     return QP_OK;
@@ -190,13 +196,14 @@ static enum qp_status decode_jpeg(const char *path, FILE *f, struct qp_image *ou
     jpeg_start_decompress(&cinfo);
     int64_t w = cinfo.output_width, h = cinfo.output_height;
     int oc = cinfo.output_components;
-    float *tmp = NULL;
-    enum qp_status ast = alloc_rgb(path, h, w, &tmp, err);
+    enum qp_status ast = check_size(path, h, w, err);
     if (ast != QP_OK) {
         st = ast;
         goto done;
     }
-    rgb = tmp;
+    int64_t cap = 0; /* rows of rgb allocated: grown as rows decode, so that a small file
+                      * declaring 2^28 pixels and then ending allocates little (found by
+                      * fuzzing: 3 GB for a 146-byte file) */
     row = malloc((size_t)w * (size_t)oc);
     if (!row) {
         st = qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", path);
@@ -209,6 +216,17 @@ static enum qp_status decode_jpeg(const char *path, FILE *f, struct qp_image *ou
         int64_t y = cinfo.output_scanline;
         JSAMPROW rp = row;
         if (jpeg_read_scanlines(&cinfo, &rp, 1) != 1) break;
+        if (y >= cap) {
+            int64_t nc = cap ? 2 * cap : 64;
+            if (nc > h) nc = h;
+            float *g = realloc(rgb, (size_t)(nc * w) * 3 * sizeof(float));
+            if (!g) {
+                st = qp_error_set(err, QP_ERR_NOMEM, "%s: out of memory", path);
+                goto done;
+            }
+            rgb = g;
+            cap = nc;
+        }
         float *dst = rgb + y * w * 3;
         for (int64_t x = 0; x < w; x++) {
             if (oc == 1) {
