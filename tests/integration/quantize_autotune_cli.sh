@@ -34,6 +34,7 @@ grep -q '^qplace quantize --autotune: [0-9]* regions, [0-9]* patterns' "$T/out" 
 grep -Eq '^  races  *[1-9][0-9]* measured \(0 from the state file\), [0-9]* adopted' "$T/out" ||
     fail "summary: races"
 grep -Eq '^  guard  *(passed|FAILED): ' "$T/out" || fail "summary: guard"
+guard1=$(grep -Ec '^  guard  *passed' "$T/out")
 grep -q '^qplace quantize: .* -> .*q.onnx$' "$T/out" || fail "summary: quantize"
 grep -q 'placement: autotune' "$T/out" || fail "summary: placement source"
 grep -q '^autotune: pattern 1/[0-9]*, scheme [0-9]*/2: ' "$T/err" || fail "progress line"
@@ -46,7 +47,9 @@ cp "$T/at/placement.json" "$T/placement1.json"
 expect 0 "$Q" quantize --onnx_path "$M" --output_path "$T/q.onnx" --autotune=quick "${QUICK[@]}" \
     --autotune_output_dir "$T/at"
 grep -Eq "^  races  *$n1 measured \($n1 from the state file\)" "$T/out" || fail "rerun: not replayed"
-if grep -q '^  guard  *passed' "$T/out"; then # the guard race is measured again
+# The guard race is measured again, so its verdict may differ from the first run's on a noisy
+# machine (a failed guard writes the model without Q/DQ); where both passed, the same placement.
+if [ "$guard1" = 1 ] && grep -q '^  guard  *passed' "$T/out"; then
     same "$T/q.onnx" "$T/placement1.json"
 fi
 
