@@ -21,6 +21,10 @@ struct red_state {
     int64_t ostride[QP_MAX_RANK]; /* output stride of each input dim (0 when reduced) */
     int64_t count;                /* elements per output */
     int identity;                 /* no axes and noop_with_empty_axes: copy */
+    /* float32 sums whose reduced axes are adjacent (size-1 axes aside): the input is outer x
+     * red x inner, the output outer x inner (red_fast) */
+    int fast;
+    int64_t outer, red, inner;
 };
 
 static const struct {
@@ -32,6 +36,52 @@ static const struct {
                {"ReduceProd", R_PROD, 18},     {"ReduceL1", R_L1, 18},
                {"ReduceL2", R_L2, 18},         {"ReduceSumSquare", R_SUMSQ, 18},
                {"ReduceLogSum", R_LOGSUM, 18}, {"ReduceLogSumExp", R_LOGSUMEXP, 18}};
+
+/* Sets s->fast (and outer, red, inner) for a float32 mean, sum or sum of squares whose
+ * reduced axes are adjacent once axes of size 1 are set aside. */
+static void plan_fast(struct red_state *s, enum qp_dtype dt) {
+    if (dt != QP_DTYPE_FLOAT || s->identity ||
+        (s->op != R_MEAN && s->op != R_SUM && s->op != R_SUMSQ))
+        return;
+    int seen = 0, after = 0; /* a reduced axis was seen; a kept axis followed it */
+    s->outer = s->red = s->inner = 1;
+    for (int i = 0; i < s->rank; i++) {
+        if (s->dims[i] == 1) continue;
+        if (s->reduced[i]) {
+            if (after) return; /* a second run of reduced axes */
+            seen = 1;
+            s->red *= s->dims[i];
+        } else {
+            after |= seen;
+            *(seen ? &s->inner : &s->outer) *= s->dims[i];
+        }
+    }
+    s->fast = 1;
+}
+
+/* acc[o][i] = the sum over r of x[o][r][i] (of its square for R_SUMSQ), in double, in input
+ * order: the general loop's values, without its per-element index walk. */
+static void red_fast(const struct red_state *s, const float *x, double *acc) {
+    int sq = s->op == R_SUMSQ;
+    for (int64_t o = 0; o < s->outer; o++) {
+        const float *xo = x + o * s->red * s->inner;
+        double *a = acc + o * s->inner;
+        if (s->inner == 1) {
+            double t = 0;
+            for (int64_t r = 0; r < s->red; r++)
+                t += sq ? (double)xo[r] * (double)xo[r] : (double)xo[r];
+            a[0] = t;
+            continue;
+        }
+        for (int64_t i = 0; i < s->inner; i++)
+            a[i] = 0;
+        for (int64_t r = 0; r < s->red; r++)
+            for (int64_t i = 0; i < s->inner; i++) {
+                double v = xo[r * s->inner + i];
+                a[i] += sq ? v * v : v;
+            }
+    }
+}
 
 enum qp_status qp_k_reduce_prepare(struct qp_kprep *p) {
     enum qp_status st = qp_kneed(p, 0);
@@ -104,6 +154,7 @@ enum qp_status qp_k_reduce_prepare(struct qp_kprep *p) {
         s.ostride[i] = s.reduced[i] ? 0 : acc;
         if (!s.reduced[i]) acc *= x->dims[i];
     }
+    plan_fast(&s, x->dtype);
     st = qp_kt_set(p->out[0], x->dtype, orank, od, p->err);
     if (st) return st;
     if (!qp_size_mul((size_t)p->out[0]->numel, sizeof(double), &p->scratch))
@@ -111,20 +162,14 @@ enum qp_status qp_k_reduce_prepare(struct qp_kprep *p) {
     return qp_ksave_state(p, &s, sizeof s);
 }
 
-enum qp_status qp_k_reduce_run(const struct qp_krun *r) {
-    const struct red_state *s = r->state;
-    const struct qp_kt *x = r->in[0];
-    struct qp_kt *y = r->out[0];
-    if (s->identity) {
-        if (x->nbytes) memcpy(y->data, x->data, x->nbytes);
-        return QP_OK;
-    }
-    double *acc = r->scratch;
+/* acc[o] for every output o: the op over its elements in input order (any dtype, any axes). */
+static void red_general(const struct red_state *s, const struct qp_kt *x, double *acc,
+                        uint64_t n_out) {
     double init = 0;
     if (s->op == R_MAX) init = -INFINITY;
     if (s->op == R_MIN) init = INFINITY;
     if (s->op == R_PROD) init = 1;
-    for (uint64_t i = 0; i < y->numel; i++)
+    for (uint64_t i = 0; i < n_out; i++)
         acc[i] = init;
     int64_t idx[QP_MAX_RANK] = {0};
     int64_t o = 0;
@@ -164,6 +209,21 @@ enum qp_status qp_k_reduce_run(const struct qp_krun *r) {
             idx[d] = 0;
         }
     }
+}
+
+enum qp_status qp_k_reduce_run(const struct qp_krun *r) {
+    const struct red_state *s = r->state;
+    const struct qp_kt *x = r->in[0];
+    struct qp_kt *y = r->out[0];
+    if (s->identity) {
+        if (x->nbytes) memcpy(y->data, x->data, x->nbytes);
+        return QP_OK;
+    }
+    double *acc = r->scratch;
+    if (s->fast)
+        red_fast(s, x->data, acc);
+    else
+        red_general(s, x, acc, y->numel);
     for (uint64_t i = 0; i < y->numel; i++) {
         double v = acc[i];
         switch (s->op) {

@@ -84,6 +84,69 @@ static void test_add_broadcast(void **state) {
     assert_int_equal(run_op("Add", NULL, 0, 2, in3, &out, y, 1), QP_ERR_BAD_INPUT);
 }
 
+/* ReduceMean / ReduceSum / ReduceSumSquare of float32 over adjacent axes (the kernel's fast
+ * loop, also with axes of size 1 between them) and over axes that are not adjacent (the general
+ * loop): the bits of a double sum in input order, divided by the count for the mean (values of
+ * +-1e20 and small ones, so that another order gives other bits). */
+static void test_reduce_orders(void **state) {
+    (void)state;
+    static const int64_t dims[5] = {2, 3, 1, 4, 5};
+    static const struct {
+        int n;
+        int64_t axes[5];
+    } sets[] = {{1, {1}}, {2, {3, 4}},          {3, {1, 2, 3}}, {2, {1, 3}}, {1, {0}},
+                {1, {4}}, {5, {0, 1, 2, 3, 4}}, {2, {0, 2}},    {2, {0, 4}}};
+    static const char *ops[3] = {"ReduceMean", "ReduceSum", "ReduceSumSquare"};
+    float x[120], y[120];
+    for (int i = 0; i < 120; i++)
+        x[i] = i % 3 == 0   ? 1e20f * (float)(1 + i % 4)
+               : i % 3 == 1 ? -1e20f
+                            : (float)(i % 11) - 5.5f;
+    for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++)
+        for (int oi = 0; oi < 3; oi++) {
+            int reduced[5] = {0};
+            for (int k = 0; k < sets[si].n; k++)
+                reduced[sets[si].axes[k]] = 1;
+            double want[120] = {0};
+            int64_t count = 1, ost[5], acc = 1;
+            for (int d = 4; d >= 0; d--) {
+                ost[d] = reduced[d] ? 0 : acc;
+                if (!reduced[d])
+                    acc *= dims[d];
+                else
+                    count *= dims[d];
+            }
+            for (int i = 0; i < 120; i++) { /* input order */
+                int64_t o = 0, rest = i;
+                for (int d = 4; d >= 0; d--) {
+                    o += rest % dims[d] * ost[d];
+                    rest /= dims[d];
+                }
+                double v = x[i];
+                want[o] += oi == 2 ? v * v : v;
+            }
+            struct qp_attr a[2] = {{.name = "axes", .type = QP_ATTR_INTS},
+                                   {.name = "keepdims", .type = QP_ATTR_INT, .i = 0}};
+            a[0].ints = sets[si].axes;
+            a[0].n = (size_t)sets[si].n;
+            struct qp_kt in[1] = {kt(QP_DTYPE_FLOAT, 5, dims, x)}, out = {0};
+            int64_t axes_dims[1] = {sets[si].n};
+            struct qp_kt with_axes[2] = {in[0],
+                                         kt(QP_DTYPE_INT64, 1, axes_dims, (void *)sets[si].axes)};
+            /* opset 17: ReduceSum takes its axes as an input, the others as an attribute */
+            enum qp_status st = oi == 1 ? run_op(ops[oi], a + 1, 1, 2, with_axes, &out, y, 2)
+                                        : run_op(ops[oi], a, 2, 1, in, &out, y, 2);
+            assert_int_equal(st, QP_OK);
+            assert_int_equal((int64_t)out.numel, 120 / count);
+            for (int64_t o = 0; o < 120 / count; o++) {
+                float w = (float)(oi == 0 ? want[o] / (double)count : want[o]);
+                if (memcmp(&y[o], &w, sizeof w) != 0)
+                    fail_msg("%s, axes set %zu, output %lld: %.9g, want %.9g", ops[oi], si,
+                             (long long)o, y[o], w);
+            }
+        }
+}
+
 static void test_int_div_by_zero(void **state) {
     (void)state;
     int32_t a[3] = {7, INT32_MIN, -7}, b[3] = {0, -1, 2}, y[3];
@@ -202,7 +265,7 @@ int main(void) {
         cmocka_unit_test(test_add_broadcast),        cmocka_unit_test(test_int_div_by_zero),
         cmocka_unit_test(test_threads_independent),  cmocka_unit_test(test_conv_matches_naive),
         cmocka_unit_test(test_gather_bad_index),     cmocka_unit_test(test_reshape_needs_const),
-        cmocka_unit_test(test_registry_rows_unique),
+        cmocka_unit_test(test_registry_rows_unique), cmocka_unit_test(test_reduce_orders),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
