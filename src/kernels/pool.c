@@ -323,6 +323,18 @@ enum qp_status qp_k_maxpool_run(const struct qp_krun *r) {
  * thread count. Compiled twice, plain and with AVX2 (which vectorizes the 8 accumulators), with
  * identical arithmetic. */
 
+/* The mean of n elements from the 8 accumulators (acc[j * as], each the sum of elements i + j
+ * for i < done, a multiple of 8) and the elements from `done` on (x[t * xs]): one order of
+ * additions for the planar and the channels-last paths. */
+static inline __attribute__((always_inline)) float
+gap_mean(const double *acc, int64_t as, const float *x, int64_t xs, int64_t done, int64_t n) {
+    double sum = ((acc[0] + acc[as]) + (acc[2 * as] + acc[3 * as])) +
+                 ((acc[4 * as] + acc[5 * as]) + (acc[6 * as] + acc[7 * as]));
+    for (int64_t t = done; t < n; t++)
+        sum += (double)x[t * xs];
+    return n ? (float)(sum / (double)n) : 0.0f;
+}
+
 static inline __attribute__((always_inline)) void
 gap_planes_body(const float *x, float *y, int64_t lo, int64_t hi, int64_t n) {
     for (int64_t pl = lo; pl < hi; pl++) {
@@ -332,11 +344,7 @@ gap_planes_body(const float *x, float *y, int64_t lo, int64_t hi, int64_t n) {
         for (; i + 8 <= n; i += 8)
             for (int j = 0; j < 8; j++)
                 acc[j] += (double)xp[i + j];
-        double sum =
-            ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-        for (; i < n; i++)
-            sum += (double)xp[i];
-        y[pl] = n ? (float)(sum / (double)n) : 0.0f;
+        y[pl] = gap_mean(acc, 1, xp, 1, i, n);
     }
 }
 
@@ -369,13 +377,8 @@ static void gap_nhwc(const float *x, float *y, int64_t c, int64_t n, int64_t lo,
             for (int j = 0; j < 8; j++)
                 for (int64_t k = 0; k < w; k++)
                     acc[j][k] += (double)xb[(i + j) * c + k];
-        for (int64_t k = 0; k < w; k++) {
-            double sum = ((acc[0][k] + acc[1][k]) + (acc[2][k] + acc[3][k])) +
-                         ((acc[4][k] + acc[5][k]) + (acc[6][k] + acc[7][k]));
-            for (int64_t t = i; t < n; t++)
-                sum += (double)xb[t * c + k];
-            y[b * c + c0 + k] = n ? (float)(sum / (double)n) : 0.0f;
-        }
+        for (int64_t k = 0; k < w; k++)
+            y[b * c + c0 + k] = gap_mean(&acc[0][k], GAP_CB, xb + k, c, i, n);
     }
 }
 
