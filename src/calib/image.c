@@ -58,6 +58,19 @@ static void png_on_warning(png_structp png, png_const_charp msg) {
     (void)msg; /* benign (e.g. an unknown ancillary chunk); errors come through png_on_error */
 }
 
+/* Bytes in stream f (from its start), -1 when it cannot tell; the position is kept. */
+static long long stream_bytes(FILE *f) {
+    long at = ftell(f);
+    if (at < 0 || fseek(f, 0, SEEK_END) != 0) return -1;
+    long end = ftell(f);
+    if (fseek(f, at, SEEK_SET) != 0) return -1;
+    return end;
+}
+
+/* Deflate expands a byte into at most about 1032 (its largest ratio), so a PNG of `have` bytes
+ * holds at most that many bytes of filtered rows; the margin covers the chunks' overhead. */
+#define PNG_MAX_RATIO 1100.0
+
 static enum qp_status decode_png(const char *path, FILE *f, struct qp_image *out,
                                  struct qp_error *err) {
     struct png_ctx ctx = {{0}};
@@ -82,6 +95,18 @@ static enum qp_status decode_png(const char *path, FILE *f, struct qp_image *out
     png_set_user_limits(png, 0x7fffffff, 0x7fffffff);
     png_read_info(png, info);
     png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+    /* A header declaring more rows than the file can hold is refused before anything is
+     * allocated for them (a 100-byte file may declare 2^28 pixels: gigabytes; the JPEG reader
+     * grows its rows instead, but an interlaced PNG needs all of them at once). */
+    long long have = stream_bytes(f);
+    double need = ((double)png_get_rowbytes(png, info) + 1.0) * (double)h;
+    if (have >= 0 && need > PNG_MAX_RATIO * (double)have + 65536.0) {
+        st = qp_error_set(err, QP_ERR_BAD_INPUT,
+                          "%s: corrupt or truncated PNG: it declares %ux%u pixels (%.0f bytes of "
+                          "rows) in %lld bytes, more than compression can hold",
+                          path, (unsigned)w, (unsigned)h, need, have);
+        goto done;
+    }
     int depth = png_get_bit_depth(png, info);
     int ct = png_get_color_type(png, info);
     if (ct == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);

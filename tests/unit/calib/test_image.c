@@ -97,6 +97,19 @@ static void test_png_errors(void **state) {
     assert_non_null(strstr(err.msg, "mem: corrupt or truncated JPEG"));
     assert_int_equal(qp_image_decode_memory(NULL, buf, 0, &img, &err), QP_ERR_BAD_INPUT);
     assert_null(img.rgb);
+    /* 105 bytes declaring 16000x16000 RGB (3 GB of floats): refused from the header, from a
+     * file and from memory, before anything is allocated for the rows */
+    const char *big =
+        QP_TEST_DATA_DIR "/fuzz-regressions/image/png-declares-256m-pixels-in-105-bytes.png";
+    assert_int_equal(qp_image_decode_file(big, &img, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "declares 16000x16000 pixels"));
+    f = fopen(big, "rb");
+    n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f) fclose(f);
+    assert_int_equal(n, 105);
+    assert_int_equal(qp_image_decode_memory("mem", buf, n, &img, &err), QP_ERR_BAD_INPUT);
+    assert_non_null(strstr(err.msg, "mem: corrupt or truncated PNG: it declares"));
+    assert_null(img.rgb);
 }
 
 /* No resize: scale 1/255, mean/std per channel, NCHW. */
