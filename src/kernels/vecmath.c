@@ -212,7 +212,147 @@ VM_ATTR static void softmax_rows_avx2(const float *x, float *y, int64_t rows, in
             yr[i] *= inv;
     }
 }
+
+/* ---- AVX-512F: sixteen lanes, the same operations per lane ---------------------------------- */
+
+#undef V
+#undef VM_ATTR
+#undef VM_NAME
+#undef VSET
+#undef VADD
+#undef VSUB
+#undef VMUL
+#undef VDIV
+#undef VFMA
+#undef VFNMA
+#undef VMIN
+#undef VMAX
+#undef VABS
+#undef VROUND
+#undef VLT
+#undef VNAN
+#undef VSEL
+#undef VSIGN
+#undef VXOR
+#undef VPOW2I
+#define V              __m512
+#define VM_ATTR        __attribute__((target("avx512f,fma")))
+#define VM_NAME(n)     n##_avx512
+#define VSET(c)        _mm512_set1_ps(c)
+#define VADD(a, b)     _mm512_add_ps((a), (b))
+#define VSUB(a, b)     _mm512_sub_ps((a), (b))
+#define VMUL(a, b)     _mm512_mul_ps((a), (b))
+#define VDIV(a, b)     _mm512_div_ps((a), (b))
+#define VFMA(a, b, c)  _mm512_fmadd_ps((a), (b), (c))
+#define VFNMA(a, b, c) _mm512_fnmadd_ps((a), (b), (c))
+/* minps/maxps return the second operand when either is NaN, as their AVX2 forms. */
+#define VMIN(a, b)    _mm512_min_ps((a), (b))
+#define VMAX(a, b)    _mm512_max_ps((a), (b))
+#define VABS(a)       _mm512_abs_ps(a)
+#define VROUND(a)     _mm512_roundscale_ps((a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define VLT(a, b)     _mm512_cmp_ps_mask((a), (b), _CMP_LT_OQ)
+#define VNAN(a)       _mm512_cmp_ps_mask((a), (a), _CMP_UNORD_Q)
+#define VSEL(m, a, b) _mm512_mask_mov_ps((b), (m), (a))
+#define VSIGN(a)                                                                                   \
+    _mm512_castsi512_ps(                                                                           \
+        _mm512_and_si512(_mm512_set1_epi32((int)0x80000000u), _mm512_castps_si512(a)))
+#define VXOR(a, b)                                                                                 \
+    _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)))
+#define VPOW2I(n)                                                                                  \
+    _mm512_castsi512_ps(                                                                           \
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23))
+#include "kernels/vecmath_body.h"
+
+/* vf_apply_avx2 sixteen at a time: whole vectors of 16, then the AVX2 code (whose lanes compute
+ * the same values) on the rest. */
+VM_ATTR static void vf_apply_avx512(enum qp_vfn f, const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+#define VF_LOOP(FN)                                                                                \
+    for (; i + 16 <= n; i += 16)                                                                   \
+        _mm512_storeu_ps(y + i, FN(_mm512_loadu_ps(x + i)));
+    switch (f) {
+    case QP_VF_EXP:
+        VF_LOOP(vm_expf_avx512);
+        break;
+    case QP_VF_ERF:
+        VF_LOOP(vm_erf_avx512);
+        break;
+    case QP_VF_TANH:
+        VF_LOOP(vm_tanh_avx512);
+        break;
+    case QP_VF_SIGMOID:
+        VF_LOOP(vm_sigmoid_avx512);
+        break;
+    case QP_VF_GELU:
+        VF_LOOP(vm_gelu_avx512);
+        break;
+    case QP_VF_GELU_TANH:
+        VF_LOOP(vm_gelu_tanh_avx512);
+        break;
+    default:
+        break;
+    }
+#undef VF_LOOP
+    if (i < n) vf_apply_avx2(f, x + i, y + i, n - i);
+}
+
+/* softmax_rows_avx2 with the exponentials sixteen at a time: each vector's two halves are
+ * added into the eight partial sums one after the other, the AVX2 code's order. */
+VM_ATTR static void softmax_rows_avx512(const float *x, float *y, int64_t rows, int64_t n) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        int64_t nb = n / 8 * 8, rem = n - nb, i = 0;
+        __m512 vm = _mm512_set1_ps(-INFINITY);
+        for (; i + 16 <= nb; i += 16)
+            vm = _mm512_max_ps(_mm512_loadu_ps(xr + i), vm);
+        float m = _mm512_reduce_max_ps(vm); /* the maximum is exact whatever the order */
+        for (; i < n; i++)
+            m = VM_MAXF(m, xr[i]);
+        __m512 mv = _mm512_set1_ps(m);
+        __m256 acc = _mm256_setzero_ps();
+        for (i = 0; i + 16 <= nb; i += 16) {
+            __m512 e = vm_expf_avx512(_mm512_sub_ps(_mm512_loadu_ps(xr + i), mv));
+            _mm512_storeu_ps(yr + i, e);
+            acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+            acc = _mm256_add_ps(acc,
+                                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+        }
+        if (i < nb) { /* one block of 8 left */
+            __m256 e = vm_expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(xr + i), _mm256_set1_ps(m)));
+            _mm256_storeu_ps(yr + i, e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        if (rem) {
+            float buf[8];
+            for (int j = 0; j < 8; j++)
+                buf[j] = j < rem ? xr[nb + j] : -INFINITY;
+            __m256 e = vm_expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(buf), _mm256_set1_ps(m)));
+            acc = _mm256_add_ps(acc, e);
+            _mm256_storeu_ps(buf, e);
+            memcpy(yr + nb, buf, (size_t)rem * sizeof(float));
+        }
+        float lanes[8];
+        _mm256_storeu_ps(lanes, acc);
+        float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+                    ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+        float inv = 1.0f / sum;
+        __m512 iv = _mm512_set1_ps(inv);
+        for (i = 0; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(yr + i, _mm512_mul_ps(_mm512_loadu_ps(yr + i), iv));
+        for (; i < n; i++)
+            yr[i] *= inv;
+    }
+}
 #endif
+
+static int have_avx512(void) {
+#ifdef QP_VM_X86
+    return qp_kernel_isa() >= QP_ISA_AVX512;
+#else
+    return 0;
+#endif
+}
 
 int qp_vf_have_avx2(void) {
 #ifdef QP_VM_X86
@@ -224,6 +364,10 @@ int qp_vf_have_avx2(void) {
 
 int qp_vf_softmax_rows(const float *x, float *y, int64_t rows, int64_t n) {
 #ifdef QP_VM_X86
+    if (have_avx512()) {
+        softmax_rows_avx512(x, y, rows, n);
+        return 1;
+    }
     if (qp_vf_have_avx2()) {
         softmax_rows_avx2(x, y, rows, n);
         return 1;
@@ -239,6 +383,10 @@ int qp_vf_softmax_rows(const float *x, float *y, int64_t rows, int64_t n) {
 
 int qp_vf_apply(enum qp_vfn f, const float *x, float *y, int64_t n) {
 #ifdef QP_VM_X86
+    if (have_avx512()) {
+        vf_apply_avx512(f, x, y, n);
+        return 1;
+    }
     if (qp_vf_have_avx2()) {
         vf_apply_avx2(f, x, y, n);
         return 1;
