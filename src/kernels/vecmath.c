@@ -55,23 +55,6 @@ static inline float vm_pow2i_c(float n) {
 #undef V
 #undef VM_ATTR
 #undef VM_NAME
-#undef VSET
-#undef VADD
-#undef VSUB
-#undef VMUL
-#undef VDIV
-#undef VFMA
-#undef VFNMA
-#undef VMIN
-#undef VMAX
-#undef VABS
-#undef VROUND
-#undef VLT
-#undef VNAN
-#undef VSEL
-#undef VSIGN
-#undef VXOR
-#undef VPOW2I
 
 void qp_vf_apply_portable(enum qp_vfn f, const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++)
@@ -218,23 +201,6 @@ VM_ATTR static void softmax_rows_avx2(const float *x, float *y, int64_t rows, in
 #undef V
 #undef VM_ATTR
 #undef VM_NAME
-#undef VSET
-#undef VADD
-#undef VSUB
-#undef VMUL
-#undef VDIV
-#undef VFMA
-#undef VFNMA
-#undef VMIN
-#undef VMAX
-#undef VABS
-#undef VROUND
-#undef VLT
-#undef VNAN
-#undef VSEL
-#undef VSIGN
-#undef VXOR
-#undef VPOW2I
 #define V              __m512
 #define VM_ATTR        __attribute__((target("avx512f,fma")))
 #define VM_NAME(n)     n##_avx512

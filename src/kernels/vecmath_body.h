@@ -1,9 +1,9 @@
 /*
- * The vecmath functions, written once over the operations below and included twice by
- * vecmath.c: once with V = float (portable C) and once with V = __m256 (AVX2+FMA). No include
- * guard on purpose. The including file defines:
+ * The vecmath functions, written once over the operations below and included three times by
+ * vecmath.c: with V = float (portable C), V = __m256 (AVX2+FMA) and V = __m512 (AVX-512F). No
+ * include guard on purpose. The including file defines:
  *   V                     the value type
- *   VM_ATTR               function attributes (the AVX2 target)
+ *   VM_ATTR               function attributes (the instance's target)
  *   VM_NAME(n)            the name of function n in this instance
  *   VSET(c)               a constant in every lane
  *   VADD VSUB VMUL VDIV   IEEE operations
@@ -13,7 +13,8 @@
  *   VLT(a, b)             mask of a < b   VNAN(a)     mask of NaN lanes
  *   VSEL(m, a, b)         m ? a : b       VSIGN(a)    the sign bit of a, other bits 0
  *   VXOR(a, b)            bitwise xor     VPOW2I(n)   2^n for integral n in [-126, 127]
- * Every step is one IEEE operation in both instances, hence identical results.
+ * Every step is one IEEE operation in every instance, hence identical results. The file
+ * undefines the operation macros at its end.
  */
 
 /* Polynomial coefficients: minimax-style fits (weighted least squares, Lawson iterations) in
@@ -192,3 +193,23 @@ VM_ATTR static inline V VM_NAME(vm_eval)(enum qp_vfn f, V x) {
         return x;
     }
 }
+
+/* The operations are the including instance's: undefined here, so that the next instance
+ * defines its own (V, VM_ATTR and VM_NAME stay for the instance's other functions). */
+#undef VSET
+#undef VADD
+#undef VSUB
+#undef VMUL
+#undef VDIV
+#undef VFMA
+#undef VFNMA
+#undef VMIN
+#undef VMAX
+#undef VABS
+#undef VROUND
+#undef VLT
+#undef VNAN
+#undef VSEL
+#undef VSIGN
+#undef VXOR
+#undef VPOW2I
