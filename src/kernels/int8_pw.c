@@ -8,6 +8,7 @@
  * row), runs the instructions, and stores the outputs.
  */
 #include "kernels/int8_pw.h"
+#include "kernels/int8_pw_impl.h"
 
 #include <math.h>
 #include <omp.h>
@@ -25,49 +26,6 @@
 
 _Static_assert(QP_PW_TILE <= QP_QSIMD_BLOCK, "a tile is one SIMD quantizer block");
 
-enum in_kind { IN_FULL = 0, IN_SCALAR, IN_ROW, IN_COL, IN_GEN };
-
-struct pw_input {
-    enum in_kind kind;
-    enum qp_dtype dt;
-    float scale;                 /* int8/uint8: dequantized as read */
-    uint8_t zp;                  /* raw byte of the zero point (its dtype is dt) */
-    int rank;                    /* aligned to the main rank */
-    int64_t stride[QP_MAX_RANK]; /* in the main shape's coordinates; 0 where broadcast */
-};
-
-struct pw_output {
-    enum qp_dtype dt;
-    int reg, quant;
-    float scale, z, lo, hi; /* quantized: scale, zero point and range as floats (qsimd.h) */
-    uint8_t zp;
-    int full;                    /* its shape is the main shape */
-    int64_t stride[QP_MAX_RANK]; /* main coordinates -> its index; 0 where broadcast */
-};
-
-struct pw_instr {
-    int op, dst, a, b;
-    float p[4];
-    uint8_t fq_zp;
-    enum qp_dtype fq_dt;
-    float fq_z, fq_lo, fq_hi; /* the zero point and the type's range as floats (qsimd.h) */
-};
-
-struct pw_state {
-    int n_in, n_out, n_instr, n_regs, rank, split, general, max_threads;
-    int coords; /* some input or output reads the tile's coordinates (tile_coords) */
-    int nhwc;   /* the main shape is channels last (attribute nhwc) */
-    int64_t main[QP_MAX_RANK], rows, inner;
-    struct pw_input in[QP_PW_MAX_IN];
-    struct pw_output out[QP_PW_MAX_OUT];
-    struct pw_instr ins[]; /* n_instr */
-};
-
-struct tile_bufs {
-    float reg[QP_PW_MAX_REGS][QP_PW_TILE];
-    float in[QP_PW_MAX_IN][QP_PW_TILE];
-};
-
 static int n_params(int op) {
     switch (op) {
     case QP_PW_CLIP:
@@ -83,7 +41,7 @@ static int n_params(int op) {
 }
 
 static int binary(int op) {
-    return op <= QP_PW_DIV;
+    return pw_binary(op);
 }
 
 /* ---- prepare -------------------------------------------------------------------------------- */
@@ -376,6 +334,12 @@ static enum qp_status nhwc_views(const struct qp_kprep *p, struct qp_kt *view,
     return QP_OK;
 }
 
+/* QP_PW_FAST=0 keeps the exact program on the integer path too (for comparing the two). */
+static int fast_allowed(void) {
+    const char *e = getenv("QP_PW_FAST");
+    return !e || strcmp(e, "0") != 0;
+}
+
 enum qp_status qp_k_pointwise_prepare(struct qp_kprep *p) {
     const int64_t *prog;
     const float *par;
@@ -389,7 +353,8 @@ enum qp_status qp_k_pointwise_prepare(struct qp_kprep *p) {
                             "inputs and 1..%d outputs",
                             QP_PW_MAX_REGS, QP_PW_MAX_IN, QP_PW_MAX_OUT);
     if (n_par < 0) n_par = 0;
-    size_t bytes = sizeof(struct pw_state) + (size_t)(np / 5) * sizeof(struct pw_instr);
+    size_t bytes =
+        sizeof(struct pw_state) + (size_t)(np / 5 + PW_FAST_CAP(np / 5)) * sizeof(struct pw_instr);
     struct pw_state *s = calloc(1, bytes);
     if (!s) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     s->n_in = p->n_in;
@@ -415,6 +380,7 @@ enum qp_status qp_k_pointwise_prepare(struct qp_kprep *p) {
         return st;
     }
     choose_split(&q, s, in_phys);
+    if (qp_kattr_int(p->node, "pw_fast", 0) && fast_allowed()) pw_fast_compile(s, p);
     s->coords = s->general;
     for (int i = 0; i < s->n_in; i++)
         s->coords |= s->in[i].kind == IN_ROW || s->in[i].kind == IN_GEN;
@@ -425,10 +391,11 @@ enum qp_status qp_k_pointwise_prepare(struct qp_kprep *p) {
     p->scratch = (size_t)s->max_threads * sizeof(struct tile_bufs);
     p->state = s;
     qp_log(QP_LOG_DEBUG,
-           "Pointwise '%s': %d instructions, %d inputs, %d outputs, %d registers, %s %lld x %lld%s",
-           p->node->name ? p->node->name : "", s->n_instr, s->n_in, s->n_out, s->n_regs,
-           s->general ? "gathered" : "rows x inner", (long long)s->rows, (long long)s->inner,
-           s->nhwc ? ", channels last" : "");
+           "Pointwise '%s': %d instructions (fast program: %d), %d inputs, %d outputs, %d "
+           "registers, %s %lld x %lld%s",
+           p->node->name ? p->node->name : "", s->n_instr, s->fast ? s->n_fast : -1, s->n_in,
+           s->n_out, s->n_regs, s->general ? "gathered" : "rows x inner", (long long)s->rows,
+           (long long)s->inner, s->nhwc ? ", channels last" : "");
     return QP_OK;
 }
 
@@ -470,7 +437,7 @@ static void gather_index(const struct pw_state *s, const struct tile *t, const i
     }
 }
 
-static float read_one(const struct pw_input *x, const void *d, int64_t i) {
+float pw_read_one(const struct pw_input *x, const void *d, int64_t i) {
     switch (x->dt) {
     case QP_DTYPE_FLOAT:
         return ((const float *)d)[i];
@@ -507,12 +474,12 @@ static struct operand load(const struct pw_state *s, const struct qp_krun *r, in
     int64_t at = 0;
     switch (x->kind) {
     case IN_SCALAR:
-        o.s = read_one(x, d, 0);
+        o.s = pw_read_one(x, d, 0);
         return o;
     case IN_ROW:
         for (int k = 0; k < s->split; k++)
             at += t->coord[k] * x->stride[k];
-        o.s = read_one(x, d, at);
+        o.s = pw_read_one(x, d, at);
         return o;
     case IN_FULL:
         at = t->row * s->inner + t->j0;
@@ -524,7 +491,7 @@ static struct operand load(const struct pw_state *s, const struct qp_krun *r, in
         int64_t idx[QP_PW_TILE];
         gather_index(s, t, x->stride, idx);
         for (int64_t j = 0; j < t->len; j++)
-            buf[j] = read_one(x, d, idx[j]);
+            buf[j] = pw_read_one(x, d, idx[j]);
         o.v = buf;
         return o;
     }
@@ -538,14 +505,16 @@ static struct operand load(const struct pw_state *s, const struct qp_krun *r, in
     return o;
 }
 
-static inline float bin1(int op, float a, float b) {
-    switch (op) {
+static inline float bin1(const struct pw_instr *in, float a, float b) {
+    switch (in->op) {
     case QP_PW_ADD:
         return a + b;
     case QP_PW_SUB:
         return a - b;
     case QP_PW_MUL:
         return a * b;
+    case PW_ADDS:
+        return a + b * in->p[0];
     default:
         return a / b;
     }
@@ -571,8 +540,9 @@ static inline float bin1(int op, float a, float b) {
     } while (0)
 
 QP_CLONES
-static void run_binary(int op, struct operand a, struct operand b, float *d, int64_t n) {
-    switch (op) {
+static void run_binary(const struct pw_instr *in, struct operand a, struct operand b, float *d,
+                       int64_t n) {
+    switch (in->op) {
     case QP_PW_ADD:
         BIN_LOOP(x + y);
         break;
@@ -581,6 +551,9 @@ static void run_binary(int op, struct operand a, struct operand b, float *d, int
         break;
     case QP_PW_MUL:
         BIN_LOOP(x * y);
+        break;
+    case PW_ADDS:
+        pw_fast_adds(a.v, a.s, b.v, b.s, in->p[0], d, n);
         break;
     default:
         BIN_LOOP(x / y);
@@ -659,6 +632,10 @@ static void run_unary(const struct pw_instr *in, const float *x, float *d, int64
     case QP_PW_ROUND16:
         qp_round_fp16_n(x, d, (size_t)n);
         break;
+    case PW_FQL:
+    case PW_AFFINE:
+        pw_fast_unary(in, x, d, n);
+        break;
     default: /* COPY */
         if (x != d) memcpy(d, x, (size_t)n * sizeof *d);
         break;
@@ -725,6 +702,64 @@ static void store(const struct pw_state *s, const struct pw_output *y, void *out
     }
 }
 
+/* Runs instructions ins[0 .. n_ins) on the tile: reg[] receives the registers' operands. */
+static void exec(const struct pw_instr *ins, int n_ins, const struct operand *in,
+                 struct operand *reg, struct tile_bufs *b, int64_t n) {
+    for (int k = 0; k < n_ins; k++) {
+        const struct pw_instr *i = &ins[k];
+        struct operand a = i->a >= 0 ? reg[i->a] : in[-i->a - 1];
+        struct operand c = binary(i->op) ? (i->b >= 0 ? reg[i->b] : in[-i->b - 1]) : a;
+        float *d = b->reg[i->dst];
+        if (!a.v && !c.v) { /* both scalar: stays scalar */
+            struct operand o = {NULL, binary(i->op) ? bin1(i, a.s, c.s) : a.s};
+            if (!binary(i->op)) {
+                float one = o.s;
+                run_unary(i, &one, &one, 1);
+                o.s = one;
+            }
+            reg[i->dst] = o;
+            continue;
+        }
+        if (binary(i->op)) {
+            run_binary(i, a, c, d, n);
+        } else {
+            run_unary(i, a.v, d, n);
+        }
+        reg[i->dst] = (struct operand){d, 0.0f};
+    }
+}
+
+/* Whether the tile's float inputs let the fast program run (int8_pw_impl.h). */
+static int tile_tame(const struct pw_state *s, const struct operand *in, int64_t n) {
+    for (int i = 0; i < s->n_in; i++) {
+        if (s->in[i].dt != QP_DTYPE_FLOAT && s->in[i].dt != QP_DTYPE_FLOAT16) continue;
+        if (in[i].v ? !pw_tame(in[i].v, n) : !(fabsf(in[i].s) <= PW_TAME)) return 0;
+    }
+    return 1;
+}
+
+/* A full quantized output of the fast program: levels clamp(rint(x * fm + fo), flo, fhi). */
+static void store_affine(const struct pw_state *s, const struct pw_output *y, void *out,
+                         const struct tile *t, struct operand v, float *tmp) {
+    if (!v.v) {
+        for (int64_t j = 0; j < t->len; j++)
+            tmp[j] = v.s;
+        v.v = tmp;
+    }
+    uint8_t *o = (uint8_t *)out + t->row * s->inner + t->j0;
+    int sgn = y->dt == QP_DTYPE_INT8;
+    if (qp_qsimd_quantize_affine_q8(v.v, o, sgn, t->len, y->fm, y->fo, y->flo, y->fhi)) return;
+    for (int64_t j = 0; j < t->len; j++) {
+        float l = pw_level_of(v.v[j], y->fm, y->fo, y->flo, y->fhi);
+        if (sgn) {
+            int8_t q = (int8_t)l;
+            memcpy(o + j, &q, 1);
+        } else {
+            o[j] = (uint8_t)l;
+        }
+    }
+}
+
 static void run_tile(const struct pw_state *s, const struct qp_krun *r, struct tile *t,
                      struct tile_bufs *b) {
     if (s->coords) tile_coords(s, t); /* divisions by every dim: only where they are read */
@@ -732,30 +767,21 @@ static void run_tile(const struct pw_state *s, const struct qp_krun *r, struct t
     for (int i = 0; i < s->n_in; i++)
         in[i] = load(s, r, i, t, b->in[i]);
     int64_t n = t->len;
-    for (int k = 0; k < s->n_instr; k++) {
-        const struct pw_instr *ins = &s->ins[k];
-        struct operand a = ins->a >= 0 ? reg[ins->a] : in[-ins->a - 1];
-        struct operand c = binary(ins->op) ? (ins->b >= 0 ? reg[ins->b] : in[-ins->b - 1]) : a;
-        float *d = b->reg[ins->dst];
-        if (!a.v && !c.v) { /* both scalar: stays scalar */
-            struct operand o = {NULL, binary(ins->op) ? bin1(ins->op, a.s, c.s) : a.s};
-            if (!binary(ins->op)) {
-                float one = o.s;
-                run_unary(ins, &one, &one, 1);
-                o.s = one;
-            }
-            reg[ins->dst] = o;
-            continue;
+    if (s->fast && tile_tame(s, in, n)) {
+        exec(s->ins + s->n_instr, s->n_fast, in, reg, b, n);
+        for (int o = 0; o < s->n_out; o++) {
+            const struct pw_output *y = &s->out[o];
+            struct operand v = y->fop >= 0 ? reg[y->fop] : in[-y->fop - 1];
+            if (y->affine)
+                store_affine(s, y, r->out[o]->data, t, v, b->tmp);
+            else
+                store(s, y, r->out[o]->data, t, v, b->tmp);
         }
-        if (binary(ins->op)) {
-            run_binary(ins->op, a, c, d, n);
-        } else {
-            run_unary(ins, a.v, d, n);
-        }
-        reg[ins->dst] = (struct operand){d, 0.0f};
+        return;
     }
+    exec(s->ins, s->n_instr, in, reg, b, n);
     for (int o = 0; o < s->n_out; o++)
-        store(s, &s->out[o], r->out[o]->data, t, reg[s->out[o].reg], b->in[0]);
+        store(s, &s->out[o], r->out[o]->data, t, reg[s->out[o].reg], b->tmp);
 }
 
 enum qp_status qp_k_pointwise_run(const struct qp_krun *r) {

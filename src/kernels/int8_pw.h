@@ -21,6 +21,12 @@
  *   pw_out_q   ints per output: -1 (a float output of dtype pw_out_dt) or the parameter index of
  *              (scale, zero point): quantized (round half to even, saturated) to pw_out_dt.
  *   pw_out_dt  ints per output: ONNX dtype (1 float, 10 float16, 3 int8, 2 uint8).
+ *   pw_fast    int (optional): 1 lets the kernel compile the program once more into a fast
+ *              program (kernels/int8_pw_impl.h): scalings by constants, Clips and the
+ *              FakeQuants' divisions folded into multipliers, values within float rounding of
+ *              the exact program's (a level moves by one where a quotient lies within rounding
+ *              of a half). The integer path sets it, the exact path never; QP_PW_FAST=0 in the
+ *              environment ignores it.
  * Each output's shape is the broadcast of the inputs it depends on (not always the main shape).
  *   nhwc       int (optional): 1 computes in channels-last order: the main shape (N, C, D1..Dk)
  *              is walked as (N, D1..Dk, C), so tensors the integer path keeps channels last

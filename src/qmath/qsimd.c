@@ -85,6 +85,48 @@ __attribute__((target("avx512f"))) static void q8_512(const float *x, void *out,
     }
 }
 
+/* ---- the integer path's scaled steps (qp_qsimd_levels, qp_qsimd_quantize_affine_q8) --------- */
+
+/* clamp(round_half_even(x * m [+ o]), lo, hi): the product, then the sum when o is not 0. */
+__attribute__((target("avx512f"))) static inline __m512 affine512(__m512 x, __m512 m, __m512 o,
+                                                                  int add, __m512 lo, __m512 hi) {
+    __m512 t = _mm512_mul_ps(x, m);
+    if (add) t = _mm512_add_ps(t, o);
+    return _mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(t, ROUND_NEAREST), lo), hi);
+}
+
+__attribute__((target("avx512f"))) static void levels512(const float *x, float *y, int64_t n,
+                                                         float mf, float of, float lo, float hi) {
+    __m512 m = _mm512_set1_ps(mf), o = _mm512_set1_ps(of), l = _mm512_set1_ps(lo),
+           h = _mm512_set1_ps(hi);
+    int add = of != 0.0f;
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16)
+        _mm512_storeu_ps(y + k, affine512(_mm512_loadu_ps(x + k), m, o, add, l, h));
+    if (k < n) {
+        __mmask16 t = tail16(n - k);
+        _mm512_mask_storeu_ps(y + k, t,
+                              affine512(_mm512_maskz_loadu_ps(t, x + k), m, o, add, l, h));
+    }
+}
+
+__attribute__((target("avx512f"))) static void aq8_512(const float *x, void *out, int64_t n,
+                                                       float mf, float of, float lo, float hi) {
+    __m512 m = _mm512_set1_ps(mf), o = _mm512_set1_ps(of), l = _mm512_set1_ps(lo),
+           h = _mm512_set1_ps(hi);
+    int add = of != 0.0f;
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        __m512i q = _mm512_cvtps_epi32(affine512(_mm512_loadu_ps(x + k), m, o, add, l, h));
+        _mm_storeu_si128((__m128i *)((char *)out + k), _mm512_cvtepi32_epi8(q));
+    }
+    if (k < n) {
+        __mmask16 t = tail16(n - k);
+        __m512i q = _mm512_cvtps_epi32(affine512(_mm512_maskz_loadu_ps(t, x + k), m, o, add, l, h));
+        _mm512_mask_cvtepi32_storeu_epi8((char *)out + k, t, q);
+    }
+}
+
 /* ---- AVX2 ------------------------------------------------------------------------------------ */
 
 __attribute__((target("avx2"))) static inline __m256i tail8(int64_t left) {
@@ -166,6 +208,46 @@ __attribute__((target("avx2"))) static void q8_256(const float *x, void *out, in
     }
 }
 
+/* affine512 on AVX2. */
+__attribute__((target("avx2"))) static inline __m256 affine256(__m256 x, __m256 m, __m256 o,
+                                                               int add, __m256 lo, __m256 hi) {
+    __m256 t = _mm256_mul_ps(x, m);
+    if (add) t = _mm256_add_ps(t, o);
+    return _mm256_min_ps(_mm256_max_ps(_mm256_round_ps(t, ROUND_NEAREST), lo), hi);
+}
+
+__attribute__((target("avx2"))) static void levels256(const float *x, float *y, int64_t n, float mf,
+                                                      float of, float lo, float hi) {
+    __m256 m = _mm256_set1_ps(mf), o = _mm256_set1_ps(of), l = _mm256_set1_ps(lo),
+           h = _mm256_set1_ps(hi);
+    int add = of != 0.0f;
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        _mm256_storeu_ps(y + k, affine256(_mm256_loadu_ps(x + k), m, o, add, l, h));
+    if (k < n) {
+        __m256i t = tail8(n - k);
+        _mm256_maskstore_ps(y + k, t, affine256(_mm256_maskload_ps(x + k, t), m, o, add, l, h));
+    }
+}
+
+__attribute__((target("avx2"))) static void aq8_256(const float *x, void *out, int sgn, int64_t n,
+                                                    float mf, float of, float lo, float hi) {
+    __m256 m = _mm256_set1_ps(mf), o = _mm256_set1_ps(of), l = _mm256_set1_ps(lo),
+           h = _mm256_set1_ps(hi);
+    int add = of != 0.0f;
+    char *c = out;
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        _mm_storel_epi64((__m128i *)(c + k),
+                         bytes8(affine256(_mm256_loadu_ps(x + k), m, o, add, l, h), sgn));
+    if (k < n) {
+        unsigned char b[16];
+        __m256 v = affine256(_mm256_maskload_ps(x + k, tail8(n - k)), m, o, add, l, h);
+        _mm_storeu_si128((__m128i *)b, bytes8(v, sgn));
+        memcpy(c + k, b, (size_t)(n - k));
+    }
+}
+
 /* The CPU's level, capped as the kernels' ISA is (kernels/isa.h): ONEDNN_MAX_CPU_ISA=AVX2... gives
  * at most AVX2, a lower cap none; QP_QSIMD=0, 1 or 2 caps it too. */
 static int detect(void) {
@@ -189,34 +271,34 @@ int qp_qsimd_level(void) {
     return l;
 }
 
+/* The block's AVX-512 call or its AVX2 call for a block of n elements (1), or nothing when n
+ * is out of range or the CPU has neither (0). */
+#define DISPATCH(n, CALL512, CALL256)                                                              \
+    do {                                                                                           \
+        if ((n) <= 0 || (n) > QP_QSIMD_BLOCK) return 0;                                            \
+        int l_ = qp_qsimd_level();                                                                 \
+        if (l_ == 2) CALL512;                                                                      \
+        if (l_ == 1) CALL256;                                                                      \
+        return l_ > 0;                                                                             \
+    } while (0)
+
 int qp_qsimd_fake_quantize(const float *x, float *y, int64_t n, float sc, float zp, float lo,
                            float hi) {
-    if (n <= 0 || n > QP_QSIMD_BLOCK) return 0;
-    switch (qp_qsimd_level()) {
-    case 2:
-        fq512(x, y, n, sc, zp, lo, hi);
-        return 1;
-    case 1:
-        fq256(x, y, n, sc, zp, lo, hi);
-        return 1;
-    default:
-        return 0;
-    }
+    DISPATCH(n, fq512(x, y, n, sc, zp, lo, hi), fq256(x, y, n, sc, zp, lo, hi));
 }
 
 int qp_qsimd_quantize_q8(const float *x, void *out, int sgn, int64_t n, float sc, float zp,
                          float lo, float hi) {
-    if (n <= 0 || n > QP_QSIMD_BLOCK) return 0;
-    switch (qp_qsimd_level()) {
-    case 2:
-        q8_512(x, out, n, sc, zp, lo, hi);
-        return 1;
-    case 1:
-        q8_256(x, out, sgn, n, sc, zp, lo, hi);
-        return 1;
-    default:
-        return 0;
-    }
+    DISPATCH(n, q8_512(x, out, n, sc, zp, lo, hi), q8_256(x, out, sgn, n, sc, zp, lo, hi));
+}
+
+int qp_qsimd_levels(const float *x, float *y, int64_t n, float m, float o, float lo, float hi) {
+    DISPATCH(n, levels512(x, y, n, m, o, lo, hi), levels256(x, y, n, m, o, lo, hi));
+}
+
+int qp_qsimd_quantize_affine_q8(const float *x, void *out, int sgn, int64_t n, float m, float o,
+                                float lo, float hi) {
+    DISPATCH(n, aq8_512(x, out, n, m, o, lo, hi), aq8_256(x, out, sgn, n, m, o, lo, hi));
 }
 
 #else /* not x86: the scalar paths run everything */
@@ -234,6 +316,17 @@ int qp_qsimd_fake_quantize(const float *x, float *y, int64_t n, float sc, float 
 int qp_qsimd_quantize_q8(const float *x, void *out, int sgn, int64_t n, float sc, float zp,
                          float lo, float hi) {
     (void)x, (void)out, (void)sgn, (void)n, (void)sc, (void)zp, (void)lo, (void)hi;
+    return 0;
+}
+
+int qp_qsimd_levels(const float *x, float *y, int64_t n, float m, float o, float lo, float hi) {
+    (void)x, (void)y, (void)n, (void)m, (void)o, (void)lo, (void)hi;
+    return 0;
+}
+
+int qp_qsimd_quantize_affine_q8(const float *x, void *out, int sgn, int64_t n, float m, float o,
+                                float lo, float hi) {
+    (void)x, (void)out, (void)sgn, (void)n, (void)m, (void)o, (void)lo, (void)hi;
     return 0;
 }
 

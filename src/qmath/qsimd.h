@@ -31,6 +31,16 @@ int qp_qsimd_fake_quantize(const float *x, float *y, int64_t n, float sc, float 
 int qp_qsimd_quantize_q8(const float *x, void *out, int sgn, int64_t n, float sc, float zp,
                          float lo, float hi);
 
+/* The integer path's scaled steps (kernels/int8_pw.c's fast program), not the quantizers' IEEE
+ * division: t = x * m, plus o when o is not 0 (two roundings, no fused multiply-add, so that
+ * every ISA and the scalar code give the same bits), rounded half to even and saturated to
+ * [lo, hi]. The caller's inputs are finite (no NaN rule). qp_qsimd_levels writes the levels
+ * as floats; qp_qsimd_quantize_affine_q8 stores them as int8 (sgn) or uint8 (lo, hi within
+ * the type: a zero point is folded into o). */
+int qp_qsimd_levels(const float *x, float *y, int64_t n, float m, float o, float lo, float hi);
+int qp_qsimd_quantize_affine_q8(const float *x, void *out, int sgn, int64_t n, float m, float o,
+                                float lo, float hi);
+
 /* 2 for AVX-512F, 1 for AVX2, 0 for neither: the CPU's flags, capped like the kernels' ISA by
  * ONEDNN_MAX_CPU_ISA (AVX2: at most 1; lower: 0) and by QP_QSIMD=0/1/2 (for comparing paths). */
 int qp_qsimd_level(void);

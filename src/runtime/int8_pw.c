@@ -433,7 +433,8 @@ static int outputs(struct pass *ps, const struct group *gr, struct emit *e) {
     return e->n_out > 0;
 }
 
-static int set_attrs(struct qp_graph *g, int nn, const struct emit *e) {
+/* `fast`: the kernel may compile its fast program (int8_pw_impl.h): not on the exact path. */
+static int set_attrs(struct qp_graph *g, int nn, const struct emit *e, int fast) {
     int64_t iq[QP_PW_MAX_IN], oreg[QP_PW_MAX_OUT], oq[QP_PW_MAX_OUT], odt[QP_PW_MAX_OUT];
     for (int i = 0; i < e->n_in; i++)
         iq[i] = e->in_q[i];
@@ -448,7 +449,8 @@ static int set_attrs(struct qp_graph *g, int nn, const struct emit *e) {
            i8g_add_ints(g, nn, "pw_in_q", e->n_in, iq) &&
            i8g_add_ints(g, nn, "pw_out", e->n_out, oreg) &&
            i8g_add_ints(g, nn, "pw_out_q", e->n_out, oq) &&
-           i8g_add_ints(g, nn, "pw_out_dt", e->n_out, odt);
+           i8g_add_ints(g, nn, "pw_out_dt", e->n_out, odt) &&
+           (!fast || i8g_add_int(g, nn, "pw_fast", 1));
 }
 
 /* The decisions of the Q/DQ nodes the group absorbs: its sinks, the DQs it reads through, and
@@ -511,7 +513,7 @@ static int emit_group(struct pass *ps, const struct group *gr) {
     int nn;
     if (qp_graph_add_node(g, name, "Pointwise", QP_INT8_DOMAIN, e->n_in, in_names, e->n_out,
                           out_names, &nn, ps->err) ||
-        !set_attrs(g, nn, e) || !report(ps, gr, e, name, n_dq))
+        !set_attrs(g, nn, e, !ps->exact) || !report(ps, gr, e, name, n_dq))
         goto out;
     int last = 0;
     for (int m = 0; m < gr->n; m++)

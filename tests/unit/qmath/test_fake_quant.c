@@ -284,12 +284,56 @@ static void test_simd_near_ties(void **state) {
     assert_true(n_ties > 1000);
 }
 
+/* The integer path's scaled steps (qp_qsimd_levels, qp_qsimd_quantize_affine_q8) against the
+ * scalar model their header gives: x * m, + o when o is not 0 (two roundings), rint, clamp
+ * (a bound that equals the value is the result: -0 clamped to [0, 255] is +0);
+ * every length 1..QP_QSIMD_BLOCK's tails, offsets 0 and not, int8 and uint8, values at ties of
+ * the product, -0 and saturation. Whichever path the CPU has (the @avx2 run caps it). */
+static void test_simd_scaled_steps(void **state) {
+    (void)state;
+    static const struct {
+        float m, o, lo, hi;
+        int sgn;
+    } cfg[] = {{4.0f, 0.0f, -128.0f, 127.0f, 1},
+               {3.3f, 0.75f, -100.0f, 60.0f, 1},
+               {26.95f, 128.0f, 0.0f, 255.0f, 0},
+               {0.5f, -3.0f, 0.0f, 255.0f, 0}};
+    int level = qp_qsimd_level();
+    float x[QP_QSIMD_BLOCK], y[QP_QSIMD_BLOCK], want[QP_QSIMD_BLOCK];
+    unsigned char q8[QP_QSIMD_BLOCK + 1], qwant[QP_QSIMD_BLOCK];
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
+        for (int64_t n = 1; n <= QP_QSIMD_BLOCK; n += n < 40 ? 1 : 23) {
+            for (int64_t i = 0; i < n; i++) {
+                uint32_t r = next_u32();
+                int k = (int)(r % 700) - 350;
+                x[i] = r >> 30 == 0   ? ((float)k + 0.5f) / cfg[c].m
+                       : r >> 30 == 1 ? -0.0f
+                                      : (float)k * 0.37f / cfg[c].m;
+                float t = x[i] * cfg[c].m;
+                if (cfg[c].o != 0.0f) t = t + cfg[c].o;
+                t = rintf(t);
+                t = t > cfg[c].lo ? t : cfg[c].lo; /* vmaxps, vminps: a zero bound wins */
+                want[i] = t < cfg[c].hi ? t : cfg[c].hi;
+                qwant[i] =
+                    (unsigned char)(cfg[c].sgn ? (unsigned char)(int8_t)want[i] : (uint8_t)want[i]);
+            }
+            int ok = qp_qsimd_levels(x, y, n, cfg[c].m, cfg[c].o, cfg[c].lo, cfg[c].hi);
+            assert_int_equal(ok, level > 0);
+            if (ok) assert_memory_equal(y, want, (size_t)n * sizeof *y);
+            q8[n] = 0xa5;
+            ok = qp_qsimd_quantize_affine_q8(x, q8, cfg[c].sgn, n, cfg[c].m, cfg[c].o, cfg[c].lo,
+                                             cfg[c].hi);
+            assert_int_equal(ok, level > 0);
+            if (ok) assert_memory_equal(q8, qwant, (size_t)n);
+            assert_int_equal(q8[n], 0xa5);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_integer_types),
-        cmocka_unit_test(test_known_values),
-        cmocka_unit_test(test_simd_blocks),
-        cmocka_unit_test(test_simd_near_ties),
+        cmocka_unit_test(test_integer_types),     cmocka_unit_test(test_known_values),
+        cmocka_unit_test(test_simd_blocks),       cmocka_unit_test(test_simd_near_ties),
+        cmocka_unit_test(test_simd_scaled_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,8 +1,9 @@
 /*
  * The integer path's pointwise pass (runtime/int8_pw.c + kernels/int8_pw.c): elementwise chains
- * with their Q/DQ become one Pointwise node, bit-identical to the node-by-node run on float32
- * (QP_INT8_OFF), with each broadcast kind: per-channel and scalar constants over NCHW, a
- * computed SE gate [N,C,1,1], a [C] constant over [N,T,C], and an output smaller than the
+ * with their Q/DQ become one Pointwise node, whose exact program is bit-identical to the
+ * node-by-node run on float32 (QP_INT8_OFF) and whose fast program (int8_pw_fast.c) stays
+ * within one output step of it, with each broadcast kind: per-channel and scalar constants over
+ * NCHW, a computed SE gate [N,C,1,1], a [C] constant over [N,T,C], and an output smaller than the
  * group's shape (the gathering path). A Conv's constant Mul/Add folds into the QConv instead. A
  * malformed Pointwise node is refused at session create.
  */
@@ -82,17 +83,44 @@ static size_t n_into_pointwise(const struct qp_session *s) {
     return k;
 }
 
-/* Runs both ways and checks bit-identical outputs and `want` Q/DQ nodes fused into Pointwise. */
-static void check_same(struct qp_model *m, const float *x, int rank, const int64_t *d, size_t nx,
-                       int n_out, size_t *ny, size_t want) {
-    float *off[2], *on[2];
+/* The debug lines of the Pointwise kernel's prepare: how many fast programs were compiled and
+ * the instructions of the last one (kernels/int8_pw_impl.h). */
+static int n_fast_programs, last_fast_len;
+
+static void pw_log(enum qp_log_level level, const char *msg, void *user) {
+    (void)level, (void)user;
+    const char *f = strstr(msg, "(fast program: ");
+    if (!f || strncmp(msg, "Pointwise", 9) != 0) return;
+    int n = atoi(f + 15);
+    if (n >= 0) {
+        n_fast_programs++;
+        last_fast_len = n;
+    }
+}
+
+/* Runs m three ways: QP_INT8_OFF (the oracle), QP_INT8_AUTO without the fast program
+ * (QP_PW_FAST=0: the pass's exact program, bit for bit the oracle's on quantized outputs; a
+ * float output, step[k] < 1e-3, within step[k]: a Sigmoid may differ in the last bit) and
+ * QP_INT8_AUTO, whose fast program must keep every output element k within step[k] (its
+ * quantization step) of the oracle. `want` Q/DQ nodes fused into Pointwise. Returns the fast
+ * programs compiled. */
+static int check_pass(struct qp_model *m, const float *x, int rank, const int64_t *d, size_t nx,
+                      int n_out, size_t *ny, size_t want, const float *step) {
+    float *off[2], *ex[2], *on[2];
     for (int k = 0; k < n_out; k++) {
         off[k] = calloc(ny[k], sizeof(float));
+        ex[k] = calloc(ny[k], sizeof(float));
         on[k] = calloc(ny[k], sizeof(float));
-        assert_true(off[k] && on[k]);
+        assert_true(off[k] && ex[k] && on[k]);
     }
     run(m, QP_INT8_OFF, x, rank, d, nx, n_out, off, ny, 0);
+    setenv("QP_PW_FAST", "0", 1);
+    run(m, QP_INT8_AUTO, x, rank, d, nx, n_out, ex, ny, 0);
+    unsetenv("QP_PW_FAST");
+    n_fast_programs = 0;
+    qp_log_set_hook(pw_log, NULL);
     struct qp_session *s = run(m, QP_INT8_AUTO, x, rank, d, nx, n_out, on, ny, 1);
+    qp_log_set_hook(NULL, NULL);
     const char *why = "";
     qp_session_int8_decisions(s, NULL, &why);
     assert_string_equal(why, "");
@@ -104,14 +132,22 @@ static void check_same(struct qp_model *m, const float *x, int rank, const int64
         fail_msg("%zu Q/DQ nodes fused into Pointwise, expected %zu", n_into_pointwise(s), want);
     }
     for (int k = 0; k < n_out; k++) {
-        for (size_t i = 0; i < ny[k]; i++)
-            if (memcmp(&off[k][i], &on[k][i], sizeof(float)) != 0)
-                fail_msg("output %d element %zu: %g (int8 off) vs %g (pointwise)", k, i,
+        for (size_t i = 0; i < ny[k]; i++) {
+            int bits = step[k] >= 1e-3f; /* a float output (a Sigmoid's): within its step */
+            if (bits ? memcmp(&off[k][i], &ex[k][i], sizeof(float)) != 0
+                     : !(fabsf(off[k][i] - ex[k][i]) <= step[k]))
+                fail_msg("output %d element %zu: %g (int8 off) vs %g (exact program)", k, i,
+                         (double)off[k][i], (double)ex[k][i]);
+            if (!(fabsf(off[k][i] - on[k][i]) <= step[k] * 1.0001f))
+                fail_msg("output %d element %zu: %g (int8 off) vs %g (fast program)", k, i,
                          (double)off[k][i], (double)on[k][i]);
+        }
         free(off[k]);
+        free(ex[k]);
         free(on[k]);
     }
     qp_session_free(s);
+    return n_fast_programs;
 }
 
 static float xin[NX];
@@ -165,9 +201,35 @@ static void test_hardswish_chain(void **state) {
     fill(xin, NX, 4.0f);
     int64_t d[4] = {1, CH, HW, HW};
     size_t ny[1] = {NX};
-    /* every Q/DQ node: the input's and the output's pairs are fake-quantize steps too */
-    check_same(m, xin, 4, d, NX, 1, ny, 10);
+    float step[1] = {0.03f};
+    /* every Q/DQ node: the input's and the output's pairs are fake-quantize steps too; the
+     * fast program: five levels, the per-channel Mul, the product of two levels and the float
+     * output's scaling (eleven instructions in the exact program) */
+    assert_int_equal(check_pass(m, xin, 4, d, NX, 1, ny, 10, step), 1);
+    assert_int_equal(last_fast_len, 8);
     qp_model_free(m);
+}
+
+/* Inputs the fast program does not take (NaN, infinities, beyond 2^32): their tiles run the
+ * exact program, so those elements get the oracle's values (a NaN quantizes to the zero point,
+ * an infinity saturates) and the other tiles still run fast. */
+static void test_fast_untame_tiles(void **state) {
+    (void)state;
+    const int64_t ch = 3, hw = 48, n = ch * hw * hw; /* 6.75 tiles */
+    float *x = malloc((size_t)n * sizeof *x);
+    assert_non_null(x);
+    fill(x, (size_t)n, 4.0f);
+    x[5] = NAN;
+    x[2000] = INFINITY;
+    x[3100] = -INFINITY;
+    x[5000] = -1e20f;
+    struct qp_model *m = hardswish_model_of(ch, hw, 1);
+    int64_t d[4] = {1, ch, hw, hw};
+    size_t ny[1] = {(size_t)n};
+    float step[1] = {0.03f};
+    assert_int_equal(check_pass(m, x, 4, d, (size_t)n, 1, ny, 10, step), 1);
+    qp_model_free(m);
+    free(x);
 }
 
 /* Tensors of many tiles, on two threads (>= 32768 elements), rows that end inside a tile: the
@@ -183,7 +245,10 @@ static void test_hardswish_tiles(void **state) {
         struct qp_model *m = hardswish_model_of(ch, hw, scalar_mul);
         int64_t d[4] = {1, ch, hw, hw};
         size_t ny[1] = {(size_t)n};
-        check_same(m, x, 4, d, (size_t)n, 1, ny, 10);
+        float step[1] = {0.03f};
+        assert_int_equal(check_pass(m, x, 4, d, (size_t)n, 1, ny, 10, step), 1);
+        /* a scalar Mul costs no instruction */
+        assert_int_equal(last_fast_len, scalar_mul ? 7 : 8);
         qp_model_free(m);
     }
     free(x);
@@ -215,7 +280,8 @@ static void test_se_gate(void **state) {
         struct qp_model *m;
         se_model(gate_out, &m);
         size_t ny[2] = {NX, CH};
-        check_same(m, xin, 4, d, NX, 1 + gate_out, ny, 2);
+        float step[2] = {0.02f, 1e-6f};
+        check_pass(m, xin, 4, d, NX, 1 + gate_out, ny, 2, step);
         qp_model_free(m);
     }
 }
@@ -243,7 +309,8 @@ static void test_last_axis_affine(void **state) {
     fill(x3, 2 * T * CC, 3.0f);
     int64_t d[3] = {2, T, CC};
     size_t ny[1] = {2 * T * CC};
-    check_same(m, x3, 3, d, 2 * T * CC, 1, ny, 4);
+    float step[1] = {0.03f};
+    check_pass(m, x3, 3, d, 2 * T * CC, 1, ny, 4, step);
     qp_model_free(m);
 }
 
@@ -660,6 +727,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hardswish_chain),
         cmocka_unit_test(test_hardswish_tiles),
+        cmocka_unit_test(test_fast_untame_tiles),
         cmocka_unit_test(test_se_gate),
         cmocka_unit_test(test_last_axis_affine),
         cmocka_unit_test(test_conv_affine),
