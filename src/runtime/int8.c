@@ -1088,6 +1088,32 @@ static int has_narrow_value(const struct qp_graph *g) {
     return 0;
 }
 
+/* A Cast the widening left between two float32 tensors (a float16 model's Cast to its float32
+ * graph output: every float value is float32 once the widening is complete) copies; the node
+ * that makes its input writes its output instead, when the Cast is that input's one reader and
+ * the input is nothing else (not a graph input or output). */
+static enum qp_status drop_same_type_casts(struct qp_graph *g, struct qp_error *err) {
+    for (size_t k = 0; k < g->n_nodes; k++) {
+        struct qp_node *n = &g->nodes[k];
+        if (n->dead || !qp_node_is(n, "Cast") || n->n_inputs != 1 || n->n_outputs != 1) continue;
+        int v = n->inputs[0], w = n->outputs[0];
+        if (v < 0 || w < 0) continue;
+        const struct qp_value *vv = &g->values[v];
+        if (!i8g_known_float(g, v) || g->values[w].dtype != QP_DTYPE_FLOAT ||
+            qp_kattr_int(n, "to", 0) != QP_DTYPE_FLOAT || vv->producer < 0 || vv->n_uses != 1 ||
+            vv->is_graph_input || vv->is_graph_output || vv->initializer >= 0)
+            continue;
+        int p = vv->producer, slot = vv->producer_output;
+        enum qp_status st = qp_graph_remove_node(g, (int)k, err);
+        if (st) return st;
+        g->nodes[p].outputs[slot] = w;
+        g->values[w].producer = p;
+        g->values[w].producer_output = slot;
+        g->values[v].producer = -1;
+    }
+    return QP_OK;
+}
+
 enum qp_status rt_int8_widen(struct qp_graph *g, const char **why, size_t *n_widened,
                              struct qp_error *err) {
     const char *e = getenv("QP_INT8_FP16_OUT");
@@ -1097,7 +1123,8 @@ enum qp_status rt_int8_widen(struct qp_graph *g, const char **why, size_t *n_wid
         if (has_narrow_value(g)) *why = "QP_INT8_FP16_OUT=1 keeps them";
         return QP_OK;
     }
-    return rt_narrow_widen(g, why, n_widened, err);
+    enum qp_status st = rt_narrow_widen(g, why, n_widened, err);
+    return st || *why ? st : drop_same_type_casts(g, err);
 }
 
 /* QP_INT8_POINTWISE=0 keeps elementwise chains node by node (measurements, bisecting). */

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "core/size.h"
+#include "kernels/int8_conv.h"
+#include "kernels/kernel.h"
 
 /* ---- reading the graph ---------------------------------------------------------------------- */
 
@@ -25,6 +27,73 @@ const struct qp_tensor *i8g_const_of(const struct qp_graph *g, int v) {
     if (!p || !qp_node_is(p, "Constant")) return NULL;
     const struct qp_attr *a = qp_node_attr(p, "value");
     return a && a->type == QP_ATTR_TENSOR ? a->t : NULL;
+}
+
+static int float_dt(enum qp_dtype dt) {
+    return dt == QP_DTYPE_FLOAT || dt == QP_DTYPE_FLOAT16;
+}
+
+static int int8_op(const struct qp_node *n, const char *op) {
+    return n->domain && strcmp(n->domain, QP_INT8_DOMAIN) == 0 && strcmp(n->op_type, op) == 0;
+}
+
+/* 1 when value v is certainly a float tensor: its declared dtype, an op that only makes float,
+ * or a type-preserving op (elementwise arithmetic, data movement) of a float input, looked up
+ * `depth` producers back. */
+static int known_float_d(const struct qp_graph *g, int v, int depth) {
+    if (v < 0) return 0;
+    if (float_dt(g->values[v].dtype)) return 1;
+    const struct qp_tensor *c = i8g_const_of(g, v);
+    if (c) return float_dt(c->dtype);
+    const struct qp_node *p = i8g_producer(g, v);
+    if (!p || depth <= 0) return 0;
+    static const char *makes[] = {"DequantizeLinear",
+                                  "Conv",
+                                  "ConvTranspose",
+                                  "Gemm",
+                                  "GlobalAveragePool",
+                                  "AveragePool",
+                                  "BatchNormalization",
+                                  "Softmax",
+                                  "LayerNormalization",
+                                  "Sigmoid",
+                                  "HardSigmoid",
+                                  "HardSwish",
+                                  "Tanh",
+                                  "Erf",
+                                  "Sqrt",
+                                  "Gelu",
+                                  "Resize"};
+    static const char *keeps[] = {"Add",     "Sub",       "Mul",     "Div",        "Relu",
+                                  "Clip",    "LeakyRelu", "Reshape", "Transpose",  "Flatten",
+                                  "Squeeze", "Unsqueeze", "Slice",   "Gather",     "Identity",
+                                  "Concat",  "MaxPool",   "Pow",     "ReduceMean", "MatMul"};
+    for (size_t i = 0; i < sizeof makes / sizeof makes[0]; i++)
+        if (qp_node_is(p, makes[i])) return 1;
+    if (int8_op(p, "FakeQuant") || int8_op(p, "RoundFloat16")) return 1;
+    if (int8_op(p, "QConv") || int8_op(p, "QMatMul")) return i8g_in_at(p, 7) < 0;
+    if (int8_op(p, "Pointwise")) {
+        const int64_t *dt;
+        int64_t n = qp_kattr_ints(p, "pw_out_dt", &dt);
+        for (int o = 0; o < p->n_outputs && o < n; o++)
+            if (p->outputs[o] == v) return float_dt((enum qp_dtype)dt[o]);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof keeps / sizeof keeps[0]; i++)
+        if (qp_node_is(p, keeps[i])) {
+            int n_data = qp_node_is(p, "Add") || qp_node_is(p, "Sub") || qp_node_is(p, "Mul") ||
+                                 qp_node_is(p, "Div") || qp_node_is(p, "Concat")
+                             ? p->n_inputs
+                             : 1;
+            for (int k = 0; k < n_data; k++)
+                if (known_float_d(g, i8g_in_at(p, k), depth - 1)) return 1;
+            return 0;
+        }
+    return 0;
+}
+
+int i8g_known_float(const struct qp_graph *g, int v) {
+    return known_float_d(g, v, 8);
 }
 
 int i8g_tensor_f(const struct qp_tensor *t, uint64_t i, float *out) {

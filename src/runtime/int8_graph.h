@@ -24,6 +24,11 @@ struct i8g_qparam {
 const struct qp_node *i8g_producer(const struct qp_graph *g, int v);
 /* The constant tensor value v holds (an initializer or a Constant node's `value`), or NULL. */
 const struct qp_tensor *i8g_const_of(const struct qp_graph *g, int v);
+/* 1 when value v is certainly a float (float32 or float16) tensor: its declared dtype, an op
+ * that only makes float, or a type-preserving op (elementwise arithmetic, data movement) of a
+ * float input, looked up to eight producers back. */
+int i8g_known_float(const struct qp_graph *g, int v);
+
 /* Element i of a float/float16 (tensor_f) or int8/uint8 (tensor_i) constant; 0 if none. */
 int i8g_tensor_f(const struct qp_tensor *t, uint64_t i, float *out);
 int i8g_tensor_i(const struct qp_tensor *t, uint64_t i, int64_t *out);

@@ -60,65 +60,6 @@ static int float_dt(enum qp_dtype dt) {
     return dt == QP_DTYPE_FLOAT || dt == QP_DTYPE_FLOAT16;
 }
 
-/* 1 when value v is certainly a float tensor: its declared dtype, an op that only makes float,
- * or a type-preserving op (elementwise arithmetic, data movement) of a float input, looked up
- * `depth` producers back. */
-static int known_float_d(const struct qp_graph *g, int v, int depth) {
-    if (v < 0) return 0;
-    if (float_dt(g->values[v].dtype)) return 1;
-    const struct qp_tensor *c = i8g_const_of(g, v);
-    if (c) return float_dt(c->dtype);
-    const struct qp_node *p = i8g_producer(g, v);
-    if (!p || depth <= 0) return 0;
-    static const char *makes[] = {"DequantizeLinear",
-                                  "Conv",
-                                  "ConvTranspose",
-                                  "Gemm",
-                                  "GlobalAveragePool",
-                                  "AveragePool",
-                                  "BatchNormalization",
-                                  "Softmax",
-                                  "LayerNormalization",
-                                  "Sigmoid",
-                                  "HardSigmoid",
-                                  "HardSwish",
-                                  "Tanh",
-                                  "Erf",
-                                  "Sqrt",
-                                  "Gelu",
-                                  "Resize"};
-    static const char *keeps[] = {"Add",     "Sub",       "Mul",     "Div",        "Relu",
-                                  "Clip",    "LeakyRelu", "Reshape", "Transpose",  "Flatten",
-                                  "Squeeze", "Unsqueeze", "Slice",   "Gather",     "Identity",
-                                  "Concat",  "MaxPool",   "Pow",     "ReduceMean", "MatMul"};
-    for (size_t i = 0; i < sizeof makes / sizeof makes[0]; i++)
-        if (qp_node_is(p, makes[i])) return 1;
-    if (is_int8_op(p, "FakeQuant") || is_int8_op(p, "RoundFloat16")) return 1;
-    if (is_int8_op(p, "QConv") || is_int8_op(p, "QMatMul")) return i8g_in_at(p, 7) < 0;
-    if (is_int8_op(p, "Pointwise")) {
-        const int64_t *dt;
-        int64_t n = qp_kattr_ints(p, "pw_out_dt", &dt);
-        for (int o = 0; o < p->n_outputs && o < n; o++)
-            if (p->outputs[o] == v) return float_dt((enum qp_dtype)dt[o]);
-        return 0;
-    }
-    for (size_t i = 0; i < sizeof keeps / sizeof keeps[0]; i++)
-        if (qp_node_is(p, keeps[i])) {
-            int n_data = qp_node_is(p, "Add") || qp_node_is(p, "Sub") || qp_node_is(p, "Mul") ||
-                                 qp_node_is(p, "Div") || qp_node_is(p, "Concat")
-                             ? p->n_inputs
-                             : 1;
-            for (int k = 0; k < n_data; k++)
-                if (known_float_d(g, i8g_in_at(p, k), depth - 1)) return 1;
-            return 0;
-        }
-    return 0;
-}
-
-static int known_float(const struct qp_graph *g, int v) {
-    return known_float_d(g, v, 8);
-}
-
 static float attr_f(const struct qp_node *n, const char *name, float def) {
     const struct qp_attr *a = qp_node_attr(n, name);
     return a ? a->f : def;
@@ -250,7 +191,7 @@ static int external_ok(struct pass *ps, struct group *gr, int v) {
     }
     const struct qp_node *p = i8g_producer(g, v);
     if (p && pos_of(ps, p) >= gr->seed_pos) return 0;
-    return known_float(g, v) && merge_dt(gr, g->values[v].dtype) == 0;
+    return i8g_known_float(g, v) && merge_dt(gr, g->values[v].dtype) == 0;
 }
 
 static int member_value(const struct pass *ps, int v) {
@@ -573,7 +514,7 @@ int rt_int8_pw_pass(struct qp_graph *g, int exact, struct rt_int8_report *rep,
         if (!try_join(&ps, &gr, k)) continue;
         int any_float = 0;
         for (int i = 0; i < data_inputs(n); i++)
-            any_float |= known_float(g, i8g_in_at(n, i));
+            any_float |= i8g_known_float(g, i8g_in_at(n, i));
         if (any_float) grow(&ps, &gr);
         for (int m = 0; m < gr.n; m++) {
             ps.in[gr.member[m]] = 0;

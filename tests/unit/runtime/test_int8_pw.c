@@ -652,6 +652,44 @@ static void test_exact_f16(void **state) {
     qp_model_free(m);
 }
 
+/* The chain in float16 with float32 I/O on the integer path: widened to float32, the Cast to
+ * the float32 output copies nothing any more, so it goes (the Pointwise node writes the graph
+ * output). Against the model as written (`off`: float16 between nodes), where the integer
+ * path computes in float32, an output moves by at most two steps of 0.03 and few move. */
+static void test_f16_output_cast_dropped(void **state) {
+    (void)state;
+    struct qp_model *m = hardswish_model();
+    struct qp_error err = {0};
+    if (qp_model_convert_f16(m, NULL, &err) != QP_OK) fail_msg("convert: %s", err.msg);
+    fill(xin, NX, 4.0f);
+    int64_t d[4] = {1, CH, HW, HW};
+    size_t ny[1] = {NX};
+    float *off = calloc(NX, sizeof *off), *on = calloc(NX, sizeof *on);
+    assert_true(off && on);
+    run(m, QP_INT8_OFF, xin, 4, d, NX, 1, &off, ny, 0);
+    struct qp_session *s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 1, &on, ny, 1);
+    int out_cast = 0;
+    for (size_t i = 0; i < s->g->n_nodes; i++) {
+        const struct qp_node *n = &s->g->nodes[i];
+        if (!n->dead && strcmp(n->op_type, "Cast") == 0 &&
+            s->g->values[n->outputs[0]].is_graph_output)
+            out_cast++;
+    }
+    assert_int_equal(out_cast, 0);
+    size_t moved = 0;
+    for (size_t i = 0; i < NX; i++) {
+        moved += fabsf(off[i] - on[i]) > 0.005f; /* beyond the float16 rounding of values */
+        if (!(fabsf(off[i] - on[i]) <= 0.0601f))
+            fail_msg("element %zu: %g (int8 off) vs %g (int8 auto)", i, (double)off[i],
+                     (double)on[i]);
+    }
+    assert_true(moved < NX / 20);
+    free(off);
+    free(on);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
 /* Conv -> constant Mul -> Add -> Relu: the float fusion folds the Mul and Add into the Conv
  * (in double), so the exact path leaves them to it (a Pointwise pass would round differently):
  * the Mul is still a node, and the bits are the oracle's. */
@@ -737,6 +775,7 @@ int main(void) {
         cmocka_unit_test(test_gap_nhwc_kernel),
         cmocka_unit_test(test_exact_chain),
         cmocka_unit_test(test_exact_f16),
+        cmocka_unit_test(test_f16_output_cast_dropped),
         cmocka_unit_test(test_exact_leaves_conv_chain),
         cmocka_unit_test(test_exact_skips_sigmoid),
     };
