@@ -115,6 +115,27 @@ void qp_vf_softmax_rows_portable(const float *x, float *y, int64_t rows, int64_t
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
 #include "kernels/vecmath_body.h"
 
+/* The cases of a vf_apply instance: VF_LOOP over the instance's function of each qp_vfn. */
+#define VF_CASES(SUF)                                                                              \
+    case QP_VF_EXP:                                                                                \
+        VF_LOOP(vm_expf_##SUF);                                                                    \
+        break;                                                                                     \
+    case QP_VF_ERF:                                                                                \
+        VF_LOOP(vm_erf_##SUF);                                                                     \
+        break;                                                                                     \
+    case QP_VF_TANH:                                                                               \
+        VF_LOOP(vm_tanh_##SUF);                                                                    \
+        break;                                                                                     \
+    case QP_VF_SIGMOID:                                                                            \
+        VF_LOOP(vm_sigmoid_##SUF);                                                                 \
+        break;                                                                                     \
+    case QP_VF_GELU:                                                                               \
+        VF_LOOP(vm_gelu_##SUF);                                                                    \
+        break;                                                                                     \
+    case QP_VF_GELU_TANH:                                                                          \
+        VF_LOOP(vm_gelu_tanh_##SUF);                                                               \
+        break;
+
 /* The tail goes through a padded vector: every element is computed by the same lane code. */
 VM_ATTR static void vf_apply_avx2(enum qp_vfn f, const float *x, float *y, int64_t n) {
     int64_t i = 0;
@@ -128,24 +149,7 @@ VM_ATTR static void vf_apply_avx2(enum qp_vfn f, const float *x, float *y, int64
         memcpy(y + i, buf, (size_t)(n - i) * sizeof(float));                                       \
     }
     switch (f) {
-    case QP_VF_EXP:
-        VF_LOOP(vm_expf_avx2);
-        break;
-    case QP_VF_ERF:
-        VF_LOOP(vm_erf_avx2);
-        break;
-    case QP_VF_TANH:
-        VF_LOOP(vm_tanh_avx2);
-        break;
-    case QP_VF_SIGMOID:
-        VF_LOOP(vm_sigmoid_avx2);
-        break;
-    case QP_VF_GELU:
-        VF_LOOP(vm_gelu_avx2);
-        break;
-    case QP_VF_GELU_TANH:
-        VF_LOOP(vm_gelu_tanh_avx2);
-        break;
+        VF_CASES(avx2)
     default:
         if (x != y) memmove(y, x, (size_t)n * sizeof(float));
         break;
@@ -153,11 +157,36 @@ VM_ATTR static void vf_apply_avx2(enum qp_vfn f, const float *x, float *y, int64
 #undef VF_LOOP
 }
 
+/* One block of 8: the exponentials of xr[0..8) - m stored at yr and added into acc. */
+VM_ATTR static __m256 exp_block8(const float *xr, float *yr, __m256 mv, __m256 acc) {
+    __m256 e = vm_expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(xr), mv));
+    _mm256_storeu_ps(yr, e);
+    return _mm256_add_ps(acc, e);
+}
+
+/* The last rem (< 8) elements through a block padded with -infinity (whose exponentials, 0,
+ * add nothing), then the eight partial sums added in pairs: the row's sum. */
+VM_ATTR static float exp_tail_sum(const float *xr, float *yr, int64_t rem, __m256 mv, __m256 acc) {
+    if (rem) {
+        float buf[8];
+        for (int j = 0; j < 8; j++)
+            buf[j] = j < rem ? xr[j] : -INFINITY;
+        __m256 e = vm_expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(buf), mv));
+        acc = _mm256_add_ps(acc, e);
+        _mm256_storeu_ps(buf, e);
+        memcpy(yr, buf, (size_t)rem * sizeof(float));
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+           ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+
 VM_ATTR static void softmax_rows_avx2(const float *x, float *y, int64_t rows, int64_t n) {
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * n;
         float *yr = y + r * n;
-        int64_t nb = n / 8 * 8, rem = n - nb;
+        int64_t nb = n / 8 * 8;
         /* the maximum is exact whatever the order */
         __m256 vm = _mm256_set1_ps(-INFINITY);
         for (int64_t i = 0; i < nb; i += 8)
@@ -170,24 +199,9 @@ VM_ATTR static void softmax_rows_avx2(const float *x, float *y, int64_t rows, in
         for (int64_t i = nb; i < n; i++)
             m = VM_MAXF(m, xr[i]);
         __m256 mv = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
-        for (int64_t i = 0; i < nb; i += 8) {
-            __m256 e = vm_expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(xr + i), mv));
-            _mm256_storeu_ps(yr + i, e);
-            acc = _mm256_add_ps(acc, e);
-        }
-        if (rem) {
-            float buf[8];
-            for (int j = 0; j < 8; j++)
-                buf[j] = j < rem ? xr[nb + j] : -INFINITY;
-            __m256 e = vm_expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(buf), mv));
-            acc = _mm256_add_ps(acc, e);
-            _mm256_storeu_ps(buf, e);
-            memcpy(yr + nb, buf, (size_t)rem * sizeof(float));
-        }
-        _mm256_storeu_ps(lanes, acc);
-        float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
-                    ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-        float inv = 1.0f / sum;
+        for (int64_t i = 0; i < nb; i += 8)
+            acc = exp_block8(xr + i, yr + i, mv, acc);
+        float inv = 1.0f / exp_tail_sum(xr + nb, yr + nb, n - nb, mv, acc);
         __m256 iv = _mm256_set1_ps(inv);
         for (int64_t i = 0; i < nb; i += 8)
             _mm256_storeu_ps(yr + i, _mm256_mul_ps(_mm256_loadu_ps(yr + i), iv));
@@ -237,24 +251,7 @@ VM_ATTR static void vf_apply_avx512(enum qp_vfn f, const float *x, float *y, int
     for (; i + 16 <= n; i += 16)                                                                   \
         _mm512_storeu_ps(y + i, FN(_mm512_loadu_ps(x + i)));
     switch (f) {
-    case QP_VF_EXP:
-        VF_LOOP(vm_expf_avx512);
-        break;
-    case QP_VF_ERF:
-        VF_LOOP(vm_erf_avx512);
-        break;
-    case QP_VF_TANH:
-        VF_LOOP(vm_tanh_avx512);
-        break;
-    case QP_VF_SIGMOID:
-        VF_LOOP(vm_sigmoid_avx512);
-        break;
-    case QP_VF_GELU:
-        VF_LOOP(vm_gelu_avx512);
-        break;
-    case QP_VF_GELU_TANH:
-        VF_LOOP(vm_gelu_tanh_avx512);
-        break;
+        VF_CASES(avx512)
     default:
         break;
     }
@@ -284,25 +281,8 @@ VM_ATTR static void softmax_rows_avx512(const float *x, float *y, int64_t rows, 
             acc = _mm256_add_ps(acc,
                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
         }
-        if (i < nb) { /* one block of 8 left */
-            __m256 e = vm_expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(xr + i), _mm256_set1_ps(m)));
-            _mm256_storeu_ps(yr + i, e);
-            acc = _mm256_add_ps(acc, e);
-        }
-        if (rem) {
-            float buf[8];
-            for (int j = 0; j < 8; j++)
-                buf[j] = j < rem ? xr[nb + j] : -INFINITY;
-            __m256 e = vm_expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(buf), _mm256_set1_ps(m)));
-            acc = _mm256_add_ps(acc, e);
-            _mm256_storeu_ps(buf, e);
-            memcpy(yr + nb, buf, (size_t)rem * sizeof(float));
-        }
-        float lanes[8];
-        _mm256_storeu_ps(lanes, acc);
-        float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
-                    ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-        float inv = 1.0f / sum;
+        if (i < nb) acc = exp_block8(xr + i, yr + i, _mm256_set1_ps(m), acc); /* 8 left */
+        float inv = 1.0f / exp_tail_sum(xr + nb, yr + nb, rem, _mm256_set1_ps(m), acc);
         __m512 iv = _mm512_set1_ps(inv);
         for (i = 0; i + 16 <= n; i += 16)
             _mm512_storeu_ps(yr + i, _mm512_mul_ps(_mm512_loadu_ps(yr + i), iv));
