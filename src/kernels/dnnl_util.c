@@ -154,3 +154,23 @@ int qp_dnnl_reorder_once(const dnnl_memory_desc_t *from, const void *src,
     dnnl_stream_destroy(strm);
     return ok;
 }
+
+static dnnl_format_tag_t channels_last_tag(int nd) {
+    return nd == 3 ? dnnl_nwc : nd == 4 ? dnnl_nhwc : dnnl_ndhwc;
+}
+
+int qp_dnnl_md_nhwc_f32(dnnl_memory_desc_t *md, int nd, const int64_t *dims) {
+    if (nd < 3 || nd > 5) return 0;
+    dnnl_dims_t d;
+    for (int i = 0; i < nd; i++)
+        d[i] = dims[i];
+    return dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, channels_last_tag(nd)) == dnnl_success;
+}
+
+int qp_dnnl_md_is_nhwc(const dnnl_memory_desc_t *md) {
+    if (!md || md->ndims < 3 || md->ndims > 5) return 0;
+    dnnl_memory_desc_t want;
+    return dnnl_memory_desc_init_by_tag(&want, md->ndims, md->dims, md->data_type,
+                                        channels_last_tag(md->ndims)) == dnnl_success &&
+           dnnl_memory_desc_equal(&want, md);
+}

@@ -70,6 +70,12 @@ dnnl_alg_kind_t qp_dnnl_post_alg(int kind);
 /* Bytes of a memory descriptor. */
 size_t qp_dnnl_md_bytes(const dnnl_memory_desc_t *md);
 
+/* *md = a float32 channels-last (nwc, nhwc, ndhwc) descriptor of dims (rank nd, 3 to 5);
+ * 1 on success. qp_dnnl_md_is_nhwc: 1 when md is exactly that layout for its own dims and data
+ * type (no blocking, no padding). */
+int qp_dnnl_md_nhwc_f32(dnnl_memory_desc_t *md, int nd, const int64_t *dims);
+int qp_dnnl_md_is_nhwc(const dnnl_memory_desc_t *md);
+
 /* Round up to 64 bytes. */
 static inline size_t qp_dnnl_align(size_t n) {
     return (n + 63) / 64 * 64;

@@ -1,6 +1,8 @@
 /* Pools: MaxPool (with the optional Indices output), AveragePool, GlobalAveragePool,
  * GlobalMaxPool. float32; MaxPool also int8/uint8. The integer path's layout pass may mark an
- * int8 MaxPool or a float32 GlobalAveragePool `nhwc`: its input is stored channels last. */
+ * int8 MaxPool or a float32 GlobalAveragePool `nhwc`: its input is stored channels last; the
+ * float layout pass (runtime/layout.c, pool.h) may do so with a float32 MaxPool between two
+ * convolutions, whose output is then channels last too. */
 #include <float.h>
 #include <math.h>
 #include <omp.h>
@@ -11,6 +13,7 @@
 #include "kernels/kcheck.h"
 #include "kernels/fast.h"
 #include "kernels/kernels.h"
+#include "kernels/pool.h"
 #include "kernels/spatial.h"
 #include "kernels/vecmath.h"
 
@@ -184,14 +187,42 @@ enum qp_status qp_k_maxpool_prepare(struct qp_kprep *p) {
     return qp_kt_set(y, x->dtype, y->rank, y->dims, p->err);
 }
 
-/* int8/uint8 max pooling on channels-last tensors (attribute nhwc: the integer path keeps the
- * tensors between QConv nodes so, kernels/int8_conv.h): per output pixel, the maximum over the
- * window's pixels, channel by channel (int8 compares as uint8 with the sign bit flipped). A
- * window entirely in the padding gives the type's minimum, as the generic loop does. */
-static void maxpool8_nhwc(const struct qp_krun *r) {
+/* One tap of a channels-last max pool: the C values at xp into the running maxima at yp.
+ * int8/uint8 (`flip`: int8 compares as uint8 with the sign bit flipped, an order-preserving map)
+ * start from 0 (the type's minimum once flipped back); float takes its window's first tap as it
+ * is, then v > best, which the comparison here computes as maxps does, so a NaN stays where
+ * it is first met (the general loop's values). */
+static void max_tap(const void *xp, void *yp, int64_t C, int flt, uint8_t flip, int first) {
+    if (flt && first) {
+        memcpy(yp, xp, (size_t)C * sizeof(float));
+    } else if (flt) {
+        const float *x = xp;
+        float *y = yp;
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++)
+            y[c] = x[c] > y[c] ? x[c] : y[c];
+    } else {
+        const uint8_t *x = xp;
+        uint8_t *y = yp;
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++) {
+            uint8_t v = (uint8_t)(x[c] ^ flip);
+            y[c] = v > y[c] ? v : y[c];
+        }
+    }
+}
+
+/* Max pooling on channels-last tensors: int8/uint8 (attribute nhwc: the integer path keeps the
+ * tensors between QConv nodes so, kernels/int8_conv.h) or float32 (qp_pool_set_nhwc: the float
+ * layout pass, pool.h). Per output pixel, the maximum over the window's pixels, channel by
+ * channel; a window entirely in the padding gives the type's minimum (-inf for float), as the
+ * general loop does. */
+static void maxpool_nhwc(const struct qp_krun *r) {
     const struct pool_state *s = r->state;
-    const uint8_t *x = r->in[0]->data;
-    uint8_t *y = r->out[0]->data;
+    int flt = r->in[0]->dtype == QP_DTYPE_FLOAT;
+    size_t es = flt ? sizeof(float) : 1;
+    const char *x = r->in[0]->data;
+    char *y = r->out[0]->data;
     uint8_t flip = r->in[0]->dtype == QP_DTYPE_INT8 ? 0x80 : 0;
     int64_t C = s->c, pix = s->planes / (C ? C : 1) * s->out_sz;
     int nt = pix * C < 4096 ? 1 : r->n_threads;
@@ -200,8 +231,9 @@ static void maxpool8_nhwc(const struct qp_krun *r) {
         int64_t b = px / s->out_sz, o = px % s->out_sz;
         int64_t o0 = o / (s->out3[1] * s->out3[2]), o1 = o / s->out3[2] % s->out3[1];
         int64_t o2 = o % s->out3[2];
-        uint8_t *yp = y + px * C;
-        memset(yp, 0, (size_t)C);
+        char *yp = y + (size_t)(px * C) * es;
+        int first = 1;
+        if (!flt) memset(yp, 0, (size_t)C);
         for (int64_t k0 = 0; k0 < s->k3[0]; k0++) {
             int64_t i0 = o0 * s->s3[0] - s->p3[0] + k0 * s->d3[0];
             for (int64_t k1 = 0; k1 < s->k3[1]; k1++) {
@@ -211,19 +243,28 @@ static void maxpool8_nhwc(const struct qp_krun *r) {
                     if (i0 < 0 || i0 >= s->in3[0] || i1 < 0 || i1 >= s->in3[1] || i2 < 0 ||
                         i2 >= s->in3[2])
                         continue;
-                    const uint8_t *xp =
-                        x + (b * s->in_sz + (i0 * s->in3[1] + i1) * s->in3[2] + i2) * C;
-#pragma omp simd
-                    for (int64_t c = 0; c < C; c++) {
-                        uint8_t v = (uint8_t)(xp[c] ^ flip);
-                        yp[c] = v > yp[c] ? v : yp[c];
-                    }
+                    int64_t at = (b * s->in_sz + (i0 * s->in3[1] + i1) * s->in3[2] + i2) * C;
+                    max_tap(x + (size_t)at * es, yp, C, flt, flip, first);
+                    first = 0;
                 }
             }
         }
-        for (int64_t c = 0; c < C; c++)
-            yp[c] ^= flip;
+        if (flt && first) /* the window lies in the padding */
+            for (int64_t c = 0; c < C; c++)
+                ((float *)yp)[c] = -INFINITY;
+        for (int64_t c = 0; !flt && c < C; c++)
+            ((uint8_t *)yp)[c] ^= flip;
     }
+}
+
+int qp_pool_nhwc_capable(const void *state) {
+    const struct pool_state *s = state;
+    return s && s->is_max && s->c > 0;
+}
+
+void qp_pool_set_nhwc(void *state) {
+    struct pool_state *s = state;
+    if (s) s->nhwc = 1;
 }
 
 /* 2-D int8/uint8 max pooling without indices or dilation (the integer path's MaxPool between
@@ -268,7 +309,7 @@ enum qp_status qp_k_maxpool_run(const struct qp_krun *r) {
     if (!is_int8_pool(dt)) return qp_k_pool_run(r);
     const struct pool_state *s = r->state;
     if (s->nhwc) {
-        maxpool8_nhwc(r);
+        maxpool_nhwc(r);
         return QP_OK;
     }
     const uint8_t *x = r->in[0]->data;
@@ -543,6 +584,10 @@ __attribute__((target("avx2"))) static void max8_avx2(const float *xp, int64_t i
 enum qp_status qp_k_maxpool_fast_run(const struct qp_krun *r) {
     const struct pool_state *s = r->state;
     int has_ind = r->n_out > 1 && r->out[1];
+    if (s->nhwc && r->in[0]->dtype == QP_DTYPE_FLOAT) {
+        maxpool_nhwc(r);
+        return QP_OK;
+    }
     if (is_int8_pool(r->in[0]->dtype) && !s->nhwc && maxpool8_fast(r)) return QP_OK;
     if (!s->is_max || has_ind || r->in[0]->dtype != QP_DTYPE_FLOAT || s->in3[0] != 1 ||
         s->k3[0] != 1 || s->out3[0] != 1 || s->p3[0] != 0 || s->pe3[0] != 0 || s->d3[1] != 1 ||

@@ -11,7 +11,11 @@
  *   - a per-tensor edge overlay (fake quantization is elementwise with one scale) in front of
  *     such a reader: its output is then in the same layout;
  *   - the observer, when the session's observer declared itself order-agnostic
- *     (qp_session_set_observer_any_order): it then sees the elements in blocked order.
+ *     (qp_session_set_observer_any_order): it then sees the elements in blocked order;
+ *   - a float32 MaxPool (no Indices output) when the layout is channels last (NHWC, no
+ *     padding): it then runs channels last (kernels/pool.h) and its output is a candidate in
+ *     that layout too, so ResNet's stem convolution and the ones after the pool do not reorder
+ *     (QP_LAYOUT_POOL=0 turns this off).
  * Elementwise readers, overlays and observers see the bytes as a flat array, so those three need
  * a layout without padding (channels a multiple of the block); convolutions read padded tensors.
  * Graph outputs stay plain. The pass starts from every candidate and drops, until nothing
@@ -23,6 +27,7 @@
 #include "core/size.h"
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_util.h"
+#include "kernels/pool.h"
 #include "runtime/runtime.h"
 
 static int is_conv_step(const struct rt_step *st) {
@@ -49,6 +54,21 @@ static int is_transparent(const struct rt_step *st) {
     return 1;
 }
 
+/* QP_LAYOUT_POOL=0 keeps MaxPool steps plain (comparisons, tests). */
+static int pools_allowed(void) {
+    const char *e = getenv("QP_LAYOUT_POOL");
+    return !e || strcmp(e, "0") != 0;
+}
+
+/* A float32 MaxPool step that can run channels last (kernels/pool.h). */
+static int is_pool_step(const struct rt_step *st) {
+    return pools_allowed() && st->kind == RT_STEP_NODE && !st->nodes && st->k &&
+           strcmp(st->k->op, "MaxPool") == 0 && !st->n_conv_in && !st->n_conv_out &&
+           st->n_in >= 1 && st->in[0] && st->in[0]->dtype == QP_DTYPE_FLOAT && st->out[0] &&
+           st->out[0] == st->val_out[0] && st->out[0]->dtype == QP_DTYPE_FLOAT &&
+           !(st->n_out > 1 && st->out[1]) && qp_pool_nhwc_capable(st->state);
+}
+
 /* Inputs of a transparent step that carry the layout (not the scalars, nor Clip's bounds). */
 static int carries(const struct rt_step *st, int i) {
     const struct qp_kt *x = st->in[i];
@@ -61,10 +81,11 @@ struct pass {
     const struct qp_session *s;
     struct rt_plan *p;
     const int *node_step;
-    int *prod;           /* per value: producing step, -1 */
-    const void **md;     /* per value: its blocked layout (candidates) */
-    unsigned char *cand; /* per value: still a candidate */
-    unsigned char *flat; /* per value: the blocked layout has no padding */
+    int *prod;                   /* per value: producing step, -1 */
+    const void **md;             /* per value: its blocked layout (candidates) */
+    dnnl_memory_desc_t *pool_md; /* per value: a MaxPool output's channels-last layout */
+    unsigned char *cand;         /* per value: still a candidate */
+    unsigned char *flat;         /* per value: the blocked layout has no padding */
 };
 
 /* The value step input `i` reads (through an overlay when there is one), or -1. */
@@ -94,6 +115,10 @@ static int keeps(const struct pass *ps, int v) {
                 int x = read_value(ps, ps_st, i);
                 if (x < 0 || !ps->cand[x]) return 0;
             }
+    if (is_pool_step(ps_st)) {
+        int x = read_value(ps, ps_st, 0);
+        if (x < 0 || !ps->cand[x]) return 0;
+    }
     for (size_t u = 0; u < val->n_uses; u++) {
         int c = val->uses[u].node, kc = ps->node_step[c];
         if (kc < 0) return 0;
@@ -106,7 +131,7 @@ static int keeps(const struct pass *ps, int v) {
             reads = 1;
             if (is_conv_step(sc)) {
                 if ((i != 0 && i != 3) || !qp_dnnl_conv_accepts(sc->state, i, ps->md[v])) return 0;
-            } else if (is_transparent(sc) && carries(sc, i)) {
+            } else if ((is_transparent(sc) && carries(sc, i)) || (is_pool_step(sc) && i == 0)) {
                 int w = (int)(sc->out[0] - ps->p->vals);
                 if (!ps->cand[w]) return 0;
             } else {
@@ -129,9 +154,10 @@ enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, co
     ps.md = calloc(nv, sizeof *ps.md);
     ps.cand = calloc(nv, 1);
     ps.flat = calloc(nv, 1);
+    ps.pool_md = calloc(nv, sizeof *ps.pool_md);
     size_t *bytes = calloc(nv, sizeof *bytes);
     enum qp_status st = QP_OK;
-    if (!ps.prod || !ps.md || !ps.cand || !ps.flat || !bytes) {
+    if (!ps.prod || !ps.md || !ps.cand || !ps.flat || !ps.pool_md || !bytes) {
         st = qp_error_set(err, QP_ERR_NOMEM, "session: out of memory (layout pass)");
         goto done;
     }
@@ -162,6 +188,14 @@ enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, co
             ps.md[v] = md;
             ps.flat[v] = 1;
             bytes[v] = y->nbytes;
+        } else if (is_pool_step(stp)) {
+            int x = read_value(&ps, stp, 0);
+            if (x < 0 || !ps.cand[x] || !ps.flat[x] || !qp_dnnl_md_is_nhwc(ps.md[x]) ||
+                !qp_dnnl_md_nhwc_f32(&ps.pool_md[v], y->rank, y->dims))
+                continue;
+            ps.md[v] = &ps.pool_md[v];
+            ps.flat[v] = 1;
+            bytes[v] = y->nbytes;
         } else {
             continue;
         }
@@ -184,6 +218,9 @@ enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, co
             pr->layout |= RT_LAYOUT_DST;
             qp_dnnl_conv_set_blocked(pr->state, -1, 1);
             if (bytes[v] > pr->out[0]->nbytes) pr->out[0]->nbytes = bytes[v];
+        } else if (is_pool_step(pr)) {
+            pr->layout |= RT_LAYOUT_SRC | RT_LAYOUT_DST;
+            qp_pool_set_nhwc(pr->state);
         }
         const struct qp_value *val = &g->values[v];
         for (size_t u = 0; u < val->n_uses; u++) {
@@ -204,11 +241,16 @@ done:
     free(ps.md);
     free(ps.cand);
     free(ps.flat);
+    free(ps.pool_md);
     free(bytes);
     return st;
 }
 
 void rt_layout_state(const struct rt_step *st, void *state) {
+    if (st->layout && is_pool_step(st)) {
+        qp_pool_set_nhwc(state);
+        return;
+    }
     if (!st->layout || !qp_dnnl_conv_state_uses_dnnl(state)) return;
     if (st->layout & RT_LAYOUT_SRC) qp_dnnl_conv_set_blocked(state, 0, 1);
     if (st->layout & RT_LAYOUT_RES) qp_dnnl_conv_set_blocked(state, 3, 1);

@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "kernels/fast.h"
+#include "kernels/pool.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/isa.h"
@@ -656,9 +657,12 @@ static void test_avgpool_fast(void **state) {
 
 /* ---- MaxPool ------------------------------------------------------------------------------ */
 
+static void check_maxpool_nhwc(struct prepared *pp, const struct qp_kernel *k, const int64_t *dims,
+                               const float *x, const float *want, size_t c);
+
 /* The float 1-D/2-D path (AVX2 for strides 1 and 2) against the general kernel, bit for bit
  * (NaN, -inf, -0 and +0 included: the first tap wins ties), and int8/uint8 through the same
- * row. */
+ * row; the float cases also channels last (check_maxpool_nhwc). */
 static void test_maxpool_fast(void **state) {
     (void)state;
     static const struct {
@@ -726,6 +730,8 @@ static void test_maxpool_fast(void **state) {
             fprintf(stderr, "MaxPool case %zu differs from the general kernel\n", c);
             fail();
         }
+        if (cases[c].dt == QP_DTYPE_FLOAT && qp_pool_nhwc_capable(pp.p.state))
+            check_maxpool_nhwc(&pp, k, cases[c].dims, x, want, c);
         free(want);
         free(y1);
         free(y2);
@@ -733,6 +739,44 @@ static void test_maxpool_fast(void **state) {
         free(pp.p.state);
         free(x);
     }
+}
+
+/* (N, C, S) <-> (N, S, C): to_last 1 from channels first. */
+static void swap_channels(const float *a, float *b, int64_t n, int64_t c, int64_t sp, int to_last) {
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < c; j++)
+            for (int64_t k = 0; k < sp; k++) {
+                int64_t first = (i * c + j) * sp + k, last = (i * sp + k) * c + j;
+                b[to_last ? last : first] = a[to_last ? first : last];
+            }
+}
+
+/* The same state marked channels last (kernels/pool.h, as the layout pass does) on the input
+ * transposed: the transposed output of the general kernel, bit for bit, on 1 and 2 threads. */
+static void check_maxpool_nhwc(struct prepared *pp, const struct qp_kernel *k, const int64_t *dims,
+                               const float *x, const float *want, size_t c) {
+    const struct qp_kt *xin = pp->ins[0];
+    int64_t n = dims[0], ch = dims[1], isp = (int64_t)xin->numel / (n * ch);
+    int64_t osp = (int64_t)pp->out.numel / (n * ch);
+    float *xt = malloc(xin->numel * sizeof *xt), *wt = malloc(pp->out.numel * sizeof *wt);
+    assert_true(xt && wt);
+    swap_channels(x, xt, n, ch, isp, 1);
+    swap_channels(want, wt, n, ch, osp, 1);
+    struct qp_kt xl = *xin;
+    xl.data = xt;
+    pp->ins[0] = &xl;
+    qp_pool_set_nhwc(pp->p.state);
+    for (int t = 1; t <= 2; t++) {
+        float *y = run_prepared(pp, k->run, t);
+        if (memcmp(y, wt, pp->out.nbytes)) {
+            fprintf(stderr, "MaxPool case %zu channels last (%d threads) differs\n", c, t);
+            fail();
+        }
+        free(y);
+    }
+    pp->ins[0] = xin;
+    free(xt);
+    free(wt);
 }
 
 /* ---- Softmax ------------------------------------------------------------------------------- */

@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -463,6 +464,74 @@ static void test_layout_weight_variants(void **state) {
     qp_model_free(m);
 }
 
+/* ResNet's stem shape: x -> c0 -> Relu -> MaxPool (3x3, stride 2, pads 1) -> c1 -> y. Where
+ * the convolutions exchange channels-last tensors (AVX-512's NHWC on 16 channels) the Relu's
+ * and the pool's outputs stay so and the pool runs channels last; on a padded or blocked
+ * layout (AVX2's nChw8c) the pool reads plain tensors. Either way the output is bit for bit
+ * that of a session whose pool stays plain (QP_LAYOUT_POOL=0), over several inputs (NaN among
+ * them, which a max meets first or later in its window as the plain loop does). */
+static void test_layout_maxpool_nhwc(void **state) {
+    (void)state;
+    if (!qp_dnnl_enabled()) skip();
+    n_ch = MAXC;
+    x_dims[1].value = MAXC;
+    rt_rng = 5;
+    struct qp_model *m = model_with_x(4, x_dims);
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    const int64_t w3[4] = {MAXC, MAXC, 3, 3};
+    rt_rand_init(m, "w0", 4, w3, -0.25f, 0.25f);
+    rt_rand_init(m, "w1", 4, w3, -0.25f, 0.25f);
+    conv3(m, "c0", "x", "w0", "c0o");
+    node(g, "r0", "Relu", 1, "c0o", NULL, "r0o");
+    int id;
+    const char *in = "r0o", *out = "po";
+    assert_int_equal(qp_graph_add_node(g, "p", "MaxPool", "", 1, &in, 1, &out, &id, &err), QP_OK);
+    static const int64_t ks[2] = {3, 3}, st[2] = {2, 2}, pads[4] = {1, 1, 1, 1};
+    const char *names[3] = {"kernel_shape", "strides", "pads"};
+    const int64_t *vals[3] = {ks, st, pads};
+    for (int i = 0; i < 3; i++) {
+        struct qp_attr *a = qp_node_add_attr(g, id, names[i], QP_ATTR_INTS);
+        assert_non_null(a);
+        a->ints = vals[i];
+        a->n = i == 2 ? 4 : 2;
+    }
+    conv3(m, "c1", "po", "w1", "y");
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "y"), &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    setenv("QP_LAYOUT_POOL", "0", 1);
+    struct qp_session *plain = session(m);
+    unsetenv("QP_LAYOUT_POOL");
+    struct qp_session *s = session(m);
+    size_t ny = (size_t)MAXC * 4 * 4;
+    for (uint32_t seed = 1; seed <= 3; seed++) {
+        fill_x(seed);
+        if (seed == 3) xin[5] = xin[77] = NAN;
+        struct qp_array xa, ya, yb;
+        int64_t dims[4] = {1, MAXC, HW, HW};
+        assert_int_equal(qp_array_view(&xa, QP_DTYPE_FLOAT, 4, dims, xin,
+                                       (size_t)MAXC * HW * HW * sizeof(float), &err),
+                         QP_OK);
+        assert_int_equal(qp_session_run(s, 1, &xa, &err), QP_OK);
+        assert_int_equal(qp_session_run(plain, 1, &xa, &err), QP_OK);
+        assert_int_equal(qp_session_output(s, 0, &ya, &err), QP_OK);
+        assert_int_equal(qp_session_output(plain, 0, &yb, &err), QP_OK);
+        assert_int_equal(ya.nbytes, ny * sizeof(float));
+        assert_memory_equal(ya.data, yb.data, ya.nbytes);
+    }
+    assert_false(blocked(plain, "po"));
+    int nhwc = !conv_dst_padded(s, "c0") && blocked(s, "c0o");
+    print_message("c0's output %s; the pool's %s\n", blocked(s, "r0o") ? "blocked" : "plain",
+                  blocked(s, "po") ? "channels last" : "plain");
+    if (nhwc) {
+        assert_true(blocked(s, "r0o"));
+        assert_true(blocked(s, "po"));
+    }
+    qp_session_free(plain);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_observer_any_order),
@@ -470,6 +539,7 @@ int main(void) {
         cmocka_unit_test(test_layout_padded),
         cmocka_unit_test(test_layout_overlays),
         cmocka_unit_test(test_layout_weight_variants),
+        cmocka_unit_test(test_layout_maxpool_nhwc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
