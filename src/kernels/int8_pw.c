@@ -40,10 +40,6 @@ static int n_params(int op) {
     }
 }
 
-static int binary(int op) {
-    return pw_binary(op);
-}
-
 /* ---- prepare -------------------------------------------------------------------------------- */
 
 /* Broadcasts shape (rank r, dims d) into the main shape; 0 when incompatible. */
@@ -131,7 +127,7 @@ static enum qp_status read_prog(struct qp_kprep *p, struct pw_state *s, const in
             return qp_error_set(p->err, QP_ERR_BAD_INPUT, "instruction %d: bad op or register", k);
         in->op = (int)c[0];
         in->dst = (int)c[1];
-        int nop = binary(in->op) ? 2 : 1;
+        int nop = pw_binary(in->op) ? 2 : 1;
         for (int o = 0; o < nop; o++) {
             int64_t v = c[2 + o];
             int ok = v >= 0 ? v < s->n_regs && defined[v] : -v - 1 < s->n_in;
@@ -196,7 +192,7 @@ static enum qp_status output_shapes(struct qp_kprep *p, struct pw_state *s,
     for (int k = 0; k < s->n_instr; k++) {
         const struct pw_instr *in = &s->ins[k];
         uint32_t m = 0;
-        for (int o = 0; o < (binary(in->op) ? 2 : 1); o++) {
+        for (int o = 0; o < (pw_binary(in->op) ? 2 : 1); o++) {
             int v = o ? in->b : in->a;
             m |= v >= 0 ? dep[v] : 1u << (-v - 1);
         }
@@ -708,11 +704,11 @@ static void exec(const struct pw_instr *ins, int n_ins, const struct operand *in
     for (int k = 0; k < n_ins; k++) {
         const struct pw_instr *i = &ins[k];
         struct operand a = i->a >= 0 ? reg[i->a] : in[-i->a - 1];
-        struct operand c = binary(i->op) ? (i->b >= 0 ? reg[i->b] : in[-i->b - 1]) : a;
+        struct operand c = pw_binary(i->op) ? (i->b >= 0 ? reg[i->b] : in[-i->b - 1]) : a;
         float *d = b->reg[i->dst];
         if (!a.v && !c.v) { /* both scalar: stays scalar */
-            struct operand o = {NULL, binary(i->op) ? bin1(i, a.s, c.s) : a.s};
-            if (!binary(i->op)) {
+            struct operand o = {NULL, pw_binary(i->op) ? bin1(i, a.s, c.s) : a.s};
+            if (!pw_binary(i->op)) {
                 float one = o.s;
                 run_unary(i, &one, &one, 1);
                 o.s = one;
@@ -720,7 +716,7 @@ static void exec(const struct pw_instr *ins, int n_ins, const struct operand *in
             reg[i->dst] = o;
             continue;
         }
-        if (binary(i->op)) {
+        if (pw_binary(i->op)) {
             run_binary(i, a, c, d, n);
         } else {
             run_unary(i, a.v, d, n);

@@ -366,21 +366,14 @@ void pw_fast_compile(struct pw_state *s, const struct qp_kprep *p) {
 
 /* ---- run ------------------------------------------------------------------------------------ */
 
+/* clamp(x, lo, hi) * m, + o when o is not 0 (as PW_AFFINE's header says). */
 QP_CLONES
 static void affine(const float *x, float *d, int64_t n, float m, float o, float lo, float hi) {
+    int add = o != 0.0f;
     for (int64_t j = 0; j < n; j++) {
         float v = x[j] < lo ? lo : x[j];
-        v = v > hi ? hi : v;
-        d[j] = v * m + o;
-    }
-}
-
-QP_CLONES
-static void affine_nz(const float *x, float *d, int64_t n, float m, float lo, float hi) {
-    for (int64_t j = 0; j < n; j++) {
-        float v = x[j] < lo ? lo : x[j];
-        v = v > hi ? hi : v;
-        d[j] = v * m;
+        v = (v > hi ? hi : v) * m;
+        d[j] = add ? v + o : v;
     }
 }
 
@@ -390,10 +383,8 @@ void pw_fast_unary(const struct pw_instr *in, const float *x, float *d, int64_t 
         if (qp_qsimd_levels(x, d, n, p[0], p[1], p[2], p[3])) return;
         for (int64_t j = 0; j < n; j++)
             d[j] = pw_level_of(x[j], p[0], p[1], p[2], p[3]);
-    } else if (p[1] != 0.0f) {
-        affine(x, d, n, p[0], p[1], p[2], p[3]);
     } else {
-        affine_nz(x, d, n, p[0], p[2], p[3]);
+        affine(x, d, n, p[0], p[1], p[2], p[3]);
     }
 }
 

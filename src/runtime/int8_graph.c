@@ -29,11 +29,11 @@ const struct qp_tensor *i8g_const_of(const struct qp_graph *g, int v) {
     return a && a->type == QP_ATTR_TENSOR ? a->t : NULL;
 }
 
-static int float_dt(enum qp_dtype dt) {
+int i8g_float_dt(enum qp_dtype dt) {
     return dt == QP_DTYPE_FLOAT || dt == QP_DTYPE_FLOAT16;
 }
 
-static int int8_op(const struct qp_node *n, const char *op) {
+int i8g_is_op(const struct qp_node *n, const char *op) {
     return n->domain && strcmp(n->domain, QP_INT8_DOMAIN) == 0 && strcmp(n->op_type, op) == 0;
 }
 
@@ -42,9 +42,9 @@ static int int8_op(const struct qp_node *n, const char *op) {
  * `depth` producers back. */
 static int known_float_d(const struct qp_graph *g, int v, int depth) {
     if (v < 0) return 0;
-    if (float_dt(g->values[v].dtype)) return 1;
+    if (i8g_float_dt(g->values[v].dtype)) return 1;
     const struct qp_tensor *c = i8g_const_of(g, v);
-    if (c) return float_dt(c->dtype);
+    if (c) return i8g_float_dt(c->dtype);
     const struct qp_node *p = i8g_producer(g, v);
     if (!p || depth <= 0) return 0;
     static const char *makes[] = {"DequantizeLinear",
@@ -70,13 +70,13 @@ static int known_float_d(const struct qp_graph *g, int v, int depth) {
                                   "Concat",  "MaxPool",   "Pow",     "ReduceMean", "MatMul"};
     for (size_t i = 0; i < sizeof makes / sizeof makes[0]; i++)
         if (qp_node_is(p, makes[i])) return 1;
-    if (int8_op(p, "FakeQuant") || int8_op(p, "RoundFloat16")) return 1;
-    if (int8_op(p, "QConv") || int8_op(p, "QMatMul")) return i8g_in_at(p, 7) < 0;
-    if (int8_op(p, "Pointwise")) {
+    if (i8g_is_op(p, "FakeQuant") || i8g_is_op(p, "RoundFloat16")) return 1;
+    if (i8g_is_op(p, "QConv") || i8g_is_op(p, "QMatMul")) return i8g_in_at(p, 7) < 0;
+    if (i8g_is_op(p, "Pointwise")) {
         const int64_t *dt;
         int64_t n = qp_kattr_ints(p, "pw_out_dt", &dt);
         for (int o = 0; o < p->n_outputs && o < n; o++)
-            if (p->outputs[o] == v) return float_dt((enum qp_dtype)dt[o]);
+            if (p->outputs[o] == v) return i8g_float_dt((enum qp_dtype)dt[o]);
         return 0;
     }
     for (size_t i = 0; i < sizeof keeps / sizeof keeps[0]; i++)

@@ -24,6 +24,10 @@ struct i8g_qparam {
 const struct qp_node *i8g_producer(const struct qp_graph *g, int v);
 /* The constant tensor value v holds (an initializer or a Constant node's `value`), or NULL. */
 const struct qp_tensor *i8g_const_of(const struct qp_graph *g, int v);
+/* 1 for float32 and float16; i8g_is_op: 1 when n is the QP_INT8_DOMAIN op `op`. */
+int i8g_float_dt(enum qp_dtype dt);
+int i8g_is_op(const struct qp_node *n, const char *op);
+
 /* 1 when value v is certainly a float (float32 or float16) tensor: its declared dtype, an op
  * that only makes float, or a type-preserving op (elementwise arithmetic, data movement) of a
  * float input, looked up to eight producers back. */

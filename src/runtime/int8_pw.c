@@ -52,14 +52,6 @@ static int pos_of(const struct pass *ps, const struct qp_node *n) {
 
 /* ---- eligibility ----------------------------------------------------------------------------- */
 
-static int is_int8_op(const struct qp_node *n, const char *op) {
-    return n->domain && strcmp(n->domain, QP_INT8_DOMAIN) == 0 && strcmp(n->op_type, op) == 0;
-}
-
-static int float_dt(enum qp_dtype dt) {
-    return dt == QP_DTYPE_FLOAT || dt == QP_DTYPE_FLOAT16;
-}
-
 static float attr_f(const struct qp_node *n, const char *name, float def) {
     const struct qp_attr *a = qp_node_attr(n, name);
     return a ? a->f : def;
@@ -110,14 +102,14 @@ static int pw_op(const struct qp_graph *g, const struct qp_node *n, float p[3]) 
     if (qp_node_is(n, "Pow") && n->n_inputs == 2 && const_scalar(g, n, 1, &e) && e == 2.0f)
         return QP_PW_SQUARE;
     struct i8g_qparam q;
-    if (is_int8_op(n, "FakeQuant") && i8g_per_tensor(g, n, &q) &&
+    if (i8g_is_op(n, "FakeQuant") && i8g_per_tensor(g, n, &q) &&
         (q.dt == QP_DTYPE_INT8 || q.dt == QP_DTYPE_UINT8)) {
         p[0] = q.s;
         p[1] = (float)q.z;
         p[2] = (float)q.dt;
         return QP_PW_FQ;
     }
-    if (is_int8_op(n, "RoundFloat16") && n->n_inputs == 1) return QP_PW_ROUND16;
+    if (i8g_is_op(n, "RoundFloat16") && n->n_inputs == 1) return QP_PW_ROUND16;
     return -1;
 }
 
@@ -164,7 +156,7 @@ static void mark_near_conv(const struct qp_graph *g, unsigned char *mark) {
 
 /* The inputs of n that carry data (Clip's bounds and Pow's exponent are parameters). */
 static int data_inputs(const struct qp_node *n) {
-    int op = qp_node_is(n, "Clip") || qp_node_is(n, "Pow") || is_int8_op(n, "FakeQuant");
+    int op = qp_node_is(n, "Clip") || qp_node_is(n, "Pow") || i8g_is_op(n, "FakeQuant");
     return op ? 1 : n->n_inputs;
 }
 
@@ -172,7 +164,7 @@ static int data_inputs(const struct qp_node *n) {
 
 /* The float dtype value v brings into group gr (0: unknown); -1 when it conflicts. */
 static int merge_dt(struct group *gr, enum qp_dtype dt) {
-    if (!float_dt(dt)) return 0;
+    if (!i8g_float_dt(dt)) return 0;
     if (gr->fdt && gr->fdt != dt) return -1;
     gr->fdt = dt;
     return 0;
@@ -182,7 +174,7 @@ static int merge_dt(struct group *gr, enum qp_dtype dt) {
 static int external_ok(struct pass *ps, struct group *gr, int v) {
     const struct qp_graph *g = ps->g;
     const struct qp_tensor *c = i8g_const_of(g, v);
-    if (c) return float_dt(c->dtype) && merge_dt(gr, c->dtype) == 0;
+    if (c) return i8g_float_dt(c->dtype) && merge_dt(gr, c->dtype) == 0;
     int x;
     struct i8g_qparam q;
     if (i8g_dq_act(g, v, &x, &q) && (q.dt == QP_DTYPE_INT8 || q.dt == QP_DTYPE_UINT8)) {

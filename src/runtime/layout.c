@@ -83,7 +83,7 @@ struct pass {
     const int *node_step;
     int *prod;                   /* per value: producing step, -1 */
     const void **md;             /* per value: its blocked layout (candidates) */
-    dnnl_memory_desc_t *pool_md; /* per value: a MaxPool output's channels-last layout */
+    dnnl_memory_desc_t *pool_md; /* per MaxPool step, in step order: its output's layout */
     unsigned char *cand;         /* per value: still a candidate */
     unsigned char *flat;         /* per value: the blocked layout has no padding */
 };
@@ -154,7 +154,10 @@ enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, co
     ps.md = calloc(nv, sizeof *ps.md);
     ps.cand = calloc(nv, 1);
     ps.flat = calloc(nv, 1);
-    ps.pool_md = calloc(nv, sizeof *ps.pool_md);
+    size_t n_pool = 0; /* descriptors are large (696 bytes): one per MaxPool step only */
+    for (size_t k = 0; k < p->n_steps; k++)
+        n_pool += is_pool_step(&p->steps[k]);
+    ps.pool_md = calloc(n_pool ? n_pool : 1, sizeof *ps.pool_md);
     size_t *bytes = calloc(nv, sizeof *bytes);
     enum qp_status st = QP_OK;
     if (!ps.prod || !ps.md || !ps.cand || !ps.flat || !ps.pool_md || !bytes) {
@@ -164,6 +167,7 @@ enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, co
     for (size_t v = 0; v < nv; v++)
         ps.prod[v] = -1;
     /* Candidates, in step order (a transparent step's inputs come before it). */
+    size_t at_pool = 0;
     for (size_t k = 0; k < p->n_steps; k++) {
         const struct rt_step *stp = &p->steps[k];
         const struct qp_kt *y = stp->kind == RT_STEP_NODE ? stp->out[0] : NULL;
@@ -189,11 +193,12 @@ enum qp_status rt_layout_apply(const struct qp_session *s, struct rt_plan *p, co
             ps.flat[v] = 1;
             bytes[v] = y->nbytes;
         } else if (is_pool_step(stp)) {
+            dnnl_memory_desc_t *md = &ps.pool_md[at_pool++];
             int x = read_value(&ps, stp, 0);
             if (x < 0 || !ps.cand[x] || !ps.flat[x] || !qp_dnnl_md_is_nhwc(ps.md[x]) ||
-                !qp_dnnl_md_nhwc_f32(&ps.pool_md[v], y->rank, y->dims))
+                !qp_dnnl_md_nhwc_f32(md, y->rank, y->dims))
                 continue;
-            ps.md[v] = &ps.pool_md[v];
+            ps.md[v] = md;
             ps.flat[v] = 1;
             bytes[v] = y->nbytes;
         } else {
