@@ -7,6 +7,8 @@
 #include "core/clock.h"
 #include "core/size.h"
 #include "ir/ir.h"
+#include "runtime/profile.h"
+#include "runtime/runtime.h"
 
 void qp_bench_options_default(struct qp_bench_options *o) {
     o->warmup = 3;
@@ -208,6 +210,7 @@ enum qp_status qp_bench_session(struct qp_session *s, size_t n_inputs,
     /* Warm-up (the first run may plan), then timed runs. */
     for (int i = 0; i < o->warmup; i++)
         if ((st = qp_session_run(s, n_inputs, inputs, err)) != QP_OK) goto fail;
+    rt_profile_clear(s->prof); /* QP_PROFILE: the timed runs only */
     for (size_t i = 0; i < r.n_runs; i++) {
         double t0 = (1e3 * qp_clock_seconds());
         if ((st = qp_session_run(s, n_inputs, inputs, err)) != QP_OK) goto fail;

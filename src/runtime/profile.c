@@ -50,6 +50,15 @@ void rt_profile_add(struct rt_profile *p, const char *label, double seconds) {
     r->calls = 1;
 }
 
+void rt_profile_clear(struct rt_profile *p) {
+    if (!p) return;
+    for (size_t i = 0; i < p->n; i++) {
+        p->rows[i].seconds = 0;
+        p->rows[i].calls = 0;
+    }
+    p->runs = 0;
+}
+
 void rt_profile_run(struct rt_profile *p) {
     if (p) p->runs++;
 }

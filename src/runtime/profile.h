@@ -4,7 +4,8 @@
  * "Conv+4" for a fused step of five nodes) and the table is printed to stderr, largest first,
  * when the session is freed. With QP_PROFILE=node the rows are the steps themselves (op type,
  * node name, first input's and first output's shape), so one slow node of many stands out. Off
- * (NULL) otherwise, costing one branch per step.
+ * (NULL) otherwise, costing one branch per step. `qplace bench` starts the table after its
+ * warm-up runs.
  */
 #ifndef QP_RUNTIME_PROFILE_H
 #define QP_RUNTIME_PROFILE_H
@@ -19,6 +20,10 @@ struct rt_profile *rt_profile_new(void);
 int rt_profile_by_node(const struct rt_profile *p);
 /* Adds `seconds` to `label`'s row (labels are copied; up to 127 characters kept). */
 void rt_profile_add(struct rt_profile *p, const char *label, double seconds);
+/* Forgets the times and runs so far, keeping the rows (qplace bench calls it after its
+ * warm-up runs, so first-touch costs and oneDNN's first-execution compiles are not averaged
+ * in). Nothing for NULL. */
+void rt_profile_clear(struct rt_profile *p);
 /* Counts one run. */
 void rt_profile_run(struct rt_profile *p);
 /* Prints the table to stderr (nothing for NULL or no runs) and frees p. */
