@@ -12,6 +12,7 @@
 #include "core/clones.h"
 #include "kernels/kcheck.h"
 #include "kernels/fast.h"
+#include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "kernels/pool.h"
 #include "kernels/spatial.h"
@@ -187,24 +188,166 @@ enum qp_status qp_k_maxpool_prepare(struct qp_kprep *p) {
     return qp_kt_set(y, x->dtype, y->rank, y->dims, p->err);
 }
 
-/* One tap of a channels-last max pool: the C values at xp into the running maxima at yp.
- * int8/uint8 (`flip`: int8 compares as uint8 with the sign bit flipped, an order-preserving map)
- * start from 0 (the type's minimum once flipped back); float takes its window's first tap as it
- * is, then v > best, which the comparison here computes as maxps does, so a NaN stays where
- * it is first met (the general loop's values). */
+/* Channels-last max pooling keeps blocks of channels of one output pixel in registers while it
+ * walks the window's taps (at most NHWC_TAPS; larger windows go tap by tap through memory).
+ * Float takes its window's first tap as it is, then v > best (maxps(v, best): a NaN stays where
+ * it is first met, the general loop's values); int8/uint8 (`flip`: int8 compares as uint8 with
+ * the sign bit flipped, an order-preserving map) start from 0, the type's minimum once flipped
+ * back. AVX-512 and AVX2 forms, chosen by qp_kernel_isa, and a plain C one: a maximum does not
+ * round, so all give the same bits (unit/kernels/fast runs each). */
+#define NHWC_TAPS 64
+
+static int64_t max_taps_f32_c(const float *const *tap, int n, float *y, int64_t c, int64_t C) {
+    for (; c < C; c++) {
+        float best = tap[0][c];
+        for (int t = 1; t < n; t++)
+            best = tap[t][c] > best ? tap[t][c] : best;
+        y[c] = best;
+    }
+    return c;
+}
+
+static void max_taps_u8_c(const uint8_t *const *tap, int n, uint8_t *y, int64_t c, int64_t C,
+                          uint8_t flip) {
+    for (; c < C; c++) {
+        uint8_t best = 0;
+        for (int t = 0; t < n; t++) {
+            uint8_t v = (uint8_t)(tap[t][c] ^ flip);
+            best = v > best ? v : best;
+        }
+        y[c] = (uint8_t)(best ^ flip);
+    }
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+__attribute__((target("avx512f"))) static void max_taps_f32_512(const float *const *tap, int n,
+                                                                float *y, int64_t C) {
+    int64_t c = 0;
+    for (; c + 64 <= C; c += 64) {
+        __m512 a0 = _mm512_loadu_ps(tap[0] + c), a1 = _mm512_loadu_ps(tap[0] + c + 16);
+        __m512 a2 = _mm512_loadu_ps(tap[0] + c + 32), a3 = _mm512_loadu_ps(tap[0] + c + 48);
+        for (int t = 1; t < n; t++) {
+            const float *x = tap[t] + c;
+            a0 = _mm512_max_ps(_mm512_loadu_ps(x), a0);
+            a1 = _mm512_max_ps(_mm512_loadu_ps(x + 16), a1);
+            a2 = _mm512_max_ps(_mm512_loadu_ps(x + 32), a2);
+            a3 = _mm512_max_ps(_mm512_loadu_ps(x + 48), a3);
+        }
+        _mm512_storeu_ps(y + c, a0);
+        _mm512_storeu_ps(y + c + 16, a1);
+        _mm512_storeu_ps(y + c + 32, a2);
+        _mm512_storeu_ps(y + c + 48, a3);
+    }
+    for (; c + 16 <= C; c += 16) {
+        __m512 a = _mm512_loadu_ps(tap[0] + c);
+        for (int t = 1; t < n; t++)
+            a = _mm512_max_ps(_mm512_loadu_ps(tap[t] + c), a);
+        _mm512_storeu_ps(y + c, a);
+    }
+    max_taps_f32_c(tap, n, y, c, C);
+}
+
+__attribute__((target("avx2"))) static void max_taps_f32_256(const float *const *tap, int n,
+                                                             float *y, int64_t C) {
+    int64_t c = 0;
+    for (; c + 32 <= C; c += 32) {
+        __m256 a0 = _mm256_loadu_ps(tap[0] + c), a1 = _mm256_loadu_ps(tap[0] + c + 8);
+        __m256 a2 = _mm256_loadu_ps(tap[0] + c + 16), a3 = _mm256_loadu_ps(tap[0] + c + 24);
+        for (int t = 1; t < n; t++) {
+            const float *x = tap[t] + c;
+            a0 = _mm256_max_ps(_mm256_loadu_ps(x), a0);
+            a1 = _mm256_max_ps(_mm256_loadu_ps(x + 8), a1);
+            a2 = _mm256_max_ps(_mm256_loadu_ps(x + 16), a2);
+            a3 = _mm256_max_ps(_mm256_loadu_ps(x + 24), a3);
+        }
+        _mm256_storeu_ps(y + c, a0);
+        _mm256_storeu_ps(y + c + 8, a1);
+        _mm256_storeu_ps(y + c + 16, a2);
+        _mm256_storeu_ps(y + c + 24, a3);
+    }
+    for (; c + 8 <= C; c += 8) {
+        __m256 a = _mm256_loadu_ps(tap[0] + c);
+        for (int t = 1; t < n; t++)
+            a = _mm256_max_ps(_mm256_loadu_ps(tap[t] + c), a);
+        _mm256_storeu_ps(y + c, a);
+    }
+    max_taps_f32_c(tap, n, y, c, C);
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void
+max_taps_u8_512(const uint8_t *const *tap, int n, uint8_t *y, int64_t C, uint8_t flip) {
+    __m512i f = _mm512_set1_epi8((char)flip);
+    int64_t c = 0;
+    for (; c + 64 <= C; c += 64) {
+        __m512i a = _mm512_setzero_si512();
+        for (int t = 0; t < n; t++)
+            a = _mm512_max_epu8(_mm512_xor_si512(_mm512_loadu_si512(tap[t] + c), f), a);
+        _mm512_storeu_si512(y + c, _mm512_xor_si512(a, f));
+    }
+    max_taps_u8_c(tap, n, y, c, C, flip);
+}
+
+__attribute__((target("avx2"))) static void max_taps_u8_256(const uint8_t *const *tap, int n,
+                                                            uint8_t *y, int64_t C, uint8_t flip) {
+    __m256i f = _mm256_set1_epi8((char)flip);
+    int64_t c = 0;
+    for (; c + 32 <= C; c += 32) {
+        __m256i a = _mm256_setzero_si256();
+        for (int t = 0; t < n; t++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(tap[t] + c));
+            a = _mm256_max_epu8(_mm256_xor_si256(v, f), a);
+        }
+        _mm256_storeu_si256((__m256i *)(y + c), _mm256_xor_si256(a, f));
+    }
+    max_taps_u8_c(tap, n, y, c, C, flip);
+}
+#endif
+
+static void max_taps_f32(const float *const *tap, int n, float *y, int64_t C) {
+#if defined(__x86_64__)
+    enum qp_isa isa = qp_kernel_isa();
+    if (isa >= QP_ISA_AVX512) {
+        max_taps_f32_512(tap, n, y, C);
+        return;
+    }
+    if (isa >= QP_ISA_AVX2) {
+        max_taps_f32_256(tap, n, y, C);
+        return;
+    }
+#endif
+    max_taps_f32_c(tap, n, y, 0, C);
+}
+
+static void max_taps_u8(const uint8_t *const *tap, int n, uint8_t *y, int64_t C, uint8_t flip) {
+#if defined(__x86_64__)
+    enum qp_isa isa = qp_kernel_isa();
+    if (isa >= QP_ISA_AVX512) {
+        max_taps_u8_512(tap, n, y, C, flip);
+        return;
+    }
+    if (isa >= QP_ISA_AVX2) {
+        max_taps_u8_256(tap, n, y, C, flip);
+        return;
+    }
+#endif
+    max_taps_u8_c(tap, n, y, 0, C, flip);
+}
+
+/* One tap at a time through memory (windows of more than NHWC_TAPS taps): the running maxima
+ * at yp, the same comparisons as above. */
 static void max_tap(const void *xp, void *yp, int64_t C, int flt, uint8_t flip, int first) {
     if (flt && first) {
         memcpy(yp, xp, (size_t)C * sizeof(float));
     } else if (flt) {
         const float *x = xp;
         float *y = yp;
-#pragma omp simd
         for (int64_t c = 0; c < C; c++)
             y[c] = x[c] > y[c] ? x[c] : y[c];
     } else {
         const uint8_t *x = xp;
         uint8_t *y = yp;
-#pragma omp simd
         for (int64_t c = 0; c < C; c++) {
             uint8_t v = (uint8_t)(x[c] ^ flip);
             y[c] = v > y[c] ? v : y[c];
@@ -212,49 +355,76 @@ static void max_tap(const void *xp, void *yp, int64_t C, int flt, uint8_t flip, 
     }
 }
 
+/* The window of output position o along axis a, clipped to the input: taps k in [*ka, *kb). */
+static void window_taps(const struct pool_state *s, int a, int64_t o, int64_t *ka, int64_t *kb) {
+    int64_t i0 = o * s->s3[a] - s->p3[a], d = s->d3[a], n = s->in3[a];
+    int64_t lo = i0 >= 0 ? 0 : (-i0 + d - 1) / d, hi = i0 < n ? (n - 1 - i0) / d + 1 : 0;
+    *ka = lo;
+    *kb = hi < s->k3[a] ? hi : s->k3[a];
+}
+
+/* One output pixel px (batch b, output position o) of a channels-last max pool. */
+static void maxpool_nhwc_px(const struct pool_state *s, const char *x, char *y, int64_t px, int flt,
+                            uint8_t flip) {
+    int64_t C = s->c, b = px / s->out_sz, o = px % s->out_sz;
+    int64_t oc[3] = {o / (s->out3[1] * s->out3[2]), o / s->out3[2] % s->out3[1], o % s->out3[2]};
+    int64_t ka[3], kb[3];
+    for (int a = 0; a < 3; a++)
+        window_taps(s, a, oc[a], &ka[a], &kb[a]);
+    size_t es = flt ? sizeof(float) : 1;
+    char *yp = y + (size_t)(px * C) * es;
+    int64_t n = 1;
+    for (int a = 0; a < 3; a++)
+        n *= kb[a] > ka[a] ? kb[a] - ka[a] : 0;
+    const void *tap[NHWC_TAPS];
+    int nt = 0, first = 1;
+    for (int64_t k0 = ka[0]; k0 < kb[0]; k0++)
+        for (int64_t k1 = ka[1]; k1 < kb[1]; k1++)
+            for (int64_t k2 = ka[2]; k2 < kb[2]; k2++) {
+                int64_t i0 = oc[0] * s->s3[0] - s->p3[0] + k0 * s->d3[0];
+                int64_t i1 = oc[1] * s->s3[1] - s->p3[1] + k1 * s->d3[1];
+                int64_t i2 = oc[2] * s->s3[2] - s->p3[2] + k2 * s->d3[2];
+                const char *xp =
+                    x + (size_t)((b * s->in_sz + (i0 * s->in3[1] + i1) * s->in3[2] + i2) * C) * es;
+                if (n <= NHWC_TAPS) {
+                    tap[nt++] = xp;
+                } else {
+                    if (first && !flt) memset(yp, 0, (size_t)C);
+                    max_tap(xp, yp, C, flt, flip, first);
+                    first = 0;
+                }
+            }
+    if (n == 0) { /* the window lies in the padding: the type's minimum */
+        for (int64_t c = 0; c < C; c++)
+            if (flt)
+                ((float *)yp)[c] = -INFINITY;
+            else
+                ((uint8_t *)yp)[c] = flip;
+    } else if (n <= NHWC_TAPS) {
+        if (flt)
+            max_taps_f32((const float *const *)tap, nt, (float *)yp, C);
+        else
+            max_taps_u8((const uint8_t *const *)tap, nt, (uint8_t *)yp, C, flip);
+    } else if (!flt) {
+        for (int64_t c = 0; c < C; c++)
+            ((uint8_t *)yp)[c] ^= flip;
+    }
+}
+
 /* Max pooling on channels-last tensors: int8/uint8 (attribute nhwc: the integer path keeps the
  * tensors between QConv nodes so, kernels/int8_conv.h) or float32 (qp_pool_set_nhwc: the float
  * layout pass, pool.h). Per output pixel, the maximum over the window's pixels, channel by
  * channel; a window entirely in the padding gives the type's minimum (-inf for float), as the
- * general loop does. */
+ * general loop does. The pixels are split between the threads in order (row bands). */
 static void maxpool_nhwc(const struct qp_krun *r) {
     const struct pool_state *s = r->state;
     int flt = r->in[0]->dtype == QP_DTYPE_FLOAT;
-    size_t es = flt ? sizeof(float) : 1;
-    const char *x = r->in[0]->data;
-    char *y = r->out[0]->data;
     uint8_t flip = r->in[0]->dtype == QP_DTYPE_INT8 ? 0x80 : 0;
     int64_t C = s->c, pix = s->planes / (C ? C : 1) * s->out_sz;
     int nt = pix * C < 4096 ? 1 : r->n_threads;
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-    for (int64_t px = 0; px < pix; px++) {
-        int64_t b = px / s->out_sz, o = px % s->out_sz;
-        int64_t o0 = o / (s->out3[1] * s->out3[2]), o1 = o / s->out3[2] % s->out3[1];
-        int64_t o2 = o % s->out3[2];
-        char *yp = y + (size_t)(px * C) * es;
-        int first = 1;
-        if (!flt) memset(yp, 0, (size_t)C);
-        for (int64_t k0 = 0; k0 < s->k3[0]; k0++) {
-            int64_t i0 = o0 * s->s3[0] - s->p3[0] + k0 * s->d3[0];
-            for (int64_t k1 = 0; k1 < s->k3[1]; k1++) {
-                int64_t i1 = o1 * s->s3[1] - s->p3[1] + k1 * s->d3[1];
-                for (int64_t k2 = 0; k2 < s->k3[2]; k2++) {
-                    int64_t i2 = o2 * s->s3[2] - s->p3[2] + k2 * s->d3[2];
-                    if (i0 < 0 || i0 >= s->in3[0] || i1 < 0 || i1 >= s->in3[1] || i2 < 0 ||
-                        i2 >= s->in3[2])
-                        continue;
-                    int64_t at = (b * s->in_sz + (i0 * s->in3[1] + i1) * s->in3[2] + i2) * C;
-                    max_tap(x + (size_t)at * es, yp, C, flt, flip, first);
-                    first = 0;
-                }
-            }
-        }
-        if (flt && first) /* the window lies in the padding */
-            for (int64_t c = 0; c < C; c++)
-                ((float *)yp)[c] = -INFINITY;
-        for (int64_t c = 0; !flt && c < C; c++)
-            ((uint8_t *)yp)[c] ^= flip;
-    }
+    for (int64_t px = 0; px < pix; px++)
+        maxpool_nhwc_px(s, r->in[0]->data, r->out[0]->data, px, flt, flip);
 }
 
 int qp_pool_nhwc_capable(const void *state) {

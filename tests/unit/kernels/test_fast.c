@@ -662,7 +662,7 @@ static void check_maxpool_nhwc(struct prepared *pp, const struct qp_kernel *k, c
 
 /* The float 1-D/2-D path (AVX2 for strides 1 and 2) against the general kernel, bit for bit
  * (NaN, -inf, -0 and +0 included: the first tap wins ties), and int8/uint8 through the same
- * row; the float cases also channels last (check_maxpool_nhwc). */
+ * row; every case also channels last (check_maxpool_nhwc). */
 static void test_maxpool_fast(void **state) {
     (void)state;
     static const struct {
@@ -695,6 +695,14 @@ static void test_maxpool_fast(void **state) {
         {4, {1, 64, 112, 112}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 0, QP_DTYPE_INT8}, /* ResNet */
         {4, {2, 3, 9, 41}, {2, 3}, {2, 1}, {0, 1, 1, 2}, {1, 1}, 1, QP_DTYPE_INT8},
         {4, {1, 3, 12, 12}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {2, 2}, 0, QP_DTYPE_UINT8}, /* dilated */
+        /* channel counts that take every register block and tail of the channels-last forms
+         * (64, 32, 16 and 8 lanes), and a window of 81 taps (beyond the registers' 64) */
+        {4, {1, 83, 9, 11}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 0, QP_DTYPE_FLOAT},
+        {4, {2, 120, 7, 6}, {2, 2}, {1, 1}, {0, 0, 1, 1}, {1, 1}, 1, QP_DTYPE_FLOAT},
+        {4, {1, 17, 12, 12}, {9, 9}, {1, 1}, {4, 4, 4, 4}, {1, 1}, 0, QP_DTYPE_FLOAT},
+        {4, {1, 83, 9, 11}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 0, QP_DTYPE_INT8},
+        {4, {2, 160, 7, 6}, {2, 2}, {1, 1}, {0, 0, 1, 1}, {1, 1}, 1, QP_DTYPE_UINT8},
+        {4, {1, 17, 12, 12}, {9, 9}, {1, 1}, {4, 4, 4, 4}, {1, 1}, 0, QP_DTYPE_INT8},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int nsp = cases[c].rank - 2;
@@ -730,8 +738,7 @@ static void test_maxpool_fast(void **state) {
             fprintf(stderr, "MaxPool case %zu differs from the general kernel\n", c);
             fail();
         }
-        if (cases[c].dt == QP_DTYPE_FLOAT && qp_pool_nhwc_capable(pp.p.state))
-            check_maxpool_nhwc(&pp, k, cases[c].dims, x, want, c);
+        if (qp_pool_nhwc_capable(pp.p.state)) check_maxpool_nhwc(&pp, k, cases[c].dims, x, want, c);
         free(want);
         free(y1);
         free(y2);
@@ -741,13 +748,15 @@ static void test_maxpool_fast(void **state) {
     }
 }
 
-/* (N, C, S) <-> (N, S, C): to_last 1 from channels first. */
-static void swap_channels(const float *a, float *b, int64_t n, int64_t c, int64_t sp, int to_last) {
+/* (N, C, S) <-> (N, S, C) for elements of es bytes: to_last 1 from channels first. */
+static void swap_channels(const void *a, void *b, size_t es, int64_t n, int64_t c, int64_t sp,
+                          int to_last) {
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < c; j++)
             for (int64_t k = 0; k < sp; k++) {
                 int64_t first = (i * c + j) * sp + k, last = (i * sp + k) * c + j;
-                b[to_last ? last : first] = a[to_last ? first : last];
+                memcpy((char *)b + (size_t)(to_last ? last : first) * es,
+                       (const char *)a + (size_t)(to_last ? first : last) * es, es);
             }
 }
 
@@ -758,10 +767,11 @@ static void check_maxpool_nhwc(struct prepared *pp, const struct qp_kernel *k, c
     const struct qp_kt *xin = pp->ins[0];
     int64_t n = dims[0], ch = dims[1], isp = (int64_t)xin->numel / (n * ch);
     int64_t osp = (int64_t)pp->out.numel / (n * ch);
+    size_t es = xin->dtype == QP_DTYPE_FLOAT ? sizeof(float) : 1;
     float *xt = malloc(xin->numel * sizeof *xt), *wt = malloc(pp->out.numel * sizeof *wt);
     assert_true(xt && wt);
-    swap_channels(x, xt, n, ch, isp, 1);
-    swap_channels(want, wt, n, ch, osp, 1);
+    swap_channels(x, xt, es, n, ch, isp, 1);
+    swap_channels(want, wt, es, n, ch, osp, 1);
     struct qp_kt xl = *xin;
     xl.data = xt;
     pp->ins[0] = &xl;
