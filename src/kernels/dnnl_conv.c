@@ -371,8 +371,9 @@ static int wino_layout(const dnnl_memory_desc_t *md, struct qp_wino_layout *w) {
 }
 
 /* memcpy split over threads in fixed 64 KB pieces (a plain copy: the result does not depend on
- * the split). The residual of a fused sum is copied into the destination before every run, up
- * to 3 MB per convolution on ResNet-50: one thread's copy cost ~2% of the network. */
+ * the split). The residual of a fused sum is copied into the destination before every run (up
+ * to 3 MB per convolution on ResNet-50: one thread's copy cost ~2% of the network) unless the
+ * memory plan gave the output the residual's bytes (qp_dnnl_conv_sum_in_place). */
 #define COPY_PIECE 65536
 
 static void par_copy(void *dst, const void *src, size_t n, int n_threads) {
@@ -784,9 +785,12 @@ static enum qp_status run(const struct qp_krun *r, int transpose) {
         rc = dnnl_primitive_execute(e->rsrc, e->stream, 2, a);
     }
     if (s->has_sum) {
-        /* The sum post-op accumulates onto what the destination holds: the residual. */
+        /* The sum post-op accumulates onto what the destination holds: the residual (already
+         * there when the memory plan gave the output the residual's bytes). */
         const struct qp_kt *res = r->in[3];
-        if (s->res_blocked) {
+        if (dbuf == res->data) {
+            /* in place (qp_dnnl_conv_sum_in_place) */
+        } else if (s->res_blocked) {
             par_copy(dbuf, res->data, e->dst_bytes, e->nthr);
         } else if (e->rres) {
             dnnl_memory_set_data_handle(e->m_udst, res->data);
@@ -861,6 +865,12 @@ int qp_dnnl_conv_accepts(const void *state, int input, const void *md) {
     if (input == 3)
         return s->has_sum && s->entry->rdst && dnnl_memory_desc_equal(&s->entry->dst, md);
     return 0;
+}
+
+int qp_dnnl_conv_sum_in_place(const void *state) {
+    const struct dnnl_conv_state *s = state;
+    return s && s->has_sum && !s->deferred && !s->patch && (s->use_dnnl || s->wino) &&
+           s->res_blocked == s->dst_blocked;
 }
 
 int qp_dnnl_conv_md_equal(const void *a, const void *b) {

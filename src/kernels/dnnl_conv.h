@@ -73,6 +73,13 @@ float qp_conv_post_ref(int n_post, const struct qp_conv_post *post, float x, flo
 const void *qp_dnnl_conv_blocked_dst(const void *state, size_t *bytes_out);
 int qp_dnnl_conv_accepts(const void *state, int input, const void *md);
 void qp_dnnl_conv_set_blocked(void *state, int input, int on);
+
+/* 1 when the output of a state with a SUM may be given the bytes of its residual (input 3), so
+ * that the residual is not copied into the destination before each run: the state runs on
+ * oneDNN or Winograd (never the reference, which writes its output before it reads the
+ * residual) and the residual and the output are in the same layout (after
+ * qp_dnnl_conv_set_blocked). The memory plan does it where the residual dies at this step. */
+int qp_dnnl_conv_sum_in_place(const void *state);
 /* 1 when two descriptors qp_dnnl_conv_blocked_dst returned describe the same layout. */
 int qp_dnnl_conv_md_equal(const void *a, const void *b);
 

@@ -43,11 +43,26 @@ static void hole_free(struct hole *h, size_t *nh, size_t off, size_t size) {
     }
 }
 
+/* Request ri (`size` bytes once aligned) in the bytes of the request it asks to take, when that
+ * one dies at ri's first step, started before it, still holds at least `size` bytes and was
+ * not taken already: 1 and the bytes handed on (block), else 0. */
+static int take_over(struct qp_mem_req *reqs, size_t n, size_t ri, size_t *block, size_t size) {
+    struct qp_mem_req *r = &reqs[ri];
+    if (!r->take || r->take > n || r->take - 1 == ri) return 0;
+    size_t j = r->take - 1;
+    if (reqs[j].last != r->first || reqs[j].first >= r->first || block[j] < size || !size) return 0;
+    r->offset = reqs[j].offset;
+    block[ri] = block[j];
+    block[j] = 0;
+    return 1;
+}
+
 enum qp_status qp_memplan(struct qp_mem_req *reqs, size_t n, size_t align, size_t *total_out,
                           struct qp_error *err) {
     enum qp_status st = QP_OK;
     struct order *by_first = NULL, *by_last = NULL;
     struct hole *holes = NULL;
+    size_t *block = NULL; /* the bytes each request frees at its last step (0: handed on) */
     size_t nh = 0, top = 0;
     *total_out = 0;
     if (n == 0) return QP_OK;
@@ -55,7 +70,8 @@ enum qp_status qp_memplan(struct qp_mem_req *reqs, size_t n, size_t align, size_
     by_first = qp_malloc_n(n, sizeof *by_first);
     by_last = qp_malloc_n(n, sizeof *by_last);
     holes = qp_malloc_n(n + 1, sizeof *holes);
-    if (!by_first || !by_last || !holes) {
+    block = qp_malloc_n(n, sizeof *block);
+    if (!by_first || !by_last || !holes || !block) {
         st = qp_error_set(err, QP_ERR_NOMEM, "memplan: out of memory");
         goto fail;
     }
@@ -79,8 +95,11 @@ enum qp_status qp_memplan(struct qp_mem_req *reqs, size_t n, size_t align, size_
         int step = fi < n ? by_first[fi].key : by_last[li].key;
         if (li < n && by_last[li].key < step) step = by_last[li].key;
         for (; fi < n && by_first[fi].key == step; fi++) {
-            struct qp_mem_req *r = &reqs[by_first[fi].idx];
+            size_t ri = by_first[fi].idx;
+            struct qp_mem_req *r = &reqs[ri];
             size_t size = (r->size + align - 1) & ~(align - 1);
+            block[ri] = size;
+            if (take_over(reqs, n, ri, block, size)) continue;
             size_t best = SIZE_MAX;
             for (size_t h = 0; h < nh; h++)
                 if (holes[h].size >= size && (best == SIZE_MAX || holes[h].size < holes[best].size))
@@ -115,9 +134,8 @@ enum qp_status qp_memplan(struct qp_mem_req *reqs, size_t n, size_t align, size_
             }
         }
         for (; li < n && by_last[li].key == step; li++) {
-            struct qp_mem_req *r = &reqs[by_last[li].idx];
-            size_t size = (r->size + align - 1) & ~(align - 1);
-            if (size) hole_free(holes, &nh, r->offset, size);
+            size_t ri = by_last[li].idx;
+            if (block[ri]) hole_free(holes, &nh, reqs[ri].offset, block[ri]);
         }
     }
     *total_out = top;
@@ -125,5 +143,6 @@ fail:
     free(by_first);
     free(by_last);
     free(holes);
+    free(block);
     return st;
 }

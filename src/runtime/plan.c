@@ -8,6 +8,7 @@
 
 #include "core/half.h"
 #include "core/size.h"
+#include "kernels/dnnl_conv.h"
 #include "qmath/qparams.h"
 #include "runtime/memplan.h"
 #include "runtime/runtime.h"
@@ -962,8 +963,27 @@ static enum qp_status plan_deps(struct build *b, struct qp_error *err) {
 }
 
 static void add_req(struct build *b, struct qp_kt *t, int first, int last) {
-    b->reqs[b->n_req] = (struct qp_mem_req){t->nbytes, first, last, 0};
+    b->reqs[b->n_req] = (struct qp_mem_req){t->nbytes, first, last, 0, 0};
     b->req_kt[b->n_req++] = t;
+}
+
+/* A convolution whose fused residual sum can accumulate in the residual's own bytes
+ * (qp_dnnl_conv_sum_in_place): its output request (the last one added) asks to take over the
+ * residual's, which the memory plan grants when this step is the residual's last reader; the
+ * kernel then finds the residual already in its destination and copies nothing. */
+static void sum_in_place(struct build *b, const struct rt_step *stp) {
+    if (stp->kind != RT_STEP_NODE || !stp->k || !(stp->k->flags & QP_KF_DNNL_CONV) ||
+        stp->n_in < 4 || !stp->in[3] || stp->out[0] != stp->val_out[0] ||
+        !qp_dnnl_conv_sum_in_place(stp->state))
+        return;
+    for (int i = 0; i < 3; i++) /* y = conv(x) + x: the convolution reads x around each pixel */
+        if (stp->in[i] == stp->in[3]) return;
+    size_t out = b->n_req - 1;
+    for (size_t j = out; j-- > 0;)
+        if (b->req_kt[j] == stp->in[3]) {
+            if (b->reqs[j].size == b->reqs[out].size) b->reqs[out].take = j + 1;
+            return;
+        }
 }
 
 /* The arena requests of step k: what it writes, live until its last reader. */
@@ -989,6 +1009,7 @@ static void step_reqs(struct build *b, size_t k) {
             if (b->last_extra[n->outputs[i]] > last) last = b->last_extra[n->outputs[i]];
             if (last < (int)k) last = (int)k;
             add_req(b, vo, (int)k, last);
+            if (i == 0) sum_in_place(b, stp);
         }
         if (stp->out[i] && stp->out[i] != vo) add_req(b, stp->out[i], (int)k, (int)k);
     }
@@ -1005,6 +1026,11 @@ static enum qp_status plan_memory(struct build *b, struct qp_error *err) {
     for (size_t k = 0; k < b->n_steps; k++)
         step_reqs(b, k);
     if ((st = qp_memplan(b->reqs, b->n_req, RT_ALIGN, &p->arena_bytes, err))) return st;
+    size_t n_taken = 0;
+    for (size_t i = 0; i < b->n_req; i++)
+        n_taken += b->reqs[i].take && b->reqs[i].size &&
+                   b->reqs[i].offset == b->reqs[b->reqs[i].take - 1].offset;
+    if (n_taken) qp_log(QP_LOG_DEBUG, "session: %zu residual sums accumulate in place", n_taken);
     if (p->arena_bytes) {
         p->arena = aligned_alloc(RT_ALIGN, p->arena_bytes);
         if (!p->arena)

@@ -6,6 +6,8 @@
  *  - overlay runs equal runs of the graph rewritten with real Q/DQ nodes, bit for bit, with
  *    overlays on a group's first input, on its weights, on a residual and on a chain edge;
  *  - partial re-execution equals a full run bit for bit and computes whole fused steps;
+ *  - a fused residual sum accumulates in its residual's bytes where the residual dies there (and
+ *    not where the residual is also the convolution's input), with the same results as copies;
  *  - bypass toggles of constant overlays inside fused groups (weights, bias, BatchNormalization
  *    parameters, folded Mul/Add) switch variants of the fused steps without re-planning and
  *    equal fresh plans bit for bit in any order; a constant that decides what fuses re-plans. */
@@ -619,6 +621,110 @@ static void test_fuse_partial(void **state) {
     qp_model_free(m);
 }
 
+/* x -> c1 -> r1o; [c2(r1o) + r1o, relu] -> r2o; c3(r2o) -> c3o; [c4(c3o) + r2o, relu] -> r4o;
+ * c5(r4o) -> y: c2's residual is its own input (never in place: the convolution reads around
+ * each pixel after writing), c4's dies at c4 (in place: the output takes its bytes; both in
+ * the layout the convolutions exchange). */
+static struct qp_model *residual_model(void) {
+    rt_rng = 9;
+    struct qp_model *m = model_with_x(4, x_dims);
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    const int64_t w3[4] = {C, C, 3, 3}, bd[1] = {C};
+    const char *w[4] = {"w1", "w2", "w3", "w4"}, *b[4] = {"b1", "b2", "b3", "b4"};
+    for (int i = 0; i < 4; i++) {
+        rt_rand_init(m, w[i], 4, w3, -0.3f, 0.3f);
+        rt_rand_init(m, b[i], 1, bd, -0.2f, 0.2f);
+    }
+    conv(m, "c1", "x", "w1", "b1", 3, 1, "c1o");
+    node(g, "r1", "Relu", 1, "c1o", NULL, NULL, "r1o");
+    conv(m, "c2", "r1o", "w2", "b2", 3, 1, "c2o");
+    node(g, "a2", "Add", 2, "c2o", "r1o", NULL, "a2o");
+    node(g, "r2", "Relu", 1, "a2o", NULL, NULL, "r2o");
+    conv(m, "c3", "r2o", "w3", "b3", 3, 1, "c3o");
+    conv(m, "c4", "c3o", "w4", "b4", 3, 1, "c4o");
+    node(g, "a4", "Add", 2, "r2o", "c4o", NULL, "a4o");
+    node(g, "r4", "Relu", 1, "a4o", NULL, NULL, "r4o");
+    conv(m, "c5", "r4o", "w1", "b1", 3, 1, "y");
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "y"), &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    return m;
+}
+
+static void run1(struct qp_session *s, int partial, float *out) {
+    struct qp_error err = {0};
+    struct qp_array in, a;
+    int64_t dims[4] = {1, C, HW, HW};
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 4, dims, xin, sizeof xin, &err), QP_OK);
+    if (partial)
+        assert_int_equal(qp_session_run_partial(s, &err), QP_OK);
+    else
+        assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    assert_int_equal(qp_session_output(s, 0, &a, &err), QP_OK);
+    assert_int_equal(a.nbytes, sizeof(float) * NX);
+    memcpy(out, a.data, a.nbytes);
+}
+
+/* Fused steps with a residual (4 inputs): how many write their output over it. */
+static void sums_in_place(const struct qp_session *s, int *n_sum, int *n_in_place) {
+    *n_sum = *n_in_place = 0;
+    for (size_t k = 0; s->last && k < s->last->n_steps; k++) {
+        const struct rt_step *st = &s->last->steps[k];
+        if (st->kind != RT_STEP_NODE || !st->k || !(st->k->flags & QP_KF_DNNL_CONV) ||
+            st->n_in < 4 || !st->in[3])
+            continue;
+        (*n_sum)++;
+        *n_in_place += st->out[0]->data == st->in[3]->data;
+    }
+}
+
+static void test_fuse_sum_in_place(void **state) {
+    (void)state;
+    struct qp_model *m = residual_model();
+    struct qp_error err = {0};
+    static float got[NX], ref[NX], one[NX], unfused[NX];
+    fill_x(3);
+    struct qp_session *s = session(m, 2), *s1 = session(m, 1);
+    run1(s, 0, got);
+    int n_sum, n_in;
+    sums_in_place(s, &n_sum, &n_in);
+    assert_int_equal(n_sum, 2);
+    assert_int_equal(n_in, 1);
+    run1(s1, 0, one);
+    assert_memory_equal(got, one, sizeof got);
+    setenv("QP_NO_FUSE", "1", 1);
+    struct qp_session *u = session(m, 2);
+    unsetenv("QP_NO_FUSE");
+    run1(u, 0, unfused);
+    for (int i = 0; i < NX; i++)
+        assert_true(fabsf(got[i] - unfused[i]) <= 1e-4f + 1e-4f * fabsf(unfused[i]));
+    /* Partial runs: an overlay on c4's input recomputes c4 with the residual restored from the
+     * cache (a copy into the destination), one on c3's input recomputes c3 and c4; both equal
+     * a full run of a session with the same overlays, and a full run again equals the first. */
+    struct ovp o[2];
+    make_ov(&o[0], "c4", 0, QP_DTYPE_INT8, 1, 0.02f);
+    make_ov(&o[1], "c3", 0, QP_DTYPE_UINT8, 1, 0.02f);
+    struct qp_session *full = session(m, 2);
+    qp_session_set_cache(s, (size_t)64 << 20);
+    run1(s, 0, ref);
+    assert_memory_equal(ref, got, sizeof got);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(qp_session_set_overlays(s, 1, &o[k].ov, &err), QP_OK);
+        assert_int_equal(qp_session_set_overlays(full, 1, &o[k].ov, &err), QP_OK);
+        run1(s, 1, got);
+        run1(full, 0, ref);
+        assert_memory_equal(got, ref, sizeof got);
+    }
+    assert_int_equal(qp_session_set_overlays(s, 0, NULL, &err), QP_OK);
+    run1(s, 0, got);
+    assert_memory_equal(got, one, sizeof got);
+    qp_session_free(full);
+    qp_session_free(u);
+    qp_session_free(s1);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
 /* ---- ConvTranspose groups (PaddleOCR det's head) ------------------------------------------- */
 
 #define TM 4                   /* y's channels */
@@ -1129,6 +1235,7 @@ int main(void) {
         cmocka_unit_test(test_fuse_observer),
         cmocka_unit_test(test_fuse_overlay_equals_qdq),
         cmocka_unit_test(test_fuse_partial),
+        cmocka_unit_test(test_fuse_sum_in_place),
         cmocka_unit_test(test_fuse_convt),
         cmocka_unit_test(test_fuse_convt_overlay_partial),
         cmocka_unit_test(test_fuse_random_graphs),
