@@ -430,13 +430,39 @@ def jitter_stats(a, kind, model, x, labels, rotated, classes, work):
             "min": float(min(vals)), "max": float(max(vals))}
 
 
+def line_correct(kind, got, labels, rotated, classes):
+    """Per evaluation line: 1 where the engine's reading is right (rec: the decode equals the
+    label; cls: the predicted orientation is the true one)."""
+    if kind == "rec":
+        return np.array([ctc_decode(s, classes) == l for s, l in zip(got, labels)], np.int64)
+    return (got[:, 0] == np.array(rotated, np.int32)).astype(np.int64)
+
+
+def paired(kind, config, a_name, a_got, b_name, b_got, correct):
+    """Engine A against engine B on the same lines of the same file: the difference of their
+    accuracies in points with a 95% confidence interval for paired proportions (only the
+    lines one engine reads right and the other wrong carry information: b and c below), and
+    for rec the share of time steps whose argmax differs."""
+    ca, cb = correct[a_name], correct[b_name]
+    n = len(ca)
+    b, c = int(np.sum((ca == 1) & (cb == 0))), int(np.sum((ca == 0) & (cb == 1)))
+    d = (b - c) / n
+    half = 1.96 * math.sqrt(max(b + c - (b - c) ** 2 / n, 0.0)) / n
+    out = {"model": kind, "config": config, "a": a_name, "b": b_name, "n": n,
+           "only_a": b, "only_b": c, "diff": d, "ci95": [d - half, d + half]}
+    if kind == "rec":
+        out["step_differ"] = float(np.mean(a_got != b_got))
+    return out
+
+
 def bench_model(a, kind, sets, classes, work, configs):
-    """Rows of one model (rec or cls) for every configuration and engine."""
+    """Rows of one model (rec or cls) for every configuration and engine, and the paired
+    comparisons of the engines on each quantized file."""
     x, labels = sets["eval"][kind], sets["eval"]["labels"]
     rotated = sets["eval"]["rotated"]
     base = os.path.join(a.models, REC_MODEL if kind == "rec" else CLS_MODEL)
     calib = os.path.join(a.data, f"{kind}_calib.npz")
-    rows, float_steps = [], None
+    rows, pairs, float_steps = [], [], None
     for name, flags, note in configs:
         model, qtime = (base, 0.0) if flags is None else quantize(a, name, flags, base, calib,
                                                                   work)
@@ -450,6 +476,7 @@ def bench_model(a, kind, sets, classes, work, configs):
         else:
             m = cls_metrics(ref, rotated)
         rows.append(dict(row, engine=f"ORT {ort_version}", run_s=round(time.time() - t0, 1), **m))
+        outs = {"ORT": ref}
         for label, run_flags in engines(a):
             t0 = time.time()
             got = run_qplace(a, model, x, run_flags, work)
@@ -458,10 +485,16 @@ def bench_model(a, kind, sets, classes, work, configs):
             else:
                 m = cls_metrics(got, rotated, ref)
             rows.append(dict(row, engine=label, run_s=round(time.time() - t0, 1), **m))
+            outs[label] = got
+        if flags is not None:
+            correct = {k: line_correct(kind, v, labels, rotated, classes) for k, v in outs.items()}
+            names = list(outs)[1:] + ["ORT"]
+            pairs += [paired(kind, name, p, outs[p], q, outs[q], correct)
+                      for i, p in enumerate(names) for q in names[i + 1:]]
         if a.jitter and flags is not None:
             rows[-1]["jitter"] = jitter_stats(a, kind, model, x, labels, rotated, classes, work)
         print(f"ocr_accuracy: {kind} {name} done", file=sys.stderr, flush=True)
-    return rows
+    return rows, pairs
 
 
 def cpu_isa():
@@ -483,7 +516,15 @@ def pct(v):
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
-def markdown(meta, rows):
+def points(v):
+    return f"{100 * v:+.2f}"
+
+
+def steps(v):
+    return "-" if v is None else f"{100 * v:.2f}%"
+
+
+def markdown(meta, rows, pairs):
     out = [f"PaddleOCR accuracy on {meta['n_eval']} rendered evaluation lines ({meta['n_calib']} "
            f"calibration lines, seed {meta['seed']}, width {meta['width']}, digest "
            f"{meta['digest'][:12]}); {meta['cpu']}, {meta['isa']}, {meta['threads']} threads; "
@@ -496,6 +537,15 @@ def markdown(meta, rows):
             "| config | engine | accuracy | agreement with ORT |", "|---|---|---|---|"]
     out += [f"| {r['config']} | {r['engine']} | {pct(r['accuracy'])} | {pct(r.get('agree_ort'))} |"
             for r in rows if r["model"] == "cls"]
+    if pairs:
+        out += ["", "Engines paired on the same file and lines (difference A - B in points, its 95% "
+                "confidence interval; lines only A / only B reads right; rec: time steps whose "
+                "argmax differs):", "",
+                "| model | config | A | B | A - B | 95% CI | only A | only B | steps differ |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        out += [f"| {p['model']} | {p['config']} | {p['a']} | {p['b']} | {points(p['diff'])} | "
+                f"{points(p['ci95'][0])} .. {points(p['ci95'][1])} | {p['only_a']} | "
+                f"{p['only_b']} | {steps(p.get('step_differ'))} |" for p in pairs]
     jit = [r for r in rows if "jitter" in r]
     if jit:
         j = jit[0]["jitter"]
@@ -521,20 +571,21 @@ def cmd_bench(a):
     classes = load_dictionary(a.models)
     work = os.path.join(a.work, "models")
     os.makedirs(work, exist_ok=True)
-    rows = []
+    rows, pairs = [], []
     for kind in a.which.split(","):
-        rows += bench_model(a, kind, sets, classes, work, configs)
+        r, p = bench_model(a, kind, sets, classes, work, configs)
+        rows, pairs = rows + r, pairs + p
     name, isa = cpu_isa()
     meta = {"n_eval": a.n_eval, "n_calib": a.n_calib, "seed": a.seed, "width": a.width,
             "digest": digest, "cpu": name, "isa": isa, "threads": a.threads, "batch": a.batch,
             "int8_modes": a.int8_modes, "qplace_run_flags": a.run_flags,
             "english_sources": ENGLISH_SOURCES, "chinese_sources": CHINESE_SOURCES,
             "seconds": round(time.time() - t0, 1)}
-    md = markdown(meta, rows)
+    md = markdown(meta, rows, pairs)
     with open(os.path.join(a.work, "ocr_accuracy.md"), "w") as f:
         f.write(md)
     with open(os.path.join(a.work, "ocr_accuracy.json"), "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        json.dump({"meta": meta, "rows": rows, "pairs": pairs}, f, indent=1)
     print(md, end="")
     print(f"written: {a.work}/ocr_accuracy.md, {a.work}/ocr_accuracy.json")
 
