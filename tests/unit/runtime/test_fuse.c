@@ -651,7 +651,10 @@ static struct qp_model *residual_model(void) {
     return m;
 }
 
-static void run1(struct qp_session *s, int partial, float *out) {
+/* Runs s (fully or partially) on xin and copies its one output, n floats, into out; *a_out
+ * (when not NULL) gets the output's view. */
+static void run_out(struct qp_session *s, int partial, float *out, size_t n,
+                    struct qp_array *a_out) {
     struct qp_error err = {0};
     struct qp_array in, a;
     int64_t dims[4] = {1, C, HW, HW};
@@ -661,8 +664,13 @@ static void run1(struct qp_session *s, int partial, float *out) {
     else
         assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
     assert_int_equal(qp_session_output(s, 0, &a, &err), QP_OK);
-    assert_int_equal(a.nbytes, sizeof(float) * NX);
+    assert_int_equal(a.nbytes, sizeof(float) * n);
     memcpy(out, a.data, a.nbytes);
+    if (a_out) *a_out = a;
+}
+
+static void run1(struct qp_session *s, int partial, float *out) {
+    run_out(s, partial, out, NX, NULL);
 }
 
 /* Fused steps with a residual (4 inputs): how many write their output over it. */
@@ -799,20 +807,11 @@ static struct qp_model *convt_model(void) {
 static float ty_a[TN], ty_b[TN];
 
 static void run_t(struct qp_session *s, int partial, float *y) {
-    struct qp_error err = {0};
-    struct qp_array in, a;
-    int64_t dims[4] = {1, C, HW, HW};
-    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 4, dims, xin, sizeof xin, &err), QP_OK);
-    if (partial)
-        assert_int_equal(qp_session_run_partial(s, &err), QP_OK);
-    else
-        assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
-    assert_int_equal(qp_session_output(s, 0, &a, &err), QP_OK);
-    assert_int_equal(a.nbytes, sizeof(float) * TN);
+    struct qp_array a;
+    run_out(s, partial, y, TN, &a);
     assert_int_equal(a.rank, 4);
     assert_int_equal(a.dims[1], TM);
     assert_int_equal(a.dims[2], 4 * HW);
-    memcpy(y, a.data, a.nbytes);
 }
 
 /* Fused steps computing a ConvTranspose. */
