@@ -162,8 +162,8 @@ static void fill_x(uint32_t seed) {
         xin[i] = rt_frand() * 2.0f;
 }
 
-/* Runs s (fully or partially) and copies the three outputs into out[3][NX]. */
-static void run3(struct qp_session *s, int partial, float out[3][NX]) {
+/* Runs s on xin: fully, or partially from its reference run. */
+static void run_xin(struct qp_session *s, int partial) {
     struct qp_error err = {0};
     struct qp_array in;
     int64_t dims[4] = {1, C, HW, HW};
@@ -172,12 +172,23 @@ static void run3(struct qp_session *s, int partial, float out[3][NX]) {
         assert_int_equal(qp_session_run_partial(s, &err), QP_OK);
     else
         assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
-    for (size_t o = 0; o < 3; o++) {
-        struct qp_array a;
-        assert_int_equal(qp_session_output(s, o, &a, &err), QP_OK);
-        assert_int_equal(a.nbytes, sizeof(float) * NX);
-        memcpy(out[o], a.data, a.nbytes);
-    }
+}
+
+/* Copies output o of s's last run, n floats, into out; returns its view. */
+static struct qp_array copy_output(const struct qp_session *s, size_t o, float *out, size_t n) {
+    struct qp_error err = {0};
+    struct qp_array a;
+    assert_int_equal(qp_session_output(s, o, &a, &err), QP_OK);
+    assert_int_equal(a.nbytes, sizeof(float) * n);
+    memcpy(out, a.data, a.nbytes);
+    return a;
+}
+
+/* Runs s (fully or partially) and copies the three outputs into out[3][NX]. */
+static void run3(struct qp_session *s, int partial, float out[3][NX]) {
+    run_xin(s, partial);
+    for (size_t o = 0; o < 3; o++)
+        copy_output(s, o, out[o], NX);
 }
 
 static size_t fused_steps(const struct qp_session *s) {
@@ -651,26 +662,9 @@ static struct qp_model *residual_model(void) {
     return m;
 }
 
-/* Runs s (fully or partially) on xin and copies its one output, n floats, into out; *a_out
- * (when not NULL) gets the output's view. */
-static void run_out(struct qp_session *s, int partial, float *out, size_t n,
-                    struct qp_array *a_out) {
-    struct qp_error err = {0};
-    struct qp_array in, a;
-    int64_t dims[4] = {1, C, HW, HW};
-    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 4, dims, xin, sizeof xin, &err), QP_OK);
-    if (partial)
-        assert_int_equal(qp_session_run_partial(s, &err), QP_OK);
-    else
-        assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
-    assert_int_equal(qp_session_output(s, 0, &a, &err), QP_OK);
-    assert_int_equal(a.nbytes, sizeof(float) * n);
-    memcpy(out, a.data, a.nbytes);
-    if (a_out) *a_out = a;
-}
-
 static void run1(struct qp_session *s, int partial, float *out) {
-    run_out(s, partial, out, NX, NULL);
+    run_xin(s, partial);
+    copy_output(s, 0, out, NX);
 }
 
 /* Fused steps with a residual (4 inputs): how many write their output over it. */
@@ -807,8 +801,8 @@ static struct qp_model *convt_model(void) {
 static float ty_a[TN], ty_b[TN];
 
 static void run_t(struct qp_session *s, int partial, float *y) {
-    struct qp_array a;
-    run_out(s, partial, y, TN, &a);
+    run_xin(s, partial);
+    struct qp_array a = copy_output(s, 0, y, TN);
     assert_int_equal(a.rank, 4);
     assert_int_equal(a.dims[1], TM);
     assert_int_equal(a.dims[2], 4 * HW);
