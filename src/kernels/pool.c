@@ -1,6 +1,7 @@
 /* Pools: MaxPool (with the optional Indices output), AveragePool, GlobalAveragePool,
  * GlobalMaxPool. float32; MaxPool also int8/uint8. The integer path's layout pass may mark an
- * int8 MaxPool or a float32 GlobalAveragePool `nhwc`: its input is stored channels last; the
+ * int8 MaxPool, a float32 GlobalAveragePool or a 2-D float32 AveragePool `nhwc`: its input is
+ * stored channels last (the AveragePool's output stays channels first); the
  * float layout pass (runtime/layout.c, pool.h) may do so with a float32 MaxPool between two
  * convolutions, whose output is then channels last too. */
 #include <float.h>
@@ -20,7 +21,7 @@
 
 struct pool_state {
     int is_max, count_pad, storage_order;
-    int nhwc; /* int8 MaxPool, float GlobalAveragePool: the input is stored channels last
+    int nhwc; /* int8 MaxPool, float (Global)AveragePool: the input is stored channels last
                * (attribute nhwc; the integer path's layout pass sets it) */
     int64_t planes, c;
     int64_t in3[3], out3[3], k3[3], s3[3], d3[3], p3[3], pe3[3];
@@ -650,10 +651,72 @@ static void avg_range(int64_t start, int64_t k, int64_t n, int64_t pb, int64_t p
     *pad = pz > pa ? pz - pa : 0;
 }
 
+/* The fast paths' geometry: 1-D or 2-D, no dilation (avgpool_nhwc: the 2-D case). */
+static int avg_fast_geometry(const struct pool_state *s) {
+    return s->in3[0] == 1 && s->k3[0] == 1 && s->out3[0] == 1 && s->p3[0] == 0 && s->pe3[0] == 0 &&
+           s->d3[1] == 1 && s->d3[2] == 1;
+}
+
+enum qp_status qp_k_avgpool_prepare(struct qp_kprep *p) {
+    enum qp_status st = qp_k_pool_prepare(p);
+    if (st) return st;
+    struct pool_state *s = p->state;
+    s->nhwc = qp_kattr_int(p->node, "nhwc", 0) != 0;
+    if (s->nhwc && (!avg_fast_geometry(s) || p->in[0]->rank != 4))
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
+                            "a channels-last AveragePool must be 2-D without dilation");
+    return QP_OK;
+}
+
+/* Channels-last input [N, H, W, C], channels-first output [N, C, OH, OW]: each output's taps
+ * summed in double in the planar loop's order (rows, then columns) and divided as it divides,
+ * so the same bits; 64 channels of one output pixel at a time. Output pixels [lo, hi) (image,
+ * oh, ow in row order). */
+#define AVG_CB 64
+QP_CLONES
+static void avgpool_nhwc(const struct pool_state *s, const float *x, float *y, int64_t lo,
+                         int64_t hi) {
+    int64_t ow_n = s->out3[2], c = s->c, iw = s->in3[2];
+    for (int64_t px = lo; px < hi; px++) {
+        int64_t b = px / s->out_sz, oh = px % s->out_sz / ow_n, ow = px % ow_n;
+        int64_t h0 = oh * s->s3[1] - s->p3[1], w0 = ow * s->s3[2] - s->p3[2];
+        int64_t h_lo, h_hi, h_pad, w_lo, w_hi, w_pad;
+        avg_range(h0, s->k3[1], s->in3[1], s->p3[1], s->pe3[1], &h_lo, &h_hi, &h_pad);
+        avg_range(w0, s->k3[2], iw, s->p3[2], s->pe3[2], &w_lo, &w_hi, &w_pad);
+        int64_t d = s->count_pad ? h_pad * w_pad : (h_hi - h_lo) * (w_hi - w_lo);
+        const float *xb = x + b * s->in_sz * c;
+        float *yo = y + b * c * s->out_sz + oh * ow_n + ow;
+        for (int64_t c0 = 0; c0 < c; c0 += AVG_CB) {
+            int64_t w = c - c0 < AVG_CB ? c - c0 : AVG_CB;
+            double acc[AVG_CB];
+            for (int64_t k = 0; k < w; k++)
+                acc[k] = 0;
+            for (int64_t kh = h_lo; kh < h_hi; kh++)
+                for (int64_t kw = w_lo; kw < w_hi; kw++) {
+                    const float *xp = xb + ((h0 + kh) * iw + w0 + kw) * c + c0;
+                    for (int64_t k = 0; k < w; k++)
+                        acc[k] += xp[k];
+                }
+            for (int64_t k = 0; k < w; k++)
+                yo[(c0 + k) * s->out_sz] = d ? (float)(acc[k] / (double)d) : 0.0f;
+        }
+    }
+}
+
 enum qp_status qp_k_avgpool_run(const struct qp_krun *r) {
     const struct pool_state *s = r->state;
-    if (s->is_max || r->in[0]->dtype != QP_DTYPE_FLOAT || s->in3[0] != 1 || s->k3[0] != 1 ||
-        s->out3[0] != 1 || s->p3[0] != 0 || s->pe3[0] != 0 || s->d3[1] != 1 || s->d3[2] != 1)
+    if (s->nhwc) {
+        int64_t pixels = r->in[0]->dims[0] * s->out_sz;
+        int nt = s->planes * s->out_sz < 4096 ? 1 : r->n_threads;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            int64_t lo, hi;
+            qp_ksplit(pixels, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+            avgpool_nhwc(s, r->in[0]->data, r->out[0]->data, lo, hi);
+        }
+        return QP_OK;
+    }
+    if (s->is_max || r->in[0]->dtype != QP_DTYPE_FLOAT || !avg_fast_geometry(s))
         return qp_k_pool_run(r);
     const float *x = r->in[0]->data;
     float *y = r->out[0]->data;

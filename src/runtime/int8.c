@@ -832,10 +832,30 @@ static int nhwc_gap(const struct qp_graph *g, const struct qp_use *u, int v) {
     return !n->dead && qp_node_is(n, "GlobalAveragePool") && u->input == 0 && float32_output(g, v);
 }
 
+/* A 2-D AveragePool without dilation reading float32 value v: it can read it channels last and
+ * write its output channels first (pool.c, attribute `nhwc`; PaddleOCR rec's neck pools a
+ * hard-swish output so). */
+static int nhwc_avgpool(const struct qp_graph *g, const struct qp_use *u, int v) {
+    const struct qp_node *n = &g->nodes[u->node];
+    if (n->dead || !qp_node_is(n, "AveragePool") || u->input != 0 || !float32_output(g, v))
+        return 0;
+    const int64_t *k, *d;
+    int64_t nk = qp_kattr_ints(n, "kernel_shape", &k), nd = qp_kattr_ints(n, "dilations", &d);
+    if (nk != 2) return 0; /* two spatial axes: a [N, C, H, W] input in a valid model */
+    for (int64_t i = 0; i < nd; i++)
+        if (d[i] != 1) return 0;
+    return 1;
+}
+
+/* A float pool that averages a channels-last value (nhwc_gap, nhwc_avgpool). */
+static int nhwc_average(const struct qp_graph *g, const struct qp_use *u, int v) {
+    return nhwc_gap(g, u, v) || nhwc_avgpool(g, u, v);
+}
+
 /* 1 when value v, made by a QConv or a Pointwise node that `ok` admits, can be stored channels
  * last: every reader takes it so (a QConv's source, its int8 residual, a MaxPool between
- * QConv nodes, a Pointwise node `ok` admits, a GlobalAveragePool of a float32 value) and it is
- * no graph output. */
+ * QConv nodes, a Pointwise node `ok` admits, a GlobalAveragePool or 2-D AveragePool of a
+ * float32 value) and it is no graph output. */
 static int nhwc_value(const struct qp_graph *g, const unsigned char *ok, int v) {
     const struct qp_value *x = &g->values[v];
     if (x->producer < 0 || x->is_graph_output || x->n_uses == 0) return 0;
@@ -847,7 +867,7 @@ static int nhwc_value(const struct qp_graph *g, const unsigned char *ok, int v) 
         int fine = is_qconv(r) ? xu->input == 0 || (xu->input == 9 && int8_output(g, v))
                    : is_pw(r)  ? ok[xu->node]
                                : (is_qconv(p) && int8_output(g, v) && nhwc_maxpool(g, xu)) ||
-                                    nhwc_gap(g, xu, v);
+                                    nhwc_average(g, xu, v);
         if (!fine) return 0;
     }
     return 1;
@@ -881,11 +901,12 @@ static int mark_readers(struct qp_graph *g, const struct qp_value *v) {
     return 1;
 }
 
-/* The GlobalAveragePool readers of channels-last value v average it so. */
+/* The GlobalAveragePool and AveragePool readers of channels-last value v average it so. */
 static int mark_gaps(struct qp_graph *g, int v) {
     const struct qp_value *x = &g->values[v];
     for (size_t u = 0; u < x->n_uses; u++)
-        if (nhwc_gap(g, &x->uses[u], v) && !i8g_add_int(g, x->uses[u].node, "nhwc", 1)) return 0;
+        if (nhwc_average(g, &x->uses[u], v) && !i8g_add_int(g, x->uses[u].node, "nhwc", 1))
+            return 0;
     return 1;
 }
 

@@ -434,15 +434,19 @@ static void se_into_conv2(struct qp_model *m, const char *x, const char *pooled,
     finish(m, 1, outs);
 }
 
-/* Runs m (input [1,CH,HW,HW]: xin) on the integer path into y, with channels-last Pointwise
- * nodes or without (QP_INT8_NHWC_POINTWISE=0); returns the session. */
-static struct qp_session *run_layout(struct qp_model *m, float *y, int nhwc) {
+/* Runs m (input [1,CH,HW,HW]: xin) on the integer path into y (ny elements), with
+ * channels-last Pointwise nodes or without (QP_INT8_NHWC_POINTWISE=0); returns the session. */
+static struct qp_session *run_layout_n(struct qp_model *m, float *y, int nhwc, size_t ny) {
     int64_t d[4] = {1, CH, HW, HW};
-    size_t ny[1] = {NX};
+    size_t n[1] = {ny};
     if (!nhwc) setenv("QP_INT8_NHWC_POINTWISE", "0", 1);
-    struct qp_session *s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 1, &y, ny, 1);
+    struct qp_session *s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 1, &y, n, 1);
     unsetenv("QP_INT8_NHWC_POINTWISE");
     return s;
+}
+
+static struct qp_session *run_layout(struct qp_model *m, float *y, int nhwc) {
+    return run_layout_n(m, y, nhwc, NX);
 }
 
 /* The channels-last run's output `on` is bit for bit the channels-first one's `tr`, within one
@@ -576,6 +580,134 @@ static void test_gap_nhwc_kernel(void **state) {
         if (memcmp(&y0[i], &y1[i], sizeof y0[i]) != 0)
             fail_msg("channel %d: %.9g channels last, %.9g planar", i, (double)y0[i],
                      (double)y1[i]);
+}
+
+/* Sets int-list attribute `name` of node `node` to the n values v. */
+static void set_ints(struct qp_model *m, const char *node, const char *name, int n,
+                     const int64_t *v) {
+    struct qp_attr *a =
+        qp_node_add_attr(m->graph, qp_graph_find_node(m->graph, node), name, QP_ATTR_INTS);
+    assert_non_null(a);
+    int64_t *ints = model_alloc(m, (size_t)n * sizeof *ints);
+    memcpy(ints, v, (size_t)n * sizeof *ints);
+    a->ints = ints;
+    a->n = n;
+}
+
+/* A 3x2 AveragePool (stride 3x2) of a fake-quantized hard-swish of a QConv's float output, its
+ * float output the graph's (PaddleOCR rec's neck pools so): the Pointwise node runs channels
+ * last, so conv1 writes channels last and the pool reads that layout (attribute nhwc) and writes
+ * channels first; the output is bit for bit what QP_INT8_NHWC_POINTWISE=0 gives (conv1 and
+ * the pool channels first) and within one step of the oracle. */
+static void test_nhwc_avgpool_after_pointwise(void **state) {
+    (void)state;
+    enum { NP = CH * 3 * 4 };
+    struct qp_model *m = conv1_model();
+    scalar(m, "three", 3.0f);
+    scalar(m, "zero", 0.0f);
+    scalar(m, "six", 6.0f);
+    rt_qdq(m, "c", "cd", 0.04f, 0);
+    bin(m, "hs_add", "Add", "c", "three", "u");
+    rt_qdq(m, "u", "ud", 0.05f, 0);
+    const char *ci[3] = {"ud", "zero", "six"};
+    rt_node(m, "hs_clip", "Clip", 3, ci, "cl");
+    bin(m, "hs_mul", "Mul", "cd", "cl", "h");
+    bin(m, "hs_div", "Div", "h", "six", "hs");
+    rt_qdq(m, "hs", "hsd", 0.02f, 0);
+    const char *pi[1] = {"hsd"};
+    rt_node(m, "pool", "AveragePool", 1, pi, "y");
+    int64_t k[2] = {3, 2};
+    set_ints(m, "pool", "kernel_shape", 2, k);
+    set_ints(m, "pool", "strides", 2, k);
+    const char *outs[1] = {"y"};
+    finish(m, 1, outs);
+    fill(xin, NX, 4.0f);
+    int64_t d[4] = {1, CH, HW, HW};
+    size_t ny[1] = {NP};
+    static float on[NP], tr[NP], off[NP];
+    float *yo[1] = {off};
+    run(m, QP_INT8_OFF, xin, 4, d, NX, 1, yo, ny, 0);
+    struct qp_session *s = run_layout_n(m, on, 1, NP);
+    assert_int_equal(attr_of(s, "AveragePool", "nhwc"), 1);
+    assert_int_equal(attr_of(s, "Pointwise", "nhwc"), 1);
+    assert_int_equal(node_attr(s, "conv1", "dst_nhwc"), 1);
+    qp_session_free(s);
+    s = run_layout_n(m, tr, 0, NP);
+    assert_int_equal(attr_of(s, "AveragePool", "nhwc"), -1);
+    assert_int_equal(node_attr(s, "conv1", "dst_nhwc"), 0);
+    qp_session_free(s);
+    size_t nonzero = 0;
+    for (int i = 0; i < NP; i++) {
+        if (memcmp(&on[i], &tr[i], sizeof on[i]) != 0)
+            fail_msg("element %d: %g channels last, %g channels first", i, (double)on[i],
+                     (double)tr[i]);
+        if (fabsf(on[i] - off[i]) > 0.02f * 1.001f)
+            fail_msg("element %d: %g (int8) vs %g (oracle)", i, (double)on[i], (double)off[i]);
+        nonzero += on[i] != 0;
+    }
+    assert_true(nonzero > NP / 2);
+    qp_model_free(m);
+}
+
+/* The channels-last AveragePool kernel alone (attribute nhwc on a float model) against the
+ * planar kernel on the same values transposed, the same bits: two batch items of 70 channels
+ * (a block of 64 and a rest), 7 x 9 pixels, a 3x2 window at stride 2 with pads 1, 0, 1, 1 (the
+ * border windows clipped), count_include_pad 0 and 1. Pixels 0 and 10 of each channel are
+ * +-1e17 around small values, so a sum taken in another order would differ. */
+static void test_avgpool_nhwc_kernel(void **state) {
+    (void)state;
+    enum {
+        NB = 2,
+        C = 70,
+        H = 7,
+        W = 9,
+        N = NB * C * H * W,
+        OH = 4,
+        OW = 5,
+        NY = NB * C * OH * OW
+    };
+    static float nhwc[N], nchw[N], y0[NY], y1[NY];
+    rt_rng = 31;
+    for (int i = 0; i < N; i++) {
+        int p = i / C % (H * W), c = i % C;
+        nhwc[i] = p == 0 ? 1e17f * (float)(c + 1) : p == 10 ? -1e17f * (float)(c + 1) : rt_frand();
+    }
+    for (int b = 0; b < NB; b++)
+        for (int p = 0; p < H * W; p++)
+            for (int c = 0; c < C; c++)
+                nchw[(b * C + c) * H * W + p] = nhwc[(b * H * W + p) * C + c];
+    for (int cip = 0; cip < 2; cip++) {
+        float *out[2] = {y0, y1};
+        for (int k = 0; k < 2; k++) {
+            struct qp_dim xd[4] = {{NB, NULL}, {C, NULL}, {H, NULL}, {W, NULL}};
+            struct qp_model *m = model_with_x(4, xd);
+            const char *pi[1] = {"x"};
+            rt_node(m, "pool", "AveragePool", 1, pi, "y");
+            int64_t ks[2] = {3, 2}, st[2] = {2, 2}, pads[4] = {1, 0, 1, 1};
+            set_ints(m, "pool", "kernel_shape", 2, ks);
+            set_ints(m, "pool", "strides", 2, st);
+            set_ints(m, "pool", "pads", 4, pads);
+            int id = qp_graph_find_node(m->graph, "pool");
+            struct qp_attr *a = qp_node_add_attr(m->graph, id, "count_include_pad", QP_ATTR_INT);
+            assert_non_null(a);
+            a->i = cip;
+            if (k == 0) {
+                a = qp_node_add_attr(m->graph, id, "nhwc", QP_ATTR_INT);
+                assert_non_null(a);
+                a->i = 1;
+            }
+            const char *outs[1] = {"y"};
+            finish(m, 1, outs);
+            int64_t d[4] = {NB, C, H, W};
+            size_t ny[1] = {NY};
+            run(m, QP_INT8_OFF, k == 0 ? nhwc : nchw, 4, d, N, 1, &out[k], ny, 0);
+            qp_model_free(m);
+        }
+        for (int i = 0; i < NY; i++)
+            if (memcmp(&y0[i], &y1[i], sizeof y0[i]) != 0)
+                fail_msg("count_include_pad %d, output %d: %.9g channels last, %.9g planar", cip, i,
+                         (double)y0[i], (double)y1[i]);
+    }
 }
 
 /* ---- the exact path (QP_INT8_EXACT, runtime/int8.h rt_int8_exact_rewrite) ------------------ */
@@ -773,6 +905,8 @@ int main(void) {
         cmocka_unit_test(test_nhwc_between_qconv),
         cmocka_unit_test(test_nhwc_gap_after_qconv),
         cmocka_unit_test(test_gap_nhwc_kernel),
+        cmocka_unit_test(test_nhwc_avgpool_after_pointwise),
+        cmocka_unit_test(test_avgpool_nhwc_kernel),
         cmocka_unit_test(test_exact_chain),
         cmocka_unit_test(test_exact_f16),
         cmocka_unit_test(test_f16_output_cast_dropped),
