@@ -95,6 +95,10 @@ int qp_dnnl_conv_state_uses_dnnl(const void *state);
 int qp_dnnl_conv_state_uses_winograd(const void *state);
 /* 1 when a ConvTranspose state runs as a GEMM and a scatter (kernel == stride, deconv_patch.h). */
 int qp_dnnl_conv_state_uses_patch(const void *state);
+/* 1 when a 1x1 convolution with strides runs as a gather of the strided source pixels and a
+ * stride-1 primitive (whenever its source arrives in the primary primitive's layout; tests).
+ * QP_CONV_SUBSAMPLE=0 in the environment, read at prepare, keeps oneDNN's strided form. */
+int qp_dnnl_conv_state_uses_subsample(const void *state);
 
 /* The reference kernels (conv.c): the oracle the oneDNN rows are tested against, and their
  * fallback. The registry rows use qp_k_dnnl_conv_* / qp_k_dnnl_conv_transpose_*. */

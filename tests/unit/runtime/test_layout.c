@@ -22,6 +22,7 @@
 #include "ir/ir.h"
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_util.h"
+#include "kernels/isa.h"
 #include "qplace/session.h"
 #include "runtime/runtime.h"
 
@@ -532,6 +533,111 @@ static void test_layout_maxpool_nhwc(void **state) {
     qp_model_free(m);
 }
 
+/* The float data of initializer `name` of g. */
+static const float *init_data(const struct qp_graph *g, const char *name) {
+    for (size_t i = 0; i < g->n_inits; i++)
+        if (strcmp(g->inits[i].name, name) == 0) return g->inits[i].data;
+    fail_msg("no initializer %s", name);
+    return NULL;
+}
+
+/* The state of the step computing node `name` in the last plan. */
+static const void *step_state(const struct qp_session *s, const char *name) {
+    for (size_t k = 0; k < s->last->n_steps; k++) {
+        const struct rt_step *st = &s->last->steps[k];
+        if (st->kind == RT_STEP_NODE && strcmp(s->g->nodes[st->node].name, name) == 0)
+            return st->state;
+    }
+    fail_msg("no step computes %s", name);
+    return NULL;
+}
+
+/* A 1x1 convolution with stride 2 (ResNet's projection) reading a convolution's blocked output:
+ * on AVX-512 it gathers the strided pixels and runs a stride-1 primitive (dnnl_conv.c,
+ * sub_prepare). Its output is bit for bit that of oneDNN's strided form (QP_CONV_SUBSAMPLE=0),
+ * on 8x8 (even: oneDNN's right padding is -1) and 7x7 sources, with one thread and two, and
+ * within rounding of the convolution summed in double here. */
+static void test_layout_subsampled_1x1(void **state) {
+    (void)state;
+    if (!qp_dnnl_enabled()) skip();
+    for (int hw = HW - 1; hw <= HW; hw++) {
+        n_ch = MAXC;
+        x_dims[1].value = MAXC;
+        x_dims[2].value = x_dims[3].value = hw;
+        rt_rng = 9;
+        struct qp_model *m = model_with_x(4, x_dims);
+        struct qp_graph *g = m->graph;
+        struct qp_error err = {0};
+        const int64_t w3[4] = {MAXC, MAXC, 3, 3}, wd1[4] = {2 * MAXC, MAXC, 1, 1};
+        rt_rand_init(m, "w0", 4, w3, -0.25f, 0.25f);
+        rt_rand_init(m, "w1", 4, wd1, -0.25f, 0.25f);
+        conv3(m, "c0", "x", "w0", "c0o");
+        node(g, "r0", "Relu", 1, "c0o", NULL, "r0o");
+        int id;
+        const char *ins[2] = {"r0o", "w1"}, *out = "y";
+        assert_int_equal(qp_graph_add_node(g, "c1", "Conv", "", 2, ins, 1, &out, &id, &err), QP_OK);
+        static const int64_t st[2] = {2, 2};
+        struct qp_attr *a = qp_node_add_attr(g, id, "strides", QP_ATTR_INTS);
+        assert_non_null(a);
+        a->ints = st;
+        a->n = 2;
+        assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, "y"), &err), QP_OK);
+        assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+        setenv("QP_CONV_SUBSAMPLE", "0", 1);
+        struct qp_session *strided = session(m);
+        unsetenv("QP_CONV_SUBSAMPLE");
+        struct qp_session *s = session(m);
+        int64_t oh = (hw + 1) / 2, dims[4] = {1, MAXC, hw, hw};
+        size_t ny = (size_t)2 * MAXC * oh * oh;
+        fill_x(11);
+        struct qp_array xa, ya, yb;
+        assert_int_equal(qp_array_view(&xa, QP_DTYPE_FLOAT, 4, dims, xin,
+                                       (size_t)MAXC * hw * hw * sizeof(float), &err),
+                         QP_OK);
+        for (int nt = 1; nt <= 2; nt++) {
+            qp_session_set_threads(s, nt);
+            assert_int_equal(qp_session_run(s, 1, &xa, &err), QP_OK);
+            assert_int_equal(qp_session_run(strided, 1, &xa, &err), QP_OK);
+            assert_int_equal(qp_session_output(s, 0, &ya, &err), QP_OK);
+            assert_int_equal(qp_session_output(strided, 0, &yb, &err), QP_OK);
+            assert_int_equal(ya.nbytes, ny * sizeof(float));
+            assert_memory_equal(ya.data, yb.data, ya.nbytes);
+        }
+        /* against the two convolutions summed in double */
+        const float *w0 = init_data(g, "w0"), *w1 = init_data(g, "w1"), *yv = ya.data;
+        static double r0[MAXNX];
+        for (int64_t c = 0; c < MAXC; c++)
+            for (int64_t p = 0; p < hw * hw; p++) {
+                double sum = 0;
+                for (int64_t i = 0; i < MAXC * 9; i++) {
+                    int64_t y0 = p / hw + i % 9 / 3 - 1, x0 = p % hw + i % 3 - 1;
+                    if (y0 >= 0 && y0 < hw && x0 >= 0 && x0 < hw)
+                        sum += (double)w0[c * MAXC * 9 + i] * xin[(i / 9 * hw + y0) * hw + x0];
+                }
+                r0[c * hw * hw + p] = sum > 0 ? sum : 0;
+            }
+        for (int64_t o = 0; o < 2 * MAXC; o++)
+            for (int64_t p = 0; p < oh * oh; p++) {
+                double sum = 0;
+                for (int64_t c = 0; c < MAXC; c++)
+                    sum += (double)w1[o * MAXC + c] * r0[(c * hw + p / oh * 2) * hw + p % oh * 2];
+                if (fabs(yv[o * oh * oh + p] - sum) > 1e-4 * (1 + fabs(sum)))
+                    fail_msg("%dx%d: channel %lld pixel %lld: %g, want %g", hw, hw, (long long)o,
+                             (long long)p, (double)yv[o * oh * oh + p], sum);
+            }
+        int want = qp_kernel_isa() >= QP_ISA_AVX512 && blocked(s, "r0o");
+        print_message("%dx%d: source %s, subsampled %d\n", hw, hw,
+                      blocked(s, "r0o") ? "blocked" : "plain",
+                      qp_dnnl_conv_state_uses_subsample(step_state(s, "c1")));
+        if (want) assert_true(qp_dnnl_conv_state_uses_subsample(step_state(s, "c1")));
+        assert_false(qp_dnnl_conv_state_uses_subsample(step_state(strided, "c1")));
+        qp_session_free(strided);
+        qp_session_free(s);
+        qp_model_free(m);
+    }
+    x_dims[2].value = x_dims[3].value = HW;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_observer_any_order),
@@ -540,6 +646,7 @@ int main(void) {
         cmocka_unit_test(test_layout_overlays),
         cmocka_unit_test(test_layout_weight_variants),
         cmocka_unit_test(test_layout_maxpool_nhwc),
+        cmocka_unit_test(test_layout_subsampled_1x1),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
