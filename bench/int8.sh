@@ -6,11 +6,17 @@
 # --high_precision_dtype fp32 and with the default fp16, each on qplace --int8 auto, qplace --int8 off (the fake-quantization oracle) and ONNX Runtime on the
 # same file (`bench --compare-ort`). Prints the ISA of the run and the ratios the issue's targets
 # are stated in: float engine / int8 path, ORT on the Q/DQ file / int8 path, fp16 / fp32 output.
+# This VM's speed drifts by 10-20% within minutes, more than some targets' margins, so each row
+# runs INT8_BENCH_ROUNDS rounds (default 3) of float engine, fp32 file, fp16 file in turn:
+# latencies are the median of the rounds' medians, each ratio the median of the rounds' own
+# ratios (both sides of a ratio from one round, a minute apart at most), with the rounds'
+# least and greatest in brackets.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 QPLACE="${1:-$ROOT/build/qplace}"
 THREADS="${2:-2}"
 ITERS="${3:-20}"
+ROUNDS="${INT8_BENCH_ROUNDS:-3}"
 GEN="$ROOT/.cache/models/generated"
 MODELS="$ROOT/.cache/models"
 OUT="${INT8_BENCH_DIR:-$ROOT/.cache/int8-bench}"
@@ -48,19 +54,33 @@ for row in "${rows[@]}"; do
         [ -s "$q" ] || "$QPLACE" quantize --onnx_path "$model" --output_path "$q" \
             --high_precision_dtype "$hp" --calibration_shapes "${shape/=/:}" >/dev/null
     done
-    f=$(bench "$model" "$shape")
-    isa=$(med "$f" isa)
-    a32=$(bench "$OUT/${name}_fp32.onnx" "$shape" --compare-ort --ort-script "$ROOT/bench/ort_bench.js" --ort-npm "$ROOT/.cache/npm")
-    a16=$(bench "$OUT/${name}_fp16.onnx" "$shape" --compare-ort --ort-script "$ROOT/bench/ort_bench.js" --ort-npm "$ROOT/.cache/npm")
+    runs=()
+    for ((k = 0; k < ROUNDS; k++)); do
+        f=$(bench "$model" "$shape")
+        isa=$(med "$f" isa)
+        a32=$(bench "$OUT/${name}_fp32.onnx" "$shape" --compare-ort --ort-script "$ROOT/bench/ort_bench.js" --ort-npm "$ROOT/.cache/npm")
+        a16=$(bench "$OUT/${name}_fp16.onnx" "$shape" --compare-ort --ort-script "$ROOT/bench/ort_bench.js" --ort-npm "$ROOT/.cache/npm")
+        runs+=("[$f, $a32, $a16]")
+    done
     o32=$(bench "$OUT/${name}_fp32.onnx" "$shape" --int8 off)
-    /usr/bin/python3 - "$name" "$f" "$a32" "$a16" "$o32" <<'PY'
-import json, sys
-name, f, a32, a16, o32 = sys.argv[1], *[json.loads(x) for x in sys.argv[2:]]
-fm, i32, i16 = f["qplace"]["median_ms"], a32["qplace"]["median_ms"], a16["qplace"]["median_ms"]
-r32, r16, off = a32["ort"]["median_ms"], a16["ort"]["median_ms"], o32["qplace"]["median_ms"]
-print("| %s | %.1f | %.1f / %.1f | %.1f | %.1f / %.1f | %.2fx | %.2fx | %.2f |" % (
-    name, fm, i32, i16, off, r32, r16, fm / i32, r32 / i32, i16 / i32))
+    /usr/bin/python3 - "$name" "$o32" "${runs[@]}" <<'PY'
+import json, statistics, sys
+name, off = sys.argv[1], json.loads(sys.argv[2])["qplace"]["median_ms"]
+rounds = [json.loads(x) for x in sys.argv[3:]]
+def lat(i, eng):
+    return [r[i][eng]["median_ms"] for r in rounds]
+def m(v):
+    return statistics.median(v)
+def ratio(num, den):
+    v = [a / b for a, b in zip(num, den)]
+    return "%.2fx (%.2f-%.2f)" % (m(v), min(v), max(v))
+fm, i32, i16 = lat(0, "qplace"), lat(1, "qplace"), lat(2, "qplace")
+r32, r16 = lat(1, "ort"), lat(2, "ort")
+fp = [a / b for a, b in zip(i16, i32)]
+print("| %s | %.1f | %.1f / %.1f | %.1f | %.1f / %.1f | %s | %s | %.2f (%.2f-%.2f) |" % (
+    name, m(fm), m(i32), m(i16), off, m(r32), m(r16), ratio(fm, i32), ratio(r32, i32),
+    m(fp), min(fp), max(fp)))
 PY
 done
-printf '\nISA: %s, %s threads, %s iterations, batch 1 (qplace and ORT in the same run per row)\n' \
-    "$isa" "$THREADS" "$ITERS"
+printf '\nISA: %s, %s threads, %s iterations, %s rounds per row, batch 1 (qplace and ORT in the same run per row)\n' \
+    "$isa" "$THREADS" "$ITERS" "$ROUNDS"
