@@ -477,6 +477,20 @@ static int64_t node_attr(const struct qp_session *s, const char *node, const cha
     return qp_kattr_int(&s->g->nodes[qp_graph_find_node(s->g, node)], attr, 0);
 }
 
+/* An exported hard-swish with a Q/DQ inside, as PaddleOCR writes it: out = td * Clip(Q/DQ(t +
+ * 3), 0, 6) / 6, td the fake-quantized t. */
+static void hard_swish_qdq(struct qp_model *m, const char *t, const char *td, const char *out) {
+    scalar(m, "three", 3.0f);
+    scalar(m, "zero", 0.0f);
+    scalar(m, "six", 6.0f);
+    bin(m, "hs_add", "Add", t, "three", "u");
+    rt_qdq(m, "u", "ud", 0.05f, 0);
+    const char *ci[3] = {"ud", "zero", "six"};
+    rt_node(m, "hs_clip", "Clip", 3, ci, "cl");
+    bin(m, "hs_mul", "Mul", td, "cl", "h");
+    bin(m, "hs_div", "Div", "h", "six", out);
+}
+
 /* QConv (float output) -> Pointwise (per-channel affine, HardSwish with Q/DQ inside, times an
  * SE gate [1,C,1,1] computed from the source) -> QConv: the tensors between the QConv nodes and
  * the Pointwise node stay channels last (attributes dst_nhwc, nhwc, src_nhwc), the gate is read
@@ -488,17 +502,9 @@ static void test_nhwc_between_qconv(void **state) {
     int64_t cd[4] = {1, CH, 1, 1};
     rt_rng = 13;
     rt_rand_init(m, "a", 4, cd, 0.5f, 1.5f);
-    scalar(m, "three", 3.0f);
-    scalar(m, "zero", 0.0f);
-    scalar(m, "six", 6.0f);
     bin(m, "lab_mul", "Mul", "c", "a", "t");
     rt_qdq(m, "t", "td", 0.04f, 0);
-    bin(m, "hs_add", "Add", "t", "three", "u");
-    rt_qdq(m, "u", "ud", 0.05f, 0);
-    const char *ci[3] = {"ud", "zero", "six"};
-    rt_node(m, "hs_clip", "Clip", 3, ci, "cl");
-    bin(m, "hs_mul", "Mul", "td", "cl", "h");
-    bin(m, "hs_div", "Div", "h", "six", "hs");
+    hard_swish_qdq(m, "t", "td", "hs");
     se_into_conv2(m, "hs", "xd", 0.02f, 0.01f);
     fill(xin, NX, 4.0f);
     int64_t d[4] = {1, CH, HW, HW};
@@ -539,6 +545,22 @@ static void test_nhwc_gap_after_qconv(void **state) {
     qp_model_free(m);
 }
 
+/* Channels-last values of nb images of c channels over np pixels into nhwc, the same values
+ * channels first into nchw: pixel 0 of channel ch is 1e17 (ch + 1), pixel `neg` its negative,
+ * the others small (rt_frand), so a sum over pixels depends on the order of its additions. */
+static void cancelling_pair(int nb, int c, int np, int neg, float *nhwc, float *nchw) {
+    for (int i = 0; i < nb * c * np; i++) {
+        int p = i / c % np, ch = i % c;
+        nhwc[i] = p == 0     ? 1e17f * (float)(ch + 1)
+                  : p == neg ? -1e17f * (float)(ch + 1)
+                             : rt_frand();
+    }
+    for (int b = 0; b < nb; b++)
+        for (int p = 0; p < np; p++)
+            for (int ch = 0; ch < c; ch++)
+                nchw[(b * c + ch) * np + p] = nhwc[(b * np + p) * c + ch];
+}
+
 /* The channels-last GlobalAveragePool kernel alone (attribute nhwc on a float model), two batch
  * items of 70 channels (a block of 64 and a rest) over 5 x 7 pixels (four groups of eight and a
  * tail), against the planar kernel on the same values transposed: the same bits. Pixels 0 and 8
@@ -549,14 +571,7 @@ static void test_gap_nhwc_kernel(void **state) {
     enum { NB = 2, C = 70, H = 5, W = 7, N = NB * C * H * W };
     static float nhwc[N], nchw[N], y0[NB * C], y1[NB * C];
     rt_rng = 29;
-    for (int i = 0; i < N; i++) {
-        int p = i / C % (H * W), c = i % C;
-        nhwc[i] = p == 0 ? 1e17f * (float)(c + 1) : p == 8 ? -1e17f * (float)(c + 1) : rt_frand();
-    }
-    for (int b = 0; b < NB; b++)
-        for (int p = 0; p < H * W; p++)
-            for (int c = 0; c < C; c++)
-                nchw[(b * C + c) * H * W + p] = nhwc[(b * H * W + p) * C + c];
+    cancelling_pair(NB, C, H * W, 8, nhwc, nchw);
     float *out[2] = {y0, y1};
     for (int k = 0; k < 2; k++) {
         struct qp_dim xd[4] = {{NB, NULL}, {C, NULL}, {H, NULL}, {W, NULL}};
@@ -603,16 +618,8 @@ static void test_nhwc_avgpool_after_pointwise(void **state) {
     (void)state;
     enum { NP = CH * 3 * 4 };
     struct qp_model *m = conv1_model();
-    scalar(m, "three", 3.0f);
-    scalar(m, "zero", 0.0f);
-    scalar(m, "six", 6.0f);
     rt_qdq(m, "c", "cd", 0.04f, 0);
-    bin(m, "hs_add", "Add", "c", "three", "u");
-    rt_qdq(m, "u", "ud", 0.05f, 0);
-    const char *ci[3] = {"ud", "zero", "six"};
-    rt_node(m, "hs_clip", "Clip", 3, ci, "cl");
-    bin(m, "hs_mul", "Mul", "cd", "cl", "h");
-    bin(m, "hs_div", "Div", "h", "six", "hs");
+    hard_swish_qdq(m, "c", "cd", "hs");
     rt_qdq(m, "hs", "hsd", 0.02f, 0);
     const char *pi[1] = {"hsd"};
     rt_node(m, "pool", "AveragePool", 1, pi, "y");
@@ -668,14 +675,7 @@ static void test_avgpool_nhwc_kernel(void **state) {
     };
     static float nhwc[N], nchw[N], y0[NY], y1[NY];
     rt_rng = 31;
-    for (int i = 0; i < N; i++) {
-        int p = i / C % (H * W), c = i % C;
-        nhwc[i] = p == 0 ? 1e17f * (float)(c + 1) : p == 10 ? -1e17f * (float)(c + 1) : rt_frand();
-    }
-    for (int b = 0; b < NB; b++)
-        for (int p = 0; p < H * W; p++)
-            for (int c = 0; c < C; c++)
-                nchw[(b * C + c) * H * W + p] = nhwc[(b * H * W + p) * C + c];
+    cancelling_pair(NB, C, H * W, 10, nhwc, nchw);
     for (int cip = 0; cip < 2; cip++) {
         float *out[2] = {y0, y1};
         for (int k = 0; k < 2; k++) {
