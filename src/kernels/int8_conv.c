@@ -949,6 +949,17 @@ static void src_to_f32(const struct i8_state *s, const struct qp_kt *x, float *d
     }
 }
 
+/* qp_int8_conv_sum_in_place's condition: the residual's bytes as they are in the primitive's
+ * own (channels-last) destination, the output tensor itself. */
+static int in_place(const struct i8_state *s) {
+    return s->path == QP_INT8_PATH_DNNL_INT8 && s->io.has_res && s->io.res_in_dst && s->res_nhwc &&
+           s->direct && !s->patch;
+}
+
+int qp_int8_conv_sum_in_place(const void *state) {
+    return state && in_place(state);
+}
+
 /* The destination buffer (channels last) before the primitive adds to it: the residual. */
 static void residual_into(const struct i8_state *s, const struct qp_kt *res, void *dbuf, int nthr) {
     const struct qp_conv_state *g = &s->geo;
@@ -1151,7 +1162,8 @@ enum qp_status qp_k_qconv_fused_run(const struct qp_krun *r) {
         src = scr + s->off_src;
         transpose_cp(src, x->data, g->n, g->c, g->in_sz, 1, nthr);
     }
-    if (s->io.has_res) residual_into(s, r->in[9], dbuf, nthr);
+    if (s->io.has_res && !(in_place(s) && dbuf == r->in[9]->data))
+        residual_into(s, r->in[9], dbuf, nthr);
     pthread_mutex_lock(&e->lock);
     int saved = qp_dnnl_threads_push(e == s->entry ? s->key.nthr : nthr);
     dnnl_memory_set_data_handle(e->m_src, src);

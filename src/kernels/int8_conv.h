@@ -68,6 +68,13 @@ enum qp_int8_path qp_int8_conv_path(const void *state);
 int qp_int8_conv_patch(const void *state);
 enum qp_int8_path qp_int8_matmul_path(const void *state);
 
+/* 1 when a QConv state's int8 residual (input 9) may share the output's bytes: oneDNN's int8
+ * convolution adds the residual, copied into its channels-last destination before it runs, so
+ * where the memory plan gives the output the residual's own bytes (the convolution being the
+ * residual's last reader, and not reading it as its source) the copy is skipped. The run
+ * compares the pointers: a residual elsewhere (a partial run's cache) is copied as before. */
+int qp_int8_conv_sum_in_place(const void *state);
+
 /* 1 when the ISA oneDNN runs with (kernels/isa.h: ONEDNN_MAX_CPU_ISA honoured) has VNNI, so
  * u8 x s8 dot products accumulate exactly in int32, and oneDNN is on. QP_INT8_VNNI=0/1 in the
  * environment overrides it (tests of both selections on one machine). */

@@ -91,12 +91,13 @@ enum {
     QP_KF_F16_VIA_F32 = 2, /* float16 inputs are converted to float32 around the kernel */
     /* What the runtime's fusion and layout passes may assume of a row (they read these flags,
      * never the row's function pointers): */
-    QP_KF_DNNL_CONV = 4,     /* the oneDNN convolution state (dnnl_conv.h's qp_dnnl_conv_*) */
-    QP_KF_TRANSPOSED = 8,    /* with QP_KF_DNNL_CONV: ConvTranspose */
-    QP_KF_LAYOUT_UNARY = 16, /* each output element from input 0's at the same offset (other
-                                inputs: scalars), whatever order the offsets stand for */
-    QP_KF_LAYOUT_BINARY = 32 /* each output element from the same offset of both inputs (or a
-                                scalar one) */
+    QP_KF_DNNL_CONV = 4,      /* the oneDNN convolution state (dnnl_conv.h's qp_dnnl_conv_*) */
+    QP_KF_TRANSPOSED = 8,     /* with QP_KF_DNNL_CONV: ConvTranspose */
+    QP_KF_LAYOUT_UNARY = 16,  /* each output element from input 0's at the same offset (other
+                                 inputs: scalars), whatever order the offsets stand for */
+    QP_KF_LAYOUT_BINARY = 32, /* each output element from the same offset of both inputs (or a
+                                 scalar one) */
+    QP_KF_QCONV = 64          /* the integer path's QConv state (int8_conv.h's qp_int8_conv_*) */
 };
 
 struct qp_kernel {

@@ -9,6 +9,7 @@
 #include "core/half.h"
 #include "core/size.h"
 #include "kernels/dnnl_conv.h"
+#include "kernels/int8_conv.h"
 #include "qmath/qparams.h"
 #include "runtime/memplan.h"
 #include "runtime/runtime.h"
@@ -967,20 +968,25 @@ static void add_req(struct build *b, struct qp_kt *t, int first, int last) {
     b->req_kt[b->n_req++] = t;
 }
 
-/* A convolution whose fused residual sum can accumulate in the residual's own bytes
- * (qp_dnnl_conv_sum_in_place): its output request (the last one added) asks to take over the
- * residual's, which the memory plan grants when this step is the residual's last reader; the
- * kernel then finds the residual already in its destination and copies nothing. */
+/* A convolution whose fused residual sum can accumulate in the residual's own bytes (a float
+ * one, qp_dnnl_conv_sum_in_place, residual input 3; a QConv, qp_int8_conv_sum_in_place, input
+ * 9): its output request (the last one added) asks to take over the residual's, which the
+ * memory plan grants when this step is the residual's last reader; the kernel then finds the
+ * residual already in its destination and copies nothing. QP_SUM_IN_PLACE=0 in the environment
+ * asks for no take-over (tests: the same bits either way). */
 static void sum_in_place(struct build *b, const struct rt_step *stp) {
-    if (stp->kind != RT_STEP_NODE || !stp->k || !(stp->k->flags & QP_KF_DNNL_CONV) ||
-        stp->n_in < 4 || !stp->in[3] || stp->out[0] != stp->val_out[0] ||
-        !qp_dnnl_conv_sum_in_place(stp->state))
-        return;
-    for (int i = 0; i < 3; i++) /* y = conv(x) + x: the convolution reads x around each pixel */
-        if (stp->in[i] == stp->in[3]) return;
+    const char *env = getenv("QP_SUM_IN_PLACE");
+    if (env && strcmp(env, "0") == 0) return;
+    if (stp->kind != RT_STEP_NODE || !stp->k || stp->out[0] != stp->val_out[0]) return;
+    int r = (stp->k->flags & QP_KF_DNNL_CONV) && qp_dnnl_conv_sum_in_place(stp->state) ? 3
+            : (stp->k->flags & QP_KF_QCONV) && qp_int8_conv_sum_in_place(stp->state)   ? 9
+                                                                                       : -1;
+    if (r < 0 || stp->n_in <= r || !stp->in[r]) return;
+    for (int i = 0; i < r; i++) /* y = conv(x) + x: the convolution reads x around each pixel */
+        if (stp->in[i] == stp->in[r]) return;
     size_t out = b->n_req - 1;
     for (size_t j = out; j-- > 0;)
-        if (b->req_kt[j] == stp->in[3]) {
+        if (b->req_kt[j] == stp->in[r]) {
             if (b->reqs[j].size == b->reqs[out].size) b->reqs[out].take = j + 1;
             return;
         }

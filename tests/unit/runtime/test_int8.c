@@ -755,6 +755,92 @@ static void check_chain(struct qp_model *m, const char *what) {
     assert_true(large > 0);
 }
 
+/* QConv steps whose output took over their int8 residual's bytes (the same address). */
+static int qconv_in_place(const struct qp_session *s) {
+    int k = 0;
+    for (size_t i = 0; s->last && i < s->last->n_steps; i++) {
+        const struct rt_step *st = &s->last->steps[i];
+        if (st->kind == RT_STEP_OVERLAY || !st->k || !(st->k->flags & QP_KF_QCONV) ||
+            st->n_in < 10 || !st->in[9])
+            continue;
+        k += st->out[0]->data == st->in[9]->data;
+    }
+    return k;
+}
+
+/* x -> QDQ -> c1 (3x3) -> Relu -> QDQ (a) -> c2 (1x1) -> Relu -> QDQ -> c3 (1x1) + a (or, with
+ * own, c3 reading a itself: y = conv(a) + a) -> Relu -> QDQ -> c4 (1x1) -> QDQ -> y: c3's int8
+ * residual a comes from a QConv (channels last) and c3 is its last reader, its output a QConv's
+ * channels-last source. */
+static struct qp_model *in_place_model(int own) {
+    static const int64_t pads[4] = {1, 1, 1, 1};
+    struct qp_model *m = model_with_x(4, x_dims);
+    rt_qdq(m, "x", "xd", 0.0078125f, 0);
+    conv_weights_k(m, "w1", "w1f", C, 3);
+    conv_weights_k(m, "w2", "w2f", M, 1);
+    conv_weights_k(m, "w3", "w3f", M, 1);
+    conv_weights_k(m, "w4", "w4f", M, 1);
+    const char *c1[3] = {"xd", "w1f", "w1_b"}, *c2[3] = {"ad", "w2f", "w2_b"},
+               *c3[3] = {own ? "ad" : "bd", "w3f", "w3_b"}, *c4[3] = {"sd", "w4f", "w4_b"};
+    rt_node(m, "c1", "Conv", 3, c1, "a0");
+    ints_attr(m, "c1", "pads", pads, 4);
+    const char *r1[1] = {"a0"}, *r2[1] = {"b1"}, *r3[1] = {"s"};
+    rt_node(m, "r1", "Relu", 1, r1, "a");
+    rt_qdq(m, "a", "ad", 0.125f, 0);
+    rt_node(m, "c2", "Conv", 3, c2, "b1");
+    rt_node(m, "r2", "Relu", 1, r2, "b0");
+    rt_qdq(m, "b0", "bd", 0.25f, 0);
+    rt_node(m, "c3", "Conv", 3, c3, "c");
+    const char *add[2] = {"c", "ad"};
+    rt_node(m, "add", "Add", 2, add, "s");
+    rt_node(m, "r3", "Relu", 1, r3, "sr");
+    rt_qdq(m, "sr", "sd", 0.5f, 0);
+    rt_node(m, "c4", "Conv", 3, c4, "o");
+    rt_qdq(m, "o", "y", 1.0f, 0);
+    finish(m, "y");
+    return m;
+}
+
+/* Where oneDNN's int8 convolution adds an int8 residual (VNNI), the output takes over the
+ * residual's bytes when the convolution is its last reader (qp_int8_conv_sum_in_place): the
+ * copy into the destination goes, the bits stay those of a plan without the take-over
+ * (QP_SUM_IN_PLACE=0), on one thread and two; never when the residual is also the convolution's
+ * source, nor on the AVX2 kernels (which read the residual where it is). */
+static void test_qconv_sum_in_place(void **state) {
+    (void)state;
+    if (getenv("QP_NO_DNNL")) skip();
+    int vnni = qp_int8_cpu_has_vnni();
+    fill_x(1.0f);
+    for (int own = 0; own < 2; own++) {
+        struct qp_model *m = in_place_model(own);
+        static float y_in[M * HW * HW], y_copy[M * HW * HW], y_one[M * HW * HW];
+        struct qp_session *s;
+        run(m, QP_INT8_AUTO, xin, y_in, M * HW * HW, &s);
+        assert_int_equal(qconv_in_place(s), vnni && !own);
+        struct qp_error err = {0};
+        struct qp_array in, out;
+        int64_t d[4] = {1, C, HW, HW};
+        qp_session_set_threads(s, 1);
+        assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 4, d, xin, sizeof xin, &err), QP_OK);
+        assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+        assert_int_equal(qp_session_output(s, 0, &out, &err), QP_OK);
+        memcpy(y_one, out.data, out.nbytes);
+        qp_session_free(s);
+        setenv("QP_SUM_IN_PLACE", "0", 1);
+        run(m, QP_INT8_AUTO, xin, y_copy, M * HW * HW, &s);
+        unsetenv("QP_SUM_IN_PLACE");
+        assert_int_equal(qconv_in_place(s), 0);
+        qp_session_free(s);
+        assert_memory_equal(y_in, y_copy, sizeof y_in);
+        assert_memory_equal(y_in, y_one, sizeof y_in);
+        size_t nonzero = 0;
+        for (size_t i = 0; i < M * HW * HW; i++)
+            nonzero += y_in[i] != 0;
+        assert_true(nonzero > M * HW * HW / 4);
+        qp_model_free(m);
+    }
+}
+
 /* The AVX2 kernels with weights over the whole int8 range and activations up to +-127: the first
  * convolution's source has negative values (without -128 it takes the |w|, sign(w) x kernel, with
  * it the int16 one), the others are Relu outputs (the unsigned-byte kernel). */
@@ -1544,29 +1630,18 @@ static void test_split_flow(void **state) {
 int main(void) {
     (void)insert_qdq;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_residual_block),
-        cmocka_unit_test(test_exact_vnni_path),
-        cmocka_unit_test(test_exact_float_path),
-        cmocka_unit_test(test_exact_avx2_path),
-        cmocka_unit_test(test_maxpool_nhwc),
-        cmocka_unit_test(test_path_selection),
-        cmocka_unit_test(test_flow_decisions),
-        cmocka_unit_test(test_gate_requantized),
-        cmocka_unit_test(test_conv_bn),
-        cmocka_unit_test(test_paddle_block),
-        cmocka_unit_test(test_matmul_projection),
-        cmocka_unit_test(test_exact_avx2_matmul),
-        cmocka_unit_test(test_matmul_two_activations),
-        cmocka_unit_test(test_matmul_shape_scale),
-        cmocka_unit_test(test_tiny_weight_scale),
-        cmocka_unit_test(test_fp16_float_out),
-        cmocka_unit_test(test_fp16_widen),
-        cmocka_unit_test(test_resize_moves),
-        cmocka_unit_test(test_reshape_moves),
-        cmocka_unit_test(test_large_conv_threads),
-        cmocka_unit_test(test_conv_transpose),
-        cmocka_unit_test(test_conv_transpose_nhwc),
-        cmocka_unit_test(test_split_flow),
+        cmocka_unit_test(test_residual_block),      cmocka_unit_test(test_qconv_sum_in_place),
+        cmocka_unit_test(test_exact_vnni_path),     cmocka_unit_test(test_exact_float_path),
+        cmocka_unit_test(test_exact_avx2_path),     cmocka_unit_test(test_maxpool_nhwc),
+        cmocka_unit_test(test_path_selection),      cmocka_unit_test(test_flow_decisions),
+        cmocka_unit_test(test_gate_requantized),    cmocka_unit_test(test_conv_bn),
+        cmocka_unit_test(test_paddle_block),        cmocka_unit_test(test_matmul_projection),
+        cmocka_unit_test(test_exact_avx2_matmul),   cmocka_unit_test(test_matmul_two_activations),
+        cmocka_unit_test(test_matmul_shape_scale),  cmocka_unit_test(test_tiny_weight_scale),
+        cmocka_unit_test(test_fp16_float_out),      cmocka_unit_test(test_fp16_widen),
+        cmocka_unit_test(test_resize_moves),        cmocka_unit_test(test_reshape_moves),
+        cmocka_unit_test(test_large_conv_threads),  cmocka_unit_test(test_conv_transpose),
+        cmocka_unit_test(test_conv_transpose_nhwc), cmocka_unit_test(test_split_flow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
