@@ -689,34 +689,42 @@ static void ints_attr(struct qp_model *m, const char *node_name, const char *nam
     a->n = n;
 }
 
-/* x -> QDQ -> Conv 3x3 pad 1 stride 2 (C -> M) -> Relu -> QDQ (a) -> Conv 3x3 pad 1 of `group`
- * groups (M = group: depthwise) -> Relu -> QDQ -> Conv 1x1 -> Add(a) -> Relu -> QDQ -> y: the
- * AVX2 path's geometries (im2col GEMM, depthwise, 1x1 GEMM with an int8 residual, int8 output
- * into NCHW), exact with power-of-two scales. */
-static struct qp_model *chain_model(int64_t group) {
+/* x -> QDQ -> c1 (3x3, pad 1, `stride1`; C -> M) -> Relu -> QDQ (a) -> c2 (k2 x k2 of `group`
+ * groups; 3x3: pad 1) -> Relu -> QDQ (b) -> c3 (1x1, reading b, or a itself with own) -> Add(a)
+ * -> Relu = "sr", exact with power-of-two scales; the caller ends the graph. */
+static void chain_core(struct qp_model *m, int64_t stride1, int64_t group, int64_t k2, int own) {
     static const int64_t pads[4] = {1, 1, 1, 1}, s2[2] = {2, 2};
-    struct qp_model *m = model_with_x(4, x_dims);
     rt_qdq(m, "x", "xd", 0.0078125f, 0);
     conv_weights_k(m, "w1", "w1f", C, 3);
-    conv_weights_k(m, "w2", "w2f", M / group, 3);
+    conv_weights_k(m, "w2", "w2f", M / group, k2);
     conv_weights_k(m, "w3", "w3f", M, 1);
     const char *c1[3] = {"xd", "w1f", "w1_b"}, *c2[3] = {"ad", "w2f", "w2_b"},
-               *c3[3] = {"bd", "w3f", "w3_b"};
+               *c3[3] = {own ? "ad" : "bd", "w3f", "w3_b"};
     rt_node(m, "c1", "Conv", 3, c1, "a0");
     ints_attr(m, "c1", "pads", pads, 4);
-    ints_attr(m, "c1", "strides", s2, 2);
+    if (stride1 == 2) ints_attr(m, "c1", "strides", s2, 2);
     const char *r1[1] = {"a0"}, *r2[1] = {"b1"}, *r3[1] = {"s"};
     rt_node(m, "r1", "Relu", 1, r1, "a");
     rt_qdq(m, "a", "ad", 0.125f, 0);
     rt_node(m, "c2", "Conv", 3, c2, "b1");
-    ints_attr(m, "c2", "pads", pads, 4);
-    int_attr(m, "c2", "group", group);
+    if (k2 == 3) {
+        ints_attr(m, "c2", "pads", pads, 4);
+        int_attr(m, "c2", "group", group);
+    }
     rt_node(m, "r2", "Relu", 1, r2, "b0");
     rt_qdq(m, "b0", "bd", 0.25f, 0);
     rt_node(m, "c3", "Conv", 3, c3, "c");
     const char *add[2] = {"c", "ad"};
     rt_node(m, "add", "Add", 2, add, "s");
     rt_node(m, "r3", "Relu", 1, r3, "sr");
+}
+
+/* chain_core with c1 at stride 2 and c2 3x3 of `group` groups (M = group: depthwise), then QDQ
+ * -> y: the AVX2 path's geometries (im2col GEMM, depthwise, 1x1 GEMM with an int8 residual, int8
+ * output into NCHW). */
+static struct qp_model *chain_model(int64_t group) {
+    struct qp_model *m = model_with_x(4, x_dims);
+    chain_core(m, 2, group, 3, 0);
     rt_qdq(m, "sr", "y", 0.5f, 0);
     finish(m, "y");
     return m;
@@ -768,33 +776,15 @@ static int qconv_in_place(const struct qp_session *s) {
     return k;
 }
 
-/* x -> QDQ -> c1 (3x3) -> Relu -> QDQ (a) -> c2 (1x1) -> Relu -> QDQ -> c3 (1x1) + a (or, with
- * own, c3 reading a itself: y = conv(a) + a) -> Relu -> QDQ -> c4 (1x1) -> QDQ -> y: c3's int8
- * residual a comes from a QConv (channels last) and c3 is its last reader, its output a QConv's
- * channels-last source. */
+/* chain_core at stride 1 with a 1x1 c2 (c3 reading a itself with own: y = conv(a) + a), then
+ * QDQ -> c4 (1x1) -> QDQ -> y: c3's int8 residual a comes from a QConv (channels last) and c3 is
+ * its last reader, its output a QConv's channels-last source. */
 static struct qp_model *in_place_model(int own) {
-    static const int64_t pads[4] = {1, 1, 1, 1};
     struct qp_model *m = model_with_x(4, x_dims);
-    rt_qdq(m, "x", "xd", 0.0078125f, 0);
-    conv_weights_k(m, "w1", "w1f", C, 3);
-    conv_weights_k(m, "w2", "w2f", M, 1);
-    conv_weights_k(m, "w3", "w3f", M, 1);
-    conv_weights_k(m, "w4", "w4f", M, 1);
-    const char *c1[3] = {"xd", "w1f", "w1_b"}, *c2[3] = {"ad", "w2f", "w2_b"},
-               *c3[3] = {own ? "ad" : "bd", "w3f", "w3_b"}, *c4[3] = {"sd", "w4f", "w4_b"};
-    rt_node(m, "c1", "Conv", 3, c1, "a0");
-    ints_attr(m, "c1", "pads", pads, 4);
-    const char *r1[1] = {"a0"}, *r2[1] = {"b1"}, *r3[1] = {"s"};
-    rt_node(m, "r1", "Relu", 1, r1, "a");
-    rt_qdq(m, "a", "ad", 0.125f, 0);
-    rt_node(m, "c2", "Conv", 3, c2, "b1");
-    rt_node(m, "r2", "Relu", 1, r2, "b0");
-    rt_qdq(m, "b0", "bd", 0.25f, 0);
-    rt_node(m, "c3", "Conv", 3, c3, "c");
-    const char *add[2] = {"c", "ad"};
-    rt_node(m, "add", "Add", 2, add, "s");
-    rt_node(m, "r3", "Relu", 1, r3, "sr");
+    chain_core(m, 1, 1, 1, own);
     rt_qdq(m, "sr", "sd", 0.5f, 0);
+    conv_weights_k(m, "w4", "w4f", M, 1);
+    const char *c4[3] = {"sd", "w4f", "w4_b"};
     rt_node(m, "c4", "Conv", 3, c4, "o");
     rt_qdq(m, "o", "y", 1.0f, 0);
     finish(m, "y");
