@@ -438,8 +438,13 @@ void qp_pool_set_nhwc(void *state) {
     if (s) s->nhwc = 1;
 }
 
+static void max_inner(int64_t n_out, int64_t k, int64_t st, int64_t p, int64_t n, int64_t *lo,
+                      int64_t *hi);
+
 /* 2-D int8/uint8 max pooling without indices or dilation (the integer path's MaxPool between
- * a Q and a DQ): window bounds clipped once per output row and column, then plain maxima; int8
+ * a Q and a DQ, planar): a row of outputs at a time, rows of the window clipped once; for the
+ * columns whose windows lie inside the input (max_inner), each window tap is one pass over the
+ * row's outputs, which the compiler vectorizes; the clipped columns at the ends one by one. int8
  * compares as uint8 with the sign bit flipped (an order-preserving map). The same values as the
  * generic loop: a maximum does not depend on the order. 0 when the node is not that case. */
 static int maxpool8_fast(const struct qp_krun *r) {
@@ -451,26 +456,40 @@ static int maxpool8_fast(const struct qp_krun *r) {
     uint8_t *y = r->out[0]->data;
     uint8_t flip = r->in[0]->dtype == QP_DTYPE_INT8 ? 0x80 : 0;
     int64_t oh_n = s->out3[1], ow_n = s->out3[2], in_h = s->in3[1], in_w = s->in3[2];
-    int64_t rows = s->planes * oh_n;
+    int64_t kw_n = s->k3[2], sw = s->s3[2], pw = s->p3[2], rows = s->planes * oh_n, lo, hi;
+    max_inner(ow_n, kw_n, sw, pw, in_w, &lo, &hi);
+    const int64_t in_lo = lo, in_hi = hi; /* not addressed: no reload after each byte store */
     int nt = s->planes * s->out_sz < 4096 ? 1 : r->n_threads;
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int64_t row = 0; row < rows; row++) {
         int64_t pl = row / oh_n, oh = row % oh_n;
         const uint8_t *xp = x + pl * s->in_sz;
-        uint8_t *yr = y + row * ow_n;
+        uint8_t *restrict yr = y + row * ow_n;
         int64_t h0 = oh * s->s3[1] - s->p3[1];
         int64_t ha = h0 < 0 ? 0 : h0, hb = h0 + s->k3[1] > in_h ? in_h : h0 + s->k3[1];
-        for (int64_t ow = 0; ow < ow_n; ow++) {
-            int64_t w0 = ow * s->s3[2] - s->p3[2];
-            int64_t wa = w0 < 0 ? 0 : w0, wb = w0 + s->k3[2] > in_w ? in_w : w0 + s->k3[2];
-            uint8_t best = 0;
-            for (int64_t h = ha; h < hb; h++)
-                for (int64_t w = wa; w < wb; w++) {
-                    uint8_t v = (uint8_t)(xp[h * in_w + w] ^ flip);
-                    best = v > best ? v : best;
+        memset(yr, 0, (size_t)ow_n);
+        for (int64_t h = ha; h < hb; h++) {
+            const uint8_t *xr = xp + h * in_w;
+            for (int64_t kw = 0; kw < kw_n; kw++) {
+                const uint8_t *restrict xc = xr + kw - pw;
+                for (int64_t ow = in_lo; ow < in_hi; ow++) {
+                    uint8_t v = (uint8_t)(xc[ow * sw] ^ flip);
+                    yr[ow] = v > yr[ow] ? v : yr[ow];
                 }
-            yr[ow] = (uint8_t)(best ^ flip);
+            }
+            for (int64_t ow = 0; ow < ow_n; ow++) { /* the clipped columns */
+                if (ow == in_lo) ow = in_hi;
+                if (ow >= ow_n) break;
+                int64_t w0 = ow * sw - pw;
+                int64_t wa = w0 < 0 ? 0 : w0, wb = w0 + kw_n > in_w ? in_w : w0 + kw_n;
+                for (int64_t w = wa; w < wb; w++) {
+                    uint8_t v = (uint8_t)(xr[w] ^ flip);
+                    yr[ow] = v > yr[ow] ? v : yr[ow];
+                }
+            }
         }
+        for (int64_t ow = 0; ow < ow_n; ow++)
+            yr[ow] ^= flip;
     }
     return 1;
 }

@@ -695,6 +695,8 @@ static void test_maxpool_fast(void **state) {
         {4, {1, 64, 112, 112}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 0, QP_DTYPE_INT8}, /* ResNet */
         {4, {2, 3, 9, 41}, {2, 3}, {2, 1}, {0, 1, 1, 2}, {1, 1}, 1, QP_DTYPE_INT8},
         {4, {1, 3, 12, 12}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {2, 2}, 0, QP_DTYPE_UINT8}, /* dilated */
+        {4, {1, 5, 7, 33}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 0, QP_DTYPE_UINT8},
+        {4, {1, 2, 6, 5}, {3, 7}, {1, 3}, {1, 3, 1, 3}, {1, 1}, 1, QP_DTYPE_INT8}, /* no interior */
         /* channel counts that take every register block and tail of the channels-last forms
          * (64, 32, 16 and 8 lanes), and a window of 81 taps (beyond the registers' 64) */
         {4, {1, 83, 9, 11}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 0, QP_DTYPE_FLOAT},
