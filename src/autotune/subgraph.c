@@ -7,38 +7,47 @@
 #include "calib/provider.h"
 #include "core/size.h"
 #include "core/arena.h"
+#include "quant/writer.h"
 #include "runtime/bench.h"
 
 static int is_constant_node(const struct qp_graph *g, int n) {
     return n >= 0 && !g->nodes[n].dead && qp_node_is(&g->nodes[n], "Constant");
 }
 
+/* Marks with `mark` the unmarked live neighbours (producers of what they read, consumers of
+ * what they write) of the nodes marked `from`. */
+static void mark_neighbours(const struct qp_graph *g, unsigned char *in, unsigned char from,
+                            unsigned char mark) {
+    for (size_t n = 0; n < g->n_nodes; n++) {
+        if (in[n] != from) continue;
+        const struct qp_node *nd = &g->nodes[n];
+        for (int i = 0; i < nd->n_inputs; i++) {
+            int v = nd->inputs[i];
+            int p = v >= 0 ? g->values[v].producer : -1;
+            if (p >= 0 && !g->nodes[p].dead && !in[p]) in[p] = mark;
+        }
+        for (int o = 0; o < nd->n_outputs; o++) {
+            int v = nd->outputs[o];
+            for (size_t u = 0; v >= 0 && u < g->values[v].n_uses; u++) {
+                int c = g->values[v].uses[u].node;
+                if (!g->nodes[c].dead && !in[c]) in[c] = mark;
+            }
+        }
+    }
+}
+
 size_t qp_subgraph_nodes(const struct qp_regions *rs, size_t pattern, unsigned char *keep) {
     const struct qp_graph *g = rs->graph;
     size_t added = 0;
-    /* 1: an instance's node; 2: a neighbour one step out (its own neighbours are not added). */
+    /* 1: an instance's node; 2 + k: a neighbour k + 1 steps out */
     unsigned char *in = calloc(g->n_nodes ? g->n_nodes : 1, 1);
     if (!in) return 0;
     for (size_t r = 0; r < rs->n_regions; r++)
         if (rs->regions[r].pattern == (int)pattern)
             for (size_t k = 0; k < rs->regions[r].n_nodes; k++)
                 in[rs->regions[r].nodes[k]] = 1;
-    for (size_t n = 0; n < g->n_nodes; n++) {
-        if (in[n] != 1) continue;
-        const struct qp_node *nd = &g->nodes[n];
-        for (int i = 0; i < nd->n_inputs; i++) {
-            int v = nd->inputs[i];
-            int p = v >= 0 ? g->values[v].producer : -1;
-            if (p >= 0 && !g->nodes[p].dead && !in[p]) in[p] = 2;
-        }
-        for (int o = 0; o < nd->n_outputs; o++) {
-            int v = nd->outputs[o];
-            for (size_t u = 0; v >= 0 && u < g->values[v].n_uses; u++) {
-                int c = g->values[v].uses[u].node;
-                if (!g->nodes[c].dead && !in[c]) in[c] = 2;
-            }
-        }
-    }
+    for (int step = 0; step < QP_SUBGRAPH_STEPS; step++)
+        mark_neighbours(g, in, (unsigned char)(step + 1), (unsigned char)(step + 2));
     for (size_t n = 0; n < g->n_nodes; n++) { /* the Constant nodes the set reads */
         if (!in[n] || is_constant_node(g, (int)n)) continue;
         const struct qp_node *nd = &g->nodes[n];
@@ -348,5 +357,183 @@ enum qp_status qp_subgraph_placement(const struct qp_placement *p, const struct 
         *out = r;
     else
         qp_placement_free(r);
+    return st;
+}
+
+/* How the whole model reads tensor `name` outside the sub-model: *quant when a consumer outside
+ * reads it through an edge of `p`, *flt when one reads it unquantized or the model returns it. */
+static void outside_reads(const struct qp_graph *whole, const struct qp_graph *sub,
+                          const struct qp_placement *p, const char *name, int *quant, int *flt) {
+    int v = qp_graph_find_value(whole, name);
+    *quant = *flt = 0;
+    if (v < 0) return;
+    const struct qp_value *val = &whole->values[v];
+    *flt = val->is_graph_output;
+    for (size_t u = 0; u < val->n_uses; u++) {
+        const struct qp_node *c = &whole->nodes[val->uses[u].node];
+        if (c->dead || qp_graph_find_node(sub, c->name) >= 0) continue;
+        int is_weight = 0;
+        if (qp_placement_find(p, c->name, val->uses[u].input, &is_weight, NULL) && !is_weight)
+            *quant = 1;
+        else
+            *flt = 1;
+    }
+}
+
+/* Adds to the clone c an Identity reading graph output `tensor` that stands in for its quantized
+ * readers outside, with an edge of ps on it; *node_name gets its name. */
+static enum qp_status add_stand_in(struct qp_model *c, const char *tensor, struct qp_placement *ps,
+                                   const char **node_name, struct qp_error *err) {
+    struct qp_graph *g = c->graph;
+    const char *name = qp_graph_unique_node_name(g, "qp_border");
+    const char *out = qp_graph_unique_value_name(g, "qp_border_out");
+    if (!name || !out) return qp_error_set(err, QP_ERR_NOMEM, "subgraph: out of memory");
+    enum qp_status st =
+        qp_graph_add_node(g, name, "Identity", NULL, 1, &tensor, 1, &out, NULL, err);
+    if (st == QP_OK) st = qp_placement_add_edge(ps, tensor, name, 0, "autotune.border", err);
+    *node_name = name;
+    return st;
+}
+
+/* After the writer: the stand-in `name` reads a DequantizeLinear of a QuantizeLinear's output;
+ * that int8 output becomes a graph output and the stand-in goes. */
+static enum qp_status finish_stand_in(struct qp_graph *g, const char *name, struct qp_error *err) {
+    int n = qp_graph_find_node(g, name);
+    int d = n >= 0 ? g->nodes[n].inputs[0] : -1;
+    int dq = d >= 0 ? g->values[d].producer : -1;
+    if (dq < 0 || !qp_node_is(&g->nodes[dq], "DequantizeLinear") || g->nodes[dq].inputs[0] < 0)
+        return qp_error_set(err, QP_ERR_INTERNAL,
+                            "subgraph: border stand-in '%s' is not fed by a DequantizeLinear",
+                            name);
+    int q = g->nodes[dq].inputs[0];
+    enum qp_status st = qp_graph_remove_node(g, n, err);
+    if (st == QP_OK && g->values[d].n_uses == 0) st = qp_graph_remove_node(g, dq, err);
+    if (st == QP_OK && !g->values[q].is_graph_output) st = qp_graph_add_output(g, q, err);
+    return st;
+}
+
+/* Drops graph outputs flagged in drop[0..n) (indices into g->outputs as they were), then the
+ * nodes left computing nothing anyone reads. */
+static enum qp_status drop_outputs(struct qp_graph *g, const unsigned char *drop, size_t n,
+                                   struct qp_error *err) {
+    size_t j = 0;
+    for (size_t i = 0; i < g->n_outputs; i++) {
+        if (i < n && drop[i]) {
+            g->values[g->outputs[i]].is_graph_output = 0;
+            continue;
+        }
+        g->outputs[j++] = g->outputs[i];
+    }
+    g->n_outputs = j;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (size_t k = 0; k < g->n_nodes; k++) {
+            const struct qp_node *nd = &g->nodes[k];
+            int used = nd->dead || nd->n_outputs == 0;
+            for (int o = 0; o < nd->n_outputs && !used; o++) {
+                int v = nd->outputs[o];
+                used = v >= 0 && (g->values[v].n_uses || g->values[v].is_graph_output);
+            }
+            if (used) continue;
+            enum qp_status st = qp_graph_remove_node(g, (int)k, err);
+            if (st != QP_OK) return st;
+            changed = 1;
+        }
+    }
+    return QP_OK;
+}
+
+/* 1 when the whole model reads its tensor `name` only through edges of p (no float reader,
+ * not a graph input or output): its producer then writes int8 there. */
+static int read_quantized_only(const struct qp_graph *whole, const struct qp_placement *p,
+                               const char *name) {
+    int v = qp_graph_find_value(whole, name);
+    if (v < 0) return 0;
+    const struct qp_value *val = &whole->values[v];
+    if (val->is_graph_input || val->is_graph_output || val->producer < 0 || !val->n_uses) return 0;
+    for (size_t u = 0; u < val->n_uses; u++) {
+        const struct qp_node *c = &whole->nodes[val->uses[u].node];
+        int is_weight = 0;
+        if (!c->dead &&
+            (!qp_placement_find(p, c->name, val->uses[u].input, &is_weight, NULL) || is_weight))
+            return 0;
+    }
+    return 1;
+}
+
+/* The QuantizeLinear reading graph input v of g, directly or through the Cast the fp16 writer
+ * puts on it (*cast: that Cast, or -1); -1 when there is none or v has other readers. */
+static int input_quantizer(const struct qp_graph *g, int v, int *cast) {
+    *cast = -1;
+    if (g->values[v].n_uses != 1) return -1;
+    int n = g->values[v].uses[0].node;
+    if (qp_node_is(&g->nodes[n], "Cast")) {
+        int o = g->nodes[n].outputs[0];
+        if (o < 0 || g->values[o].n_uses != 1 || g->values[o].is_graph_output) return -1;
+        *cast = n;
+        n = g->values[o].uses[0].node;
+    }
+    return qp_node_is(&g->nodes[n], "QuantizeLinear") && g->values[v].uses[0].input == 0 ? n : -1;
+}
+
+/* Graph input `name` of the written sub-model, read only through its QuantizeLinear, becomes
+ * that quantizer's int8 output: the Q (and the fp16 Cast before it) go, as in the whole model
+ * the producer outside writes the int8 tensor itself. Left as it is when not so read. */
+static enum qp_status quantize_input(struct qp_graph *g, const char *name, struct qp_error *err) {
+    int v = qp_graph_find_value(g, name), cast = -1;
+    int q = v >= 0 && g->values[v].is_graph_input ? input_quantizer(g, v, &cast) : -1;
+    if (q < 0) return QP_OK;
+    int out = g->nodes[q].outputs[0];
+    if (out < 0 || g->values[out].is_graph_output) return QP_OK;
+    struct qp_value *in = &g->values[v], *qv = &g->values[out];
+    qv->kind = QP_VALUE_TENSOR;
+    qv->rank = in->rank;
+    qv->dims = in->dims; /* the arena's, shared: the shape is the same */
+    enum qp_status st = qp_graph_remove_node(g, q, err);
+    if (st == QP_OK && cast >= 0) st = qp_graph_remove_node(g, cast, err);
+    if (st != QP_OK) return st;
+    size_t j = 0; /* v leaves the inputs, the int8 tensor takes its place at the end */
+    for (size_t i = 0; i < g->n_inputs; i++)
+        if (g->inputs[i] != v) g->inputs[j++] = g->inputs[i];
+    g->n_inputs = j;
+    g->values[v].is_graph_input = 0;
+    return qp_graph_add_input(g, out, err);
+}
+
+enum qp_status qp_subgraph_write(const struct qp_model *sub, const struct qp_graph *whole,
+                                 const struct qp_placement *p, const struct qp_writer_options *wo,
+                                 struct qp_model **out, struct qp_error *err) {
+    struct qp_model *c = NULL;
+    struct qp_placement *ps = NULL;
+    size_t n_out = sub->graph->n_outputs;
+    const char **stand_in = calloc(n_out ? n_out : 1, sizeof *stand_in);
+    unsigned char *drop = calloc(n_out ? n_out : 1, 1);
+    enum qp_status st =
+        stand_in && drop ? QP_OK : qp_error_set(err, QP_ERR_NOMEM, "subgraph: out of memory");
+    if (st == QP_OK) st = qp_model_clone(sub, &c, err);
+    if (st == QP_OK) st = qp_subgraph_placement(p, sub, &ps, err);
+    for (size_t i = 0; i < n_out && st == QP_OK; i++) {
+        const char *name = c->graph->values[c->graph->outputs[i]].name;
+        int quant = 0, flt = 0;
+        outside_reads(whole, sub->graph, p, name, &quant, &flt);
+        drop[i] = quant && !flt;
+        if (quant) st = add_stand_in(c, name, ps, &stand_in[i], err);
+    }
+    if (st == QP_OK) st = qp_qdq_write(c, ps, wo, NULL, err);
+    for (size_t i = 0; i < n_out && st == QP_OK; i++)
+        if (stand_in[i]) st = finish_stand_in(c->graph, stand_in[i], err);
+    if (st == QP_OK) st = drop_outputs(c->graph, drop, n_out, err);
+    for (size_t i = 0; i < sub->graph->n_inputs && st == QP_OK; i++) {
+        const char *name = sub->graph->values[sub->graph->inputs[i]].name;
+        if (read_quantized_only(whole, p, name)) st = quantize_input(c->graph, name, err);
+    }
+    if (st == QP_OK) st = qp_graph_toposort(c->graph, err);
+    qp_placement_free(ps);
+    free(stand_in);
+    free(drop);
+    if (st == QP_OK)
+        *out = c;
+    else
+        qp_model_free(c);
     return st;
 }

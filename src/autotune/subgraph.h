@@ -22,7 +22,8 @@
  * Node, tensor and initializer names are the whole model's, so a placement of the whole model
  * restricted to the sub-model's nodes (qp_subgraph_placement) writes the same Q/DQ there.
  * Running the sub-model on the captured entering tensors gives the whole model's values of its
- * outputs (the unit test checks it on ResNet- and ViT-like blocks).
+ * outputs (the unit test checks it on ResNet- and ViT-like blocks). qp_subgraph_write writes a
+ * placement into it with the borders quantized as the whole model quantizes them there.
  *
  *     unsigned char *keep = calloc(g->n_nodes, 1);
  *     qp_subgraph_nodes(rs, p, keep);
@@ -31,9 +32,9 @@
  *     if (qp_subgraph_capture(m, "input:1x3x224x224", names, n, 2, &cap, &err) != QP_OK) ...
  *     struct qp_model *sub = NULL;
  *     if (qp_subgraph_extract(m, keep, cap, &sub, &err) != QP_OK) ...
- *     struct qp_placement *ps = NULL;
- *     qp_subgraph_placement(best, sub, &ps, &err);   // then the Q/DQ writer on a clone of sub
- *     qp_model_free(sub); qp_subgraph_capture_free(cap);
+ *     struct qp_model *w = NULL;                    // best's Q/DQ inside, borders as in m
+ *     if (qp_subgraph_write(sub, m->graph, best, &writer_options, &w, &err) != QP_OK) ...
+ *     qp_model_free(w); qp_model_free(sub); qp_subgraph_capture_free(cap);
  */
 #ifndef QP_AUTOTUNE_SUBGRAPH_H
 #define QP_AUTOTUNE_SUBGRAPH_H
@@ -43,6 +44,11 @@
 #include "autotune/region.h"
 #include "ir/ir.h"
 #include "placement/placement.h"
+#include "quant/writer.h"
+
+/* How many steps out of the pattern's instances the node set reaches (qp_subgraph_nodes). Two
+ * was tried and timed worse: the wider borders ran mixed layouts the whole model never runs. */
+#define QP_SUBGRAPH_STEPS 1
 #include "qplace/array.h"
 #include "qplace/status.h"
 
@@ -99,5 +105,20 @@ enum qp_status qp_subgraph_extract(const struct qp_model *m, const unsigned char
  * entry returns. */
 enum qp_status qp_subgraph_placement(const struct qp_placement *p, const struct qp_model *sub,
                                      struct qp_placement **out, struct qp_error *err);
+
+/* The sub-model `sub` of the model whose graph is `whole`, with placement `p` (a placement of
+ * the whole model) written by the Q/DQ writer (options `wo`) into a new model *out
+ * (qp_model_free; written only on success); `sub` is not changed. Inside it holds p's entries
+ * whose consumer is in `sub` (qp_subgraph_placement). At its border it keeps how the whole
+ * model reads the tensors that leave it: a graph output that a consumer outside reads through
+ * an edge of p is written quantized, the QuantizeLinear's output becoming a graph output, so
+ * its producer writes int8 as it does in the whole model; it stays a float graph output only
+ * when the whole model returns it or a consumer outside reads it unquantized. Without that, a
+ * scheme that unquantizes an edge into a tensor's in-region reader looks faster in the
+ * sub-model (its producer just writes float) while the whole model pays a QuantizeLinear pass
+ * for the readers outside. Returns QP_ERR_NOMEM and what cloning and the writer return. */
+enum qp_status qp_subgraph_write(const struct qp_model *sub, const struct qp_graph *whole,
+                                 const struct qp_placement *p, const struct qp_writer_options *wo,
+                                 struct qp_model **out, struct qp_error *err);
 
 #endif

@@ -128,6 +128,14 @@ static int amax_from_ranges(void *user, const char *tensor, float *amax_out) {
 
 /* Writes model `base` (t->m or a sub-model of it) with placement `p` (the calibrated ranges'
  * scales) to `path`. */
+static void writer_options(const struct tune *t, struct qp_writer_options *wo) {
+    qp_writer_options_default(wo);
+    wo->high_precision = t->o->high_precision;
+    wo->qtype = t->o->quant_mode == QP_QUANT_FP8 ? QP_DTYPE_FLOAT8E4M3FN : QP_DTYPE_INT8;
+    wo->amax = amax_from_ranges;
+    wo->amax_user = t->ranges;
+}
+
 static enum qp_status write_model_of(struct tune *t, const struct qp_model *base,
                                      const struct qp_placement *p, const char *path,
                                      struct qp_error *err) {
@@ -135,11 +143,7 @@ static enum qp_status write_model_of(struct tune *t, const struct qp_model *base
     enum qp_status st = qp_model_clone(base, &c, err);
     if (st != QP_OK) return st;
     struct qp_writer_options wo;
-    qp_writer_options_default(&wo);
-    wo.high_precision = t->o->high_precision;
-    wo.qtype = t->o->quant_mode == QP_QUANT_FP8 ? QP_DTYPE_FLOAT8E4M3FN : QP_DTYPE_INT8;
-    wo.amax = amax_from_ranges;
-    wo.amax_user = t->ranges;
+    writer_options(t, &wo);
     if ((st = qp_qdq_write(c, p, &wo, NULL, err)) == QP_OK)
         st = qp_model_save_file(c, path, NULL, err);
     qp_model_free(c);
@@ -887,14 +891,17 @@ static void region_release(struct tune *t) {
     free(t->best_sub_path);
 }
 
-/* Writes sub-model `sub` with placement `p` restricted to it. */
+/* Writes sub-model `sub` with placement `p` restricted to it, its border quantized as the
+ * whole model's (qp_subgraph_write). */
 static enum qp_status write_sub(struct tune *t, const struct qp_model *sub,
                                 const struct qp_placement *p, const char *path,
                                 struct qp_error *err) {
-    struct qp_placement *ps = NULL;
-    enum qp_status st = qp_subgraph_placement(p, sub, &ps, err);
-    if (st == QP_OK) st = write_model_of(t, sub, ps, path, err);
-    qp_placement_free(ps);
+    struct qp_writer_options wo;
+    writer_options(t, &wo);
+    struct qp_model *c = NULL;
+    enum qp_status st = qp_subgraph_write(sub, t->m->graph, p, &wo, &c, err);
+    if (st == QP_OK) st = qp_model_save_file(c, path, NULL, err);
+    qp_model_free(c);
     return st;
 }
 

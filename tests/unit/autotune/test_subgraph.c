@@ -2,7 +2,8 @@
  * and a ViT-like model, the sub-model is a valid model that runs in the engine, its outputs
  * equal the whole model's tensors of those names when fed the whole model's values of its
  * inputs, and the trt placement restricted to it is written with every Q/DQ (border ones
- * included) and runs on the int8 path. */
+ * included) and runs on the int8 path; qp_subgraph_write quantizes the outputs the whole model
+ * reads quantized outside, with the placement's entries inside the sub-model or without them. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -178,6 +179,128 @@ static size_t check_qdq(struct qp_model *whole, struct qp_model *sub) {
     return border;
 }
 
+/* How the whole model reads sub-model output `name` outside `sub` under placement p. */
+static void reads_outside(const struct qp_graph *whole, const struct qp_graph *sub,
+                          const struct qp_placement *p, const char *name, int *quant, int *flt) {
+    const struct qp_value *val = &whole->values[qp_graph_find_value(whole, name)];
+    *quant = 0;
+    *flt = val->is_graph_output;
+    for (size_t u = 0; u < val->n_uses; u++) {
+        const char *c = whole->nodes[val->uses[u].node].name;
+        if (qp_graph_find_node(sub, c) >= 0) continue;
+        int w = 0;
+        if (qp_placement_find(p, c, val->uses[u].input, &w, NULL) && !w)
+            *quant = 1;
+        else
+            *flt = 1;
+    }
+}
+
+/* qp_subgraph_write with placement p: every output of `sub` the whole model reads quantized
+ * outside is, in the written model, the input of a QuantizeLinear whose int8 output is a graph
+ * output, and stays a float graph output only when read unquantized outside; every input the
+ * whole model reads only quantized (not a graph input there) is replaced by the int8 tensor its
+ * DequantizeLinear reads (counted in *inputs_q); the model runs on the int8 path. Returns the
+ * number of outputs written quantized. */
+static size_t check_write(struct qp_model *whole, struct qp_model *sub,
+                          const struct qp_placement *p, enum qp_dtype high, size_t *inputs_q) {
+    struct qp_error err = {0};
+    struct qp_writer_options wo;
+    qp_writer_options_default(&wo);
+    wo.amax = amax_one;
+    wo.high_precision = high;
+    struct qp_model *w = NULL;
+    if (qp_subgraph_write(sub, whole->graph, p, &wo, &w, &err) != QP_OK) fail_msg("%s", err.msg);
+    const struct qp_graph *g = w->graph;
+    size_t quantized = 0;
+    for (size_t i = 0; i < sub->graph->n_outputs; i++) {
+        const char *name = sub->graph->values[sub->graph->outputs[i]].name;
+        int quant = 0, flt = 0;
+        reads_outside(whole->graph, sub->graph, p, name, &quant, &flt);
+        int v = qp_graph_find_value(g, name);
+        assert_true(v >= 0);
+        if (g->values[v].is_graph_output != flt)
+            fail_msg("'%s': graph output %d, read unquantized outside %d", name,
+                     g->values[v].is_graph_output, flt);
+        int q_out = 0; /* its quantizer (scale `<t>_scale`, the writer's name; behind a Cast in
+                          fp16) writes a graph output */
+        char scale[256];
+        snprintf(scale, sizeof scale, "%s_scale", name);
+        for (size_t k = 0; k < g->n_nodes; k++) {
+            const struct qp_node *c = &g->nodes[k];
+            if (!c->dead && qp_node_is(c, "QuantizeLinear") &&
+                strcmp(g->values[c->inputs[1]].name, scale) == 0 &&
+                g->values[c->outputs[0]].is_graph_output)
+                q_out = 1;
+        }
+        if (q_out != quant)
+            fail_msg("'%s': quantized output %d, read quantized %d", name, q_out, quant);
+        quantized += (size_t)quant;
+    }
+    for (size_t i = 0; i < sub->graph->n_inputs; i++) { /* int8 where only quantized readers */
+        const char *name = sub->graph->values[sub->graph->inputs[i]].name;
+        const struct qp_value *wv = &whole->graph->values[qp_graph_find_value(whole->graph, name)];
+        int only_q = !wv->is_graph_input && !wv->is_graph_output && wv->n_uses > 0;
+        for (size_t u = 0; u < wv->n_uses && only_q; u++) {
+            int is_w = 0;
+            only_q = qp_placement_find(p, whole->graph->nodes[wv->uses[u].node].name,
+                                       wv->uses[u].input, &is_w, NULL) &&
+                     !is_w;
+        }
+        int v = qp_graph_find_value(g, name);
+        int still = v >= 0 && g->values[v].is_graph_input;
+        if (still == only_q)
+            fail_msg("input '%s': float %d, read quantized only %d", name, still, only_q);
+        if (!only_q) continue;
+        int found = 0; /* the int8 tensor of its quantizer is an input read by a DequantizeLinear */
+        for (size_t k = 0; k < g->n_inputs; k++) {
+            const struct qp_value *iv = &g->values[g->inputs[k]];
+            if (iv->dtype != QP_DTYPE_INT8 || !iv->n_uses) continue;
+            const struct qp_node *dq = &g->nodes[iv->uses[0].node];
+            const char *sc = g->values[dq->inputs[1]].name;
+            found |= qp_node_is(dq, "DequantizeLinear") && strncmp(sc, name, strlen(name)) == 0;
+        }
+        if (!found) fail_msg("input '%s': no int8 graph input feeds its DequantizeLinear", name);
+        (*inputs_q)++;
+    }
+    for (size_t k = 0; k < g->n_nodes; k++)
+        assert_true(g->nodes[k].dead || !qp_node_is(&g->nodes[k], "Identity") ||
+                    strncmp(g->nodes[k].name, "qp_border", 9) != 0);
+    struct qp_shape *sh = NULL;
+    size_t n_sh = 0;
+    assert_int_equal(qp_bench_input_shapes(w, 0, NULL, &sh, &n_sh, &err), QP_OK);
+    struct qp_bench_options bo = {.warmup = 1, .iterations = 1, .n_threads = 1};
+    struct qp_bench_result br = {0};
+    assert_int_equal(qp_bench_measure(w, n_sh, sh, &bo, &br, &err), QP_OK);
+    qp_bench_result_release(&br);
+    free(sh);
+    qp_model_free(w);
+    return quantized;
+}
+
+/* check_write with the trt placement (fp32 and fp16 high precision, where Casts stand between
+ * the graph's inputs and outputs and the Q/DQ) and with the trt placement less every entry
+ * inside `sub` (the border's quantization comes from outside alone). */
+static size_t check_writes(struct qp_model *whole, struct qp_model *sub, size_t *inputs_q) {
+    struct qp_error err = {0};
+    struct qp_placement *p = NULL, *outside = NULL;
+    struct qp_trt_options trt = {.quantize_mode = QP_QUANT_INT8};
+    assert_int_equal(qp_placement_trt(whole, &trt, &p, &err), QP_OK);
+    assert_int_equal(qp_placement_copy(p, &outside, &err), QP_OK);
+    for (size_t i = 0; i < p->n_edges; i++)
+        if (qp_graph_find_node(sub->graph, p->edges[i].node) >= 0)
+            qp_placement_remove(outside, p->edges[i].node, p->edges[i].input);
+    size_t before = *inputs_q, none = 0, in16 = 0;
+    size_t n = check_write(whole, sub, p, QP_DTYPE_FLOAT, inputs_q);
+    assert_int_equal(check_write(whole, sub, p, QP_DTYPE_FLOAT16, &in16), n); /* through Casts */
+    assert_int_equal(in16, *inputs_q - before);
+    assert_int_equal(check_write(whole, sub, outside, QP_DTYPE_FLOAT, &none), n);
+    assert_int_equal(none, 0); /* no reader inside is quantized, so no input is int8 */
+    qp_placement_free(outside);
+    qp_placement_free(p);
+    return n;
+}
+
 static void check_model(const char *path) {
     struct qp_error err = {0};
     struct qp_model *m = NULL;
@@ -189,7 +312,7 @@ static void check_model(const char *path) {
     struct recorded *whole = run_whole(m, &inputs, &n_in);
     struct qp_graph *g = m->graph;
     int *vals = NULL;
-    size_t n = 0, cap = 0, borders = 0, checked = 0;
+    size_t n = 0, cap = 0, borders = 0, checked = 0, quantized_outputs = 0, quantized_inputs = 0;
     unsigned char **keep = calloc(rs->n_patterns, sizeof *keep);
     for (size_t p = 0; p < rs->n_patterns; p++) {
         keep[p] = calloc(g->n_nodes, 1);
@@ -216,12 +339,15 @@ static void check_model(const char *path) {
         assert_true(sub->graph->n_inits <= g->n_inits + n);
         check_values(sub, whole);
         borders += check_qdq(m, sub);
+        quantized_outputs += check_writes(m, sub, &quantized_inputs);
         checked++;
         qp_model_free(sub);
         free(keep[p]);
     }
     assert_true(checked >= 2);
     assert_true(borders > 0);
+    assert_true(quantized_outputs > 0);
+    assert_true(quantized_inputs > 0);
     free(keep);
     free(vals);
     qp_subgraph_capture_free(c);
