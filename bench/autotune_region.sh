@@ -9,7 +9,9 @@
 # calibration, which both timings share), races measured and adopted, and per model whether
 # the final placements are equal (`qplace diff` of the two placement.json files, every whole
 # run against every region run) and the ratios of the median times (whole / region). Prints the
-# ISA line of the backend. Minutes per model.
+# ISA line of the backend, and the two timings' chosen models (the first run of each) benched in
+# turn, BENCH_ROUNDS rounds (default 4): the results compared as latencies, since whole-model
+# races on a noisy machine adopt schemes of 1-3% that do not reproduce. Minutes per model.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 QPLACE="${1:-$ROOT/build/qplace}"
@@ -78,6 +80,23 @@ for m in resnet50 vit_tiny; do
     echo "$m: final placements equal in $same of $total whole/region pairs;" \
         "median wall $w s whole, $g s region: $(ratio "$w" "$g")x;" \
         "median search $sw s whole, $sg s region: $(ratio "$sw" "$sg")x"
+    # the results as latencies: the first whole and region runs' optimized_final.onnx benched in
+    # turn (BENCH_ROUNDS rounds of 40 runs), each the median of its rounds' medians
+    bw="" br=""
+    for _ in $(seq 1 "${BENCH_ROUNDS:-4}"); do
+        for timing in whole region; do
+            ms=$("$QPLACE" bench "$OUT/$m.$timing.1/optimized_final.onnx" \
+                --shape input=1x3x224x224 --threads "$THREADS" --iterations 40 |
+                awk '$1 == "qplace" {print $2}')
+            if [ "$timing" = whole ]; then bw+="$ms "; else br+="$ms "; fi
+        done
+    done
+    # shellcheck disable=SC2086
+    mw=$(median $bw)
+    # shellcheck disable=SC2086
+    mr=$(median $br)
+    echo "$m: chosen placements benched in turn: whole's $mw ms, region's $mr ms" \
+        "(whole / region $(ratio "$mw" "$mr")x; rounds: whole $bw/ region $br)"
     unset walls searches
 done
 echo "backend: $isa; mode $MODE, $THREADS threads"

@@ -839,12 +839,13 @@ static enum qp_status adopt_candidate(struct tune *t, struct qp_placement *cand,
 /* Decides the timing; for region timing, every searched pattern's node set and one capture of
  * the tensors entering them (a run of the whole float model). Before anything is written. */
 static enum qp_status region_prepare(struct tune *t, struct qp_error *err) {
-    /* auto is whole-model timing on every backend: on the generated ResNet-50 and ViT-tiny
-     * (2026-12-05, quiet machine) a sub-model race and the whole-model race of the same scheme
-     * disagreed in direction (docs/autotune.md "Region-local timing"), so region timing is
-     * asked for, not assumed */
+    /* auto is region timing on builtin, whose sub-models are measured to rank as whole models
+     * do once their borders are quantized as in the whole model (docs/autotune.md "Region-local
+     * timing"); whole-model timing on the backends that start a process per model */
     enum qp_autotune_timing tm = t->o->timing;
-    if (tm == QP_AUTOTUNE_TIMING_AUTO) tm = QP_AUTOTUNE_TIMING_WHOLE;
+    if (tm == QP_AUTOTUNE_TIMING_AUTO)
+        tm = strcmp(t->o->backend->name, "builtin") == 0 ? QP_AUTOTUNE_TIMING_REGION
+                                                         : QP_AUTOTUNE_TIMING_WHOLE;
     t->region = t->r->timing_region = tm == QP_AUTOTUNE_TIMING_REGION;
     if (!t->region) return QP_OK;
     const struct qp_graph *g = t->m->graph;

@@ -54,7 +54,7 @@ size_t qp_autotune_mode_schemes(enum qp_autotune_mode m);
 
 /* How a scheme is timed (docs/autotune.md "Region-local timing"). */
 enum qp_autotune_timing {
-    QP_AUTOTUNE_TIMING_AUTO = 0, /* WHOLE on every backend (region timing is opt-in) */
+    QP_AUTOTUNE_TIMING_AUTO = 0, /* REGION on builtin, WHOLE on the other backends */
     QP_AUTOTUNE_TIMING_WHOLE,    /* the whole model with the candidate against the whole best */
     QP_AUTOTUNE_TIMING_REGION,   /* the pattern's sub-model (autotune/subgraph.h), both ways */
     QP_AUTOTUNE_TIMING_COUNT
@@ -135,7 +135,8 @@ struct qp_autotune_options {
     /* Region-local timing: each pattern's races time its sub-model (its instances and their
      * one-step neighbours, cut out with the same calibrated ranges) instead of the whole model,
      * with the minimum effect scaled by whole / sub-model latency so that a scheme is adopted
-     * for the same whole-model gain. The guard stays whole-model. Default AUTO (= WHOLE). */
+     * for the same whole-model gain. The guard stays whole-model. Default AUTO (REGION on
+     * builtin, WHOLE elsewhere; WHOLE too when the capture cannot run the model). */
     enum qp_autotune_timing timing;
 };
 
