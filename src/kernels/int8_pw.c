@@ -238,6 +238,9 @@ static int classify(const struct pw_state *s, const struct qp_kt *t, const int64
     return *kind != IN_GEN;
 }
 
+/* Rows shorter than this are gathered instead when an input's layout differs (choose_split). */
+#define PW_MIN_INNER 64
+
 /* `phys` (per input): stored channels first in a channels-last main shape (view_strides). */
 static void choose_split(const struct qp_kprep *p, struct pw_state *s, const int *phys) {
     int all_full = 1;
@@ -259,6 +262,22 @@ static void choose_split(const struct qp_kprep *p, struct pw_state *s, const int
     s->inner = 1;
     for (int i = 0; i < s->rank; i++)
         *(i < s->split || s->general ? &s->rows : &s->inner) *= s->main[i];
+    int mixed = 0; /* an input stored channels first in a channels-last shape, with pixels */
+    for (int i = 0; i < s->n_in; i++) {
+        int64_t pixels = 1; /* in main coordinates (N, D1..Dk, C); a [N, C, 1, 1] gate is the
+                               same in both layouts */
+        for (int k = 1; k < p->in[i]->rank - 1; k++)
+            pixels *= p->in[i]->dims[k];
+        mixed |= phys[i] && pixels > 1;
+    }
+    if (mixed && !s->general && s->rows > 1 && s->inner < PW_MIN_INNER) {
+        /* such an input splits the shape into rows of C: with few channels a tile per row pays
+         * the per-tile work (coordinates, calls) for a handful of elements, 5-40 times what
+         * gathering whole tiles costs */
+        s->general = 1;
+        s->rows *= s->inner;
+        s->inner = 1;
+    }
     if (s->general) { /* one row of everything, every input gathered */
         s->inner = s->rows;
         s->rows = 1;

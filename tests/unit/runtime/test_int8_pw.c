@@ -524,6 +524,47 @@ static void test_nhwc_between_qconv(void **state) {
     qp_model_free(m);
 }
 
+/* A residual Add of a hard-swish of a QConv's channels-last output (a Pointwise node: its Q/DQ
+ * inside keeps it out of the QConv) and the graph's planar float input (the
+ * mixed layouts of an autotune sub-model's border): the Pointwise node runs channels last with
+ * one input channels first (pw_in_nhwc 0), and with 6 channels its rows of 6 elements are
+ * gathered into whole tiles (kernels/int8_pw.c, PW_MIN_INNER); the output is bit for bit what
+ * QP_INT8_NHWC_POINTWISE=0 gives and within one step of the oracle. */
+static void test_nhwc_mixed_layout_add(void **state) {
+    (void)state;
+    struct qp_model *m = conv1_model();
+    rt_qdq(m, "c", "cd", 0.04f, 0);
+    hard_swish_qdq(m, "c", "cd", "hs");
+    bin(m, "res_add", "Add", "hs", "x", "t");
+    rt_qdq(m, "t", "td", 0.04f, 0);
+    conv1x1(m, "conv2", "td", "o", 1);
+    rt_qdq(m, "o", "y", 0.01f, 0);
+    const char *outs[1] = {"y"};
+    finish(m, 1, outs);
+    fill(xin, NX, 4.0f);
+    int64_t d[4] = {1, CH, HW, HW};
+    size_t ny[1] = {NX};
+    static float off[NX], on[NX], tr[NX];
+    float *po = off;
+    run(m, QP_INT8_OFF, xin, 4, d, NX, 1, &po, ny, 0);
+    struct qp_session *s = run_layout(m, on, 1);
+    assert_int_equal(attr_of(s, "Pointwise", "nhwc"), 1);
+    int planar_in = 0;
+    for (size_t k = 0; k < s->g->n_nodes; k++) {
+        const int64_t *f = NULL;
+        int n = !s->g->nodes[k].dead && strcmp(s->g->nodes[k].op_type, "Pointwise") == 0
+                    ? qp_kattr_ints(&s->g->nodes[k], "pw_in_nhwc", &f)
+                    : 0;
+        for (int i = 0; i < n; i++)
+            planar_in += f[i] == 0;
+    }
+    assert_true(planar_in > 0);
+    qp_session_free(s);
+    qp_session_free(run_layout(m, tr, 0));
+    check_layouts(on, tr, off, 0.01f);
+    qp_model_free(m);
+}
+
 /* An SE block's pooling of a QConv's float output: conv1 -> GlobalAveragePool -> Sigmoid, and
  * conv1 * gate -> Q -> conv2. The Pointwise node runs channels last, so conv1 writes channels
  * last and the pooling averages that layout (attribute nhwc): the output is bit for bit what
@@ -903,6 +944,7 @@ int main(void) {
         cmocka_unit_test(test_conv_affine),
         cmocka_unit_test(test_bad_program),
         cmocka_unit_test(test_nhwc_between_qconv),
+        cmocka_unit_test(test_nhwc_mixed_layout_add),
         cmocka_unit_test(test_nhwc_gap_after_qconv),
         cmocka_unit_test(test_gap_nhwc_kernel),
         cmocka_unit_test(test_nhwc_avgpool_after_pointwise),
