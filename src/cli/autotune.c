@@ -162,6 +162,13 @@ static void print_summary(const struct qp_autotune_report *r, const struct qp_la
                                          ? "region (each pattern's sub-model; medians below are "
                                            "whole-model: the seed timed once, best in the guard)"
                                          : "whole model");
+    if (r->region_checked)
+        printf("  region check    best %.4f ms, seed %.4f ms as whole models: %s%s\n",
+               r->region_best_ms, r->region_seed_ms,
+               qp_latency_verdict_name(r->region_check.verdict),
+               r->region_reverted ? "; the sub-models' gains did not add up, the seed's placement "
+                                    "is kept"
+                                  : "");
     printf("  seed            %.4f ms median (%s)\n", r->seed_median_ms,
            r->timing_region ? "whole seed" : "first race");
     const char *last = r->timing_region ? "guard race" : "last race";

@@ -1236,6 +1236,45 @@ static enum qp_status make_dir(const char *dir, struct qp_error *err) {
     return QP_OK;
 }
 
+/* After a region search that adopted schemes: the whole best raced against the whole seed. The
+ * sub-models' gains need not add up to the whole model's (borders, layouts, what fuses across
+ * patterns), so a best that is slower than the seed as a whole model gives way to the seed:
+ * the result is never slower than the seed. */
+static enum qp_status region_check(struct tune *t, struct qp_placement **best,
+                                   struct qp_error *err) {
+    if (!t->region || !t->r->n_adopted || t->r->interrupted) return QP_OK;
+    enum qp_status st = write_model(t, t->r->seed, t->cand_path, err);
+    struct qp_latency_race_result res;
+    if (st == QP_OK)
+        st = qp_latency_race(t->o->backend, t->best_path, t->cand_path, &t->o->race, &res, err);
+    if (st != QP_OK) return st;
+    t->r->region_checked = 1;
+    t->r->region_check = res.verdict;
+    t->r->region_best_ms = median_of(res.cand_ms, res.n_cand);
+    t->r->region_seed_ms = median_of(res.best_ms, res.n_best);
+    qp_latency_race_result_release(&res);
+    qp_log(QP_LOG_DEBUG, "autotune: region check: best %.4f ms, seed %.4f ms as whole models (%s)",
+           t->r->region_best_ms, t->r->region_seed_ms,
+           qp_latency_verdict_name(t->r->region_check.verdict));
+    if (t->r->region_check.verdict != QP_LATENCY_SLOWER) return QP_OK;
+    struct qp_placement *seed = NULL;
+    if ((st = qp_placement_copy(t->r->seed, &seed, err)) != QP_OK) return st;
+    if (rename(t->cand_path, t->best_path) != 0) {
+        qp_placement_free(seed);
+        return qp_error_set(err, QP_ERR_IO, "autotune: cannot write '%s': %s", t->best_path,
+                            strerror(errno));
+    }
+    qp_placement_free(*best);
+    *best = seed;
+    t->r->region_reverted = 1;
+    t->r->best_drift = t->r->seed_drift; /* what pareto.json and the summary give for the best */
+    t->best_pattern = -1;
+    t->best_entry = NULL;
+    cJSON_Delete(t->best_points);
+    t->best_points = NULL;
+    return QP_OK;
+}
+
 /* The guard and the final files. */
 static enum qp_status finish(struct tune *t, struct qp_placement *best, struct qp_error *err) {
     const char *dir = t->r->output_dir;
@@ -1354,6 +1393,7 @@ enum qp_status qp_autotune(const struct qp_autotune_options *o,
     if (t.region && t.r->n_adopted && !t.r->interrupted &&
         (st = write_model(&t, best, t.best_path, err)) != QP_OK) /* races wrote sub-models */
         goto fail;
+    if ((st = region_check(&t, &best, err)) != QP_OK) goto fail;
     t.r->search_seconds = qp_clock_seconds() - t_search;
     if (!t.r->interrupted && (st = finish(&t, best, err)) != QP_OK) goto fail;
     t.r->best = best;

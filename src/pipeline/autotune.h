@@ -174,6 +174,12 @@ struct qp_autotune_report {
                                            the whole seed's, best_median_ms the guard race's) */
     double search_seconds;              /* the pattern loop: from before the first race (and, with
                                            region timing, the capture) to after the last */
+    /* Region timing with adoptions: the whole best raced against the whole seed once after the
+     * search (region_check, its medians best / seed); region_reverted when the best was slower
+     * as a whole model, so the seed's placement was kept instead. */
+    int region_checked, region_reverted;
+    struct qp_latency_verdict region_check;
+    double region_best_ms, region_seed_ms;
 };
 
 void qp_autotune_report_free(struct qp_autotune_report *r);

@@ -107,6 +107,7 @@ struct world {
      * none of `rem`: a rule that a sub-model of the changed pattern answers as the whole
      * model does */
     int by_change;
+    int whole_slow; /* with by_change: a whole model with the change is slow (2.0), not fast */
     struct tset add, rem;
     int structural; /* 1: structural_latency */
     int conv_slow;  /* its conv_slow */
@@ -137,6 +138,7 @@ static double latency(void *ctx, const char *path, size_t k) {
             changed = bsearch(&w->rem.names[i], s.names, s.n, sizeof s.names[0], cmp_str) == NULL;
         w->base =
             (w->any_fast && tset_equal(&s, &w->fast)) || (w->q_fast && s.n) || changed ? 0.5 : 1.0;
+        if (changed && w->whole_slow && !strstr(path, ".autotune.sub.")) w->base = 2.0;
         if (w->structural) w->base = structural_latency(path, w->conv_slow);
         tset_clear(&s);
         snprintf(w->path, sizeof w->path, "%s", path);
@@ -735,7 +737,8 @@ static void test_resume_drift(void **state) {
 }
 
 /* Region-local timing ends on the placement whole-model timing ends on, when a sub-model is as
- * fast as the whole model would be with the same change; the log says which timing ran. */
+ * fast as the whole model would be with the same change; the log says which timing ran. When
+ * the sub-models gain and the whole model loses, the check after the search keeps the seed. */
 static void test_region_same(void **state) {
     (void)state;
     struct world w = {.by_change = 1};
@@ -770,6 +773,8 @@ static void test_region_same(void **state) {
     assert_int_equal(rr->n_adopted, rw->n_adopted);
     assert_true(qp_placement_equal(rr->best, rw->best));
     assert_false(qp_placement_equal(rr->best, rr->seed));
+    assert_true(rr->region_checked && !rr->region_reverted); /* the whole best is faster */
+    assert_false(rw->region_checked);
     /* the guard and the medians of the report are whole-model ones */
     assert_true(rr->seed_median_ms > 0.9 && rr->best_median_ms < 0.6);
     FILE *f = fopen(QP_TEST_BINARY_DIR "/autotune_timing_region/log.jsonl", "r");
@@ -779,6 +784,20 @@ static void test_region_same(void **state) {
     assert_non_null(strstr(line, "\"timing\":\"region\""));
     fclose(f);
     qp_autotune_report_free(rw);
+    qp_autotune_report_free(rr);
+    /* sub-models that gain where the whole model loses: region timing adopts the change, the
+     * check after the search races the whole models and keeps the seed */
+    w.whole_slow = 1;
+    w.path[0] = 0;
+    rm_dir(dr);
+    g_timing = QP_AUTOTUNE_TIMING_REGION;
+    rr = run(&w, dr);
+    g_timing = QP_AUTOTUNE_TIMING_AUTO;
+    assert_true(rr->n_adopted >= 1);
+    assert_true(rr->region_checked && rr->region_reverted);
+    assert_int_equal(rr->region_check.verdict, QP_LATENCY_SLOWER);
+    assert_true(qp_placement_equal(rr->best, rr->seed));
+    assert_true(rr->best_drift == rr->seed_drift);
     qp_autotune_report_free(rr);
     qp_placement_free(sp);
     qp_model_free(m);
