@@ -3,7 +3,7 @@
 # timing"), in one run:
 #   bash bench/autotune_region.sh [QPLACE] [THREADS] [MODE] [REPEATS]
 # For the generated ResNet-50 and ViT-tiny (1x3x224x224, synthetic calibration, builtin
-# backend): `qplace autotune --mode MODE` (default quick) with --timing whole and with --timing
+# backend; see AUTOTUNE_REGION_MODELS below): `qplace autotune --mode MODE` (default quick) with --timing whole and with --timing
 # region, REPEATS times each (default 1), printing per run the wall seconds, the search's
 # seconds (the pattern loop, as the summary's `time` line gives it: without loading and
 # calibration, which both timings share), races measured and adopted, and per model whether
@@ -12,6 +12,9 @@
 # ISA line of the backend, and the two timings' chosen models (the first run of each) benched in
 # turn, BENCH_ROUNDS rounds (default 4): the results compared as latencies, since whole-model
 # races on a noisy machine adopt schemes of 1-3% that do not reproduce. Minutes per model.
+# AUTOTUNE_REGION_MODELS picks the models (default "resnet50 vit_tiny"; also det, rec and cls,
+# PaddleOCR's, fetched by scripts/setup.sh); AUTOTUNE_REGION_SCHEMES N adds
+# --schemes_per_region N.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 QPLACE="${1:-$ROOT/build/qplace}"
@@ -19,11 +22,28 @@ THREADS="${2:-2}"
 MODE="${3:-quick}"
 REPEATS="${4:-1}"
 GEN="$ROOT/.cache/models/generated"
+MODELS="$ROOT/.cache/models"
 OUT="${AUTOTUNE_REGION_BENCH_DIR:-$ROOT/.cache/autotune-region-bench}"
 mkdir -p "$GEN" "$OUT"
 . "$ROOT/bench/lib.sh"
-for m in resnet50 vit_tiny; do
-    generate "$ROOT/tests/models/gen_$m.py" "$GEN/$m.onnx"
+declare -A path=(
+    [resnet50]="$GEN/resnet50.onnx" [vit_tiny]="$GEN/vit_tiny.onnx"
+    [det]="$MODELS/ch_PP-OCRv4_det_infer.onnx" [rec]="$MODELS/ch_PP-OCRv4_rec_infer.onnx"
+    [cls]="$MODELS/ch_ppocr_mobile_v2.0_cls_infer.onnx"
+)
+declare -A shape=(
+    [resnet50]=input:1x3x224x224 [vit_tiny]=input:1x3x224x224 [det]=x:1x3x640x640
+    [rec]=x:1x3x48x320 [cls]=x:1x3x48x192
+)
+read -r -a models <<<"${AUTOTUNE_REGION_MODELS:-resnet50 vit_tiny}"
+extra=()
+[ -z "${AUTOTUNE_REGION_SCHEMES:-}" ] || extra=(--schemes_per_region "$AUTOTUNE_REGION_SCHEMES")
+for m in "${models[@]}"; do
+    [ -n "${path[$m]:-}" ] || { echo "autotune_region.sh: unknown model '$m'" >&2; exit 2; }
+    case "$m" in
+    resnet50 | vit_tiny) generate "$ROOT/tests/models/gen_$m.py" "$GEN/$m.onnx" ;;
+    *) [ -f "${path[$m]}" ] || { echo "autotune_region.sh: ${path[$m]} missing (scripts/setup.sh fetches it)" >&2; exit 2; } ;;
+    esac
 done
 
 median() { # median X... (numbers)
@@ -31,17 +51,17 @@ median() { # median X... (numbers)
 }
 
 isa=""
-printf '%-9s %-7s %3s %8s %9s %6s %8s %9s %9s\n' model timing run "wall s" "search s" races \
-    adopted "seed ms" "best ms"
-for m in resnet50 vit_tiny; do
+printf '%-9s %-7s %3s %8s %9s %6s %8s %9s %9s %s\n' model timing run "wall s" "search s" races \
+    adopted "seed ms" "best ms" "region check"
+for m in "${models[@]}"; do
     declare -A walls=() searches=()
     for timing in whole region; do
         for r in $(seq 1 "$REPEATS"); do
             dir="$OUT/$m.$timing.$r"
             rm -rf "$dir"
             t0=$(date +%s.%N)
-            "$QPLACE" autotune --onnx_path "$GEN/$m.onnx" --mode "$MODE" --timing "$timing" \
-                --calibration_shapes input:1x3x224x224 --threads "$THREADS" \
+            "$QPLACE" autotune --onnx_path "${path[$m]}" --mode "$MODE" --timing "$timing" \
+                --calibration_shapes "${shape[$m]}" --threads "$THREADS" "${extra[@]}" \
                 --output_dir "$dir" >"$dir.txt" 2>"$dir.err"
             t1=$(date +%s.%N)
             wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
@@ -53,8 +73,10 @@ for m in resnet50 vit_tiny; do
             seed=$(sed -n 's/^  seed *\([0-9.]*\) ms.*/\1/p' "$dir.txt")
             best=$(sed -n 's/^  best .*(\([0-9.]*\) ms median.*/\1/p; s/^  best *\([0-9.]*\) ms.*/\1/p' "$dir.txt")
             [ -n "$isa" ] || isa=$(sed -n 's/^  backend *//p' "$dir.txt")
-            printf '%-9s %-7s %3s %8s %9s %6s %8s %9s %9s\n' "$m" "$timing" "$r" "$wall" \
-                "${search:--}" "$races" "$adopted" "$seed" "$best"
+            check=$(sed -n 's/^  region check .* as whole models: \([a-z]*\).*/\1/p' "$dir.txt")
+            grep -q "seed's placement is kept" "$dir.txt" && check="$check (seed kept)"
+            printf '%-9s %-7s %3s %8s %9s %6s %8s %9s %9s %s\n' "$m" "$timing" "$r" "$wall" \
+                "${search:--}" "$races" "$adopted" "$seed" "$best" "${check:--}"
         done
     done
     same=0
@@ -86,7 +108,7 @@ for m in resnet50 vit_tiny; do
     for _ in $(seq 1 "${BENCH_ROUNDS:-4}"); do
         for timing in whole region; do
             ms=$("$QPLACE" bench "$OUT/$m.$timing.1/optimized_final.onnx" \
-                --shape input=1x3x224x224 --threads "$THREADS" --iterations 40 |
+                --shape "${shape[$m]/:/=}" --threads "$THREADS" --iterations 40 |
                 awk '$1 == "qplace" {print $2}')
             if [ "$timing" = whole ]; then bw+="$ms "; else br+="$ms "; fi
         done

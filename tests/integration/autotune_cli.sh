@@ -99,15 +99,15 @@ for l in open(sys.argv[1]).read().splitlines():
     elif d["verdict"] != "error":
         assert d["drift"] <= seed
 PYEOF
-# 2b. Timing: run 1 (builtin, auto) timed sub-models; --timing whole times whole models, and
-#     a bad --timing is a usage error that writes nothing.
-grep -q '"timing":"region"' "$O/log.jsonl" || fail "timing: the default on builtin is not region"
-grep -q '"timing":"whole"' "$O/log.jsonl" && fail "timing: a whole-model race in a default run"
+# 2b. Timing: run 1 (builtin, auto, a model far under 2 ms) timed whole models; --timing
+#     region times sub-models, and a bad --timing is a usage error that writes nothing.
+grep -q '"timing":"whole"' "$O/log.jsonl" || fail "timing: auto on a small model is not whole"
+grep -q '"timing":"region"' "$O/log.jsonl" && fail "timing: a sub-model race in a default run"
 expect 0 "$Q" autotune --onnx_path "$M" --mode quick --schemes_per_region 2 --timing_runs 5 \
-    --threads 2 --output_dir "$T/whole" --timing whole
-grep -q '^  timing  *whole' "$T/out" || fail "timing: summary line"
-grep -q '"timing":"region"' "$T/whole/log.jsonl" && fail "timing: --timing whole ran sub-models"
-grep -q '"timing":"whole"' "$T/whole/log.jsonl" || fail "timing: --timing whole not logged"
+    --threads 2 --output_dir "$T/region" --timing region
+grep -q '^  timing  *region' "$T/out" || fail "timing: summary line"
+grep -q '"timing":"whole"' "$T/region/log.jsonl" && fail "timing: --timing region ran whole models"
+grep -q '"timing":"region"' "$T/region/log.jsonl" || fail "timing: --timing region not logged"
 expect 1 "$Q" autotune --onnx_path "$M" --timing fast --output_dir "$T/badtiming"
 [ -e "$T/badtiming" ] && fail "timing: a bad --timing wrote the output folder"
 
