@@ -49,8 +49,7 @@ const struct cli_opt cli_autotune_opts[] = {
      "samples the drift is measured on (default: the calibration data, else synthetic)"},
     {"drift_samples", CLI_VALUE, "N", "the first N evaluation samples (32; 0: all)"},
     {"timing", CLI_VALUE, "auto|region|whole",
-     "time each scheme on its pattern's sub-model or on the whole model (auto: region on "
-     "builtin for models of 2 ms and more, else whole)"},
+     "time each scheme on its pattern's sub-model or on the whole model (auto: whole)"},
     {0},
 };
 

@@ -52,13 +52,9 @@ int qp_autotune_mode_parse(const char *s);
 /* The schemes per pattern of a mode. */
 size_t qp_autotune_mode_schemes(enum qp_autotune_mode m);
 
-/* AUTO times whole models when the whole seed takes less than this (ms): their races are
- * cheap, and a sub-model's borders weigh most where the model is small. */
-#define QP_AUTOTUNE_REGION_MIN_MS 2.0
-
 /* How a scheme is timed (docs/autotune.md "Region-local timing"). */
 enum qp_autotune_timing {
-    QP_AUTOTUNE_TIMING_AUTO = 0, /* REGION on builtin (models of 2 ms and more), else WHOLE */
+    QP_AUTOTUNE_TIMING_AUTO = 0, /* WHOLE on every backend (region timing is opt-in) */
     QP_AUTOTUNE_TIMING_WHOLE,    /* the whole model with the candidate against the whole best */
     QP_AUTOTUNE_TIMING_REGION,   /* the pattern's sub-model (autotune/subgraph.h), both ways */
     QP_AUTOTUNE_TIMING_COUNT
@@ -66,10 +62,6 @@ enum qp_autotune_timing {
 
 /* "auto", "whole", "region"; -1 for anything else. */
 int qp_autotune_timing_parse(const char *s);
-/* What AUTO means for `backend` (its name) and a whole seed of whole_seed_ms (< 0: not timed
- * yet, which on builtin is REGION until the seed is timed): REGION on builtin unless the seed
- * takes less than QP_AUTOTUNE_REGION_MIN_MS, WHOLE on every other backend. */
-enum qp_autotune_timing qp_autotune_timing_auto(const char *backend, double whole_seed_ms);
 
 /* One measured scheme, for progress callbacks. */
 struct qp_autotune_step {
@@ -143,9 +135,8 @@ struct qp_autotune_options {
     /* Region-local timing: each pattern's races time its sub-model (its instances and their
      * one-step neighbours, cut out with the same calibrated ranges) instead of the whole model,
      * with the minimum effect scaled by whole / sub-model latency so that a scheme is adopted
-     * for the same whole-model gain. The guard stays whole-model. Default AUTO (REGION on
-     * builtin for a seed of QP_AUTOTUNE_REGION_MIN_MS or more, WHOLE elsewhere; WHOLE too
-     * when the capture cannot run the model). */
+     * for the same whole-model gain; after the search the whole best is checked against the
+     * whole seed. The guard stays whole-model. Default AUTO (= WHOLE). */
     enum qp_autotune_timing timing;
 };
 

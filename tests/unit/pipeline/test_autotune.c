@@ -809,34 +809,13 @@ static void test_region_same(void **state) {
     rm_dir(dr);
 }
 
-/* What --timing auto resolves to: sub-models on builtin, whole models for a seed under 2 ms and
- * on the backends that start a process per model. */
-static void test_timing_auto(void **state) {
-    (void)state;
-    assert_int_equal(qp_autotune_timing_auto("builtin", -1), QP_AUTOTUNE_TIMING_REGION);
-    assert_int_equal(qp_autotune_timing_auto("builtin", 8.0), QP_AUTOTUNE_TIMING_REGION);
-    assert_int_equal(qp_autotune_timing_auto("builtin", QP_AUTOTUNE_REGION_MIN_MS),
-                     QP_AUTOTUNE_TIMING_REGION);
-    assert_int_equal(qp_autotune_timing_auto("builtin", 0.7), QP_AUTOTUNE_TIMING_WHOLE);
-    assert_int_equal(qp_autotune_timing_auto("trtexec", 8.0), QP_AUTOTUNE_TIMING_WHOLE);
-    assert_int_equal(qp_autotune_timing_auto("ort", 8.0), QP_AUTOTUNE_TIMING_WHOLE);
-    assert_int_equal(qp_autotune_timing_auto("fixed", -1), QP_AUTOTUNE_TIMING_WHOLE);
-    assert_int_equal(qp_autotune_timing_auto(NULL, 8.0), QP_AUTOTUNE_TIMING_WHOLE);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_timing_auto),
-        cmocka_unit_test(test_one_faster),
-        cmocka_unit_test(test_none_faster),
-        cmocka_unit_test(test_resume),
-        cmocka_unit_test(test_stop),
-        cmocka_unit_test(test_fp8),
-        cmocka_unit_test(test_drift_rejects),
-        cmocka_unit_test(test_pareto),
-        cmocka_unit_test(test_resume_drift),
-        cmocka_unit_test(test_region_same),
-        cmocka_unit_test(test_cache_cuts_races),
+        cmocka_unit_test(test_one_faster),  cmocka_unit_test(test_none_faster),
+        cmocka_unit_test(test_resume),      cmocka_unit_test(test_stop),
+        cmocka_unit_test(test_fp8),         cmocka_unit_test(test_drift_rejects),
+        cmocka_unit_test(test_pareto),      cmocka_unit_test(test_resume_drift),
+        cmocka_unit_test(test_region_same), cmocka_unit_test(test_cache_cuts_races),
         cmocka_unit_test(test_node_filter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
