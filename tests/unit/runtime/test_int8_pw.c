@@ -473,6 +473,20 @@ static struct qp_model *conv1_model(void) {
     return m;
 }
 
+/* m run on xin (uniform, 4.0 wide) three ways: the oracle into off, the integer path without
+ * channels-last Pointwise nodes into tr (checked to have none), and with them into on, whose
+ * session is returned for the caller's checks. */
+static struct qp_session *run_three(struct qp_model *m, float *off, float *on, float *tr) {
+    fill(xin, NX, 4.0f);
+    int64_t d[4] = {1, CH, HW, HW};
+    size_t ny[1] = {NX};
+    run(m, QP_INT8_OFF, xin, 4, d, NX, 1, &off, ny, 0);
+    struct qp_session *s = run_layout(m, tr, 0);
+    assert_int_equal(attr_of(s, "Pointwise", "nhwc"), -1);
+    qp_session_free(s);
+    return run_layout(m, on, 1);
+}
+
 static int64_t node_attr(const struct qp_session *s, const char *node, const char *attr) {
     return qp_kattr_int(&s->g->nodes[qp_graph_find_node(s->g, node)], attr, 0);
 }
@@ -506,19 +520,11 @@ static void test_nhwc_between_qconv(void **state) {
     rt_qdq(m, "t", "td", 0.04f, 0);
     hard_swish_qdq(m, "t", "td", "hs");
     se_into_conv2(m, "hs", "xd", 0.02f, 0.01f);
-    fill(xin, NX, 4.0f);
-    int64_t d[4] = {1, CH, HW, HW};
-    size_t ny[1] = {NX};
     static float off[NX], on[NX], tr[NX];
-    float *po = off;
-    run(m, QP_INT8_OFF, xin, 4, d, NX, 1, &po, ny, 0);
-    struct qp_session *s = run_layout(m, on, 1);
+    struct qp_session *s = run_three(m, off, on, tr);
     assert_int_equal(attr_of(s, "Pointwise", "nhwc"), 1);
     assert_int_equal(node_attr(s, "conv1", "dst_nhwc"), 1);
     assert_int_equal(node_attr(s, "conv2", "src_nhwc"), 1);
-    qp_session_free(s);
-    s = run_layout(m, tr, 0);
-    assert_int_equal(attr_of(s, "Pointwise", "nhwc"), -1);
     qp_session_free(s);
     check_layouts(on, tr, off, 0.01f);
     qp_model_free(m);
@@ -541,13 +547,8 @@ static void test_nhwc_mixed_layout_add(void **state) {
     rt_qdq(m, "o", "y", 0.01f, 0);
     const char *outs[1] = {"y"};
     finish(m, 1, outs);
-    fill(xin, NX, 4.0f);
-    int64_t d[4] = {1, CH, HW, HW};
-    size_t ny[1] = {NX};
     static float off[NX], on[NX], tr[NX];
-    float *po = off;
-    run(m, QP_INT8_OFF, xin, 4, d, NX, 1, &po, ny, 0);
-    struct qp_session *s = run_layout(m, on, 1);
+    struct qp_session *s = run_three(m, off, on, tr);
     assert_int_equal(attr_of(s, "Pointwise", "nhwc"), 1);
     int planar_in = 0;
     for (size_t k = 0; k < s->g->n_nodes; k++) {
@@ -560,7 +561,6 @@ static void test_nhwc_mixed_layout_add(void **state) {
     }
     assert_true(planar_in > 0);
     qp_session_free(s);
-    qp_session_free(run_layout(m, tr, 0));
     check_layouts(on, tr, off, 0.01f);
     qp_model_free(m);
 }
