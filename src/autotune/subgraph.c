@@ -360,6 +360,14 @@ enum qp_status qp_subgraph_placement(const struct qp_placement *p, const struct 
     return st;
 }
 
+/* 1 when use u of a value of `whole` reads it through an activation edge of p. */
+static int quantized_use(const struct qp_graph *whole, const struct qp_placement *p,
+                         const struct qp_use *u) {
+    int is_weight = 0;
+    return qp_placement_find(p, whole->nodes[u->node].name, u->input, &is_weight, NULL) &&
+           !is_weight;
+}
+
 /* How the whole model reads tensor `name` outside the sub-model: *quant when a consumer outside
  * reads it through an edge of `p`, *flt when one reads it unquantized or the model returns it. */
 static void outside_reads(const struct qp_graph *whole, const struct qp_graph *sub,
@@ -372,8 +380,7 @@ static void outside_reads(const struct qp_graph *whole, const struct qp_graph *s
     for (size_t u = 0; u < val->n_uses; u++) {
         const struct qp_node *c = &whole->nodes[val->uses[u].node];
         if (c->dead || qp_graph_find_node(sub, c->name) >= 0) continue;
-        int is_weight = 0;
-        if (qp_placement_find(p, c->name, val->uses[u].input, &is_weight, NULL) && !is_weight)
+        if (quantized_use(whole, p, &val->uses[u]))
             *quant = 1;
         else
             *flt = 1;
@@ -451,13 +458,9 @@ static int read_quantized_only(const struct qp_graph *whole, const struct qp_pla
     if (v < 0) return 0;
     const struct qp_value *val = &whole->values[v];
     if (val->is_graph_input || val->is_graph_output || val->producer < 0 || !val->n_uses) return 0;
-    for (size_t u = 0; u < val->n_uses; u++) {
-        const struct qp_node *c = &whole->nodes[val->uses[u].node];
-        int is_weight = 0;
-        if (!c->dead &&
-            (!qp_placement_find(p, c->name, val->uses[u].input, &is_weight, NULL) || is_weight))
+    for (size_t u = 0; u < val->n_uses; u++)
+        if (!whole->nodes[val->uses[u].node].dead && !quantized_use(whole, p, &val->uses[u]))
             return 0;
-    }
     return 1;
 }
 

@@ -45,12 +45,12 @@
 #include "ir/ir.h"
 #include "placement/placement.h"
 #include "quant/writer.h"
+#include "qplace/array.h"
+#include "qplace/status.h"
 
 /* How many steps out of the pattern's instances the node set reaches (qp_subgraph_nodes). Two
  * was tried and timed worse: the wider borders ran mixed layouts the whole model never runs. */
 #define QP_SUBGRAPH_STEPS 1
-#include "qplace/array.h"
-#include "qplace/status.h"
 
 /* Marks in keep[0..g->n_nodes) (a byte per node of rs->graph, set to 1; other bytes are left
  * as they are) the node set of pattern `pattern`: its instances' nodes, the live producers of

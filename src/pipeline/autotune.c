@@ -126,8 +126,7 @@ static int amax_from_ranges(void *user, const char *tensor, float *amax_out) {
     return 1;
 }
 
-/* Writes model `base` (t->m or a sub-model of it) with placement `p` (the calibrated ranges'
- * scales) to `path`. */
+/* The Q/DQ writer's options of every model the search writes: the calibrated ranges' scales. */
 static void writer_options(const struct tune *t, struct qp_writer_options *wo) {
     qp_writer_options_default(wo);
     wo->high_precision = t->o->high_precision;
@@ -136,6 +135,7 @@ static void writer_options(const struct tune *t, struct qp_writer_options *wo) {
     wo->amax_user = t->ranges;
 }
 
+/* Writes model `base` (t->m or a sub-model of it) with placement `p` to `path`. */
 static enum qp_status write_model_of(struct tune *t, const struct qp_model *base,
                                      const struct qp_placement *p, const char *path,
                                      struct qp_error *err) {
@@ -453,6 +453,15 @@ static cJSON *drift_header(const struct tune *t) {
 
 /* The seed's drift (replayed from the state when it measured the same way), the bound, and
  * the state's drift header. */
+/* The best is the seed: its drift, no adopted pattern, scheme or pareto.json entry. */
+static void best_is_seed(struct tune *t) {
+    t->r->best_drift = t->r->seed_drift;
+    t->best_pattern = -1;
+    t->best_entry = NULL;
+    cJSON_Delete(t->best_points);
+    t->best_points = NULL;
+}
+
 static enum qp_status drift_setup(struct tune *t, struct qp_error *err) {
     struct qp_autotune_report *r = t->r;
     cJSON *h = drift_header(t);
@@ -477,11 +486,10 @@ static enum qp_status drift_setup(struct tune *t, struct qp_error *err) {
                : r->seed_over_bound    ? r->seed_drift
                                        : r->max_output_drift;
     r->drift_bound = t->bound;
-    r->best_drift = r->seed_drift;
     r->drift_source = qp_autotune_drift_source(t->drift);
     r->drift_path = qp_autotune_drift_path(t->drift);
     r->drift_samples = qp_autotune_drift_samples(t->drift);
-    t->best_pattern = -1;
+    best_is_seed(t);
     return QP_OK;
 }
 
@@ -1266,11 +1274,7 @@ static enum qp_status region_check(struct tune *t, struct qp_placement **best,
     qp_placement_free(*best);
     *best = seed;
     t->r->region_reverted = 1;
-    t->r->best_drift = t->r->seed_drift; /* what pareto.json and the summary give for the best */
-    t->best_pattern = -1;
-    t->best_entry = NULL;
-    cJSON_Delete(t->best_points);
-    t->best_points = NULL;
+    best_is_seed(t);
     return QP_OK;
 }
 
