@@ -960,6 +960,9 @@ static void test_transpose_fast(void **state) {
         {3, {64, 70, 40}, {2, 0, 1}},
         {3, {4, 5, 6}, {0, 1, 2}},
         {4, {2, 3, 4, 5}, {1, 0, 3, 2}}, /* not a batched 2-D: general */
+        {3, {2, 16, 24}, {0, 2, 1}},     /* whole 8x8 byte tiles only */
+        {3, {3, 9, 23}, {0, 2, 1}},      /* a tile and ragged edges on both sides */
+        {2, {7, 8}, {1, 0}},             /* fewer rows than a tile */
     };
     static const enum qp_dtype dts[3] = {QP_DTYPE_FLOAT, QP_DTYPE_INT64, QP_DTYPE_UINT8};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
