@@ -97,7 +97,9 @@ enum {
                                  inputs: scalars), whatever order the offsets stand for */
     QP_KF_LAYOUT_BINARY = 32, /* each output element from the same offset of both inputs (or a
                                  scalar one) */
-    QP_KF_QCONV = 64          /* the integer path's QConv state (int8_conv.h's qp_int8_conv_*) */
+    QP_KF_QCONV = 64,         /* the integer path's QConv state (int8_conv.h's qp_int8_conv_*) */
+    QP_KF_COPY = 128          /* output 0 holds input 0's bytes unchanged (Reshape, Identity...):
+                                 the run copies nothing when both share their bytes */
 };
 
 struct qp_kernel {

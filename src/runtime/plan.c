@@ -968,22 +968,34 @@ static void add_req(struct build *b, struct qp_kt *t, int first, int last) {
     b->req_kt[b->n_req++] = t;
 }
 
-/* A convolution whose fused residual sum can accumulate in the residual's own bytes (a float
- * one, qp_dnnl_conv_sum_in_place, residual input 3; a QConv, qp_int8_conv_sum_in_place, input
- * 9): its output request (the last one added) asks to take over the residual's, which the
- * memory plan grants when this step is the residual's last reader; the kernel then finds the
- * residual already in its destination and copies nothing. QP_SUM_IN_PLACE=0 in the environment
- * asks for no take-over (tests: the same bits either way). */
-static void sum_in_place(struct build *b, const struct rt_step *stp) {
+/* The input whose arena bytes step stp's output 0 may take over, or -1. A convolution whose
+ * fused residual sum can accumulate in the residual's own bytes (a float one,
+ * qp_dnnl_conv_sum_in_place, residual input 3; a QConv, qp_int8_conv_sum_in_place, input 9),
+ * never when it also reads the residual around each pixel (y = conv(x) + x); a row that only
+ * copies its input (QP_KF_COPY: Reshape, Flatten, (Un)Squeeze, Identity, Dropout), input 0. */
+static int take_over_input(const struct rt_step *stp) {
+    int r = (stp->k->flags & QP_KF_DNNL_CONV) && qp_dnnl_conv_sum_in_place(stp->state) ? 3
+            : (stp->k->flags & QP_KF_QCONV) && qp_int8_conv_sum_in_place(stp->state)   ? 9
+            : (stp->k->flags & QP_KF_COPY)                                             ? 0
+                                                                                       : -1;
+    if (r < 0 || stp->n_in <= r || !stp->in[r]) return -1;
+    for (int i = 0; i < r; i++)
+        if (stp->in[i] == stp->in[r]) return -1;
+    return r;
+}
+
+/* Step stp's output request (the last one added) asks to take over the bytes of the input
+ * take_over_input names, which the memory plan grants when this step is that input's last
+ * reader and it lives in the arena; the kernel then finds the input already in its destination
+ * and copies nothing (a residual sum accumulates onto it; a Reshape of a MatMul's output is
+ * free). QP_SUM_IN_PLACE=0 in the environment asks for no take-over (tests: the same bits either
+ * way). */
+static void take_over(struct build *b, const struct rt_step *stp) {
     const char *env = getenv("QP_SUM_IN_PLACE");
     if (env && strcmp(env, "0") == 0) return;
     if (stp->kind != RT_STEP_NODE || !stp->k || stp->out[0] != stp->val_out[0]) return;
-    int r = (stp->k->flags & QP_KF_DNNL_CONV) && qp_dnnl_conv_sum_in_place(stp->state) ? 3
-            : (stp->k->flags & QP_KF_QCONV) && qp_int8_conv_sum_in_place(stp->state)   ? 9
-                                                                                       : -1;
-    if (r < 0 || stp->n_in <= r || !stp->in[r]) return;
-    for (int i = 0; i < r; i++) /* y = conv(x) + x: the convolution reads x around each pixel */
-        if (stp->in[i] == stp->in[r]) return;
+    int r = take_over_input(stp);
+    if (r < 0) return;
     size_t out = b->n_req - 1;
     for (size_t j = out; j-- > 0;)
         if (b->req_kt[j] == stp->in[r]) {
@@ -1015,7 +1027,7 @@ static void step_reqs(struct build *b, size_t k) {
             if (b->last_extra[n->outputs[i]] > last) last = b->last_extra[n->outputs[i]];
             if (last < (int)k) last = (int)k;
             add_req(b, vo, (int)k, last);
-            if (i == 0) sum_in_place(b, stp);
+            if (i == 0) take_over(b, stp);
         }
         if (stp->out[i] && stp->out[i] != vo) add_req(b, stp->out[i], (int)k, (int)k);
     }
@@ -1036,7 +1048,7 @@ static enum qp_status plan_memory(struct build *b, struct qp_error *err) {
     for (size_t i = 0; i < b->n_req; i++)
         n_taken += b->reqs[i].take && b->reqs[i].size &&
                    b->reqs[i].offset == b->reqs[b->reqs[i].take - 1].offset;
-    if (n_taken) qp_log(QP_LOG_DEBUG, "session: %zu residual sums accumulate in place", n_taken);
+    if (n_taken) qp_log(QP_LOG_DEBUG, "session: %zu outputs take over an input's bytes", n_taken);
     if (p->arena_bytes) {
         p->arena = aligned_alloc(RT_ALIGN, p->arena_bytes);
         if (!p->arena)

@@ -4,12 +4,15 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "ir/ir.h"
+#include "kernels/kernel.h"
 #include "qplace/session.h"
+#include "runtime/runtime.h"
 
 static struct qp_opset opset17 = {"", 17};
 static struct qp_dim dyn_dims[2] = {{-1, "batch"}, {3, NULL}};
@@ -233,11 +236,80 @@ static void test_unsupported_op_at_create(void **state) {
     qp_model_free(m);
 }
 
+/* x[batch,3] -> Relu -> r; Shape(x) -> s; Reshape(r, s) -> y; Relu(y) -> z (output), and with
+ * `keep` also z + r -> out (r read after the Reshape). */
+static struct qp_model *reshape_model(int keep) {
+    struct qp_model *m = qp_model_create();
+    assert_non_null(m);
+    m->opsets = &opset17;
+    m->n_opsets = 1;
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
+    int x = qp_graph_value(g, "x");
+    g->values[x].dtype = QP_DTYPE_FLOAT;
+    g->values[x].rank = 2;
+    g->values[x].dims = dyn_dims;
+    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
+    node(g, "Relu", 1, "x", NULL, "r");
+    node(g, "Shape", 1, "x", NULL, "s");
+    node(g, "Reshape", 2, "r", "s", "y");
+    node(g, "Relu", 1, "y", NULL, "z");
+    if (keep) node(g, "Add", 2, "z", "r", "out");
+    assert_int_equal(qp_graph_add_output(g, qp_graph_value(g, keep ? "out" : "z"), &err), QP_OK);
+    assert_int_equal(qp_graph_name_nodes(g, &err), QP_OK);
+    assert_int_equal(qp_graph_toposort(g, &err), QP_OK);
+    return m;
+}
+
+/* The Reshape step's output shares its input's bytes (1) or not (0), and the session's output. */
+static int reshape_shares(struct qp_model *m, float *out) {
+    struct qp_session *s = NULL;
+    struct qp_error err = {0};
+    assert_int_equal(qp_session_create(m, NULL, 0, NULL, &s, &err), QP_OK);
+    float x[6] = {-1, 2, -3, 4, 5, -6};
+    struct qp_array in, o;
+    int64_t dims[2] = {2, 3};
+    assert_int_equal(qp_array_view(&in, QP_DTYPE_FLOAT, 2, dims, x, sizeof x, &err), QP_OK);
+    assert_int_equal(qp_session_run(s, 1, &in, &err), QP_OK);
+    assert_int_equal(qp_session_output(s, 0, &o, &err), QP_OK);
+    memcpy(out, o.data, sizeof x);
+    int shares = -1;
+    for (size_t i = 0; i < s->last->n_steps; i++) {
+        const struct rt_step *st = &s->last->steps[i];
+        if (st->kind == RT_STEP_NODE && st->k && (st->k->flags & QP_KF_COPY))
+            shares = st->out[0]->data == st->in[0]->data;
+    }
+    qp_session_free(s);
+    return shares;
+}
+
+/* A Reshape that is its input's last reader takes over the input's bytes and copies nothing
+ * (QP_KF_COPY, the plan's take-over); not when the input is read later or take-overs are off
+ * (QP_SUM_IN_PLACE=0); the outputs are the same either way. */
+static void test_reshape_takes_over(void **state) {
+    (void)state;
+    static const float want_z[6] = {0, 2, 0, 4, 5, 0}, want_out[6] = {0, 4, 0, 8, 10, 0};
+    float out[6];
+    struct qp_model *m = reshape_model(0);
+    assert_int_equal(reshape_shares(m, out), 1);
+    assert_memory_equal(out, want_z, sizeof out);
+    setenv("QP_SUM_IN_PLACE", "0", 1);
+    assert_int_equal(reshape_shares(m, out), 0);
+    unsetenv("QP_SUM_IN_PLACE");
+    assert_memory_equal(out, want_z, sizeof out);
+    qp_model_free(m);
+    m = reshape_model(1);
+    assert_int_equal(reshape_shares(m, out), 0);
+    assert_memory_equal(out, want_out, sizeof out);
+    qp_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_dynamic_shapes), cmocka_unit_test(test_plan_at_create),
         cmocka_unit_test(test_value_info),         cmocka_unit_test(test_lazy_plan),
         cmocka_unit_test(test_observed_set),       cmocka_unit_test(test_unsupported_op_at_create),
+        cmocka_unit_test(test_reshape_takes_over),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
