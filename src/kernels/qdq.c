@@ -2,12 +2,14 @@
  * QuantizeLinear and DequantizeLinear (opsets 10, 13, 19, 21): int8/uint8, int16/uint16, int32
  * (dequantize), int4/uint4 (packed), FP8 E4M3FN/E4M3FNUZ/E5M2/E5M2FNUZ with `saturate`;
  * per-tensor, per-axis and blocked. All arithmetic is src/qmath/qparams — the same code edge
- * overlays and the QDQ writer use.
+ * overlays and the QDQ writer use. The integer path's GatherQuantize (a Gather and the
+ * per-tensor QuantizeLinear that is its only reader) is here too.
  */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/gather.h"
 #include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 #include "qmath/qparams.h"
@@ -196,6 +198,70 @@ enum qp_status qp_k_fakequant_run(const struct qp_krun *r) {
         int64_t lo, hi;
         qp_ksplit(n, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
         qp_fake_quantize_f32(&q, x, y, lo, hi);
+    }
+    return QP_OK;
+}
+
+/* QP_INT8_DOMAIN "GatherQuantize" (data, indices, scale, zero_point; Gather's axis): a Gather of
+ * float data whose only reader is a QuantizeLinear with per-tensor int8/uint8 parameters
+ * (runtime/int8_move.c), in one pass: each gathered run is quantized as it is copied, so the
+ * float copy is neither written nor read again (a ViT's q, k and v, sliced from the attention
+ * projection by three Gathers of their own scales). The same values as the two nodes. */
+struct gq_state {
+    struct qp_kgather g;
+    enum qp_dtype qtype;
+};
+
+enum qp_status qp_k_gather_quantize_prepare(struct qp_kprep *p) {
+    struct gq_state s;
+    memset(&s, 0, sizeof s);
+    enum qp_status st = qp_kgather_prepare(p, &s.g);
+    if (!st) st = qp_kneed_const(p, 2, "scale");
+    if (st) return st;
+    const struct qp_kt *x = p->in[0], *sc = p->in[2];
+    const struct qp_kt *zp = p->n_in > 3 ? p->in[3] : NULL;
+    if (x->dtype != QP_DTYPE_FLOAT || sc->dtype != QP_DTYPE_FLOAT || sc->numel != 1 ||
+        (zp && zp->numel != 1))
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
+                            "GatherQuantize takes float data and a per-tensor float scale");
+    s.qtype = zp ? zp->dtype : QP_DTYPE_UINT8;
+    if (s.qtype != QP_DTYPE_INT8 && s.qtype != QP_DTYPE_UINT8)
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "GatherQuantize to %s",
+                            qp_dtype_name(s.qtype));
+    const struct qp_kt *y = p->out[0];
+    st = qp_kt_set(p->out[0], s.qtype, y->rank, y->dims, p->err);
+    if (st) return st;
+    return qp_ksave_state(p, &s, sizeof s);
+}
+
+enum qp_status qp_k_gather_quantize_run(const struct qp_krun *r) {
+    const struct gq_state *s = r->state;
+    const struct qp_kt *idx = r->in[1];
+    int64_t ni = (int64_t)idx->numel, len = s->g.axis_len, inner = s->g.inner;
+    enum qp_status st = qp_kgather_check(idx, len, r->err);
+    if (st) return st;
+    struct qp_qspec q = {.qtype = s->qtype,
+                         .saturate = 1,
+                         .outer = 1,
+                         .axis_len = 1,
+                         .inner = inner,
+                         .n_params = 1,
+                         .scale = r->in[2]->data,
+                         .zero_point = r->n_in > 3 && r->in[3] ? r->in[3]->data : NULL};
+    const float *x = r->in[0]->data;
+    uint8_t *y = r->out[0]->data;
+    int64_t n = s->g.outer * ni * inner;
+    int nt = n < 65536 ? 1 : r->n_threads; /* a fork costs more than quantizing 64K elements */
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi; /* output elements; a run may be shared (a scalar index gives one) */
+        qp_ksplit(n, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        while (lo < hi) {
+            int64_t k = lo / inner, j = lo % inner, end = inner - j < hi - lo ? inner : j + hi - lo;
+            int64_t o = k / ni, v = qp_kgather_index(idx, (uint64_t)(k % ni), len);
+            qp_quantize_f32(&q, x + (o * len + v) * inner, y + k * inner, j, end);
+            lo += end - j;
+        }
     }
     return QP_OK;
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/bcast.h"
+#include "kernels/gather.h"
 #include "kernels/kcheck.h"
 #include "kernels/kernels.h"
 
@@ -812,7 +813,7 @@ enum qp_status qp_k_slice_run(const struct qp_krun *r) {
 /* ---- Gather, GatherElements ----------------------------------------------------------------- */
 
 struct gather_state {
-    int64_t axis, outer, axis_len, inner;
+    struct qp_kgather g;
     size_t es;
 };
 
@@ -827,7 +828,7 @@ static enum qp_status gather_inputs(struct qp_kprep *p) {
     return QP_OK;
 }
 
-enum qp_status qp_k_gather_prepare(struct qp_kprep *p) {
+enum qp_status qp_kgather_prepare(struct qp_kprep *p, struct qp_kgather *g) {
     enum qp_status st = gather_inputs(p);
     if (st) return st;
     const struct qp_kt *x = p->in[0], *idx = p->in[1];
@@ -845,13 +846,35 @@ enum qp_status qp_k_gather_prepare(struct qp_kprep *p) {
         d[k++] = idx->dims[i];
     for (int i = (int)axis + 1; i < x->rank; i++)
         d[k++] = x->dims[i];
-    struct gather_state s = {axis, 1, x->dims[axis], 1, esize(x->dtype)};
+    *g = (struct qp_kgather){axis, 1, x->dims[axis], 1};
     for (int i = 0; i < axis; i++)
-        s.outer *= x->dims[i];
+        g->outer *= x->dims[i];
     for (int i = (int)axis + 1; i < x->rank; i++)
-        s.inner *= x->dims[i];
-    st = qp_kt_set(p->out[0], x->dtype, r, d, p->err);
+        g->inner *= x->dims[i];
+    return qp_kt_set(p->out[0], x->dtype, r, d, p->err);
+}
+
+enum qp_status qp_kgather_check(const struct qp_kt *t, int64_t axis_len, struct qp_error *err) {
+    for (uint64_t i = 0; i < t->numel; i++) {
+        int64_t v = qp_kt_get_i64(t, i);
+        if (v < -axis_len || v >= axis_len)
+            return qp_error_set(err, QP_ERR_BAD_INPUT, "index %lld out of range [-%lld, %lld)",
+                                (long long)v, (long long)axis_len, (long long)axis_len);
+    }
+    return QP_OK;
+}
+
+int64_t qp_kgather_index(const struct qp_kt *t, uint64_t i, int64_t axis_len) {
+    int64_t v = qp_kt_get_i64(t, i);
+    return v < 0 ? v + axis_len : v;
+}
+
+enum qp_status qp_k_gather_prepare(struct qp_kprep *p) {
+    struct gather_state s;
+    memset(&s, 0, sizeof s);
+    enum qp_status st = qp_kgather_prepare(p, &s.g);
     if (st) return st;
+    s.es = esize(p->in[0]->dtype);
     return qp_ksave_state(p, &s, sizeof s);
 }
 
@@ -860,23 +883,16 @@ enum qp_status qp_k_gather_run(const struct qp_krun *r) {
     const struct qp_kt *idx = r->in[1];
     const unsigned char *src = r->in[0]->data;
     unsigned char *dst = r->out[0]->data;
-    size_t chunk = (size_t)s->inner * s->es;
-    int64_t ni = (int64_t)idx->numel;
-    for (int64_t i = 0; i < ni; i++) {
-        int64_t v = qp_kt_get_i64(idx, (uint64_t)i);
-        if (v < 0) v += s->axis_len;
-        if (v < 0 || v >= s->axis_len)
-            return qp_error_set(r->err, QP_ERR_BAD_INPUT, "index %lld out of range [-%lld, %lld)",
-                                (long long)qp_kt_get_i64(idx, (uint64_t)i), (long long)s->axis_len,
-                                (long long)s->axis_len);
-    }
-    for (int64_t o = 0; o < s->outer; o++)
+    size_t chunk = (size_t)s->g.inner * s->es;
+    int64_t ni = (int64_t)idx->numel, len = s->g.axis_len;
+    enum qp_status st = qp_kgather_check(idx, len, r->err);
+    if (st) return st;
+    for (int64_t o = 0; o < s->g.outer; o++)
         for (int64_t i = 0; i < ni; i++) {
-            int64_t v = qp_kt_get_i64(idx, (uint64_t)i);
-            if (v < 0) v += s->axis_len;
+            int64_t v = qp_kgather_index(idx, (uint64_t)i, len);
             if (chunk)
-                memcpy(dst + (size_t)(o * ni + i) * chunk,
-                       src + (size_t)(o * s->axis_len + v) * chunk, chunk);
+                memcpy(dst + (size_t)(o * ni + i) * chunk, src + (size_t)(o * len + v) * chunk,
+                       chunk);
         }
     return QP_OK;
 }

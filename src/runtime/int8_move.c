@@ -14,12 +14,18 @@
  *                                 Unsqueeze, Transpose or Identity (as many elements out as
  *                                 in): the op copies int8, and the Q may join y's producer
  *                                 (attention's MatMul -> Transpose -> Reshape -> Q)
+ *   Q(Gather(y))               -> GatherQuantize(y)        y float: the Gather quantizes each
+ *                                 run as it copies it (kernels/gather.h), the float slice is
+ *                                 never written (a ViT's q, k and v, three Gathers of one
+ *                                 tensor, each with its own scale: moving each Q before its
+ *                                 Gather would quantize the whole tensor three times)
  *
  * The moved Q keeps the original's name (its decision in the report is the original's).
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/int8_conv.h"
 #include "runtime/int8.h"
 #include "runtime/int8_graph.h"
 
@@ -124,6 +130,52 @@ static int q_over_copy(struct qp_graph *g, int k, struct rt_int8_report *rep,
     return i8g_replace(g, dead, 2, name, op, "", n_in, in, out, k, err) < 0 ? -1 : 1;
 }
 
+/* The Q node reading value v when v's readers are that Q (per-tensor int8/uint8 parameters, on
+ * its input 0) and any number of Shape or Size nodes (which read only v's dims: a ViT's
+ * sqrt(head_dim) is computed from q's shape), or -1. */
+static int q_and_shapes(const struct qp_graph *g, int v, struct i8g_qparam *q) {
+    const struct qp_value *val = &g->values[v];
+    int found = -1;
+    if (val->is_graph_output) return -1;
+    for (size_t i = 0; i < val->n_uses; i++) {
+        int u = val->uses[i].node;
+        const struct qp_node *n = &g->nodes[u];
+        if (qp_node_is(n, "Shape") || qp_node_is(n, "Size")) continue;
+        if (found >= 0 || val->uses[i].input != 0 || !qp_node_is(n, "QuantizeLinear") ||
+            !i8g_per_tensor(g, n, q) || (q->dt != QP_DTYPE_INT8 && q->dt != QP_DTYPE_UINT8))
+            return -1;
+        found = u;
+    }
+    return found;
+}
+
+/* Q(Gather(y)) -> GatherQuantize(y) for float y (not DQ(x): the flow pass gathers x); Shape and
+ * Size readers of the Gather's output read the int8 result instead (the same dims). */
+static int q_into_gather(struct qp_graph *g, int k, struct rt_int8_report *rep,
+                         struct qp_error *err) {
+    const struct qp_node *n = &g->nodes[k];
+    struct i8g_qparam qo, qi;
+    int q = q_and_shapes(g, n->outputs[0], &qo), x;
+    if (q < 0 || n->n_inputs != 2 || n->inputs[0] < 0 || n->inputs[1] < 0 ||
+        i8g_dq_act(g, n->inputs[0], &x, &qi) || !i8g_known_float(g, n->inputs[0]))
+        return 0;
+    char into[160];
+    snprintf(into, sizeof into, "Gather '%s' (it quantizes each slice as it copies it)", n->name);
+    if (!i8g_note(rep, &g->nodes[q], 1, into, NULL)) return -1;
+    int out = g->nodes[q].outputs[0];
+    for (const struct qp_value *gv = &g->values[n->outputs[0]]; gv->n_uses > 1;) {
+        size_t i = gv->uses[0].node == q ? 1 : 0; /* a Shape or Size reader */
+        if (qp_graph_set_input(g, gv->uses[i].node, gv->uses[i].input, out, err)) return -1;
+    }
+    const struct qp_node *qn = &g->nodes[q];
+    int in[4] = {n->inputs[0], n->inputs[1], i8g_in_at(qn, 1), i8g_in_at(qn, 2)};
+    int dead[2] = {k, q};
+    return i8g_replace(g, dead, 2, n->name, "GatherQuantize", QP_INT8_DOMAIN, in[3] >= 0 ? 4 : 3,
+                       in, out, k, err) < 0
+               ? -1
+               : 1;
+}
+
 static int elementwise(const struct qp_node *n) {
     static const char *const ops[] = {"Add", "Sub", "Mul", "Div", "Relu", "Clip", NULL};
     for (int i = 0; ops[i]; i++)
@@ -176,6 +228,8 @@ static int move_sweep(struct qp_graph *g, struct rt_int8_report *rep, struct qp_
             r = q_over_concat(g, (int)k, rep, err);
         else if (i8g_resize_copies(n) || reshapes(n))
             r = q_over_copy(g, (int)k, rep, err);
+        else if (qp_node_is(n, "Gather"))
+            r = q_into_gather(g, (int)k, rep, err);
         if (r == 0 && !g->nodes[k].dead && i8g_resize_copies(&g->nodes[k]))
             r = dq_under_resize(g, (int)k, rep, err);
         if (r < 0) return -1;

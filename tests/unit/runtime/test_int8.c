@@ -1556,6 +1556,74 @@ static void test_flow_decisions(void **state) {
     qp_model_free(m);
 }
 
+/* x -> Relu -> Gather(axis 1, index `ia`) -> QDQ(0.02) and Gather(index `ib`) -> QDQ(0.05) ->
+ * Add -> y [1, HW, HW]; the first Gather's output is also read by a Shape (graph output "sh"),
+ * as a ViT's q is by the Shape of its sqrt(head_dim). */
+static struct qp_model *gather_q_model(int64_t ia, int64_t ib) {
+    struct qp_model *m = model_with_x(4, x_dims);
+    const char *r[1] = {"x"};
+    rt_node(m, "relu", "Relu", 1, r, "xr");
+    int64_t idx[2] = {ia, ib};
+    const char *names[2] = {"ga", "gb"}, *outs[2] = {"a", "b"}, *dq[2] = {"ad", "bd"};
+    for (int i = 0; i < 2; i++) {
+        char iname[64];
+        rt_name(iname, names[i], "_i");
+        graph_add_init(m, m->graph, iname, QP_DTYPE_INT64, 0, NULL, &idx[i], sizeof idx[i]);
+        const char *gi[2] = {"xr", iname};
+        rt_node(m, names[i], "Gather", 2, gi, outs[i]);
+        int_attr(m, names[i], "axis", 1);
+        rt_qdq(m, outs[i], dq[i], i ? 0.05f : 0.02f, 0);
+    }
+    const char *sh[1] = {"a"};
+    rt_node(m, "shape", "Shape", 1, sh, "sh");
+    rt_node(m, "add", "Add", 2, dq, "y");
+    finish(m, "y");
+    struct qp_error err = {0};
+    assert_int_equal(qp_graph_add_output(m->graph, qp_graph_find_value(m->graph, "sh"), &err),
+                     QP_OK);
+    return m;
+}
+
+/* A Gather of float data whose only reader (besides a Shape) is a per-tensor Q runs as one
+ * GatherQuantize (int8_move.c): each Q is reported fused into its Gather, the Shape still gives
+ * the slice's dims, and the output is the oracle's bit for bit (the same quantization, no
+ * arithmetic moved); a negative index too. */
+static void test_gather_quantize(void **state) {
+    (void)state;
+    static const int64_t idx[2][2] = {{1, 5}, {-1, 0}};
+    fill_x(2.0f);
+    for (int t = 0; t < 2; t++) {
+        struct qp_model *m = gather_q_model(idx[t][0], idx[t][1]);
+        struct qp_session *s;
+        run(m, QP_INT8_OFF, xin, y_off, HW * HW, NULL);
+        run(m, QP_INT8_AUTO, xin, y_on, HW * HW, &s);
+        const char *fb;
+        qp_session_int8_decisions(s, NULL, &fb);
+        assert_string_equal(fb, "");
+        assert_non_null(strstr(find(s, "ad_Q")->into, "Gather 'ga'"));
+        assert_non_null(strstr(find(s, "bd_Q")->into, "Gather 'gb'"));
+        int n_gq = 0;
+        for (size_t i = 0; i < s->last->n_steps; i++) {
+            const struct rt_step *st = &s->last->steps[i];
+            n_gq += st->kind == RT_STEP_NODE && st->k && strcmp(st->k->op, "GatherQuantize") == 0;
+        }
+        assert_int_equal(n_gq, 2);
+        struct qp_array sh;
+        struct qp_error err = {0};
+        assert_int_equal(qp_session_output(s, 1, &sh, &err), QP_OK);
+        const int64_t *d = sh.data, want[3] = {1, HW, HW};
+        assert_int_equal(sh.nbytes, sizeof want);
+        assert_memory_equal(d, want, sizeof want);
+        assert_memory_equal(y_on, y_off, HW * HW * sizeof(float));
+        size_t nonzero = 0;
+        for (size_t i = 0; i < HW * HW; i++)
+            nonzero += y_on[i] != 0;
+        assert_true(nonzero > HW * HW / 4);
+        qp_session_free(s);
+        qp_model_free(m);
+    }
+}
+
 /* A Split whose outputs are each quantized with its input's parameters runs on int8 (the
  * results equal the oracle's: the same values, copied); one whose Q has another scale stays
  * float and says so. */
@@ -1620,18 +1688,31 @@ static void test_split_flow(void **state) {
 int main(void) {
     (void)insert_qdq;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_residual_block),      cmocka_unit_test(test_qconv_sum_in_place),
-        cmocka_unit_test(test_exact_vnni_path),     cmocka_unit_test(test_exact_float_path),
-        cmocka_unit_test(test_exact_avx2_path),     cmocka_unit_test(test_maxpool_nhwc),
-        cmocka_unit_test(test_path_selection),      cmocka_unit_test(test_flow_decisions),
-        cmocka_unit_test(test_gate_requantized),    cmocka_unit_test(test_conv_bn),
-        cmocka_unit_test(test_paddle_block),        cmocka_unit_test(test_matmul_projection),
-        cmocka_unit_test(test_exact_avx2_matmul),   cmocka_unit_test(test_matmul_two_activations),
-        cmocka_unit_test(test_matmul_shape_scale),  cmocka_unit_test(test_tiny_weight_scale),
-        cmocka_unit_test(test_fp16_float_out),      cmocka_unit_test(test_fp16_widen),
-        cmocka_unit_test(test_resize_moves),        cmocka_unit_test(test_reshape_moves),
-        cmocka_unit_test(test_large_conv_threads),  cmocka_unit_test(test_conv_transpose),
-        cmocka_unit_test(test_conv_transpose_nhwc), cmocka_unit_test(test_split_flow),
+        cmocka_unit_test(test_residual_block),
+        cmocka_unit_test(test_qconv_sum_in_place),
+        cmocka_unit_test(test_exact_vnni_path),
+        cmocka_unit_test(test_exact_float_path),
+        cmocka_unit_test(test_exact_avx2_path),
+        cmocka_unit_test(test_maxpool_nhwc),
+        cmocka_unit_test(test_path_selection),
+        cmocka_unit_test(test_flow_decisions),
+        cmocka_unit_test(test_gather_quantize),
+        cmocka_unit_test(test_gate_requantized),
+        cmocka_unit_test(test_conv_bn),
+        cmocka_unit_test(test_paddle_block),
+        cmocka_unit_test(test_matmul_projection),
+        cmocka_unit_test(test_exact_avx2_matmul),
+        cmocka_unit_test(test_matmul_two_activations),
+        cmocka_unit_test(test_matmul_shape_scale),
+        cmocka_unit_test(test_tiny_weight_scale),
+        cmocka_unit_test(test_fp16_float_out),
+        cmocka_unit_test(test_fp16_widen),
+        cmocka_unit_test(test_resize_moves),
+        cmocka_unit_test(test_reshape_moves),
+        cmocka_unit_test(test_large_conv_threads),
+        cmocka_unit_test(test_conv_transpose),
+        cmocka_unit_test(test_conv_transpose_nhwc),
+        cmocka_unit_test(test_split_flow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
