@@ -130,7 +130,90 @@ static int tensor_d(const struct qp_tensor *t, uint64_t i, double *out, int *is_
     }
 }
 
-/* Gather(Shape(t), index) read from the dims shape inference gave t: its dim, when known. */
+/* Value v's rank and dims where the graph fixes them without shape inference: declared, a
+ * constant's, or traced back through data movement whose result's shape its attributes and
+ * constant inputs give (a Reshape to a constant shape, Transpose, a Gather of constant indices,
+ * Q, DQ, the integer path's GatherQuantize). A ViT exported without value_info computes its
+ * attention scale from Shape(q), q = Gather(Transpose(Reshape(MatMul, [1, 197, 3, 3, 64]))). */
+static int traced_rank(const struct qp_graph *g, int v, int depth) {
+    if (v < 0 || depth > 16) return -1;
+    if (g->values[v].rank >= 0) return g->values[v].rank;
+    const struct qp_tensor *c = i8g_const_of(g, v);
+    if (c) return c->rank;
+    const struct qp_node *n = i8g_producer(g, v);
+    if (!n) return -1;
+    if (qp_node_is(n, "Reshape")) {
+        const struct qp_tensor *sh = i8g_const_of(g, i8g_in_at(n, 1));
+        return sh && sh->rank == 1 ? (int)sh->numel : -1;
+    }
+    if (qp_node_is(n, "Transpose")) {
+        const struct qp_attr *perm = qp_node_attr(n, "perm");
+        return perm ? (int)perm->n : traced_rank(g, i8g_in_at(n, 0), depth + 1);
+    }
+    if (qp_node_is(n, "Gather") || i8g_is_op(n, "GatherQuantize")) {
+        int rd = traced_rank(g, i8g_in_at(n, 0), depth + 1);
+        int ri = traced_rank(g, i8g_in_at(n, 1), depth + 1);
+        return rd < 1 || ri < 0 ? -1 : rd - 1 + ri;
+    }
+    if (qp_node_is(n, "QuantizeLinear") || qp_node_is(n, "DequantizeLinear"))
+        return traced_rank(g, i8g_in_at(n, 0), depth + 1);
+    return -1;
+}
+
+/* Dim k (0 <= k < its rank) of value v, traced as traced_rank; 0 when unknown. */
+static int traced_dim(const struct qp_graph *g, int v, int k, int depth, int64_t *out) {
+    if (v < 0 || depth > 16 || k < 0) return 0;
+    const struct qp_value *val = &g->values[v];
+    if (val->rank >= 0) {
+        if (k >= val->rank || val->dims[k].param || val->dims[k].value < 0) return 0;
+        *out = val->dims[k].value;
+        return 1;
+    }
+    const struct qp_tensor *c = i8g_const_of(g, v);
+    if (c) {
+        if (k >= c->rank) return 0;
+        *out = c->dims[k];
+        return 1;
+    }
+    const struct qp_node *n = i8g_producer(g, v);
+    if (!n) return 0;
+    int x = i8g_in_at(n, 0);
+    if (qp_node_is(n, "Reshape")) {
+        const struct qp_tensor *sh = i8g_const_of(g, i8g_in_at(n, 1));
+        int64_t d;
+        if (!sh || sh->rank != 1 || (uint64_t)k >= sh->numel) return 0;
+        if (sh->dtype == QP_DTYPE_INT64)
+            d = ((const int64_t *)sh->data)[k];
+        else
+            return 0;
+        if (d == 0 && !qp_node_attr(n, "allowzero")) return traced_dim(g, x, k, depth + 1, out);
+        if (d <= 0) return 0;
+        *out = d;
+        return 1;
+    }
+    if (qp_node_is(n, "Transpose")) {
+        const struct qp_attr *perm = qp_node_attr(n, "perm");
+        int r = traced_rank(g, x, depth + 1);
+        if (r < 0 || k >= r || (perm && (int)perm->n != r)) return 0;
+        return traced_dim(g, x, perm ? (int)perm->ints[k] : r - 1 - k, depth + 1, out);
+    }
+    if (qp_node_is(n, "Gather") || i8g_is_op(n, "GatherQuantize")) {
+        int rd = traced_rank(g, x, depth + 1), ri = traced_rank(g, i8g_in_at(n, 1), depth + 1);
+        const struct qp_attr *ax = qp_node_attr(n, "axis");
+        int64_t a = ax ? ax->i : 0;
+        if (rd < 1 || ri < 0) return 0;
+        if (a < 0) a += rd;
+        if (a < 0 || a >= rd) return 0;
+        if (k < a) return traced_dim(g, x, k, depth + 1, out);
+        if (k < a + ri) return traced_dim(g, i8g_in_at(n, 1), k - (int)a, depth + 1, out);
+        return traced_dim(g, x, k - ri + 1, depth + 1, out);
+    }
+    if (qp_node_is(n, "QuantizeLinear") || qp_node_is(n, "DequantizeLinear"))
+        return traced_dim(g, x, k, depth + 1, out);
+    return 0;
+}
+
+/* Gather(Shape(t), index): t's dim, when the graph fixes it (traced_dim). */
 static int shape_dim(const struct qp_graph *g, const struct qp_node *gather, double *out) {
     const struct qp_node *sh = i8g_producer(g, i8g_in_at(gather, 0));
     const struct qp_attr *ax = qp_node_attr(gather, "axis");
@@ -140,10 +223,10 @@ static int shape_dim(const struct qp_graph *g, const struct qp_node *gather, dou
     if (!sh || !qp_node_is(sh, "Shape") || (ax && ax->i != 0) || qp_node_attr(sh, "start") ||
         qp_node_attr(sh, "end") || !it || it->numel != 1 || !tensor_d(it, 0, &idx, &is_int))
         return 0;
-    const struct qp_value *t = &g->values[i8g_in_at(sh, 0)];
-    int64_t k = (int64_t)idx < 0 ? (int64_t)idx + t->rank : (int64_t)idx;
-    if (t->rank < 0 || k < 0 || k >= t->rank || t->dims[k].param || t->dims[k].value < 0) return 0;
-    *out = (double)t->dims[k].value;
+    int t = i8g_in_at(sh, 0), r = traced_rank(g, t, 0);
+    int64_t k = (int64_t)idx < 0 ? (int64_t)idx + r : (int64_t)idx, d;
+    if (r < 0 || k < 0 || k >= r || !traced_dim(g, t, (int)k, 0, &d)) return 0;
+    *out = (double)d;
     return 1;
 }
 

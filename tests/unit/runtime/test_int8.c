@@ -569,9 +569,31 @@ static void test_matmul_two_activations(void **state) {
  * QMatMul as a linear post-op (MatMul, Div and Q: 3 nodes); within one step of the oracle. With
  * `int_div`, the dim is first divided by 3 in int64 (8 / 3 = 2, as ONNX's integer Div truncates:
  * a float quotient would give another scale and fail the comparison). */
-static void check_shape_scale(int int_div) {
+/* A tensor whose shape the graph fixes only through its producers (no declared dims): x
+ * [2, 6, 8] -> Reshape [2, 0, 2, 4] -> Transpose (2, 0, 1, 3) -> Gather index 1 on axis 0 ->
+ * "xs" [2, 6, 4], as a ViT's q is sliced from its projection. */
+static void traced_tensor(struct qp_model *m) {
+    static const int64_t shape[4] = {2, 0, 2, 4}, four = 4, one = 1;
+    graph_add_init(m, m->graph, "rs_shape", QP_DTYPE_INT64, 1, &four, shape, sizeof shape);
+    graph_add_init(m, m->graph, "one", QP_DTYPE_INT64, 0, NULL, &one, sizeof one);
+    const char *ri[2] = {"x", "rs_shape"}, *ti[1] = {"xr"}, *gi[2] = {"xtr", "one"};
+    rt_node(m, "rs", "Reshape", 2, ri, "xr");
+    rt_node(m, "tr4", "Transpose", 1, ti, "xtr");
+    struct qp_attr *pa =
+        qp_node_add_attr(m->graph, qp_graph_find_node(m->graph, "tr4"), "perm", QP_ATTR_INTS);
+    static const int64_t perm[4] = {2, 0, 1, 3};
+    pa->ints = perm;
+    pa->n = 4;
+    rt_node(m, "slice", "Gather", 2, gi, "xs");
+}
+
+/* QMatMul -> Div by sqrt(a dim of Shape(t)) (divided by 3 first with int_div): the Div joins the
+ * QMatMul as a linear post-operation; t is x (declared dims) or, with `traced`, traced_tensor's
+ * "xs" (dims traced through Reshape, Transpose and Gather: int8_graph.c, traced_dim). */
+static void check_shape_scale(int int_div, int traced) {
     struct qp_model *m = scores_model();
-    const char *t[1] = {"x"};
+    if (traced) traced_tensor(m);
+    const char *t[1] = {traced ? "xs" : "x"};
     rt_node(m, "shape", "Shape", 1, t, "sh");
     int64_t last = -1, three = 3;
     graph_add_init(m, m->graph, "last", QP_DTYPE_INT64, 0, NULL, &last, sizeof last);
@@ -605,8 +627,10 @@ static void check_shape_scale(int int_div) {
 
 static void test_matmul_shape_scale(void **state) {
     (void)state;
-    check_shape_scale(0);
-    check_shape_scale(1);
+    check_shape_scale(0, 0);
+    check_shape_scale(1, 0);
+    check_shape_scale(0, 1);
+    check_shape_scale(1, 1);
 }
 
 /* Weights over the whole int8 range and activations near +-127: on AVX2 without VNNI u8 x s8
