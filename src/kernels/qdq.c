@@ -206,11 +206,48 @@ enum qp_status qp_k_fakequant_run(const struct qp_krun *r) {
  * float data whose only reader is a QuantizeLinear with per-tensor int8/uint8 parameters
  * (runtime/int8_move.c), in one pass: each gathered run is quantized as it is copied, so the
  * float copy is neither written nor read again (a ViT's q, k and v, sliced from the attention
- * projection by three Gathers of their own scales). The same values as the two nodes. */
+ * projection by three Gathers of their own scales). The same values as the two nodes.
+ * Attribute `perm` (optional, scalar indices only): the data is read as Transpose(data, perm)
+ * without that transposition being written (the ViT's [1, 197, 3, 3, 64] -> [3, 1, 3, 197, 64]
+ * before the three Gathers); runs along the output's last axis are contiguous when the
+ * permutation keeps the last axis last. */
 struct gq_state {
     struct qp_kgather g;
     enum qp_dtype qtype;
+    int permuted, ro;                                 /* perm given; the output's rank */
+    int64_t odims[QP_MAX_RANK], ostride[QP_MAX_RANK]; /* permuted: data stride per output dim */
+    int64_t astride, alen;                            /* permuted: the gathered axis */
 };
+
+/* The `perm` view: output dims and data strides (the indices must be a scalar). */
+static enum qp_status gq_permute(struct qp_kprep *p, const int64_t *pv, int64_t np,
+                                 struct gq_state *s) {
+    const struct qp_kt *x = p->in[0];
+    int r = x->rank, seen[QP_MAX_RANK] = {0};
+    if (np != r || p->in[1]->rank != 0)
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
+                            "GatherQuantize: perm of %lld entries for rank %d, indices of rank %d",
+                            (long long)np, r, p->in[1]->rank);
+    int64_t xs[QP_MAX_RANK], acc = 1;
+    for (int i = r - 1; i >= 0; i--) {
+        xs[i] = acc;
+        acc *= x->dims[i];
+    }
+    s->permuted = 1;
+    s->ro = 0;
+    for (int i = 0; i < r; i++) {
+        if (pv[i] < 0 || pv[i] >= r || seen[pv[i]]++)
+            return qp_error_set(p->err, QP_ERR_BAD_INPUT, "GatherQuantize: bad perm");
+        if (i == s->g.axis) {
+            s->alen = x->dims[pv[i]];
+            s->astride = xs[pv[i]];
+        } else {
+            s->odims[s->ro] = x->dims[pv[i]];
+            s->ostride[s->ro++] = xs[pv[i]];
+        }
+    }
+    return QP_OK;
+}
 
 enum qp_status qp_k_gather_quantize_prepare(struct qp_kprep *p) {
     struct gq_state s;
@@ -228,30 +265,82 @@ enum qp_status qp_k_gather_quantize_prepare(struct qp_kprep *p) {
     if (s.qtype != QP_DTYPE_INT8 && s.qtype != QP_DTYPE_UINT8)
         return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "GatherQuantize to %s",
                             qp_dtype_name(s.qtype));
+    const int64_t *pv;
+    int64_t np = qp_kattr_ints(p->node, "perm", &pv);
+    if (np >= 0 && (st = gq_permute(p, pv, np, &s))) return st;
     const struct qp_kt *y = p->out[0];
-    st = qp_kt_set(p->out[0], s.qtype, y->rank, y->dims, p->err);
+    st = s.permuted ? qp_kt_set(p->out[0], s.qtype, s.ro, s.odims, p->err)
+                    : qp_kt_set(p->out[0], s.qtype, y->rank, y->dims, p->err);
     if (st) return st;
     return qp_ksave_state(p, &s, sizeof s);
+}
+
+#define GQ_BUF 4096
+
+/* Output rows [lo, hi) of the permuted view (rows along the output's last axis), data offset
+ * `base` for the gathered index: rows are gathered into a buffer of GQ_BUF floats, quantized a
+ * buffer at a time (qp_quantize_f32 per short row costs more than the row). */
+static void gq_rows(const struct gq_state *s, const struct qp_qspec *q, const float *x, uint8_t *y,
+                    int64_t base, int64_t lo, int64_t hi) {
+    int64_t len = s->ro ? s->odims[s->ro - 1] : 1, step = s->ro ? s->ostride[s->ro - 1] : 1;
+    float buf[GQ_BUF];
+    int64_t used = 0, first = lo * len; /* buffered elements; the output index of buf[0] */
+    for (int64_t row = lo; row < hi; row++) {
+        int64_t off = base, rem = row;
+        for (int d = s->ro - 2; d >= 0; d--) {
+            off += (rem % s->odims[d]) * s->ostride[d];
+            rem /= s->odims[d];
+        }
+        for (int64_t c = 0; c < len;) {
+            int64_t m = len - c < GQ_BUF - used ? len - c : GQ_BUF - used;
+            if (step == 1)
+                memcpy(buf + used, x + off + c, (size_t)m * sizeof *buf);
+            else
+                for (int64_t j = 0; j < m; j++)
+                    buf[used + j] = x[off + (c + j) * step];
+            used += m;
+            c += m;
+            if (used == GQ_BUF) {
+                qp_quantize_f32(q, buf, y + first, 0, used);
+                first += used;
+                used = 0;
+            }
+        }
+    }
+    if (used) qp_quantize_f32(q, buf, y + first, 0, used);
 }
 
 enum qp_status qp_k_gather_quantize_run(const struct qp_krun *r) {
     const struct gq_state *s = r->state;
     const struct qp_kt *idx = r->in[1];
-    int64_t ni = (int64_t)idx->numel, len = s->g.axis_len, inner = s->g.inner;
+    int64_t ni = (int64_t)idx->numel, len = s->permuted ? s->alen : s->g.axis_len;
+    int64_t inner = s->g.inner;
     enum qp_status st = qp_kgather_check(idx, len, r->err);
     if (st) return st;
     struct qp_qspec q = {.qtype = s->qtype,
                          .saturate = 1,
                          .outer = 1,
                          .axis_len = 1,
-                         .inner = inner,
+                         .inner = (int64_t)r->out[0]->numel,
                          .n_params = 1,
                          .scale = r->in[2]->data,
                          .zero_point = r->n_in > 3 && r->in[3] ? r->in[3]->data : NULL};
     const float *x = r->in[0]->data;
     uint8_t *y = r->out[0]->data;
-    int64_t n = s->g.outer * ni * inner;
+    int64_t n = (int64_t)r->out[0]->numel;
+    if (n == 0) return QP_OK;
     int nt = n < 65536 ? 1 : r->n_threads; /* a fork costs more than quantizing 64K elements */
+    if (s->permuted) {
+        int64_t rows = n / (s->ro ? s->odims[s->ro - 1] : 1);
+        int64_t base = qp_kgather_index(idx, 0, len) * s->astride;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            int64_t lo, hi;
+            qp_ksplit(rows, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+            gq_rows(s, &q, x, y, base, lo, hi);
+        }
+        return QP_OK;
+    }
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         int64_t lo, hi; /* output elements; a run may be shared (a scalar index gives one) */

@@ -199,14 +199,14 @@ static int traced_dim(const struct qp_graph *g, int v, int k, int depth, int64_t
     }
     if (qp_node_is(n, "Gather") || i8g_is_op(n, "GatherQuantize")) {
         int rd = traced_rank(g, x, depth + 1), ri = traced_rank(g, i8g_in_at(n, 1), depth + 1);
-        const struct qp_attr *ax = qp_node_attr(n, "axis");
-        int64_t a = ax ? ax->i : 0;
-        if (rd < 1 || ri < 0) return 0;
+        const struct qp_attr *ax = qp_node_attr(n, "axis"), *perm = qp_node_attr(n, "perm");
+        int64_t a = ax ? ax->i : 0, j;
+        if (rd < 1 || ri < 0 || (perm && (int)perm->n != rd)) return 0;
         if (a < 0) a += rd;
         if (a < 0 || a >= rd) return 0;
-        if (k < a) return traced_dim(g, x, k, depth + 1, out);
-        if (k < a + ri) return traced_dim(g, i8g_in_at(n, 1), k - (int)a, depth + 1, out);
-        return traced_dim(g, x, k - ri + 1, depth + 1, out);
+        if (k >= a && k < a + ri) return traced_dim(g, i8g_in_at(n, 1), k - (int)a, depth + 1, out);
+        j = k < a ? k : k - ri + 1; /* the data's dim, seen through GatherQuantize's perm */
+        return traced_dim(g, x, perm ? (int)perm->ints[j] : (int)j, depth + 1, out);
     }
     if (qp_node_is(n, "QuantizeLinear") || qp_node_is(n, "DequantizeLinear"))
         return traced_dim(g, x, k, depth + 1, out);

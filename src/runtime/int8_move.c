@@ -19,6 +19,8 @@
  *                                 never written (a ViT's q, k and v, three Gathers of one
  *                                 tensor, each with its own scale: moving each Q before its
  *                                 Gather would quantize the whole tensor three times)
+ *   GatherQuantize(Transpose(y)) -> GatherQuantize(y)   scalar indices, every reader of the
+ *                                 Transpose such a node: it reads through the permutation
  *
  * The moved Q keeps the original's name (its decision in the report is the original's).
  */
@@ -176,6 +178,36 @@ static int q_into_gather(struct qp_graph *g, int k, struct rt_int8_report *rep,
                : 1;
 }
 
+/* GatherQuantize(Transpose(y), scalar index) -> GatherQuantize(y) reading through the perm, when
+ * every reader of the Transpose is such a GatherQuantize: the transposed float tensor is never
+ * written (a ViT's [1, 197, 3, 3, 64] -> [3, 1, 3, 197, 64] before q, k and v). */
+static int transpose_into_gathers(struct qp_graph *g, int k, struct qp_error *err) {
+    const struct qp_node *n = &g->nodes[k];
+    const struct qp_attr *perm = qp_node_attr(n, "perm");
+    const struct qp_value *tv = &g->values[n->outputs[0]];
+    if (!perm || perm->type != QP_ATTR_INTS || tv->is_graph_output || !tv->n_uses ||
+        n->n_inputs != 1 || n->inputs[0] < 0)
+        return 0;
+    for (size_t i = 0; i < tv->n_uses; i++) {
+        const struct qp_node *u = &g->nodes[tv->uses[i].node];
+        const struct qp_tensor *ix = i8g_const_of(g, i8g_in_at(u, 1));
+        if (!i8g_is_op(u, "GatherQuantize") || tv->uses[i].input != 0 || qp_node_attr(u, "perm") ||
+            !ix || ix->rank != 0)
+            return 0;
+    }
+    int x = n->inputs[0];
+    int64_t pv[QP_MAX_RANK];
+    if (perm->n > QP_MAX_RANK) return 0;
+    for (size_t i = 0; i < perm->n; i++)
+        pv[i] = perm->ints[i];
+    while (tv->n_uses) {
+        int u = tv->uses[0].node;
+        if (qp_graph_set_input(g, u, 0, x, err) || !i8g_add_ints(g, u, "perm", (int)perm->n, pv))
+            return -1;
+    }
+    return qp_graph_remove_node(g, k, err) ? -1 : 1;
+}
+
 static int elementwise(const struct qp_node *n) {
     static const char *const ops[] = {"Add", "Sub", "Mul", "Div", "Relu", "Clip", NULL};
     for (int i = 0; ops[i]; i++)
@@ -226,9 +258,11 @@ static int move_sweep(struct qp_graph *g, struct rt_int8_report *rep, struct qp_
         int r = 0;
         if (qp_node_is(n, "Concat"))
             r = q_over_concat(g, (int)k, rep, err);
-        else if (i8g_resize_copies(n) || reshapes(n))
+        else if (i8g_resize_copies(n) || reshapes(n)) {
             r = q_over_copy(g, (int)k, rep, err);
-        else if (qp_node_is(n, "Gather"))
+            if (r == 0 && qp_node_is(&g->nodes[k], "Transpose"))
+                r = transpose_into_gathers(g, (int)k, err);
+        } else if (qp_node_is(n, "Gather"))
             r = q_into_gather(g, (int)k, rep, err);
         if (r == 0 && !g->nodes[k].dead && i8g_resize_copies(&g->nodes[k]))
             r = dq_under_resize(g, (int)k, rep, err);

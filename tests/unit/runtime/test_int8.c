@@ -1580,20 +1580,27 @@ static void test_flow_decisions(void **state) {
     qp_model_free(m);
 }
 
-/* x -> Relu -> Gather(axis 1, index `ia`) -> QDQ(0.02) and Gather(index `ib`) -> QDQ(0.05) ->
- * Add -> y [1, HW, HW]; the first Gather's output is also read by a Shape (graph output "sh"),
- * as a ViT's q is by the Shape of its sqrt(head_dim). */
-static struct qp_model *gather_q_model(int64_t ia, int64_t ib) {
+/* x -> Relu -> [Transpose(perm)] -> Gather(axis 1, index `ia`) -> QDQ(0.02) and Gather(index
+ * `ib`) -> QDQ(0.05) -> Add -> y; the first Gather's output is also read by a Shape (graph
+ * output "sh"), as a ViT's q is by the Shape of its sqrt(head_dim). */
+static struct qp_model *gather_q_model(int64_t ia, int64_t ib, const int64_t *perm) {
     struct qp_model *m = model_with_x(4, x_dims);
-    const char *r[1] = {"x"};
+    const char *r[1] = {"x"}, *tr[1] = {"xr"};
     rt_node(m, "relu", "Relu", 1, r, "xr");
+    if (perm) {
+        rt_node(m, "tr", "Transpose", 1, tr, "xt");
+        struct qp_attr *pa =
+            qp_node_add_attr(m->graph, qp_graph_find_node(m->graph, "tr"), "perm", QP_ATTR_INTS);
+        pa->ints = perm;
+        pa->n = 4;
+    }
     int64_t idx[2] = {ia, ib};
     const char *names[2] = {"ga", "gb"}, *outs[2] = {"a", "b"}, *dq[2] = {"ad", "bd"};
     for (int i = 0; i < 2; i++) {
         char iname[64];
         rt_name(iname, names[i], "_i");
         graph_add_init(m, m->graph, iname, QP_DTYPE_INT64, 0, NULL, &idx[i], sizeof idx[i]);
-        const char *gi[2] = {"xr", iname};
+        const char *gi[2] = {perm ? "xt" : "xr", iname};
         rt_node(m, names[i], "Gather", 2, gi, outs[i]);
         int_attr(m, names[i], "axis", 1);
         rt_qdq(m, outs[i], dq[i], i ? 0.05f : 0.02f, 0);
@@ -1608,41 +1615,52 @@ static struct qp_model *gather_q_model(int64_t ia, int64_t ib) {
     return m;
 }
 
+/* Steps of session s running kernel `op`. */
+static int count_steps(const struct qp_session *s, const char *op) {
+    int n = 0;
+    for (size_t i = 0; i < s->last->n_steps; i++) {
+        const struct rt_step *st = &s->last->steps[i];
+        n += st->kind == RT_STEP_NODE && st->k && strcmp(st->k->op, op) == 0;
+    }
+    return n;
+}
+
 /* A Gather of float data whose only reader (besides a Shape) is a per-tensor Q runs as one
  * GatherQuantize (int8_move.c): each Q is reported fused into its Gather, the Shape still gives
  * the slice's dims, and the output is the oracle's bit for bit (the same quantization, no
- * arithmetic moved); a negative index too. */
+ * arithmetic moved); a negative index too. With a Transpose before the Gathers (the last axis
+ * kept last: whole runs; moved: strided reads) the GatherQuantize nodes read through its perm
+ * and the Transpose goes. */
 static void test_gather_quantize(void **state) {
     (void)state;
-    static const int64_t idx[2][2] = {{1, 5}, {-1, 0}};
+    static const int64_t idx[4][2] = {{1, 5}, {-1, 0}, {3, -2}, {0, 9}};
+    static const int64_t keep_last[4] = {0, 2, 1, 3}, move_last[4] = {0, 3, 1, 2};
+    const int64_t *perms[4] = {NULL, NULL, keep_last, move_last};
     fill_x(2.0f);
-    for (int t = 0; t < 2; t++) {
-        struct qp_model *m = gather_q_model(idx[t][0], idx[t][1]);
+    for (int t = 0; t < 4; t++) {
+        struct qp_model *m = gather_q_model(idx[t][0], idx[t][1], perms[t]);
         struct qp_session *s;
-        run(m, QP_INT8_OFF, xin, y_off, HW * HW, NULL);
-        run(m, QP_INT8_AUTO, xin, y_on, HW * HW, &s);
+        int64_t ny = perms[t] ? C * HW : HW * HW;
+        run(m, QP_INT8_OFF, xin, y_off, (size_t)ny, NULL);
+        run(m, QP_INT8_AUTO, xin, y_on, (size_t)ny, &s);
         const char *fb;
         qp_session_int8_decisions(s, NULL, &fb);
         assert_string_equal(fb, "");
         assert_non_null(strstr(find(s, "ad_Q")->into, "Gather 'ga'"));
         assert_non_null(strstr(find(s, "bd_Q")->into, "Gather 'gb'"));
-        int n_gq = 0;
-        for (size_t i = 0; i < s->last->n_steps; i++) {
-            const struct rt_step *st = &s->last->steps[i];
-            n_gq += st->kind == RT_STEP_NODE && st->k && strcmp(st->k->op, "GatherQuantize") == 0;
-        }
-        assert_int_equal(n_gq, 2);
+        assert_int_equal(count_steps(s, "GatherQuantize"), 2);
+        assert_int_equal(count_steps(s, "Transpose"), 0);
         struct qp_array sh;
         struct qp_error err = {0};
         assert_int_equal(qp_session_output(s, 1, &sh, &err), QP_OK);
-        const int64_t *d = sh.data, want[3] = {1, HW, HW};
+        const int64_t *d = sh.data, want[3] = {1, perms[t] ? C : HW, HW};
         assert_int_equal(sh.nbytes, sizeof want);
         assert_memory_equal(d, want, sizeof want);
-        assert_memory_equal(y_on, y_off, HW * HW * sizeof(float));
+        assert_memory_equal(y_on, y_off, (size_t)ny * sizeof(float));
         size_t nonzero = 0;
-        for (size_t i = 0; i < HW * HW; i++)
+        for (int64_t i = 0; i < ny; i++)
             nonzero += y_on[i] != 0;
-        assert_true(nonzero > HW * HW / 4);
+        assert_true(nonzero > (size_t)ny / 4);
         qp_session_free(s);
         qp_model_free(m);
     }
