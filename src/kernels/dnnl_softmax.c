@@ -19,7 +19,9 @@
 #include "kernels/dnnl_softmax.h"
 #include "kernels/dnnl_util.h"
 #include "kernels/kernels.h"
+#include "kernels/kcheck.h"
 #include "kernels/vecmath.h"
+#include "qmath/qparams.h"
 
 struct sm_key {
     int32_t nthr, lane; /* lane: qp_krun.lane (0 for the primary entry) */
@@ -169,6 +171,75 @@ static int softmax_rows_fast(const struct qp_krun *r, int64_t rows, int64_t n) {
     if (!ok) return 0;
     if (!all_finite(x, rows * n)) qp_k_softmax_nan_rows(x, y, rows, n, 1);
     return 1;
+}
+
+/* QP_INT8_DOMAIN "SoftmaxQuantize" (x, scale, zero_point; axis -1): a Softmax over the last axis
+ * whose only reader is a QuantizeLinear with per-tensor int8/uint8 parameters
+ * (runtime/int8_move.c), in one step: each thread computes blocks of SQ_ROWS rows into scratch
+ * (vecmath's softmax and the NaN-row fix-up, the Softmax row's code) and quantizes them while
+ * they are in cache. The same values as the two nodes. */
+struct sq_state {
+    int64_t rows, n;
+    enum qp_dtype qtype;
+};
+
+#define SQ_ROWS 16
+
+int qp_softmax_quantize_available(void) {
+    return qp_vf_softmax_available();
+}
+
+enum qp_status qp_k_softmax_quantize_prepare(struct qp_kprep *p) {
+    enum qp_status st = qp_kneed(p, 0);
+    if (!st) st = qp_kneed_const(p, 1, "scale");
+    if (st) return st;
+    const struct qp_kt *x = p->in[0], *sc = p->in[1];
+    const struct qp_kt *zp = p->n_in > 2 ? p->in[2] : NULL;
+    if (x->dtype != QP_DTYPE_FLOAT || x->rank < 1 || sc->dtype != QP_DTYPE_FLOAT ||
+        sc->numel != 1 || (zp && zp->numel != 1) || qp_kattr_int(p->node, "axis", -1) != -1 ||
+        !qp_softmax_quantize_available())
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
+                            "SoftmaxQuantize takes float data over its last axis (axis -1) and a "
+                            "per-tensor float scale");
+    struct sq_state s = {.n = x->dims[x->rank - 1], .qtype = zp ? zp->dtype : QP_DTYPE_UINT8};
+    s.rows = s.n ? (int64_t)x->numel / s.n : 0;
+    if (s.qtype != QP_DTYPE_INT8 && s.qtype != QP_DTYPE_UINT8)
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED, "SoftmaxQuantize to %s",
+                            qp_dtype_name(s.qtype));
+    st = qp_kt_set(p->out[0], s.qtype, x->rank, x->dims, p->err);
+    if (st) return st;
+    p->scratch = (size_t)x->numel * sizeof(float);
+    return qp_ksave_state(p, &s, sizeof s);
+}
+
+enum qp_status qp_k_softmax_quantize_run(const struct qp_krun *r) {
+    const struct sq_state *s = r->state;
+    const float *x = r->in[0]->data;
+    float *buf = r->scratch;
+    void *y = r->out[0]->data;
+    struct qp_qspec q = {.qtype = s->qtype,
+                         .saturate = 1,
+                         .outer = 1,
+                         .axis_len = 1,
+                         .inner = s->rows * s->n,
+                         .n_params = 1,
+                         .scale = r->in[1]->data,
+                         .zero_point = r->n_in > 2 && r->in[2] ? r->in[2]->data : NULL};
+    int64_t n = s->n;
+    int nt = s->rows * n < 32768 ? 1 : r->n_threads;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        qp_ksplit(s->rows, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        for (int64_t r0 = lo; r0 < hi; r0 += SQ_ROWS) {
+            int64_t m = hi - r0 < SQ_ROWS ? hi - r0 : SQ_ROWS;
+            qp_vf_softmax_rows(x + r0 * n, buf + r0 * n, m, n);
+            if (!all_finite(x + r0 * n, m * n))
+                qp_k_softmax_nan_rows(x + r0 * n, buf + r0 * n, m, n, 1);
+            qp_quantize_f32(&q, buf, y, r0 * n, (r0 + m) * n);
+        }
+    }
+    return QP_OK;
 }
 
 enum qp_status qp_k_dnnl_softmax_run(const struct qp_krun *r) {

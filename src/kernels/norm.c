@@ -12,6 +12,7 @@
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "kernels/vecmath.h"
+#include "qmath/qparams.h"
 
 struct norm_state {
     int64_t outer, axis_len, inner; /* softmax: [outer, axis, inner]; BN: [N, C, spatial] */
@@ -274,7 +275,11 @@ struct ln_args {
     float *y, *mo, *io;
     int64_t n;
     float eps;
+    uint8_t *q;                /* LayerNormQuantize: the int8/uint8 output instead of y */
+    const struct qp_qspec *qs; /* its per-tensor parameters */
 };
+
+#define LN_Q_CHUNK 256 /* LayerNormQuantize: values quantized this many at a time */
 
 static inline __attribute__((always_inline)) void ln_rows_body(const struct ln_args *a, int64_t lo,
                                                                int64_t hi) {
@@ -282,22 +287,30 @@ static inline __attribute__((always_inline)) void ln_rows_body(const struct ln_a
     double dn = (double)(n ? n : 1);
     for (int64_t o = lo; o < hi; o++) {
         const float *xp = a->x + o * n;
-        float *yp = a->y + o * n;
+        float *yp = a->y ? a->y + o * n : NULL;
         double mean = ln_sum8(xp, n, 0.0, 0) / dn;
         double var = ln_sum8(xp, n, mean, 1);
         var /= dn;
         float inv = (float)(1.0 / sqrt(var + a->eps));
         float fm = (float)mean;
         const float *sc = a->sc, *b = a->b;
-        if (!a->sc1 && b && !a->b1) {
-            for (int64_t i = 0; i < n; i++)
-                yp[i] = (xp[i] - fm) * inv * sc[i] + b[i];
-        } else {
-            for (int64_t i = 0; i < n; i++) {
-                float v = (xp[i] - fm) * inv * sc[a->sc1 ? 0 : i];
-                if (b) v += b[a->b1 ? 0 : i];
-                yp[i] = v;
+        float buf[LN_Q_CHUNK];
+        int64_t chunk = a->q ? LN_Q_CHUNK : (n ? n : 1);
+        for (int64_t c = 0; c < n; c += chunk) {
+            int64_t m = n - c < chunk ? n - c : chunk;
+            float *dst = a->q ? buf : yp + c;
+            const float *xc = xp + c;
+            if (!a->sc1 && b && !a->b1) {
+                for (int64_t i = 0; i < m; i++)
+                    dst[i] = (xc[i] - fm) * inv * sc[c + i] + b[c + i];
+            } else {
+                for (int64_t i = 0; i < m; i++) {
+                    float v = (xc[i] - fm) * inv * sc[a->sc1 ? 0 : c + i];
+                    if (b) v += b[a->b1 ? 0 : c + i];
+                    dst[i] = v;
+                }
             }
+            if (a->q) qp_quantize_f32(a->qs, buf, a->q + o * n + c, 0, m);
         }
         if (a->mo) a->mo[o] = fm;
         if (a->io) a->io[o] = inv;
@@ -320,33 +333,79 @@ ln_rows_avx512(const struct ln_args *a, int64_t lo, int64_t hi) {
 }
 #endif
 
-enum qp_status qp_k_layernorm_run(const struct qp_krun *r) {
-    const struct norm_state *s = r->state;
+/* Rows of a on the session's threads, with the CPU's instance of the row kernel. */
+static void ln_run_rows(const struct ln_args *a, int64_t outer, int n_threads) {
+    /* ~0.8 ns/element: below ~100 us one thread beats a parallel region (activation.c) */
+    int nt = outer * a->n < 131072 ? 1 : n_threads;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        qp_ksplit(outer, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+#if defined(__x86_64__) || defined(__i386__)
+        if (qp_kernel_isa() >= QP_ISA_AVX512)
+            ln_rows_avx512(a, lo, hi);
+        else if (qp_vf_have_avx2())
+            ln_rows_avx2(a, lo, hi);
+        else
+#endif
+            ln_rows(a, lo, hi);
+    }
+}
+
+static struct ln_args ln_args_of(const struct qp_krun *r, const struct norm_state *s) {
     struct ln_args a = {.x = r->in[0]->data,
                         .sc = r->in[1]->data,
                         .b = (r->n_in > 2 && r->in[2]) ? r->in[2]->data : NULL,
                         .sc1 = r->in[1]->numel == 1,
-                        .y = r->out[0]->data,
-                        .mo = (r->n_out > 1 && r->out[1]) ? r->out[1]->data : NULL,
-                        .io = (r->n_out > 2 && r->out[2]) ? r->out[2]->data : NULL,
                         .n = s->norm_size,
                         .eps = s->eps};
     a.b1 = a.b && r->in[2]->numel == 1;
-    /* ~0.8 ns/element: below ~100 us one thread beats a parallel region (activation.c) */
-    int nt = s->outer * a.n < 131072 ? 1 : r->n_threads;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        int64_t lo, hi;
-        qp_ksplit(s->outer, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
-#if defined(__x86_64__) || defined(__i386__)
-        if (qp_kernel_isa() >= QP_ISA_AVX512)
-            ln_rows_avx512(&a, lo, hi);
-        else if (qp_vf_have_avx2())
-            ln_rows_avx2(&a, lo, hi);
-        else
-#endif
-            ln_rows(&a, lo, hi);
-    }
+    return a;
+}
+
+enum qp_status qp_k_layernorm_run(const struct qp_krun *r) {
+    const struct norm_state *s = r->state;
+    struct ln_args a = ln_args_of(r, s);
+    a.y = r->out[0]->data;
+    a.mo = (r->n_out > 1 && r->out[1]) ? r->out[1]->data : NULL;
+    a.io = (r->n_out > 2 && r->out[2]) ? r->out[2]->data : NULL;
+    ln_run_rows(&a, s->outer, r->n_threads);
+    return QP_OK;
+}
+
+/* QP_INT8_DOMAIN "LayerNormQuantize" (x, scale, B, y_scale, y_zero_point; LayerNormalization's
+ * attributes): a LayerNormalization (output Y only) whose only reader is a QuantizeLinear with
+ * per-tensor int8/uint8 parameters (runtime/int8_move.c), in one pass: each row's values are
+ * quantized LN_Q_CHUNK at a time as the row kernel computes them. The same values as the two
+ * nodes. */
+enum qp_status qp_k_layernorm_quantize_prepare(struct qp_kprep *p) {
+    enum qp_status st = qp_k_layernorm_prepare(p);
+    if (!st) st = qp_kneed_const(p, 3, "y_scale");
+    if (st) return st;
+    const struct qp_kt *x = p->in[0], *sc = p->in[3];
+    const struct qp_kt *zp = p->n_in > 4 ? p->in[4] : NULL;
+    enum qp_dtype qt = zp ? zp->dtype : QP_DTYPE_UINT8;
+    if (sc->dtype != QP_DTYPE_FLOAT || sc->numel != 1 || (zp && zp->numel != 1) ||
+        (qt != QP_DTYPE_INT8 && qt != QP_DTYPE_UINT8))
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
+                            "LayerNormQuantize takes per-tensor int8/uint8 parameters");
+    return qp_kt_set(p->out[0], qt, x->rank, x->dims, p->err);
+}
+
+enum qp_status qp_k_layernorm_quantize_run(const struct qp_krun *r) {
+    const struct norm_state *s = r->state;
+    struct qp_qspec q = {.qtype = r->out[0]->dtype,
+                         .saturate = 1,
+                         .outer = 1,
+                         .axis_len = 1,
+                         .inner = (int64_t)r->out[0]->numel,
+                         .n_params = 1,
+                         .scale = r->in[3]->data,
+                         .zero_point = r->n_in > 4 && r->in[4] ? r->in[4]->data : NULL};
+    struct ln_args a = ln_args_of(r, s);
+    a.q = r->out[0]->data;
+    a.qs = &q;
+    ln_run_rows(&a, s->outer, r->n_threads);
     return QP_OK;
 }
 

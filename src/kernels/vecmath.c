@@ -308,6 +308,14 @@ int qp_vf_have_avx2(void) {
 #endif
 }
 
+int qp_vf_softmax_available(void) {
+#ifdef FP_FAST_FMAF
+    return 1;
+#else
+    return qp_vf_have_avx2();
+#endif
+}
+
 int qp_vf_softmax_rows(const float *x, float *y, int64_t rows, int64_t n) {
 #ifdef QP_VM_X86
     if (have_avx512()) {

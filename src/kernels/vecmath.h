@@ -53,6 +53,8 @@ void qp_vf_apply_portable(enum qp_vfn f, const float *x, float *y, int64_t n);
  * -inf, come out as garbage: the caller fixes them (ONNX Runtime gives NaN rows).
  * x and y may be the same array. */
 int qp_vf_softmax_rows(const float *x, float *y, int64_t rows, int64_t n);
+/* 1 when qp_vf_softmax_rows computes (it would not return 0). */
+int qp_vf_softmax_available(void);
 /* The plain-C twin (bit-identical to the AVX2 code). */
 void qp_vf_softmax_rows_portable(const float *x, float *y, int64_t rows, int64_t n);
 /* 1 when qp_vf_apply runs the AVX2+FMA code: the CPU has it and qp_kernel_isa (isa.h, which

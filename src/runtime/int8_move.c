@@ -19,6 +19,9 @@
  *                                 never written (a ViT's q, k and v, three Gathers of one
  *                                 tensor, each with its own scale: moving each Q before its
  *                                 Gather would quantize the whole tensor three times)
+ *   Q(Softmax(y))              -> SoftmaxQuantize(y)       axis -1: each row is quantized as it
+ *                                 is computed
+ *   Q(LayerNormalization(y))   -> LayerNormQuantize(y)     Y only: the same
  *   GatherQuantize(Transpose(y)) -> GatherQuantize(y)   scalar indices, every reader of the
  *                                 Transpose such a node: it reads through the permutation
  *
@@ -27,6 +30,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/dnnl_softmax.h"
 #include "kernels/int8_conv.h"
 #include "runtime/int8.h"
 #include "runtime/int8_graph.h"
@@ -178,6 +182,58 @@ static int q_into_gather(struct qp_graph *g, int k, struct rt_int8_report *rep,
                : 1;
 }
 
+/* Q(Softmax(y, axis -1)) -> SoftmaxQuantize(y) when the Q is the Softmax's only reader and the
+ * kernel can run here (kernels/dnnl_softmax.h). Only an explicit axis of -1: the last axis under
+ * every opset's semantics, whatever the rank (unknown here). */
+static int q_into_softmax(struct qp_graph *g, int k, struct rt_int8_report *rep,
+                          struct qp_error *err) {
+    const struct qp_node *n = &g->nodes[k];
+    const struct qp_attr *ax = qp_node_attr(n, "axis");
+    struct i8g_qparam qo;
+    int q = i8g_sole_q(g, n->outputs[0], &qo);
+    if (q < 0 || !ax || ax->type != QP_ATTR_INT || ax->i != -1 || n->n_inputs != 1 ||
+        n->inputs[0] < 0 || !i8g_known_float(g, n->inputs[0]) || !qp_softmax_quantize_available())
+        return 0;
+    char into[160];
+    snprintf(into, sizeof into, "Softmax '%s' (it quantizes each row as it computes it)", n->name);
+    const struct qp_node *qn = &g->nodes[q];
+    if (!i8g_note(rep, qn, 1, into, NULL)) return -1;
+    int in[3] = {n->inputs[0], i8g_in_at(qn, 1), i8g_in_at(qn, 2)};
+    int dead[2] = {k, q}, out = qn->outputs[0];
+    return i8g_replace(g, dead, 2, n->name, "SoftmaxQuantize", QP_INT8_DOMAIN, in[2] >= 0 ? 3 : 2,
+                       in, out, k, err) < 0
+               ? -1
+               : 1;
+}
+
+/* Q(LayerNormalization(x, scale, B)) -> LayerNormQuantize(x, scale, B) when the Q is the only
+ * reader of its Y and its Mean and InvStdDev outputs are absent or unread. */
+static int q_into_layernorm(struct qp_graph *g, int k, struct rt_int8_report *rep,
+                            struct qp_error *err) {
+    const struct qp_node *n = &g->nodes[k];
+    struct i8g_qparam qo;
+    if (n->n_outputs < 1 || n->outputs[0] < 0 || n->n_inputs < 2 || n->n_inputs > 3 ||
+        n->inputs[0] < 0 || n->inputs[1] < 0)
+        return 0;
+    for (int i = 1; i < n->n_outputs; i++)
+        if (n->outputs[i] >= 0 &&
+            (g->values[n->outputs[i]].n_uses || g->values[n->outputs[i]].is_graph_output))
+            return 0;
+    int q = i8g_sole_q(g, n->outputs[0], &qo);
+    if (q < 0 || !i8g_known_float(g, n->inputs[0])) return 0;
+    char into[160];
+    snprintf(into, sizeof into, "LayerNormalization '%s' (it quantizes each row as it computes it)",
+             n->name);
+    const struct qp_node *qn = &g->nodes[q];
+    if (!i8g_note(rep, qn, 1, into, NULL)) return -1;
+    int in[5] = {n->inputs[0], n->inputs[1], i8g_in_at(n, 2), i8g_in_at(qn, 1), i8g_in_at(qn, 2)};
+    int dead[2] = {k, q}, out = qn->outputs[0];
+    return i8g_replace(g, dead, 2, n->name, "LayerNormQuantize", QP_INT8_DOMAIN, in[4] >= 0 ? 5 : 4,
+                       in, out, k, err) < 0
+               ? -1
+               : 1;
+}
+
 /* GatherQuantize(Transpose(y), scalar index) -> GatherQuantize(y) reading through the perm, when
  * every reader of the Transpose is such a GatherQuantize: the transposed float tensor is never
  * written (a ViT's [1, 197, 3, 3, 64] -> [3, 1, 3, 197, 64] before q, k and v). */
@@ -254,7 +310,9 @@ static int move_sweep(struct qp_graph *g, struct rt_int8_report *rep, struct qp_
     size_t n_nodes = g->n_nodes;
     for (size_t k = 0; k < n_nodes; k++) {
         const struct qp_node *n = &g->nodes[k];
-        if (n->dead || n->n_outputs != 1 || n->outputs[0] < 0) continue;
+        if (n->dead || n->n_outputs < 1 || n->outputs[0] < 0 ||
+            (n->n_outputs != 1 && !qp_node_is(n, "LayerNormalization")))
+            continue;
         int r = 0;
         if (qp_node_is(n, "Concat"))
             r = q_over_concat(g, (int)k, rep, err);
@@ -264,6 +322,10 @@ static int move_sweep(struct qp_graph *g, struct rt_int8_report *rep, struct qp_
                 r = transpose_into_gathers(g, (int)k, err);
         } else if (qp_node_is(n, "Gather"))
             r = q_into_gather(g, (int)k, rep, err);
+        else if (qp_node_is(n, "Softmax"))
+            r = q_into_softmax(g, (int)k, rep, err);
+        else if (qp_node_is(n, "LayerNormalization"))
+            r = q_into_layernorm(g, (int)k, rep, err);
         if (r == 0 && !g->nodes[k].dead && i8g_resize_copies(&g->nodes[k]))
             r = dq_under_resize(g, (int)k, rep, err);
         if (r < 0) return -1;

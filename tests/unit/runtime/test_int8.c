@@ -1666,6 +1666,91 @@ static void test_gather_quantize(void **state) {
     }
 }
 
+/* x -> Softmax(axis) -> QDQ(1/127) -> y. */
+static struct qp_model *softmax_q_model(int64_t axis) {
+    struct qp_model *m = model_with_x(4, x_dims);
+    const char *in[1] = {"x"};
+    rt_node(m, "soft", "Softmax", 1, in, "p");
+    int_attr(m, "soft", "axis", axis);
+    rt_qdq(m, "p", "y", 1.0f / 127.0f, 0);
+    finish(m, "y");
+    return m;
+}
+
+/* A Softmax over axis -1 whose only reader is a per-tensor Q runs as one SoftmaxQuantize with the
+ * oracle's bits, a row holding NaN included (ONNX Runtime's NaN row, quantized); axis 3, the same
+ * axis spelt otherwise, is left to the two nodes (the rewrite does not know ranks). */
+static void test_softmax_quantize(void **state) {
+    (void)state;
+    if (getenv("QP_NO_DNNL")) skip(); /* the oracle's Softmax is then the reference kernel */
+    for (int t = 0; t < 3; t++) {
+        fill_x(4.0f);
+        if (t == 1) xin[HW * 3 + 2] = NAN;
+        struct qp_model *m = softmax_q_model(t == 2 ? 3 : -1);
+        struct qp_session *s;
+        run(m, QP_INT8_OFF, xin, y_off, C * HW * HW, NULL);
+        run(m, QP_INT8_AUTO, xin, y_on, C * HW * HW, &s);
+        assert_int_equal(count_steps(s, "SoftmaxQuantize"), t == 2 ? 0 : 1);
+        if (t < 2) assert_non_null(strstr(find(s, "y_Q")->into, "Softmax 'soft'"));
+        assert_memory_equal(y_on, y_off, C * HW * HW * sizeof(float));
+        size_t nonzero = 0;
+        for (size_t i = 0; i < C * HW * HW; i++)
+            nonzero += y_on[i] != 0;
+        assert_true(nonzero > C * HW * HW / 8);
+        qp_session_free(s);
+        qp_model_free(m);
+    }
+}
+
+/* x -> LayerNormalization(axis 1: rows of C * HW * HW, quantized in several chunks; scale and B
+ * [C, HW, HW], no B unless `bias`) -> QDQ(0.03) -> y; with `mean`, its Mean output is a graph
+ * output too. */
+static struct qp_model *layernorm_q_model(int bias, int mean) {
+    struct qp_model *m = model_with_x(4, x_dims);
+    int64_t sd[3] = {C, HW, HW};
+    rt_rand_init(m, "ln_s", 3, sd, 0.5f, 1.5f);
+    rt_rand_init(m, "ln_b", 3, sd, -0.5f, 0.5f);
+    const char *in[3] = {"x", "ln_s", "ln_b"}, *outs[2] = {"n", "mu"};
+    struct qp_error err = {0};
+    int idx;
+    assert_int_equal(qp_graph_add_node(m->graph, "ln", "LayerNormalization", "", bias ? 3 : 2, in,
+                                       mean ? 2 : 1, outs, &idx, &err),
+                     QP_OK);
+    int_attr(m, "ln", "axis", 1);
+    rt_qdq(m, "n", "y", 0.03f, 0);
+    finish(m, "y");
+    if (mean)
+        assert_int_equal(qp_graph_add_output(m->graph, qp_graph_find_value(m->graph, "mu"), &err),
+                         QP_OK);
+    return m;
+}
+
+/* A LayerNormalization whose Y only a per-tensor Q reads runs as one LayerNormQuantize with the
+ * oracle's bits, with and without B; not while its Mean is read. */
+static void test_layernorm_quantize(void **state) {
+    (void)state;
+    static const int cases[3][2] = {{1, 0}, {0, 0}, {1, 1}};
+    for (int t = 0; t < 3; t++) {
+        rt_rng = 41;
+        fill_x(3.0f);
+        struct qp_model *m = layernorm_q_model(cases[t][0], cases[t][1]);
+        struct qp_session *s;
+        run(m, QP_INT8_OFF, xin, y_off, C * HW * HW, NULL);
+        run(m, QP_INT8_AUTO, xin, y_on, C * HW * HW, &s);
+        int fused = !cases[t][1];
+        assert_int_equal(count_steps(s, "LayerNormQuantize"), fused);
+        assert_int_equal(find(s, "y_Q")->fused, fused);
+        if (fused) assert_non_null(strstr(find(s, "y_Q")->into, "LayerNormalization 'ln'"));
+        assert_memory_equal(y_on, y_off, C * HW * HW * sizeof(float));
+        size_t nonzero = 0;
+        for (size_t i = 0; i < C * HW * HW; i++)
+            nonzero += y_on[i] != 0;
+        assert_true(nonzero > C * HW * HW / 2);
+        qp_session_free(s);
+        qp_model_free(m);
+    }
+}
+
 /* A Split whose outputs are each quantized with its input's parameters runs on int8 (the
  * results equal the oracle's: the same values, copied); one whose Q has another scale stays
  * float and says so. */
@@ -1739,6 +1824,8 @@ int main(void) {
         cmocka_unit_test(test_path_selection),
         cmocka_unit_test(test_flow_decisions),
         cmocka_unit_test(test_gather_quantize),
+        cmocka_unit_test(test_softmax_quantize),
+        cmocka_unit_test(test_layernorm_quantize),
         cmocka_unit_test(test_gate_requantized),
         cmocka_unit_test(test_conv_bn),
         cmocka_unit_test(test_paddle_block),
