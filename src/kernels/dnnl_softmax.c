@@ -217,14 +217,8 @@ enum qp_status qp_k_softmax_quantize_run(const struct qp_krun *r) {
     const float *x = r->in[0]->data;
     float *buf = r->scratch;
     void *y = r->out[0]->data;
-    struct qp_qspec q = {.qtype = s->qtype,
-                         .saturate = 1,
-                         .outer = 1,
-                         .axis_len = 1,
-                         .inner = s->rows * s->n,
-                         .n_params = 1,
-                         .scale = r->in[1]->data,
-                         .zero_point = r->n_in > 2 && r->in[2] ? r->in[2]->data : NULL};
+    struct qp_qspec q = qp_qspec_per_tensor(s->qtype, s->rows * s->n, r->in[1]->data,
+                                            r->n_in > 2 && r->in[2] ? r->in[2]->data : NULL);
     int64_t n = s->n;
     int nt = s->rows * n < 32768 ? 1 : r->n_threads;
 #pragma omp parallel num_threads(nt) if (nt > 1)

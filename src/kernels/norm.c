@@ -394,14 +394,9 @@ enum qp_status qp_k_layernorm_quantize_prepare(struct qp_kprep *p) {
 
 enum qp_status qp_k_layernorm_quantize_run(const struct qp_krun *r) {
     const struct norm_state *s = r->state;
-    struct qp_qspec q = {.qtype = r->out[0]->dtype,
-                         .saturate = 1,
-                         .outer = 1,
-                         .axis_len = 1,
-                         .inner = (int64_t)r->out[0]->numel,
-                         .n_params = 1,
-                         .scale = r->in[3]->data,
-                         .zero_point = r->n_in > 4 && r->in[4] ? r->in[4]->data : NULL};
+    struct qp_qspec q =
+        qp_qspec_per_tensor(r->out[0]->dtype, (int64_t)r->out[0]->numel, r->in[3]->data,
+                            r->n_in > 4 && r->in[4] ? r->in[4]->data : NULL);
     struct ln_args a = ln_args_of(r, s);
     a.q = r->out[0]->data;
     a.qs = &q;

@@ -317,14 +317,8 @@ enum qp_status qp_k_gather_quantize_run(const struct qp_krun *r) {
     int64_t inner = s->g.inner;
     enum qp_status st = qp_kgather_check(idx, len, r->err);
     if (st) return st;
-    struct qp_qspec q = {.qtype = s->qtype,
-                         .saturate = 1,
-                         .outer = 1,
-                         .axis_len = 1,
-                         .inner = (int64_t)r->out[0]->numel,
-                         .n_params = 1,
-                         .scale = r->in[2]->data,
-                         .zero_point = r->n_in > 3 && r->in[3] ? r->in[3]->data : NULL};
+    struct qp_qspec q = qp_qspec_per_tensor(s->qtype, (int64_t)r->out[0]->numel, r->in[2]->data,
+                                            r->n_in > 3 && r->in[3] ? r->in[3]->data : NULL);
     const float *x = r->in[0]->data;
     uint8_t *y = r->out[0]->data;
     int64_t n = (int64_t)r->out[0]->numel;

@@ -68,6 +68,19 @@ static void qint_set(enum qp_dtype dt, void *p, uint64_t i, int64_t v) {
     (void)qp_elem_set_int(dt, p, i, v);
 }
 
+struct qp_qspec qp_qspec_per_tensor(enum qp_dtype qtype, int64_t n, const float *scale,
+                                    const void *zp) {
+    struct qp_qspec q = {.qtype = qtype,
+                         .saturate = 1,
+                         .outer = 1,
+                         .axis_len = 1,
+                         .inner = n,
+                         .n_params = 1,
+                         .scale = scale,
+                         .zero_point = zp};
+    return q;
+}
+
 enum qp_status qp_qspec_check(const struct qp_qspec *s, struct qp_error *err) {
     if (!qp_qtype_supported(s->qtype))
         return qp_error_set(err, QP_ERR_UNSUPPORTED, "quantized type %s is not supported",
@@ -404,14 +417,7 @@ double qp_symmetric_sq_error(enum qp_dtype qtype, float amax, const float *x, co
     int32_t zp;
     if (qp_qparams_from_range(qtype, -amax, amax, 1, &scale, &zp, NULL) != QP_OK) return INFINITY;
     uint8_t zero[2] = {0, 0};
-    struct qp_qspec q = {.qtype = qtype,
-                         .saturate = 1,
-                         .outer = 1,
-                         .axis_len = 1,
-                         .inner = n,
-                         .n_params = 1,
-                         .scale = &scale,
-                         .zero_point = zero};
+    struct qp_qspec q = qp_qspec_per_tensor(qtype, n, &scale, zero);
     qp_fake_quantize_f32(&q, x, scratch, 0, n);
     double e = 0.0;
     for (int64_t i = 0; i < n; i++) {

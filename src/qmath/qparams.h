@@ -59,6 +59,11 @@ struct qp_qspec {
     const void *zero_point;
 };
 
+/* The spec of n elements quantized to qtype with one scale and zero point (zp may be NULL: 0),
+ * FP8 saturating. */
+struct qp_qspec qp_qspec_per_tensor(enum qp_dtype qtype, int64_t n, const float *scale,
+                                    const void *zp);
+
 /* Checks that spec's geometry and n_params agree; QP_ERR_BAD_INPUT with a message otherwise. */
 enum qp_status qp_qspec_check(const struct qp_qspec *s, struct qp_error *err);
 

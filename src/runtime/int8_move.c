@@ -136,6 +136,20 @@ static int q_over_copy(struct qp_graph *g, int k, struct rt_int8_report *rep,
     return i8g_replace(g, dead, 2, name, op, "", n_in, in, out, k, err) < 0 ? -1 : 1;
 }
 
+/* Node k and its only reader, the Q node q, become one QP_INT8_DOMAIN `op` node reading
+ * in[0..n_in) and writing the Q's output; the Q is noted as fused into "<op type> '<name>'
+ * (<how>)". 1, or -1 on error. */
+static int join_q(struct qp_graph *g, int k, int q, const char *op, const int *in, int n_in,
+                  const char *how, struct rt_int8_report *rep, struct qp_error *err) {
+    char into[160];
+    snprintf(into, sizeof into, "%s '%s' (%s)", g->nodes[k].op_type, g->nodes[k].name, how);
+    if (!i8g_note(rep, &g->nodes[q], 1, into, NULL)) return -1;
+    int dead[2] = {k, q}, out = g->nodes[q].outputs[0];
+    return i8g_replace(g, dead, 2, g->nodes[k].name, op, QP_INT8_DOMAIN, n_in, in, out, k, err) < 0
+               ? -1
+               : 1;
+}
+
 /* The Q node reading value v when v's readers are that Q (per-tensor int8/uint8 parameters, on
  * its input 0) and any number of Shape or Size nodes (which read only v's dims: a ViT's
  * sqrt(head_dim) is computed from q's shape), or -1. */
@@ -165,9 +179,6 @@ static int q_into_gather(struct qp_graph *g, int k, struct rt_int8_report *rep,
     if (q < 0 || n->n_inputs != 2 || n->inputs[0] < 0 || n->inputs[1] < 0 ||
         i8g_dq_act(g, n->inputs[0], &x, &qi) || !i8g_known_float(g, n->inputs[0]))
         return 0;
-    char into[160];
-    snprintf(into, sizeof into, "Gather '%s' (it quantizes each slice as it copies it)", n->name);
-    if (!i8g_note(rep, &g->nodes[q], 1, into, NULL)) return -1;
     int out = g->nodes[q].outputs[0];
     for (const struct qp_value *gv = &g->values[n->outputs[0]]; gv->n_uses > 1;) {
         size_t i = gv->uses[0].node == q ? 1 : 0; /* a Shape or Size reader */
@@ -175,11 +186,8 @@ static int q_into_gather(struct qp_graph *g, int k, struct rt_int8_report *rep,
     }
     const struct qp_node *qn = &g->nodes[q];
     int in[4] = {n->inputs[0], n->inputs[1], i8g_in_at(qn, 1), i8g_in_at(qn, 2)};
-    int dead[2] = {k, q};
-    return i8g_replace(g, dead, 2, n->name, "GatherQuantize", QP_INT8_DOMAIN, in[3] >= 0 ? 4 : 3,
-                       in, out, k, err) < 0
-               ? -1
-               : 1;
+    return join_q(g, k, q, "GatherQuantize", in, in[3] >= 0 ? 4 : 3,
+                  "it quantizes each slice as it copies it", rep, err);
 }
 
 /* Q(Softmax(y, axis -1)) -> SoftmaxQuantize(y) when the Q is the Softmax's only reader and the
@@ -194,16 +202,10 @@ static int q_into_softmax(struct qp_graph *g, int k, struct rt_int8_report *rep,
     if (q < 0 || !ax || ax->type != QP_ATTR_INT || ax->i != -1 || n->n_inputs != 1 ||
         n->inputs[0] < 0 || !i8g_known_float(g, n->inputs[0]) || !qp_softmax_quantize_available())
         return 0;
-    char into[160];
-    snprintf(into, sizeof into, "Softmax '%s' (it quantizes each row as it computes it)", n->name);
     const struct qp_node *qn = &g->nodes[q];
-    if (!i8g_note(rep, qn, 1, into, NULL)) return -1;
     int in[3] = {n->inputs[0], i8g_in_at(qn, 1), i8g_in_at(qn, 2)};
-    int dead[2] = {k, q}, out = qn->outputs[0];
-    return i8g_replace(g, dead, 2, n->name, "SoftmaxQuantize", QP_INT8_DOMAIN, in[2] >= 0 ? 3 : 2,
-                       in, out, k, err) < 0
-               ? -1
-               : 1;
+    return join_q(g, k, q, "SoftmaxQuantize", in, in[2] >= 0 ? 3 : 2,
+                  "it quantizes each row as it computes it", rep, err);
 }
 
 /* Q(LayerNormalization(x, scale, B)) -> LayerNormQuantize(x, scale, B) when the Q is the only
@@ -221,17 +223,10 @@ static int q_into_layernorm(struct qp_graph *g, int k, struct rt_int8_report *re
             return 0;
     int q = i8g_sole_q(g, n->outputs[0], &qo);
     if (q < 0 || !i8g_known_float(g, n->inputs[0])) return 0;
-    char into[160];
-    snprintf(into, sizeof into, "LayerNormalization '%s' (it quantizes each row as it computes it)",
-             n->name);
     const struct qp_node *qn = &g->nodes[q];
-    if (!i8g_note(rep, qn, 1, into, NULL)) return -1;
     int in[5] = {n->inputs[0], n->inputs[1], i8g_in_at(n, 2), i8g_in_at(qn, 1), i8g_in_at(qn, 2)};
-    int dead[2] = {k, q}, out = qn->outputs[0];
-    return i8g_replace(g, dead, 2, n->name, "LayerNormQuantize", QP_INT8_DOMAIN, in[4] >= 0 ? 5 : 4,
-                       in, out, k, err) < 0
-               ? -1
-               : 1;
+    return join_q(g, k, q, "LayerNormQuantize", in, in[4] >= 0 ? 5 : 4,
+                  "it quantizes each row as it computes it", rep, err);
 }
 
 /* GatherQuantize(Transpose(y), scalar index) -> GatherQuantize(y) reading through the perm, when

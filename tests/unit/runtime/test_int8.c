@@ -1580,6 +1580,16 @@ static void test_flow_decisions(void **state) {
     qp_model_free(m);
 }
 
+/* The integer path's first n outputs (y_on) are the oracle's (y_off) bit for bit, more than
+ * `min` of them nonzero. */
+static void assert_oracle_bits(size_t n, size_t min) {
+    assert_memory_equal(y_on, y_off, n * sizeof(float));
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n; i++)
+        nonzero += y_on[i] != 0;
+    assert_true(nonzero > min);
+}
+
 /* x -> Relu -> [Transpose(perm)] -> Gather(axis 1, index `ia`) -> QDQ(0.02) and Gather(index
  * `ib`) -> QDQ(0.05) -> Add -> y; the first Gather's output is also read by a Shape (graph
  * output "sh"), as a ViT's q is by the Shape of its sqrt(head_dim). */
@@ -1656,11 +1666,7 @@ static void test_gather_quantize(void **state) {
         const int64_t *d = sh.data, want[3] = {1, perms[t] ? C : HW, HW};
         assert_int_equal(sh.nbytes, sizeof want);
         assert_memory_equal(d, want, sizeof want);
-        assert_memory_equal(y_on, y_off, (size_t)ny * sizeof(float));
-        size_t nonzero = 0;
-        for (int64_t i = 0; i < ny; i++)
-            nonzero += y_on[i] != 0;
-        assert_true(nonzero > (size_t)ny / 4);
+        assert_oracle_bits((size_t)ny, (size_t)ny / 4);
         qp_session_free(s);
         qp_model_free(m);
     }
@@ -1692,11 +1698,7 @@ static void test_softmax_quantize(void **state) {
         run(m, QP_INT8_AUTO, xin, y_on, C * HW * HW, &s);
         assert_int_equal(count_steps(s, "SoftmaxQuantize"), t == 2 ? 0 : 1);
         if (t < 2) assert_non_null(strstr(find(s, "y_Q")->into, "Softmax 'soft'"));
-        assert_memory_equal(y_on, y_off, C * HW * HW * sizeof(float));
-        size_t nonzero = 0;
-        for (size_t i = 0; i < C * HW * HW; i++)
-            nonzero += y_on[i] != 0;
-        assert_true(nonzero > C * HW * HW / 8);
+        assert_oracle_bits(C * HW * HW, C * HW * HW / 8);
         qp_session_free(s);
         qp_model_free(m);
     }
@@ -1741,11 +1743,7 @@ static void test_layernorm_quantize(void **state) {
         assert_int_equal(count_steps(s, "LayerNormQuantize"), fused);
         assert_int_equal(find(s, "y_Q")->fused, fused);
         if (fused) assert_non_null(strstr(find(s, "y_Q")->into, "LayerNormalization 'ln'"));
-        assert_memory_equal(y_on, y_off, C * HW * HW * sizeof(float));
-        size_t nonzero = 0;
-        for (size_t i = 0; i < C * HW * HW; i++)
-            nonzero += y_on[i] != 0;
-        assert_true(nonzero > C * HW * HW / 2);
+        assert_oracle_bits(C * HW * HW, C * HW * HW / 2);
         qp_session_free(s);
         qp_model_free(m);
     }

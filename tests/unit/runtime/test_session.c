@@ -24,8 +24,8 @@ static void node(struct qp_graph *g, const char *op, int ni, const char *a, cons
     assert_int_equal(qp_graph_add_node(g, NULL, op, "", ni, ins, 1, &out, NULL, &err), QP_OK);
 }
 
-/* x[batch,3] -> Relu -> r; Shape(r) -> s; Reshape(r, s) -> y; y + r -> z (output) */
-static struct qp_model *model(const char *extra_op) {
+/* A model of opset 17 whose graph has the one input x[batch,3]. */
+static struct qp_model *model_with_x(void) {
     struct qp_model *m = qp_model_create();
     assert_non_null(m);
     m->opsets = &opset17;
@@ -37,6 +37,14 @@ static struct qp_model *model(const char *extra_op) {
     g->values[x].rank = 2;
     g->values[x].dims = dyn_dims;
     assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
+    return m;
+}
+
+/* x[batch,3] -> Relu -> r; Shape(r) -> s; Reshape(r, s) -> y; y + r -> z (output) */
+static struct qp_model *model(const char *extra_op) {
+    struct qp_model *m = model_with_x();
+    struct qp_graph *g = m->graph;
+    struct qp_error err = {0};
     node(g, extra_op ? extra_op : "Relu", 1, "x", NULL, "r");
     node(g, "Shape", 1, "r", NULL, "s");
     node(g, "Reshape", 2, "r", "s", "y");
@@ -239,17 +247,9 @@ static void test_unsupported_op_at_create(void **state) {
 /* x[batch,3] -> Relu -> r; Shape(x) -> s; Reshape(r, s) -> y; Relu(y) -> z (output), and with
  * `keep` also z + r -> out (r read after the Reshape). */
 static struct qp_model *reshape_model(int keep) {
-    struct qp_model *m = qp_model_create();
-    assert_non_null(m);
-    m->opsets = &opset17;
-    m->n_opsets = 1;
+    struct qp_model *m = model_with_x();
     struct qp_graph *g = m->graph;
     struct qp_error err = {0};
-    int x = qp_graph_value(g, "x");
-    g->values[x].dtype = QP_DTYPE_FLOAT;
-    g->values[x].rank = 2;
-    g->values[x].dims = dyn_dims;
-    assert_int_equal(qp_graph_add_input(g, x, &err), QP_OK);
     node(g, "Relu", 1, "x", NULL, "r");
     node(g, "Shape", 1, "x", NULL, "s");
     node(g, "Reshape", 2, "r", "s", "y");
