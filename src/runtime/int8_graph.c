@@ -130,90 +130,77 @@ static int tensor_d(const struct qp_tensor *t, uint64_t i, double *out, int *is_
     }
 }
 
-/* Value v's rank and dims where the graph fixes them without shape inference: declared, a
- * constant's, or traced back through data movement whose result's shape its attributes and
- * constant inputs give (a Reshape to a constant shape, Transpose, a Gather of constant indices,
- * Q, DQ, the integer path's GatherQuantize). A ViT exported without value_info computes its
- * attention scale from Shape(q), q = Gather(Transpose(Reshape(MatMul, [1, 197, 3, 3, 64]))). */
-static int traced_rank(const struct qp_graph *g, int v, int depth) {
+/* Value v's shape where the graph fixes it without shape inference: declared, a constant's, or
+ * traced back through data movement whose result's shape its attributes and constant inputs
+ * give (a Reshape to a constant shape, Transpose, a Gather of constant indices, Q, DQ, the
+ * integer path's GatherQuantize). A ViT exported without value_info computes its attention
+ * scale from Shape(q), q = Gather(Transpose(Reshape(MatMul, [1, 197, 3, 3, 64]))). Returns the
+ * rank (-1: unknown) and fills dims[0..rank) (-1 where a dim is unknown). */
+static int traced_shape(const struct qp_graph *g, int v, int depth, int64_t *dims) {
     if (v < 0 || depth > 16) return -1;
-    if (g->values[v].rank >= 0) return g->values[v].rank;
-    const struct qp_tensor *c = i8g_const_of(g, v);
-    if (c) return c->rank;
-    const struct qp_node *n = i8g_producer(g, v);
-    if (!n) return -1;
-    if (qp_node_is(n, "Reshape")) {
-        const struct qp_tensor *sh = i8g_const_of(g, i8g_in_at(n, 1));
-        return sh && sh->rank == 1 ? (int)sh->numel : -1;
-    }
-    if (qp_node_is(n, "Transpose")) {
-        const struct qp_attr *perm = qp_node_attr(n, "perm");
-        return perm ? (int)perm->n : traced_rank(g, i8g_in_at(n, 0), depth + 1);
-    }
-    if (qp_node_is(n, "Gather") || i8g_is_op(n, "GatherQuantize")) {
-        int rd = traced_rank(g, i8g_in_at(n, 0), depth + 1);
-        int ri = traced_rank(g, i8g_in_at(n, 1), depth + 1);
-        return rd < 1 || ri < 0 ? -1 : rd - 1 + ri;
-    }
-    if (qp_node_is(n, "QuantizeLinear") || qp_node_is(n, "DequantizeLinear"))
-        return traced_rank(g, i8g_in_at(n, 0), depth + 1);
-    return -1;
-}
-
-/* Dim k (0 <= k < its rank) of value v, traced as traced_rank; 0 when unknown. */
-static int traced_dim(const struct qp_graph *g, int v, int k, int depth, int64_t *out) {
-    if (v < 0 || depth > 16 || k < 0) return 0;
     const struct qp_value *val = &g->values[v];
     if (val->rank >= 0) {
-        if (k >= val->rank || val->dims[k].param || val->dims[k].value < 0) return 0;
-        *out = val->dims[k].value;
-        return 1;
+        if (val->rank > QP_MAX_RANK) return -1;
+        for (int i = 0; i < val->rank; i++)
+            dims[i] = val->dims[i].param ? -1 : val->dims[i].value;
+        return val->rank;
     }
     const struct qp_tensor *c = i8g_const_of(g, v);
     if (c) {
-        if (k >= c->rank) return 0;
-        *out = c->dims[k];
-        return 1;
+        if (c->rank > QP_MAX_RANK) return -1;
+        memcpy(dims, c->dims, (size_t)c->rank * sizeof *dims);
+        return c->rank;
     }
     const struct qp_node *n = i8g_producer(g, v);
-    if (!n) return 0;
-    int x = i8g_in_at(n, 0);
+    if (!n) return -1;
+    int64_t xd[QP_MAX_RANK];
+    int xr = traced_shape(g, i8g_in_at(n, 0), depth + 1, xd);
+    if (qp_node_is(n, "QuantizeLinear") || qp_node_is(n, "DequantizeLinear")) {
+        if (xr > 0) memcpy(dims, xd, (size_t)xr * sizeof *dims);
+        return xr;
+    }
     if (qp_node_is(n, "Reshape")) {
         const struct qp_tensor *sh = i8g_const_of(g, i8g_in_at(n, 1));
-        int64_t d;
-        if (!sh || sh->rank != 1 || (uint64_t)k >= sh->numel) return 0;
-        if (sh->dtype == QP_DTYPE_INT64)
-            d = ((const int64_t *)sh->data)[k];
-        else
-            return 0;
-        if (d == 0 && !qp_node_attr(n, "allowzero")) return traced_dim(g, x, k, depth + 1, out);
-        if (d <= 0) return 0;
-        *out = d;
-        return 1;
+        if (!sh || sh->rank != 1 || sh->dtype != QP_DTYPE_INT64 || sh->numel > QP_MAX_RANK)
+            return -1;
+        int keep0 = !qp_node_attr(n, "allowzero"); /* 0 copies the input's dim */
+        for (int k = 0; k < (int)sh->numel; k++) {
+            int64_t d = ((const int64_t *)sh->data)[k];
+            dims[k] = d > 0 ? d : d == 0 && keep0 && k < xr ? xd[k] : -1;
+        }
+        return (int)sh->numel;
     }
+    const struct qp_attr *perm = qp_node_attr(n, "perm"); /* Transpose's, GatherQuantize's */
+    if (xr < 0 || (perm && (int)perm->n != xr)) return -1;
+    for (int k = 0; perm && k < xr; k++)
+        if (perm->ints[k] < 0 || perm->ints[k] >= xr) return -1;
     if (qp_node_is(n, "Transpose")) {
-        const struct qp_attr *perm = qp_node_attr(n, "perm");
-        int r = traced_rank(g, x, depth + 1);
-        if (r < 0 || k >= r || (perm && (int)perm->n != r)) return 0;
-        return traced_dim(g, x, perm ? (int)perm->ints[k] : r - 1 - k, depth + 1, out);
+        for (int k = 0; k < xr; k++)
+            dims[k] = xd[perm ? perm->ints[k] : xr - 1 - k];
+        return xr;
     }
     if (qp_node_is(n, "Gather") || i8g_is_op(n, "GatherQuantize")) {
-        int rd = traced_rank(g, x, depth + 1), ri = traced_rank(g, i8g_in_at(n, 1), depth + 1);
-        const struct qp_attr *ax = qp_node_attr(n, "axis"), *perm = qp_node_attr(n, "perm");
-        int64_t a = ax ? ax->i : 0, j;
-        if (rd < 1 || ri < 0 || (perm && (int)perm->n != rd)) return 0;
-        if (a < 0) a += rd;
-        if (a < 0 || a >= rd) return 0;
-        if (k >= a && k < a + ri) return traced_dim(g, i8g_in_at(n, 1), k - (int)a, depth + 1, out);
-        j = k < a ? k : k - ri + 1; /* the data's dim, seen through GatherQuantize's perm */
-        return traced_dim(g, x, perm ? (int)perm->ints[j] : (int)j, depth + 1, out);
+        int64_t id[QP_MAX_RANK], vd[QP_MAX_RANK]; /* the indices'; the data seen through perm */
+        int ir = traced_shape(g, i8g_in_at(n, 1), depth + 1, id);
+        const struct qp_attr *ax = qp_node_attr(n, "axis");
+        int64_t a = ax ? ax->i : 0;
+        if (a < 0) a += xr;
+        if (ir < 0 || a < 0 || a >= xr || xr - 1 + ir > QP_MAX_RANK) return -1;
+        for (int k = 0; k < xr; k++)
+            vd[k] = xd[perm ? perm->ints[k] : k]; /* GatherQuantize's perm */
+        int r = 0;
+        for (int k = 0; k < xr; k++)
+            if (k != a)
+                dims[r++] = vd[k];
+            else
+                for (int j = 0; j < ir; j++)
+                    dims[r++] = id[j];
+        return r;
     }
-    if (qp_node_is(n, "QuantizeLinear") || qp_node_is(n, "DequantizeLinear"))
-        return traced_dim(g, x, k, depth + 1, out);
-    return 0;
+    return -1;
 }
 
-/* Gather(Shape(t), index): t's dim, when the graph fixes it (traced_dim). */
+/* Gather(Shape(t), index): t's dim, when the graph fixes it (traced_shape). */
 static int shape_dim(const struct qp_graph *g, const struct qp_node *gather, double *out) {
     const struct qp_node *sh = i8g_producer(g, i8g_in_at(gather, 0));
     const struct qp_attr *ax = qp_node_attr(gather, "axis");
@@ -223,10 +210,11 @@ static int shape_dim(const struct qp_graph *g, const struct qp_node *gather, dou
     if (!sh || !qp_node_is(sh, "Shape") || (ax && ax->i != 0) || qp_node_attr(sh, "start") ||
         qp_node_attr(sh, "end") || !it || it->numel != 1 || !tensor_d(it, 0, &idx, &is_int))
         return 0;
-    int t = i8g_in_at(sh, 0), r = traced_rank(g, t, 0);
-    int64_t k = (int64_t)idx < 0 ? (int64_t)idx + r : (int64_t)idx, d;
-    if (r < 0 || k < 0 || k >= r || !traced_dim(g, t, (int)k, 0, &d)) return 0;
-    *out = (double)d;
+    int64_t d[QP_MAX_RANK];
+    int r = traced_shape(g, i8g_in_at(sh, 0), 0, d);
+    int64_t k = (int64_t)idx < 0 ? (int64_t)idx + r : (int64_t)idx;
+    if (r < 0 || k < 0 || k >= r || d[k] < 0) return 0;
+    *out = (double)d[k];
     return 1;
 }
 
@@ -342,14 +330,16 @@ int i8g_resize_copies(const struct qp_node *n) {
 }
 
 /* The Q node that is v's only reader with per-tensor parameters, or -1. */
+int i8g_q8_use(const struct qp_graph *g, const struct qp_use *u, struct i8g_qparam *q) {
+    const struct qp_node *n = &g->nodes[u->node];
+    return u->input == 0 && !n->dead && qp_node_is(n, "QuantizeLinear") &&
+           i8g_per_tensor(g, n, q) && (q->dt == QP_DTYPE_INT8 || q->dt == QP_DTYPE_UINT8);
+}
+
 int i8g_sole_q(const struct qp_graph *g, int v, struct i8g_qparam *q) {
     const struct qp_value *val = &g->values[v];
-    if (val->is_graph_output || val->n_uses != 1 || val->uses[0].input != 0) return -1;
-    int u = val->uses[0].node;
-    const struct qp_node *n = &g->nodes[u];
-    if (n->dead || !qp_node_is(n, "QuantizeLinear") || !i8g_per_tensor(g, n, q)) return -1;
-    if (q->dt != QP_DTYPE_INT8 && q->dt != QP_DTYPE_UINT8) return -1;
-    return u;
+    if (val->is_graph_output || val->n_uses != 1 || !i8g_q8_use(g, &val->uses[0], q)) return -1;
+    return val->uses[0].node;
 }
 
 /* ---- the report ----------------------------------------------------------------------------- */

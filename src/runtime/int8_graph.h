@@ -51,7 +51,10 @@ int i8g_same_q(const struct i8g_qparam *a, const struct i8g_qparam *b);
 int i8g_resize_copies(const struct qp_node *n);
 /* v is DQ(x) of a computed int8 tensor x with per-tensor parameters. */
 int i8g_dq_act(const struct qp_graph *g, int v, int *x_out, struct i8g_qparam *q);
-/* The Q node that is v's only reader with per-tensor int8/uint8 parameters, or -1. */
+/* 1 when use u reads input 0 of a live QuantizeLinear with per-tensor int8/uint8 parameters
+ * (into *q). */
+int i8g_q8_use(const struct qp_graph *g, const struct qp_use *u, struct i8g_qparam *q);
+/* The Q node that is v's only reader (i8g_q8_use), or -1. */
 int i8g_sole_q(const struct qp_graph *g, int v, struct i8g_qparam *q);
 
 /* Records the decision for Q/DQ node n (a fusion overrides an earlier reason, and where a moved

@@ -158,13 +158,10 @@ static int q_and_shapes(const struct qp_graph *g, int v, struct i8g_qparam *q) {
     int found = -1;
     if (val->is_graph_output) return -1;
     for (size_t i = 0; i < val->n_uses; i++) {
-        int u = val->uses[i].node;
-        const struct qp_node *n = &g->nodes[u];
+        const struct qp_node *n = &g->nodes[val->uses[i].node];
         if (qp_node_is(n, "Shape") || qp_node_is(n, "Size")) continue;
-        if (found >= 0 || val->uses[i].input != 0 || !qp_node_is(n, "QuantizeLinear") ||
-            !i8g_per_tensor(g, n, q) || (q->dt != QP_DTYPE_INT8 && q->dt != QP_DTYPE_UINT8))
-            return -1;
-        found = u;
+        if (found >= 0 || !i8g_q8_use(g, &val->uses[i], q)) return -1;
+        found = val->uses[i].node;
     }
     return found;
 }
