@@ -151,6 +151,8 @@ static const dnnl_alg_kind_t post_alg[QP_CONV_POST_COUNT] = {
     [QP_CONV_POST_SIGMOID] = dnnl_eltwise_logistic,
     [QP_CONV_POST_HARDSWISH] = dnnl_eltwise_hardswish,
     [QP_CONV_POST_SUM] = dnnl_alg_kind_undef,
+    [QP_CONV_POST_GELU] = dnnl_eltwise_gelu_erf,
+    [QP_CONV_POST_GELU_TANH] = dnnl_eltwise_gelu_tanh,
 };
 _Static_assert(sizeof post_alg / sizeof post_alg[0] == QP_CONV_POST_COUNT, "post_alg rows");
 
@@ -799,6 +801,14 @@ float qp_conv_post_ref(int n_post, const struct qp_conv_post *post, float x, flo
         case QP_CONV_POST_SUM:
             x += residual;
             break;
+        case QP_CONV_POST_GELU:
+            x = 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+            break;
+        case QP_CONV_POST_GELU_TANH: {
+            float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+            x = 0.5f * x * (1.0f + tanhf(u));
+            break;
+        }
         default:
             break;
         }

@@ -31,6 +31,8 @@ enum qp_conv_post_kind {
     QP_CONV_POST_SIGMOID,    /* 1 / (1 + exp(-x)) */
     QP_CONV_POST_HARDSWISH,  /* x * min(max(x + 3, 0), 6) / 6 */
     QP_CONV_POST_SUM,        /* x + residual (the step's input 3, same shape as the output) */
+    QP_CONV_POST_GELU,       /* 0.5 x (1 + erf(x / sqrt 2)) (only the integer path's chains) */
+    QP_CONV_POST_GELU_TANH,  /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (likewise) */
     QP_CONV_POST_COUNT
 };
 

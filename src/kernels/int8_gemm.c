@@ -230,6 +230,14 @@ AVX_INLINE __m256i mask8(int64_t n) {
                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* The vecmath function of a post-operation kind computed by one (Sigmoid, Gelu), or -1. */
+static inline int post_vf(int kind) {
+    return kind == QP_CONV_POST_SIGMOID     ? QP_VF_SIGMOID
+           : kind == QP_CONV_POST_GELU      ? QP_VF_GELU
+           : kind == QP_CONV_POST_GELU_TANH ? QP_VF_GELU_TANH
+                                            : -1;
+}
+
 /* The post-operations on n vectors, one operation at a time over all of them:
  * qp_conv_post_ref's operations, lane by lane. q8: the values go to an int8 store, which does
  * not see the sign of a zero, so Relu may give +0 where the reference's alpha * x gives -0 (the
@@ -275,9 +283,10 @@ AVX_INLINE void posts_n(const struct qp_i8_io *io, __m256 *v, const __m256 *rv, 
             for (int i = 0; rv && i < n; i++)
                 v[i] = _mm256_add_ps(v[i], rv[i]);
             break;
-        default: { /* Sigmoid: the float engine's (vecmath.h), else the reference's expf */
+        default: { /* Sigmoid, Gelu: the float engine's (vecmath.h), else the reference's */
             float t[8 * 32];
-            if (n <= 32) {
+            int f = post_vf(q->kind);
+            if (n <= 32 && f >= 0) {
                 for (int i = 0; i < n; i++)
                     _mm256_storeu_ps(t + 8 * i, v[i]);
                 if (w < 16 && n % 2 == 0) {
@@ -287,7 +296,7 @@ AVX_INLINE void posts_n(const struct qp_i8_io *io, __m256 *v, const __m256 *rv, 
                     for (int r = 0; r < n / 2; r++)
                         for (int l = 0; l < w; l++)
                             c[cnt++] = t[16 * r + l];
-                    if (qp_vf_apply(QP_VF_SIGMOID, c, c, cnt)) {
+                    if (qp_vf_apply((enum qp_vfn)f, c, c, cnt)) {
                         cnt = 0;
                         for (int r = 0; r < n / 2; r++)
                             for (int l = 0; l < w; l++)
@@ -296,7 +305,7 @@ AVX_INLINE void posts_n(const struct qp_i8_io *io, __m256 *v, const __m256 *rv, 
                             v[i] = _mm256_loadu_ps(t + 8 * i);
                         break;
                     }
-                } else if (qp_vf_apply(QP_VF_SIGMOID, t, t, 8 * n)) {
+                } else if (qp_vf_apply((enum qp_vfn)f, t, t, 8 * n)) {
                     for (int i = 0; i < n; i++)
                         v[i] = _mm256_loadu_ps(t + 8 * i);
                     break;

@@ -227,6 +227,14 @@ static int act_posts(const struct qp_graph *g, const struct qp_node *u, struct c
     if (qp_node_is(u, "LeakyRelu")) return post(c, QP_CONV_POST_RELU, attr_f(u, "alpha", 0.01f), 0);
     if (qp_node_is(u, "Sigmoid")) return post(c, QP_CONV_POST_SIGMOID, 0, 0);
     if (qp_node_is(u, "HardSwish")) return post(c, QP_CONV_POST_HARDSWISH, 0, 0);
+    if (qp_node_is(u, "Gelu")) {
+        const struct qp_attr *a = qp_node_attr(u, "approximate");
+        if (!a || (a->s.len == 4 && memcmp(a->s.data, "none", 4) == 0))
+            return post(c, QP_CONV_POST_GELU, 0, 0);
+        if (a->s.len == 4 && memcmp(a->s.data, "tanh", 4) == 0)
+            return post(c, QP_CONV_POST_GELU_TANH, 0, 0);
+        return 0;
+    }
     if (qp_node_is(u, "HardSigmoid"))
         return post(c, QP_CONV_POST_LINEAR, attr_f(u, "alpha", 0.2f), attr_f(u, "beta", 0.5f)) &&
                post(c, QP_CONV_POST_CLIP, 0, 1);
@@ -465,6 +473,60 @@ static int hswish_after(const struct qp_graph *g, int v, int mem[4]) {
     return 1;
 }
 
+/* Node u (not dead, one output) is `op` with input `in` one of its two inputs and the other a
+ * scalar constant within 1e-3 (relative) of k: a float16 model's constants are k rounded to
+ * float16 (1.4140625 for sqrt 2). */
+static int by_const(const struct qp_graph *g, int u, const char *op, int in, float k) {
+    const struct qp_node *n = &g->nodes[u];
+    float c;
+    return !n->dead && qp_node_is(n, op) && n->n_inputs == 2 && n->n_outputs == 1 &&
+           (in == 0 || in == 1) && scalar_const(g, n->inputs[1 - in], &c) &&
+           fabsf(c - k) <= 1e-3f * fabsf(k);
+}
+
+/* The exact GELU as exporters decompose it, read from v: Div(v, sqrt 2) (or Mul by 1/sqrt 2)
+ * -> Erf -> Add 1 -> then either Mul(v, that) -> Mul 0.5 (PyTorch's export) or Mul(h, that)
+ * with h = Mul(v, 0.5) (Hugging Face's), v read by the two branches alone and every later value
+ * by the next node alone: the five nodes in mem (the last one's output is GELU(v)), 1; else 0.
+ * It is oneDNN's gelu_erf post-op; the values differ from the nodes' by float rounding. */
+static int gelu_after(const struct qp_graph *g, int v, int mem[5]) {
+    const struct qp_value *val = &g->values[v];
+    if (val->is_graph_output || val->n_uses != 2) return 0;
+    int sc = -1, other = -1, in = 0, io = 0;
+    for (int i = 0; i < 2; i++) {
+        int u = val->uses[i].node, ui = val->uses[i].input;
+        if (sc < 0 && ((ui == 0 && by_const(g, u, "Div", 0, 1.41421356f)) ||
+                       by_const(g, u, "Mul", ui, 0.70710678f))) {
+            sc = u;
+        } else {
+            other = u;
+            io = ui;
+        }
+    }
+    if (sc < 0 || other < 0 || sc == other) return 0;
+    int ne = sole_reader(g, g->nodes[sc].outputs[0], &in);
+    if (ne < 0 || !qp_node_is(&g->nodes[ne], "Erf") || g->nodes[ne].n_outputs != 1) return 0;
+    int na = sole_reader(g, g->nodes[ne].outputs[0], &in);
+    if (na < 0 || !by_const(g, na, "Add", in, 1.0f)) return 0;
+    int nm = sole_reader(g, g->nodes[na].outputs[0], &in);
+    if (nm < 0 || !qp_node_is(&g->nodes[nm], "Mul") || g->nodes[nm].n_inputs != 2 ||
+        g->nodes[nm].n_outputs != 1)
+        return 0;
+    int partner = g->nodes[nm].inputs[1 - in], last;
+    if (other == nm && partner == v) { /* Mul(v, 1 + erf) -> Mul 0.5 */
+        last = sole_reader(g, g->nodes[nm].outputs[0], &in);
+        if (last < 0 || !by_const(g, last, "Mul", in, 0.5f)) return 0;
+        mem[3] = nm, mem[4] = last;
+    } else { /* h = Mul(v, 0.5); Mul(h, 1 + erf) */
+        if (!by_const(g, other, "Mul", io, 0.5f) || partner != g->nodes[other].outputs[0] ||
+            g->values[partner].n_uses != 1 || g->values[partner].is_graph_output)
+            return 0;
+        mem[3] = other, mem[4] = nm;
+    }
+    mem[0] = sc, mem[1] = ne, mem[2] = na;
+    return 1;
+}
+
 /* A Mul, Add, Sub or Div of u's input `in` by a scalar constant (that input first for Sub and
  * Div) as a linear post-operation; 0 when u is none. */
 static int scalar_post(const struct qp_graph *g, const struct qp_node *u, int in, struct chain *c) {
@@ -496,6 +558,14 @@ static void grow_from(const struct qp_graph *g, struct chain *c, int v) {
             for (int i = 0; i < 4; i++)
                 c->mem[c->n++] = hs[i];
             v = g->nodes[hs[3]].outputs[0];
+            continue;
+        }
+        int ge[5];
+        if (c->n + 5 < CHAIN_MAX - 1 && gelu_after(g, v, ge)) {
+            if (!post(c, QP_CONV_POST_GELU, 0, 0)) return;
+            for (int i = 0; i < 5; i++)
+                c->mem[c->n++] = ge[i];
+            v = g->nodes[ge[4]].outputs[0];
             continue;
         }
         if (val->is_graph_output || val->n_uses != 1 || c->n >= CHAIN_MAX - 2) return;

@@ -431,6 +431,101 @@ static void test_matmul_projection(void **state) {
     qp_model_free(m);
 }
 
+/* DQ(x) @ DQ(W) + b -> GELU -> QDQ(0.02), the GELU as `form` writes it: 0 PyTorch's export
+ * (Div by sqrt 2, Erf, Add 1, Mul by the input, Mul 0.5), 1 Hugging Face's (Mul by 1/sqrt 2,
+ * the input times 0.5 first), 2 the Gelu op (opset 20), 3 Gelu approximate "tanh", 4 form 0
+ * dividing by 1.5 (not a GELU). */
+static struct qp_model *gelu_model(int form) {
+    static struct qp_opset opset20 = {"", 20};
+    static struct qp_dim d3[3] = {{2, NULL}, {6, NULL}, {MK, NULL}};
+    struct qp_model *m = test_model_create(form >= 2 && form <= 3 ? &opset20 : &rt_test_opset19);
+    test_model_add_input(m, "x", QP_DTYPE_FLOAT, 3, d3);
+    rt_qdq(m, "x", "xd", 0.01f, 0);
+    matmul_weights(m, "w", "wf");
+    const char *mm[2] = {"xd", "wf"}, *ab[2] = {"a0", "w_b"};
+    rt_node(m, "mm", "MatMul", 2, mm, "a0");
+    rt_node(m, "bias", "Add", 2, ab, "a");
+    if (form == 2 || form == 3) {
+        const char *g[1] = {"a"};
+        rt_node(m, "gelu", "Gelu", 1, g, "y0");
+        if (form == 3) {
+            struct qp_attr *at = qp_node_add_attr(m->graph, qp_graph_find_node(m->graph, "gelu"),
+                                                  "approximate", QP_ATTR_STRING);
+            assert_non_null(at);
+            at->s = (struct qp_bytes){(const uint8_t *)"tanh", 4};
+        }
+    } else {
+        scalar(m, "k_s", form == 1 ? 0.70710678f : form == 4 ? 1.5f : 1.41421356f);
+        scalar(m, "k_1", 1.0f);
+        scalar(m, "k_h", 0.5f);
+        const char *sc[2] = {"a", "k_s"}, *er[1] = {"u"}, *ad[2] = {"e", "k_1"};
+        rt_node(m, "scale", form == 1 ? "Mul" : "Div", 2, sc, "u");
+        rt_node(m, "erf", "Erf", 1, er, "e");
+        rt_node(m, "one", "Add", 2, ad, "t");
+        if (form == 1) {
+            const char *h[2] = {"k_h", "a"}, *p[2] = {"t", "h"};
+            rt_node(m, "half", "Mul", 2, h, "h");
+            rt_node(m, "prod", "Mul", 2, p, "y0");
+        } else {
+            const char *p[2] = {"a", "t"}, *h[2] = {"p", "k_h"};
+            rt_node(m, "prod", "Mul", 2, p, "p");
+            rt_node(m, "half", "Mul", 2, h, "y0");
+        }
+    }
+    rt_qdq(m, "y0", "y", 0.02f, 0);
+    finish(m, "y");
+    return m;
+}
+
+/* A GELU after a MatMul and its bias, in each form exporters write, joins the QMatMul as
+ * oneDNN's gelu post-operation (the AVX2 kernels and plain C compute it as vecmath and erff do)
+ * and the Q after it too: every value within one step of the oracle on every path. Dividing by
+ * 1.5 is no GELU: the MatMul keeps a float output and the rest runs on its own. */
+static void test_matmul_gelu(void **state) {
+    (void)state;
+    static const char *const envs[][2] = {
+        {NULL, NULL}, {"QP_INT8_TAIL", "0"}, {"QP_INT8_VNNI", "0"}, {"QP_INT8_REF", "1"}};
+    static float x[2 * 6 * MK], a[2 * 6 * MN], b[2 * 6 * MN];
+    static const char *const into[] = {
+        "QMatMul 'mm' (8 nodes, int8 output)", "QMatMul 'mm' (8 nodes, int8 output)",
+        "QMatMul 'mm' (4 nodes, int8 output)", "QMatMul 'mm' (4 nodes, int8 output)", NULL};
+    int64_t d[3] = {2, 6, MK};
+    for (int form = 0; form < 5; form++)
+        for (size_t e = 0; e < sizeof envs / sizeof envs[0]; e++) {
+            if (envs[e][0]) setenv(envs[e][0], envs[e][1], 1);
+            rt_rng = 13;
+            struct qp_model *m = gelu_model(form);
+            for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+                x[i] = rt_frand();
+            run_dims(m, QP_INT8_OFF, 3, d, x, 2 * 6 * MK, b, 2 * 6 * MN, NULL);
+            struct qp_session *s;
+            run_dims(m, QP_INT8_AUTO, 3, d, x, 2 * 6 * MK, a, 2 * 6 * MN, &s);
+            const struct qp_int8_decision *q = find(s, "y_Q");
+            if (into[form]) {
+                if (!strstr(q->into, into[form]))
+                    fail_msg("form %d, %s: y_Q fused into '%s'", form,
+                             envs[e][0] ? envs[e][0] : "-", q->into);
+            } else {
+                assert_null(strstr(q->into, "QMatMul"));
+                assert_non_null(
+                    strstr(find(s, "xd_DQ")->into, "QMatMul 'mm' (2 nodes, float output)"));
+            }
+            size_t nz = 0, neg = 0;
+            for (size_t i = 0; i < 2 * 6 * MN; i++) {
+                if (!(fabsf(a[i] - b[i]) <= 0.02f * 1.001f))
+                    fail_msg("form %d, %s: element %zu: %g, oracle %g", form,
+                             envs[e][0] ? envs[e][0] : "-", i, (double)a[i], (double)b[i]);
+                nz += b[i] != 0;
+                neg += b[i] < 0;
+            }
+            assert_true(nz > 2 * 6 * MN / 2);
+            assert_true(neg > 2 * 6 * MN / 8); /* GELU's negative lobe is exercised */
+            qp_session_free(s);
+            qp_model_free(m);
+            if (envs[e][0]) unsetenv(envs[e][0]);
+        }
+}
+
 /* The paths of a session's QMatMul steps, in plan order, into paths[] (at most n); the count. */
 static int qmatmul_paths(const struct qp_session *s, enum qp_int8_path *paths, int n) {
     int k = 0;
@@ -1828,6 +1923,7 @@ int main(void) {
         cmocka_unit_test(test_conv_bn),
         cmocka_unit_test(test_paddle_block),
         cmocka_unit_test(test_matmul_projection),
+        cmocka_unit_test(test_matmul_gelu),
         cmocka_unit_test(test_exact_avx2_matmul),
         cmocka_unit_test(test_matmul_two_activations),
         cmocka_unit_test(test_matmul_shape_scale),
