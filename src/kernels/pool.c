@@ -1,5 +1,6 @@
 /* Pools: MaxPool (with the optional Indices output), AveragePool, GlobalAveragePool,
- * GlobalMaxPool. float32; MaxPool also int8/uint8. The integer path's layout pass may mark an
+ * GlobalMaxPool. float32; MaxPool also int8/uint8; and the integer path's QGlobalAveragePool
+ * (int8 in and out, requantized). The integer path's layout pass may mark an
  * int8 MaxPool, a float32 GlobalAveragePool or a 2-D float32 AveragePool `nhwc`: its input is
  * stored channels last (the AveragePool's output stays channels first); the
  * float layout pass (runtime/layout.c, pool.h) may do so with a float32 MaxPool between two
@@ -18,6 +19,7 @@
 #include "kernels/pool.h"
 #include "kernels/spatial.h"
 #include "kernels/vecmath.h"
+#include "qmath/qparams.h"
 
 struct pool_state {
     int is_max, count_pad, storage_order;
@@ -650,6 +652,126 @@ enum qp_status qp_k_global_avgpool_run(const struct qp_krun *r) {
         else
 #endif
             gap_planes(x, y, lo, hi, n);
+    }
+    return QP_OK;
+}
+
+/* ---- QGlobalAveragePool (the integer path) ---------------------------------------------------
+ * y = Q(GlobalAveragePool(DQ(x))), per-tensor parameters: each plane's bytes summed exactly in
+ * integers, the mean x_scale (sum - n x_zero_point) / n computed in double and rounded to float,
+ * then quantized as QuantizeLinear does (qmath). The oracle sums the dequantized floats, so the
+ * two differ only where that float rounding moves a value across a rounding tie: within one
+ * step. Inputs: 0 x (int8/uint8 [N, C, spatial...]), 1 x_scale, 2 x_zero_point, 3 y_scale,
+ * 4 y_zero_point (absent: uint8, 0); attribute nhwc: x stored channels last. */
+
+struct qgap_state {
+    int nhwc;
+    int64_t nb, c, n; /* batch items, channels, pixels per plane */
+    float xs, ys;
+    int64_t xz;
+};
+
+enum qp_status qp_k_qgap_prepare(struct qp_kprep *p) {
+    enum qp_status st = qp_kneed(p, 0);
+    for (int i = 1; !st && i < 5; i++)
+        if (i != 2 && i != 4) st = qp_kneed_const(p, i, i == 1 ? "x_scale" : "y_scale");
+    if (st) return st;
+    const struct qp_kt *x = p->in[0], *xz = p->in[2], *yz = p->n_in > 4 ? p->in[4] : NULL;
+    enum qp_dtype ydt = yz ? yz->dtype : QP_DTYPE_UINT8;
+    if ((x->dtype != QP_DTYPE_INT8 && x->dtype != QP_DTYPE_UINT8) || x->rank < 3 ||
+        (ydt != QP_DTYPE_INT8 && ydt != QP_DTYPE_UINT8) || p->in[1]->numel != 1 ||
+        p->in[3]->numel != 1 || p->in[1]->dtype != QP_DTYPE_FLOAT ||
+        p->in[3]->dtype != QP_DTYPE_FLOAT || (xz && (xz->numel != 1 || xz->dtype != x->dtype)) ||
+        (yz && yz->numel != 1))
+        return qp_error_set(p->err, QP_ERR_UNSUPPORTED,
+                            "QGlobalAveragePool takes int8/uint8 [N, C, ...] with per-tensor "
+                            "float scales");
+    if (xz && !xz->is_const) return qp_kneed_const(p, 2, "x_zero_point");
+    struct qgap_state s = {.nhwc = qp_kattr_int(p->node, "nhwc", 0) != 0,
+                           .nb = x->dims[0],
+                           .c = x->dims[1],
+                           .n = 1,
+                           .xs = *(const float *)p->in[1]->data,
+                           .ys = *(const float *)p->in[3]->data,
+                           .xz = xz ? qp_kt_get_i64(xz, 0) : 0};
+    int64_t od[QP_MAX_RANK];
+    od[0] = x->dims[0];
+    od[1] = x->dims[1];
+    for (int i = 2; i < x->rank; i++) {
+        s.n *= x->dims[i];
+        od[i] = 1;
+    }
+    if ((st = qp_kt_set(p->out[0], ydt, x->rank, od, p->err))) return st;
+    return qp_ksave_state(p, &s, sizeof s);
+}
+
+/* Sums of channels [c0, c0 + w) over n pixels of c channels (channels last), exact: int32
+ * partial sums of at most 2^23 pixels (255 * 2^23 < 2^31), added into int64. */
+#define QGAP_CB 256
+QP_CLONES
+static void qgap_sums_nhwc(const void *x, int sgn, int64_t c, int64_t n, int64_t c0, int64_t w,
+                           int64_t *sum) {
+    int32_t acc[QGAP_CB];
+    for (int64_t k = 0; k < w; k++)
+        sum[k] = 0;
+    for (int64_t i0 = 0; i0 < n; i0 += (int64_t)1 << 23) {
+        int64_t i1 = n - i0 < ((int64_t)1 << 23) ? n : i0 + ((int64_t)1 << 23);
+        memset(acc, 0, sizeof acc);
+        if (sgn) {
+            const int8_t *xb = (const int8_t *)x + c0;
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t k = 0; k < w; k++)
+                    acc[k] += xb[i * c + k];
+        } else {
+            const uint8_t *xb = (const uint8_t *)x + c0;
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t k = 0; k < w; k++)
+                    acc[k] += xb[i * c + k];
+        }
+        for (int64_t k = 0; k < w; k++)
+            sum[k] += acc[k];
+    }
+}
+
+/* The sum of one plane of n bytes. */
+static int64_t qgap_sum_plane(const void *x, int sgn, int64_t n) {
+    int64_t sum = 0;
+    if (sgn)
+        for (int64_t i = 0; i < n; i++)
+            sum += ((const int8_t *)x)[i];
+    else
+        for (int64_t i = 0; i < n; i++)
+            sum += ((const uint8_t *)x)[i];
+    return sum;
+}
+
+enum qp_status qp_k_qgap_run(const struct qp_krun *r) {
+    const struct qgap_state *s = r->state;
+    const struct qp_kt *x = r->in[0];
+    int sgn = x->dtype == QP_DTYPE_INT8;
+    struct qp_qspec q = qp_qspec_per_tensor(r->out[0]->dtype, (int64_t)r->out[0]->numel, &s->ys,
+                                            r->n_in > 4 && r->in[4] ? r->in[4]->data : NULL);
+    int64_t blocks = (s->c + QGAP_CB - 1) / QGAP_CB, items = s->nb * blocks;
+    int nt = (int64_t)x->numel < 131072 ? 1 : r->n_threads;
+    const double k = s->n ? (double)s->xs / (double)s->n : 0.0;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi, sum[QGAP_CB];
+        float mean[QGAP_CB];
+        qp_ksplit(items, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        for (int64_t it = lo; it < hi; it++) {
+            int64_t b = it / blocks, c0 = it % blocks * QGAP_CB;
+            int64_t w = s->c - c0 < QGAP_CB ? s->c - c0 : QGAP_CB;
+            const uint8_t *xb = (const uint8_t *)x->data + b * s->c * s->n;
+            if (s->nhwc)
+                qgap_sums_nhwc(xb, sgn, s->c, s->n, c0, w, sum);
+            else
+                for (int64_t j = 0; j < w; j++)
+                    sum[j] = qgap_sum_plane(xb + (c0 + j) * s->n, sgn, s->n);
+            for (int64_t j = 0; j < w; j++)
+                mean[j] = (float)(k * (double)(sum[j] - s->n * s->xz));
+            qp_quantize_f32(&q, mean, (uint8_t *)r->out[0]->data + b * s->c + c0, 0, w);
+        }
     }
     return QP_OK;
 }

@@ -917,9 +917,17 @@ static int nhwc_avgpool(const struct qp_graph *g, const struct qp_use *u, int v)
     return 1;
 }
 
-/* A float pool that averages a channels-last value (nhwc_gap, nhwc_avgpool). */
+/* A QGlobalAveragePool reading the int8 value v: it sums it channels last (pool.c, attribute
+ * `nhwc`; a ResNet's last block then writes channels last for its head). */
+static int nhwc_qgap(const struct qp_graph *g, const struct qp_use *u, int v) {
+    const struct qp_node *n = &g->nodes[u->node];
+    return is_fused(n) && strcmp(n->op_type, "QGlobalAveragePool") == 0 && u->input == 0 &&
+           int8_output(g, v);
+}
+
+/* A pool that averages a channels-last value (nhwc_gap, nhwc_avgpool, nhwc_qgap). */
 static int nhwc_average(const struct qp_graph *g, const struct qp_use *u, int v) {
-    return nhwc_gap(g, u, v) || nhwc_avgpool(g, u, v);
+    return nhwc_gap(g, u, v) || nhwc_avgpool(g, u, v) || nhwc_qgap(g, u, v);
 }
 
 /* 1 when value v, made by a QConv or a Pointwise node that `ok` admits, can be stored channels

@@ -22,6 +22,8 @@
  *   Q(Softmax(y))              -> SoftmaxQuantize(y)       axis -1: each row is quantized as it
  *                                 is computed
  *   Q(LayerNormalization(y))   -> LayerNormQuantize(y)     Y only: the same
+ *   Q(GlobalAveragePool(DQ(x))) -> QGlobalAveragePool(x)   integer sums requantized: within
+ *                                 one step of the float mean (not a move; TensorRT pools int8)
  *   GatherQuantize(Transpose(y)) -> GatherQuantize(y)   scalar indices, every reader of the
  *                                 Transpose such a node: it reads through the permutation
  *
@@ -226,6 +228,26 @@ static int q_into_layernorm(struct qp_graph *g, int k, struct rt_int8_report *re
                   "it quantizes each row as it computes it", rep, err);
 }
 
+/* Q(GlobalAveragePool(DQ(x))) -> QGlobalAveragePool(x) (per-tensor parameters; the Q the
+ * GlobalAveragePool's only reader): integer sums requantized (kernels/pool.c), where TensorRT
+ * also pools int8 (a ResNet's head: the last block's output is read once, as int8, channels
+ * last). The DQ stays for any other reader; with none the sweep removes it. */
+static int q_into_gap(struct qp_graph *g, int k, struct rt_int8_report *rep, struct qp_error *err) {
+    const struct qp_node *n = &g->nodes[k];
+    struct i8g_qparam qi, qo;
+    int x, q;
+    if (n->n_inputs != 1 || !i8g_dq_act(g, n->inputs[0], &x, &qi) ||
+        (q = i8g_sole_q(g, n->outputs[0], &qo)) < 0)
+        return 0;
+    const struct qp_node *dq = i8g_producer(g, n->inputs[0]), *qn = &g->nodes[q];
+    char into[160];
+    snprintf(into, sizeof into, "GlobalAveragePool '%s' (integer sums requantized)", n->name);
+    if (!i8g_note(rep, dq, 1, into, NULL)) return -1;
+    int in[5] = {x, qi.scale_v, qi.zp_v, i8g_in_at(qn, 1), i8g_in_at(qn, 2)};
+    return join_q(g, k, q, "QGlobalAveragePool", in, in[4] >= 0 ? 5 : 4, "integer sums requantized",
+                  rep, err);
+}
+
 /* GatherQuantize(Transpose(y), scalar index) -> GatherQuantize(y) reading through the perm, when
  * every reader of the Transpose is such a GatherQuantize: the transposed float tensor is never
  * written (a ViT's [1, 197, 3, 3, 64] -> [3, 1, 3, 197, 64] before q, k and v). */
@@ -318,6 +340,8 @@ static int move_sweep(struct qp_graph *g, struct rt_int8_report *rep, struct qp_
             r = q_into_softmax(g, (int)k, rep, err);
         else if (qp_node_is(n, "LayerNormalization"))
             r = q_into_layernorm(g, (int)k, rep, err);
+        else if (qp_node_is(n, "GlobalAveragePool"))
+            r = q_into_gap(g, (int)k, rep, err);
         if (r == 0 && !g->nodes[k].dead && i8g_resize_copies(&g->nodes[k]))
             r = dq_under_resize(g, (int)k, rep, err);
         if (r < 0) return -1;

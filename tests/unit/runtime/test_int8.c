@@ -526,6 +526,95 @@ static void test_matmul_gelu(void **state) {
         }
 }
 
+static int count_steps(const struct qp_session *s, const char *op);
+
+/* QuantizeLinear -> DequantizeLinear of x into `out` with uint8 zero point z. */
+static void qdq_u8(struct qp_model *m, const char *x, const char *out, float s, uint8_t z) {
+    char sc[64], zp[64], qn[64], qo[64], dn[64];
+    snprintf(sc, sizeof sc, "%s_s", out);
+    snprintf(zp, sizeof zp, "%s_z", out);
+    snprintf(qn, sizeof qn, "%s_Q", out);
+    snprintf(qo, sizeof qo, "%s_q", out);
+    snprintf(dn, sizeof dn, "%s_DQ", out);
+    graph_add_init(m, m->graph, sc, QP_DTYPE_FLOAT, 0, NULL, &s, sizeof s);
+    graph_add_init(m, m->graph, zp, QP_DTYPE_UINT8, 0, NULL, &z, 1);
+    const char *qi[3] = {x, sc, zp}, *di[3] = {qo, sc, zp};
+    rt_node(m, qn, "QuantizeLinear", 3, qi, qo);
+    rt_node(m, dn, "DequantizeLinear", 3, di, out);
+}
+
+/* A ResNet's head: [x -> QDQ -> Conv -> Relu] (conv 1) or x itself -> QDQ(zero point) ->
+ * GlobalAveragePool -> QDQ -> y [1, ch, 1, 1]; uint8 parameters (u8) or int8; x is
+ * [1, C, hw, hw], hw HW or 128. */
+static struct qp_model *gap_model(int conv_first, int u8, int64_t hw) {
+    static struct qp_dim big_dims[4] = {{1, NULL}, {C, NULL}, {128, NULL}, {128, NULL}};
+    struct qp_model *m = model_with_x(4, hw == 128 ? big_dims : x_dims);
+    const char *src = "x";
+    if (conv_first) {
+        rt_qdq(m, "x", "xd", 0.02f, 0);
+        conv_weights(m, "w", 0);
+        conv(m, "conv", "xd", "wf", "w_b", "a");
+        const char *r[1] = {"a"};
+        rt_node(m, "relu", "Relu", 1, r, "ar");
+        src = "ar";
+    }
+    if (u8)
+        qdq_u8(m, src, "ad", 0.013f, 9);
+    else
+        rt_qdq(m, src, "ad", 0.013f, 3);
+    const char *g[1] = {"ad"};
+    rt_node(m, "gap", "GlobalAveragePool", 1, g, "p");
+    if (u8)
+        qdq_u8(m, "p", "y", 0.008f, 20);
+    else
+        rt_qdq(m, "p", "y", 0.008f, -7);
+    finish(m, "y");
+    return m;
+}
+
+/* DQ -> GlobalAveragePool -> Q runs as one QGlobalAveragePool (integer sums, requantized):
+ * channels last after a QConv (which then writes channels last), planar on a graph input's Q,
+ * int8 and uint8, one thread and several (a 131072-element input); every value within one step
+ * of the oracle, most of them equal. */
+static void test_global_avgpool_int8(void **state) {
+    (void)state;
+    static float big[C * 128 * 128], ya[M], yb[M];
+    for (int conv_first = 1; conv_first >= 0; conv_first--)
+        for (int u8 = 0; u8 < 2; u8++)
+            for (int hw = HW; hw <= (conv_first ? HW : 128); hw += 128 - HW) {
+                rt_rng = 5;
+                struct qp_model *m = gap_model(conv_first, u8, hw);
+                float *x = hw == HW ? xin : big;
+                size_t nx = (size_t)(C * hw * hw), ny = conv_first ? M : C;
+                for (size_t i = 0; i < nx; i++) /* channel-dependent means, both signs */
+                    x[i] = 0.9f * rt_frand() + 0.05f * (float)(i / (size_t)(hw * hw) % 7) - 0.1f;
+                run_hw(m, QP_INT8_OFF, hw, x, yb, ny, NULL);
+                struct qp_session *s;
+                run_hw(m, QP_INT8_AUTO, hw, x, ya, ny, &s);
+                assert_int_equal(count_steps(s, "QGlobalAveragePool"), 1);
+                assert_int_equal(count_steps(s, "GlobalAveragePool"), 0);
+                assert_non_null(strstr(find(s, "ad_DQ")->into, "GlobalAveragePool 'gap'"));
+                assert_non_null(strstr(find(s, "y_Q")->into, "GlobalAveragePool 'gap'"));
+                int gap = qp_graph_find_node(s->g, "gap");
+                assert_true(gap >= 0);
+                assert_int_equal(qp_kattr_int(&s->g->nodes[gap], "nhwc", 0), conv_first);
+                size_t same = 0, distinct = 0;
+                for (size_t i = 0; i < ny; i++) {
+                    if (!(fabsf(ya[i] - yb[i]) <= 0.008f * 1.001f))
+                        fail_msg("conv %d u8 %d hw %d: channel %zu: %g, oracle %g", conv_first, u8,
+                                 hw, i, (double)ya[i], (double)yb[i]);
+                    same += ya[i] == yb[i];
+                    distinct += i && yb[i] != yb[i - 1];
+                }
+                assert_true(same >= ny - 1);
+                if (distinct <= ny / 2)
+                    fail_msg("conv %d u8 %d hw %d: %zu distinct of %zu: %g %g %g", conv_first, u8,
+                             hw, distinct, ny, (double)yb[0], (double)yb[1], (double)yb[2]);
+                qp_session_free(s);
+                qp_model_free(m);
+            }
+}
+
 /* The paths of a session's QMatMul steps, in plan order, into paths[] (at most n); the count. */
 static int qmatmul_paths(const struct qp_session *s, enum qp_int8_path *paths, int n) {
     int k = 0;
@@ -1924,6 +2013,7 @@ int main(void) {
         cmocka_unit_test(test_paddle_block),
         cmocka_unit_test(test_matmul_projection),
         cmocka_unit_test(test_matmul_gelu),
+        cmocka_unit_test(test_global_avgpool_int8),
         cmocka_unit_test(test_exact_avx2_matmul),
         cmocka_unit_test(test_matmul_two_activations),
         cmocka_unit_test(test_matmul_shape_scale),
