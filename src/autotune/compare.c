@@ -113,6 +113,27 @@ enum qp_status qp_latency_compare(const double *a, size_t na, const double *b, s
 
 /* ---- the race --------------------------------------------------------------------------- */
 
+const char *qp_latency_stop_name(enum qp_latency_race_stop s) {
+    static const char *const names[] = {"resolved", "max_rounds", "budget", "no_gain"};
+    return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
+}
+
+/* 1 when a[0..na) cannot be min_effect faster than b[0..nb): a / (1 - min_effect) tests slower
+ * than b at `confidence`; 0 otherwise or without memory (the race then goes on). */
+static int without_gain(const double *a, size_t na, const double *b, size_t nb, double confidence,
+                        double min_effect) {
+    if (!(min_effect < 1)) return 0;
+    double *s = qp_malloc_n(na, sizeof *s);
+    if (!s) return 0;
+    for (size_t i = 0; i < na; i++)
+        s[i] = a[i] / (1 - min_effect);
+    struct qp_latency_verdict v;
+    int slower = qp_latency_compare_effect(s, na, b, nb, confidence, 0, &v) == QP_OK &&
+                 v.verdict == QP_LATENCY_SLOWER;
+    free(s);
+    return slower;
+}
+
 void qp_latency_race_options_default(struct qp_latency_race_options *o) {
     o->confidence = 0.95;
     o->min_rounds = 2;
@@ -120,6 +141,7 @@ void qp_latency_race_options_default(struct qp_latency_race_options *o) {
     o->runs_per_round = 10;
     o->budget_seconds = 60;
     o->min_effect = QP_LATENCY_MIN_EFFECT;
+    o->stop_without_gain = 0;
 }
 
 void qp_latency_race_result_release(struct qp_latency_race_result *r) {
@@ -201,6 +223,12 @@ enum qp_status qp_latency_race(struct qp_latency_backend *backend, const char *c
         }
         if (r.n_rounds >= o->min_rounds && r.verdict.verdict != QP_LATENCY_UNRESOLVED) {
             r.stop = QP_LATENCY_STOP_RESOLVED;
+            break;
+        }
+        if (r.n_rounds >= o->min_rounds && o->stop_without_gain &&
+            without_gain(r.cand_ms, r.n_cand, r.best_ms, r.n_best, look_confidence,
+                         o->min_effect)) {
+            r.stop = QP_LATENCY_STOP_NO_GAIN;
             break;
         }
     }

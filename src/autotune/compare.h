@@ -18,7 +18,9 @@
  * block of runs each; which goes first alternates round by round (ABBA order), so a drift or a
  * step of the machine's speed hits both. It pools each side's samples and compares after
  * every round from min_rounds on, until the verdict is resolved, max_rounds are done or the
- * time budget is spent. Looking after every round is a sequential test: to keep its overall
+ * time budget is spent (or, with stop_without_gain, once the candidate is shown not to be
+ * min_effect faster: a difference the test resolves but smaller than the minimum effect no
+ * longer runs to max_rounds). Looking after every round is a sequential test: to keep its overall
  * false-positive rate at most 1 - confidence, each look tests at (1 - confidence) / max_rounds
  * (Bonferroni over the looks the race may take).
  *
@@ -78,6 +80,10 @@ struct qp_latency_race_options {
     double budget_seconds; /* wall time after which no new round starts once min_rounds are
                               done, > 0 (default 60) */
     double min_effect;     /* as qp_latency_compare_effect (default QP_LATENCY_MIN_EFFECT) */
+    /* 1: also stop, UNRESOLVED, once the candidate cannot be min_effect faster: its samples
+     * divided by (1 - min_effect) test slower than the best's at the look's confidence (a
+     * futility stop; for callers that only act on FASTER, as autotune; default 0). */
+    int stop_without_gain;
 };
 
 void qp_latency_race_options_default(struct qp_latency_race_options *o);
@@ -85,8 +91,12 @@ void qp_latency_race_options_default(struct qp_latency_race_options *o);
 enum qp_latency_race_stop {
     QP_LATENCY_STOP_RESOLVED,   /* the verdict is FASTER or SLOWER */
     QP_LATENCY_STOP_MAX_ROUNDS, /* max_rounds done, unresolved */
-    QP_LATENCY_STOP_BUDGET      /* the budget was spent, unresolved */
+    QP_LATENCY_STOP_BUDGET,     /* the budget was spent, unresolved */
+    QP_LATENCY_STOP_NO_GAIN     /* stop_without_gain: shown not min_effect faster, unresolved */
 };
+
+/* "resolved", "max_rounds", "budget", "no_gain"; "?" for anything else. */
+const char *qp_latency_stop_name(enum qp_latency_race_stop s);
 
 struct qp_latency_race_result {
     double *cand_ms; /* every candidate sample, in measurement order; owned by the result */

@@ -513,7 +513,7 @@ enum qp_status qp_subgraph_write(const struct qp_model *sub, const struct qp_gra
     unsigned char *drop = calloc(n_out ? n_out : 1, 1);
     enum qp_status st =
         stand_in && drop ? QP_OK : qp_error_set(err, QP_ERR_NOMEM, "subgraph: out of memory");
-    if (st == QP_OK) st = qp_model_clone(sub, &c, err);
+    if (st == QP_OK) st = qp_model_clone_shared(sub, &c, err);
     if (st == QP_OK) st = qp_subgraph_placement(p, sub, &ps, err);
     for (size_t i = 0; i < n_out && st == QP_OK; i++) {
         const char *name = c->graph->values[c->graph->outputs[i]].name;

@@ -108,8 +108,9 @@ enum qp_status qp_subgraph_placement(const struct qp_placement *p, const struct 
 
 /* The sub-model `sub` of the model whose graph is `whole`, with placement `p` (a placement of
  * the whole model) written by the Q/DQ writer (options `wo`) into a new model *out
- * (qp_model_free; written only on success); `sub` is not changed. Inside it holds p's entries
- * whose consumer is in `sub` (qp_subgraph_placement). At its border it keeps how the whole
+ * (qp_model_free, before `sub`: *out borrows the bytes of sub's initializers,
+ * qp_model_clone_shared; written only on success); `sub` is not changed. Inside it holds p's
+ * entries whose consumer is in `sub` (qp_subgraph_placement). At its border it keeps how the whole
  * model reads the tensors that leave it: a graph output that a consumer outside reads through
  * an edge of p is written quantized, the QuantizeLinear's output becoming a graph output, so
  * its producer writes int8 as it does in the whole model; it stays a float graph output only

@@ -54,6 +54,7 @@ void qp_autotune_options_default(struct qp_autotune_options *o) {
     o->mode = QP_AUTOTUNE_DEFAULT;
     o->high_precision = QP_DTYPE_FLOAT;
     qp_latency_race_options_default(&o->race);
+    o->race.stop_without_gain = 1; /* only FASTER is acted on (the region check sets it off) */
     o->guard_min_effect = 0.02;
     o->cache_patience = 2;
     o->max_output_drift = -1;
@@ -135,12 +136,14 @@ static void writer_options(const struct tune *t, struct qp_writer_options *wo) {
     wo->amax_user = t->ranges;
 }
 
-/* Writes model `base` (t->m or a sub-model of it) with placement `p` to `path`. */
+/* Writes model `base` (t->m or a sub-model of it) with placement `p` to `path`. The writer adds
+ * nodes and initializers and converts with new buffers, so the copy it writes into may borrow
+ * base's initializer bytes (ResNet-50: 100 MB not serialized and parsed again per race). */
 static enum qp_status write_model_of(struct tune *t, const struct qp_model *base,
                                      const struct qp_placement *p, const char *path,
                                      struct qp_error *err) {
     struct qp_model *c = NULL;
-    enum qp_status st = qp_model_clone(base, &c, err);
+    enum qp_status st = qp_model_clone_shared(base, &c, err);
     if (st != QP_OK) return st;
     struct qp_writer_options wo;
     writer_options(t, &wo);
@@ -202,6 +205,7 @@ static enum qp_status log_line(struct tune *t, size_t pattern, const char *sourc
         cJSON_AddItemToObject(o, "best_ms",
                               cJSON_CreateDoubleArray(res->best_ms, (int)res->n_best));
         cJSON_AddNumberToObject(o, "rounds", (double)res->n_rounds);
+        cJSON_AddStringToObject(o, "stop", qp_latency_stop_name(res->stop));
         cJSON_AddNumberToObject(o, "p_value", res->verdict.p_value);
         cJSON_AddStringToObject(o, "verdict", qp_latency_verdict_name(res->verdict.verdict));
     } else if (error) {
@@ -1252,8 +1256,10 @@ static enum qp_status region_check(struct tune *t, struct qp_placement **best,
     if (!t->region || !t->r->n_adopted || t->r->interrupted) return QP_OK;
     enum qp_status st = write_model(t, t->r->seed, t->cand_path, err);
     struct qp_latency_race_result res;
+    struct qp_latency_race_options ro = t->o->race;
+    ro.stop_without_gain = 0; /* this race looks for SLOWER */
     if (st == QP_OK)
-        st = qp_latency_race(t->o->backend, t->best_path, t->cand_path, &t->o->race, &res, err);
+        st = qp_latency_race(t->o->backend, t->best_path, t->cand_path, &ro, &res, err);
     if (st != QP_OK) return st;
     t->r->region_checked = 1;
     t->r->region_check = res.verdict;

@@ -189,6 +189,59 @@ static void test_race_false_positive_rate(void **state) {
     assert_true(faster + slower <= 10);
 }
 
+/* stop_without_gain: a race whose candidate is shown not min_effect faster stops there
+ * (equal models, a real gain smaller than the minimum effect), one with a larger gain still
+ * ends FASTER and a slower candidate SLOWER; without the option the small gain runs to
+ * max_rounds. Over 100 seeds a 3% gain (1% minimum effect, 5% noise) is stopped without gain
+ * at most 5 times. */
+static void test_race_stop_without_gain(void **state) {
+    (void)state;
+    struct qp_latency_race_options o;
+    qp_latency_race_options_default(&o);
+    o.stop_without_gain = 1;
+    struct qp_latency_race_result r;
+    struct qp_error err = {0};
+    static const struct {
+        double cand, sigma;
+        int stop_on, verdict, stop;
+    } cases[] = {
+        {10.0, 0.01, 1, QP_LATENCY_UNRESOLVED, QP_LATENCY_STOP_NO_GAIN},
+        {9.97, 0.003, 1, QP_LATENCY_UNRESOLVED, QP_LATENCY_STOP_NO_GAIN},
+        {9.97, 0.003, 0, QP_LATENCY_UNRESOLVED, QP_LATENCY_STOP_MAX_ROUNDS},
+        {9.5, 0.01, 1, QP_LATENCY_FASTER, QP_LATENCY_STOP_RESOLVED},
+        {11.0, 0.01, 1, QP_LATENCY_SLOWER, QP_LATENCY_STOP_RESOLVED},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct noisy n = {
+            .seed = 3 + i, .cand_ms = cases[i].cand, .best_ms = 10, .sigma = cases[i].sigma};
+        struct qp_latency_backend *b = noisy_backend(&n);
+        o.stop_without_gain = cases[i].stop_on;
+        assert_int_equal(qp_latency_race(b, "cand.onnx", "best.onnx", &o, &r, &err), QP_OK);
+        if ((int)r.verdict.verdict != cases[i].verdict || (int)r.stop != cases[i].stop)
+            fail_msg("case %zu: verdict %d stop %d after %zu rounds", i, (int)r.verdict.verdict,
+                     (int)r.stop, r.n_rounds);
+        if (cases[i].stop == QP_LATENCY_STOP_NO_GAIN) assert_true(r.n_rounds < o.max_rounds);
+        qp_latency_race_result_release(&r);
+        qp_latency_backend_free(b);
+    }
+    o.stop_without_gain = 1;
+    int stopped = 0, faster = 0;
+    for (uint64_t seed = 1; seed <= 100; seed++) {
+        struct noisy n = {
+            .seed = seed, .cand_ms = 9.7, .best_ms = 10, .sigma = 0.05, .outlier_p = 0.02};
+        struct qp_latency_backend *b = noisy_backend(&n);
+        assert_int_equal(qp_latency_race(b, "cand.onnx", "best.onnx", &o, &r, &err), QP_OK);
+        stopped += r.stop == QP_LATENCY_STOP_NO_GAIN;
+        faster += r.verdict.verdict == QP_LATENCY_FASTER;
+        qp_latency_race_result_release(&r);
+        qp_latency_backend_free(b);
+    }
+    printf("3%% gain, 1%% minimum effect: %d of 100 stopped without gain, %d faster\n", stopped,
+           faster);
+    assert_true(stopped <= 5);
+    assert_true(faster >= 80);
+}
+
 static double negative_sample(void *ctx, const char *model_path, size_t k) {
     (void)ctx;
     (void)model_path;
@@ -305,6 +358,7 @@ int main(void) {
         cmocka_unit_test(test_race_clearly_faster),
         cmocka_unit_test(test_race_equal_unresolved),
         cmocka_unit_test(test_race_false_positive_rate),
+        cmocka_unit_test(test_race_stop_without_gain),
         cmocka_unit_test(test_race_run_by_run),
         cmocka_unit_test(test_measure_errors),
     };
