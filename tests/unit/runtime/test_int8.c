@@ -575,7 +575,7 @@ static struct qp_model *gap_model(int conv_first, int u8, int64_t hw) {
 /* DQ -> GlobalAveragePool -> Q runs as one QGlobalAveragePool (integer sums, requantized):
  * channels last after a QConv (which then writes channels last), planar on a graph input's Q,
  * int8 and uint8, one thread and several (a 131072-element input); every value within one step
- * of the oracle, most of them equal. */
+ * of the oracle, most of them equal. Not where the pooled tensor has another reader. */
 static void test_global_avgpool_int8(void **state) {
     (void)state;
     static float big[C * 128 * 128], ya[M], yb[M];
@@ -613,6 +613,17 @@ static void test_global_avgpool_int8(void **state) {
                 qp_session_free(s);
                 qp_model_free(m);
             }
+    /* The pooled tensor read elsewhere too (an SE block's gate product): the pool stays float. */
+    rt_rng = 5;
+    struct qp_model *m = gap_model(1, 0, HW);
+    const char *mul[2] = {"ad", "ad"};
+    rt_node(m, "gate", "Mul", 2, mul, "g");
+    finish(m, "g");
+    struct qp_session *s;
+    run_hw(m, QP_INT8_AUTO, HW, xin, ya, M, &s);
+    assert_int_equal(count_steps(s, "QGlobalAveragePool"), 0);
+    qp_session_free(s);
+    qp_model_free(m);
 }
 
 /* The paths of a session's QMatMul steps, in plan order, into paths[] (at most n); the count. */
