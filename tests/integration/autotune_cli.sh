@@ -137,8 +137,7 @@ V=$(dirname "$M")/vit_like.onnx
 "$Q" autotune --onnx_path "$V" --timing_runs 5000 --threads 1 --output_dir "$T/int" \
     >"$T/int.out" 2>"$T/int.err" &
 pid=$!
-sleep 2
-kill -INT "$pid"
+interrupt_when_racing "$pid" "$T/int.err"
 wait "$pid"
 rc=$?
 [ "$rc" = 130 ] || { fail "Ctrl-C: exit $rc (want 130)"; cat "$T/int.err"; }

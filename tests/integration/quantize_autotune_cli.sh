@@ -147,8 +147,7 @@ VL=$HERE/quantize_models/vit_like.onnx
 "$Q" quantize --onnx_path "$VL" --output_path "$T/int.onnx" --autotune --autotune_timing_runs 5000 \
     --threads 1 --autotune_output_dir "$T/int" >"$T/int.out" 2>"$T/int.err" &
 pid=$!
-sleep 2
-kill -INT "$pid"
+interrupt_when_racing "$pid" "$T/int.err"
 wait "$pid"
 rc=$?
 [ "$rc" = 130 ] || { fail "Ctrl-C: exit $rc (want 130)"; cat "$T/int.err"; }
