@@ -92,9 +92,11 @@ static inline const char *rt_name(char *buf, const char *base, const char *suffi
     return buf;
 }
 
-/* QuantizeLinear -> DequantizeLinear of `x` into `out`, per tensor, int8 with zero point z and
- * scale s (initializers out_s, out_z; nodes out_Q, out_DQ; the int8 tensor out_q). */
-static inline void rt_qdq(struct qp_model *m, const char *x, const char *out, float s, int8_t z) {
+/* QuantizeLinear -> DequantizeLinear of `x` into `out`, per tensor, to `dt` (int8 or uint8) with
+ * the zero point's byte *z and scale s (initializers out_s, out_z; nodes out_Q, out_DQ; the
+ * quantized tensor out_q). */
+static inline void rt_qdq_dt(struct qp_model *m, const char *x, const char *out, float s,
+                             enum qp_dtype dt, const void *z) {
     char sc[64], zp[64], qn[64], qo[64], dn[64];
     rt_name(sc, out, "_s");
     rt_name(zp, out, "_z");
@@ -102,10 +104,15 @@ static inline void rt_qdq(struct qp_model *m, const char *x, const char *out, fl
     rt_name(qo, out, "_q");
     rt_name(dn, out, "_DQ");
     graph_add_init(m, m->graph, sc, QP_DTYPE_FLOAT, 0, NULL, &s, sizeof s);
-    graph_add_init(m, m->graph, zp, QP_DTYPE_INT8, 0, NULL, &z, 1);
+    graph_add_init(m, m->graph, zp, dt, 0, NULL, z, 1);
     const char *qi[3] = {x, sc, zp}, *di[3] = {qo, sc, zp};
     rt_node(m, qn, "QuantizeLinear", 3, qi, qo);
     rt_node(m, dn, "DequantizeLinear", 3, di, out);
+}
+
+/* rt_qdq_dt to int8 with zero point z. */
+static inline void rt_qdq(struct qp_model *m, const char *x, const char *out, float s, int8_t z) {
+    rt_qdq_dt(m, x, out, s, QP_DTYPE_INT8, &z);
 }
 
 /* Inserts QuantizeLinear -> DequantizeLinear on overlay o's edge of m's graph, with o's scale,

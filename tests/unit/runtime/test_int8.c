@@ -528,21 +528,6 @@ static void test_matmul_gelu(void **state) {
 
 static int count_steps(const struct qp_session *s, const char *op);
 
-/* QuantizeLinear -> DequantizeLinear of x into `out` with uint8 zero point z. */
-static void qdq_u8(struct qp_model *m, const char *x, const char *out, float s, uint8_t z) {
-    char sc[64], zp[64], qn[64], qo[64], dn[64];
-    snprintf(sc, sizeof sc, "%s_s", out);
-    snprintf(zp, sizeof zp, "%s_z", out);
-    snprintf(qn, sizeof qn, "%s_Q", out);
-    snprintf(qo, sizeof qo, "%s_q", out);
-    snprintf(dn, sizeof dn, "%s_DQ", out);
-    graph_add_init(m, m->graph, sc, QP_DTYPE_FLOAT, 0, NULL, &s, sizeof s);
-    graph_add_init(m, m->graph, zp, QP_DTYPE_UINT8, 0, NULL, &z, 1);
-    const char *qi[3] = {x, sc, zp}, *di[3] = {qo, sc, zp};
-    rt_node(m, qn, "QuantizeLinear", 3, qi, qo);
-    rt_node(m, dn, "DequantizeLinear", 3, di, out);
-}
-
 /* A ResNet's head: [x -> QDQ -> Conv -> Relu] (conv 1) or x itself -> QDQ(zero point) ->
  * GlobalAveragePool -> QDQ -> y [1, ch, 1, 1]; uint8 parameters (u8) or int8; x is
  * [1, C, hw, hw], hw HW or 128. */
@@ -558,14 +543,15 @@ static struct qp_model *gap_model(int conv_first, int u8, int64_t hw) {
         rt_node(m, "relu", "Relu", 1, r, "ar");
         src = "ar";
     }
+    const uint8_t za = 9, zy = 20;
     if (u8)
-        qdq_u8(m, src, "ad", 0.013f, 9);
+        rt_qdq_dt(m, src, "ad", 0.013f, QP_DTYPE_UINT8, &za);
     else
         rt_qdq(m, src, "ad", 0.013f, 3);
     const char *g[1] = {"ad"};
     rt_node(m, "gap", "GlobalAveragePool", 1, g, "p");
     if (u8)
-        qdq_u8(m, "p", "y", 0.008f, 20);
+        rt_qdq_dt(m, "p", "y", 0.008f, QP_DTYPE_UINT8, &zy);
     else
         rt_qdq(m, "p", "y", 0.008f, -7);
     finish(m, "y");
