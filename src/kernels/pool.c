@@ -673,8 +673,8 @@ struct qgap_state {
 
 enum qp_status qp_k_qgap_prepare(struct qp_kprep *p) {
     enum qp_status st = qp_kneed(p, 0);
-    for (int i = 1; !st && i < 5; i++)
-        if (i != 2 && i != 4) st = qp_kneed_const(p, i, i == 1 ? "x_scale" : "y_scale");
+    if (!st) st = qp_kneed_const(p, 1, "x_scale");
+    if (!st) st = qp_kneed_const(p, 3, "y_scale");
     if (st) return st;
     const struct qp_kt *x = p->in[0], *xz = p->in[2], *yz = p->n_in > 4 ? p->in[4] : NULL;
     enum qp_dtype ydt = yz ? yz->dtype : QP_DTYPE_UINT8;

@@ -102,8 +102,8 @@ struct qp_autotune_options {
     int n_threads;                 /* calibration threads; 0: all cores */
     /* The latency backend (borrowed for the call; the caller creates it). Required. */
     struct qp_latency_backend *backend;
-    struct qp_latency_race_options
-        race;                /* per scheme: compare.h's defaults, stop_without_gain on */
+    /* Per scheme: compare.h's defaults with stop_without_gain on. */
+    struct qp_latency_race_options race;
     double guard_min_effect; /* default 0.02: at least 1.02x faster */
     /* Resume (docs/autotune.md): every race is recorded in this file as it ends; a run that
      * finds the file replays its races instead of measuring them again, as long as the search

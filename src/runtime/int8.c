@@ -19,6 +19,12 @@
 #include "runtime/int8_graph.h"
 #include "runtime/narrow.h"
 
+/* 1 when string attribute a holds exactly s. */
+static int attr_is(const struct qp_attr *a, const char *s) {
+    size_t n = strlen(s);
+    return a->s.len == n && memcmp(a->s.data, s, n) == 0;
+}
+
 /* ---- integer data flows --------------------------------------------------------------------- */
 
 static int is_flow_op(const struct qp_node *n) {
@@ -40,7 +46,7 @@ static const char *flow_blocker(const struct qp_graph *g, const struct qp_node *
         return "Resize interpolates or extrapolates (only nearest copies values)";
     if (qp_node_is(n, "Pad")) {
         const struct qp_attr *m = qp_node_attr(n, "mode");
-        if (m && !(m->s.len == 8 && memcmp(m->s.data, "constant", 8) == 0)) return "Pad mode";
+        if (m && !attr_is(m, "constant")) return "Pad mode";
         if (i8g_in_at(n, 2) >= 0 || qp_node_attr(n, "value")) return "Pad with a value";
         if (qo->z != 0) return "Pad of a tensor with a zero point";
     }
@@ -229,10 +235,8 @@ static int act_posts(const struct qp_graph *g, const struct qp_node *u, struct c
     if (qp_node_is(u, "HardSwish")) return post(c, QP_CONV_POST_HARDSWISH, 0, 0);
     if (qp_node_is(u, "Gelu")) {
         const struct qp_attr *a = qp_node_attr(u, "approximate");
-        if (!a || (a->s.len == 4 && memcmp(a->s.data, "none", 4) == 0))
-            return post(c, QP_CONV_POST_GELU, 0, 0);
-        if (a->s.len == 4 && memcmp(a->s.data, "tanh", 4) == 0)
-            return post(c, QP_CONV_POST_GELU_TANH, 0, 0);
+        if (!a || attr_is(a, "none")) return post(c, QP_CONV_POST_GELU, 0, 0);
+        if (attr_is(a, "tanh")) return post(c, QP_CONV_POST_GELU_TANH, 0, 0);
         return 0;
     }
     if (qp_node_is(u, "HardSigmoid"))
@@ -678,9 +682,7 @@ static int kernel_is_stride(const struct qp_graph *g, const struct qp_node *n, i
         !ints_all(n, "dilations", 1) || !ints_all(n, "output_padding", 0) ||
         !ints_all(n, "group", 1))
         return 0;
-    if (ap && !(ap->s.len == 0 || (ap->s.len == 6 && memcmp(ap->s.data, "NOTSET", 6) == 0) ||
-                (ap->s.len == 5 && memcmp(ap->s.data, "VALID", 5) == 0)))
-        return 0;
+    if (ap && !(ap->s.len == 0 || attr_is(ap, "NOTSET") || attr_is(ap, "VALID"))) return 0;
     for (int i = 2; i < t->rank; i++)
         if (st->ints[i - 2] != t->dims[i]) return 0;
     return 1;

@@ -139,13 +139,15 @@ static int q_over_copy(struct qp_graph *g, int k, struct rt_int8_report *rep,
 }
 
 /* Node k and its only reader, the Q node q, become one QP_INT8_DOMAIN `op` node reading
- * in[0..n_in) and writing the Q's output; the Q is noted as fused into "<op type> '<name>'
- * (<how>)". 1, or -1 on error. */
-static int join_q(struct qp_graph *g, int k, int q, const char *op, const int *in, int n_in,
-                  const char *how, struct rt_int8_report *rep, struct qp_error *err) {
+ * in[0..n_in) and writing the Q's output; the Q, and the DQ node `dq` before k when one joins
+ * too (else NULL), are noted as fused into "<op type> '<name>' (<how>)". 1, or -1 on error. */
+static int join_q(struct qp_graph *g, int k, int q, const struct qp_node *dq, const char *op,
+                  const int *in, int n_in, const char *how, struct rt_int8_report *rep,
+                  struct qp_error *err) {
     char into[160];
     snprintf(into, sizeof into, "%s '%s' (%s)", g->nodes[k].op_type, g->nodes[k].name, how);
-    if (!i8g_note(rep, &g->nodes[q], 1, into, NULL)) return -1;
+    if (!i8g_note(rep, &g->nodes[q], 1, into, NULL) || (dq && !i8g_note(rep, dq, 1, into, NULL)))
+        return -1;
     int dead[2] = {k, q}, out = g->nodes[q].outputs[0];
     return i8g_replace(g, dead, 2, g->nodes[k].name, op, QP_INT8_DOMAIN, n_in, in, out, k, err) < 0
                ? -1
@@ -185,7 +187,7 @@ static int q_into_gather(struct qp_graph *g, int k, struct rt_int8_report *rep,
     }
     const struct qp_node *qn = &g->nodes[q];
     int in[4] = {n->inputs[0], n->inputs[1], i8g_in_at(qn, 1), i8g_in_at(qn, 2)};
-    return join_q(g, k, q, "GatherQuantize", in, in[3] >= 0 ? 4 : 3,
+    return join_q(g, k, q, NULL, "GatherQuantize", in, in[3] >= 0 ? 4 : 3,
                   "it quantizes each slice as it copies it", rep, err);
 }
 
@@ -203,7 +205,7 @@ static int q_into_softmax(struct qp_graph *g, int k, struct rt_int8_report *rep,
         return 0;
     const struct qp_node *qn = &g->nodes[q];
     int in[3] = {n->inputs[0], i8g_in_at(qn, 1), i8g_in_at(qn, 2)};
-    return join_q(g, k, q, "SoftmaxQuantize", in, in[2] >= 0 ? 3 : 2,
+    return join_q(g, k, q, NULL, "SoftmaxQuantize", in, in[2] >= 0 ? 3 : 2,
                   "it quantizes each row as it computes it", rep, err);
 }
 
@@ -224,7 +226,7 @@ static int q_into_layernorm(struct qp_graph *g, int k, struct rt_int8_report *re
     if (q < 0 || !i8g_known_float(g, n->inputs[0])) return 0;
     const struct qp_node *qn = &g->nodes[q];
     int in[5] = {n->inputs[0], n->inputs[1], i8g_in_at(n, 2), i8g_in_at(qn, 1), i8g_in_at(qn, 2)};
-    return join_q(g, k, q, "LayerNormQuantize", in, in[4] >= 0 ? 5 : 4,
+    return join_q(g, k, q, NULL, "LayerNormQuantize", in, in[4] >= 0 ? 5 : 4,
                   "it quantizes each row as it computes it", rep, err);
 }
 
@@ -248,13 +250,10 @@ static int q_into_gap(struct qp_graph *g, int k, struct rt_int8_report *rep, str
     if (g->values[n->inputs[0]].n_uses != 1 ||
         (y >= 0 && (g->values[y].n_uses != 1 || g->values[y].is_graph_output)))
         return 0;
-    const struct qp_node *dq = i8g_producer(g, n->inputs[0]), *qn = &g->nodes[q];
-    char into[160];
-    snprintf(into, sizeof into, "GlobalAveragePool '%s' (integer sums requantized)", n->name);
-    if (!i8g_note(rep, dq, 1, into, NULL)) return -1;
+    const struct qp_node *qn = &g->nodes[q];
     int in[5] = {x, qi.scale_v, qi.zp_v, i8g_in_at(qn, 1), i8g_in_at(qn, 2)};
-    return join_q(g, k, q, "QGlobalAveragePool", in, in[4] >= 0 ? 5 : 4, "integer sums requantized",
-                  rep, err);
+    return join_q(g, k, q, i8g_producer(g, n->inputs[0]), "QGlobalAveragePool", in,
+                  in[4] >= 0 ? 5 : 4, "integer sums requantized", rep, err);
 }
 
 /* GatherQuantize(Transpose(y), scalar index) -> GatherQuantize(y) reading through the perm, when
