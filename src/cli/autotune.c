@@ -134,10 +134,12 @@ static void print_accuracy(const struct qp_autotune_report *r) {
         printf("  drift bound     %g: %zu schemes rejected unraced\n", r->max_output_drift,
                r->n_rejected_drift);
     printf("  frontier        latency/drift (pareto.json), fastest first:\n");
-    printf("      median ms        drift  placement\n");
+    printf("      median ms        drift  placement%s\n",
+           r->timing_region ? "  (~: whole-model estimate from a sub-model race)" : "");
     for (size_t i = 0; i < r->n_frontier; i++) {
         const struct qp_autotune_front *f = &r->frontier[i];
-        printf("    %11.4f  %11.4g  %s", f->median_ms, f->drift, f->label);
+        printf("   %c%11.4f  %11.4g  %s", f->estimated ? '~' : ' ', f->median_ms, f->drift,
+               f->label);
         if (f->pattern >= 0) printf(" (pattern %ld, %zu points)", f->pattern, f->n_points_on);
         printf("%s\n", f->final ? "  <- optimized_final.onnx" : "");
     }

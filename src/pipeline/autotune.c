@@ -523,11 +523,15 @@ static void replay_decision(struct tune *t, size_t step, int adopted) {
 }
 
 /* Appends a measured placement to pareto.json's list. */
+/* `estimated`: ms is a whole-model estimate from a sub-model race (region timing), not a
+ * measured whole-model median. */
 static enum qp_status measured_add(struct tune *t, const char *label, double ms, double drift,
                                    long pattern, const char *sig, cJSON *points, int final,
-                                   struct qp_error *err) {
+                                   int estimated, struct qp_error *err) {
     cJSON *e = qp_autotune_pareto_entry(label, ms, drift, pattern, sig, points);
-    if (!e || !cJSON_AddBoolToObject(e, "final", final) || !cJSON_AddItemToArray(t->measured, e)) {
+    if (!e || !cJSON_AddBoolToObject(e, "final", final) ||
+        !cJSON_AddBoolToObject(e, "estimated", estimated) ||
+        !cJSON_AddItemToArray(t->measured, e)) {
         cJSON_Delete(e);
         return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
     }
@@ -591,15 +595,16 @@ static enum qp_status write_pareto(struct tune *t, struct qp_error *err) {
     cJSON *bp = t->best_points ? cJSON_Duplicate(t->best_points, 1) : NULL;
     const char *bsig = t->best_pattern >= 0 ? t->rs->patterns[t->best_pattern].signature : NULL;
     enum qp_status st = measured_add(t, "seed", r->seed_median_ms, r->seed_drift, -1, NULL, NULL,
-                                     kept && !t->best_entry, err);
+                                     kept && !t->best_entry, 0, err);
     if (kept) mark_final(t->best_entry);
     if (st == QP_OK)
         st = measured_add(t, "best", r->guard.median_a_ms, r->best_drift, t->best_pattern, bsig, bp,
-                          kept, err);
+                          kept, 0, err);
     else
         cJSON_Delete(bp);
     if (st == QP_OK)
-        st = measured_add(t, "without_qdq", r->reference_median_ms, 0, -1, NULL, NULL, !kept, err);
+        st = measured_add(t, "without_qdq", r->reference_median_ms, 0, -1, NULL, NULL, !kept, 0,
+                          err);
     r->final_drift = kept ? r->best_drift : 0;
     char *path = join(r->output_dir, "pareto.json");
     if (st == QP_OK && !path) st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
@@ -714,8 +719,11 @@ static enum qp_status account_race(struct tune *t, size_t p, const uint64_t *sch
     if (t->cache_out && ((st = qp_pattern_cache_add(t->cache_out, pat, scheme, cm, err)) != QP_OK ||
                          (st = qp_pattern_cache_add(t->cache_out, pat, cur, bm, err)) != QP_OK))
         return st;
-    if ((st = measured_add(t, "scheme", cm, drift, (long)p, pat->signature,
-                           points_json(scheme, pat->n_points), 0, err)) != QP_OK)
+    /* with region timing cm is a sub-model's median: the frontier compares whole models, so the
+     * entry holds the whole best's estimate less the sub-model's gain */
+    double entry_ms = t->region ? t->whole_ms - (bm - cm) : cm;
+    if ((st = measured_add(t, "scheme", entry_ms, drift, (long)p, pat->signature,
+                           points_json(scheme, pat->n_points), 0, t->region, err)) != QP_OK)
         return st;
     if (*adopt) {
         t->best_entry = cJSON_GetArrayItem(t->measured, cJSON_GetArraySize(t->measured) - 1);

@@ -235,6 +235,7 @@ static void front_row(const cJSON *e, struct qp_autotune_front *r) {
     const cJSON *pts = cJSON_GetObjectItemCaseSensitive(e, "points");
     r->n_points_on = cJSON_IsArray(pts) ? (size_t)cJSON_GetArraySize(pts) : 0;
     r->final = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "final"));
+    r->estimated = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "estimated"));
 }
 
 static enum qp_status write_atomic(const char *path, const char *text, struct qp_error *err) {

@@ -90,6 +90,7 @@ struct qp_autotune_front {
     long pattern;       /* -1: none */
     size_t n_points_on; /* points of the scheme; 0 for none */
     int final;          /* the placement optimized_final.onnx holds */
+    int estimated;      /* median_ms estimated from a sub-model race (pareto.json "estimated") */
 };
 
 /* What pareto.json says about how drift was measured. */
