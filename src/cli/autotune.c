@@ -163,6 +163,11 @@ static void print_summary(const struct qp_autotune_report *r, const struct qp_la
                                          ? "region (each pattern's sub-model; medians below are "
                                            "whole-model: the seed timed once, best in the guard)"
                                          : "whole model");
+    if (r->n_escalated)
+        printf(
+            "  borderline      %zu sub-model races within the minimum effect raced again as whole "
+            "models: %zu adopted\n",
+            r->n_escalated, r->n_escalated_adopted);
     if (r->region_checked)
         printf("  region check    best %.4f ms, seed %.4f ms as whole models: %s%s\n",
                r->region_best_ms, r->region_seed_ms,

@@ -111,7 +111,17 @@ struct tune {
     char *cand_sub_path, *best_sub_path;
     double whole_ms, sub_min_effect;
     size_t sub_nodes;
+    /* Borderline sub-model races raced again as whole models (escalate): `escalating` while
+     * that race is accounted, `escalate` the decision recorded with the sub-model race, and
+     * whether the whole best file (best_path) lags behind the best (region adoptions write only
+     * sub-models). */
+    int escalating, escalate, whole_best_stale;
 };
+
+/* The timing a race of the search uses, as log.jsonl and the state file name it. */
+static const char *timing_name(const struct tune *t) {
+    return t->escalating ? "escalated" : t->region ? "region" : "whole";
+}
 
 static char *join(const char *dir, const char *name) {
     size_t n = strlen(dir) + strlen(name) + 2;
@@ -188,10 +198,11 @@ static enum qp_status log_line(struct tune *t, size_t pattern, const char *sourc
     cJSON_AddNumberToObject(o, "regions", (double)pat->n_instances);
     cJSON_AddNumberToObject(o, "n_points", (double)pat->n_points);
     cJSON_AddStringToObject(o, "source", source);
-    cJSON_AddStringToObject(o, "timing", t->region ? "region" : "whole");
-    if (t->region) {
+    cJSON_AddStringToObject(o, "timing", timing_name(t));
+    if (t->region && !t->escalating) {
         cJSON_AddNumberToObject(o, "sub_nodes", (double)t->sub_nodes);
         cJSON_AddNumberToObject(o, "min_effect", t->sub_min_effect);
+        if (res) cJSON_AddBoolToObject(o, "escalated", t->escalate);
     }
     for (size_t k = 0; k < pat->n_points; k++)
         if (qp_scheme_get(bits, k)) cJSON_AddItemToArray(pts, cJSON_CreateNumber((double)k));
@@ -264,7 +275,7 @@ static int samples_from(const cJSON *a, double **out, size_t *n_out) {
  * result in *out (owned, as qp_latency_race's). 0 when there is none; the first mismatch ends
  * the replay (the search took another way from there). */
 static int state_replay(struct tune *t, const struct qp_pattern *pat, const uint64_t *bits,
-                        struct qp_latency_race_result *out) {
+                        struct qp_latency_race_result *out, int *escalate) {
     if (!t->prev_valid) return 0;
     const cJSON *st = cJSON_GetArrayItem(t->prev, (int)t->step);
     const cJSON *sig = cJSON_GetObjectItemCaseSensitive(st, "signature");
@@ -277,7 +288,8 @@ static int state_replay(struct tune *t, const struct qp_pattern *pat, const uint
     int ok = st && cJSON_IsString(sig) && strcmp(sig->valuestring, pat->signature) == 0 && want &&
              cJSON_Compare(cJSON_GetObjectItemCaseSensitive(st, "points"), want, 1) &&
              cJSON_IsString(ver) && cJSON_IsNumber(pv) && cJSON_IsNumber(rounds) &&
-             strcmp(was, t->region ? "region" : "whole") == 0;
+             strcmp(was, timing_name(t)) == 0;
+    *escalate = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "escalate"));
     cJSON_Delete(want);
     memset(out, 0, sizeof *out);
     int v = -1;
@@ -338,7 +350,8 @@ static enum qp_status state_record(struct tune *t, const struct qp_pattern *pat,
     }
     cJSON_AddStringToObject(o, "signature", pat->signature);
     cJSON_AddItemToObject(o, "points", points_json(bits, pat->n_points));
-    cJSON_AddStringToObject(o, "timing", t->region ? "region" : "whole");
+    cJSON_AddStringToObject(o, "timing", timing_name(t));
+    if (res && t->region && !t->escalating) cJSON_AddBoolToObject(o, "escalate", t->escalate);
     if (res) {
         add_exact_array(o, "candidate_ms", res->cand_ms, res->n_cand);
         add_exact_array(o, "best_ms", res->best_ms, res->n_best);
@@ -716,14 +729,18 @@ static enum qp_status account_race(struct tune *t, size_t p, const uint64_t *sch
     if (t->r->n_measured == 0 && !t->region) t->r->seed_median_ms = bm;
     t->r->n_measured++;
     if (!t->region) t->r->best_median_ms = *adopt ? cm : bm;
-    if (t->cache_out && ((st = qp_pattern_cache_add(t->cache_out, pat, scheme, cm, err)) != QP_OK ||
-                         (st = qp_pattern_cache_add(t->cache_out, pat, cur, bm, err)) != QP_OK))
+    /* the cache's medians compare schemes of one pattern: a borderline scheme's whole-model
+     * race would not compare with its sub-model races */
+    if (t->cache_out && !t->escalating &&
+        ((st = qp_pattern_cache_add(t->cache_out, pat, scheme, cm, err)) != QP_OK ||
+         (st = qp_pattern_cache_add(t->cache_out, pat, cur, bm, err)) != QP_OK))
         return st;
     /* with region timing cm is a sub-model's median: the frontier compares whole models, so the
      * entry holds the whole best's estimate less the sub-model's gain */
-    double entry_ms = t->region ? t->whole_ms - (bm - cm) : cm;
+    int estimated = t->region && !t->escalating;
+    double entry_ms = estimated ? t->whole_ms - (bm - cm) : cm;
     if ((st = measured_add(t, "scheme", entry_ms, drift, (long)p, pat->signature,
-                           points_json(scheme, pat->n_points), 0, t->region, err)) != QP_OK)
+                           points_json(scheme, pat->n_points), 0, estimated, err)) != QP_OK)
         return st;
     if (*adopt) {
         t->best_entry = cJSON_GetArrayItem(t->measured, cJSON_GetArraySize(t->measured) - 1);
@@ -964,6 +981,7 @@ static enum qp_status region_begin(struct tune *t, size_t p, const struct qp_pla
 static void region_adopted(struct tune *t, const struct qp_latency_race_result *res,
                            struct qp_latency_race_options *ro) {
     if (!t->region) return;
+    t->whole_best_stale = 1;
     double cm = median_of(res->cand_ms, res->n_cand), bm = median_of(res->best_ms, res->n_best);
     if (bm > cm && t->whole_ms > bm - cm) t->whole_ms -= bm - cm;
     ro->min_effect = t->sub_min_effect = region_effect(t, cm);
@@ -978,6 +996,57 @@ static enum qp_status region_seed(struct tune *t, struct qp_error *err) {
     enum qp_status st = qp_latency_measure(t->o->backend, t->best_path, n, ms, err);
     if (st == QP_OK) t->whole_ms = t->r->seed_median_ms = median_of(ms, n);
     free(ms);
+    return st;
+}
+
+/* A sub-model race that did not adopt its scheme yet read it at least half the minimum effect
+ * faster: the sub-model sees too little of the model to decide (a ViT's patch embedding gains
+ * as much in the blocks after it, through the layouts it hands on, as in its own nodes), so the
+ * whole models decide (docs/autotune.md "Borderline schemes"). */
+#define ESCALATE_FRACTION 0.5
+static int borderline(const struct qp_latency_race_result *res, double min_effect) {
+    if (res->verdict.verdict == QP_LATENCY_FASTER) return 0;
+    double cm = median_of(res->cand_ms, res->n_cand), bm = median_of(res->best_ms, res->n_best);
+    return bm > 0 && cm < bm && 1.0 - cm / bm >= ESCALATE_FRACTION * min_effect;
+}
+
+/* Region timing: scheme `bits` of pattern p (placement cand) raced again as whole models,
+ * after a borderline sub-model race; *adopt when the whole-model race says faster, and then
+ * best_path holds the candidate and t->whole_ms its median. Both whole files are written first
+ * (replayed or not), as a race's files are. */
+static enum qp_status escalate(struct tune *t, size_t p, const uint64_t *bits, const uint64_t *cur,
+                               int from_cache, const struct qp_placement *cand,
+                               const struct qp_placement *best, double drift, int *adopt,
+                               struct qp_error *err) {
+    const struct qp_pattern *pat = &t->rs->patterns[p];
+    enum qp_status st = QP_OK;
+    *adopt = 0;
+    if (t->whole_best_stale && (st = write_model(t, best, t->best_path, err)) != QP_OK) return st;
+    t->whole_best_stale = 0;
+    if ((st = write_model(t, cand, t->cand_path, err)) != QP_OK) return st;
+    t->escalating = 1;
+    struct qp_latency_race_result res;
+    int unused;
+    int replayed = state_replay(t, pat, bits, &res, &unused);
+    if (!replayed && t->o->stop && *t->o->stop) {
+        t->r->interrupted = 1;
+    } else {
+        if (!replayed)
+            st = qp_latency_race(t->o->backend, t->cand_path, t->best_path, &t->o->race, &res, err);
+        if (st == QP_OK) {
+            t->r->n_escalated++;
+            st = account_race(t, p, bits, cur, from_cache, replayed, &res, drift, adopt, err);
+            if (st == QP_OK && *adopt) {
+                t->r->n_escalated_adopted++;
+                t->whole_ms = median_of(res.cand_ms, res.n_cand);
+                if (rename(t->cand_path, t->best_path) != 0)
+                    st = qp_error_set(err, QP_ERR_IO, "autotune: cannot rename '%s': %s",
+                                      t->cand_path, strerror(errno));
+            }
+            qp_latency_race_result_release(&res);
+        }
+    }
+    t->escalating = 0;
     return st;
 }
 
@@ -1049,7 +1118,8 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
             continue;
         }
         struct qp_latency_race_result res;
-        int replayed = state_replay(t, pat, list[j], &res);
+        int esc_recorded = 0;
+        int replayed = state_replay(t, pat, list[j], &res, &esc_recorded);
         if (!replayed && t->o->stop && *t->o->stop) {
             t->r->interrupted = 1;
             qp_placement_free(cand);
@@ -1063,13 +1133,24 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
             }
         }
         int adopt = 0;
+        t->escalate = t->region && (replayed ? esc_recorded : borderline(&res, ro.min_effect));
         st = account_race(t, p, list[j], cur, from_cache[j], replayed, &res, drift, &adopt, err);
         (*done)++;
         if (st == QP_OK)
             progress_step(t, p, k, n_order, j, n, *done, *planned, list[j], from_cache[j], &res,
                           adopt, replayed, drift);
         if (st == QP_OK && adopt) region_adopted(t, &res, &ro);
+        double sub_cand_ms = median_of(res.cand_ms, res.n_cand);
         qp_latency_race_result_release(&res);
+        if (st == QP_OK && !adopt && t->escalate) {
+            st = escalate(t, p, list[j], cur, from_cache[j], cand, *best, drift, &adopt, err);
+            if (st == QP_OK && adopt) /* the sub-models follow: the scaled effect too */
+                ro.min_effect = t->sub_min_effect = region_effect(t, sub_cand_ms);
+            if (st == QP_OK && t->r->interrupted) {
+                qp_placement_free(cand);
+                goto done;
+            }
+        }
         if (st != QP_OK) {
             qp_placement_free(cand);
             goto done;
@@ -1407,7 +1488,7 @@ enum qp_status qp_autotune(const struct qp_autotune_options *o,
     for (size_t k = 0; k < n_order && !t.r->interrupted; k++)
         if ((st = tune_pattern(&t, order[k], k, n_order, &done, &planned, &best, err)) != QP_OK)
             goto fail;
-    if (t.region && t.r->n_adopted && !t.r->interrupted &&
+    if (t.region && t.whole_best_stale && !t.r->interrupted &&
         (st = write_model(&t, best, t.best_path, err)) != QP_OK) /* races wrote sub-models */
         goto fail;
     if ((st = region_check(&t, &best, err)) != QP_OK) goto fail;

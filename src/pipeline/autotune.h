@@ -181,6 +181,10 @@ struct qp_autotune_report {
     int region_checked, region_reverted;
     struct qp_latency_verdict region_check;
     double region_best_ms, region_seed_ms;
+    /* Region timing: sub-model races that ended near the minimum effect without adopting
+     * (faster by at least half of it), raced again as whole models, and how many of those the
+     * whole-model race adopted (docs/autotune.md "Borderline schemes"). */
+    size_t n_escalated, n_escalated_adopted;
 };
 
 void qp_autotune_report_free(struct qp_autotune_report *r);

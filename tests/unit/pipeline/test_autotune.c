@@ -109,6 +109,7 @@ struct world {
     int by_change;
     int whole_slow;   /* with by_change: a whole model with the change is slow (2.0), not fast */
     double sub_scale; /* > 0: a sub-model takes this times what the rules above give */
+    double sub_gain;  /* > 0, with by_change: a changed sub-model is only this much faster */
     struct tset add, rem;
     int structural; /* 1: structural_latency */
     int conv_slow;  /* its conv_slow */
@@ -140,6 +141,8 @@ static double latency(void *ctx, const char *path, size_t k) {
         w->base =
             (w->any_fast && tset_equal(&s, &w->fast)) || (w->q_fast && s.n) || changed ? 0.5 : 1.0;
         if (changed && w->whole_slow && !strstr(path, ".autotune.sub.")) w->base = 2.0;
+        if (w->sub_gain > 0 && changed && strstr(path, ".autotune.sub."))
+            w->base = 1.0 - w->sub_gain;
         if (w->sub_scale > 0 && strstr(path, ".autotune.sub.")) w->base *= w->sub_scale;
         if (w->structural) w->base = structural_latency(path, w->conv_slow);
         tset_clear(&s);
@@ -830,13 +833,102 @@ static void test_region_same(void **state) {
     rm_dir(dr);
 }
 
+/* 1 when some line of the log holds `needle`. */
+static int log_has(const char *path, const char *needle) {
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[65536];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* Region timing, borderline sub-model races: the whole model gains 50% from the change, its
+ * sub-model only `sub_gain`. At 0.7% (half the 1% minimum effect or more) the sub-model race
+ * does not adopt, the whole-model race it escalates to does: the whole-model search's
+ * placement. At 0.2% nothing escalates and nothing is adopted. */
+static void test_region_borderline(void **state) {
+    (void)state;
+    struct world w = {.by_change = 1, .sub_gain = 0.007};
+    struct tset target = {0}, seed = {0};
+    target_scheme(&target);
+    struct qp_error err = {0};
+    struct qp_model *m = NULL;
+    assert_int_equal(qp_model_load_file(MODEL, NULL, &m, &err), QP_OK);
+    struct qp_placement *sp = NULL;
+    assert_int_equal(qp_placement_trt(m, NULL, &sp, &err), QP_OK);
+    tset_of_placement(sp, &seed);
+    for (size_t i = 0; i < target.n; i++)
+        if (!bsearch(&target.names[i], seed.names, seed.n, sizeof seed.names[0], cmp_str))
+            tset_add(&w.add, target.names[i]);
+    for (size_t i = 0; i < seed.n; i++)
+        if (!bsearch(&seed.names[i], target.names, target.n, sizeof target.names[0], cmp_str))
+            tset_add(&w.rem, seed.names[i]);
+    const char *dw = QP_TEST_BINARY_DIR "/autotune_border_whole";
+    const char *dr = QP_TEST_BINARY_DIR "/autotune_border_region";
+    rm_dir(dw);
+    rm_dir(dr);
+    g_timing = QP_AUTOTUNE_TIMING_WHOLE;
+    struct qp_autotune_report *rw = run(&w, dw);
+    g_timing = QP_AUTOTUNE_TIMING_REGION;
+    w.path[0] = 0;
+    struct qp_autotune_report *rr = run(&w, dr);
+    assert_true(rw->n_adopted >= 1);
+    assert_int_equal(rw->n_escalated, 0);
+    assert_true(rr->n_escalated >= 1);
+    assert_true(rr->n_escalated_adopted >= 1);
+    assert_true(qp_placement_equal(rr->best, rw->best));
+    const char *log = QP_TEST_BINARY_DIR "/autotune_border_region/log.jsonl";
+    assert_true(log_has(log, "\"timing\":\"escalated\""));
+    assert_true(log_has(log, "\"escalated\":true"));
+    /* resumed from its own state: every race replayed, the same placement */
+    struct qp_placement *first = NULL;
+    assert_int_equal(qp_placement_copy(rr->best, &first, &err), QP_OK);
+    size_t measured = rr->n_measured;
+    qp_autotune_report_free(rr);
+    w.path[0] = 0;
+    rr = run(&w, dr);
+    assert_int_equal(rr->n_replayed, measured);
+    assert_true(qp_placement_equal(rr->best, first));
+    qp_placement_free(first);
+    qp_autotune_report_free(rr);
+    /* far from the minimum effect: no whole-model race */
+    w.sub_gain = 0.002;
+    w.path[0] = 0;
+    rm_dir(dr);
+    rr = run(&w, dr);
+    g_timing = QP_AUTOTUNE_TIMING_AUTO;
+    assert_int_equal(rr->n_escalated, 0);
+    assert_int_equal(rr->n_adopted, 0);
+    assert_false(log_has(QP_TEST_BINARY_DIR "/autotune_border_region/log.jsonl",
+                         "\"timing\":\"escalated\""));
+    qp_autotune_report_free(rw);
+    qp_autotune_report_free(rr);
+    qp_placement_free(sp);
+    qp_model_free(m);
+    tset_clear(&target);
+    tset_clear(&seed);
+    tset_clear(&w.add);
+    tset_clear(&w.rem);
+    rm_dir(dw);
+    rm_dir(dr);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_one_faster),  cmocka_unit_test(test_none_faster),
-        cmocka_unit_test(test_resume),      cmocka_unit_test(test_stop),
-        cmocka_unit_test(test_fp8),         cmocka_unit_test(test_drift_rejects),
-        cmocka_unit_test(test_pareto),      cmocka_unit_test(test_resume_drift),
-        cmocka_unit_test(test_region_same), cmocka_unit_test(test_cache_cuts_races),
+        cmocka_unit_test(test_one_faster),
+        cmocka_unit_test(test_none_faster),
+        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_stop),
+        cmocka_unit_test(test_fp8),
+        cmocka_unit_test(test_drift_rejects),
+        cmocka_unit_test(test_pareto),
+        cmocka_unit_test(test_resume_drift),
+        cmocka_unit_test(test_region_same),
+        cmocka_unit_test(test_region_borderline),
+        cmocka_unit_test(test_cache_cuts_races),
         cmocka_unit_test(test_node_filter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
