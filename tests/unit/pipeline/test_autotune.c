@@ -741,12 +741,9 @@ static void test_resume_drift(void **state) {
     rm_dir(dir);
 }
 
-/* Region-local timing ends on the placement whole-model timing ends on, when a sub-model is as
- * fast as the whole model would be with the same change; the log says which timing ran. When
- * the sub-models gain and the whole model loses, the check after the search keeps the seed. */
-static void test_region_same(void **state) {
-    (void)state;
-    struct world w = {.by_change = 1, .sub_scale = 0.1};
+/* w->add / w->rem: what the target scheme (target_scheme) adds to and removes from the trt
+ * placement, for a `by_change` world. */
+static void world_of_change(struct world *w) {
     struct tset target = {0}, seed = {0};
     target_scheme(&target);
     struct qp_error err = {0};
@@ -757,21 +754,42 @@ static void test_region_same(void **state) {
     tset_of_placement(sp, &seed);
     for (size_t i = 0; i < target.n; i++)
         if (!bsearch(&target.names[i], seed.names, seed.n, sizeof seed.names[0], cmp_str))
-            tset_add(&w.add, target.names[i]);
+            tset_add(&w->add, target.names[i]);
     for (size_t i = 0; i < seed.n; i++)
         if (!bsearch(&seed.names[i], target.names, target.n, sizeof target.names[0], cmp_str))
-            tset_add(&w.rem, seed.names[i]);
-    assert_true(w.add.n + w.rem.n > 0);
-    const char *dw = QP_TEST_BINARY_DIR "/autotune_timing_whole";
-    const char *dr = QP_TEST_BINARY_DIR "/autotune_timing_region";
+            tset_add(&w->rem, seed.names[i]);
+    assert_true(w->add.n + w->rem.n > 0);
+    qp_placement_free(sp);
+    qp_model_free(m);
+    tset_clear(&target);
+    tset_clear(&seed);
+}
+
+/* The same world searched with whole-model timing into dw, then region timing into dr (both
+ * folders emptied first). */
+static void run_both(struct world *w, const char *dw, const char *dr,
+                     struct qp_autotune_report **rw, struct qp_autotune_report **rr) {
     rm_dir(dw);
     rm_dir(dr);
     g_timing = QP_AUTOTUNE_TIMING_WHOLE;
-    struct qp_autotune_report *rw = run(&w, dw);
+    *rw = run(w, dw);
     g_timing = QP_AUTOTUNE_TIMING_REGION;
-    w.path[0] = 0;
-    struct qp_autotune_report *rr = run(&w, dr);
+    w->path[0] = 0;
+    *rr = run(w, dr);
     g_timing = QP_AUTOTUNE_TIMING_AUTO;
+}
+
+/* Region-local timing ends on the placement whole-model timing ends on, when a sub-model is as
+ * fast as the whole model would be with the same change; the log says which timing ran. When
+ * the sub-models gain and the whole model loses, the check after the search keeps the seed. */
+static void test_region_same(void **state) {
+    (void)state;
+    struct world w = {.by_change = 1, .sub_scale = 0.1};
+    world_of_change(&w);
+    const char *dw = QP_TEST_BINARY_DIR "/autotune_timing_whole";
+    const char *dr = QP_TEST_BINARY_DIR "/autotune_timing_region";
+    struct qp_autotune_report *rw = NULL, *rr = NULL;
+    run_both(&w, dw, dr, &rw, &rr);
     assert_int_equal(rw->timing_region, 0);
     assert_int_equal(rr->timing_region, 1);
     assert_true(rw->n_adopted >= 1);
@@ -823,10 +841,6 @@ static void test_region_same(void **state) {
     assert_true(qp_placement_equal(rr->best, rr->seed));
     assert_true(rr->best_drift == rr->seed_drift);
     qp_autotune_report_free(rr);
-    qp_placement_free(sp);
-    qp_model_free(m);
-    tset_clear(&target);
-    tset_clear(&seed);
     tset_clear(&w.add);
     tset_clear(&w.rem);
     rm_dir(dw);
@@ -852,29 +866,12 @@ static int log_has(const char *path, const char *needle) {
 static void test_region_borderline(void **state) {
     (void)state;
     struct world w = {.by_change = 1, .sub_gain = 0.007};
-    struct tset target = {0}, seed = {0};
-    target_scheme(&target);
-    struct qp_error err = {0};
-    struct qp_model *m = NULL;
-    assert_int_equal(qp_model_load_file(MODEL, NULL, &m, &err), QP_OK);
-    struct qp_placement *sp = NULL;
-    assert_int_equal(qp_placement_trt(m, NULL, &sp, &err), QP_OK);
-    tset_of_placement(sp, &seed);
-    for (size_t i = 0; i < target.n; i++)
-        if (!bsearch(&target.names[i], seed.names, seed.n, sizeof seed.names[0], cmp_str))
-            tset_add(&w.add, target.names[i]);
-    for (size_t i = 0; i < seed.n; i++)
-        if (!bsearch(&seed.names[i], target.names, target.n, sizeof target.names[0], cmp_str))
-            tset_add(&w.rem, seed.names[i]);
+    world_of_change(&w);
     const char *dw = QP_TEST_BINARY_DIR "/autotune_border_whole";
     const char *dr = QP_TEST_BINARY_DIR "/autotune_border_region";
-    rm_dir(dw);
-    rm_dir(dr);
-    g_timing = QP_AUTOTUNE_TIMING_WHOLE;
-    struct qp_autotune_report *rw = run(&w, dw);
+    struct qp_autotune_report *rw = NULL, *rr = NULL;
+    run_both(&w, dw, dr, &rw, &rr);
     g_timing = QP_AUTOTUNE_TIMING_REGION;
-    w.path[0] = 0;
-    struct qp_autotune_report *rr = run(&w, dr);
     assert_true(rw->n_adopted >= 1);
     assert_int_equal(rw->n_escalated, 0);
     assert_true(rr->n_escalated >= 1);
@@ -885,6 +882,7 @@ static void test_region_borderline(void **state) {
     assert_true(log_has(log, "\"escalated\":true"));
     /* resumed from its own state: every race replayed, the same placement */
     struct qp_placement *first = NULL;
+    struct qp_error err = {0};
     assert_int_equal(qp_placement_copy(rr->best, &first, &err), QP_OK);
     size_t measured = rr->n_measured;
     qp_autotune_report_free(rr);
@@ -906,10 +904,6 @@ static void test_region_borderline(void **state) {
                          "\"timing\":\"escalated\""));
     qp_autotune_report_free(rw);
     qp_autotune_report_free(rr);
-    qp_placement_free(sp);
-    qp_model_free(m);
-    tset_clear(&target);
-    tset_clear(&seed);
     tset_clear(&w.add);
     tset_clear(&w.rem);
     rm_dir(dw);
