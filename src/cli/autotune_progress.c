@@ -25,6 +25,11 @@ void cli_autotune_bar_format(const struct qp_autotune_step *s, char *buf, size_t
              s->pattern_k, s->n_patterns, eta);
 }
 
+/* What a race's medians time, as a prefix: nothing for whole models (the default timing). */
+static const char *timed_what(const struct qp_autotune_step *s) {
+    return s->timed == 1 ? "sub-model " : s->timed == 2 ? "borderline, as whole models: " : "";
+}
+
 void cli_autotune_line_format(const struct qp_autotune_step *s, char *buf, size_t size) {
     if (!size) return;
     if (s->rejected_drift) {
@@ -38,11 +43,12 @@ void cli_autotune_line_format(const struct qp_autotune_step *s, char *buf, size_
     char drift[48] = "";
     if (isfinite(s->drift)) snprintf(drift, sizeof drift, ", drift %.4g", s->drift);
     snprintf(buf, size,
-             "autotune: pattern %zu/%zu, scheme %zu/%zu: %.4f ms vs best %.4f ms, %s%s%s%s "
+             "autotune: pattern %zu/%zu, scheme %zu/%zu: %s%.4f ms vs best %.4f ms, %s%s%s%s "
              "[%.1f s, ETA %.0f s]",
-             s->pattern_k, s->n_patterns, s->scheme_j, s->n_schemes, s->cand_median_ms,
-             s->best_median_ms, qp_latency_verdict_name(s->verdict), s->adopted ? ", adopted" : "",
-             drift, s->replayed ? " (from the state file)" : "", s->elapsed_s, s->eta_s);
+             s->pattern_k, s->n_patterns, s->scheme_j, s->n_schemes, timed_what(s),
+             s->cand_median_ms, s->best_median_ms, qp_latency_verdict_name(s->verdict),
+             s->adopted ? ", adopted" : "", drift, s->replayed ? " (from the state file)" : "",
+             s->elapsed_s, s->eta_s);
 }
 
 /* "{0,2,5}" of the scheme's points into buf, "..." when it does not fit. */
@@ -83,11 +89,12 @@ void cli_autotune_verbose_format(const struct qp_autotune_step *s, char *buf, si
     char drift[48] = "";
     if (isfinite(s->drift)) snprintf(drift, sizeof drift, ", drift %.4g", s->drift);
     snprintf(buf, size,
-             "autotune: pattern %zu/%zu '%s' scheme %zu/%zu%s points %s of %zu: candidate "
+             "autotune: pattern %zu/%zu '%s' scheme %zu/%zu%s points %s of %zu: %scandidate "
              "%.4f ms, best %.4f ms (medians), p %.3g: %s%s%s%s",
              s->pattern_k, s->n_patterns, sig, s->scheme_j, s->n_schemes, src, pts, s->n_points,
-             s->cand_median_ms, s->best_median_ms, s->p_value, qp_latency_verdict_name(s->verdict),
-             s->adopted ? ", adopted" : ", not adopted", drift, rep);
+             timed_what(s), s->cand_median_ms, s->best_median_ms, s->p_value,
+             qp_latency_verdict_name(s->verdict), s->adopted ? ", adopted" : ", not adopted", drift,
+             rep);
 }
 
 void cli_autotune_progress_clear(struct cli_autotune_progress *p) {

@@ -783,6 +783,9 @@ static void progress_step(const struct tune *t, size_t p, size_t k, size_t n_ord
         .races_done = done,
         .races_planned = planned,
         .drift = drift,
+        .timed = t->escalating ? 2
+                 : t->region   ? 1
+                               : 0,
     };
     t->o->progress(&s, t->o->progress_user);
 }
@@ -1016,7 +1019,8 @@ static int borderline(const struct qp_latency_race_result *res, double min_effec
  * (replayed or not), as a race's files are. */
 static enum qp_status escalate(struct tune *t, size_t p, const uint64_t *bits, const uint64_t *cur,
                                int from_cache, const struct qp_placement *cand,
-                               const struct qp_placement *best, double drift, int *adopt,
+                               const struct qp_placement *best, double drift,
+                               struct qp_latency_race_result *res, int *replayed, int *adopt,
                                struct qp_error *err) {
     const struct qp_pattern *pat = &t->rs->patterns[p];
     enum qp_status st = QP_OK;
@@ -1024,29 +1028,24 @@ static enum qp_status escalate(struct tune *t, size_t p, const uint64_t *bits, c
     if (t->whole_best_stale && (st = write_model(t, best, t->best_path, err)) != QP_OK) return st;
     t->whole_best_stale = 0;
     if ((st = write_model(t, cand, t->cand_path, err)) != QP_OK) return st;
-    t->escalating = 1;
-    struct qp_latency_race_result res;
     int unused;
-    int replayed = state_replay(t, pat, bits, &res, &unused);
-    if (!replayed && t->o->stop && *t->o->stop) {
+    *replayed = state_replay(t, pat, bits, res, &unused);
+    if (!*replayed && t->o->stop && *t->o->stop) {
         t->r->interrupted = 1;
-    } else {
-        if (!replayed)
-            st = qp_latency_race(t->o->backend, t->cand_path, t->best_path, &t->o->race, &res, err);
-        if (st == QP_OK) {
-            t->r->n_escalated++;
-            st = account_race(t, p, bits, cur, from_cache, replayed, &res, drift, adopt, err);
-            if (st == QP_OK && *adopt) {
-                t->r->n_escalated_adopted++;
-                t->whole_ms = median_of(res.cand_ms, res.n_cand);
-                if (rename(t->cand_path, t->best_path) != 0)
-                    st = qp_error_set(err, QP_ERR_IO, "autotune: cannot rename '%s': %s",
-                                      t->cand_path, strerror(errno));
-            }
-            qp_latency_race_result_release(&res);
-        }
+        return QP_OK;
     }
-    t->escalating = 0;
+    if (!*replayed && (st = qp_latency_race(t->o->backend, t->cand_path, t->best_path, &t->o->race,
+                                            res, err)) != QP_OK)
+        return st;
+    t->r->n_escalated++;
+    st = account_race(t, p, bits, cur, from_cache, *replayed, res, drift, adopt, err);
+    if (st == QP_OK && *adopt) {
+        t->r->n_escalated_adopted++;
+        t->whole_ms = median_of(res->cand_ms, res->n_cand);
+        if (rename(t->cand_path, t->best_path) != 0)
+            st = qp_error_set(err, QP_ERR_IO, "autotune: cannot rename '%s': %s", t->cand_path,
+                              strerror(errno));
+    }
     return st;
 }
 
@@ -1143,7 +1142,16 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
         double sub_cand_ms = median_of(res.cand_ms, res.n_cand);
         qp_latency_race_result_release(&res);
         if (st == QP_OK && !adopt && t->escalate) {
-            st = escalate(t, p, list[j], cur, from_cache[j], cand, *best, drift, &adopt, err);
+            struct qp_latency_race_result wres = {0};
+            int wrep = 0;
+            t->escalating = 1; /* while the whole-model race is accounted and reported */
+            st = escalate(t, p, list[j], cur, from_cache[j], cand, *best, drift, &wres, &wrep,
+                          &adopt, err);
+            if (st == QP_OK && !t->r->interrupted)
+                progress_step(t, p, k, n_order, j, n, *done, *planned, list[j], from_cache[j],
+                              &wres, adopt, wrep, drift);
+            qp_latency_race_result_release(&wres);
+            t->escalating = 0;
             if (st == QP_OK && adopt) /* the sub-models follow: the scaled effect too */
                 ro.min_effect = t->sub_min_effect = region_effect(t, sub_cand_ms);
             if (st == QP_OK && t->r->interrupted) {

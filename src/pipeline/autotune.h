@@ -81,6 +81,9 @@ struct qp_autotune_step {
     double p_value;
     int from_cache;                   /* the scheme came from the pattern cache */
     size_t races_done, races_planned; /* schemes handled so far, and expected in all */
+    /* what the medians time: 0 whole models, 1 the pattern's sub-models (region timing), 2
+     * whole models again after a borderline sub-model race (region timing) */
+    int timed;
 };
 
 typedef void (*qp_autotune_progress_fn)(const struct qp_autotune_step *s, void *user);

@@ -71,6 +71,15 @@ static void test_lines(void **state) {
     assert_string_equal(buf, "autotune: pattern 3/6 'Conv(x*,c*,c);Relu(0.0*)' scheme 2/8 points "
                              "{0,2,5} of 6: candidate 1.2340 ms, best 1.3000 ms (medians), p "
                              "0.0012: faster, adopted");
+    s.timed = 1; /* region timing: the medians are the sub-model's */
+    cli_autotune_line_format(&s, buf, sizeof buf);
+    assert_non_null(strstr(buf, "scheme 2/8: sub-model 1.2340 ms vs best 1.3000 ms"));
+    cli_autotune_verbose_format(&s, buf, sizeof buf);
+    assert_non_null(strstr(buf, "of 6: sub-model candidate 1.2340 ms"));
+    s.timed = 2; /* a borderline scheme raced again as whole models */
+    cli_autotune_line_format(&s, buf, sizeof buf);
+    assert_non_null(strstr(buf, "scheme 2/8: borderline, as whole models: 1.2340 ms vs best"));
+    s.timed = 0;
     s.adopted = 0;
     s.from_cache = 1;
     s.verdict = QP_LATENCY_SLOWER;
