@@ -111,11 +111,10 @@ void *qp_dnnl_cache_get(const void *key, size_t key_size, void *(*build)(const v
     if (cache_count >= QP_DNNL_MAX_ENTRIES) goto done;
     struct cache_node *c = malloc(sizeof *c + key_size);
     if (!c) goto done;
+    /* A key oneDNN cannot build for is stored too (entry NULL), so it is tried once: a kernel
+     * asks for the same variant on every run (a one-thread variant of a small convolution,
+     * whose build failed, cost a primitive-descriptor attempt, about 80 us, per run). */
     entry = build(key, ctx);
-    if (!entry) {
-        free(c);
-        goto done;
-    }
     c->build = build;
     c->key_size = key_size;
     c->entry = entry;

@@ -39,7 +39,8 @@ void qp_dnnl_threads_pop(int saved);
 
 /* A cache of opaque entries keyed by (build, bytes). qp_dnnl_cache_get returns the entry stored
  * under `build` and `key` (key_size bytes, compared with memcmp: zero the key's padding), or
- * calls build(key, ctx) to make one and stores it. NULL when build fails or the cache is full.
+ * calls build(key, ctx) to make one and stores it. NULL when build fails (remembered: a key is
+ * built once, so `ctx` must be the same for every call with one key) or the cache is full.
  * Thread-safe; build runs under the cache lock. */
 void *qp_dnnl_cache_get(const void *key, size_t key_size, void *(*build)(const void *, void *),
                         void *ctx);

@@ -15,6 +15,7 @@
 #include "kernels/dnnl_matmul.h"
 #include "kernels/dnnl_binary.h"
 #include "kernels/dnnl_softmax.h"
+#include "kernels/dnnl_util.h"
 #include "kernels/kernels.h"
 
 #include "kharness.h"
@@ -611,6 +612,27 @@ static void test_conv_defer(void **state) {
     free(w);
 }
 
+/* The primitive cache builds a key once, a failing one too: a kernel asks for its variant on
+ * every run, and a build that fails (a one-thread variant oneDNN cannot make with the primary's
+ * layouts) cost a primitive-descriptor attempt per run. */
+static int n_builds;
+static void *build_odd(const void *key, void *ctx) {
+    (void)ctx;
+    n_builds++;
+    static int made;
+    return *(const int *)key % 2 ? &made : NULL;
+}
+
+static void test_cache_builds_once(void **state) {
+    (void)state;
+    int fails = 424242, works = 424243; /* keys no kernel uses (another builder anyway) */
+    for (int i = 0; i < 3; i++) {
+        assert_null(qp_dnnl_cache_get(&fails, sizeof fails, build_odd, NULL));
+        assert_non_null(qp_dnnl_cache_get(&works, sizeof works, build_odd, NULL));
+    }
+    assert_int_equal(n_builds, 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_shapes),
@@ -624,6 +646,7 @@ int main(void) {
         cmocka_unit_test(test_conv_fused_post),
         cmocka_unit_test(test_conv_transpose_fused_post),
         cmocka_unit_test(test_conv_defer),
+        cmocka_unit_test(test_cache_builds_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
