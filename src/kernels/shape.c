@@ -448,6 +448,12 @@ static void tr_rows_u8(const uint8_t *x, uint8_t *y, int64_t h, int64_t c, int64
     tr_bytes_scalar(xp, yp, h, c, cf, c1, 0, h);  /* the ragged rows */
 }
 
+/* Where unit u's output rows start, in elements: units are consecutive in the output. */
+static int64_t unit_start(int64_t u, int64_t cb, int64_t h, int64_t c) {
+    int64_t c0 = (u % cb) * TR_BLOCK;
+    return u / cb * h * c + (c0 < c ? c0 : c) * h;
+}
+
 static void transpose_batched_2d(const void *in, void *out, size_t es, int64_t batch, int64_t h,
                                  int64_t c, int nt) {
     int64_t cb = (c + TR_BLOCK - 1) / TR_BLOCK, units = batch * cb;
@@ -455,6 +461,14 @@ static void transpose_batched_2d(const void *in, void *out, size_t es, int64_t b
     {
         int64_t lo, hi;
         qp_ksplit(units, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        /* The tiles below store a few bytes at a time into every output row in turn; into lines
+         * this core does not hold, such stores wait for each line. Clearing the thread's whole
+         * output run first brings the lines in with streaming whole-line stores: ViT-tiny's
+         * 3x197x64 int8 key transposes took 0.011-0.016 ms where the memory plan had given their
+         * output bytes another step had just used, 0.005 ms with the clearing (0.004 either way
+         * where the lines were already here). */
+        int64_t b0 = unit_start(lo, cb, h, c), b1 = unit_start(hi, cb, h, c);
+        if (b1 > b0) memset((char *)out + (size_t)b0 * es, 0, (size_t)(b1 - b0) * es);
         for (int64_t u = lo; u < hi; u++) {
             int64_t pl = u / cb, c0 = (u % cb) * TR_BLOCK;
             int64_t c1 = c0 + TR_BLOCK < c ? c0 + TR_BLOCK : c;

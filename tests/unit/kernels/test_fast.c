@@ -954,6 +954,7 @@ static void test_transpose_fast(void **state) {
         {2, {33, 17}, {1, 0}},
         {3, {5, 1, 7}, {0, 2, 1}},
         {4, {2, 3, 300, 250}, {0, 1, 3, 2}}, /* large: 2 threads */
+        {4, {1, 5, 300, 250}, {0, 1, 3, 2}}, /* 2 threads, split inside a plane (80 units) */
         {4, {3, 1, 40, 9}, {1, 0, 3, 2}},    /* size-1 leading dims reordered */
         {4, {1, 197, 3, 64}, {0, 2, 1, 3}},  /* last axis stays: whole runs */
         {5, {1, 197, 3, 3, 64}, {2, 0, 3, 1, 4}},
