@@ -161,15 +161,18 @@ static int softmax_rows_fast(const struct qp_krun *r, int64_t rows, int64_t n) {
     const float *x = r->in[0]->data;
     float *y = r->out[0]->data;
     int nt = rows * n < 32768 ? 1 : r->n_threads;
-    int ok = 1;
-#pragma omp parallel num_threads(nt) if (nt > 1) reduction(& : ok)
+    int ok = 1, finite = 1;
+    /* each thread also checks its own rows for non-finite values (while they are in its
+     * cache): a serial pass after the parallel one read the whole input again on one thread */
+#pragma omp parallel num_threads(nt) if (nt > 1) reduction(& : ok, finite)
     {
         int64_t lo, hi;
         qp_ksplit(rows, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
         ok = qp_vf_softmax_rows(x + lo * n, y + lo * n, hi - lo, n);
+        finite = !ok || all_finite(x + lo * n, (hi - lo) * n);
     }
     if (!ok) return 0;
-    if (!all_finite(x, rows * n)) qp_k_softmax_nan_rows(x, y, rows, n, 1);
+    if (!finite) qp_k_softmax_nan_rows(x, y, rows, n, 1);
     return 1;
 }
 

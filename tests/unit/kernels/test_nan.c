@@ -280,6 +280,27 @@ static void test_softmax_nan_rows(void **state) {
         expect("Softmax (registry)", y, softmax_want[c], 16, 0);
         assert_int_equal(qp_k_softmax_nan_rows(xs[c], y, 4, 4, 1), c == 0 ? 2 : 3);
     }
+    /* Rows shared out between two threads (64 x 1024, the fast path's size): a NaN in the last
+     * row (the second thread's), a +Inf in the first, both NaN rows, every other row not */
+    enum { RR = 64, RN = 1024 };
+    int64_t d2[2] = {RR, RN};
+    float *bx = malloc(sizeof(float) * RR * RN), *by = malloc(sizeof(float) * RR * RN);
+    assert_non_null(bx);
+    assert_non_null(by);
+    for (int i = 0; i < RR * RN; i++)
+        bx[i] = (float)(i % 7) * 0.5f;
+    bx[(RR - 1) * RN + 3] = NAN;
+    bx[5] = INFINITY;
+    struct qp_kt bin[1] = {kt(QP_DTYPE_FLOAT, 2, d2, bx)};
+    run_op("Softmax", 13, a, 1, 1, bin, by, 2);
+    for (int rr = 0; rr < RR; rr++) {
+        int nan_row = rr == 0 || rr == RR - 1;
+        for (int j = 0; j < RN; j += 97)
+            if (nan_row != (by[rr * RN + j] != by[rr * RN + j]))
+                fail_msg("row %d element %d is %g", rr, j, by[rr * RN + j]);
+    }
+    free(bx);
+    free(by);
     /* Rows along a non-last axis: [2, 3, 2] over axis 1, a NaN in row (0, *, 0) only. */
     const float x[12] = {1, 2, NAN, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     float y[12];
