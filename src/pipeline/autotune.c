@@ -272,7 +272,8 @@ static int samples_from(const cJSON *a, double **out, size_t *n_out) {
 }
 
 /* Step t->step of the state file when it measured this scheme of this pattern: its race
- * result in *out (owned, as qp_latency_race's). 0 when there is none; the first mismatch ends
+ * result in *out (owned, as qp_latency_race's) and, when `escalate` is not NULL, whether the
+ * step raced its scheme again as whole models. 0 when there is none; the first mismatch ends
  * the replay (the search took another way from there). */
 static int state_replay(struct tune *t, const struct qp_pattern *pat, const uint64_t *bits,
                         struct qp_latency_race_result *out, int *escalate) {
@@ -289,7 +290,7 @@ static int state_replay(struct tune *t, const struct qp_pattern *pat, const uint
              cJSON_Compare(cJSON_GetObjectItemCaseSensitive(st, "points"), want, 1) &&
              cJSON_IsString(ver) && cJSON_IsNumber(pv) && cJSON_IsNumber(rounds) &&
              strcmp(was, timing_name(t)) == 0;
-    *escalate = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "escalate"));
+    if (escalate) *escalate = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "escalate"));
     cJSON_Delete(want);
     memset(out, 0, sizeof *out);
     int v = -1;
@@ -535,9 +536,8 @@ static void replay_decision(struct tune *t, size_t step, int adopted) {
     if (cJSON_IsBool(a) && cJSON_IsTrue(a) != adopted) t->prev_valid = 0;
 }
 
-/* Appends a measured placement to pareto.json's list. */
-/* `estimated`: ms is a whole-model estimate from a sub-model race (region timing), not a
- * measured whole-model median. */
+/* Appends a measured placement to pareto.json's list; `estimated`: ms is a whole-model
+ * estimate from a sub-model race (region timing), not a measured whole-model median. */
 static enum qp_status measured_add(struct tune *t, const char *label, double ms, double drift,
                                    long pattern, const char *sig, cJSON *points, int final,
                                    int estimated, struct qp_error *err) {
@@ -1028,8 +1028,7 @@ static enum qp_status escalate(struct tune *t, size_t p, const uint64_t *bits, c
     if (t->whole_best_stale && (st = write_model(t, best, t->best_path, err)) != QP_OK) return st;
     t->whole_best_stale = 0;
     if ((st = write_model(t, cand, t->cand_path, err)) != QP_OK) return st;
-    int unused;
-    *replayed = state_replay(t, pat, bits, res, &unused);
+    *replayed = state_replay(t, pat, bits, res, NULL);
     if (!*replayed && t->o->stop && *t->o->stop) {
         t->r->interrupted = 1;
         return QP_OK;
