@@ -47,7 +47,7 @@ run_step() { # run_step NAME CMD...: runs CMD, records the result
 }
 
 # ---- 0. the CPU ------------------------------------------------------------------------------
-# Machines of this kind differ (AVX2-only or AVX-512 with VNNI), and oneDNN picks its kernels and
+# Machines of this kind differ (AVX2-only, AVX-512 with VNNI, or with AMX too), and oneDNN picks its kernels and
 # layouts by the ISA: say which one this run had, first.
 cpu_isa() {
     local flags isa
@@ -60,6 +60,7 @@ cpu_isa() {
     case "$flags" in *" avx512_vnni "*) isa="$isa VNNI" ;; esac
     case "$flags" in *" avx_vnni "*) isa="$isa AVX-VNNI" ;; esac
     case "$flags" in *" avx512_bf16 "*) isa="$isa BF16" ;; esac
+    case "$flags" in *" amx_int8 "*) isa="$isa AMX" ;; esac
     printf 'cpu: %s; isa: %s; %s cores%s\n' \
         "$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//')" \
         "$isa" "$(nproc)" "${ONEDNN_MAX_CPU_ISA:+; ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA}"

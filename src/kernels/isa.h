@@ -38,8 +38,13 @@ const char *qp_isa_name(enum qp_isa isa);
  * accumulate exactly in int32 (the integer path's kernel choice, kernels/int8_conv.h). */
 int qp_isa_has_vnni(void);
 
-/* oneDNN's effective ISA in words, with its extensions ("AVX-512 VNNI BF16", "AVX2 AVX-VNNI",
- * "AVX2", ...): what every benchmark line prints. */
+/* A oneDNN dnnl_cpu_isa_t value in words, with its extensions ("AVX-512 VNNI BF16 AMX",
+ * "AVX-512 VNNI BF16", "AVX2 AVX-VNNI", "AVX2", ...); the words hold "VNNI" exactly when the
+ * value has AVX-512 VNNI or AVX-VNNI (AMX's level includes VNNI). Pure: tests call it with any
+ * value. */
+const char *qp_isa_describe_dnnl(unsigned dnnl_isa);
+
+/* oneDNN's effective ISA in words (qp_isa_describe_dnnl): what every benchmark line prints. */
 const char *qp_isa_describe(void);
 
 #endif

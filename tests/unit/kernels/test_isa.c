@@ -55,6 +55,35 @@ static void test_from_dnnl(void **state) {
     assert_string_equal(qp_isa_name(QP_ISA_PORTABLE), "portable");
 }
 
+/* Every oneDNN level in words: VNNI named exactly where its bits are (AMX's level holds them: an
+ * Intel Xeon with AMX once printed "AVX-512 AMX" and failed test_int8's path selection). */
+static void test_describe(void **state) {
+    (void)state;
+    static const struct {
+        unsigned dnnl;
+        const char *want;
+    } cases[] = {
+        {dnnl_cpu_isa_sse41, "SSE4.1 / AVX"},
+        {dnnl_cpu_isa_avx, "SSE4.1 / AVX"},
+        {dnnl_cpu_isa_avx2, "AVX2"},
+        {dnnl_cpu_isa_avx2_vnni, "AVX2 AVX-VNNI"},
+        {dnnl_cpu_isa_avx512_core, "AVX-512"},
+        {dnnl_cpu_isa_avx512_core_vnni, "AVX-512 VNNI"},
+        {dnnl_cpu_isa_avx512_core_bf16, "AVX-512 VNNI BF16"},
+        {dnnl_cpu_isa_avx512_core_amx, "AVX-512 VNNI BF16 AMX"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *got = qp_isa_describe_dnnl(cases[i].dnnl);
+        assert_string_equal(got, cases[i].want);
+        int vnni =
+            (cases[i].dnnl & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni ||
+            (cases[i].dnnl & dnnl_cpu_isa_avx2_vnni) == dnnl_cpu_isa_avx2_vnni;
+        assert_int_equal(vnni, strstr(got, "VNNI") != NULL);
+    }
+    assert_string_equal(qp_isa_describe(),
+                        qp_isa_describe_dnnl((unsigned)dnnl_get_effective_cpu_isa()));
+}
+
 /* The level ONEDNN_MAX_CPU_ISA asks for, as this test knows the names (NULL: none set). */
 static int capped_level(enum qp_isa *out) {
     const char *e = getenv("ONEDNN_MAX_CPU_ISA");
@@ -95,6 +124,7 @@ static void test_kernels_follow(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_from_dnnl),
+        cmocka_unit_test(test_describe),
         cmocka_unit_test(test_process_level),
         cmocka_unit_test(test_kernels_follow),
     };
