@@ -120,8 +120,10 @@ size_t qp_session_int8_decisions(const struct qp_session *s, const struct qp_int
  * of constants, Casts and declared tensor types widened so, 0 for other sessions. *why_out (may be
  * NULL) receives NULL or, when a graph with such tensors keeps them, the reason. */
 size_t qp_session_int8_widened(const struct qp_session *s, const char **why_out);
-/* The CPU instruction set the kernels run with ("AVX-512 VNNI", "AVX2", ...): benchmark lines
- * print it, since oneDNN picks kernels and the integer path its method by it. */
+/* The CPU instruction set the kernels run with ("AVX-512 VNNI BF16 AMX", "AVX-512 VNNI",
+ * "AVX2 AVX-VNNI", "AVX2", ...; "VNNI" appears exactly when the integer path has exact int8 dot
+ * products): benchmark lines print it, since oneDNN picks kernels and the integer path its
+ * method by it. */
 const char *qp_session_isa(void);
 
 #define QP_SESSION_MAX_LANES 256

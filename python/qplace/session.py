@@ -20,7 +20,7 @@ from .errors import check, usage
 
 
 def isa():
-    """The instruction set the engine's kernels run with ("AVX-512 VNNI", "AVX2", ...)."""
+    """The instruction set the engine's kernels run with ("AVX-512 VNNI BF16 AMX", "AVX2", ...)."""
     return _lib.dec(_lib.qp_session_isa())
 
 
