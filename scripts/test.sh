@@ -47,8 +47,8 @@ run_step() { # run_step NAME CMD...: runs CMD, records the result
 }
 
 # ---- 0. the CPU ------------------------------------------------------------------------------
-# Machines of this kind differ (AVX2-only, AVX-512 with VNNI, or with AMX too), and oneDNN picks its kernels and
-# layouts by the ISA: say which one this run had, first.
+# Machines of this kind differ (AVX2-only, AVX-512 with VNNI, or with AMX too), and oneDNN picks
+# its kernels and layouts by the ISA: say which one this run had, first.
 cpu_isa() {
     local flags isa
     flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
