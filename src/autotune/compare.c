@@ -142,6 +142,7 @@ void qp_latency_race_options_default(struct qp_latency_race_options *o) {
     o->budget_seconds = 60;
     o->min_effect = QP_LATENCY_MIN_EFFECT;
     o->stop_without_gain = 0;
+    o->early_reject = 0;
 }
 
 void qp_latency_race_result_release(struct qp_latency_race_result *r) {
@@ -221,11 +222,15 @@ enum qp_status qp_latency_race(struct qp_latency_backend *backend, const char *c
             st = qp_error_set(err, QP_ERR_NOMEM, "latency race: out of memory");
             goto fail;
         }
-        if (r.n_rounds >= o->min_rounds && r.verdict.verdict != QP_LATENCY_UNRESOLVED) {
+        /* Before min_rounds only a look that rejects the candidate may stop the race, and only
+         * where each round is timed run by run (both sides see the same machine). */
+        int look = r.n_rounds >= o->min_rounds || (o->early_reject && backend->measure_pair);
+        int decide = r.n_rounds >= o->min_rounds || r.verdict.verdict == QP_LATENCY_SLOWER;
+        if (look && decide && r.verdict.verdict != QP_LATENCY_UNRESOLVED) {
             r.stop = QP_LATENCY_STOP_RESOLVED;
             break;
         }
-        if (r.n_rounds >= o->min_rounds && o->stop_without_gain &&
+        if (look && o->stop_without_gain &&
             without_gain(r.cand_ms, r.n_cand, r.best_ms, r.n_best, look_confidence,
                          o->min_effect)) {
             r.stop = QP_LATENCY_STOP_NO_GAIN;

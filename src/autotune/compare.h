@@ -20,9 +20,10 @@
  * every round from min_rounds on, until the verdict is resolved, max_rounds are done or the
  * time budget is spent (or, with stop_without_gain, once the candidate is shown not to be
  * min_effect faster: a difference the test resolves but smaller than the minimum effect no
- * longer runs to max_rounds). Looking after every round is a sequential test: to keep its overall
+ * longer runs to max_rounds; with early_reject, a candidate shown slower stops before
+ * min_rounds). Looking after every round is a sequential test: to keep its overall
  * false-positive rate at most 1 - confidence, each look tests at (1 - confidence) / max_rounds
- * (Bonferroni over the looks the race may take).
+ * (Bonferroni over the looks the race may take: at most one per round).
  *
  *     struct qp_latency_race_options o;
  *     qp_latency_race_options_default(&o);   // 95%, 2..10 rounds of 10 runs, 60 s, 1%
@@ -84,6 +85,14 @@ struct qp_latency_race_options {
      * divided by (1 - min_effect) test slower than the best's at the look's confidence (a
      * futility stop; for callers that only act on FASTER, as autotune; default 0). */
     int stop_without_gain;
+    /* 1: with a backend that times the two models run by run (measure_pair, as builtin), also
+     * look after each round before min_rounds, and stop there on a verdict that does not adopt
+     * the candidate: SLOWER, or (with stop_without_gain) shown not min_effect faster. FASTER
+     * still waits for min_rounds. Each look is one of the max_rounds the Bonferroni level
+     * counts, so the race's error rates stay as stated. For callers that act on FASTER only, as
+     * autotune's scheme races: a scheme 2-4x slower than the best (most of those a search
+     * generates) stops after one round instead of two (default 0). */
+    int early_reject;
 };
 
 void qp_latency_race_options_default(struct qp_latency_race_options *o);

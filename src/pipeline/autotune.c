@@ -55,6 +55,7 @@ void qp_autotune_options_default(struct qp_autotune_options *o) {
     o->high_precision = QP_DTYPE_FLOAT;
     qp_latency_race_options_default(&o->race);
     o->race.stop_without_gain = 1; /* only FASTER is acted on (the region check sets it off) */
+    o->race.early_reject = 1;      /* so a slower candidate may stop after one round */
     o->guard_min_effect = 0.02;
     o->cache_patience = 2;
     o->max_output_drift = -1;
@@ -1353,7 +1354,8 @@ static enum qp_status region_check(struct tune *t, struct qp_placement **best,
     enum qp_status st = write_model(t, t->r->seed, t->cand_path, err);
     struct qp_latency_race_result res;
     struct qp_latency_race_options ro = t->o->race;
-    ro.stop_without_gain = 0; /* this race looks for SLOWER */
+    ro.stop_without_gain = 0; /* this race looks for SLOWER, */
+    ro.early_reject = 0;      /* after min_rounds */
     if (st == QP_OK)
         st = qp_latency_race(t->o->backend, t->best_path, t->cand_path, &ro, &res, err);
     if (st != QP_OK) return st;

@@ -242,6 +242,100 @@ static void test_race_stop_without_gain(void **state) {
     assert_true(faster >= 80);
 }
 
+/* The noisy samples through a backend that times pairs run by run, as builtin does
+ * (early_reject looks before min_rounds only there). */
+struct noisy_pairs {
+    struct qp_latency_backend base;
+    struct noisy n;
+    size_t k;
+};
+
+static enum qp_status np_measure(struct qp_latency_backend *b, const char *path, size_t n,
+                                 double *ms, struct qp_error *err) {
+    (void)err;
+    struct noisy_pairs *p = (struct noisy_pairs *)b;
+    for (size_t i = 0; i < n; i++)
+        ms[i] = noisy_sample(&p->n, path, p->k++);
+    return QP_OK;
+}
+
+static enum qp_status np_pair(struct qp_latency_backend *b, const char *a, const char *c, size_t n,
+                              double *a_ms, double *c_ms, struct qp_error *err) {
+    (void)err;
+    struct noisy_pairs *p = (struct noisy_pairs *)b;
+    for (size_t i = 0; i < n; i++) {
+        a_ms[i] = noisy_sample(&p->n, a, p->k++);
+        c_ms[i] = noisy_sample(&p->n, c, p->k++);
+    }
+    return QP_OK;
+}
+
+static size_t race_rounds(struct qp_latency_backend *b, const struct qp_latency_race_options *o,
+                          enum qp_latency_verdict_kind *v, enum qp_latency_race_stop *stop) {
+    struct qp_latency_race_result r;
+    struct qp_error err = {0};
+    assert_int_equal(qp_latency_race(b, "cand.onnx", "best.onnx", o, &r, &err), QP_OK);
+    size_t n = r.n_rounds;
+    *v = r.verdict.verdict;
+    *stop = r.stop;
+    assert_int_equal(r.n_cand, n * o->runs_per_round);
+    qp_latency_race_result_release(&r);
+    return n;
+}
+
+/* early_reject: a clearly slower candidate stops after one round on a backend that times pairs
+ * run by run (two rounds without the option, or timed in blocks); a faster one still waits for
+ * min_rounds; with stop_without_gain an equal pair may stop without gain after one round. Over
+ * 200 seeds of equal models the option keeps the error rates (at most 10 verdicts of either
+ * kind), and over 100 seeds a 3% gain is still found faster at least 80 times. */
+static void test_race_early_reject(void **state) {
+    (void)state;
+    struct qp_latency_race_options o;
+    qp_latency_race_options_default(&o);
+    enum qp_latency_verdict_kind v;
+    enum qp_latency_race_stop stop;
+    struct noisy_pairs p = {
+        .base = {.name = "pairs", .measure = np_measure, .measure_pair = np_pair},
+        .n = {.seed = 5, .cand_ms = 13, .best_ms = 10, .sigma = 0.03}};
+    assert_int_equal(race_rounds(&p.base, &o, &v, &stop), 2); /* off: the first look at 2 */
+    assert_int_equal(v, QP_LATENCY_SLOWER);
+    o.early_reject = 1;
+    assert_int_equal(race_rounds(&p.base, &o, &v, &stop), 1);
+    assert_int_equal(v, QP_LATENCY_SLOWER);
+    assert_int_equal(stop, QP_LATENCY_STOP_RESOLVED);
+    struct noisy_pairs blocks = {.base = {.name = "blocks", .measure = np_measure}, .n = p.n};
+    assert_int_equal(race_rounds(&blocks.base, &o, &v, &stop), 2); /* no pairs: no early look */
+    assert_int_equal(v, QP_LATENCY_SLOWER);
+    p.n.cand_ms = 8; /* faster: decided at min_rounds only */
+    assert_int_equal(race_rounds(&p.base, &o, &v, &stop), o.min_rounds);
+    assert_int_equal(v, QP_LATENCY_FASTER);
+    p.n.cand_ms = 10; /* equal and quiet: shown not 1% faster at the first look */
+    p.n.sigma = 0.002;
+    o.stop_without_gain = 1;
+    assert_int_equal(race_rounds(&p.base, &o, &v, &stop), 1);
+    assert_int_equal(v, QP_LATENCY_UNRESOLVED);
+    assert_int_equal(stop, QP_LATENCY_STOP_NO_GAIN);
+    int wrong = 0, found = 0;
+    for (uint64_t seed = 1; seed <= 200; seed++) {
+        struct noisy_pairs q = {
+            .base = p.base,
+            .n = {.seed = seed, .cand_ms = 10, .best_ms = 10, .sigma = 0.08, .outlier_p = 0.05}};
+        race_rounds(&q.base, &o, &v, &stop);
+        wrong += v != QP_LATENCY_UNRESOLVED;
+    }
+    for (uint64_t seed = 1; seed <= 100; seed++) {
+        struct noisy_pairs q = {
+            .base = p.base,
+            .n = {.seed = seed, .cand_ms = 9.7, .best_ms = 10, .sigma = 0.05, .outlier_p = 0.02}};
+        race_rounds(&q.base, &o, &v, &stop);
+        found += v == QP_LATENCY_FASTER;
+    }
+    printf("early_reject: equal pairs %d of 200 resolved; 3%% gain %d of 100 faster\n", wrong,
+           found);
+    assert_true(wrong <= 10);
+    assert_true(found >= 80);
+}
+
 static double negative_sample(void *ctx, const char *model_path, size_t k) {
     (void)ctx;
     (void)model_path;
@@ -359,6 +453,7 @@ int main(void) {
         cmocka_unit_test(test_race_equal_unresolved),
         cmocka_unit_test(test_race_false_positive_rate),
         cmocka_unit_test(test_race_stop_without_gain),
+        cmocka_unit_test(test_race_early_reject),
         cmocka_unit_test(test_race_run_by_run),
         cmocka_unit_test(test_measure_errors),
     };
