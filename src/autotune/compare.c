@@ -122,7 +122,10 @@ const char *qp_latency_stop_name(enum qp_latency_race_stop s) {
  * than b at `confidence`; 0 otherwise or without memory (the race then goes on). */
 static int without_gain(const double *a, size_t na, const double *b, size_t nb, double confidence,
                         double min_effect) {
-    if (!(min_effect < 1)) return 0;
+    /* A gain of min_effect >= 1 (a sub-model race's effect scaled by whole / sub-model: a
+     * pattern under a hundredth of the model) would take the candidate to no time at all:
+     * never, so no look can show it, and the race has nothing to wait for. */
+    if (!(min_effect < 1)) return 1;
     double *s = qp_malloc_n(na, sizeof *s);
     if (!s) return 0;
     for (size_t i = 0; i < na; i++)

@@ -83,7 +83,8 @@ struct qp_latency_race_options {
     double min_effect;     /* as qp_latency_compare_effect (default QP_LATENCY_MIN_EFFECT) */
     /* 1: also stop, UNRESOLVED, once the candidate cannot be min_effect faster: its samples
      * divided by (1 - min_effect) test slower than the best's at the look's confidence (a
-     * futility stop; for callers that only act on FASTER, as autotune; default 0). */
+     * futility stop; for callers that only act on FASTER, as autotune; default 0). A
+     * min_effect of 1 or more can never be met: such a race stops at its first look. */
     int stop_without_gain;
     /* 1: with a backend that times the two models run by run (measure_pair, as builtin), also
      * look after each round before min_rounds, and stop there on a verdict that does not adopt

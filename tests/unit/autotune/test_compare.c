@@ -224,6 +224,19 @@ static void test_race_stop_without_gain(void **state) {
         qp_latency_race_result_release(&r);
         qp_latency_backend_free(b);
     }
+    /* A minimum effect of 1 or more (a tiny sub-model's scaled effect) cannot be met by any
+     * candidate, even one twice as fast: the race stops at its first look. */
+    struct noisy tiny = {.seed = 9, .cand_ms = 5, .best_ms = 10, .sigma = 0.01};
+    struct qp_latency_backend *tb = noisy_backend(&tiny);
+    o.stop_without_gain = 1;
+    o.min_effect = 1.5;
+    assert_int_equal(qp_latency_race(tb, "cand.onnx", "best.onnx", &o, &r, &err), QP_OK);
+    assert_int_equal(r.stop, QP_LATENCY_STOP_NO_GAIN);
+    assert_int_equal(r.verdict.verdict, QP_LATENCY_UNRESOLVED);
+    assert_int_equal(r.n_rounds, o.min_rounds);
+    qp_latency_race_result_release(&r);
+    qp_latency_backend_free(tb);
+    o.min_effect = QP_LATENCY_MIN_EFFECT;
     o.stop_without_gain = 1;
     int stopped = 0, faster = 0;
     for (uint64_t seed = 1; seed <= 100; seed++) {
