@@ -178,8 +178,14 @@ static void print_summary(const struct qp_autotune_report *r, const struct qp_la
     printf("  seed            %.4f ms median (%s)\n", r->seed_median_ms,
            r->timing_region ? "whole seed" : "first race");
     const char *last = r->timing_region ? "guard race" : "last race";
-    if (r->n_adopted)
-        printf("  best            %.4f ms median (%s; %.3fx the seed's first median)\n",
+    if (r->n_adopted && r->region_checked) /* a ratio from one race: the region check's */
+        printf("  best            %.4f ms median (%s); %.3fx the seed raced against it (region "
+               "check)\n",
+               r->best_median_ms, last,
+               r->region_best_ms > 0 ? r->region_seed_ms / r->region_best_ms : 0.0);
+    else if (r->n_adopted)
+        printf("  best            %.4f ms median (%s; %.3fx the seed's first median, races "
+               "apart)\n",
                r->best_median_ms, last,
                r->best_median_ms > 0 ? r->seed_median_ms / r->best_median_ms : 0.0);
     else
