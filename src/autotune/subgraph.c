@@ -36,6 +36,38 @@ static void mark_neighbours(const struct qp_graph *g, unsigned char *in, unsigne
     }
 }
 
+/* Ops the engine runs inside the convolution or matrix product before them (post-operations):
+ * a neighbour's output that one of these alone reads is that step's intermediate, not what the
+ * whole model writes. */
+static int fuses_after(const struct qp_node *nd) {
+    static const char *const ops[] = {"Relu",        "Clip",      "LeakyRelu",         "Sigmoid",
+                                      "HardSigmoid", "HardSwish", "BatchNormalization"};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (qp_node_is(nd, ops[i])) return 1;
+    return 0;
+}
+
+/* The activations after the set's outer consumers (marked `mark`): where such a consumer's
+ * single output has a single reader that fuses after it (and that reader's likewise), the
+ * reader joins the set, so the sub-model writes what the whole model's fused step writes (an
+ * int8 tensor after Conv + Relu + Q, not the Conv's float intermediate). */
+static void mark_fused_after(const struct qp_graph *g, unsigned char *in, unsigned char mark) {
+    for (size_t n = 0; n < g->n_nodes; n++) {
+        if (in[n] != mark) continue;
+        int at = (int)n;
+        for (int hops = 0; hops < 4; hops++) {
+            const struct qp_node *nd = &g->nodes[at];
+            if (nd->n_outputs != 1 || nd->outputs[0] < 0) break;
+            const struct qp_value *v = &g->values[nd->outputs[0]];
+            if (v->n_uses != 1 || v->is_graph_output) break;
+            int c = v->uses[0].node;
+            if (g->nodes[c].dead || in[c] || !fuses_after(&g->nodes[c])) break;
+            in[c] = mark;
+            at = c;
+        }
+    }
+}
+
 size_t qp_subgraph_nodes(const struct qp_regions *rs, size_t pattern, unsigned char *keep) {
     const struct qp_graph *g = rs->graph;
     size_t added = 0;
@@ -48,6 +80,7 @@ size_t qp_subgraph_nodes(const struct qp_regions *rs, size_t pattern, unsigned c
                 in[rs->regions[r].nodes[k]] = 1;
     for (int step = 0; step < QP_SUBGRAPH_STEPS; step++)
         mark_neighbours(g, in, (unsigned char)(step + 1), (unsigned char)(step + 2));
+    mark_fused_after(g, in, (unsigned char)(QP_SUBGRAPH_STEPS + 1));
     for (size_t n = 0; n < g->n_nodes; n++) { /* the Constant nodes the set reads */
         if (!in[n] || is_constant_node(g, (int)n)) continue;
         const struct qp_node *nd = &g->nodes[n];

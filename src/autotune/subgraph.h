@@ -54,8 +54,10 @@
 
 /* Marks in keep[0..g->n_nodes) (a byte per node of rs->graph, set to 1; other bytes are left
  * as they are) the node set of pattern `pattern`: its instances' nodes, the live producers of
- * what they read, the live consumers of what they write, and the Constant nodes any of those
- * read. Returns the number of nodes marked by this call. */
+ * what they read, the live consumers of what they write, the activations that fuse after those
+ * neighbours (a single reader running as the step's post-operation: Relu, Clip, LeakyRelu,
+ * Sigmoid, HardSigmoid, HardSwish, BatchNormalization, up to four in a chain), and the Constant
+ * nodes any of those read. Returns the number of nodes marked by this call. */
 size_t qp_subgraph_nodes(const struct qp_regions *rs, size_t pattern, unsigned char *keep);
 
 /* The tensors entering the node set `keep` that qp_subgraph_extract needs captured: read by a

@@ -301,6 +301,32 @@ static size_t check_writes(struct qp_model *whole, struct qp_model *sub, size_t 
     return n;
 }
 
+/* No kept node's output is an intermediate of a step the engine fuses: where a kept node's single
+ * output has one reader that runs as its post-operation (Relu, Clip, BatchNormalization, ...),
+ * that reader is kept too, so the sub-model writes what the whole model's fused step writes.
+ * Returns how many such readers the set holds (the closure's additions and instances' own). */
+static size_t check_fused_closure(const struct qp_graph *g, const unsigned char *keep) {
+    static const char *const post[] = {"Relu",        "Clip",      "LeakyRelu",         "Sigmoid",
+                                       "HardSigmoid", "HardSwish", "BatchNormalization"};
+    size_t held = 0;
+    for (size_t n = 0; n < g->n_nodes; n++) {
+        const struct qp_node *nd = &g->nodes[n];
+        if (!keep[n] || nd->dead || nd->n_outputs != 1 || nd->outputs[0] < 0) continue;
+        const struct qp_value *v = &g->values[nd->outputs[0]];
+        if (v->n_uses != 1 || v->is_graph_output) continue;
+        int c = v->uses[0].node;
+        int fuses = 0;
+        for (size_t k = 0; k < sizeof post / sizeof post[0]; k++)
+            fuses |= qp_node_is(&g->nodes[c], post[k]);
+        if (!fuses || g->nodes[c].dead) continue;
+        if (!keep[c])
+            fail_msg("node '%s' is kept but '%s', which fuses after it, is not", nd->name,
+                     g->nodes[c].name);
+        held++;
+    }
+    return held;
+}
+
 static void check_model(const char *path) {
     struct qp_error err = {0};
     struct qp_model *m = NULL;
@@ -321,6 +347,7 @@ static void check_model(const char *path) {
         for (size_t r = 0; r < rs->n_regions; r++)
             if (rs->regions[r].pattern == (int)p) own += rs->regions[r].n_nodes;
         assert_true(marked >= own);
+        check_fused_closure(g, keep[p]);
         assert_int_equal(qp_subgraph_border(g, keep[p], &vals, &n, &cap, &err), QP_OK);
     }
     struct qp_subgraph_capture *c = NULL;
