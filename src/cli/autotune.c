@@ -178,7 +178,11 @@ static void print_summary(const struct qp_autotune_report *r, const struct qp_la
     printf("  seed            %.4f ms median (%s)\n", r->seed_median_ms,
            r->timing_region ? "whole seed" : "first race");
     const char *last = r->timing_region ? "guard race" : "last race";
-    if (r->n_adopted && r->region_checked) /* a ratio from one race: the region check's */
+    if (r->region_reverted)
+        printf("  best            the seed: the region check kept its placement (%.4f ms median "
+               "in the %s)\n",
+               r->best_median_ms, last);
+    else if (r->n_adopted && r->region_checked) /* a ratio from one race: the region check's */
         printf("  best            %.4f ms median (%s); %.3fx the seed raced against it (region "
                "check)\n",
                r->best_median_ms, last,
