@@ -38,7 +38,8 @@ static void mark_neighbours(const struct qp_graph *g, unsigned char *in, unsigne
 
 /* Ops the engine runs inside the convolution or matrix product before them (post-operations):
  * a neighbour's output that one of these alone reads is that step's intermediate, not what the
- * whole model writes. */
+ * whole model writes. The one-input members of the float fuser's chain (rt_fuse_chain_op, which
+ * also takes Add, Mul and Div: those read a second tensor, a border the sub-model would grow). */
 static int fuses_after(const struct qp_node *nd) {
     static const char *const ops[] = {"Relu",        "Clip",      "LeakyRelu",         "Sigmoid",
                                       "HardSigmoid", "HardSwish", "BatchNormalization"};
