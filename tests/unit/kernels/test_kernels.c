@@ -249,6 +249,24 @@ static void test_reshape_needs_const(void **state) {
     assert_int_equal(run_op("Reshape", NULL, 0, 2, in, &out, y, 1), QP_ERR_UNSUPPORTED);
 }
 
+/* States are 64-byte aligned and zeroed at every size, the mmap'd sizes included (calloc gave
+ * those a page offset of 16: weights straddling cache lines, engine.md). */
+static void test_kstate_zalloc(void **state) {
+    (void)state;
+    const size_t sizes[] = {0, 1, 63, 64, 4096 + 16, (size_t)3 << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        unsigned char *p = qp_kstate_zalloc(sizes[i]);
+        assert_non_null(p);
+        assert_int_equal((uintptr_t)p % 64, 0);
+        size_t zeros = 0;
+        for (size_t j = 0; j < sizes[i]; j++)
+            zeros += p[j] == 0;
+        assert_int_equal(zeros, sizes[i]);
+        free(p);
+    }
+    assert_null(qp_kstate_zalloc(SIZE_MAX - 10));
+}
+
 static void test_registry_rows_unique(void **state) {
     (void)state;
     /* No two rows of one op overlap in opset range: resolution is unambiguous. */
@@ -266,6 +284,7 @@ int main(void) {
         cmocka_unit_test(test_threads_independent),  cmocka_unit_test(test_conv_matches_naive),
         cmocka_unit_test(test_gather_bad_index),     cmocka_unit_test(test_reshape_needs_const),
         cmocka_unit_test(test_registry_rows_unique), cmocka_unit_test(test_reduce_orders),
+        cmocka_unit_test(test_kstate_zalloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
