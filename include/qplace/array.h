@@ -35,8 +35,9 @@ struct qp_array {
 /* Element count (1 for rank 0). Returns 0 and *ok = 0 on overflow or a negative dim. */
 uint64_t qp_array_numel(const struct qp_array *a, int *ok);
 
-/* Fills `a` with a new zeroed owned array. Rank above QP_MAX_RANK, negative dims, STRING dtype
- * or a size overflow is QP_ERR_USAGE / QP_ERR_NOMEM with a message. On failure `a` is zeroed. */
+/* Fills `a` with a new zeroed owned array whose data starts on a 64-byte boundary. Rank above
+ * QP_MAX_RANK, negative dims, STRING dtype or a size overflow is QP_ERR_USAGE / QP_ERR_NOMEM with a
+ * message. On failure `a` is zeroed. */
 enum qp_status qp_array_alloc(struct qp_array *a, enum qp_dtype dtype, int rank,
                               const int64_t *dims, struct qp_error *err);
 

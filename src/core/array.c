@@ -1,6 +1,7 @@
 #include "qplace/array.h"
 
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,7 +53,11 @@ enum qp_status qp_array_alloc(struct qp_array *a, enum qp_dtype dtype, int rank,
     size_t nb;
     enum qp_status st = array_shape(a, dtype, rank, dims, &nb, err);
     if (st != QP_OK) return st;
-    void *p = calloc(1, nb ? nb : 1);
+    /* 64-byte aligned, as the engine's own buffers: calloc's 16 bytes put a large input at a
+     * page offset of 16, so the first kernel's vector loads straddled cache lines */
+    size_t alloc = nb > SIZE_MAX - 63 ? 0 : (nb ? (nb + 63) / 64 * 64 : 64);
+    void *p = alloc ? aligned_alloc(64, alloc) : NULL;
+    if (p) memset(p, 0, alloc);
     if (!p) {
         memset(a, 0, sizeof *a);
         return qp_error_set(err, QP_ERR_NOMEM, "array: cannot allocate %zu bytes", nb);

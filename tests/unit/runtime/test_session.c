@@ -304,12 +304,33 @@ static void test_reshape_takes_over(void **state) {
     qp_model_free(m);
 }
 
+/* qp_array_alloc's data is zeroed and 64-byte aligned at every size, large (mmap'd) ones
+ * included, so the first kernel's loads do not straddle cache lines (docs/engine.md). */
+static void test_array_alloc_aligned(void **state) {
+    (void)state;
+    const int64_t sizes[] = {0, 1, 17, 1 << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        struct qp_error err = {0};
+        struct qp_array a;
+        int64_t dims[1] = {sizes[i]};
+        assert_int_equal(qp_array_alloc(&a, QP_DTYPE_FLOAT, 1, dims, &err), QP_OK);
+        assert_non_null(a.data);
+        assert_int_equal((uintptr_t)a.data % 64, 0);
+        const float *f = a.data;
+        int64_t zeros = 0;
+        for (int64_t j = 0; j < sizes[i]; j++)
+            zeros += f[j] == 0.0f;
+        assert_int_equal(zeros, sizes[i]);
+        qp_array_release(&a);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_dynamic_shapes), cmocka_unit_test(test_plan_at_create),
         cmocka_unit_test(test_value_info),         cmocka_unit_test(test_lazy_plan),
         cmocka_unit_test(test_observed_set),       cmocka_unit_test(test_unsupported_op_at_create),
-        cmocka_unit_test(test_reshape_takes_over),
+        cmocka_unit_test(test_reshape_takes_over), cmocka_unit_test(test_array_alloc_aligned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
