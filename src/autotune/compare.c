@@ -114,7 +114,8 @@ enum qp_status qp_latency_compare(const double *a, size_t na, const double *b, s
 /* ---- the race --------------------------------------------------------------------------- */
 
 const char *qp_latency_stop_name(enum qp_latency_race_stop s) {
-    static const char *const names[] = {"resolved", "max_rounds", "budget", "no_gain"};
+    static const char *const names[] = {"resolved", "max_rounds", "budget", "no_gain",
+                                        "not_replicated"};
     return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
 }
 
@@ -146,6 +147,7 @@ void qp_latency_race_options_default(struct qp_latency_race_options *o) {
     o->min_effect = QP_LATENCY_MIN_EFFECT;
     o->stop_without_gain = 0;
     o->early_reject = 0;
+    o->replicate = 0;
 }
 
 void qp_latency_race_result_release(struct qp_latency_race_result *r) {
@@ -190,18 +192,12 @@ static enum qp_status race_round(struct qp_latency_backend *backend, const char 
     return QP_OK;
 }
 
-enum qp_status qp_latency_race(struct qp_latency_backend *backend, const char *cand_path,
-                               const char *best_path, const struct qp_latency_race_options *o,
-                               struct qp_latency_race_result *out, struct qp_error *err) {
-    struct qp_latency_race_options dflt;
-    qp_latency_race_options_default(&dflt);
-    if (!o) o = &dflt;
-    if (!backend || !cand_path || !best_path || !out)
-        return qp_error_set(err, QP_ERR_USAGE, "latency race: NULL argument");
-    memset(out, 0, sizeof *out);
-    size_t cap = 0;
-    enum qp_status st = check_race_options(o, &cap, err);
-    if (st != QP_OK) return st;
+/* One race (the options checked, `cap` samples per side at most). */
+static enum qp_status race_once(struct qp_latency_backend *backend, const char *cand_path,
+                                const char *best_path, const struct qp_latency_race_options *o,
+                                size_t cap, struct qp_latency_race_result *out,
+                                struct qp_error *err) {
+    enum qp_status st = QP_OK;
     struct qp_latency_race_result r = {0};
     r.cand_ms = qp_malloc_n(cap, sizeof *r.cand_ms);
     r.best_ms = qp_malloc_n(cap, sizeof *r.best_ms);
@@ -247,4 +243,73 @@ enum qp_status qp_latency_race(struct qp_latency_backend *backend, const char *c
 fail:
     qp_latency_race_result_release(&r);
     return st;
+}
+
+/* a's samples followed by b's, into a (b released); the verdict's figures (medians, z, p)
+ * are the joined samples' at `confidence`, its kind b's. */
+static enum qp_status join_races(struct qp_latency_race_result *a, struct qp_latency_race_result *b,
+                                 double confidence, double min_effect, struct qp_error *err) {
+    double *c = qp_malloc_n(a->n_cand + b->n_cand, sizeof *c);
+    double *w = qp_malloc_n(a->n_best + b->n_best, sizeof *w);
+    if (!c || !w) {
+        free(c);
+        free(w);
+        return qp_error_set(err, QP_ERR_NOMEM, "latency race: out of memory");
+    }
+    memcpy(c, a->cand_ms, a->n_cand * sizeof *c);
+    memcpy(c + a->n_cand, b->cand_ms, b->n_cand * sizeof *c);
+    memcpy(w, a->best_ms, a->n_best * sizeof *w);
+    memcpy(w + a->n_best, b->best_ms, b->n_best * sizeof *w);
+    struct qp_latency_race_result r = *b;
+    r.cand_ms = c;
+    r.best_ms = w;
+    r.n_cand = a->n_cand + b->n_cand;
+    r.n_best = a->n_best + b->n_best;
+    r.n_rounds = a->n_rounds + b->n_rounds;
+    if (qp_latency_compare_effect(c, r.n_cand, w, r.n_best, confidence, min_effect, &r.verdict) !=
+        QP_OK) {
+        free(c);
+        free(w);
+        return qp_error_set(err, QP_ERR_NOMEM, "latency race: out of memory");
+    }
+    r.verdict.verdict = b->verdict.verdict;
+    qp_latency_race_result_release(a);
+    qp_latency_race_result_release(b);
+    *a = r;
+    return QP_OK;
+}
+
+enum qp_status qp_latency_race(struct qp_latency_backend *backend, const char *cand_path,
+                               const char *best_path, const struct qp_latency_race_options *o,
+                               struct qp_latency_race_result *out, struct qp_error *err) {
+    struct qp_latency_race_options dflt;
+    qp_latency_race_options_default(&dflt);
+    if (!o) o = &dflt;
+    if (!backend || !cand_path || !best_path || !out)
+        return qp_error_set(err, QP_ERR_USAGE, "latency race: NULL argument");
+    memset(out, 0, sizeof *out);
+    size_t cap = 0;
+    enum qp_status st = check_race_options(o, &cap, err);
+    if (st != QP_OK) return st;
+    struct qp_latency_race_result r = {0}, again = {0};
+    if ((st = race_once(backend, cand_path, best_path, o, cap, &r, err)) != QP_OK) return st;
+    if (!o->replicate || r.verdict.verdict != QP_LATENCY_FASTER || !backend->measure_pair ||
+        !qp_latency_reset(backend)) {
+        *out = r;
+        return QP_OK;
+    }
+    st = race_once(backend, cand_path, best_path, o, cap, &again, err);
+    double look_confidence = 1 - (1 - o->confidence) / (double)o->max_rounds;
+    if (st == QP_OK) st = join_races(&r, &again, look_confidence, o->min_effect, err);
+    if (st != QP_OK) {
+        qp_latency_race_result_release(&r);
+        qp_latency_race_result_release(&again);
+        return st;
+    }
+    if (r.verdict.verdict != QP_LATENCY_FASTER) {
+        r.verdict.verdict = QP_LATENCY_UNRESOLVED;
+        r.stop = QP_LATENCY_STOP_NOT_REPLICATED;
+    }
+    *out = r;
+    return QP_OK;
 }

@@ -94,18 +94,31 @@ struct qp_latency_race_options {
      * autotune's scheme races: a scheme 2-4x slower than the best (most of those a search
      * generates) stops after one round instead of two (default 0). */
     int early_reject;
+    /* 1: with a backend that keeps its models ready between calls (a `reset`, as builtin), a
+     * race that ends FASTER is run once more, whole, on fresh sessions of both files
+     * (qp_latency_reset first), and the candidate is FASTER only if that race says so too;
+     * else the result is UNRESOLVED with the stop QP_LATENCY_STOP_NOT_REPLICATED. A session
+     * is one draw of the memory layout its runs meet, and two sessions of one file can time a
+     * few percent apart for as long as they live, the same way in every round, which no
+     * number of rounds averages out; a second pair of sessions draws again. The result holds
+     * both races' samples (the first race's, then the second's), their rounds added, and a
+     * verdict whose figures (medians, z, p-value) are all the samples' at the per-look level
+     * and whose kind is as above. For callers that act on FASTER (autotune's scheme
+     * races; default 0). */
+    int replicate;
 };
 
 void qp_latency_race_options_default(struct qp_latency_race_options *o);
 
 enum qp_latency_race_stop {
-    QP_LATENCY_STOP_RESOLVED,   /* the verdict is FASTER or SLOWER */
-    QP_LATENCY_STOP_MAX_ROUNDS, /* max_rounds done, unresolved */
-    QP_LATENCY_STOP_BUDGET,     /* the budget was spent, unresolved */
-    QP_LATENCY_STOP_NO_GAIN     /* stop_without_gain: shown not min_effect faster, unresolved */
+    QP_LATENCY_STOP_RESOLVED,      /* the verdict is FASTER or SLOWER */
+    QP_LATENCY_STOP_MAX_ROUNDS,    /* max_rounds done, unresolved */
+    QP_LATENCY_STOP_BUDGET,        /* the budget was spent, unresolved */
+    QP_LATENCY_STOP_NO_GAIN,       /* stop_without_gain: shown not min_effect faster, unresolved */
+    QP_LATENCY_STOP_NOT_REPLICATED /* replicate: FASTER, then not on fresh sessions */
 };
 
-/* "resolved", "max_rounds", "budget", "no_gain"; "?" for anything else. */
+/* "resolved", "max_rounds", "budget", "no_gain", "not_replicated"; "?" for anything else. */
 const char *qp_latency_stop_name(enum qp_latency_race_stop s);
 
 struct qp_latency_race_result {

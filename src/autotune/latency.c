@@ -326,6 +326,18 @@ static enum qp_status builtin_measure_pair(struct qp_latency_backend *base, cons
     return st;
 }
 
+static void builtin_reset(struct qp_latency_backend *base) {
+    struct builtin *b = (struct builtin *)base;
+    for (int i = 0; i < BUILTIN_KEEP; i++)
+        kept_drop(&b->keep[i]);
+}
+
+int qp_latency_reset(struct qp_latency_backend *b) {
+    if (!b || !b->reset) return 0;
+    b->reset(b);
+    return 1;
+}
+
 size_t qp_latency_builtin_opened(const struct qp_latency_backend *base) {
     if (!base || !base->name || strcmp(base->name, "builtin") != 0) return 0;
     return ((const struct builtin *)base)->n_opened;
@@ -368,6 +380,7 @@ enum qp_status qp_latency_builtin_create(const struct qp_latency_builtin_options
              o->int8 == QP_INT8_AUTO ? "auto" : "off");
     b->base.measure = builtin_measure;
     b->base.measure_pair = builtin_measure_pair;
+    b->base.reset = builtin_reset;
     b->base.free = builtin_free;
     *out = &b->base;
     return QP_OK;

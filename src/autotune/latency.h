@@ -11,7 +11,8 @@
  *            names the ISA the kernels run with (qp_session_isa). It keeps two models' sessions
  *            open to time them run by run in turn (measure_pair), and keeps them open after the
  *            call: a later pair call on the same files (the same device, inode, size and
- *            times, whatever the path: a file renamed keeps its session) reuses them.
+ *            times, whatever the path: a file renamed keeps its session) reuses them, until
+ *            qp_latency_reset.
  *   trtexec  TensorRT's trtexec as a child process: --stronglyTyped, a timing cache, plugin
  *            libraries, the caller's extra arguments; the per-inference host latencies it prints
  *            with --avgRuns=1 are the samples (trtexec.h: the argv builder and the parser).
@@ -61,6 +62,13 @@ struct qp_latency_backend {
     enum qp_status (*measure_pair)(struct qp_latency_backend *b, const char *a_path,
                                    const char *b_path, size_t n_runs, double *a_ms, double *b_ms,
                                    struct qp_error *err);
+    /* Optional (NULL: a backend that keeps nothing between calls): forgets what it keeps
+     * between calls (builtin: its open sessions), so that the next call loads and prepares the
+     * models afresh. A session is a draw of the memory layout its runs meet, and two sessions
+     * of one file can time a few percent apart for as long as they live (docs/autotune.md
+     * "Sessions that disagreed with themselves"); a race replicated on new sessions draws
+     * again (compare.h, `replicate`). */
+    void (*reset)(struct qp_latency_backend *b);
 };
 
 /* Times n_runs runs of `model_path` (borrowed for the call) on `b`. On success
@@ -81,6 +89,10 @@ enum qp_status qp_latency_measure(struct qp_latency_backend *b, const char *mode
 enum qp_status qp_latency_measure_pair(struct qp_latency_backend *b, const char *a_path,
                                        const char *b_path, size_t n_runs, double *a_ms,
                                        double *b_ms, struct qp_error *err);
+
+/* b->reset when the backend has one; 0 when it has none (nothing kept to forget), else 1.
+ * NULL-safe (0). */
+int qp_latency_reset(struct qp_latency_backend *b);
 
 /* NULL-safe. */
 void qp_latency_backend_free(struct qp_latency_backend *b);

@@ -56,6 +56,7 @@ void qp_autotune_options_default(struct qp_autotune_options *o) {
     qp_latency_race_options_default(&o->race);
     o->race.stop_without_gain = 1; /* only FASTER is acted on (the region check sets it off) */
     o->race.early_reject = 1;      /* so a slower candidate may stop after one round */
+    o->race.replicate = 1;         /* a FASTER verdict holds on fresh sessions too */
     o->guard_min_effect = 0.02;
     o->cache_patience = 2;
     o->max_output_drift = -1;
@@ -1356,6 +1357,7 @@ static enum qp_status region_check(struct tune *t, struct qp_placement **best,
     struct qp_latency_race_options ro = t->o->race;
     ro.stop_without_gain = 0; /* this race looks for SLOWER, */
     ro.early_reject = 0;      /* after min_rounds */
+    ro.replicate = 0;         /* (it replicates FASTER only) */
     if (st == QP_OK)
         st = qp_latency_race(t->o->backend, t->best_path, t->cand_path, &ro, &res, err);
     if (st != QP_OK) return st;
@@ -1396,6 +1398,7 @@ static enum qp_status finish(struct tune *t, struct qp_placement *best, struct q
     if ((st = write_model(t, none, t->ref_path, err)) != QP_OK) goto done;
     struct qp_latency_race_options ro = t->o->race;
     ro.min_effect = t->o->guard_min_effect;
+    ro.replicate = 0; /* Q/DQ against none: several times apart, one race decides */
     struct qp_latency_race_result res;
     if ((st = qp_latency_race(t->o->backend, t->best_path, t->ref_path, &ro, &res, err)) != QP_OK)
         goto done;

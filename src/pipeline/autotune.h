@@ -105,7 +105,8 @@ struct qp_autotune_options {
     int n_threads;                 /* calibration threads; 0: all cores */
     /* The latency backend (borrowed for the call; the caller creates it). Required. */
     struct qp_latency_backend *backend;
-    /* Per scheme: compare.h's defaults with stop_without_gain and early_reject on. */
+    /* Per scheme: compare.h's defaults with stop_without_gain, early_reject and replicate on
+     * (the region check and the guard race without replicate). */
     struct qp_latency_race_options race;
     double guard_min_effect; /* default 0.02: at least 1.02x faster */
     /* Resume (docs/autotune.md): every race is recorded in this file as it ends; a run that

@@ -120,6 +120,15 @@ static void test_builtin(void **state) {
     assert_int_equal(system(cmd), 0);
     assert_int_equal(qp_latency_measure_pair(b, fc, fc, 2, pa, pb, &err), QP_OK);
     assert_int_equal(qp_latency_builtin_opened(b), 9);
+    /* reset forgets the kept sessions: the same pair is opened afresh, then kept again. */
+    assert_int_equal(qp_latency_measure_pair(b, fa, fb, 2, pa, pb, &err), QP_OK);
+    size_t opened = qp_latency_builtin_opened(b);
+    assert_int_equal(qp_latency_reset(b), 1);
+    assert_int_equal(qp_latency_measure_pair(b, fa, fb, 2, pa, pb, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), opened + 2);
+    assert_int_equal(qp_latency_measure_pair(b, fb, fa, 2, pa, pb, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), opened + 2);
+    assert_int_equal(qp_latency_reset(NULL), 0);
     qp_latency_backend_free(b);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
