@@ -95,7 +95,7 @@ struct qp_latency_race_options {
      * generates) stops after one round instead of two (default 0). */
     int early_reject;
     /* 1: with a backend that keeps its models ready between calls (a `reset`, as builtin), a
-     * race that ends FASTER is run once more, whole, on fresh sessions of both files
+     * race that ends FASTER is run once more in full, on fresh sessions of both files
      * (qp_latency_reset first), and the candidate is FASTER only if that race says so too;
      * else the result is UNRESOLVED with the stop QP_LATENCY_STOP_NOT_REPLICATED. A session
      * is one draw of the memory layout its runs meet, and two sessions of one file can time a

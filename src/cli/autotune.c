@@ -168,6 +168,10 @@ static void print_summary(const struct qp_autotune_report *r, const struct qp_la
             "  borderline      %zu sub-model races within the minimum effect raced again as whole "
             "models: %zu adopted\n",
             r->n_escalated, r->n_escalated_adopted);
+    if (r->n_not_replicated)
+        printf("  replicated      %zu FASTER verdict%s did not hold on fresh sessions: not "
+               "adopted\n",
+               r->n_not_replicated, r->n_not_replicated == 1 ? "" : "s");
     if (r->region_checked)
         printf("  region check    best %.4f ms, seed %.4f ms as whole models: %s%s\n",
                r->region_best_ms, r->region_seed_ms,

@@ -309,6 +309,11 @@ static int state_replay(struct tune *t, const struct qp_pattern *pat, const uint
     }
     out->n_rounds = (size_t)rounds->valuedouble;
     out->stop = v == QP_LATENCY_UNRESOLVED ? QP_LATENCY_STOP_MAX_ROUNDS : QP_LATENCY_STOP_RESOLVED;
+    /* the stop as recorded (state files before it was recorded: from the verdict, above) */
+    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(st, "stop");
+    if (v == QP_LATENCY_UNRESOLVED && cJSON_IsString(stop) &&
+        strcmp(stop->valuestring, qp_latency_stop_name(QP_LATENCY_STOP_NOT_REPLICATED)) == 0)
+        out->stop = QP_LATENCY_STOP_NOT_REPLICATED;
     out->verdict.verdict = v;
     out->verdict.na = out->n_cand;
     out->verdict.nb = out->n_best;
@@ -359,6 +364,7 @@ static enum qp_status state_record(struct tune *t, const struct qp_pattern *pat,
         add_exact_array(o, "candidate_ms", res->cand_ms, res->n_cand);
         add_exact_array(o, "best_ms", res->best_ms, res->n_best);
         cJSON_AddNumberToObject(o, "rounds", (double)res->n_rounds);
+        cJSON_AddStringToObject(o, "stop", qp_latency_stop_name(res->stop));
         add_exact(o, "p_value", res->verdict.p_value);
     }
     cJSON_AddStringToObject(o, "verdict",
@@ -721,6 +727,7 @@ static enum qp_status account_race(struct tune *t, size_t p, const uint64_t *sch
                                    int *adopt, struct qp_error *err) {
     const struct qp_pattern *pat = &t->rs->patterns[p];
     *adopt = res->verdict.verdict == QP_LATENCY_FASTER;
+    t->r->n_not_replicated += res->stop == QP_LATENCY_STOP_NOT_REPLICATED;
     if (replayed) replay_decision(t, t->step, *adopt);
     t->step++;
     t->last_replayed = replayed;

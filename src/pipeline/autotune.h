@@ -189,6 +189,9 @@ struct qp_autotune_report {
      * (faster by at least half of it), raced again as whole models, and how many of those the
      * whole-model race adopted (docs/autotune.md "Borderline schemes"). */
     size_t n_escalated, n_escalated_adopted;
+    /* Races that ended FASTER but not again on fresh sessions (compare.h `replicate`; their
+     * stop is not_replicated), so their schemes were not adopted. */
+    size_t n_not_replicated;
 };
 
 void qp_autotune_report_free(struct qp_autotune_report *r);
