@@ -385,6 +385,19 @@ static void bp_reset(struct qp_latency_backend *be) {
     bp_draw(b);
 }
 
+/* Sessions up to +-bias apart, the candidate cand_ms against a best of 10 ms, 1% noise. */
+static struct biased_pairs biased(uint64_t seed, double cand_ms, double bias) {
+    struct biased_pairs b = {
+        .p = {.base = {.name = "biased",
+                       .measure = np_measure,
+                       .measure_pair = bp_pair,
+                       .reset = bp_reset},
+              .n = {.seed = seed, .cand_ms = cand_ms, .best_ms = 10, .sigma = 0.01}},
+        .bias = bias};
+    bp_draw(&b);
+    return b;
+}
+
 /* replicate: over 200 seeds of equal models whose sessions sit up to 3% apart, a race without
  * it calls many of them FASTER (the bias is the same in every round); with it, a FASTER must
  * hold on a second pair of sessions, and few do (each such result holds both races' samples
@@ -401,14 +414,7 @@ static void test_race_replicate(void **state) {
     for (int rep = 0; rep <= 1; rep++) {
         o.replicate = rep;
         for (uint64_t seed = 1; seed <= 200; seed++) {
-            struct biased_pairs b = {
-                .p = {.base = {.name = "biased",
-                               .measure = np_measure,
-                               .measure_pair = bp_pair,
-                               .reset = bp_reset},
-                      .n = {.seed = seed, .cand_ms = 10, .best_ms = 10, .sigma = 0.01}},
-                .bias = 0.03};
-            bp_draw(&b);
+            struct biased_pairs b = biased(seed, 10, 0.03);
             struct qp_latency_race_result r;
             struct qp_error err = {0};
             assert_int_equal(qp_latency_race(&b.p.base, "cand.onnx", "best.onnx", &o, &r, &err),
@@ -427,14 +433,7 @@ static void test_race_replicate(void **state) {
     }
     o.replicate = 1;
     for (uint64_t seed = 1; seed <= 100; seed++) {
-        struct biased_pairs b = {
-            .p = {.base = {.name = "biased",
-                           .measure = np_measure,
-                           .measure_pair = bp_pair,
-                           .reset = bp_reset},
-                  .n = {.seed = seed, .cand_ms = 9.4, .best_ms = 10, .sigma = 0.01}},
-            .bias = 0.01};
-        bp_draw(&b);
+        struct biased_pairs b = biased(seed, 9.4, 0.01);
         enum qp_latency_verdict_kind v;
         enum qp_latency_race_stop stop;
         race_rounds(&b.p.base, &o, &v, &stop);
