@@ -40,7 +40,7 @@ for l in lines:
         assert d["verdict"] in ("faster", "slower", "unresolved")
         assert d["adopted"] == (d["verdict"] == "faster")
         assert d["drift"] >= 0, "drift of a raced scheme"
-        assert d["stop"] in ("resolved", "max_rounds", "budget", "no_gain"), d.get("stop")
+        assert d["stop"] in ("resolved", "max_rounds", "budget", "no_gain", "not_replicated"), d.get("stop")
         assert (d["stop"] == "resolved") == (d["verdict"] != "unresolved"), d["stop"]
 PYEOF
 "$PY" - "$O/pareto.json" <<'PYEOF' || fail "pareto.json"
