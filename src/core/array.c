@@ -1,9 +1,10 @@
 #include "qplace/array.h"
 
 #include <stdio.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/size.h"
 
 uint64_t qp_array_numel(const struct qp_array *a, int *ok) {
     uint64_t n = 1;
@@ -53,11 +54,7 @@ enum qp_status qp_array_alloc(struct qp_array *a, enum qp_dtype dtype, int rank,
     size_t nb;
     enum qp_status st = array_shape(a, dtype, rank, dims, &nb, err);
     if (st != QP_OK) return st;
-    /* 64-byte aligned, as the engine's own buffers: calloc's 16 bytes put a large input at a
-     * page offset of 16, so the first kernel's vector loads straddled cache lines */
-    size_t alloc = nb > SIZE_MAX - 63 ? 0 : (nb ? (nb + 63) / 64 * 64 : 64);
-    void *p = alloc ? aligned_alloc(64, alloc) : NULL;
-    if (p) memset(p, 0, alloc);
+    void *p = qp_zalloc64(nb);
     if (!p) {
         memset(a, 0, sizeof *a);
         return qp_error_set(err, QP_ERR_NOMEM, "array: cannot allocate %zu bytes", nb);

@@ -10,7 +10,9 @@
 #define QP_CORE_SIZE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* *out = a * b; returns 1, or 0 when the product does not fit a size_t (*out unchanged). */
 static inline int qp_size_mul(size_t a, size_t b, size_t *out) {
@@ -46,6 +48,19 @@ static inline void *qp_realloc_n(void *p, size_t n, size_t elem) {
     size_t bytes;
     if (!qp_size_mul(n, elem, &bytes)) return NULL;
     return realloc(p, bytes ? bytes : 1);
+}
+
+/* n zeroed bytes (at least 1; the block is rounded up to 64) starting on a 64-byte boundary,
+ * freed with free(); NULL on overflow or failure. For what vector kernels load: kernel states
+ * holding weights, the arrays callers hand the engine. malloc aligns to 16 bytes only, so
+ * whether such data straddled cache lines depended on the heap's history (docs/engine.md
+ * "Alignment of kernel states"). */
+static inline void *qp_zalloc64(size_t n) {
+    if (n > SIZE_MAX - 64) return NULL;
+    size_t bytes = n ? (n + 63) / 64 * 64 : 64;
+    void *p = aligned_alloc(64, bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
 }
 
 #endif

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/size.h"
 #include "kernels/dnnl_matmul.h"
 #include "kernels/dnnl_util.h"
 #include "kernels/gemm.h"
@@ -81,7 +82,7 @@ enum qp_status qp_k_dnnl_matmul_prepare(struct qp_kprep *p) {
     int prepack = bytes && bytes <= MM_PREPACK_MAX && shared_b && p->in[1]->is_const &&
                   p->in[1]->data && ref.k > 0 && ref.n > 0;
     size_t off = (sizeof(struct mm_fast_state) + 63) / 64 * 64;
-    struct mm_fast_state *fs = qp_kstate_zalloc(prepack ? off + bytes : sizeof *fs);
+    struct mm_fast_state *fs = qp_zalloc64(prepack ? off + bytes : sizeof *fs);
     if (!fs) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     fs->ref = ref;
     fs->packed = prepack ? off : 0;

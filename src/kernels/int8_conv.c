@@ -521,7 +521,7 @@ static enum qp_status build_state(struct qp_kprep *p, struct i8_state *s) {
     int ref = s->path == QP_INT8_PATH_REF;
     s->off_wei = s->off_wraw + (ref ? qp_dnnl_align(w->nbytes) : 0);
     size_t wei_bytes = s->entry ? s->entry->wei_bytes : 0;
-    char *blob = qp_kstate_zalloc(s->off_wei + wei_bytes + 64);
+    char *blob = qp_zalloc64(s->off_wei + wei_bytes + 64);
     if (!blob) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     float *osc = (float *)(blob + s->off_osc), *bias = (float *)(blob + s->off_bias);
     float *wsc = (float *)(blob + s->off_wsc), *psc = (float *)(blob + s->off_psc);
@@ -646,7 +646,7 @@ static enum qp_status build_state_avx2(struct qp_kprep *p, struct i8_state *s) {
     s->off_osc = qp_dnnl_align(sizeof *s);
     s->off_bias = s->off_osc + fl;
     s->off_pack = s->off_bias + fl;
-    char *blob = qp_kstate_zalloc(s->off_pack + pack + 64);
+    char *blob = qp_zalloc64(s->off_pack + pack + 64);
     if (!blob) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
     float *osc = (float *)(blob + s->off_osc), *bias = (float *)(blob + s->off_bias);
     for (int64_t oc = 0; oc < g->m; oc++) {

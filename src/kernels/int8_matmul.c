@@ -314,7 +314,7 @@ static int avx2_takes(const struct qp_kprep *p, const struct mm_state *s) {
  * columns), the plain [K, N] weights, then the packed ones. */
 static enum qp_status prepare_avx2(struct qp_kprep *p, struct mm_state *s, int trans_b) {
     s->off_pack = qp_dnnl_align(blob_layout(s));
-    char *blob = qp_kstate_zalloc(s->off_pack + qp_i8g_pack_bytes(s->K, s->N) + 64);
+    char *blob = qp_zalloc64(s->off_pack + qp_i8g_pack_bytes(s->K, s->N) + 64);
     int8_t *bt = qp_malloc_n((size_t)(s->K * s->N), 1);
     enum qp_status st =
         !blob || !bt ? qp_error_set(p->err, QP_ERR_NOMEM, "out of memory") : constants(p, s, blob);
@@ -359,7 +359,7 @@ enum qp_status qp_k_qmatmul_fused_prepare(struct qp_kprep *p) {
     for (;;) {
         if (s.path != QP_INT8_PATH_REF) fill_key(&s, p);
         free(blob);
-        blob = qp_kstate_zalloc(blob_layout(&s));
+        blob = qp_zalloc64(blob_layout(&s));
         if (!blob) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
         if ((st = constants(p, &s, blob))) break;
         if (s.path == QP_INT8_PATH_REF) break;
@@ -369,7 +369,7 @@ enum qp_status qp_k_qmatmul_fused_prepare(struct qp_kprep *p) {
         s.entry = qp_dnnl_cache_get(&s.key, sizeof s.key, entry_build, &c);
         if (s.entry) {
             free(blob); /* again, with room for the reordered weights */
-            blob = qp_kstate_zalloc(blob_layout(&s));
+            blob = qp_zalloc64(blob_layout(&s));
             if (!blob) return qp_error_set(p->err, QP_ERR_NOMEM, "out of memory");
             st = constants(p, &s, blob);
             break;

@@ -159,11 +159,5 @@ enum qp_status qp_kbroadcast(int ra, const int64_t *da, int rb, const int64_t *d
 const char *qp_kshape_str(const struct qp_kt *t, char *buf, size_t size);
 /* Elements per thread chunk: splits [0,n) into at most n_threads ranges (deterministic). */
 void qp_ksplit(int64_t n, int n_threads, int t, int64_t *begin, int64_t *end);
-/* n zeroed bytes (at least 1) starting on a 64-byte boundary, for a state whose offsets hold
- * weights and per-channel arrays that vector kernels load: calloc gives 16 bytes only, and
- * whether such a state's weights then straddled cache lines depended on the heap's history, so
- * two sessions of one model ran up to 10% apart (docs/engine.md "Alignment of kernel states").
- * NULL when out of memory; freed with free(), as every state is. */
-void *qp_kstate_zalloc(size_t n);
 
 #endif

@@ -1,7 +1,5 @@
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/elem.h"
@@ -234,12 +232,4 @@ void qp_ksplit(int64_t n, int n_threads, int t, int64_t *begin, int64_t *end) {
     int64_t chunk = n / n_threads, rem = n % n_threads;
     *begin = t * chunk + (t < rem ? t : rem);
     *end = *begin + chunk + (t < rem ? 1 : 0);
-}
-
-void *qp_kstate_zalloc(size_t n) {
-    if (n > SIZE_MAX - 64) return NULL;
-    size_t bytes = n ? (n + 63) / 64 * 64 : 64;
-    void *p = aligned_alloc(64, bytes);
-    if (p) memset(p, 0, bytes);
-    return p;
 }

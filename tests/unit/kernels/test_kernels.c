@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "core/size.h"
 #include "kernels/kernels.h"
 
 static struct qp_kt kt(enum qp_dtype dt, int rank, const int64_t *dims, void *data) {
@@ -249,13 +250,13 @@ static void test_reshape_needs_const(void **state) {
     assert_int_equal(run_op("Reshape", NULL, 0, 2, in, &out, y, 1), QP_ERR_UNSUPPORTED);
 }
 
-/* States are 64-byte aligned and zeroed at every size, the mmap'd sizes included (calloc gave
- * those a page offset of 16: weights straddling cache lines, engine.md). */
-static void test_kstate_zalloc(void **state) {
+/* Kernel states (qp_zalloc64) are 64-byte aligned and zeroed at every size, the mmap'd sizes
+ * included (calloc gave those a page offset of 16: weights straddling cache lines, engine.md). */
+static void test_zalloc64(void **state) {
     (void)state;
     const size_t sizes[] = {0, 1, 63, 64, 4096 + 16, (size_t)3 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
-        unsigned char *p = qp_kstate_zalloc(sizes[i]);
+        unsigned char *p = qp_zalloc64(sizes[i]);
         assert_non_null(p);
         assert_int_equal((uintptr_t)p % 64, 0);
         size_t zeros = 0;
@@ -264,7 +265,7 @@ static void test_kstate_zalloc(void **state) {
         assert_int_equal(zeros, sizes[i]);
         free(p);
     }
-    assert_null(qp_kstate_zalloc(SIZE_MAX - 10));
+    assert_null(qp_zalloc64(SIZE_MAX - 10));
 }
 
 static void test_registry_rows_unique(void **state) {
@@ -280,11 +281,15 @@ static void test_registry_rows_unique(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_add_broadcast),        cmocka_unit_test(test_int_div_by_zero),
-        cmocka_unit_test(test_threads_independent),  cmocka_unit_test(test_conv_matches_naive),
-        cmocka_unit_test(test_gather_bad_index),     cmocka_unit_test(test_reshape_needs_const),
-        cmocka_unit_test(test_registry_rows_unique), cmocka_unit_test(test_reduce_orders),
-        cmocka_unit_test(test_kstate_zalloc),
+        cmocka_unit_test(test_add_broadcast),
+        cmocka_unit_test(test_int_div_by_zero),
+        cmocka_unit_test(test_threads_independent),
+        cmocka_unit_test(test_conv_matches_naive),
+        cmocka_unit_test(test_gather_bad_index),
+        cmocka_unit_test(test_reshape_needs_const),
+        cmocka_unit_test(test_registry_rows_unique),
+        cmocka_unit_test(test_reduce_orders),
+        cmocka_unit_test(test_zalloc64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
