@@ -192,6 +192,12 @@ static enum qp_status race_round(struct qp_latency_backend *backend, const char 
     return QP_OK;
 }
 
+/* The confidence of each look: Bonferroni over the looks a race may take (one per round)
+ * keeps the overall level. */
+static double look_level(const struct qp_latency_race_options *o) {
+    return 1 - (1 - o->confidence) / (double)o->max_rounds;
+}
+
 /* One race (the options checked, `cap` samples per side at most). */
 static enum qp_status race_once(struct qp_latency_backend *backend, const char *cand_path,
                                 const char *best_path, const struct qp_latency_race_options *o,
@@ -205,8 +211,7 @@ static enum qp_status race_once(struct qp_latency_backend *backend, const char *
         st = qp_error_set(err, QP_ERR_NOMEM, "latency race: out of memory");
         goto fail;
     }
-    /* Bonferroni over the looks the race may take keeps the overall level. */
-    double look_confidence = 1 - (1 - o->confidence) / (double)o->max_rounds;
+    double look_confidence = look_level(o);
     double t0 = qp_clock_seconds();
     r.stop = QP_LATENCY_STOP_MAX_ROUNDS;
     while (r.n_rounds < o->max_rounds) {
@@ -299,8 +304,7 @@ enum qp_status qp_latency_race(struct qp_latency_backend *backend, const char *c
         return QP_OK;
     }
     st = race_once(backend, cand_path, best_path, o, cap, &again, err);
-    double look_confidence = 1 - (1 - o->confidence) / (double)o->max_rounds;
-    if (st == QP_OK) st = join_races(&r, &again, look_confidence, o->min_effect, err);
+    if (st == QP_OK) st = join_races(&r, &again, look_level(o), o->min_effect, err);
     if (st != QP_OK) {
         qp_latency_race_result_release(&r);
         qp_latency_race_result_release(&again);
