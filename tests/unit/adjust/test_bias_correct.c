@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "../quant/qgraph.h"
+#include "adjust_data.h"
 
 #include "adjust/bias_correct.h"
 #include "core/arena.h"
@@ -31,57 +32,6 @@
 #include "qplace/quantize.h"
 #include "qplace/session.h"
 #include "quant/writer.h"
-
-enum { NB = 6, MAX_ELEMS = 1024 };
-
-/* NB batches of one float input, uniform in [0, 1) from a fixed LCG. */
-struct data {
-    int rank;
-    int64_t dims[4];
-    size_t n;
-    float buf[NB * MAX_ELEMS];
-};
-
-static void data_init(struct data *d, int rank, const int64_t *dims) {
-    d->rank = rank;
-    d->n = 1;
-    for (int i = 0; i < rank; i++) {
-        d->dims[i] = dims[i];
-        d->n *= (size_t)dims[i];
-    }
-    assert_true(d->n <= MAX_ELEMS);
-    uint32_t s = 12345;
-    for (size_t i = 0; i < NB * d->n; i++) {
-        s = s * 1664525u + 1013904223u;
-        d->buf[i] = (float)(s >> 8) / 16777216.0f;
-    }
-}
-
-static enum qp_status batch(void *user, uint64_t index, struct qp_array *in, struct qp_error *err) {
-    struct data *d = user;
-    return qp_array_view(&in[0], QP_DTYPE_FLOAT, d->rank, d->dims, d->buf + index * d->n,
-                         d->n * sizeof(float), err);
-}
-
-static struct qp_provider *provider(struct data *d) {
-    const char *names[1] = {"x"};
-    struct qp_provider *p = NULL;
-    struct qp_error err = {0};
-    assert_int_equal(qp_provider_callback_create(names, 1, NB, batch, d, &p, &err), QP_OK);
-    return p;
-}
-
-static int amax_one(void *user, const char *tensor, float *amax_out) {
-    (void)user;
-    (void)tensor;
-    *amax_out = 1.0f;
-    return 1;
-}
-
-static void writer_opts(struct qp_writer_options *o) {
-    qp_writer_options_default(o);
-    o->amax = amax_one;
-}
 
 static struct qp_model *model_create(void) {
     struct qp_model *m = qp_model_create();
