@@ -48,6 +48,11 @@ extern "C" {
  * of absmax; 1.0 when nothing is better). */
 enum qp_weight_clipping { QP_WEIGHT_CLIP_ABSMAX = 0, QP_WEIGHT_CLIP_MSE };
 
+/* How each int8 weight takes its level: the nearest (ModelOpt's, the default), or the level
+ * just below or above it that makes its layer's output on the calibration data closest to the
+ * float layer's (AdaRound-style; docs/quantize.md "Weight rounding"). */
+enum qp_weight_rounding { QP_WEIGHT_ROUND_NEAREST = 0, QP_WEIGHT_ROUND_ADAROUND };
+
 /* Equalization folded into the float weights before calibration (docs/quantize.md,
  * "Equalization"), bits: cross-layer equalization of Conv -> [BN] -> Relu -> Conv pairs, and
  * SmoothQuant's migration of LayerNorm -> MatMul activation ranges into the weights. */
@@ -112,6 +117,13 @@ struct qp_quantize_config {
      * has none (docs/quantize.md "Bias correction"). Written biases stay float.
      * qp_quantize_config_default sets QP_BIAS_CORRECTION_AUTO. */
     int bias_correction;
+    /* qplace's: QP_WEIGHT_ROUND_ADAROUND chooses each Conv/Gemm/MatMul weight's level (below or
+     * above) by its layer's output error on the calibration data (needs calibration data and
+     * int8), after calibration and before bias correction; the weights are written on their
+     * levels. weight_rounding_seconds bounds its time (0: 300 s); layers it does not reach keep
+     * the nearest levels. Default QP_WEIGHT_ROUND_NEAREST. */
+    enum qp_weight_rounding weight_rounding;
+    double weight_rounding_seconds;
 };
 
 enum qp_bias_correction {
@@ -211,6 +223,18 @@ struct qp_quantize_summary {
      * keep the ranges the run without equalization calibrated; only the others are calibrated
      * again on the equalized model. How many were kept so. */
     size_t n_ranges_reused;
+    /* weight_rounding as applied; with QP_WEIGHT_ROUND_ADAROUND: layers whose levels were
+     * chosen, layers left at nearest (a shared weight, an input never seen) and layers the time
+     * bound did not reach; their weights, and of them those at the level that is not the
+     * nearest; over the chosen layers the mean output error relative to the output's energy at
+     * nearest and after; its wall time; and the drift of the model written with nearest levels
+     * (before bias correction, which runs after the rounding), on the same samples as
+     * `outputs` (n_outputs entries, owned by the summary; NULL otherwise). */
+    enum qp_weight_rounding weight_rounding;
+    size_t n_rounded_layers, n_rounding_skipped, n_rounding_timed_out;
+    uint64_t n_rounded_weights, n_rounded_flipped;
+    double rounding_error_before, rounding_error_after, rounding_seconds;
+    struct qp_quantize_drift *outputs_unrounded;
 };
 
 /* NULL-safe. */

@@ -84,7 +84,8 @@ class QuantizeConfig(Structure):
                 ("override_shapes", c_char_p), ("weight_clipping", c_int),
                 ("max_output_drift", c_double), ("min_top1_agreement", c_double),
                 ("equalization", c_uint), ("smoothquant_alpha", c_double),
-                ("bias_correction", c_int)]
+                ("bias_correction", c_int), ("weight_rounding", c_int),
+                ("weight_rounding_seconds", c_double)]
 
 
 class QuantizeDrift(Structure):
@@ -122,7 +123,12 @@ class QuantizeSummary(Structure):
                 ("auto_methods", c_size_t * 4), ("n_auto_fallback", c_size_t),
                 ("bias_auto", c_int), ("bias_kept", c_int),
                 ("outputs_corrected", POINTER(QuantizeDrift)),
-                ("n_ranges_reused", c_size_t)]
+                ("n_ranges_reused", c_size_t), ("weight_rounding", c_int),
+                ("n_rounded_layers", c_size_t), ("n_rounding_skipped", c_size_t),
+                ("n_rounding_timed_out", c_size_t), ("n_rounded_weights", c_uint64),
+                ("n_rounded_flipped", c_uint64), ("rounding_error_before", c_double),
+                ("rounding_error_after", c_double), ("rounding_seconds", c_double),
+                ("outputs_unrounded", POINTER(QuantizeDrift))]
 
 
 class DataOptions(Structure):

@@ -50,7 +50,15 @@ QuantizeSummary = namedtuple(
     "n_smoothquant_pairs n_smoothquant_skipped outputs_before bias_correction n_bias_layers "
     "n_biases_added bias_rounds bias_shift_before bias_shift_after bias_seconds "
     "outputs_uncorrected outputs_unclipped auto_methods autotune bias_auto bias_kept "
-    "outputs_corrected n_ranges_reused")
+    "outputs_corrected n_ranges_reused rounding outputs_unrounded")
+Rounding = namedtuple(
+    "Rounding", "n_layers n_skipped n_timed_out n_weights n_flipped error_before error_after "
+    "seconds")
+Rounding.__doc__ = ("weight_rounding='adaround': layers whose levels were chosen, left at nearest "
+                    "(a shared weight, too few rows) and past the time bound; their weights and "
+                    "of them those not at the nearest level; the mean output error relative to "
+                    "the output's energy at nearest and after; seconds.")
+
 QuantizeSummary.__doc__ = ("What qplace.quantize wrote, and the drift it measured; budget is a "
                            "Budget with an accuracy budget, else None; autotune an "
                            "AutotuneSummary with autotune=, else None.")
@@ -143,7 +151,17 @@ def _summary(s, output_path):
         _drifts(s.outputs_unclipped, s.n_outputs) if s.outputs_unclipped else None,
         _auto_methods(s), None, bool(s.bias_auto), bool(s.bias_kept),
         _drifts(s.outputs_corrected, s.n_outputs) if s.outputs_corrected else None,
-        s.n_ranges_reused)
+        s.n_ranges_reused, _rounding(s),
+        _drifts(s.outputs_unrounded, s.n_outputs) if s.outputs_unrounded else None)
+
+
+def _rounding(s):
+    """weight_rounding="adaround": a Rounding; None with nearest levels."""
+    if s.weight_rounding != 1:
+        return None
+    return Rounding(s.n_rounded_layers, s.n_rounding_skipped, s.n_rounding_timed_out,
+                    s.n_rounded_weights, s.n_rounded_flipped, s.rounding_error_before,
+                    s.rounding_error_after, s.rounding_seconds)
 
 
 def _auto_methods(s):
@@ -180,7 +198,8 @@ def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration
              *, percentile=None, eval_data=None, placement=None, rules=None, ranges=None,
              placement_out=None, threads=0, weight_clipping="absmax", max_output_drift=None,
              min_top1_agreement=None, equalization="none", smoothquant_alpha=0.5,
-             bias_correction="auto", autotune_output_dir=None, autotune_schemes_per_region=None,
+             bias_correction="auto", weight_rounding="nearest", weight_rounding_seconds=None,
+             autotune_output_dir=None, autotune_schemes_per_region=None,
              autotune_pattern_cache=None, autotune_qdq_baseline=None, autotune_state_file=None,
              autotune_backend=None, autotune_use_trtexec=False, autotune_timing_cache=None,
              autotune_trtexec_args=None, autotune_warmup_runs=None, autotune_timing_runs=None):
@@ -238,7 +257,8 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
               use_external_data_format, output_path, high_precision_dtype, disable_mha_qdq,
               dq_only, direct_io_types, opset, percentile, eval_data, placement, rules, ranges,
               placement_out, threads, weight_clipping, max_output_drift, min_top1_agreement,
-              equalization, smoothquant_alpha, bias_correction, autotune, **kw):
+              equalization, smoothquant_alpha, bias_correction, weight_rounding,
+              weight_rounding_seconds, autotune, **kw):
     """quantize() once its ModelOpt-only keywords are checked (kw: those, unused, and the
     autotune_* keywords)."""
     model = model_arg(onnx_path)
@@ -288,6 +308,13 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
         raise usage("quantize: bias_correction must be True, False, 'on', 'off' or 'auto', "
                     "not %r" % (bias_correction,))
     c.bias_correction = bc[bias_correction]
+    c.weight_rounding = choice(weight_rounding or "nearest", {"nearest": 0, "adaround": 1},
+                               "weight_rounding")
+    if weight_rounding_seconds is not None:
+        c.weight_rounding_seconds = float_arg(weight_rounding_seconds, "weight_rounding_seconds")
+        if not c.weight_rounding_seconds > 0:
+            raise usage("quantize: weight_rounding_seconds must be > 0, not %r"
+                        % (weight_rounding_seconds,))
     c.opset = 0 if opset is None else int_arg(opset, "opset", 1, 1000)
     fp16_ops = _lib.StrArray(
         [t for v in as_list(op_types_to_exclude_fp16, "op_types_to_exclude_fp16")

@@ -63,6 +63,8 @@ int main(void) {
     F(qp_quantize_config, equalization);
     F(qp_quantize_config, smoothquant_alpha);
     F(qp_quantize_config, bias_correction);
+    F(qp_quantize_config, weight_rounding);
+    F(qp_quantize_config, weight_rounding_seconds);
     SZ(qp_quantize_drift);
     F(qp_quantize_drift, name);
     F(qp_quantize_drift, cosine);
@@ -123,6 +125,16 @@ int main(void) {
     F(qp_quantize_summary, bias_kept);
     F(qp_quantize_summary, outputs_corrected);
     F(qp_quantize_summary, n_ranges_reused);
+    F(qp_quantize_summary, weight_rounding);
+    F(qp_quantize_summary, n_rounded_layers);
+    F(qp_quantize_summary, n_rounding_skipped);
+    F(qp_quantize_summary, n_rounding_timed_out);
+    F(qp_quantize_summary, n_rounded_weights);
+    F(qp_quantize_summary, n_rounded_flipped);
+    F(qp_quantize_summary, rounding_error_before);
+    F(qp_quantize_summary, rounding_error_after);
+    F(qp_quantize_summary, rounding_seconds);
+    F(qp_quantize_summary, outputs_unrounded);
     F(qp_quantize_summary, auto_methods);
     F(qp_quantize_summary, n_auto_fallback);
     SZ(qp_data_options);

@@ -112,6 +112,33 @@ def test_bias_correction_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
     assert plain.outputs[0].cosine == pytest.approx(s.outputs_uncorrected[0].cosine, abs=1e-12)
 
 
+def test_weight_rounding_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
+    py, cl, s = both(cli, tmp_path, cls_model,
+                     ["--calibration_data_path", cls_npz, "--weight_rounding", "adaround",
+                      "--bias_correction=off", "--high_precision_dtype", "fp32"],
+                     calibration_data=cls_npz, weight_rounding="adaround", bias_correction="off",
+                     high_precision_dtype="fp32")
+    assert py == cl
+    r = s.rounding
+    assert r.n_layers > 0 and 0 < r.n_flipped < r.n_weights and r.seconds > 0
+    assert r.n_layers + r.n_skipped + r.n_timed_out <= s.n_weight_tensors
+    assert 0 < r.error_after < r.error_before
+    assert [d.name for d in s.outputs_unrounded] == [d.name for d in s.outputs]
+    # The unrounded drift is the drift of the default (nearest) quantization.
+    plain = qplace.quantize(onnx_path=cls_model, calibration_data=cls_npz,
+                            high_precision_dtype="fp32", output_path=str(tmp_path / "near.onnx"),
+                            bias_correction="off")
+    assert plain.rounding is None and plain.outputs_unrounded is None
+    assert read(tmp_path / "near.onnx") != py
+    assert plain.outputs[0].cosine == pytest.approx(s.outputs_unrounded[0].cosine, abs=1e-12)
+    for bad in ({"weight_rounding": "stochastic"}, {"weight_rounding_seconds": 0},
+                {"weight_rounding": "adaround", "quantize_mode": "fp8"}):
+        with pytest.raises(qplace.UsageError):
+            qplace.quantize(onnx_path=cls_model, calibration_data=cls_npz,
+                            output_path=str(tmp_path / "bad.onnx"), **bad)
+    assert not os.path.exists(tmp_path / "bad.onnx")
+
+
 def test_drift_does_not_depend_on_the_thread_count(cls_model, cls_npz, tmp_path):
     """With two threads two workers measure alternate batches side by side (pipeline/drift.h);
     each batch's sums are added in batch order, so one thread gives the same figures."""

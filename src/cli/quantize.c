@@ -38,6 +38,11 @@ const struct cli_opt cli_quantize_opts[] = {
     {"dq_only", CLI_BOOL, NULL, "store weights quantized (DQ only)"},
     {"weight_clipping", CLI_VALUE, "absmax|mse",
      "weight channel scales from absmax (default) or the least-error clipping"},
+    {"weight_rounding", CLI_VALUE, "nearest|adaround",
+     "int8 weight levels: nearest (default) or chosen by layer-output error on the calibration "
+     "data (AdaRound-style)"},
+    {"weight_rounding_seconds", CLI_VALUE, "S",
+     "time bound of --weight_rounding adaround (300); layers past it keep nearest"},
     {"max_output_drift", CLI_VALUE, "D",
      "accuracy budget: exclude the most sensitive nodes until the drift (kl_div) is <= D"},
     {"min_top1_agreement", CLI_VALUE, "P",
@@ -311,7 +316,24 @@ static int accuracy_options(const struct cli_args *a, struct qp_quantize_options
         fprintf(stderr, "qplace quantize: --weight_clipping must be absmax or mse, not '%s'\n", wc);
         return 1;
     }
-    const char *v = cli_value(a, "max_output_drift", NULL);
+    const char *wr = cli_value(a, "weight_rounding", "nearest");
+    if (strcmp(wr, "adaround") == 0) {
+        o->weight_rounding = QP_WEIGHT_ROUND_ADAROUND;
+    } else if (strcmp(wr, "nearest") != 0) {
+        fprintf(stderr,
+                "qplace quantize: --weight_rounding must be nearest or adaround, not '%s'\n", wr);
+        return 1;
+    }
+    const char *v = cli_value(a, "weight_rounding_seconds", NULL);
+    if (v &&
+        !(cli_parse_finite(v, &o->weight_rounding_seconds) && o->weight_rounding_seconds > 0)) {
+        fprintf(stderr,
+                "qplace quantize: --weight_rounding_seconds: '%s' is not a positive number "
+                "of seconds\n",
+                v);
+        return 1;
+    }
+    v = cli_value(a, "max_output_drift", NULL);
     if (v && !(cli_parse_finite(v, &o->max_output_drift) && o->max_output_drift >= 0)) {
         fprintf(stderr, "qplace quantize: --max_output_drift: '%s' is not a non-negative number\n",
                 v);
@@ -408,6 +430,17 @@ static void print_equalization(const struct qp_quantize_report *r) {
     if (e->n_skips > SHOWN) printf("    ... and %zu more skipped\n", e->n_skips - SHOWN);
 }
 
+/* --weight_rounding adaround's line. */
+static void print_rounding(const struct qp_adaround_stats *s) {
+    printf("  weight rounding (adaround): %zu layers, %llu of %llu weights at the level that is "
+           "not the nearest, output error / energy %.4g -> %.4g, %.2f s",
+           s->n_layers, (unsigned long long)s->n_flipped, (unsigned long long)s->n_weights,
+           s->error_before, s->error_after, s->seconds);
+    if (s->n_skipped) printf("; %zu layers left at nearest", s->n_skipped);
+    if (s->n_timed_out) printf("; %zu layers past the time bound kept nearest", s->n_timed_out);
+    printf("\n");
+}
+
 static void print_report(const struct qp_quantize_options *o, const struct qp_quantize_report *r) {
     const struct qp_writer_stats *w = &r->writer;
     printf("qplace quantize: %s -> %s\n", o->onnx_path, r->output_path);
@@ -482,6 +515,7 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
                    "%.4g after round %d\n",
                    b->shift_before, b->shift_after, b->n_passes - 1);
     }
+    if (r->weight_rounding) print_rounding(&r->rounding);
     if (r->n_overridden)
         printf("  input shapes fixed by --override_shapes %s\n", o->override_shapes);
     if (r->has_budget) print_budget(&r->budget);
@@ -515,6 +549,10 @@ static void print_report(const struct qp_quantize_options *o, const struct qp_qu
     if (r->outputs_unclipped) {
         printf("  the same model without weight clipping (absmax scales; same samples):\n");
         print_drift_rows(r->outputs_unclipped, r->n_outputs);
+    }
+    if (r->outputs_unrounded) {
+        printf("  the model with nearest weight levels, before bias correction (same samples):\n");
+        print_drift_rows(r->outputs_unrounded, r->n_outputs);
     }
 }
 

@@ -23,7 +23,7 @@
 #include "qplace/model.h"
 #include "qplace/quantize.h"
 
-#define QP_DRIFT_MAX_MODELS 4
+#define QP_DRIFT_MAX_MODELS 5
 
 /* One quantized model and where its figures go: *outs receives n_outputs entries (calloc'd,
  * names strdup'd; the caller frees them). */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "adjust/adaround.h"
 #include "adjust/bias_correct.h"
 #include "adjust/equalize.h"
 #include "calib/collect.h"
@@ -48,6 +49,7 @@ void qp_quantize_report_free(struct qp_quantize_report *r) {
     drifts_free(r->outputs_uncorrected, r->n_outputs);
     drifts_free(r->outputs_corrected, r->n_outputs);
     drifts_free(r->outputs_unclipped, r->n_outputs);
+    drifts_free(r->outputs_unrounded, r->n_outputs);
     drifts_free(r->outputs_before, r->n_outputs_before);
     qp_equalize_report_free(r->equalize);
     free(r->output_path);
@@ -120,6 +122,8 @@ struct qp_quantize_job {
     unsigned equalization;
     double smoothquant_alpha;
     int bias_correction;
+    enum qp_weight_rounding weight_rounding;
+    double weight_rounding_seconds;
     /* 1: no drift measured and no variant written for it (the run without equalization: the
      * final drift pass measures its model, job->before_mq) */
     int no_drift;
@@ -426,18 +430,28 @@ static enum qp_status write_model(const struct qp_quantize_job *job, struct qp_m
     return qp_qdq_write(m, job->pl, &wo, stats, err);
 }
 
+/* The variants of mq written without one method each (NULL: that method did not run). */
+struct variants {
+    struct qp_model *uncorrected, *unclipped, *unrounded;
+};
+
+static void variants_free(struct variants *v) {
+    qp_model_free(v->uncorrected);
+    qp_model_free(v->unclipped);
+    qp_model_free(v->unrounded);
+}
+
 /* Drift against mf over every batch of job->ev, else of job->cal (in-sample), before saving (so a
  * model the engine cannot run is an error), of mq into r->outputs and of the variants written
- * without bias correction (`uncorrected`) and without weight clipping (`unclipped`; each NULL:
- * none) into r->outputs_uncorrected / r->outputs_unclipped, on the same batches (drift.h). */
-static enum qp_status measure_drift(const struct qp_quantize_job *job,
-                                    const struct qp_model *uncorrected,
-                                    const struct qp_model *unclipped, struct qp_quantize_report *r,
-                                    struct qp_error *err) {
+ * without bias correction, weight clipping and weight rounding into r->outputs_uncorrected,
+ * r->outputs_unclipped and r->outputs_unrounded, on the same batches (drift.h). */
+static enum qp_status measure_drift(const struct qp_quantize_job *job, const struct variants *v,
+                                    struct qp_quantize_report *r, struct qp_error *err) {
     struct qp_drift_target t[QP_DRIFT_MAX_MODELS] = {{job->mq, &r->outputs}};
     size_t n = 1, n_out = 0;
-    if (uncorrected) t[n++] = (struct qp_drift_target){uncorrected, &r->outputs_uncorrected};
-    if (unclipped) t[n++] = (struct qp_drift_target){unclipped, &r->outputs_unclipped};
+    if (v->uncorrected) t[n++] = (struct qp_drift_target){v->uncorrected, &r->outputs_uncorrected};
+    if (v->unclipped) t[n++] = (struct qp_drift_target){v->unclipped, &r->outputs_unclipped};
+    if (v->unrounded) t[n++] = (struct qp_drift_target){v->unrounded, &r->outputs_unrounded};
     if (job->before_mq) t[n++] = (struct qp_drift_target){job->before_mq, &r->outputs_before};
     /* With equalization every model is compared with the float model as it was given. */
     const struct qp_model *mf = job->before_mf ? job->before_mf : job->mf;
@@ -483,20 +497,31 @@ static enum qp_status write_copy(const struct qp_quantize_job *job, const struct
     return st == QP_OK ? write_model(job, *out, ranges, &ws, err) : st;
 }
 
+/* Before a method that measures on the calibration data (`what`, for the message): mq as it
+ * stands written as mq will be into *before (for the drift without the method; not when the run
+ * measures no drift) and the writer options of the final write into *wo. */
+static enum qp_status before_method(const struct qp_quantize_job *job,
+                                    const struct qp_ranges *ranges, const char *what,
+                                    struct qp_model **before, struct qp_writer_options *wo,
+                                    struct qp_error *err) {
+    if (!job->cal)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "quantize: %s measures on calibration data; with ranges from a file, "
+                            "give --calibration_data_path too",
+                            what);
+    writer_options(job, ranges, wo);
+    return job->no_drift ? QP_OK : write_copy(job, ranges, before, err);
+}
+
 /* --bias_correction: the uncorrected model, written as mq will be, into *plain_out (for the
  * drift before and after), then mq's biases corrected on the calibration data and the
  * placement validated again on the edited graph. */
 static enum qp_status correct_biases(const struct qp_quantize_job *job,
                                      const struct qp_ranges *ranges, struct qp_quantize_report *r,
                                      struct qp_model **plain_out, struct qp_error *err) {
-    if (!job->cal)
-        return qp_error_set(err, QP_ERR_USAGE,
-                            "quantize: bias correction measures on calibration data; with ranges "
-                            "from a file, give --calibration_data_path too");
-    enum qp_status st = write_copy(job, ranges, plain_out, err);
-    if (st != QP_OK) return st;
     struct qp_writer_options wo;
-    writer_options(job, ranges, &wo);
+    enum qp_status st = before_method(job, ranges, "bias correction", plain_out, &wo, err);
+    if (st != QP_OK) return st;
     /* Two rounds and no verifying pass: each pass costs about three float passes of the
      * calibration data (the fake-quantized model and every layer's float twin), and the time
      * with bias correction is to stay within ~3x of the time without it. */
@@ -515,6 +540,23 @@ static enum qp_status write_unclipped(const struct qp_quantize_job *job,
     struct qp_quantize_job plain = *job;
     plain.weight_clipping = QP_WEIGHT_CLIP_ABSMAX;
     return write_copy(&plain, ranges, out, err);
+}
+
+/* --weight_rounding adaround: mq as it stands (nearest levels) written as mq will be, into
+ * *out (for the drift before and after), then mq's weights put on the levels the layer-output
+ * error chooses. */
+static enum qp_status round_weights(const struct qp_quantize_job *job,
+                                    const struct qp_ranges *ranges, struct qp_quantize_report *r,
+                                    struct qp_model **out, struct qp_error *err) {
+    struct qp_writer_options wo;
+    enum qp_status st = before_method(job, ranges, "weight rounding", out, &wo, err);
+    if (st != QP_OK) return st;
+    struct qp_adaround_options ao = {
+        .seconds = job->weight_rounding_seconds, .n_threads = job->n_threads, .writer = &wo};
+    if ((st = qp_adaround(job->mq, job->pl, job->cal, &ao, &r->rounding, err)) != QP_OK)
+        return qp_error_prefix(err, "quantize");
+    r->weight_rounding = 1;
+    return validate_placement(job, "weight rounding", err);
 }
 
 /* Whether bias correction runs: on always (correct_biases refuses to without data), auto with
@@ -573,34 +615,37 @@ static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quanti
     r->calibrated = !job->file_ranges;
     struct qp_ranges *ranges = NULL;
     struct auto_choice *choice = NULL;
-    struct qp_model *plain = NULL, *unclipped = NULL;
+    struct variants v = {0};
     double t = qp_clock_seconds();
     if (r->calibrated) st = calibrate(job, r, &ranges, job->keep_ranges ? &choice : NULL, err);
     t = step_time("calibration", t);
     const struct qp_ranges *used = r->calibrated ? ranges : job->file_ranges;
     if (st == QP_OK && qp_sens_goal_set(&job->goal)) st = apply_budget(job, used, r, err);
     t = step_time("budget", t);
-    if (st == QP_OK && bias_correction_runs(job)) st = correct_biases(job, used, r, &plain, err);
+    if (st == QP_OK && job->weight_rounding == QP_WEIGHT_ROUND_ADAROUND)
+        st = round_weights(job, used, r, &v.unrounded, err);
+    t = step_time("weight rounding", t);
+    if (st == QP_OK && bias_correction_runs(job))
+        st = correct_biases(job, used, r, &v.uncorrected, err);
     t = step_time("bias correction", t);
     if (st == QP_OK && job->weight_clipping == QP_WEIGHT_CLIP_MSE && !job->no_drift)
-        st = write_unclipped(job, used, &unclipped, err);
+        st = write_unclipped(job, used, &v.unclipped, err);
     if (st == QP_OK && (st = write_model(job, job->mq, used, &r->writer, err)) == QP_OK) {
         r->writer.opset_from = job->opset_in;
         t = step_time("writer", t);
-        if (!job->no_drift) st = measure_drift(job, plain, unclipped, r, err);
+        if (!job->no_drift) st = measure_drift(job, &v, r, err);
         step_time("drift", t);
     }
     free_before(job);
     if (st == QP_OK && r->bias_correction && job->bias_correction == QP_BIAS_CORRECTION_AUTO)
-        decide_bias(job, &plain, r);
+        decide_bias(job, &v.uncorrected, r);
     if (st == QP_OK && precision_after_drift(job)) {
         struct qp_writer_options wo;
         writer_options(job, ranges, &wo);
         r->drift_before_precision = 1;
         st = qp_qdq_write_precision(job->mq, &wo, &r->writer, err);
     }
-    qp_model_free(plain);
-    qp_model_free(unclipped);
+    variants_free(&v);
     if (st == QP_OK && job->keep_ranges) { /* handed to the equalized run */
         job->kept_ranges = ranges;
         job->kept_choice = choice;
@@ -612,6 +657,24 @@ static enum qp_status quantize_job(struct qp_quantize_job *job, struct qp_quanti
     qp_ranges_free(ranges);
     free(choice);
     return st;
+}
+
+/* Weight rounding usage checks shared by both entry points. */
+static enum qp_status check_rounding(enum qp_weight_rounding w, double seconds,
+                                     enum qp_quant_mode mode, struct qp_error *err) {
+    if (w != QP_WEIGHT_ROUND_NEAREST && w != QP_WEIGHT_ROUND_ADAROUND)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "quantize: weight_rounding %d is not nearest (0) or adaround (1)",
+                            (int)w);
+    if (!(seconds >= 0) || !isfinite(seconds))
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "quantize: weight rounding seconds %g is not >= 0 (0: the default)",
+                            seconds);
+    if (w == QP_WEIGHT_ROUND_ADAROUND && mode != QP_QUANT_INT8)
+        return qp_error_set(err, QP_ERR_USAGE,
+                            "quantize: weight rounding adaround chooses int8 levels; it cannot be "
+                            "combined with --quantize_mode fp8");
+    return QP_OK;
 }
 
 /* Sets job->pl, the placement of job->mq (the entry point's own way: options or config). */
@@ -668,7 +731,8 @@ static enum qp_status equalize_models(struct qp_quantize_job *job, place_fn plac
     b.mf = b.mq = NULL;
     b.pl = NULL;
     b.goal = (struct qp_sens_budget_goal){.max_drift = -1, .min_top1 = 0}; /* plain: no budget */
-    b.bias_correction = 0;                                                 /* nor correction */
+    b.bias_correction = 0;
+    b.weight_rounding = QP_WEIGHT_ROUND_NEAREST; /* nor correction */
     b.no_drift = 1; /* measured with the others' (measure_drift: one float run per batch) */
     b.keep_ranges = 1;
     struct qp_quantize_report *r0 = calloc(1, sizeof *r0);
@@ -915,7 +979,9 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
         .goal = {.max_drift = o->max_output_drift, .min_top1 = o->min_top1_agreement},
         .equalization = o->equalization,
         .smoothquant_alpha = o->smoothquant_alpha,
-        .bias_correction = o->bias_correction};
+        .bias_correction = o->bias_correction,
+        .weight_rounding = o->weight_rounding,
+        .weight_rounding_seconds = o->weight_rounding_seconds};
     if (!r) return nomem(err);
     if ((st = check_opset(o->opset, "--opset", err)) != QP_OK) {
         free(r);
@@ -943,7 +1009,9 @@ enum qp_status qp_quantize(const struct qp_quantize_options *o,
         goto done;
     }
     if ((st = check_equalization(o->equalization, o->smoothquant_alpha,
-                                 o->ranges_in || o->calibration_cache_path, err)) != QP_OK)
+                                 o->ranges_in || o->calibration_cache_path, err)) != QP_OK ||
+        (st = check_rounding(o->weight_rounding, o->weight_rounding_seconds, o->mode, err)) !=
+            QP_OK)
         goto done;
     if ((o->calibration_shapes &&
          (st = qp_calib_shapes_parse(o->calibration_shapes, &shapes, err)) != QP_OK) ||
@@ -1016,6 +1084,7 @@ void qp_quantize_summary_free(struct qp_quantize_summary *s) {
     drifts_free(s->outputs_uncorrected, s->n_outputs);
     drifts_free(s->outputs_corrected, s->n_outputs);
     drifts_free(s->outputs_unclipped, s->n_outputs);
+    drifts_free(s->outputs_unrounded, s->n_outputs);
     drifts_free(s->outputs_before, s->n_outputs);
     qp_placement_free(s->placement);
     for (size_t i = 0; s->budget_excluded && i < s->n_budget_excluded; i++)
@@ -1025,6 +1094,7 @@ void qp_quantize_summary_free(struct qp_quantize_summary *s) {
 }
 
 static enum qp_status check_config(const struct qp_quantize_config *c, struct qp_error *err) {
+    enum qp_status st;
     if ((unsigned)c->trt.quantize_mode >= QP_QUANT_MODE_COUNT)
         return qp_error_set(err, QP_ERR_USAGE, "quantize: quantize_mode %d is not int8 or fp8",
                             (int)c->trt.quantize_mode);
@@ -1050,6 +1120,9 @@ static enum qp_status check_config(const struct qp_quantize_config *c, struct qp
         return qp_error_set(err, QP_ERR_USAGE,
                             "quantize: weight_clipping %d is not absmax (0) or mse (1)",
                             (int)c->weight_clipping);
+    if ((st = check_rounding(c->weight_rounding, c->weight_rounding_seconds, c->trt.quantize_mode,
+                             err)) != QP_OK)
+        return st;
     if (check_opset(c->opset, "opset", err) != QP_OK) return QP_ERR_USAGE;
     if (isnan(c->max_output_drift) || !isfinite(c->max_output_drift) ||
         !(c->min_top1_agreement >= 0 && c->min_top1_agreement <= 1))
@@ -1057,8 +1130,7 @@ static enum qp_status check_config(const struct qp_quantize_config *c, struct qp
                             "quantize: max_output_drift must be finite (< 0: none) and "
                             "min_top1_agreement in [0, 1] (0: none), not %g and %g",
                             c->max_output_drift, c->min_top1_agreement);
-    enum qp_status st =
-        check_equalization(c->equalization, c->smoothquant_alpha, c->ranges != NULL, err);
+    st = check_equalization(c->equalization, c->smoothquant_alpha, c->ranges != NULL, err);
     if (st != QP_OK) return st;
     if (c->n_op_types_to_exclude_fp16 && !c->op_types_to_exclude_fp16)
         return qp_error_set(err, QP_ERR_USAGE, "quantize: op_types_to_exclude_fp16 is NULL");
@@ -1162,6 +1234,16 @@ static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantiz
         .outputs_corrected = r->outputs_corrected,
         .outputs_unclipped = r->outputs_unclipped,
         .n_auto_fallback = r->n_auto_fallback,
+        .weight_rounding = r->weight_rounding ? QP_WEIGHT_ROUND_ADAROUND : QP_WEIGHT_ROUND_NEAREST,
+        .n_rounded_layers = r->rounding.n_layers,
+        .n_rounding_skipped = r->rounding.n_skipped,
+        .n_rounding_timed_out = r->rounding.n_timed_out,
+        .n_rounded_weights = r->rounding.n_weights,
+        .n_rounded_flipped = r->rounding.n_flipped,
+        .rounding_error_before = r->rounding.error_before,
+        .rounding_error_after = r->rounding.error_after,
+        .rounding_seconds = r->rounding.seconds,
+        .outputs_unrounded = r->outputs_unrounded,
     };
     memcpy(s->auto_methods, r->auto_methods, sizeof s->auto_methods);
     s->n_ranges_reused = r->n_ranges_reused;
@@ -1185,6 +1267,7 @@ static enum qp_status summary_of(struct qp_quantize_report *r, struct qp_quantiz
     r->outputs_uncorrected = NULL;
     r->outputs_corrected = NULL;
     r->outputs_unclipped = NULL;
+    r->outputs_unrounded = NULL;
     r->n_outputs = 0;
     r->placement = NULL;
     *out = s;
@@ -1220,7 +1303,9 @@ enum qp_status qp_quantize_model(const struct qp_model *model, struct qp_provide
         .goal = {.max_drift = c->max_output_drift, .min_top1 = c->min_top1_agreement},
         .equalization = c->equalization,
         .smoothquant_alpha = c->smoothquant_alpha,
-        .bias_correction = c->bias_correction};
+        .bias_correction = c->bias_correction,
+        .weight_rounding = c->weight_rounding,
+        .weight_rounding_seconds = c->weight_rounding_seconds};
     struct qp_calib_shapes over = {0};
     if ((c->override_shapes && (st = parse_override(c->override_shapes, &over, err)) != QP_OK) ||
         (st = qp_model_clone(model, &job.mf, err)) != QP_OK ||

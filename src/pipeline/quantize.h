@@ -47,8 +47,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "adjust/equalize.h"
+#include "adjust/adaround.h"
 #include "adjust/bias_correct.h"
+#include "adjust/equalize.h"
 #include "calib/calibrator.h"
 #include "calib/data.h"
 #include "pipeline/budget.h"
@@ -111,6 +112,11 @@ struct qp_quantize_options {
      * (qp_quantize_options_default's), on, or auto (with the user's calibration data, kept
      * only when it raises the drift's mean cosine; the CLI's default). */
     int bias_correction;
+    /* enum qp_weight_rounding (qplace/quantize.h): adaround chooses the weights' levels by
+     * layer-output error (adjust/adaround.h) after calibration, before bias correction;
+     * weight_rounding_seconds bounds it (0: the default). */
+    enum qp_weight_rounding weight_rounding;
+    double weight_rounding_seconds;
 };
 
 void qp_quantize_options_default(struct qp_quantize_options *o);
@@ -166,6 +172,12 @@ struct qp_quantize_report {
     /* --weight_clipping mse: the drift of the same model written with absmax weight scales, on
      * the same samples (n_outputs entries, owned; NULL otherwise). */
     struct qp_quantize_drift *outputs_unclipped;
+    /* --weight_rounding adaround: 1 when it ran, what it did, and the drift of the model written
+     * with nearest levels (as mq stood before the rounding; n_outputs entries, owned; NULL when
+     * it did not run). */
+    int weight_rounding;
+    struct qp_adaround_stats rounding;
+    struct qp_quantize_drift *outputs_unrounded;
 };
 
 void qp_quantize_report_free(struct qp_quantize_report *r);

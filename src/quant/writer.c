@@ -380,6 +380,12 @@ static enum qp_status weight_scales(const struct qp_tensor *t, int axis, enum qp
     return QP_OK;
 }
 
+enum qp_status qp_qdq_weight_scales(const struct qp_tensor *t, int axis, enum qp_dtype qtype,
+                                    int clip_mse, float **scales_out, int64_t *n_out,
+                                    struct qp_error *err) {
+    return weight_scales(t, axis, qtype, clip_mse, NULL, scales_out, n_out, err);
+}
+
 enum qp_status qp_qdq_write(struct qp_model *m, const struct qp_placement *p_in,
                             const struct qp_writer_options *o, struct qp_writer_stats *stats,
                             struct qp_error *err) {

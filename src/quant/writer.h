@@ -114,6 +114,14 @@ enum qp_status qp_qdq_write(struct qp_model *m, const struct qp_placement *p,
 enum qp_status qp_qdq_write_precision(struct qp_model *m, const struct qp_writer_options *o,
                                       struct qp_writer_stats *stats, struct qp_error *err);
 
+/* The scales qp_qdq_write gives float weight `t` quantized to `qtype` along `axis` (a channel
+ * axis, or -1: one scale for the tensor), with clip_mse as weight_clip_mse: *scales_out
+ * (malloc'd, *n_out entries: the axis's length, or 1). Returns QP_ERR_BAD_INPUT for scales the
+ * type cannot hold (naming the weight) and QP_ERR_NOMEM. */
+enum qp_status qp_qdq_weight_scales(const struct qp_tensor *t, int axis, enum qp_dtype qtype,
+                                    int clip_mse, float **scales_out, int64_t *n_out,
+                                    struct qp_error *err);
+
 /* Output path for `input` when none is given: "<dir>/<stem>.quant.onnx" (the ".onnx" suffix of
  * the input is replaced; otherwise ".quant.onnx" is appended). malloc'd; NULL when out of
  * memory. */

@@ -167,6 +167,14 @@ static enum qp_status phase_accuracy(struct ctx *c, struct qp_error *err) {
     return run_quantize(&o, err);
 }
 
+/* quantize with weight rounding: the model it measures, its pass, H per layer and the choice. */
+static enum qp_status phase_rounding(struct ctx *c, struct qp_error *err) {
+    struct qp_quantize_options o;
+    quantize_options(c, &o);
+    o.weight_rounding = QP_WEIGHT_ROUND_ADAROUND;
+    return run_quantize(&o, err);
+}
+
 static enum qp_status phase_sensitivity(struct ctx *c, struct qp_error *err) {
     struct qp_sensitivity_run_options o;
     qp_sensitivity_run_options_default(&o);
@@ -232,10 +240,10 @@ static void clean(struct ctx *c) {
 
 int main(int argc, char **argv) {
     if (argc != 5) {
-        fprintf(
-            stderr,
-            "usage: alloc_fail load|calibrate|quantize|equalize|accuracy|sensitivity MODEL DATA "
-            "DIR\n");
+        fprintf(stderr, "usage: alloc_fail "
+                        "load|calibrate|quantize|equalize|accuracy|rounding|sensitivity MODEL "
+                        "DATA "
+                        "DIR\n");
         return 2;
     }
     struct ctx c = {.model = argv[2], .data = argv[3], .dir = argv[4]};
@@ -245,6 +253,7 @@ int main(int argc, char **argv) {
         : strcmp(argv[1], "quantize") == 0    ? phase_quantize
         : strcmp(argv[1], "equalize") == 0    ? phase_equalize
         : strcmp(argv[1], "accuracy") == 0    ? phase_accuracy
+        : strcmp(argv[1], "rounding") == 0    ? phase_rounding
         : strcmp(argv[1], "sensitivity") == 0 ? phase_sensitivity
                                               : NULL;
     if (!phase) return fprintf(stderr, "alloc_fail: unknown phase '%s'\n", argv[1]), 2;
