@@ -433,9 +433,10 @@ static void print_equalization(const struct qp_quantize_report *r) {
 /* --weight_rounding adaround's line. */
 static void print_rounding(const struct qp_adaround_stats *s) {
     printf("  weight rounding (adaround): %zu layers, %llu of %llu weights at the level that is "
-           "not the nearest, output error / energy %.4g -> %.4g, %.2f s",
+           "not the nearest, output error / energy %.4g -> %.4g (up to %llu input rows a layer), "
+           "%.2f s",
            s->n_layers, (unsigned long long)s->n_flipped, (unsigned long long)s->n_weights,
-           s->error_before, s->error_after, s->seconds);
+           s->error_before, s->error_after, (unsigned long long)s->n_rows, s->seconds);
     if (s->n_skipped) printf("; %zu layers left at nearest", s->n_skipped);
     if (s->n_timed_out) printf("; %zu layers past the time bound kept nearest", s->n_timed_out);
     printf("\n");
