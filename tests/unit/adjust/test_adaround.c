@@ -233,11 +233,21 @@ static void conv_case(const struct layer *L, uint32_t seed) {
     qp_model_free(m);
 }
 
+/* The strided Conv of test_conv: 4 -> 6 channels, 16 x 16, 3 x 3, stride 2, pads 1. */
+#define STRIDED                                                                                    \
+    { .ci = 4, .co = 6, .h = 16, .w = 16, .k = 3, .s = 2, .p = 1, .groups = 1 }
+
 static void test_conv(void **state) {
     (void)state;
-    conv_case(
-        &(struct layer){.ci = 4, .co = 6, .h = 16, .w = 16, .k = 3, .s = 2, .p = 1, .groups = 1},
-        7);
+    conv_case(&(struct layer)STRIDED, 7);
+}
+
+/* Its model with the weights test_conv uses (w: 6 x 4 x 3 x 3) and its data in d. */
+static struct qp_model *strided_fixture(struct data *d, float *w) {
+    struct layer L = STRIDED;
+    data_init(d, 4, QG_DIMS(1, L.ci, L.h, L.w));
+    random_weights(w, (size_t)(L.co * L.ci * L.k * L.k), 7);
+    return conv_model(&L, w);
 }
 
 static void test_depthwise(void **state) {
@@ -298,11 +308,9 @@ static void test_matmul(void **state) {
 static void test_left_alone(void **state) {
     (void)state;
     static struct data d;
-    struct layer L = {.ci = 4, .co = 6, .h = 16, .w = 16, .k = 3, .s = 2, .p = 1, .groups = 1};
-    data_init(&d, 4, QG_DIMS(1, 4, 16, 16));
     static float w[6 * 4 * 9];
-    random_weights(w, 6 * 4 * 9, 7);
-    struct qp_model *m = conv_model(&L, w);
+    struct layer L = STRIDED;
+    struct qp_model *m = strided_fixture(&d, w);
     int n = qg_node(m, "conv2", "Conv", "r,W", "y2");
     conv_attrs(m, n, 1, 2, 1);
     qg_shape(m, "y2", QP_DTYPE_FLOAT, 4, QG_DIMS(1, 6, 8, 8));
@@ -348,11 +356,8 @@ static void test_left_alone(void **state) {
 static void test_quantize_model(void **state) {
     (void)state;
     static struct data d;
-    struct layer L = {.ci = 4, .co = 6, .h = 16, .w = 16, .k = 3, .s = 2, .p = 1, .groups = 1};
-    data_init(&d, 4, QG_DIMS(1, 4, 16, 16));
     static float w[6 * 4 * 9];
-    random_weights(w, 6 * 4 * 9, 7);
-    struct qp_model *m = conv_model(&L, w), *out = NULL;
+    struct qp_model *m = strided_fixture(&d, w), *out = NULL;
     struct qp_quantize_config c;
     qp_quantize_config_default(&c);
     c.weight_rounding = QP_WEIGHT_ROUND_ADAROUND;
