@@ -14,7 +14,9 @@
 # races on a noisy machine adopt schemes of 1-3% that do not reproduce. Minutes per model.
 # AUTOTUNE_REGION_MODELS picks the models (default "resnet50 vit_tiny"; also det, rec and cls,
 # PaddleOCR's, fetched by scripts/setup.sh); AUTOTUNE_REGION_SCHEMES N adds
-# --schemes_per_region N.
+# --schemes_per_region N; AUTOTUNE_REGION_TIMINGS the sub-model timings compared with whole
+# (default "region region_all": representatives, every instance). Runs alternate: whole, then
+# each region timing, REPEATS times.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 QPLACE="${1:-$ROOT/build/qplace}"
@@ -36,6 +38,7 @@ declare -A shape=(
     [rec]=x:1x3x48x320 [cls]=x:1x3x48x192
 )
 read -r -a models <<<"${AUTOTUNE_REGION_MODELS:-resnet50 vit_tiny}"
+read -r -a subs <<<"${AUTOTUNE_REGION_TIMINGS:-region region_all}"
 extra=()
 [ -z "${AUTOTUNE_REGION_SCHEMES:-}" ] || extra=(--schemes_per_region "$AUTOTUNE_REGION_SCHEMES")
 for m in "${models[@]}"; do
@@ -51,12 +54,12 @@ median() { # median X... (numbers)
 }
 
 isa=""
-printf '%-9s %-7s %3s %8s %9s %6s %8s %9s %9s %s\n' model timing run "wall s" "search s" races \
+printf '%-9s %-10s %3s %8s %9s %6s %8s %9s %9s %s\n' model timing run "wall s" "search s" races \
     adopted "seed ms" "best ms" "region check"
 for m in "${models[@]}"; do
     declare -A walls=() searches=()
-    for timing in whole region; do
-        for r in $(seq 1 "$REPEATS"); do
+    for r in $(seq 1 "$REPEATS"); do
+        for timing in whole "${subs[@]}"; do
             dir="$OUT/$m.$timing.$r"
             rm -rf "$dir"
             t0=$(date +%s.%N)
@@ -75,50 +78,52 @@ for m in "${models[@]}"; do
             [ -n "$isa" ] || isa=$(sed -n 's/^  backend *//p' "$dir.txt")
             check=$(sed -n 's/^  region check .* as whole models: \([a-z]*\).*/\1/p' "$dir.txt")
             grep -q "seed's placement is kept" "$dir.txt" && check="$check (seed kept)"
-            printf '%-9s %-7s %3s %8s %9s %6s %8s %9s %9s %s\n' "$m" "$timing" "$r" "$wall" \
+            printf '%-9s %-10s %3s %8s %9s %6s %8s %9s %9s %s\n' "$m" "$timing" "$r" "$wall" \
                 "${search:--}" "$races" "$adopted" "$seed" "$best" "${check:--}"
         done
     done
-    same=0
-    total=0
-    for a in $(seq 1 "$REPEATS"); do
-        for b in $(seq 1 "$REPEATS"); do
-            total=$((total + 1))
-            if "$QPLACE" diff "$OUT/$m.whole.$a/placement.json" \
-                "$OUT/$m.region.$b/placement.json" | grep -q '^result: SAME'; then
-                same=$((same + 1))
-            fi
-        done
-    done
+    ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
     # shellcheck disable=SC2086
     w=$(median ${walls[whole]})
     # shellcheck disable=SC2086
-    g=$(median ${walls[region]})
-    # shellcheck disable=SC2086
     sw=$(median ${searches[whole]})
-    # shellcheck disable=SC2086
-    sg=$(median ${searches[region]})
-    ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
-    echo "$m: final placements equal in $same of $total whole/region pairs;" \
-        "median wall $w s whole, $g s region: $(ratio "$w" "$g")x;" \
-        "median search $sw s whole, $sg s region: $(ratio "$sw" "$sg")x"
-    # the results as latencies: the first whole and region runs' optimized_final.onnx benched in
+    for sub in "${subs[@]}"; do
+        same=0
+        total=0
+        for a in $(seq 1 "$REPEATS"); do
+            for b in $(seq 1 "$REPEATS"); do
+                total=$((total + 1))
+                if "$QPLACE" diff "$OUT/$m.whole.$a/placement.json" \
+                    "$OUT/$m.$sub.$b/placement.json" | grep -q '^result: SAME'; then
+                    same=$((same + 1))
+                fi
+            done
+        done
+        # shellcheck disable=SC2086
+        g=$(median ${walls[$sub]})
+        # shellcheck disable=SC2086
+        sg=$(median ${searches[$sub]})
+        echo "$m: final placements equal in $same of $total whole/$sub pairs;" \
+            "median wall $w s whole, $g s $sub: $(ratio "$w" "$g")x;" \
+            "median search $sw s whole, $sg s $sub: $(ratio "$sw" "$sg")x"
+    done
+    # the results as latencies: the first run's optimized_final.onnx of each timing benched in
     # turn (BENCH_ROUNDS rounds of 40 runs), each the median of its rounds' medians
-    bw="" br=""
+    declare -A rounds=()
     for _ in $(seq 1 "${BENCH_ROUNDS:-4}"); do
-        for timing in whole region; do
+        for timing in whole "${subs[@]}"; do
             ms=$("$QPLACE" bench "$OUT/$m.$timing.1/optimized_final.onnx" \
                 --shape "${shape[$m]/:/=}" --threads "$THREADS" --iterations 40 |
                 awk '$1 == "qplace" {print $2}')
-            if [ "$timing" = whole ]; then bw+="$ms "; else br+="$ms "; fi
+            rounds[$timing]+="$ms "
         done
     done
-    # shellcheck disable=SC2086
-    mw=$(median $bw)
-    # shellcheck disable=SC2086
-    mr=$(median $br)
-    echo "$m: chosen placements benched in turn: whole's $mw ms, region's $mr ms" \
-        "(whole / region $(ratio "$mw" "$mr")x; rounds: whole $bw/ region $br)"
-    unset walls searches
+    line="$m: chosen placements benched in turn:"
+    for timing in whole "${subs[@]}"; do
+        # shellcheck disable=SC2086
+        line+=" $timing's $(median ${rounds[$timing]}) ms (rounds ${rounds[$timing]% });"
+    done
+    echo "${line%;}"
+    unset walls searches rounds
 done
 echo "backend: $isa; mode $MODE, $THREADS threads"

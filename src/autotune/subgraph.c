@@ -69,14 +69,15 @@ static void mark_fused_after(const struct qp_graph *g, unsigned char *in, unsign
     }
 }
 
-size_t qp_subgraph_nodes(const struct qp_regions *rs, size_t pattern, unsigned char *keep) {
+size_t qp_subgraph_nodes(const struct qp_regions *rs, size_t pattern,
+                         const unsigned char *instances, unsigned char *keep) {
     const struct qp_graph *g = rs->graph;
     size_t added = 0;
     /* 1: an instance's node; 2 + k: a neighbour k + 1 steps out */
     unsigned char *in = calloc(g->n_nodes ? g->n_nodes : 1, 1);
     if (!in) return 0;
     for (size_t r = 0; r < rs->n_regions; r++)
-        if (rs->regions[r].pattern == (int)pattern)
+        if (rs->regions[r].pattern == (int)pattern && (!instances || instances[r]))
             for (size_t k = 0; k < rs->regions[r].n_nodes; k++)
                 in[rs->regions[r].nodes[k]] = 1;
     for (int step = 0; step < QP_SUBGRAPH_STEPS; step++)
@@ -99,6 +100,22 @@ size_t qp_subgraph_nodes(const struct qp_regions *rs, size_t pattern, unsigned c
     return added;
 }
 
+/* Appends v to vals unless it is there. */
+static enum qp_status append_value(int v, int **vals, size_t *n, size_t *cap,
+                                   struct qp_error *err) {
+    for (size_t j = 0; j < *n; j++)
+        if ((*vals)[j] == v) return QP_OK;
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 16;
+        int *nv = qp_realloc_n(*vals, nc, sizeof *nv);
+        if (!nv) return qp_error_set(err, QP_ERR_NOMEM, "subgraph: out of memory");
+        *vals = nv;
+        *cap = nc;
+    }
+    (*vals)[(*n)++] = v;
+    return QP_OK;
+}
+
 enum qp_status qp_subgraph_border(const struct qp_graph *g, const unsigned char *keep, int **vals,
                                   size_t *n, size_t *cap, struct qp_error *err) {
     for (size_t k = 0; k < g->n_nodes; k++) {
@@ -109,21 +126,129 @@ enum qp_status qp_subgraph_border(const struct qp_graph *g, const unsigned char 
             if (v < 0) continue;
             const struct qp_value *val = &g->values[v];
             if (val->producer < 0 || keep[val->producer]) continue;
-            int dup = 0;
-            for (size_t j = 0; j < *n && !dup; j++)
-                dup = (*vals)[j] == v;
-            if (dup) continue;
-            if (*n == *cap) {
-                size_t nc = *cap ? *cap * 2 : 16;
-                int *nv = qp_realloc_n(*vals, nc, sizeof *nv);
-                if (!nv) return qp_error_set(err, QP_ERR_NOMEM, "subgraph: out of memory");
-                *vals = nv;
-                *cap = nc;
-            }
-            (*vals)[(*n)++] = v;
+            enum qp_status st = append_value(v, vals, n, cap, err);
+            if (st != QP_OK) return st;
         }
     }
     return QP_OK;
+}
+
+/* Appends the tensors region r's nodes read that a live node outside the region writes. */
+static enum qp_status region_inputs(const struct qp_regions *rs, size_t r, int **vals, size_t *n,
+                                    size_t *cap, struct qp_error *err) {
+    const struct qp_graph *g = rs->graph;
+    const struct qp_region *reg = &rs->regions[r];
+    for (size_t k = 0; k < reg->n_nodes; k++) {
+        const struct qp_node *nd = &g->nodes[reg->nodes[k]];
+        for (int i = 0; i < nd->n_inputs; i++) {
+            int v = nd->inputs[i];
+            int p = v >= 0 ? g->values[v].producer : -1;
+            if (p < 0 || g->nodes[p].dead || rs->region_of[p] == (int)r || is_constant_node(g, p))
+                continue;
+            enum qp_status st = append_value(v, vals, n, cap, err);
+            if (st != QP_OK) return st;
+        }
+    }
+    return QP_OK;
+}
+
+enum qp_status qp_subgraph_instance_border(const struct qp_regions *rs, size_t pattern, int **vals,
+                                           size_t *n, size_t *cap, struct qp_error *err) {
+    const struct qp_graph *g = rs->graph;
+    unsigned char *one = calloc(rs->n_regions ? rs->n_regions : 1, 1);
+    unsigned char *keep = calloc(g->n_nodes ? g->n_nodes : 1, 1);
+    enum qp_status st = QP_OK;
+    if (!one || !keep) st = qp_error_set(err, QP_ERR_NOMEM, "subgraph: out of memory");
+    for (size_t r = 0; r < rs->n_regions && st == QP_OK; r++) {
+        if (rs->regions[r].pattern != (int)pattern) continue;
+        one[r] = 1;
+        memset(keep, 0, g->n_nodes);
+        qp_subgraph_nodes(rs, pattern, one, keep);
+        one[r] = 0;
+        st = qp_subgraph_border(g, keep, vals, n, cap, err);
+        if (st == QP_OK) st = region_inputs(rs, r, vals, n, cap, err);
+    }
+    free(one);
+    free(keep);
+    return st;
+}
+
+static const struct qp_subgraph_tensor *captured(const struct qp_subgraph_capture *c,
+                                                 const char *name);
+
+/* The shape of value v as region timing compares instances: the captured one, else an
+ * initializer's or the declared static one; *rank -1 when none is known. */
+static void value_shape(const struct qp_graph *g, const struct qp_subgraph_capture *cap, int v,
+                        int *rank, const int64_t **dims, int64_t *buf) {
+    const struct qp_value *val = &g->values[v];
+    const struct qp_subgraph_tensor *t = captured(cap, val->name);
+    *rank = -1;
+    *dims = buf;
+    if (t) {
+        *rank = t->value.rank;
+        *dims = t->value.dims;
+    } else if (val->initializer >= 0) {
+        const struct qp_tensor *ts = &g->inits[val->initializer];
+        *rank = ts->rank;
+        *dims = ts->dims;
+    } else if (val->kind == QP_VALUE_TENSOR && val->rank >= 0 && val->rank <= QP_MAX_RANK) {
+        int known = 1;
+        for (int i = 0; i < val->rank; i++) {
+            known &= val->dims[i].value >= 0 && !val->dims[i].param;
+            buf[i] = val->dims[i].value;
+        }
+        if (known) *rank = val->rank;
+    }
+}
+
+/* 1 when regions a and b (instances of one pattern) read tensors of the same shapes from
+ * outside themselves (and initializers of the same shapes), slot by slot in the pattern's
+ * canonical node order. */
+static int same_shapes(const struct qp_regions *rs, const struct qp_subgraph_capture *cap, size_t a,
+                       size_t b) {
+    const struct qp_graph *g = rs->graph;
+    const struct qp_region *ra = &rs->regions[a], *rb = &rs->regions[b];
+    if (ra->n_nodes != rb->n_nodes) return 0;
+    for (size_t k = 0; k < ra->n_nodes; k++) {
+        const struct qp_node *na = &g->nodes[ra->nodes[k]], *nb = &g->nodes[rb->nodes[k]];
+        if (na->n_inputs != nb->n_inputs) return 0;
+        for (int i = 0; i < na->n_inputs; i++) {
+            int va = na->inputs[i], vb = nb->inputs[i];
+            if ((va < 0) != (vb < 0)) return 0;
+            if (va < 0) continue;
+            /* a tensor the instance computes itself follows from what enters it */
+            int pa = g->values[va].producer, pb = g->values[vb].producer;
+            int inside_a = pa >= 0 && rs->region_of[pa] == (int)a;
+            int inside_b = pb >= 0 && rs->region_of[pb] == (int)b;
+            if (inside_a != inside_b) return 0;
+            if (inside_a) continue;
+            int rka, rkb;
+            const int64_t *da, *db;
+            int64_t ba[QP_MAX_RANK], bb[QP_MAX_RANK];
+            value_shape(g, cap, va, &rka, &da, ba);
+            value_shape(g, cap, vb, &rkb, &db, bb);
+            if (rka != rkb || (rka > 0 && memcmp(da, db, (size_t)rka * sizeof *da) != 0)) return 0;
+        }
+    }
+    return 1;
+}
+
+size_t qp_subgraph_representatives(const struct qp_regions *rs, size_t pattern,
+                                   const unsigned char *searched,
+                                   const struct qp_subgraph_capture *cap, unsigned char *chosen) {
+    size_t n = 0;
+    for (size_t r = 0; r < rs->n_regions; r++) {
+        chosen[r] = 0;
+        if (rs->regions[r].pattern != (int)pattern || (searched && !searched[r])) continue;
+        int alike = 0;
+        for (size_t q = 0; q < r && !alike; q++)
+            alike = chosen[q] && same_shapes(rs, cap, q, r);
+        if (!alike) {
+            chosen[r] = 1;
+            n++;
+        }
+    }
+    return n;
 }
 
 void qp_subgraph_capture_free(struct qp_subgraph_capture *c) {

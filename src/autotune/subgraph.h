@@ -3,11 +3,12 @@
  * model a pattern's schemes change, cut out as a valid model of its own, so a race times that
  * part instead of the whole model.
  *
- * The node set of pattern p (qp_subgraph_nodes) is every instance of p, plus one step outside
- * them: the producers of the tensors they read and the consumers of the tensors they write. A
- * Q/DQ on an instance's border fuses into those neighbours in the engine (a Quantize into the
- * producing Conv's output, an int8 output into the consumer), so they are in the sub-model to
- * fuse the way they do in the whole model. Constant nodes the set reads are in it too.
+ * The node set of pattern p (qp_subgraph_nodes) is the instances of p asked for (every one, or
+ * one of each shape: qp_subgraph_representatives), plus one step outside them: the producers
+ * of the tensors they read and the consumers of the tensors they write. A Q/DQ on an
+ * instance's border fuses into those neighbours in the engine (a Quantize into the producing
+ * Conv's output, an int8 output into the consumer), so they are in the sub-model to fuse the
+ * way they do in the whole model. Constant nodes the set reads are in it too.
  *
  * The sub-model (qp_subgraph_extract) holds those nodes, the initializers they read, and:
  *   - as graph inputs, the float tensors entering the set, each declared with the static dtype
@@ -26,7 +27,7 @@
  * placement into it with the borders quantized as the whole model quantizes them there.
  *
  *     unsigned char *keep = calloc(g->n_nodes, 1);
- *     qp_subgraph_nodes(rs, p, keep);
+ *     qp_subgraph_nodes(rs, p, NULL, keep);          // every instance (or a representative set)
  *     struct qp_subgraph_capture *cap = NULL;      // once per model, for every pattern's border
  *     qp_subgraph_border(g, keep, &names, &n);     // names to capture (append for all patterns)
  *     if (qp_subgraph_capture(m, "input:1x3x224x224", names, n, 2, &cap, &err) != QP_OK) ...
@@ -53,12 +54,14 @@
 #define QP_SUBGRAPH_STEPS 1
 
 /* Marks in keep[0..g->n_nodes) (a byte per node of rs->graph, set to 1; other bytes are left
- * as they are) the node set of pattern `pattern`: its instances' nodes, the live producers of
+ * as they are) the node set of pattern `pattern`'s instances marked in
+ * instances[0..rs->n_regions) (NULL: every instance): their nodes, the live producers of
  * what they read, the live consumers of what they write, the activations that fuse after those
  * neighbours (a single reader running as the step's post-operation: Relu, Clip, LeakyRelu,
  * Sigmoid, HardSigmoid, HardSwish, BatchNormalization, up to four in a chain), and the Constant
  * nodes any of those read. Returns the number of nodes marked by this call. */
-size_t qp_subgraph_nodes(const struct qp_regions *rs, size_t pattern, unsigned char *keep);
+size_t qp_subgraph_nodes(const struct qp_regions *rs, size_t pattern,
+                         const unsigned char *instances, unsigned char *keep);
 
 /* The tensors entering the node set `keep` that qp_subgraph_extract needs captured: read by a
  * kept node, produced by a node outside the set (not a graph input, not an initializer).
@@ -92,6 +95,27 @@ enum qp_status qp_subgraph_capture(const struct qp_model *m, const char *shapes,
                                    size_t n, int n_threads, struct qp_subgraph_capture **out,
                                    struct qp_error *err);
 void qp_subgraph_capture_free(struct qp_subgraph_capture *c);
+
+/* Representatives (docs/autotune.md "Representative instances"). A pattern's instances often
+ * repeat with the same shapes (ViT-tiny's 12 encoder blocks; ResNet-50's identity bottlenecks,
+ * 2, 3, 5 and 1 per stage), so a sub-model needs one instance of each kind, not all of them:
+ * qp_subgraph_representatives picks, among the instances marked in searched[0..rs->n_regions)
+ * (NULL: every instance), the first of each group whose nodes read tensors of the same shapes,
+ * slot by slot in the pattern's canonical order (captured shapes of activations, initializers'
+ * dims), into chosen[0..rs->n_regions) (1 chosen, 0 not), and returns how many. `cap` must hold
+ * what qp_subgraph_instance_border lists for the pattern. Choosing is pure: the same
+ * instances for the same model and shapes. */
+size_t qp_subgraph_representatives(const struct qp_regions *rs, size_t pattern,
+                                   const unsigned char *searched,
+                                   const struct qp_subgraph_capture *cap, unsigned char *chosen);
+
+/* Appends to *vals (as qp_subgraph_border does) every tensor that a sub-model of some subset of
+ * pattern `pattern`'s instances needs captured (the border of each instance's node set: a
+ * border of a union of those sets is part of their borders' union) and the tensors each
+ * instance reads from outside itself (what qp_subgraph_representatives compares). Returns
+ * QP_ERR_NOMEM. */
+enum qp_status qp_subgraph_instance_border(const struct qp_regions *rs, size_t pattern, int **vals,
+                                           size_t *n, size_t *cap, struct qp_error *err);
 
 /* The sub-model of `m` (borrowed; the sub-model borrows its initializer bytes, so `m` must
  * outlive it) holding the nodes marked in keep[0..m->graph->n_nodes) (see the overview).

@@ -48,8 +48,9 @@ const struct cli_opt cli_autotune_opts[] = {
     {"eval_data_path", CLI_VALUE, "FILE|DIR",
      "samples the drift is measured on (default: the calibration data, else synthetic)"},
     {"drift_samples", CLI_VALUE, "N", "the first N evaluation samples (32; 0: all)"},
-    {"timing", CLI_VALUE, "auto|region|whole",
-     "time each scheme on its pattern's sub-model or on the whole model (auto: whole)"},
+    {"timing", CLI_VALUE, "auto|region|region_all|whole",
+     "time each scheme on its pattern's sub-model (region: one instance per shape, "
+     "region_all: every instance) or on the whole model (auto: whole)"},
     {0},
 };
 
@@ -229,7 +230,8 @@ int cli_autotune_run(const struct cli_args *args) {
     }
     if ((s = cli_value(args, "timing", NULL))) {
         int tm = qp_autotune_timing_parse(s);
-        if (tm < 0) return bad_usage("--timing must be auto, region or whole, not '%s'", s);
+        if (tm < 0)
+            return bad_usage("--timing must be auto, region, region_all or whole, not '%s'", s);
         o.timing = (enum qp_autotune_timing)tm;
     }
     int rc;

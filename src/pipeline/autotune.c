@@ -37,7 +37,8 @@ int qp_autotune_mode_parse(const char *s) {
 }
 
 int qp_autotune_timing_parse(const char *s) {
-    static const char *const names[QP_AUTOTUNE_TIMING_COUNT] = {"auto", "whole", "region"};
+    static const char *const names[QP_AUTOTUNE_TIMING_COUNT] = {"auto", "whole", "region",
+                                                                "region_all"};
     for (int i = 0; s && i < QP_AUTOTUNE_TIMING_COUNT; i++)
         if (strcmp(s, names[i]) == 0) return i;
     return -1;
@@ -107,11 +108,14 @@ struct tune {
      * tensors entering them from one run of the whole model, the sub-model files, the whole
      * best's median as estimated (measured once, then lowered by each adopted gain), and the
      * current pattern's sub-model size and scaled minimum effect, for the log. */
-    int region;
+    int region, region_all;
     unsigned char **keep;
+    /* per pattern: searched instances / instances in its sub-model (1: all of them, else
+     * representatives: a FASTER sub-model race is confirmed as whole models) */
+    double *weight;
     struct qp_subgraph_capture *cap;
     char *cand_sub_path, *best_sub_path;
-    double whole_ms, sub_min_effect;
+    double whole_ms, sub_min_effect, sub_weight;
     size_t sub_nodes;
     /* Borderline sub-model races raced again as whole models (escalate): `escalating` while
      * that race is accounted, `escalate` the decision recorded with the sub-model race, and
@@ -122,7 +126,31 @@ struct tune {
 
 /* The timing a race of the search uses, as log.jsonl and the state file name it. */
 static const char *timing_name(const struct tune *t) {
-    return t->escalating ? "escalated" : t->region ? "region" : "whole";
+    return t->escalating   ? "escalated"
+           : t->region_all ? "region_all"
+           : t->region     ? "region"
+                           : "whole";
+}
+
+/* The minimum effect of a sub-model race: the whole model's, scaled by whole / sub-model
+ * latency, so that the sub-model must gain as many milliseconds as the whole model would
+ * (with representatives: as many as the whole model would gain divided by the weight, each
+ * timed instance standing for `weight` searched ones). */
+static double region_effect(const struct tune *t, double sub_ms) {
+    double e = t->o->race.min_effect, w = t->sub_weight >= 1 ? t->sub_weight : 1;
+    return sub_ms > 0 && t->whole_ms > sub_ms * w ? e * t->whole_ms / (sub_ms * w) : e;
+}
+
+/* The whole model's gain in ms that a sub-model race's medians (candidate cm, best bm) stand
+ * for. */
+static double region_gain(const struct tune *t, double cm, double bm) {
+    return (bm - cm) * (t->sub_weight >= 1 ? t->sub_weight : 1);
+}
+
+/* 1 while the current pattern's sub-model leaves instances out: its FASTER verdicts are
+ * confirmed by a whole-model race. */
+static int region_confirms(const struct tune *t) {
+    return t->region && !t->escalating && t->sub_weight > 1;
 }
 
 static char *join(const char *dir, const char *name) {
@@ -203,6 +231,7 @@ static enum qp_status log_line(struct tune *t, size_t pattern, const char *sourc
     cJSON_AddStringToObject(o, "timing", timing_name(t));
     if (t->region && !t->escalating) {
         cJSON_AddNumberToObject(o, "sub_nodes", (double)t->sub_nodes);
+        cJSON_AddNumberToObject(o, "weight", t->sub_weight >= 1 ? t->sub_weight : 1);
         cJSON_AddNumberToObject(o, "min_effect", t->sub_min_effect);
         if (res) cJSON_AddBoolToObject(o, "escalated", t->escalate);
     }
@@ -726,7 +755,7 @@ static enum qp_status account_race(struct tune *t, size_t p, const uint64_t *sch
                                    const struct qp_latency_race_result *res, double drift,
                                    int *adopt, struct qp_error *err) {
     const struct qp_pattern *pat = &t->rs->patterns[p];
-    *adopt = res->verdict.verdict == QP_LATENCY_FASTER;
+    *adopt = res->verdict.verdict == QP_LATENCY_FASTER && !region_confirms(t);
     t->r->n_not_replicated += res->stop == QP_LATENCY_STOP_NOT_REPLICATED;
     if (replayed) replay_decision(t, t->step, *adopt);
     t->step++;
@@ -747,7 +776,7 @@ static enum qp_status account_race(struct tune *t, size_t p, const uint64_t *sch
     /* with region timing cm is a sub-model's median: the frontier compares whole models, so the
      * entry holds the whole best's estimate less the sub-model's gain */
     int estimated = t->region && !t->escalating;
-    double entry_ms = estimated ? t->whole_ms - (bm - cm) : cm;
+    double entry_ms = estimated ? t->whole_ms - region_gain(t, cm, bm) : cm;
     if ((st = measured_add(t, "scheme", entry_ms, drift, (long)p, pat->signature,
                            points_json(scheme, pat->n_points), 0, estimated, err)) != QP_OK)
         return st;
@@ -885,6 +914,38 @@ static enum qp_status adopt_candidate(struct tune *t, struct qp_placement *cand,
 
 /* ---- region-local timing (docs/autotune.md "Region-local timing") ---------------------- */
 
+/* The instances of pattern p that the search changes (the node filter's), into in[r]. */
+static size_t searched_instances(const struct tune *t, size_t p, unsigned char *in) {
+    size_t n = 0;
+    for (size_t r = 0; r < t->rs->n_regions; r++) {
+        in[r] = t->rs->regions[r].pattern == (int)p && (!t->region_in || t->region_in[r]);
+        n += in[r];
+    }
+    return n;
+}
+
+/* Every searched pattern's node set: its representatives' (qp_subgraph_representatives), or
+ * with region_all every instance's, and the weight of its sub-model races. */
+static enum qp_status region_node_sets(struct tune *t, struct qp_error *err) {
+    const struct qp_regions *rs = t->rs;
+    size_t nr = rs->n_regions ? rs->n_regions : 1;
+    unsigned char *searched = calloc(nr, 1), *chosen = calloc(nr, 1);
+    enum qp_status st = QP_OK;
+    if (!searched || !chosen) st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    for (size_t p = 0; p < rs->n_patterns && st == QP_OK; p++) {
+        if (!t->keep[p]) continue;
+        size_t n = searched_instances(t, p, searched), k = n;
+        if (!t->region_all) k = qp_subgraph_representatives(rs, p, searched, t->cap, chosen);
+        t->weight[p] = k ? (double)n / (double)k : 1.0;
+        qp_subgraph_nodes(rs, p, t->region_all ? NULL : chosen, t->keep[p]);
+        qp_log(QP_LOG_DEBUG, "autotune: pattern '%s': %zu of %zu searched instances timed",
+               rs->patterns[p].signature, k, n);
+    }
+    free(searched);
+    free(chosen);
+    return st;
+}
+
 /* Decides the timing; for region timing, every searched pattern's node set and one capture of
  * the tensors entering them (a run of the whole float model). Before anything is written. */
 static enum qp_status region_prepare(struct tune *t, struct qp_error *err) {
@@ -894,22 +955,24 @@ static enum qp_status region_prepare(struct tune *t, struct qp_error *err) {
      * (docs/autotune.md "Region-local timing"), so region timing is asked for, not assumed */
     enum qp_autotune_timing tm = t->o->timing;
     if (tm == QP_AUTOTUNE_TIMING_AUTO) tm = QP_AUTOTUNE_TIMING_WHOLE;
-    t->region = t->r->timing_region = tm == QP_AUTOTUNE_TIMING_REGION;
+    t->region_all = tm == QP_AUTOTUNE_TIMING_REGION_ALL;
+    t->region = t->r->timing_region = tm == QP_AUTOTUNE_TIMING_REGION || t->region_all;
     if (!t->region) return QP_OK;
     const struct qp_graph *g = t->m->graph;
     int *vals = NULL;
-    size_t n = 0, cap = 0;
+    size_t n = 0, cap = 0, np = t->rs->n_patterns ? t->rs->n_patterns : 1;
     enum qp_status st = QP_OK;
-    if (!(t->keep = calloc(t->rs->n_patterns ? t->rs->n_patterns : 1, sizeof *t->keep)))
+    if (!(t->keep = calloc(np, sizeof *t->keep)) || !(t->weight = calloc(np, sizeof *t->weight)))
         return qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
     for (size_t p = 0; p < t->rs->n_patterns && st == QP_OK; p++) {
-        if (!t->rs->patterns[p].n_points) continue;
+        if (!t->rs->patterns[p].n_points || !pattern_searched(t, p)) continue;
         if (!(t->keep[p] = calloc(g->n_nodes ? g->n_nodes : 1, 1))) {
             st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
             break;
         }
-        qp_subgraph_nodes(t->rs, p, t->keep[p]);
-        st = qp_subgraph_border(g, t->keep[p], &vals, &n, &cap, err);
+        /* what any subset of the instances needs: the representatives are chosen from the
+         * shapes this capture records */
+        st = qp_subgraph_instance_border(t->rs, p, &vals, &n, &cap, err);
     }
     if (st == QP_OK)
         st = qp_subgraph_capture(t->m, t->o->calibration_shapes, vals, n, t->o->n_threads, &t->cap,
@@ -921,10 +984,13 @@ static enum qp_status region_prepare(struct tune *t, struct qp_error *err) {
         for (size_t p = 0; p < t->rs->n_patterns; p++)
             free(t->keep[p]);
         free(t->keep);
+        free(t->weight);
         t->keep = NULL;
-        t->region = t->r->timing_region = 0;
+        t->weight = NULL;
+        t->region = t->region_all = t->r->timing_region = 0;
         return QP_OK;
     }
+    if (st == QP_OK) st = region_node_sets(t, err);
     if (st != QP_OK) qp_error_prefix(err, "autotune: region-local timing");
     return st;
 }
@@ -933,6 +999,7 @@ static void region_release(struct tune *t) {
     for (size_t p = 0; t->keep && p < t->rs->n_patterns; p++)
         free(t->keep[p]);
     free(t->keep);
+    free(t->weight);
     qp_subgraph_capture_free(t->cap);
     if (t->cand_sub_path) unlink(t->cand_sub_path);
     if (t->best_sub_path) unlink(t->best_sub_path);
@@ -954,13 +1021,6 @@ static enum qp_status write_sub(struct tune *t, const struct qp_model *sub,
     return st;
 }
 
-/* The minimum effect of a sub-model race: the whole model's, scaled by whole / sub-model
- * latency, so that the sub-model must gain as many milliseconds as the whole model would. */
-static double region_effect(const struct tune *t, double sub_ms) {
-    double e = t->o->race.min_effect;
-    return sub_ms > 0 && t->whole_ms > sub_ms ? e * t->whole_ms / sub_ms : e;
-}
-
 /* Pattern p's race setup: with region timing, its sub-model (*sub) with the best placement
  * written to best_sub_path, timed once to scale the minimum effect. */
 static enum qp_status region_begin(struct tune *t, size_t p, const struct qp_placement *best,
@@ -979,6 +1039,7 @@ static enum qp_status region_begin(struct tune *t, size_t p, const struct qp_pla
         t->sub_nodes = 0;
         for (size_t k = 0; k < (*sub)->graph->n_nodes; k++)
             t->sub_nodes += !(*sub)->graph->nodes[k].dead;
+        t->sub_weight = t->weight[p];
         ro->min_effect = t->sub_min_effect = region_effect(t, median_of(ms, n));
     } else {
         qp_model_free(*sub);
@@ -995,7 +1056,8 @@ static void region_adopted(struct tune *t, const struct qp_latency_race_result *
     if (!t->region) return;
     t->whole_best_stale = 1;
     double cm = median_of(res->cand_ms, res->n_cand), bm = median_of(res->best_ms, res->n_best);
-    if (bm > cm && t->whole_ms > bm - cm) t->whole_ms -= bm - cm;
+    double gain = region_gain(t, cm, bm);
+    if (gain > 0 && t->whole_ms > gain) t->whole_ms -= gain;
     ro->min_effect = t->sub_min_effect = region_effect(t, cm);
 }
 
@@ -1140,7 +1202,11 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
             }
         }
         int adopt = 0;
-        t->escalate = t->region && (replayed ? esc_recorded : borderline(&res, ro.min_effect));
+        t->escalate =
+            t->region &&
+            (replayed ? esc_recorded
+                      : borderline(&res, ro.min_effect) ||
+                            (region_confirms(t) && res.verdict.verdict == QP_LATENCY_FASTER));
         st = account_race(t, p, list[j], cur, from_cache[j], replayed, &res, drift, &adopt, err);
         (*done)++;
         if (st == QP_OK)

@@ -56,11 +56,15 @@ size_t qp_autotune_mode_schemes(enum qp_autotune_mode m);
 enum qp_autotune_timing {
     QP_AUTOTUNE_TIMING_AUTO = 0, /* WHOLE on every backend (region timing is opt-in) */
     QP_AUTOTUNE_TIMING_WHOLE,    /* the whole model with the candidate against the whole best */
-    QP_AUTOTUNE_TIMING_REGION,   /* the pattern's sub-model (autotune/subgraph.h), both ways */
+    /* the pattern's sub-model (autotune/subgraph.h), both ways, holding one instance of each
+     * shape (qp_subgraph_representatives); a FASTER verdict on a sub-model that leaves some
+     * instances out is confirmed by a whole-model race before it is adopted */
+    QP_AUTOTUNE_TIMING_REGION,
+    QP_AUTOTUNE_TIMING_REGION_ALL, /* REGION with every instance in the sub-model */
     QP_AUTOTUNE_TIMING_COUNT
 };
 
-/* "auto", "whole", "region"; -1 for anything else. */
+/* "auto", "whole", "region", "region_all"; -1 for anything else. */
 int qp_autotune_timing_parse(const char *s);
 
 /* One measured scheme, for progress callbacks. */

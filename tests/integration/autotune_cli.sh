@@ -110,6 +110,11 @@ expect 0 "$Q" autotune --onnx_path "$M" --mode quick --schemes_per_region 2 --ti
 grep -q '^  timing  *region' "$T/out" || fail "timing: summary line"
 grep -q '"timing":"whole"' "$T/region/log.jsonl" && fail "timing: --timing region ran whole models"
 grep -q '"timing":"region"' "$T/region/log.jsonl" || fail "timing: --timing region not logged"
+expect 0 "$Q" autotune --onnx_path "$M" --mode quick --schemes_per_region 2 --timing_runs 5 \
+    --threads 2 --output_dir "$T/region_all" --timing region_all
+grep -q '"timing":"region_all"' "$T/region_all/log.jsonl" ||
+    fail "timing: --timing region_all not logged"
+grep -q '"weight":1,' "$T/region_all/log.jsonl" || fail "timing: region_all timed a subset"
 expect 1 "$Q" autotune --onnx_path "$M" --timing fast --output_dir "$T/badtiming"
 [ -e "$T/badtiming" ] && fail "timing: a bad --timing wrote the output folder"
 

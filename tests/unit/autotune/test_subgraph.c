@@ -342,7 +342,7 @@ static void check_model(const char *path) {
     unsigned char **keep = calloc(rs->n_patterns, sizeof *keep);
     for (size_t p = 0; p < rs->n_patterns; p++) {
         keep[p] = calloc(g->n_nodes, 1);
-        size_t marked = qp_subgraph_nodes(rs, p, keep[p]);
+        size_t marked = qp_subgraph_nodes(rs, p, NULL, keep[p]);
         size_t own = 0;
         for (size_t r = 0; r < rs->n_regions; r++)
             if (rs->regions[r].pattern == (int)p) own += rs->regions[r].n_nodes;
@@ -413,7 +413,7 @@ static void test_initializers_pruned(void **state) {
     struct qp_regions *rs = NULL;
     assert_int_equal(qp_regions_build(m->graph, &rs, &err), QP_OK);
     unsigned char *keep = calloc(m->graph->n_nodes, 1);
-    qp_subgraph_nodes(rs, rs->regions[rs->n_regions - 1].pattern, keep);
+    qp_subgraph_nodes(rs, rs->regions[rs->n_regions - 1].pattern, NULL, keep);
     int *vals = NULL;
     size_t n = 0, cap = 0;
     assert_int_equal(qp_subgraph_border(m->graph, keep, &vals, &n, &cap, &err), QP_OK);
@@ -439,6 +439,126 @@ static void test_initializers_pruned(void **state) {
     qp_model_free(m);
 }
 
+/* Instances of pattern p marked in `in` (NULL: all), counted. */
+static size_t count_instances(const struct qp_regions *rs, size_t p, const unsigned char *in) {
+    size_t n = 0;
+    for (size_t r = 0; r < rs->n_regions; r++)
+        n += rs->regions[r].pattern == (int)p && (!in || in[r]);
+    return n;
+}
+
+/* Representatives (qp_subgraph_representatives) of every pattern of the model at `path`: a
+ * capture of what qp_subgraph_instance_border lists is enough to cut their sub-model, which
+ * gives the whole model's values and is written and run on the int8 path; the first instance
+ * is always chosen, the choice is the same twice, and alike instances are left out. Returns
+ * the largest pattern's (most instances) instance and representative counts. */
+static void check_representatives(const char *path, size_t *n_inst, size_t *n_rep) {
+    struct qp_error err = {0};
+    struct qp_model *m = NULL;
+    assert_int_equal(qp_model_load_file(path, NULL, &m, &err), QP_OK);
+    struct qp_regions *rs = NULL;
+    assert_int_equal(qp_regions_build(m->graph, &rs, &err), QP_OK);
+    struct qp_array *inputs = NULL;
+    size_t n_in = 0;
+    struct recorded *whole = run_whole(m, &inputs, &n_in);
+    int *vals = NULL;
+    size_t n = 0, cap = 0, qi = 0;
+    for (size_t p = 0; p < rs->n_patterns; p++)
+        assert_int_equal(qp_subgraph_instance_border(rs, p, &vals, &n, &cap, &err), QP_OK);
+    struct qp_subgraph_capture *c = NULL;
+    assert_int_equal(qp_subgraph_capture(m, NULL, vals, n, 1, &c, &err), QP_OK);
+    unsigned char *chosen = calloc(rs->n_regions, 1), *again = calloc(rs->n_regions, 1);
+    *n_inst = *n_rep = 0;
+    for (size_t p = 0; p < rs->n_patterns; p++) {
+        size_t k = qp_subgraph_representatives(rs, p, NULL, c, chosen);
+        assert_int_equal(qp_subgraph_representatives(rs, p, NULL, c, again), k);
+        assert_memory_equal(chosen, again, rs->n_regions);
+        assert_int_equal(count_instances(rs, p, chosen), k);
+        assert_true(k >= 1 && k <= rs->patterns[p].n_instances);
+        size_t r0 = 0;
+        while (rs->regions[r0].pattern != (int)p)
+            r0++;
+        assert_true(chosen[r0]);
+        if (rs->patterns[p].n_instances > *n_inst) {
+            *n_inst = rs->patterns[p].n_instances;
+            *n_rep = k;
+        }
+        unsigned char *keep = calloc(m->graph->n_nodes, 1), *all = calloc(m->graph->n_nodes, 1);
+        qp_subgraph_nodes(rs, p, chosen, keep);
+        qp_subgraph_nodes(rs, p, NULL, all);
+        size_t nk = 0, na = 0;
+        for (size_t i = 0; i < m->graph->n_nodes; i++) {
+            nk += keep[i];
+            na += all[i];
+            assert_true(!keep[i] || all[i]);
+        }
+        assert_true(k == rs->patterns[p].n_instances ? nk == na : nk < na);
+        struct qp_model *sub = NULL;
+        if (qp_subgraph_extract(m, keep, c, &sub, &err) != QP_OK)
+            fail_msg("pattern %zu: %s", p, err.msg);
+        check_values(sub, whole);
+        check_writes(m, sub, &qi);
+        qp_model_free(sub);
+        free(keep);
+        free(all);
+    }
+    free(chosen);
+    free(again);
+    free(vals);
+    qp_subgraph_capture_free(c);
+    qp_bench_inputs_free(inputs, n_in);
+    record_free(whole);
+    qp_regions_free(rs);
+    qp_model_free(m);
+}
+
+/* One instance stands for alike ones: vit_deep's four blocks and resnet_deep's three identity
+ * bottlenecks are each timed as one; resnet_stages' identity bottlenecks (two at 16 channels
+ * 8x8, two at 32 channels 4x4) as two, one per shape, and as one when only the second stage's
+ * are searched. */
+static void test_representatives(void **state) {
+    (void)state;
+    size_t ni = 0, nr = 0;
+    check_representatives(DEEP "/vit_deep.onnx", &ni, &nr);
+    assert_true(ni >= 3 && nr == 1);
+    check_representatives(DEEP "/resnet_deep.onnx", &ni, &nr);
+    assert_true(ni == 3 && nr == 1);
+    check_representatives(DEEP "/resnet_stages.onnx", &ni, &nr);
+    assert_true(ni == 4 && nr == 2);
+    check_representatives(MODELS "/resnet_like.onnx", &ni, &nr);
+    assert_true(nr == ni);
+    /* the searched subset: the second stage's instances only */
+    struct qp_error err = {0};
+    struct qp_model *m = NULL;
+    assert_int_equal(qp_model_load_file(DEEP "/resnet_stages.onnx", NULL, &m, &err), QP_OK);
+    struct qp_regions *rs = NULL;
+    assert_int_equal(qp_regions_build(m->graph, &rs, &err), QP_OK);
+    size_t p = 0;
+    while (rs->patterns[p].n_instances != 4)
+        p++;
+    int *vals = NULL;
+    size_t n = 0, cap = 0;
+    assert_int_equal(qp_subgraph_instance_border(rs, p, &vals, &n, &cap, &err), QP_OK);
+    struct qp_subgraph_capture *c = NULL;
+    assert_int_equal(qp_subgraph_capture(m, NULL, vals, n, 1, &c, &err), QP_OK);
+    unsigned char *in = calloc(rs->n_regions, 1), *chosen = calloc(rs->n_regions, 1);
+    size_t seen = 0, second = 0;
+    for (size_t r = 0; r < rs->n_regions; r++)
+        if (rs->regions[r].pattern == (int)p && seen++ >= 2) {
+            in[r] = 1;
+            if (!second) second = r;
+        }
+    assert_int_equal(qp_subgraph_representatives(rs, p, in, c, chosen), 1);
+    assert_true(chosen[second]);
+    assert_int_equal(count_instances(rs, p, chosen), 1);
+    free(in);
+    free(chosen);
+    free(vals);
+    qp_subgraph_capture_free(c);
+    qp_regions_free(rs);
+    qp_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resnet_like),
@@ -446,6 +566,7 @@ int main(void) {
         cmocka_unit_test(test_vit_like),
         cmocka_unit_test(test_vit_deep),
         cmocka_unit_test(test_initializers_pruned),
+        cmocka_unit_test(test_representatives),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

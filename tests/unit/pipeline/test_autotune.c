@@ -68,6 +68,17 @@ static void tset_of_model(const char *path, struct tset *s) {
     qp_model_free(m);
 }
 
+/* present[i] = 1 when the model at path has a tensor named names->names[i] (a sub-model of a
+ * pattern's representatives lacks the other instances' tensors). */
+static void tset_present(const char *path, const struct tset *names, unsigned char *present) {
+    struct qp_error err = {0};
+    struct qp_model *m = NULL;
+    assert_int_equal(qp_model_load_file(path, NULL, &m, &err), QP_OK);
+    for (size_t i = 0; i < names->n; i++)
+        present[i] = qp_graph_find_value(m->graph, names->names[i]) >= 0;
+    qp_model_free(m);
+}
+
 static void tset_of_placement(const struct qp_placement *p, struct tset *s) {
     for (size_t i = 0; i < p->n_edges; i++)
         tset_add(s, p->edges[i].tensor);
@@ -135,11 +146,25 @@ static double latency(void *ctx, const char *path, size_t k) {
         st.st_size != w->size) {
         struct tset s = {0};
         tset_of_model(path, &s);
+        /* the change, as far as the model holds its tensors */
         int changed = w->by_change;
-        for (size_t i = 0; changed && i < w->add.n; i++)
+        size_t seen = 0;
+        unsigned char pa[MAX_TENSORS], pr[MAX_TENSORS];
+        if (changed) {
+            tset_present(path, &w->add, pa);
+            tset_present(path, &w->rem, pr);
+        }
+        for (size_t i = 0; changed && i < w->add.n; i++) {
+            if (!pa[i]) continue;
+            seen++;
             changed = bsearch(&w->add.names[i], s.names, s.n, sizeof s.names[0], cmp_str) != NULL;
-        for (size_t i = 0; changed && i < w->rem.n; i++)
+        }
+        for (size_t i = 0; changed && i < w->rem.n; i++) {
+            if (!pr[i]) continue;
+            seen++;
             changed = bsearch(&w->rem.names[i], s.names, s.n, sizeof s.names[0], cmp_str) == NULL;
+        }
+        changed = changed && seen > 0;
         int fast = w->any_fast && tset_equal(&s, &w->fast) && !(w->phantom && w->epoch > 0);
         w->base = fast || (w->q_fast && s.n) || changed ? 0.5 : 1.0;
         if (changed && w->whole_slow && !strstr(path, ".autotune.sub.")) w->base = 2.0;
@@ -159,10 +184,12 @@ static double latency(void *ctx, const char *path, size_t k) {
 
 /* The placement of the first mutation of the first pattern the search visits (the largest by
  * total node count; ties: the first), as the driver builds it: its tensors go into *out. */
+static const char *g_model = MODEL;
+
 static void target_scheme(struct tset *out) {
     struct qp_error err = {0};
     struct qp_model *m = NULL;
-    assert_int_equal(qp_model_load_file(MODEL, NULL, &m, &err), QP_OK);
+    assert_int_equal(qp_model_load_file(g_model, NULL, &m, &err), QP_OK);
     struct qp_placement *seed = NULL;
     assert_int_equal(qp_placement_trt(m, NULL, &seed, &err), QP_OK);
     struct qp_regions *rs = NULL;
@@ -240,7 +267,7 @@ static double g_max_drift = -1;
 static enum qp_autotune_timing g_timing = QP_AUTOTUNE_TIMING_AUTO;
 
 /* What a run may change from the defaults of run_from. */
-static const char *g_model = MODEL, *g_cache, *g_filter;
+static const char *g_cache, *g_filter;
 static size_t g_schemes = MAX_SCHEMES;
 
 static struct qp_autotune_report *run_from(struct world *w, const char *dir, const char *baseline) {
@@ -835,7 +862,7 @@ static void world_of_change(struct world *w) {
     target_scheme(&target);
     struct qp_error err = {0};
     struct qp_model *m = NULL;
-    assert_int_equal(qp_model_load_file(MODEL, NULL, &m, &err), QP_OK);
+    assert_int_equal(qp_model_load_file(g_model, NULL, &m, &err), QP_OK);
     struct qp_placement *sp = NULL;
     assert_int_equal(qp_placement_trt(m, NULL, &sp, &err), QP_OK);
     tset_of_placement(sp, &seed);
@@ -997,6 +1024,79 @@ static void test_region_borderline(void **state) {
     rm_dir(dr);
 }
 
+/* Region timing with representatives (docs/autotune.md "Representative instances"):
+ * resnet_deep's three alike identity blocks are timed as one (log weight 3, a smaller sub-model
+ * than with every instance), and a FASTER race of that sub-model is confirmed by a whole-model
+ * race before anything is adopted. When the whole model gains too: the whole-model search's
+ * placement. When it loses (a change the one block gains from and the whole model does not):
+ * nothing adopted, where every-instance sub-models adopt it and the check after the search has
+ * to revert it. */
+static void test_region_representatives(void **state) {
+    (void)state;
+    g_model = RESNET_DEEP;
+    struct world w = {.by_change = 1, .sub_scale = 0.1};
+    world_of_change(&w);
+    const char *dw = QP_TEST_BINARY_DIR "/autotune_rep_whole";
+    const char *dr = QP_TEST_BINARY_DIR "/autotune_rep_region";
+    const char *log = QP_TEST_BINARY_DIR "/autotune_rep_region/log.jsonl";
+    struct qp_autotune_report *rw = NULL, *rr = NULL;
+    run_both(&w, dw, dr, &rw, &rr);
+    assert_true(rw->n_adopted >= 1);
+    assert_true(rr->n_escalated >= 1);
+    assert_int_equal(rr->n_adopted, rw->n_adopted);
+    assert_true(rr->n_escalated_adopted >= 1);
+    assert_true(qp_placement_equal(rr->best, rw->best));
+    assert_true(log_has(log, "\"weight\":3,"));
+    assert_true(log_has(log, "\"timing\":\"escalated\""));
+    cJSON *first = NULL; /* the first race's line: the representative's sub-model */
+    FILE *f = fopen(log, "r");
+    char line[65536];
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    first = cJSON_Parse(line);
+    double rep_nodes = jnum(first, "sub_nodes");
+    cJSON_Delete(first);
+    qp_autotune_report_free(rw);
+    qp_autotune_report_free(rr);
+    /* the whole model loses from the change: the confirming race rejects it */
+    w.whole_slow = 1;
+    w.sub_scale = 0;
+    w.path[0] = 0;
+    rm_dir(dr);
+    g_timing = QP_AUTOTUNE_TIMING_REGION;
+    rr = run(&w, dr);
+    assert_true(rr->n_escalated >= 1);
+    assert_int_equal(rr->n_adopted, 0);
+    assert_false(rr->region_checked);
+    assert_true(qp_placement_equal(rr->best, rr->seed));
+    qp_autotune_report_free(rr);
+    /* every instance in the sub-model: adopted there, reverted by the check */
+    w.path[0] = 0;
+    rm_dir(dr);
+    g_timing = QP_AUTOTUNE_TIMING_REGION_ALL;
+    rr = run(&w, dr);
+    g_timing = QP_AUTOTUNE_TIMING_AUTO;
+    g_model = MODEL;
+    assert_true(rr->n_adopted >= 1);
+    assert_true(rr->region_checked && rr->region_reverted);
+    assert_true(qp_placement_equal(rr->best, rr->seed));
+    assert_true(log_has(log, "\"timing\":\"region_all\""));
+    assert_true(log_has(log, "\"weight\":1,"));
+    f = fopen(log, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    first = cJSON_Parse(line);
+    assert_true(jnum(first, "sub_nodes") > rep_nodes);
+    cJSON_Delete(first);
+    qp_autotune_report_free(rr);
+    tset_clear(&w.add);
+    tset_clear(&w.rem);
+    rm_dir(dw);
+    rm_dir(dr);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_faster),
@@ -1010,6 +1110,7 @@ int main(void) {
         cmocka_unit_test(test_resume_drift),
         cmocka_unit_test(test_region_same),
         cmocka_unit_test(test_region_borderline),
+        cmocka_unit_test(test_region_representatives),
         cmocka_unit_test(test_cache_cuts_races),
         cmocka_unit_test(test_node_filter),
     };

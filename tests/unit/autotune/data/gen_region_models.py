@@ -8,6 +8,8 @@ resnet_deep.onnx (opset 13): Conv/Relu stem, MaxPool, one bottleneck block with 
 four identical bottleneck blocks with identity shortcuts, GlobalAveragePool, Flatten, Gemm.
 resnet_short.onnx: the same with two identity blocks (the pattern cache test of
 tests/unit/pipeline/test_autotune.c: a cache from it on resnet_deep).
+resnet_stages.onnx: two stages whose identity blocks share a pattern at two shapes (the
+representative instances of tests/unit/autotune/test_subgraph.c).
 vit_deep.onnx (opset 20): patch embedding, four identical pre-LN transformer blocks (one-head
 attention, Gelu MLP, residual Adds), mean pooling, classifier. Nodes are named per block.
 Weights from a fixed seed; the files are reproducible byte for byte.
@@ -62,6 +64,52 @@ def resnet_deep(n_blocks=5, name="resnet_deep"):
     inits += [w("fc_w", 10, 16), w("fc_b", 10)]
     nodes.append(N("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="fc", transB=1))
     g = helper.make_graph(nodes, name,
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)],
+                             producer_name="qplace-tests", ir_version=8)
+
+
+def resnet_stages():
+    """Two stages of bottlenecks whose identity blocks share one pattern at two shapes: stage 1
+    at 16 channels 8x8 (a projection block, two identity blocks), stage 2 at 32 channels 4x4 (a
+    strided projection block, three identity blocks; the last joins the pooling's region)."""
+    nodes, inits = [], []
+
+    def conv(x, y, cin, cout, k, stride=1):
+        inits.extend([w(f"{y}_w", cout, cin, k, k), w(f"{y}_b", cout)])
+        nodes.append(N("Conv", [x, f"{y}_w", f"{y}_b"], [y], name=f"conv_{y}",
+                       kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride, stride]))
+
+    conv("x", "stem", 3, 8, 3, 2)
+    nodes.append(N("Relu", ["stem"], ["stem_r"], name="relu_stem"))
+    nodes.append(N("MaxPool", ["stem_r"], ["pool"], name="maxpool", kernel_shape=[2, 2],
+                   strides=[2, 2]))
+    prev, cin = "pool", 8
+    for s, (width, n_blocks) in enumerate([(16, 3), (32, 4)]):
+        for b in range(n_blocks):
+            y = f"s{s}b{b}"
+            stride = 2 if b == 0 and s > 0 else 1
+            mid = width // 4
+            conv(prev, f"{y}_a", cin if b == 0 else width, mid, 1)
+            nodes.append(N("Relu", [f"{y}_a"], [f"{y}_ar"], name=f"relu_{y}_a"))
+            conv(f"{y}_ar", f"{y}_b", mid, mid, 3, stride)
+            nodes.append(N("Relu", [f"{y}_b"], [f"{y}_br"], name=f"relu_{y}_b"))
+            conv(f"{y}_br", f"{y}_c", mid, width, 1)
+            skip = prev
+            if b == 0:
+                conv(prev, f"{y}_p", cin, width, 1, stride)
+                skip = f"{y}_p"
+            nodes.append(N("Add", [f"{y}_c", skip], [f"{y}_sum"], name=f"add_{y}"))
+            nodes.append(N("Relu", [f"{y}_sum"], [y], name=f"relu_{y}"))
+            prev = y
+        cin = width
+    nodes.append(N("GlobalAveragePool", [prev], ["gap"], name="gap"))
+    nodes.append(N("Flatten", ["gap"], ["flat"], name="flatten"))
+    inits += [w("fc_w", 10, 32), w("fc_b", 10)]
+    nodes.append(N("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="fc", transB=1))
+    g = helper.make_graph(nodes, "resnet_stages",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
                           [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
                           inits)
@@ -128,6 +176,7 @@ def main(argv):
     save(resnet_deep(), os.path.join(out, "resnet_deep.onnx"))
     save(vit_deep(), os.path.join(out, "vit_deep.onnx"))
     save(resnet_deep(3, "resnet_short"), os.path.join(out, "resnet_short.onnx"))
+    save(resnet_stages(), os.path.join(out, "resnet_stages.onnx"))  # last: the others' weights stay
     return 0
 
 
