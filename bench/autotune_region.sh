@@ -54,10 +54,11 @@ median() { # median X... (numbers)
 }
 
 isa=""
-printf '%-9s %-10s %3s %8s %9s %6s %8s %9s %9s %s\n' model timing run "wall s" "search s" races \
+printf '%-9s %-10s %3s %8s %9s %9s %6s %8s %9s %9s %s\n' model timing run "wall s" "search s" \
+    "timing s" races \
     adopted "seed ms" "best ms" "region check"
 for m in "${models[@]}"; do
-    declare -A walls=() searches=()
+    declare -A walls=() searches=() timeds=()
     for r in $(seq 1 "$REPEATS"); do
         for timing in whole "${subs[@]}"; do
             dir="$OUT/$m.$timing.$r"
@@ -71,6 +72,10 @@ for m in "${models[@]}"; do
             walls[$timing]+="$wall "
             search=$(sed -n 's/^  time .*(the search: \([0-9.]*\) s[;)].*/\1/p' "$dir.txt")
             searches[$timing]+="${search:-0} "
+            # the search less its drift measurements (item 8's, the same work in every timing)
+            drift=$(sed -n 's/^  time .*measuring drift: \([0-9.]*\) s.*/\1/p' "$dir.txt")
+            timed=$(awk -v a="${search:-0}" -v b="${drift:-0}" 'BEGIN {printf "%.1f", a - b}')
+            timeds[$timing]+="$timed "
             races=$(sed -n 's/^  schemes *\([0-9]*\) measured.*/\1/p' "$dir.txt")
             adopted=$(sed -n 's/^  schemes.*, \([0-9]*\) adopted.*/\1/p' "$dir.txt")
             seed=$(sed -n 's/^  seed *\([0-9.]*\) ms.*/\1/p' "$dir.txt")
@@ -78,8 +83,8 @@ for m in "${models[@]}"; do
             [ -n "$isa" ] || isa=$(sed -n 's/^  backend *//p' "$dir.txt")
             check=$(sed -n 's/^  region check .* as whole models: \([a-z]*\).*/\1/p' "$dir.txt")
             grep -q "seed's placement is kept" "$dir.txt" && check="$check (seed kept)"
-            printf '%-9s %-10s %3s %8s %9s %6s %8s %9s %9s %s\n' "$m" "$timing" "$r" "$wall" \
-                "${search:--}" "$races" "$adopted" "$seed" "$best" "${check:--}"
+            printf '%-9s %-10s %3s %8s %9s %9s %6s %8s %9s %9s %s\n' "$m" "$timing" "$r" "$wall" \
+                "${search:--}" "$timed" "$races" "$adopted" "$seed" "$best" "${check:--}"
         done
     done
     ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
@@ -87,6 +92,8 @@ for m in "${models[@]}"; do
     w=$(median ${walls[whole]})
     # shellcheck disable=SC2086
     sw=$(median ${searches[whole]})
+    # shellcheck disable=SC2086
+    tw=$(median ${timeds[whole]})
     for sub in "${subs[@]}"; do
         same=0
         total=0
@@ -103,9 +110,12 @@ for m in "${models[@]}"; do
         g=$(median ${walls[$sub]})
         # shellcheck disable=SC2086
         sg=$(median ${searches[$sub]})
+        # shellcheck disable=SC2086
+        tg=$(median ${timeds[$sub]})
         echo "$m: final placements equal in $same of $total whole/$sub pairs;" \
             "median wall $w s whole, $g s $sub: $(ratio "$w" "$g")x;" \
-            "median search $sw s whole, $sg s $sub: $(ratio "$sw" "$sg")x"
+            "median search $sw s whole, $sg s $sub: $(ratio "$sw" "$sg")x;" \
+            "less drift $tw s whole, $tg s $sub: $(ratio "$tw" "$tg")x"
     done
     # the results as latencies: the first run's optimized_final.onnx of each timing benched in
     # turn (BENCH_ROUNDS rounds of 40 runs), each the median of its rounds' medians
@@ -124,6 +134,6 @@ for m in "${models[@]}"; do
         line+=" $timing's $(median ${rounds[$timing]}) ms (rounds ${rounds[$timing]% });"
     done
     echo "${line%;}"
-    unset walls searches rounds
+    unset walls searches timeds rounds
 done
 echo "backend: $isa; mode $MODE, $THREADS threads"

@@ -164,6 +164,10 @@ static void print_summary(const struct qp_autotune_report *r, const struct qp_la
                                          ? "region (each pattern's sub-model; medians below are "
                                            "whole-model: the seed timed once, best in the guard)"
                                          : "whole model");
+    if (r->n_confirmed)
+        printf("  confirmed       %zu races of one instance per shape raced again on every "
+               "instance: %zu adopted\n",
+               r->n_confirmed, r->n_confirmed_adopted);
     if (r->n_escalated)
         printf(
             "  borderline      %zu sub-model races within the minimum effect raced again as whole "

@@ -27,7 +27,10 @@ void cli_autotune_bar_format(const struct qp_autotune_step *s, char *buf, size_t
 
 /* What a race's medians time, as a prefix: nothing for whole models (the default timing). */
 static const char *timed_what(const struct qp_autotune_step *s) {
-    return s->timed == 1 ? "sub-model " : s->timed == 2 ? "borderline, as whole models: " : "";
+    return s->timed == 1   ? "sub-model "
+           : s->timed == 2 ? "borderline, as whole models: "
+           : s->timed == 3 ? "confirmed on every instance: "
+                           : "";
 }
 
 void cli_autotune_line_format(const struct qp_autotune_step *s, char *buf, size_t size) {

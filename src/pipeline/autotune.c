@@ -115,6 +115,14 @@ struct tune {
     double *weight;
     struct qp_subgraph_capture *cap;
     char *cand_sub_path, *best_sub_path;
+    /* Representatives' confirmation (confirm): the current pattern's every-instance sub-model
+     * (NULL until its first confirmation), its files, its scaled minimum effect and node count,
+     * whether its best file lags behind the best, and `confirming` while its race is accounted. */
+    struct qp_model *sub_all;
+    char *cand_all_path, *best_all_path;
+    double all_min_effect;
+    size_t all_nodes;
+    int best_all_stale, confirming;
     double whole_ms, sub_min_effect, sub_weight;
     size_t sub_nodes;
     /* Borderline sub-model races raced again as whole models (escalate): `escalating` while
@@ -127,6 +135,7 @@ struct tune {
 /* The timing a race of the search uses, as log.jsonl and the state file name it. */
 static const char *timing_name(const struct tune *t) {
     return t->escalating   ? "escalated"
+           : t->confirming ? "confirmed"
            : t->region_all ? "region_all"
            : t->region     ? "region"
                            : "whole";
@@ -136,9 +145,12 @@ static const char *timing_name(const struct tune *t) {
  * latency, so that the sub-model must gain as many milliseconds as the whole model would
  * (with representatives: as many as the whole model would gain divided by the weight, each
  * timed instance standing for `weight` searched ones). */
-static double region_effect(const struct tune *t, double sub_ms) {
-    double e = t->o->race.min_effect, w = t->sub_weight >= 1 ? t->sub_weight : 1;
+static double scaled_effect(const struct tune *t, double sub_ms, double w) {
+    double e = t->o->race.min_effect;
     return sub_ms > 0 && t->whole_ms > sub_ms * w ? e * t->whole_ms / (sub_ms * w) : e;
+}
+static double region_effect(const struct tune *t, double sub_ms) {
+    return scaled_effect(t, sub_ms, t->sub_weight >= 1 ? t->sub_weight : 1);
 }
 
 /* The whole model's gain in ms that a sub-model race's medians (candidate cm, best bm) stand
@@ -147,10 +159,10 @@ static double region_gain(const struct tune *t, double cm, double bm) {
     return (bm - cm) * (t->sub_weight >= 1 ? t->sub_weight : 1);
 }
 
-/* 1 while the current pattern's sub-model leaves instances out: its FASTER verdicts are
- * confirmed by a whole-model race. */
+/* 1 while the current pattern's sub-model leaves instances out: its FASTER and borderline
+ * verdicts are confirmed on the every-instance sub-model (confirm). */
 static int region_confirms(const struct tune *t) {
-    return t->region && !t->escalating && t->sub_weight > 1;
+    return t->region && !t->escalating && !t->confirming && t->sub_weight > 1;
 }
 
 static char *join(const char *dir, const char *name) {
@@ -769,7 +781,7 @@ static enum qp_status account_race(struct tune *t, size_t p, const uint64_t *sch
     if (!t->region) t->r->best_median_ms = *adopt ? cm : bm;
     /* the cache's medians compare schemes of one pattern: a borderline scheme's whole-model
      * race would not compare with its sub-model races */
-    if (t->cache_out && !t->escalating &&
+    if (t->cache_out && !t->escalating && !t->confirming &&
         ((st = qp_pattern_cache_add(t->cache_out, pat, scheme, cm, err)) != QP_OK ||
          (st = qp_pattern_cache_add(t->cache_out, pat, cur, bm, err)) != QP_OK))
         return st;
@@ -821,9 +833,10 @@ static void progress_step(const struct tune *t, size_t p, size_t k, size_t n_ord
         .races_done = done,
         .races_planned = planned,
         .drift = drift,
-        .timed = t->escalating ? 2
-                 : t->region   ? 1
-                               : 0,
+        .timed = t->escalating   ? 2
+                 : t->confirming ? 3
+                 : t->region     ? 1
+                                 : 0,
     };
     t->o->progress(&s, t->o->progress_user);
 }
@@ -901,6 +914,7 @@ static void log_pattern(const struct tune *t, size_t p, size_t k, size_t n_order
 static enum qp_status adopt_candidate(struct tune *t, struct qp_placement *cand,
                                       const char *cand_file, const char *best_file,
                                       struct qp_placement **best, struct qp_error *err) {
+    t->best_all_stale = 1; /* the every-instance sub-model's best is written again when used */
     if (rename(cand_file, best_file) != 0) {
         qp_placement_free(cand);
         return qp_error_set(err, QP_ERR_IO, "autotune: cannot rename '%s': %s", cand_file,
@@ -1005,6 +1019,10 @@ static void region_release(struct tune *t) {
     if (t->best_sub_path) unlink(t->best_sub_path);
     free(t->cand_sub_path);
     free(t->best_sub_path);
+    if (t->cand_all_path) unlink(t->cand_all_path);
+    if (t->best_all_path) unlink(t->best_all_path);
+    free(t->cand_all_path);
+    free(t->best_all_path);
 }
 
 /* Writes sub-model `sub` with placement `p` restricted to it, its border quantized as the
@@ -1119,6 +1137,154 @@ static enum qp_status escalate(struct tune *t, size_t p, const uint64_t *bits, c
     return st;
 }
 
+/* The current pattern p's every-instance sub-model (t->sub_all), for the representatives'
+ * confirmations: cut, written with `best` and timed once to scale its minimum effect. */
+static enum qp_status all_begin(struct tune *t, size_t p, const struct qp_placement *best,
+                                struct qp_error *err) {
+    const struct qp_graph *g = t->m->graph;
+    size_t n = t->o->race.runs_per_round ? t->o->race.runs_per_round : 1;
+    double *ms = malloc(n * sizeof *ms);
+    unsigned char *keep = calloc(g->n_nodes ? g->n_nodes : 1, 1);
+    enum qp_status st = QP_OK;
+    if (!ms || !keep) st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
+    if (st == QP_OK) {
+        qp_subgraph_nodes(t->rs, p, NULL, keep);
+        st = qp_subgraph_extract(t->m, keep, t->cap, &t->sub_all, err);
+    }
+    if (st == QP_OK) st = write_sub(t, t->sub_all, best, t->best_all_path, err);
+    if (st == QP_OK) st = qp_latency_measure(t->o->backend, t->best_all_path, n, ms, err);
+    if (st == QP_OK) {
+        t->all_nodes = 0;
+        for (size_t k = 0; k < t->sub_all->graph->n_nodes; k++)
+            t->all_nodes += !t->sub_all->graph->nodes[k].dead;
+        t->all_min_effect = scaled_effect(t, median_of(ms, n), 1.0);
+        t->best_all_stale = 0;
+    } else {
+        qp_model_free(t->sub_all);
+        t->sub_all = NULL;
+    }
+    free(ms);
+    free(keep);
+    return st;
+}
+
+/* What the log and the state say of the sub-model being raced, saved while a confirmation
+ * races the every-instance sub-model. */
+struct sub_view {
+    double weight, min_effect;
+    size_t nodes;
+};
+
+static void confirm_enter(struct tune *t, struct sub_view *saved) {
+    *saved = (struct sub_view){t->sub_weight, t->sub_min_effect, t->sub_nodes};
+    t->confirming = 1;
+    t->sub_weight = 1;
+    t->sub_min_effect = t->all_min_effect;
+    t->sub_nodes = t->all_nodes;
+}
+
+static void confirm_leave(struct tune *t, const struct sub_view *saved) {
+    t->confirming = 0;
+    t->sub_weight = saved->weight;
+    t->sub_min_effect = saved->min_effect;
+    t->sub_nodes = saved->nodes;
+}
+
+/* Representatives (docs/autotune.md "Representative instances"): scheme `bits` of pattern p
+ * (placement cand), FASTER or borderline on the representatives' sub-model, raced again on the
+ * every-instance sub-model as region_all races it (inside confirm_enter): *adopt when FASTER,
+ * and t->escalate when borderline there in its turn (the whole models decide next). */
+static enum qp_status confirm(struct tune *t, size_t p, const uint64_t *bits, const uint64_t *cur,
+                              int from_cache, const struct qp_placement *cand,
+                              const struct qp_placement *best, double drift,
+                              struct qp_latency_race_result *res, int *replayed, int *adopt,
+                              struct qp_error *err) {
+    const struct qp_pattern *pat = &t->rs->patterns[p];
+    enum qp_status st = QP_OK;
+    *adopt = 0;
+    t->escalate = 0;
+    if (!t->sub_all)
+        st = all_begin(t, p, best, err);
+    else if (t->best_all_stale)
+        st = write_sub(t, t->sub_all, best, t->best_all_path, err);
+    if (st != QP_OK) return st;
+    t->best_all_stale = 0;
+    t->sub_min_effect = t->all_min_effect; /* confirm_enter ran before the first all_begin */
+    t->sub_nodes = t->all_nodes;
+    if ((st = write_sub(t, t->sub_all, cand, t->cand_all_path, err)) != QP_OK) return st;
+    int esc_recorded = 0;
+    *replayed = state_replay(t, pat, bits, res, &esc_recorded);
+    if (!*replayed && t->o->stop && *t->o->stop) {
+        t->r->interrupted = 1;
+        return QP_OK;
+    }
+    struct qp_latency_race_options ro = t->o->race;
+    ro.min_effect = t->all_min_effect;
+    if (!*replayed && (st = qp_latency_race(t->o->backend, t->cand_all_path, t->best_all_path, &ro,
+                                            res, err)) != QP_OK)
+        return st;
+    t->escalate = *replayed ? esc_recorded : borderline(res, ro.min_effect);
+    t->r->n_confirmed++;
+    st = account_race(t, p, bits, cur, from_cache, *replayed, res, drift, adopt, err);
+    if (st != QP_OK || !*adopt) return st;
+    t->r->n_confirmed_adopted++;
+    t->whole_best_stale = 1;
+    double cm = median_of(res->cand_ms, res->n_cand), bm = median_of(res->best_ms, res->n_best);
+    if (bm > cm && t->whole_ms > bm - cm) t->whole_ms -= bm - cm;
+    return QP_OK;
+}
+
+/* One step of a pattern's loop, for what follows a race: the pattern (k-th of n_order), the
+ * scheme (j-th of n) and its drift, the counters the progress reports. */
+struct step {
+    size_t p, k, n_order, j, n;
+    size_t *done, *planned;
+    const uint64_t *bits, *cur;
+    int from_cache;
+    double drift;
+};
+
+static void step_progress(const struct tune *t, const struct step *sp,
+                          const struct qp_latency_race_result *res, int adopt, int replayed) {
+    progress_step(t, sp->p, sp->k, sp->n_order, sp->j, sp->n, *sp->done, *sp->planned, sp->bits,
+                  sp->from_cache, res, adopt, replayed, sp->drift);
+}
+
+/* After a sub-model race that did not adopt but asked to go on (t->escalate): with
+ * representatives the every-instance sub-model races it (confirm), and when that race, or a
+ * sub-model race without representatives, is borderline, the whole models do (escalate).
+ * *adopt when one of them adopted; ro's effect follows the new best sub-model then. */
+static enum qp_status follow_up(struct tune *t, const struct step *sp,
+                                const struct qp_placement *cand, const struct qp_placement *best,
+                                double sub_cand_ms, struct qp_latency_race_options *ro, int *adopt,
+                                struct qp_error *err) {
+    enum qp_status st = QP_OK;
+    if (region_confirms(t)) {
+        struct qp_latency_race_result cres = {0};
+        struct sub_view saved;
+        int crep = 0;
+        confirm_enter(t, &saved);
+        st = confirm(t, sp->p, sp->bits, sp->cur, sp->from_cache, cand, best, sp->drift, &cres,
+                     &crep, adopt, err);
+        if (st == QP_OK && !t->r->interrupted) step_progress(t, sp, &cres, *adopt, crep);
+        qp_latency_race_result_release(&cres);
+        confirm_leave(t, &saved);
+        if (st != QP_OK || t->r->interrupted || *adopt || !t->escalate) goto out;
+    }
+    struct qp_latency_race_result wres = {0};
+    int wrep = 0;
+    t->escalating = 1; /* while the whole-model race is accounted and reported */
+    st = escalate(t, sp->p, sp->bits, sp->cur, sp->from_cache, cand, best, sp->drift, &wres, &wrep,
+                  adopt, err);
+    if (st == QP_OK && !t->r->interrupted) step_progress(t, sp, &wres, *adopt, wrep);
+    qp_latency_race_result_release(&wres);
+    t->escalating = 0;
+out:
+    if (st == QP_OK && *adopt) /* the sub-models follow: the scaled effect too */
+        ro->min_effect = t->sub_min_effect = region_effect(t, sub_cand_ms);
+    return st;
+}
+
 /* Measures the schemes of pattern p (k-th of n in the search order). */
 static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_order, size_t *done,
                                    size_t *planned, struct qp_placement **best,
@@ -1202,6 +1368,7 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
             }
         }
         int adopt = 0;
+        /* with representatives a FASTER verdict goes on to the every-instance sub-model too */
         t->escalate =
             t->region &&
             (replayed ? esc_recorded
@@ -1216,18 +1383,9 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
         double sub_cand_ms = median_of(res.cand_ms, res.n_cand);
         qp_latency_race_result_release(&res);
         if (st == QP_OK && !adopt && t->escalate) {
-            struct qp_latency_race_result wres = {0};
-            int wrep = 0;
-            t->escalating = 1; /* while the whole-model race is accounted and reported */
-            st = escalate(t, p, list[j], cur, from_cache[j], cand, *best, drift, &wres, &wrep,
-                          &adopt, err);
-            if (st == QP_OK && !t->r->interrupted)
-                progress_step(t, p, k, n_order, j, n, *done, *planned, list[j], from_cache[j],
-                              &wres, adopt, wrep, drift);
-            qp_latency_race_result_release(&wres);
-            t->escalating = 0;
-            if (st == QP_OK && adopt) /* the sub-models follow: the scaled effect too */
-                ro.min_effect = t->sub_min_effect = region_effect(t, sub_cand_ms);
+            struct step sp = {p,       k,   n_order,       j,    n, done, planned,
+                              list[j], cur, from_cache[j], drift};
+            st = follow_up(t, &sp, cand, *best, sub_cand_ms, &ro, &adopt, err);
             if (st == QP_OK && t->r->interrupted) {
                 qp_placement_free(cand);
                 goto done;
@@ -1248,6 +1406,8 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
     }
 done:
     qp_model_free(sub);
+    qp_model_free(t->sub_all);
+    t->sub_all = NULL;
     free(list);
     free(from_cache);
     qp_scheme_list_free(&gen);
@@ -1543,10 +1703,12 @@ enum qp_status qp_autotune(const struct qp_autotune_options *o,
     t.ref_path = join(t.r->output_dir, ".autotune.reference.onnx");
     t.cand_sub_path = join(t.r->output_dir, ".autotune.sub.candidate.onnx");
     t.best_sub_path = join(t.r->output_dir, ".autotune.sub.best.onnx");
+    t.cand_all_path = join(t.r->output_dir, ".autotune.sub.all.candidate.onnx");
+    t.best_all_path = join(t.r->output_dir, ".autotune.sub.all.best.onnx");
     t.cache_out = qp_pattern_cache_create();
     order = pattern_order(t.rs);
     if (!log_path || !t.cand_path || !t.best_path || !t.ref_path || !t.cache_out || !order ||
-        !t.cand_sub_path || !t.best_sub_path) {
+        !t.cand_sub_path || !t.best_sub_path || !t.cand_all_path || !t.best_all_path) {
         free(log_path);
         st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
         goto fail;

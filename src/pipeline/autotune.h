@@ -86,7 +86,8 @@ struct qp_autotune_step {
     int from_cache;                   /* the scheme came from the pattern cache */
     size_t races_done, races_planned; /* schemes handled so far, and expected in all */
     /* what the medians time: 0 whole models, 1 the pattern's sub-models (region timing), 2
-     * whole models again after a borderline sub-model race (region timing) */
+     * whole models again after a borderline sub-model race (region timing), 3 the pattern's
+     * every-instance sub-model after a race of its representatives (region timing) */
     int timed;
 };
 
@@ -193,6 +194,10 @@ struct qp_autotune_report {
      * (faster by at least half of it), raced again as whole models, and how many of those the
      * whole-model race adopted (docs/autotune.md "Borderline schemes"). */
     size_t n_escalated, n_escalated_adopted;
+    /* Region timing with representatives: races on a pattern's every-instance sub-model after
+     * a FASTER or borderline race of its representatives, and how many of those adopted
+     * (docs/autotune.md "Representative instances"). */
+    size_t n_confirmed, n_confirmed_adopted;
     /* Races that ended FASTER but not again on fresh sessions (compare.h `replicate`; their
      * stop is not_replicated), so their schemes were not adopted. */
     size_t n_not_replicated;

@@ -79,6 +79,9 @@ static void test_lines(void **state) {
     s.timed = 2; /* a borderline scheme raced again as whole models */
     cli_autotune_line_format(&s, buf, sizeof buf);
     assert_non_null(strstr(buf, "scheme 2/8: borderline, as whole models: 1.2340 ms vs best"));
+    s.timed = 3; /* a representatives' race raced again on every instance */
+    cli_autotune_line_format(&s, buf, sizeof buf);
+    assert_non_null(strstr(buf, "scheme 2/8: confirmed on every instance: 1.2340 ms vs best"));
     s.timed = 0;
     s.adopted = 0;
     s.from_cache = 1;
