@@ -1308,6 +1308,7 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
         st = qp_error_set(err, QP_ERR_NOMEM, "autotune: out of memory");
         goto done;
     }
+    qp_autotune_drift_rebase(t->drift); /* the pattern's schemes differ only in its entries */
     if ((st = region_begin(t, p, *best, &sub, &ro, err)) != QP_OK) goto done;
     qp_scheme_from_placement(rs, first_instance(t, p), *best, cur);
     if ((st = candidates(t, p, cur, max, &gen, &list, &from_cache, &n, err)) != QP_OK) goto done;

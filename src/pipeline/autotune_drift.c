@@ -82,7 +82,10 @@ enum qp_status qp_autotune_drift_open(const struct qp_model *model,
         d->so.metric = QP_SENS_KL_DIV;
         d->so.qtype = o->quant_mode == QP_QUANT_FP8 ? QP_DTYPE_FLOAT8E4M3FN : QP_DTYPE_INT8;
         d->so.n_threads = o->n_threads;
-        d->so.incremental = 0;
+        /* one batch (the default synthetic sample): a scheme's run recomputes what its
+         * pattern's entries reach from the reference qp_autotune_drift_rebase sets */
+        d->so.incremental = 1;
+        d->so.cache_bytes = QP_AUTOTUNE_DRIFT_CACHE;
         st = qp_sens_eval_create(model, d->every, d->head ? d->head : d->data, ranges, &d->so,
                                  &d->ev, err);
         if (st != QP_OK) qp_error_prefix(err, "autotune: output drift on the %s", d->source);
@@ -130,6 +133,10 @@ enum qp_status qp_autotune_drift_measure(struct qp_autotune_drift *d, const stru
                             "autotune: drift: the quantized model's outputs are not finite");
     *drift_out = s.drift;
     return QP_OK;
+}
+
+void qp_autotune_drift_rebase(struct qp_autotune_drift *d) {
+    if (d) qp_sens_eval_rebase(d->ev);
 }
 
 const char *qp_autotune_drift_source(const struct qp_autotune_drift *d) {

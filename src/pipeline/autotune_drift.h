@@ -37,6 +37,8 @@
 
 /* Evaluation samples by default: as many as the accuracy budget's ranking takes. */
 #define QP_AUTOTUNE_DRIFT_SAMPLES 32
+/* Bytes of the reference run the evaluator keeps (one batch of data only; qp_sens_eval). */
+#define QP_AUTOTUNE_DRIFT_CACHE ((size_t)256 << 20)
 
 /* Where the evaluation samples come from and how the drift is measured. */
 struct qp_autotune_drift_options {
@@ -60,6 +62,13 @@ enum qp_status qp_autotune_drift_open(const struct qp_model *model,
                                       const struct qp_ranges *ranges,
                                       const struct qp_autotune_drift_options *o,
                                       struct qp_autotune_drift **out, struct qp_error *err);
+
+/* The next measurement runs the whole model and becomes the reference the later ones
+ * recompute from (with a single batch of evaluation data: qp_sens_eval's incremental
+ * measurements; nothing otherwise). Call it when the placements to come share a part with one
+ * another that they do not share with the last reference (autotune: a new pattern). Drifts
+ * do not depend on it. NULL-safe. */
+void qp_autotune_drift_rebase(struct qp_autotune_drift *d);
 
 /* The drift of the model quantized with placement `p` into *drift_out. QP_ERR_BAD_INPUT when `p`
  * holds a slot outside `every` or an entry the engine cannot fake-quantize (no range). */

@@ -1177,6 +1177,7 @@ struct qp_sens_eval {
     size_t n_batches;
     struct eval_batch *b;
     uint64_t n_samples;
+    int has_ref; /* incremental, one batch: the session holds a measurement's run as reference */
 };
 
 static void eval_batch_free(struct eval_batch *b, size_t n_out) {
@@ -1200,6 +1201,10 @@ void qp_sens_eval_free(struct qp_sens_eval *ev) {
 
 uint64_t qp_sens_eval_n_samples(const struct qp_sens_eval *ev) {
     return ev ? ev->n_samples : 0;
+}
+
+uint64_t qp_sens_eval_nodes_executed(const struct qp_sens_eval *ev) {
+    return ev && ev->c.wk ? (uint64_t)ev->c.wk[0].nodes : 0;
 }
 
 /* The context's current reference (after ctx_reference) copied into *b. */
@@ -1284,6 +1289,10 @@ static void eval_swap(struct sens_ctx *c, struct eval_batch *b) {
     b->rows = rows;
 }
 
+void qp_sens_eval_rebase(struct qp_sens_eval *ev) {
+    if (ev) ev->has_ref = 0;
+}
+
 enum qp_status qp_sens_eval_measure(struct qp_sens_eval *ev, const unsigned char *quantized,
                                     struct qp_sens_budget_step *out, struct qp_error *err) {
     struct sens_ctx *c = &ev->c;
@@ -1294,13 +1303,15 @@ enum qp_status qp_sens_eval_measure(struct qp_sens_eval *ev, const unsigned char
     struct step_acc a;
     enum qp_status st = step_acc_init(&a, c->n_out, err);
     if (st != QP_OK) return st;
-    if ((st = qp_provider_reset(c->prov, err)) == QP_OK) {
+    /* one batch: its run can stay as the reference a partial run starts from */
+    int keep = ev->o.incremental && ev->n_batches == 1, partial = keep && ev->has_ref;
+    if (!partial && (st = qp_provider_reset(c->prov, err)) == QP_OK) {
         qp_session_set_threads(w->s, ev->o.n_threads);
-        qp_session_set_cache(w->s, 0);
+        qp_session_set_cache(w->s, keep ? ev->o.cache_bytes : 0);
     }
     const struct qp_array *batch = NULL;
     int end = 0;
-    for (size_t k = 0; st == QP_OK && k < ev->n_batches; k++) {
+    for (size_t k = 0; st == QP_OK && k < ev->n_batches && !partial; k++) {
         if ((st = qp_provider_next(c->prov, &batch, &end, err)) != QP_OK) break;
         if (end) {
             st = qp_error_set(err, QP_ERR_INTERNAL,
@@ -1315,6 +1326,13 @@ enum qp_status qp_sens_eval_measure(struct qp_sens_eval *ev, const unsigned char
         if ((st = ctx_probe(c, w, 0, err)) == QP_OK) st = step_acc_add(c, &a, err);
         eval_swap(c, &ev->b[k]);
     }
+    if (partial) { /* the inputs are the reference's: only what the changed entries reach */
+        memcpy(w->apply, quantized, c->n_entries);
+        eval_swap(c, &ev->b[0]);
+        if ((st = ctx_probe(c, w, 1, err)) == QP_OK) st = step_acc_add(c, &a, err);
+        eval_swap(c, &ev->b[0]);
+    }
+    ev->has_ref = keep && st == QP_OK;
     if (st == QP_OK) {
         step_acc_finish(&a, c->n_out, out);
         out->measured = 1;

@@ -251,8 +251,14 @@ enum qp_status qp_sens_budget(const struct qp_model *model, const struct qp_plac
  * sample, summed over the float outputs; the least top-1 agreement of the class-score outputs).
  * One session holds an overlay per entry of `pl`, planned once; the float reference outputs of
  * every batch are computed once, at creation, and kept, so a measurement is one full quantized
- * run per batch. For a search that measures many placements drawn from one set of entries
- * (autotune's schemes).
+ * run per batch. With `incremental` and a single batch (one sample, or every sample in one
+ * batch), the first measurement's run stays as the session's reference (what the options'
+ * cache_bytes holds of it), and later measurements recompute only the nodes downstream of the
+ * entries that differ from the reference's (partial re-execution, qplace/session.h:
+ * bit-identical to a full run); qp_sens_eval_rebase makes the next measurement a full run
+ * again, whose run becomes the reference. For a search that
+ * measures many placements drawn from one set of entries (autotune's schemes, which differ
+ * from one another in one pattern's entries).
  *
  *     struct qp_sens_eval *ev = NULL;
  *     if (qp_sens_eval_create(model, every, prov, ranges, &o, &ev, &err) != QP_OK) ...
@@ -274,8 +280,13 @@ enum qp_status qp_sens_eval_create(const struct qp_model *model, const struct qp
  * overlaid (no calibrated range, a weight without float data). */
 enum qp_status qp_sens_eval_measure(struct qp_sens_eval *ev, const unsigned char *quantized,
                                     struct qp_sens_budget_step *out, struct qp_error *err);
+/* The next qp_sens_eval_measure runs in full and its run becomes the reference (incremental,
+ * one batch; nothing otherwise). NULL-safe. */
+void qp_sens_eval_rebase(struct qp_sens_eval *ev);
 /* Samples a measurement covers (the rows of every batch's first input). */
 uint64_t qp_sens_eval_n_samples(const struct qp_sens_eval *ev);
+/* Node computations of every measurement so far (qp_session_nodes_executed summed). */
+uint64_t qp_sens_eval_nodes_executed(const struct qp_sens_eval *ev);
 void qp_sens_eval_free(struct qp_sens_eval *ev);
 
 /* The placement `pl` minus the entries whose mask[e] is set (edges first, then n_edges + weight

@@ -598,6 +598,53 @@ static void test_eval(void **state) {
     fixture_free(&f);
 }
 
+/* With one batch, an incremental evaluator's measurements after the first recompute only
+ * what differs from the reference run: the same drifts and top-1 as full runs, bit for bit,
+ * over placements that add, drop and swap entries, before and after a rebase, with fewer node
+ * computations. */
+static void test_eval_incremental(void **state) {
+    (void)state;
+    struct fixture f;
+    fixture_load(&f, "sens_small.placement.json");
+    struct qp_error err = {0};
+    struct qp_provider *head = NULL;
+    assert_int_equal(qp_provider_head_create(f.prov, 1, &head, &err), QP_OK);
+    struct qp_sens_options o;
+    opts_default(&o);
+    struct qp_sens_eval *ev[2] = {NULL, NULL}; /* full runs, incremental */
+    for (int i = 0; i < 2; i++) {
+        o.incremental = i;
+        assert_int_equal(qp_sens_eval_create(f.m, f.pl, head, f.ranges, &o, &ev[i], &err), QP_OK);
+        assert_true(qp_sens_eval_n_samples(ev[i]) == 1);
+    }
+    size_t ne = f.pl->n_edges + f.pl->n_weights;
+    unsigned char on[64];
+    assert_true(ne >= 3 && ne <= sizeof on);
+    size_t changed_late = 0;
+    for (int step = 0; step < 8; step++) {
+        memset(on, 1, ne);
+        if (step == 1 || step == 5) on[ne - 1] = 0; /* the last entry off */
+        if (step == 2) on[0] = 0;
+        if (step == 3) memset(on, 0, ne);
+        if (step == 6) on[ne / 2] = 0;
+        if (step == 4) qp_sens_eval_rebase(ev[1]); /* the next run is full again */
+        struct qp_sens_budget_step a, b;
+        uint64_t before = qp_sens_eval_nodes_executed(ev[1]);
+        assert_int_equal(qp_sens_eval_measure(ev[0], on, &a, &err), QP_OK);
+        assert_int_equal(qp_sens_eval_measure(ev[1], on, &b, &err), QP_OK);
+        assert_true(a.measured && b.measured);
+        assert_true(a.drift == b.drift && a.top1 == b.top1);
+        if (step == 1) changed_late = qp_sens_eval_nodes_executed(ev[1]) - before;
+    }
+    uint64_t full = qp_sens_eval_nodes_executed(ev[0]), inc = qp_sens_eval_nodes_executed(ev[1]);
+    assert_true(inc < full);
+    assert_true(changed_late > 0 && changed_late < full / 8); /* the last entry: a tail */
+    qp_sens_eval_free(ev[0]);
+    qp_sens_eval_free(ev[1]);
+    qp_provider_free(head);
+    fixture_free(&f);
+}
+
 static void test_bad_options(void **state) {
     (void)state;
     struct fixture f;
@@ -715,6 +762,7 @@ int main(void) {
         cmocka_unit_test(test_calibrate_value_keyed),
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_eval),
+        cmocka_unit_test(test_eval_incremental),
         cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
