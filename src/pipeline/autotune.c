@@ -367,6 +367,19 @@ static int state_replay(struct tune *t, const struct qp_pattern *pat, const uint
     return 1;
 }
 
+/* Before a race: step t->step of the state file replayed into *res (*replayed 1, and
+ * *escalate as state_replay sets it), else, when the caller asked the search to stop, the
+ * search marked interrupted. Returns 0 then (nothing is to be measured or accounted), else 1. */
+static int replay_or_go(struct tune *t, const struct qp_pattern *pat, const uint64_t *bits,
+                        struct qp_latency_race_result *res, int *replayed, int *escalate) {
+    *replayed = state_replay(t, pat, bits, res, escalate);
+    if (!*replayed && t->o->stop && *t->o->stop) {
+        t->r->interrupted = 1;
+        return 0;
+    }
+    return 1;
+}
+
 static enum qp_status state_write(struct tune *t, struct qp_error *err);
 
 /* The state file's numbers read back bit for bit (core/numtext.h), so that a resumed run
@@ -1117,11 +1130,7 @@ static enum qp_status escalate(struct tune *t, size_t p, const uint64_t *bits, c
     if (t->whole_best_stale && (st = write_model(t, best, t->best_path, err)) != QP_OK) return st;
     t->whole_best_stale = 0;
     if ((st = write_model(t, cand, t->cand_path, err)) != QP_OK) return st;
-    *replayed = state_replay(t, pat, bits, res, NULL);
-    if (!*replayed && t->o->stop && *t->o->stop) {
-        t->r->interrupted = 1;
-        return QP_OK;
-    }
+    if (!replay_or_go(t, pat, bits, res, replayed, NULL)) return QP_OK;
     if (!*replayed && (st = qp_latency_race(t->o->backend, t->cand_path, t->best_path, &t->o->race,
                                             res, err)) != QP_OK)
         return st;
@@ -1213,11 +1222,7 @@ static enum qp_status confirm(struct tune *t, size_t p, const uint64_t *bits, co
     t->sub_nodes = t->all_nodes;
     if ((st = write_sub(t, t->sub_all, cand, t->cand_all_path, err)) != QP_OK) return st;
     int esc_recorded = 0;
-    *replayed = state_replay(t, pat, bits, res, &esc_recorded);
-    if (!*replayed && t->o->stop && *t->o->stop) {
-        t->r->interrupted = 1;
-        return QP_OK;
-    }
+    if (!replay_or_go(t, pat, bits, res, replayed, &esc_recorded)) return QP_OK;
     struct qp_latency_race_options ro = t->o->race;
     ro.min_effect = t->all_min_effect;
     if (!*replayed && (st = qp_latency_race(t->o->backend, t->cand_all_path, t->best_all_path, &ro,
@@ -1355,9 +1360,8 @@ static enum qp_status tune_pattern(struct tune *t, size_t p, size_t k, size_t n_
         }
         struct qp_latency_race_result res;
         int esc_recorded = 0;
-        int replayed = state_replay(t, pat, list[j], &res, &esc_recorded);
-        if (!replayed && t->o->stop && *t->o->stop) {
-            t->r->interrupted = 1;
+        int replayed = 0;
+        if (!replay_or_go(t, pat, list[j], &res, &replayed, &esc_recorded)) {
             qp_placement_free(cand);
             goto done;
         }

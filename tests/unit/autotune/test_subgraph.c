@@ -327,15 +327,37 @@ static size_t check_fused_closure(const struct qp_graph *g, const unsigned char 
     return held;
 }
 
+/* A model with its regions and a recorded whole-model run (open_model / close_model). */
+struct opened {
+    struct qp_model *m;
+    struct qp_regions *rs;
+    struct qp_array *inputs;
+    size_t n_in;
+    struct recorded *whole;
+};
+
+static void open_model(const char *path, struct opened *o) {
+    struct qp_error err = {0};
+    memset(o, 0, sizeof *o);
+    assert_int_equal(qp_model_load_file(path, NULL, &o->m, &err), QP_OK);
+    assert_int_equal(qp_regions_build(o->m->graph, &o->rs, &err), QP_OK);
+    o->whole = run_whole(o->m, &o->inputs, &o->n_in);
+}
+
+static void close_model(struct opened *o) {
+    qp_bench_inputs_free(o->inputs, o->n_in);
+    record_free(o->whole);
+    qp_regions_free(o->rs);
+    qp_model_free(o->m);
+}
+
 static void check_model(const char *path) {
     struct qp_error err = {0};
-    struct qp_model *m = NULL;
-    assert_int_equal(qp_model_load_file(path, NULL, &m, &err), QP_OK);
-    struct qp_regions *rs = NULL;
-    assert_int_equal(qp_regions_build(m->graph, &rs, &err), QP_OK);
-    struct qp_array *inputs = NULL;
-    size_t n_in = 0;
-    struct recorded *whole = run_whole(m, &inputs, &n_in);
+    struct opened o;
+    open_model(path, &o);
+    struct qp_model *m = o.m;
+    struct qp_regions *rs = o.rs;
+    struct recorded *whole = o.whole;
     struct qp_graph *g = m->graph;
     int *vals = NULL;
     size_t n = 0, cap = 0, borders = 0, checked = 0, quantized_outputs = 0, quantized_inputs = 0;
@@ -378,10 +400,7 @@ static void check_model(const char *path) {
     free(keep);
     free(vals);
     qp_subgraph_capture_free(c);
-    qp_bench_inputs_free(inputs, n_in);
-    record_free(whole);
-    qp_regions_free(rs);
-    qp_model_free(m);
+    close_model(&o);
 }
 
 static void test_resnet_like(void **state) {
@@ -454,13 +473,11 @@ static size_t count_instances(const struct qp_regions *rs, size_t p, const unsig
  * the largest pattern's (most instances) instance and representative counts. */
 static void check_representatives(const char *path, size_t *n_inst, size_t *n_rep) {
     struct qp_error err = {0};
-    struct qp_model *m = NULL;
-    assert_int_equal(qp_model_load_file(path, NULL, &m, &err), QP_OK);
-    struct qp_regions *rs = NULL;
-    assert_int_equal(qp_regions_build(m->graph, &rs, &err), QP_OK);
-    struct qp_array *inputs = NULL;
-    size_t n_in = 0;
-    struct recorded *whole = run_whole(m, &inputs, &n_in);
+    struct opened o;
+    open_model(path, &o);
+    struct qp_model *m = o.m;
+    struct qp_regions *rs = o.rs;
+    struct recorded *whole = o.whole;
     int *vals = NULL;
     size_t n = 0, cap = 0, qi = 0;
     for (size_t p = 0; p < rs->n_patterns; p++)
@@ -506,10 +523,7 @@ static void check_representatives(const char *path, size_t *n_inst, size_t *n_re
     free(again);
     free(vals);
     qp_subgraph_capture_free(c);
-    qp_bench_inputs_free(inputs, n_in);
-    record_free(whole);
-    qp_regions_free(rs);
-    qp_model_free(m);
+    close_model(&o);
 }
 
 /* One instance stands for alike ones: vit_deep's four blocks and resnet_deep's three identity

@@ -32,19 +32,28 @@ def c(name, arr, dtype=np.float32):
     return numpy_helper.from_array(np.asarray(arr, dtype=dtype), name)
 
 
-def resnet_deep(n_blocks=5, name="resnet_deep"):
-    nodes, inits = [], []
-
+def conv_maker(nodes, inits):
+    """conv(x, y, cin, cout, k, stride): a Conv with its weight and bias, appended."""
     def conv(x, y, cin, cout, k, stride=1):
         inits.extend([w(f"{y}_w", cout, cin, k, k), w(f"{y}_b", cout)])
         nodes.append(N("Conv", [x, f"{y}_w", f"{y}_b"], [y], name=f"conv_{y}",
                        kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride, stride]))
+    return conv
 
+
+def stem(nodes, conv):
+    """Conv 3->8 stride 2, Relu, MaxPool 2x2: the tensor 'pool'."""
     conv("x", "stem", 3, 8, 3, 2)
     nodes.append(N("Relu", ["stem"], ["stem_r"], name="relu_stem"))
     nodes.append(N("MaxPool", ["stem_r"], ["pool"], name="maxpool", kernel_shape=[2, 2],
                    strides=[2, 2]))
-    prev = "pool"
+    return "pool"
+
+
+def resnet_deep(n_blocks=5, name="resnet_deep"):
+    nodes, inits = [], []
+    conv = conv_maker(nodes, inits)
+    prev = stem(nodes, conv)
     for b in range(n_blocks):
         y = f"b{b}"
         conv(prev, f"{y}_a", 8 if b == 0 else 16, 4, 1)
@@ -76,17 +85,8 @@ def resnet_stages():
     at 16 channels 8x8 (a projection block, two identity blocks), stage 2 at 32 channels 4x4 (a
     strided projection block, three identity blocks; the last joins the pooling's region)."""
     nodes, inits = [], []
-
-    def conv(x, y, cin, cout, k, stride=1):
-        inits.extend([w(f"{y}_w", cout, cin, k, k), w(f"{y}_b", cout)])
-        nodes.append(N("Conv", [x, f"{y}_w", f"{y}_b"], [y], name=f"conv_{y}",
-                       kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride, stride]))
-
-    conv("x", "stem", 3, 8, 3, 2)
-    nodes.append(N("Relu", ["stem"], ["stem_r"], name="relu_stem"))
-    nodes.append(N("MaxPool", ["stem_r"], ["pool"], name="maxpool", kernel_shape=[2, 2],
-                   strides=[2, 2]))
-    prev, cin = "pool", 8
+    conv = conv_maker(nodes, inits)
+    prev, cin = stem(nodes, conv), 8
     for s, (width, n_blocks) in enumerate([(16, 3), (32, 4)]):
         for b in range(n_blocks):
             y = f"s{s}b{b}"
