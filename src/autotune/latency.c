@@ -168,22 +168,35 @@ static enum qp_status ready_open(struct builtin *b, const char *path, struct rea
     return st;
 }
 
+/* Kept sessions: defined below, with measure_pair. */
+static int kept_find(struct builtin *b, const char *path);
+static enum qp_status kept_open(struct builtin *b, const char *path, int spare, int *slot,
+                                struct qp_error *err);
+static void kept_drop(struct kept *k);
+
+/* The session is kept as measure_pair keeps its two (a later call on the same file, either
+ * kind, reuses it: autotune times a pattern's best sub-model once, then races it); a kept one
+ * gets one warm-up run instead of the backend's warm-up. */
 static enum qp_status builtin_measure(struct qp_latency_backend *base, const char *model_path,
                                       size_t n_runs, double *samples_ms, struct qp_error *err) {
     struct builtin *b = (struct builtin *)base;
     if (n_runs > INT_MAX)
         return qp_error_set(err, QP_ERR_USAGE, "latency: builtin: %zu runs is too many", n_runs);
-    struct ready r;
     struct qp_bench_result res = {0};
-    struct qp_bench_options bo = {
-        .warmup = b->o.warmup, .iterations = (int)n_runs, .n_threads = b->o.n_threads};
-    enum qp_status st = ready_open(b, model_path, &r, err);
-    if (st == QP_OK &&
-        (st = qp_bench_session(r.s, qp_session_n_inputs(r.s), r.inputs, &bo, &res, err)) != QP_OK)
+    int slot = kept_find(b, model_path), fresh = slot < 0;
+    enum qp_status st = fresh ? kept_open(b, model_path, -1, &slot, err) : QP_OK;
+    if (st != QP_OK) return st;
+    const struct ready *r = &b->keep[slot].r;
+    struct qp_bench_options bo = {.warmup = fresh || b->o.warmup < 1 ? b->o.warmup : 1,
+                                  .iterations = (int)n_runs,
+                                  .n_threads = b->o.n_threads};
+    if ((st = qp_bench_session(r->s, qp_session_n_inputs(r->s), r->inputs, &bo, &res, err)) !=
+        QP_OK) {
         qp_error_prefix(err, "latency: builtin: '%s': ", model_path);
+        kept_drop(&b->keep[slot]); /* a session that failed is not kept */
+    }
     if (st == QP_OK) memcpy(samples_ms, res.run_ms, n_runs * sizeof *samples_ms);
     qp_bench_result_release(&res);
-    ready_close(&r);
     return st;
 }
 

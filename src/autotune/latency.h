@@ -10,8 +10,9 @@
  *            inputs, warm-up, timed runs), Q/DQ models on the integer path by default; `detail`
  *            names the ISA the kernels run with (qp_session_isa). It keeps two models' sessions
  *            open to time them run by run in turn (measure_pair), and keeps them open after the
- *            call: a later pair call on the same files (the same device, inode, size and
- *            times, whatever the path: a file renamed keeps its session) reuses them, until
+ *            call, as it keeps a measure's: a later call on the same files (the same device,
+ *            inode, size and times, whatever the path: a file renamed keeps its session)
+ *            reuses them, with one warm-up run instead of the backend's, until
  *            qp_latency_reset.
  *   trtexec  TensorRT's trtexec as a child process: --stronglyTyped, a timing cache, plugin
  *            libraries, the caller's extra arguments; the per-inference host latencies it prints
@@ -110,7 +111,7 @@ void qp_latency_builtin_options_default(struct qp_latency_builtin_options *o);
 
 /* A builtin backend (`o` may be NULL for the defaults). Each measure loads the model, creates
  * a session with the options, feeds runtime/bench.h's deterministic inputs and times the runs;
- * measure_pair keeps the last two sessions for the next pair call (above). Returns
+ * measure and measure_pair keep the last two sessions for the next call (above). Returns
  * QP_ERR_USAGE (a bad option; the shape string's errors as qp_calib_shapes_parse gives them),
  * QP_ERR_NOMEM. */
 enum qp_status qp_latency_builtin_create(const struct qp_latency_builtin_options *o,

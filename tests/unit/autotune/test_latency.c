@@ -114,12 +114,24 @@ static void test_builtin(void **state) {
     assert_int_equal(qp_latency_builtin_opened(b), 7);
     assert_int_equal(qp_latency_measure_pair(b, fb, fa, 2, pa, pb, &err), QP_OK);
     assert_int_equal(qp_latency_builtin_opened(b), 7);
+    /* A measure keeps its session too: the pair call after it on that file opens only the
+     * other; a measure of a kept file opens nothing. */
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s.tmp' && mv '%s.tmp' '%s'", SMALL, fa, fa, fa);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(qp_latency_measure(b, fa, 2, pa, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), 8);
+    assert_int_equal(qp_latency_measure_pair(b, fb, fa, 2, pa, pb, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), 8);
+    assert_int_equal(qp_latency_measure(b, fb, 2, pb, &err), QP_OK);
+    assert_int_equal(qp_latency_builtin_opened(b), 8);
+    check_samples(pa, 2);
+    check_samples(pb, 2);
     /* One file on both sides: one session. */
     assert_int_equal(qp_latency_measure_pair(b, fc, fc, 2, pa, pb, &err), QP_ERR_BAD_INPUT);
     snprintf(cmd, sizeof cmd, "cp '%s' '%s'", SMALL, fc);
     assert_int_equal(system(cmd), 0);
     assert_int_equal(qp_latency_measure_pair(b, fc, fc, 2, pa, pb, &err), QP_OK);
-    assert_int_equal(qp_latency_builtin_opened(b), 9);
+    assert_int_equal(qp_latency_builtin_opened(b), 10);
     /* reset forgets the kept sessions: the same pair is opened afresh, then kept again. */
     assert_int_equal(qp_latency_measure_pair(b, fa, fb, 2, pa, pb, &err), QP_OK);
     size_t opened = qp_latency_builtin_opened(b);
