@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calib/batch_pool.h"
 #include "calib/provider.h"
 #include "core/arena.h"
 #include "core/clock.h"
@@ -15,8 +16,7 @@
 enum ar_kind { AR_CONV, AR_GEMM, AR_MATMUL };
 enum { PAD_EXPLICIT = 0, PAD_VALID, PAD_SAME_UPPER, PAD_SAME_LOWER };
 
-#define AR_MAX_INPUTS 64 /* graph inputs fed */
-#define AR_QMAX       127
+#define AR_QMAX 127
 /* Damping: the choice minimises E + AR_DAMP * mean(diag H) * |D|^2, as GPTQ damps its Hessian:
  * directions the sampled rows barely see stay at nearest instead of fitting the sample. */
 #define AR_DAMP 0.01
@@ -276,16 +276,23 @@ static void gather(const struct ar_pass *p, const struct ar_layer *L, const stru
 
 /* ---- accumulation --------------------------------------------------------------------------- */
 
-/* C[m x n] = A[m x k] B[k x n], all row-major and contiguous. */
-static int matmul(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
-                  int n_threads) {
-    if (qp_gemm_available()) {
-        size_t bytes = qp_gemm_pack_bytes(k, n);
-        float *pack = bytes ? aligned_alloc(64, (bytes + 63) / 64 * 64) : NULL;
-        if (!pack) return 0;
+/* The scratch matmul needs for a k x n B: qp_gemm_f32's packing memory, or NULL where the
+ * portable loop runs (*ok 0 only when the memory could not be had). Free with free(). */
+static float *gemm_scratch(int64_t k, int64_t n, int *ok) {
+    *ok = 1;
+    if (!qp_gemm_available()) return NULL;
+    size_t bytes = qp_gemm_pack_bytes(k, n);
+    float *pack = bytes ? aligned_alloc(64, (bytes + 63) / 64 * 64) : NULL;
+    *ok = pack != NULL;
+    return pack;
+}
+
+/* C[m x n] = A[m x k] B[k x n], all row-major and contiguous; `pack` from gemm_scratch(k, n). */
+static void matmul(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+                   float *pack, int n_threads) {
+    if (pack) {
         qp_gemm_f32(m, n, k, a, k, b, n, c, n, pack, n_threads);
-        free(pack);
-        return 1;
+        return;
     }
     for (int64_t i = 0; i < m; i++) {
         float *ci = c + i * n;
@@ -297,7 +304,6 @@ static int matmul(int64_t m, int64_t n, int64_t k, const float *a, const float *
                 ci[j] += av * bp[j];
         }
     }
-    return 1;
 }
 
 static void transpose(const float *a, int64_t rows, int64_t cols, float *t) {
@@ -306,35 +312,38 @@ static void transpose(const float *a, int64_t rows, int64_t cols, float *t) {
             t[j * rows + i] = a[i * cols + j];
 }
 
-/* Adds one group's q rows x (q x K) to its H. */
-static int accumulate_group(struct ar_pass *p, struct ar_layer *L, int64_t gi, const float *x,
-                            int64_t q) {
+/* Adds one group's q rows x (q x K) to its H, with scratch xt (K x q), prod (K x K) and
+ * pack (gemm_scratch(q, K)). */
+static void accumulate_group(struct ar_pass *p, struct ar_layer *L, int64_t gi, const float *x,
+                             int64_t q, float *xt, float *prod, float *pack) {
     int64_t K = L->K;
-    float *xt = floats((uint64_t)(K * q)), *prod = floats((uint64_t)(K * K));
-    int ok = xt && prod;
-    if (ok) {
-        transpose(x, q, K, xt);
-        ok = matmul(K, K, q, xt, x, prod, p->n_threads);
-        float *H = L->H + gi * K * K;
-        for (int64_t i = 0; ok && i < K * K; i++)
-            H[i] += prod[i];
-    }
-    free(xt);
-    free(prod);
-    return ok;
+    transpose(x, q, K, xt);
+    matmul(K, K, q, xt, x, prod, pack, p->n_threads);
+    float *H = L->H + gi * K * K;
+    for (int64_t i = 0; i < K * K; i++)
+        H[i] += prod[i];
 }
 
-/* Layer L's input x of this batch: q sampled rows of every group. */
+/* Layer L's input x of this batch: q sampled rows of every group (the scratch made once for
+ * all of them). */
 static int accumulate(struct ar_pass *p, struct ar_layer *L, const struct qp_array *x,
                       const struct conv_view *cv, int64_t rows, int64_t q) {
-    float *buf = floats((uint64_t)(L->G * q * L->K));
-    if (!buf) return 0;
-    gather(p, L, x, cv, rows, q, buf);
-    int ok = 1;
-    for (int64_t gi = 0; ok && gi < L->G; gi++)
-        ok = accumulate_group(p, L, gi, buf + gi * q * L->K, q);
+    int64_t K = L->K;
+    float *buf = floats((uint64_t)(L->G * q * K));
+    float *xt = floats((uint64_t)(K * q)), *prod = floats((uint64_t)(K * K));
+    int ok = 0;
+    float *pack = gemm_scratch(q, K, &ok);
+    ok = ok && buf && xt && prod;
+    if (ok) {
+        gather(p, L, x, cv, rows, q, buf);
+        for (int64_t gi = 0; gi < L->G; gi++)
+            accumulate_group(p, L, gi, buf + gi * q * K, q, xt, prod, pack);
+        L->rows += (uint64_t)q;
+    }
     free(buf);
-    L->rows += (uint64_t)q;
+    free(xt);
+    free(prod);
+    free(pack);
     return ok;
 }
 
@@ -437,7 +446,9 @@ static int choose_group(const struct ar_layer *L, int64_t gi, int sweeps, int n_
     float *HW = floats((uint64_t)(Og * K));
     int *qs = malloc((size_t)(3 * Og * K) * sizeof *qs);
     double *ch = calloc((size_t)(3 * Og), sizeof *ch), damp = 0;
-    int ok = D && HD && HW && qs && ch;
+    int ok = 0;
+    float *pack = gemm_scratch(K, K, &ok);
+    ok = ok && D && HD && HW && qs && ch;
     for (int64_t o = 0; ok && o < Og; o++) {
         int *q = qs + 3 * o * K;
         float s = L->scale[gi * Og + o];
@@ -448,7 +459,10 @@ static int choose_group(const struct ar_layer *L, int64_t gi, int sweeps, int n_
         }
     }
     /* one row per channel: HD and Hw (H is symmetric) */
-    if (ok) ok = matmul(Og, K, K, D, H, HD, n_threads) && matmul(Og, K, K, W, H, HW, n_threads);
+    if (ok) {
+        matmul(Og, K, K, D, H, HD, pack, n_threads);
+        matmul(Og, K, K, W, H, HW, pack, n_threads);
+    }
     for (int64_t i = 0; i < K; i++)
         damp += H[i * K + i];
     damp *= AR_DAMP / (double)K;
@@ -478,6 +492,7 @@ static int choose_group(const struct ar_layer *L, int64_t gi, int sweeps, int n_
     free(HW);
     free(qs);
     free(ch);
+    free(pack);
     return ok;
 }
 
@@ -598,7 +613,7 @@ static enum qp_status feed_batches(struct qp_session *s, struct ar_pass *p,
         const struct qp_array *batch = NULL;
         int end = 0;
         if ((st = qp_provider_next(data, &batch, &end, err)) != QP_OK || end) break;
-        struct qp_array feed[AR_MAX_INPUTS];
+        struct qp_array feed[QP_BATCH_POOL_MAX_INPUTS];
         for (size_t i = 0; i < ns; i++)
             feed[i] = batch[map[i]];
         for (size_t i = 0; i < ns && p->bad < 0 && !p->nomem; i++)
@@ -623,11 +638,11 @@ static enum qp_status run_pass(const struct qp_model *wm, struct ar_pass *p,
     }
     struct qp_session_options so = {.n_threads = p->n_threads, .lazy_plan = 1};
     struct qp_session *s = NULL;
-    size_t map[AR_MAX_INPUTS];
+    size_t map[QP_BATCH_POOL_MAX_INPUTS];
     enum qp_status st = qp_session_create(wm, &so, 0, NULL, &s, err);
     if (st == QP_OK) st = qp_session_set_observed(s, nn, names, err);
     size_t ns = st == QP_OK ? qp_session_n_inputs(s) : 0;
-    if (st == QP_OK && (ns > AR_MAX_INPUTS || ns > qp_provider_n_inputs(data)))
+    if (st == QP_OK && (ns > QP_BATCH_POOL_MAX_INPUTS || ns > qp_provider_n_inputs(data)))
         st = qp_error_set(err, QP_ERR_BAD_INPUT,
                           "weight rounding: the model has %zu inputs, the "
                           "data %zu",
