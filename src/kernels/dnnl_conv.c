@@ -15,8 +15,9 @@
  * padding it rejects, a full cache) runs the reference kernel with the same geometry.
  *
  * 3x3 stride-1 convolutions that qp_wino_takes accepts run Winograd F(2x2, 3x3) (winograd.c)
- * instead of the primitive, inside the same state: its weights are transformed at prepare, and
- * the primitive's descriptor only tells the blocked layouts the state reads and writes.
+ * on CPUs where it pays (qp_wino_cpu_prefers) instead of the primitive, inside the same state: its
+ * weights are transformed at prepare, and the primitive's descriptor only tells the blocked layouts
+ * the state reads and writes.
  */
 #include <math.h>
 #include <pthread.h>
@@ -650,13 +651,14 @@ static enum qp_status prepare(struct qp_kprep *p, int transpose, int n_post,
     if (e && transpose && (ref.has_bias || n_post) &&
         !epilogue_layout(&e->dst, &blk, &ep_sn, &ep_sc))
         e = NULL; /* reference kernel */
-    /* Winograd: chosen from the shapes alone (and QP_NO_WINOGRAD), never from timings, so that
-     * every run of the node, fused or not, overlaid or not, computes alike. It joins the
-     * runtime's blocked chain when it can read and write the layouts oneDNN picked
-     * (wino_layout): else it advertises none and works on NCHW only. */
+    /* Winograd: chosen from the shapes and the CPU (and QP_NO_WINOGRAD / QP_WINOGRAD), never
+     * from timings, so that every run of the node, fused or not, overlaid or not, computes
+     * alike. It joins the runtime's blocked chain when it can read and write the layouts
+     * oneDNN picked (wino_layout): else it advertises none and works on NCHW only. */
     struct qp_wino wp = {0};
     struct qp_wino_layout wl_src = {0, 0, 0, 0}, wl_dst = {0, 0, 0, 0};
-    int wino = usable && !transpose && !qp_wino_disabled() && qp_wino_takes(&ref);
+    int wino =
+        usable && !transpose && !qp_wino_disabled() && qp_wino_cpu_prefers() && qp_wino_takes(&ref);
     int wino_blocked = wino && e && wino_layout(&e->src, &wl_src) && wino_layout(&e->dst, &wl_dst);
     size_t off_dst = 0, off_scr = 0, scratch = 0, wei_bytes = 0, off_sub = 0;
     struct conv_entry *e1 = NULL, *se = NULL, *se1 = NULL;

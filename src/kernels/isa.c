@@ -63,6 +63,10 @@ int qp_isa_has_vnni(void) {
     return has_bits(isa, dnnl_cpu_isa_avx512_core_vnni) || has_bits(isa, dnnl_cpu_isa_avx2_vnni);
 }
 
+int qp_isa_has_amx(void) {
+    return has_bits(dnnl_get_effective_cpu_isa(), dnnl_cpu_isa_avx512_core_amx);
+}
+
 const char *qp_isa_describe_dnnl(unsigned dnnl_isa) {
     dnnl_cpu_isa_t isa = (dnnl_cpu_isa_t)dnnl_isa;
     /* AMX's level holds VNNI's and BF16's bits: say all three, so that "has VNNI" reads the

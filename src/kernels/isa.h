@@ -37,6 +37,9 @@ const char *qp_isa_name(enum qp_isa isa);
 /* 1 when oneDNN's effective ISA has VNNI (AVX-512 VNNI or AVX-VNNI): int8 dot products then
  * accumulate exactly in int32 (the integer path's kernel choice, kernels/int8_conv.h). */
 int qp_isa_has_vnni(void);
+/* 1 when oneDNN's effective ISA is AVX-512 with AMX (Intel Xeon from Sapphire Rapids on), so
+ * capped by ONEDNN_MAX_CPU_ISA as the rest: a cap below AMX on such a CPU says 0. */
+int qp_isa_has_amx(void);
 
 /* A oneDNN dnnl_cpu_isa_t value in words, with its extensions ("AVX-512 VNNI BF16 AMX",
  * "AVX-512 VNNI BF16", "AVX2 AVX-VNNI", "AVX2", ...); the words hold "VNNI" exactly when the

@@ -37,6 +37,16 @@ int qp_wino_disabled(void) {
     return e && *e && strcmp(e, "0") != 0;
 }
 
+int qp_wino_cpu_rule(enum qp_isa isa, int amx) {
+    return isa != QP_ISA_AVX512 || !amx;
+}
+
+int qp_wino_cpu_prefers(void) {
+    const char *e = getenv("QP_WINOGRAD");
+    if (e && strcmp(e, "1") == 0) return 1;
+    return qp_wino_cpu_rule(qp_kernel_isa(), qp_isa_has_amx());
+}
+
 int qp_wino_takes(const struct qp_conv_state *g) {
     const struct qp_window *w = &g->w;
     if (w->nsp != 2 || g->group != 1 || g->n < 1) return 0;

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "kernels/dnnl_conv.h"
+#include "kernels/isa.h"
 
 /* The plan of one convolution, all derived from its geometry. */
 struct qp_wino {
@@ -46,6 +47,19 @@ struct qp_wino_layout {
 /* 1 when the environment variable QP_NO_WINOGRAD is set to a non-empty value other than "0"
  * (read at every call): convolutions then stay on oneDNN, for A/B measurements. */
 int qp_wino_disabled(void);
+
+/* Whether Winograd beats oneDNN's direct kernels on a CPU of this kind, the shapes aside (see
+ * docs/engine.md, "Winograd 3x3 convolutions"): yes below AVX-512 (oneDNN 2.6's jit:avx2 runs
+ * 3x3 layers at a third of the FMA peak) and on AVX-512 without AMX (AMD EPYC Zen 4 and 5:
+ * ResNet-50 1.11-1.16x faster with it); no on AVX-512 with AMX (Intel Xeon, Sapphire Rapids on),
+ * where oneDNN's brgemm kernels run near the FMA peak and ResNet-50 is 4% faster without it.
+ * Pure: tests call it with any values. */
+int qp_wino_cpu_rule(enum qp_isa isa, int amx);
+
+/* The process's answer: qp_wino_cpu_rule on the kernels' ISA and AMX (kernels/isa.h, so
+ * ONEDNN_MAX_CPU_ISA caps it as it caps oneDNN), unless QP_WINOGRAD=1 in the environment (read
+ * at every call) takes Winograd on any CPU: tests and A/B runs of both choices on one machine. */
+int qp_wino_cpu_prefers(void);
 
 /* 1 when the convolution (from qp_conv_geometry, not transposed) is one the Winograd path takes:
  * 2-D, 3x3 kernel, stride 1, dilation 1, group 1, pads 0 or 1, and the channel counts where it

@@ -464,9 +464,34 @@ static int takes(const struct shape *sh, int64_t k, int64_t stride, int64_t dil,
     return w;
 }
 
+/* The CPU part of the choice: a pure rule, then the process's answer and its override. */
+static void test_cpu_rule(void **state) {
+    (void)state;
+    assert_true(qp_wino_cpu_rule(QP_ISA_PORTABLE, 0));
+    assert_true(qp_wino_cpu_rule(QP_ISA_AVX2, 0));
+    assert_true(qp_wino_cpu_rule(QP_ISA_AVX512, 0));  /* AMD EPYC Zen 4 / 5 */
+    assert_false(qp_wino_cpu_rule(QP_ISA_AVX512, 1)); /* Intel Xeon with AMX */
+    assert_true(qp_wino_cpu_rule(QP_ISA_AVX2, 1));    /* such a CPU capped at AVX2 */
+    unsetenv("QP_WINOGRAD");
+    assert_int_equal(qp_wino_cpu_prefers(), qp_wino_cpu_rule(qp_kernel_isa(), qp_isa_has_amx()));
+    setenv("QP_WINOGRAD", "1", 1);
+    assert_true(qp_wino_cpu_prefers());
+    setenv("QP_WINOGRAD", "0", 1);
+    assert_int_equal(qp_wino_cpu_prefers(), qp_wino_cpu_rule(qp_kernel_isa(), qp_isa_has_amx()));
+    /* Through a state: on this CPU's own rule, then forced. */
+    const struct shape base = {1, 64, 64, 14, 14, 1, 1, 1, 1, 1};
+    unsetenv("QP_WINOGRAD");
+    unsetenv("QP_NO_WINOGRAD");
+    assert_int_equal(takes(&base, 3, 1, 1, 1), qp_wino_cpu_prefers());
+    setenv("QP_WINOGRAD", "1", 1);
+    assert_true(takes(&base, 3, 1, 1, 1));
+}
+
+/* The shapes' part of the choice (on any CPU: QP_WINOGRAD=1). */
 static void test_selection(void **state) {
     (void)state;
     const struct shape base = {1, 64, 64, 14, 14, 1, 1, 1, 1, 1};
+    setenv("QP_WINOGRAD", "1", 1);
     unsetenv("QP_NO_WINOGRAD");
     assert_true(takes(&base, 3, 1, 1, 1));
     struct shape s = base;
@@ -604,6 +629,7 @@ static float *state_run(struct conv *cv, void *st, size_t scratch_bytes, int blo
  * differs). */
 static void test_state_fused(void **state) {
     (void)state;
+    setenv("QP_WINOGRAD", "1", 1); /* on any CPU */
     unsetenv("QP_NO_WINOGRAD");
     static const struct shape shapes[] = {
         {1, 64, 64, 9, 7, 1, 1, 1, 1, 1},
@@ -662,8 +688,8 @@ static void test_state_fused(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_direct_shapes),   cmocka_unit_test(test_direct_random),
-        cmocka_unit_test(test_accuracy_resnet), cmocka_unit_test(test_selection),
-        cmocka_unit_test(test_state_fused),
+        cmocka_unit_test(test_accuracy_resnet), cmocka_unit_test(test_cpu_rule),
+        cmocka_unit_test(test_selection),       cmocka_unit_test(test_state_fused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
