@@ -162,6 +162,8 @@ static enum qp_status read_inputs(struct qp_kprep *p, struct pw_state *s, const 
     const int64_t *inq;
     if (qp_kattr_ints(p->node, "pw_in_q", &inq) != s->n_in)
         return qp_error_set(p->err, QP_ERR_BAD_INPUT, "pw_in_q must have one entry per input");
+    const int64_t *tame = NULL;
+    int64_t n_tame = qp_kattr_ints(p->node, "pw_in_tame", &tame);
     for (int i = 0; i < s->n_in; i++) {
         const struct qp_kt *t = p->in[i];
         if (!t) return qp_error_set(p->err, QP_ERR_BAD_INPUT, "input %d is missing", i);
@@ -176,6 +178,7 @@ static enum qp_status read_inputs(struct qp_kprep *p, struct pw_state *s, const 
                    !zp_byte(t->dtype, par[inq[i] + 1], &x->zp)))
             return qp_error_set(p->err, QP_ERR_BAD_INPUT, "input %d: bad scale or zero point", i);
         if (q8) x->scale = par[inq[i]];
+        x->tame = !q8 && i < n_tame && tame[i] == 1;
         if (!broadcast_into(s->main, &s->rank, t->rank, t->dims))
             return qp_error_set(p->err, QP_ERR_BAD_INPUT,
                                 "input %d does not broadcast with the others", i);
@@ -747,7 +750,8 @@ static void exec(const struct pw_instr *ins, int n_ins, const struct operand *in
 /* Whether the tile's float inputs let the fast program run (int8_pw_impl.h). */
 static int tile_tame(const struct pw_state *s, const struct operand *in, int64_t n) {
     for (int i = 0; i < s->n_in; i++) {
-        if (s->in[i].dt != QP_DTYPE_FLOAT && s->in[i].dt != QP_DTYPE_FLOAT16) continue;
+        if ((s->in[i].dt != QP_DTYPE_FLOAT && s->in[i].dt != QP_DTYPE_FLOAT16) || s->in[i].tame)
+            continue;
         if (in[i].v ? !pw_tame(in[i].v, n) : !(fabsf(in[i].s) <= PW_TAME)) return 0;
     }
     return 1;

@@ -16,8 +16,9 @@
  * values are those of the exact program up to float rounding (a level may move by one where the
  * exact quotient lies within rounding of a half), which the integer path's tolerance allows.
  * A tile whose float inputs are not all finite and at most PW_TAME in magnitude runs the exact
- * program, so infinities and NaNs propagate as the model's ops say; bounds computed at compile
- * time keep every value of the fast program far from overflow for the others.
+ * program (inputs the plan marks tame, attribute pw_in_tame, are not checked), so infinities and
+ * NaNs propagate as the model's ops say; bounds computed at compile time keep every value of the
+ * fast program far from overflow for the others.
  */
 #ifndef QP_KERNELS_INT8_PW_IMPL_H
 #define QP_KERNELS_INT8_PW_IMPL_H
@@ -34,7 +35,7 @@ enum {
     PW_ADDS,                 /* a + b * p0 */
 };
 
-#define PW_TAME 4294967296.0f /* 2^32 */
+#define PW_TAME QP_PW_TAME
 
 enum in_kind { IN_FULL = 0, IN_SCALAR, IN_ROW, IN_COL, IN_GEN };
 
@@ -42,6 +43,7 @@ struct pw_input {
     enum in_kind kind;
     enum qp_dtype dt;
     float scale;                 /* int8/uint8: dequantized as read */
+    int tame;                    /* float, known finite and within PW_TAME (pw_in_tame) */
     uint8_t zp;                  /* raw byte of the zero point (its dtype is dt) */
     int rank;                    /* aligned to the main rank */
     int64_t stride[QP_MAX_RANK]; /* in the main shape's coordinates; 0 where broadcast */

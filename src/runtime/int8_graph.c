@@ -1,12 +1,14 @@
 /* Graph helpers of the integer path's passes (int8_graph.h). */
 #include "runtime/int8_graph.h"
 
-#include <stdio.h>
+#include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/size.h"
+#include "kernels/dnnl_conv.h"
 #include "kernels/int8_conv.h"
 #include "kernels/kernel.h"
 
@@ -289,6 +291,112 @@ int i8g_tensor_i(const struct qp_tensor *t, uint64_t i, int64_t *out) {
 
 int i8g_in_at(const struct qp_node *n, int i) {
     return i < n->n_inputs ? n->inputs[i] : -1;
+}
+
+/* The bound of one constant scalar input (its magnitude), or NAN when it is not one. */
+static double const_mag(const struct qp_graph *g, int v, uint64_t i) {
+    const struct qp_tensor *t = i8g_const_of(g, v);
+    float f;
+    if (!t || !i8g_tensor_f(t, t->numel == 1 ? 0 : i, &f)) return NAN;
+    return fabs((double)f);
+}
+
+/* The bound after QConv's post-operations, from the bound b of its affine output (every one
+ * maps [-b, b] into [-b', b']); INFINITY for a kind it does not know. */
+static double post_bound(const struct qp_graph *g, const struct qp_node *n, double b) {
+    const int64_t *kind;
+    const float *al, *be;
+    int64_t np = qp_kattr_ints(n, "post", &kind);
+    if (np <= 0) return b;
+    if (qp_kattr_floats(n, "post_alpha", &al) != np || qp_kattr_floats(n, "post_beta", &be) != np)
+        return INFINITY;
+    for (int64_t k = 0; k < np; k++) {
+        double a = fabs((double)al[k]), c = fabs((double)be[k]);
+        switch (kind[k]) {
+        case QP_CONV_POST_LINEAR:
+            b = a * b + c;
+            break;
+        case QP_CONV_POST_RELU:
+            b = a > 1.0 ? a * b : b;
+            break;
+        case QP_CONV_POST_CLIP: /* into [alpha, beta]: within b or at a finite bound */
+            b = fmax(b, fmax(isfinite(a) ? a : 0.0, isfinite(c) ? c : 0.0));
+            break;
+        case QP_CONV_POST_SIGMOID:
+            b = 1.0;
+            break;
+        case QP_CONV_POST_HARDSWISH: /* x times a factor in [0, 1] */
+        case QP_CONV_POST_GELU:
+        case QP_CONV_POST_GELU_TANH:
+            break;
+        case QP_CONV_POST_SUM: { /* an int8 residual: |q - zp| <= 255 levels */
+            double rs = const_mag(g, i8g_in_at(n, 10), 0);
+            b = i8g_in_at(n, 9) >= 0 && rs == rs ? b + 255.0 * rs : INFINITY;
+            break;
+        }
+        default:
+            return INFINITY;
+        }
+        if (!(b <= DBL_MAX)) return INFINITY;
+    }
+    return b;
+}
+
+/* The weights of a QConv: their int8 constant (*q8 set), or, where a QuantizeLinear of a float
+ * constant makes them when the plan is built, that constant (its shape only); NULL if neither. */
+static const struct qp_tensor *qconv_weights(const struct qp_graph *g, int w, int *q8) {
+    const struct qp_tensor *t = i8g_const_of(g, w);
+    *q8 = t && (t->dtype == QP_DTYPE_INT8 || t->dtype == QP_DTYPE_UINT8);
+    if (*q8) return t;
+    const struct qp_node *q = i8g_producer(g, w);
+    return q && qp_node_is(q, "QuantizeLinear") ? i8g_const_of(g, i8g_in_at(q, 0)) : NULL;
+}
+
+/* Sum of |w| over output channel c's `per` weights: exact for int8 constants, else 128 each. */
+static double channel_abs_sum(const struct qp_tensor *w, int q8, int64_t c, uint64_t per) {
+    if (!q8) return 128.0 * (double)per;
+    double sum = 0.0;
+    for (uint64_t i = 0; i < per; i++) {
+        int64_t q;
+        if (!i8g_tensor_i(w, (uint64_t)c * per + i, &q)) return INFINITY;
+        sum += (double)(q < 0 ? -q : q);
+    }
+    return sum;
+}
+
+double i8g_magnitude_bound(const struct qp_graph *g, int v) {
+    const struct qp_node *n = i8g_producer(g, v);
+    if (!n || !i8g_is_op(n, "QConv") || n->outputs[0] != v || i8g_in_at(n, 7) >= 0 ||
+        qp_kattr_int(n, "transposed", 0))
+        return INFINITY;
+    int q8;
+    const struct qp_tensor *w = qconv_weights(g, i8g_in_at(n, 3), &q8);
+    double xs = const_mag(g, i8g_in_at(n, 1), 0);
+    if (!w || w->rank < 1 || w->dims[0] < 1 || w->numel % (uint64_t)w->dims[0] || xs != xs)
+        return INFINITY;
+    int64_t m = w->dims[0];
+    uint64_t per = w->numel / (uint64_t)m;
+    const float *cs = NULL, *sh = NULL;
+    int affine =
+        qp_kattr_floats(n, "ch_scale", &cs) == m && qp_kattr_floats(n, "ch_shift", &sh) == m;
+    const struct qp_tensor *bt = i8g_in_at(n, 6) >= 0 ? i8g_const_of(g, i8g_in_at(n, 6)) : NULL;
+    if (i8g_in_at(n, 6) >= 0 && !bt) return INFINITY;
+    double b = 0.0;
+    for (int64_t c = 0; c < m; c++) {
+        double wsc = const_mag(g, i8g_in_at(n, 4), (uint64_t)c);
+        double k = affine ? (double)cs[c] : 1.0, bc = affine ? (double)sh[c] : 0.0;
+        float f;
+        if (bt && !i8g_tensor_f(bt, (uint64_t)c, &f)) return INFINITY;
+        if (bt) bc += (double)f * k;
+        /* |x - zp| <= 255 levels (x and zp of one byte type) */
+        double y = 255.0 * xs * wsc * fabs(k) * channel_abs_sum(w, q8, c, per) + fabs(bc);
+        if (!(y <= DBL_MAX)) return INFINITY; /* NaN or infinite constants */
+        b = fmax(b, y);
+    }
+    b = post_bound(g, n, b);
+    if (qp_kattr_int(n, "out_dtype", QP_DTYPE_FLOAT) == QP_DTYPE_FLOAT16 && !(b <= 65504.0))
+        return INFINITY;
+    return b;
 }
 
 int i8g_per_tensor(const struct qp_graph *g, const struct qp_node *n, struct i8g_qparam *q) {

@@ -368,9 +368,16 @@ static int outputs(struct pass *ps, const struct group *gr, struct emit *e) {
 
 /* `fast`: the kernel may compile its fast program (int8_pw_impl.h): not on the exact path. */
 static int set_attrs(struct qp_graph *g, int nn, const struct emit *e, int fast) {
-    int64_t iq[QP_PW_MAX_IN], oreg[QP_PW_MAX_OUT], oq[QP_PW_MAX_OUT], odt[QP_PW_MAX_OUT];
-    for (int i = 0; i < e->n_in; i++)
+    int64_t iq[QP_PW_MAX_IN], tame[QP_PW_MAX_IN], oreg[QP_PW_MAX_OUT], oq[QP_PW_MAX_OUT],
+        odt[QP_PW_MAX_OUT];
+    int n_tame = 0;
+    for (int i = 0; i < e->n_in; i++) {
         iq[i] = e->in_q[i];
+        /* half the kernel's limit: the bound is of exact values, the kernel's are rounded */
+        tame[i] = fast && e->in_q[i] < 0 &&
+                  i8g_magnitude_bound(g, e->in_v[i]) <= 0.5 * (double)QP_PW_TAME;
+        n_tame += (int)tame[i];
+    }
     for (int o = 0; o < e->n_out; o++) {
         oreg[o] = e->out_reg[o];
         oq[o] = e->out_q[o];
@@ -383,7 +390,8 @@ static int set_attrs(struct qp_graph *g, int nn, const struct emit *e, int fast)
            i8g_add_ints(g, nn, "pw_out", e->n_out, oreg) &&
            i8g_add_ints(g, nn, "pw_out_q", e->n_out, oq) &&
            i8g_add_ints(g, nn, "pw_out_dt", e->n_out, odt) &&
-           (!fast || i8g_add_int(g, nn, "pw_fast", 1));
+           (!fast || i8g_add_int(g, nn, "pw_fast", 1)) &&
+           (!n_tame || i8g_add_ints(g, nn, "pw_in_tame", e->n_in, tame));
 }
 
 /* The decisions of the Q/DQ nodes the group absorbs: its sinks, the DQs it reads through, and

@@ -23,6 +23,7 @@
 #include "kernels/kernel.h"
 #include "qplace/session.h"
 #include "quant/f16.h"
+#include "runtime/int8_graph.h"
 #include "runtime/runtime.h"
 
 #include "rt_testmodel.h"
@@ -893,6 +894,104 @@ static void test_exact_skips_sigmoid(void **state) {
 
 /* A Pointwise node written by hand with an instruction that reads an undefined register: the
  * session is refused with a message naming the node and the instruction. */
+/* A one-instruction Pointwise node (FakeQuant of x, scale 0.1, int8) on 16 floats, with
+ * pw_in_tame on x or not; y receives its output. */
+static void run_fq_node(int tame, const float *x, float *y) {
+    struct qp_dim xd[1] = {{16, NULL}};
+    struct qp_model *m = model_with_x(1, xd);
+    struct qp_error err = {0};
+    const char *in[1] = {"x"}, *out = "y";
+    int n;
+    assert_int_equal(
+        qp_graph_add_node(m->graph, "pw", "Pointwise", "qplace.int8", 1, in, 1, &out, &n, &err),
+        QP_OK);
+    static const int64_t prog[5] = {QP_PW_FQ, 0, -1, 0, 0};
+    static const int64_t zero = 0, minus1 = -1, one = 1, f32 = 1;
+    static const float par[4] = {0.1f, 0.0f, (float)QP_DTYPE_INT8, 0.0f};
+    struct {
+        const char *name;
+        const int64_t *v;
+        size_t n;
+    } attrs[] = {{"pw_prog", prog, 5},     {"pw_in_q", &minus1, 1}, {"pw_out", &zero, 1},
+                 {"pw_out_q", &minus1, 1}, {"pw_out_dt", &f32, 1},  {"pw_in_tame", &one, 1}};
+    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0] - (tame ? 0 : 1); i++) {
+        struct qp_attr *a = qp_node_add_attr(m->graph, n, attrs[i].name, QP_ATTR_INTS);
+        assert_non_null(a);
+        a->ints = attrs[i].v;
+        a->n = attrs[i].n;
+    }
+    struct qp_attr *a = qp_node_add_attr(m->graph, n, "pw_params", QP_ATTR_FLOATS);
+    a->floats = par;
+    a->n = 4;
+    a = qp_node_add_attr(m->graph, n, "pw_regs", QP_ATTR_INT);
+    a->i = 1;
+    a = qp_node_add_attr(m->graph, n, "pw_fast", QP_ATTR_INT);
+    a->i = 1;
+    const char *outs[1] = {"y"};
+    finish(m, 1, outs);
+    int64_t d[1] = {16};
+    size_t ny[1] = {16};
+    run(m, QP_INT8_AUTO, x, 1, d, 16, 1, &y, ny, 0);
+    qp_model_free(m);
+}
+
+/* pw_in_tame: the kernel takes a marked input without checking its tiles, so a NaN there goes
+ * through the fast program (its level clamps to a bound), where an unmarked one sends the tile
+ * to the exact program (NaN quantizes to the zero point); finite elements agree either way. */
+static void test_tame_input_unchecked(void **state) {
+    (void)state;
+    float x[16], checked[16], unchecked[16];
+    for (int i = 0; i < 16; i++)
+        x[i] = 0.37f * (float)(i - 8);
+    x[3] = NAN;
+    run_fq_node(0, x, checked);
+    run_fq_node(1, x, unchecked);
+    assert_true(checked[3] == 0.0f);
+    assert_true(unchecked[3] != 0.0f);
+    for (int i = 0; i < 16; i++)
+        if (i != 3) assert_true(fabsf(checked[i] - unchecked[i]) <= 1e-6f);
+}
+
+/* The plan marks a QConv's float output tame for the Pointwise node that reads it
+ * (i8g_magnitude_bound), and the bound holds: no element of that output passes it. */
+static void test_tame_from_qconv(void **state) {
+    (void)state;
+    struct qp_model *m = conv1_model();
+    rt_qdq(m, "c", "cdq", 0.04f, 0);
+    hard_swish_qdq(m, "c", "cdq", "hs");
+    rt_qdq(m, "hs", "y", 0.03f, 0);
+    const char *outs[2] = {"y", "c"};
+    finish(m, 2, outs);
+    fill(xin, NX, 400.0f); /* far beyond x's range: saturated levels */
+    int64_t d[4] = {1, CH, HW, HW};
+    size_t ny[2] = {NX, NX};
+    static float yv[NX], cv[NX];
+    float *ys[2] = {yv, cv};
+    struct qp_session *s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 2, ys, ny, 1);
+    int c = qp_graph_find_value(s->g, "c"), found = 0;
+    double bound = i8g_magnitude_bound(s->g, c);
+    assert_true(bound > 0.0 && bound < 1e6);
+    float mx = 0.0f;
+    for (size_t i = 0; i < NX; i++)
+        mx = fmaxf(mx, fabsf(cv[i]));
+    assert_true(mx > 0.0f && (double)mx <= bound);
+    for (size_t k = 0; k < s->g->n_nodes; k++) {
+        const struct qp_node *n = &s->g->nodes[k];
+        if (n->dead || strcmp(n->op_type, "Pointwise") != 0) continue;
+        const int64_t *t;
+        int64_t nt = qp_kattr_ints(n, "pw_in_tame", &t);
+        for (int i = 0; i < n->n_inputs; i++)
+            if (n->inputs[i] == c) {
+                found = 1;
+                assert_true(nt == n->n_inputs && t[i] == 1);
+            }
+    }
+    assert_true(found);
+    assert_true(isinf(i8g_magnitude_bound(s->g, qp_graph_find_value(s->g, "x"))));
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
 static void test_bad_program(void **state) {
     (void)state;
     struct qp_dim xd[2] = {{4, NULL}, {4, NULL}};
@@ -939,6 +1038,8 @@ int main(void) {
         cmocka_unit_test(test_hardswish_chain),
         cmocka_unit_test(test_hardswish_tiles),
         cmocka_unit_test(test_fast_untame_tiles),
+        cmocka_unit_test(test_tame_input_unchecked),
+        cmocka_unit_test(test_tame_from_qconv),
         cmocka_unit_test(test_se_gate),
         cmocka_unit_test(test_last_axis_affine),
         cmocka_unit_test(test_conv_affine),
