@@ -892,22 +892,18 @@ static void test_exact_skips_sigmoid(void **state) {
     qp_model_free(m);
 }
 
-/* A Pointwise node written by hand with an instruction that reads an undefined register: the
- * session is refused with a message naming the node and the instruction. */
 /* A one-instruction Pointwise node (FakeQuant of x, scale 0.1, int8) on 16 floats, with
  * pw_in_tame on x or not; y receives its output. */
-static void run_fq_node(int tame, const float *x, float *y) {
-    struct qp_dim xd[1] = {{16, NULL}};
-    struct qp_model *m = model_with_x(1, xd);
+/* Adds Pointwise node "pw" (x -> y, one float input and output, program prog of one
+ * instruction, with pw_in_tame 1 on x when tame) to m; returns its index. */
+static int hand_pointwise(struct qp_model *m, const int64_t *prog, int tame) {
     struct qp_error err = {0};
     const char *in[1] = {"x"}, *out = "y";
     int n;
     assert_int_equal(
         qp_graph_add_node(m->graph, "pw", "Pointwise", "qplace.int8", 1, in, 1, &out, &n, &err),
         QP_OK);
-    static const int64_t prog[5] = {QP_PW_FQ, 0, -1, 0, 0};
     static const int64_t zero = 0, minus1 = -1, one = 1, f32 = 1;
-    static const float par[4] = {0.1f, 0.0f, (float)QP_DTYPE_INT8, 0.0f};
     struct {
         const char *name;
         const int64_t *v;
@@ -920,6 +916,15 @@ static void run_fq_node(int tame, const float *x, float *y) {
         a->ints = attrs[i].v;
         a->n = attrs[i].n;
     }
+    return n;
+}
+
+static void run_fq_node(int tame, const float *x, float *y) {
+    struct qp_dim xd[1] = {{16, NULL}};
+    struct qp_model *m = model_with_x(1, xd);
+    static const int64_t prog[5] = {QP_PW_FQ, 0, -1, 0, 0};
+    static const float par[4] = {0.1f, 0.0f, (float)QP_DTYPE_INT8, 0.0f};
+    int n = hand_pointwise(m, prog, tame);
     struct qp_attr *a = qp_node_add_attr(m->graph, n, "pw_params", QP_ATTR_FLOATS);
     a->floats = par;
     a->n = 4;
@@ -992,33 +997,15 @@ static void test_tame_from_qconv(void **state) {
     qp_model_free(m);
 }
 
+/* A Pointwise node written by hand with an instruction that reads an undefined register: the
+ * session is refused with a message naming the node and the instruction. */
 static void test_bad_program(void **state) {
     (void)state;
     struct qp_dim xd[2] = {{4, NULL}, {4, NULL}};
     struct qp_model *m = model_with_x(2, xd);
     struct qp_error err = {0};
-    const char *in[1] = {"x"}, *out = "y";
-    int n;
-    assert_int_equal(
-        qp_graph_add_node(m->graph, "pw", "Pointwise", "qplace.int8", 1, in, 1, &out, &n, &err),
-        QP_OK);
     static const int64_t prog[5] = {2 /* MUL */, 0, 3 /* register 3: undefined */, -1, -1};
-    static const int64_t zero = 0, minus1 = -1, f32 = 1;
-    struct {
-        const char *name;
-        const int64_t *v;
-        size_t n;
-    } attrs[] = {{"pw_prog", prog, 5},
-                 {"pw_in_q", &minus1, 1},
-                 {"pw_out", &zero, 1},
-                 {"pw_out_q", &minus1, 1},
-                 {"pw_out_dt", &f32, 1}};
-    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
-        struct qp_attr *a = qp_node_add_attr(m->graph, n, attrs[i].name, QP_ATTR_INTS);
-        assert_non_null(a);
-        a->ints = attrs[i].v;
-        a->n = attrs[i].n;
-    }
+    int n = hand_pointwise(m, prog, 0);
     struct qp_attr *r = qp_node_add_attr(m->graph, n, "pw_regs", QP_ATTR_INT);
     r->i = 4;
     const char *outs[1] = {"y"};
