@@ -10,6 +10,7 @@
 #include "core/size.h"
 #include "kernels/dnnl_conv.h"
 #include "kernels/int8_conv.h"
+#include "kernels/int8_pw.h"
 #include "kernels/kernel.h"
 
 /* ---- reading the graph ---------------------------------------------------------------------- */
@@ -364,8 +365,120 @@ static double channel_abs_sum(const struct qp_tensor *w, int q8, int64_t c, uint
     return sum;
 }
 
+static double bound_at(const struct qp_graph *g, int v, int depth);
+
+/* The largest |element| of constant v, or INFINITY (not a constant, NaN or infinite values). */
+static double const_bound(const struct qp_graph *g, int v) {
+    const struct qp_tensor *t = i8g_const_of(g, v);
+    if (!t || !t->numel) return INFINITY;
+    double b = 0.0;
+    for (uint64_t i = 0; i < t->numel; i++) {
+        float f;
+        if (!i8g_tensor_f(t, i, &f) || !(fabs((double)f) <= DBL_MAX)) return INFINITY;
+        b = fmax(b, fabs((double)f));
+    }
+    return b;
+}
+
+/* The smallest |element| of constant v (0 when it is not one): a divisor's. */
+static double const_floor(const struct qp_graph *g, int v) {
+    const struct qp_tensor *t = i8g_const_of(g, v);
+    double b = INFINITY;
+    for (uint64_t i = 0; t && i < t->numel; i++) {
+        float f;
+        if (!i8g_tensor_f(t, i, &f)) return 0.0;
+        b = fmin(b, fabs((double)f));
+    }
+    return t && t->numel && b <= DBL_MAX ? b : 0.0;
+}
+
+/* One instruction of a Pointwise program (kernels/int8_pw.h) on operand bounds a and b
+ * (INFINITY: none, NaN included); bd is b's smallest magnitude where b is a constant input. */
+static double instr_bound(const int64_t *c, const float *par, int64_t n_par, double a, double b,
+                          double bd) {
+    int64_t need = c[0] == QP_PW_FQ ? 3 : c[0] == QP_PW_CLIP || c[0] == QP_PW_HSIGMOID ? 2 : 1;
+    const float *p = c[4] >= 0 && c[4] + need <= n_par ? par + c[4] : NULL;
+    if (c[0] == QP_PW_FQ) /* NaN quantizes to the zero point: bounded whatever its operand */
+        return p ? fabs((double)p[0]) * 255.0 : INFINITY;
+    if (!(a <= DBL_MAX)) return INFINITY;
+    switch (c[0]) {
+    case QP_PW_ADD:
+    case QP_PW_SUB:
+        return a + b;
+    case QP_PW_MUL:
+        return a * b;
+    case QP_PW_DIV:
+        return bd > 0.0 ? a / bd : INFINITY;
+    case QP_PW_CLIP:
+        return p && isfinite(p[0]) && isfinite(p[1]) ? fmax(fabs((double)p[0]), fabs((double)p[1]))
+                                                     : INFINITY;
+    case QP_PW_LEAKY:
+        return p ? a * fmax(1.0, fabs((double)p[0])) : INFINITY;
+    case QP_PW_SIGMOID:
+    case QP_PW_HSIGMOID:
+    case QP_PW_TANH:
+    case QP_PW_ERF:
+        return 1.0;
+    case QP_PW_RELU:
+    case QP_PW_HSWISH:
+    case QP_PW_COPY:
+        return a;
+    case QP_PW_SQUARE:
+        return a * a;
+    case QP_PW_ROUND16:
+        return a <= 65504.0 ? a : INFINITY;
+    default:
+        return INFINITY;
+    }
+}
+
+/* Float output v of Pointwise node n: its program run on bounds, the inputs' from their
+ * producers (int8 ones: 255 levels; constants: their values). */
+static double pointwise_bound(const struct qp_graph *g, const struct qp_node *n, int v, int depth) {
+    const int64_t *prog, *inq, *oreg, *oq;
+    const float *par;
+    int64_t np = qp_kattr_ints(n, "pw_prog", &prog), n_par = qp_kattr_floats(n, "pw_params", &par);
+    int64_t nr = qp_kattr_int(n, "pw_regs", 0);
+    if (np <= 0 || np % 5 || nr <= 0 || nr > QP_PW_MAX_REGS || n->n_inputs > QP_PW_MAX_IN ||
+        qp_kattr_ints(n, "pw_in_q", &inq) != n->n_inputs ||
+        qp_kattr_ints(n, "pw_out", &oreg) != n->n_outputs ||
+        qp_kattr_ints(n, "pw_out_q", &oq) != n->n_outputs)
+        return INFINITY;
+    double in[QP_PW_MAX_IN], floor_[QP_PW_MAX_IN], reg[QP_PW_MAX_REGS];
+    for (int i = 0; i < n->n_inputs; i++) {
+        int x = n->inputs[i];
+        in[i] = inq[i] >= 0 && inq[i] < n_par ? fabs((double)par[inq[i]]) * 255.0
+                : i8g_const_of(g, x)          ? const_bound(g, x)
+                                              : bound_at(g, x, depth + 1);
+        floor_[i] = const_floor(g, x);
+    }
+    for (int r = 0; r < nr; r++)
+        reg[r] = INFINITY;
+    for (int64_t k = 0; k < np / 5; k++) {
+        const int64_t *c = prog + 5 * k;
+        double ab[2], bd = 0.0;
+        for (int o = 0; o < 2; o++) {
+            int64_t r = c[2 + o];
+            ab[o] = r >= 0 ? (r < nr ? reg[r] : INFINITY)
+                           : (-r - 1 < n->n_inputs ? in[-r - 1] : INFINITY);
+            if (o == 1 && r < 0 && -r - 1 < n->n_inputs) bd = floor_[-r - 1];
+        }
+        if (c[1] < 0 || c[1] >= nr) return INFINITY;
+        reg[c[1]] = instr_bound(c, par, n_par, ab[0], ab[1], bd);
+    }
+    for (int o = 0; o < n->n_outputs; o++)
+        if (n->outputs[o] == v)
+            return oq[o] < 0 && oreg[o] >= 0 && oreg[o] < nr ? reg[oreg[o]] : INFINITY;
+    return INFINITY;
+}
+
 double i8g_magnitude_bound(const struct qp_graph *g, int v) {
+    return bound_at(g, v, 0);
+}
+
+static double bound_at(const struct qp_graph *g, int v, int depth) {
     const struct qp_node *n = i8g_producer(g, v);
+    if (n && depth < 4 && i8g_is_op(n, "Pointwise")) return pointwise_bound(g, n, v, depth);
     if (!n || !i8g_is_op(n, "QConv") || n->outputs[0] != v || i8g_in_at(n, 7) >= 0 ||
         qp_kattr_int(n, "transposed", 0))
         return INFINITY;

@@ -44,10 +44,16 @@ int i8g_scalar_f(const struct qp_graph *g, int v, float *out);
 /* Input i of n, or -1. */
 int i8g_in_at(const struct qp_node *n, int i);
 /* A bound on the magnitude of every element the live node producing v can write to it, known
- * from constants alone, or INFINITY when none is: for a QConv (not transposed) with a float
- * output, from its int8 weights, scales, bias, folded BatchNormalization, an int8 residual and
- * its post-operations (a float residual, or anything else, has none). Finite values only: a NaN
- * or infinite constant gives INFINITY, and so does a float16 output whose bound passes 65504. */
+ * from constants alone, or INFINITY when none is (a NaN that may reach v counts as none):
+ *   - a QConv (not transposed) with a float output: from its int8 weights (128 each where a
+ *     QuantizeLinear of a float constant makes them), scales, bias, folded BatchNormalization,
+ *     an int8 residual and its post-operations (a float residual has none);
+ *   - a Pointwise node's float output: its program run on bounds, from its int8 inputs (255
+ *     levels), constants and, up to four producers back, the bounds of its float inputs (a
+ *     FakeQuant bounds whatever it reads, NaN included; Div only by a constant);
+ *   - anything else: none.
+ * A NaN or infinite constant gives INFINITY, and so does a float16 QConv output whose bound
+ * passes 65504. */
 double i8g_magnitude_bound(const struct qp_graph *g, int v);
 /* Per-tensor parameters of a Q or DQ node (constant scale > 0 and zero point, saturating). */
 int i8g_per_tensor(const struct qp_graph *g, const struct qp_node *n, struct i8g_qparam *q);

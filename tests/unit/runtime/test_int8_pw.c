@@ -997,6 +997,50 @@ static void test_tame_from_qconv(void **state) {
     qp_model_free(m);
 }
 
+/* Through a Pointwise node: a squeeze-excitation Mul reads the hard-swish's float output (its
+ * gate comes from that output, so it is a node of its own); the plan bounds that output by the
+ * hard-swish's program (its FakeQuants) and marks it tame too, and the bound holds. */
+static void test_tame_through_pointwise(void **state) {
+    (void)state;
+    struct qp_model *m = conv1_model();
+    rt_qdq(m, "c", "cdq", 0.04f, 0);
+    hard_swish_qdq(m, "c", "cdq", "hs");
+    const char *gi[1] = {"hs"};
+    rt_node(m, "gap", "GlobalAveragePool", 1, gi, "g");
+    const char *si[1] = {"g"};
+    rt_node(m, "gate", "Sigmoid", 1, si, "sg");
+    bin(m, "se_mul", "Mul", "hs", "sg", "e");
+    rt_qdq(m, "e", "y", 0.01f, 0);
+    const char *outs[2] = {"y", "hs"};
+    finish(m, 2, outs);
+    fill(xin, NX, 400.0f);
+    int64_t d[4] = {1, CH, HW, HW};
+    size_t ny[2] = {NX, NX};
+    static float yv[NX], hv[NX];
+    float *ys[2] = {yv, hv};
+    struct qp_session *s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 2, ys, ny, 1);
+    int hs = qp_graph_find_value(s->g, "hs"), found = 0;
+    double bound = i8g_magnitude_bound(s->g, hs);
+    float mx = 0.0f;
+    for (size_t i = 0; i < NX; i++)
+        mx = fmaxf(mx, fabsf(hv[i]));
+    assert_true(mx > 0.0f && (double)mx <= bound && bound < 1e6);
+    for (size_t k = 0; k < s->g->n_nodes; k++) {
+        const struct qp_node *n = &s->g->nodes[k];
+        if (n->dead || strcmp(n->op_type, "Pointwise") != 0) continue;
+        const int64_t *t;
+        int64_t nt = qp_kattr_ints(n, "pw_in_tame", &t);
+        for (int i = 0; i < n->n_inputs; i++)
+            if (n->inputs[i] == hs) {
+                found = 1;
+                assert_true(nt == n->n_inputs && t[i] == 1);
+            }
+    }
+    assert_true(found);
+    qp_session_free(s);
+    qp_model_free(m);
+}
+
 /* A Pointwise node written by hand with an instruction that reads an undefined register: the
  * session is refused with a message naming the node and the instruction. */
 static void test_bad_program(void **state) {
@@ -1027,6 +1071,7 @@ int main(void) {
         cmocka_unit_test(test_fast_untame_tiles),
         cmocka_unit_test(test_tame_input_unchecked),
         cmocka_unit_test(test_tame_from_qconv),
+        cmocka_unit_test(test_tame_through_pointwise),
         cmocka_unit_test(test_se_gate),
         cmocka_unit_test(test_last_axis_affine),
         cmocka_unit_test(test_conv_affine),
