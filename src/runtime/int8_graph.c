@@ -466,9 +466,14 @@ static double pointwise_bound(const struct qp_graph *g, const struct qp_node *n,
         if (c[1] < 0 || c[1] >= nr) return INFINITY;
         reg[c[1]] = instr_bound(c, par, n_par, ab[0], ab[1], bd);
     }
-    for (int o = 0; o < n->n_outputs; o++)
-        if (n->outputs[o] == v)
-            return oq[o] < 0 && oreg[o] >= 0 && oreg[o] < nr ? reg[oreg[o]] : INFINITY;
+    const int64_t *odt;
+    int has_dt = qp_kattr_ints(n, "pw_out_dt", &odt) == n->n_outputs;
+    for (int o = 0; o < n->n_outputs; o++) {
+        if (n->outputs[o] != v) continue;
+        if (oq[o] >= 0 || oreg[o] < 0 || oreg[o] >= nr || !has_dt) return INFINITY;
+        double b = reg[oreg[o]]; /* a float16 output rounds to infinity past 65504 */
+        return odt[o] == QP_DTYPE_FLOAT16 && !(b <= 65504.0) ? INFINITY : b;
+    }
     return INFINITY;
 }
 

@@ -957,6 +957,28 @@ static void test_tame_input_unchecked(void **state) {
         if (i != 3) assert_true(fabsf(checked[i] - unchecked[i]) <= 1e-6f);
 }
 
+/* Value v (its NX elements as run: vals) stays within bound, and the Pointwise node that reads
+ * it has it marked tame. */
+static void check_tame(const struct qp_session *s, int v, double bound, const float *vals) {
+    float mx = 0.0f;
+    for (size_t i = 0; i < NX; i++)
+        mx = fmaxf(mx, fabsf(vals[i]));
+    assert_true(mx > 0.0f && (double)mx <= bound);
+    int found = 0;
+    for (size_t k = 0; k < s->g->n_nodes; k++) {
+        const struct qp_node *n = &s->g->nodes[k];
+        if (n->dead || strcmp(n->op_type, "Pointwise") != 0) continue;
+        const int64_t *t;
+        int64_t nt = qp_kattr_ints(n, "pw_in_tame", &t);
+        for (int i = 0; i < n->n_inputs; i++)
+            if (n->inputs[i] == v) {
+                found = 1;
+                assert_true(nt == n->n_inputs && t[i] == 1);
+            }
+    }
+    assert_true(found);
+}
+
 /* The plan marks a QConv's float output tame for the Pointwise node that reads it
  * (i8g_magnitude_bound), and the bound holds: no element of that output passes it. */
 static void test_tame_from_qconv(void **state) {
@@ -973,25 +995,10 @@ static void test_tame_from_qconv(void **state) {
     static float yv[NX], cv[NX];
     float *ys[2] = {yv, cv};
     struct qp_session *s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 2, ys, ny, 1);
-    int c = qp_graph_find_value(s->g, "c"), found = 0;
+    int c = qp_graph_find_value(s->g, "c");
     double bound = i8g_magnitude_bound(s->g, c);
     assert_true(bound > 0.0 && bound < 1e6);
-    float mx = 0.0f;
-    for (size_t i = 0; i < NX; i++)
-        mx = fmaxf(mx, fabsf(cv[i]));
-    assert_true(mx > 0.0f && (double)mx <= bound);
-    for (size_t k = 0; k < s->g->n_nodes; k++) {
-        const struct qp_node *n = &s->g->nodes[k];
-        if (n->dead || strcmp(n->op_type, "Pointwise") != 0) continue;
-        const int64_t *t;
-        int64_t nt = qp_kattr_ints(n, "pw_in_tame", &t);
-        for (int i = 0; i < n->n_inputs; i++)
-            if (n->inputs[i] == c) {
-                found = 1;
-                assert_true(nt == n->n_inputs && t[i] == 1);
-            }
-    }
-    assert_true(found);
+    check_tame(s, c, bound, cv);
     assert_true(isinf(i8g_magnitude_bound(s->g, qp_graph_find_value(s->g, "x"))));
     qp_session_free(s);
     qp_model_free(m);
@@ -1019,26 +1026,61 @@ static void test_tame_through_pointwise(void **state) {
     static float yv[NX], hv[NX];
     float *ys[2] = {yv, hv};
     struct qp_session *s = run(m, QP_INT8_AUTO, xin, 4, d, NX, 2, ys, ny, 1);
-    int hs = qp_graph_find_value(s->g, "hs"), found = 0;
+    int hs = qp_graph_find_value(s->g, "hs");
     double bound = i8g_magnitude_bound(s->g, hs);
-    float mx = 0.0f;
-    for (size_t i = 0; i < NX; i++)
-        mx = fmaxf(mx, fabsf(hv[i]));
-    assert_true(mx > 0.0f && (double)mx <= bound && bound < 1e6);
-    for (size_t k = 0; k < s->g->n_nodes; k++) {
-        const struct qp_node *n = &s->g->nodes[k];
-        if (n->dead || strcmp(n->op_type, "Pointwise") != 0) continue;
-        const int64_t *t;
-        int64_t nt = qp_kattr_ints(n, "pw_in_tame", &t);
-        for (int i = 0; i < n->n_inputs; i++)
-            if (n->inputs[i] == hs) {
-                found = 1;
-                assert_true(nt == n->n_inputs && t[i] == 1);
-            }
-    }
-    assert_true(found);
+    assert_true(bound < 1e6);
+    check_tame(s, hs, bound, hv);
     qp_session_free(s);
     qp_model_free(m);
+}
+
+/* The bound of a hand-written Pointwise node's output on the graph alone (no session): x read as
+ * int8 (scale 0.5: 127.5) times a constant 10000, then divided by a constant; a float output
+ * keeps the bound, a float16 one past 65504 has none, and a Div by a computed value has none. */
+static void test_bound_of_program(void **state) {
+    (void)state;
+    for (int c = 0; c < 3; c++) {
+        struct qp_dim xd[1] = {{4, NULL}};
+        struct qp_model *m = model_with_x(1, xd);
+        static const float k[1] = {10000.0f}, dv[1] = {4.0f};
+        int64_t one = 1;
+        graph_add_init(m, m->graph, "k", QP_DTYPE_FLOAT, 1, &one, k, sizeof k);
+        graph_add_init(m, m->graph, "dv", QP_DTYPE_FLOAT, 1, &one, dv, sizeof dv);
+        struct qp_error err = {0};
+        const char *in[3] = {"x", "k", c == 2 ? "x" : "dv"}, *out = "y";
+        int n;
+        assert_int_equal(
+            qp_graph_add_node(m->graph, "pw", "Pointwise", "qplace.int8", 3, in, 1, &out, &n, &err),
+            QP_OK);
+        static const int64_t prog[10] = {QP_PW_MUL, 0, -1, -2, -1, QP_PW_DIV, 0, 0, -3, -1};
+        static const int64_t inq[3] = {0, -1, -1}, zero = 0, minus1 = -1, f32 = 1, f16 = 10;
+        static const float par[2] = {0.5f, 0.0f};
+        struct {
+            const char *name;
+            const int64_t *v;
+            size_t n;
+        } attrs[] = {{"pw_prog", prog, 10},
+                     {"pw_in_q", inq, 3},
+                     {"pw_out", &zero, 1},
+                     {"pw_out_q", &minus1, 1},
+                     {"pw_out_dt", c == 1 ? &f16 : &f32, 1}};
+        for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
+            struct qp_attr *a = qp_node_add_attr(m->graph, n, attrs[i].name, QP_ATTR_INTS);
+            a->ints = attrs[i].v;
+            a->n = attrs[i].n;
+        }
+        struct qp_attr *a = qp_node_add_attr(m->graph, n, "pw_params", QP_ATTR_FLOATS);
+        a->floats = par;
+        a->n = 2;
+        a = qp_node_add_attr(m->graph, n, "pw_regs", QP_ATTR_INT);
+        a->i = 1;
+        double b = i8g_magnitude_bound(m->graph, qp_graph_find_value(m->graph, "y"));
+        if (c == 0)
+            assert_true(fabs(b - 127.5 * 10000.0 / 4.0) < 1e-6);
+        else
+            assert_true(isinf(b));
+        qp_model_free(m);
+    }
 }
 
 /* A Pointwise node written by hand with an instruction that reads an undefined register: the
@@ -1072,6 +1114,7 @@ int main(void) {
         cmocka_unit_test(test_tame_input_unchecked),
         cmocka_unit_test(test_tame_from_qconv),
         cmocka_unit_test(test_tame_through_pointwise),
+        cmocka_unit_test(test_bound_of_program),
         cmocka_unit_test(test_se_gate),
         cmocka_unit_test(test_last_axis_affine),
         cmocka_unit_test(test_conv_affine),
