@@ -26,7 +26,7 @@
 
 _Static_assert(QP_PW_TILE <= QP_QSIMD_BLOCK, "a tile is one SIMD quantizer block");
 
-static int n_params(int op) {
+int qp_pw_n_params(int op) {
     switch (op) {
     case QP_PW_CLIP:
     case QP_PW_HSIGMOID:
@@ -137,7 +137,7 @@ static enum qp_status read_prog(struct qp_kprep *p, struct pw_state *s, const in
         }
         in->a = (int)c[2];
         in->b = nop == 2 ? (int)c[3] : 0;
-        int np = n_params(in->op);
+        int np = qp_pw_n_params(in->op);
         if (np && (c[4] < 0 || c[4] + np > n_par))
             return qp_error_set(p->err, QP_ERR_BAD_INPUT, "instruction %d: parameters missing", k);
         for (int i = 0; i < np; i++)

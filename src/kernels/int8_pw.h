@@ -83,6 +83,10 @@ enum qp_pw_op {
 /* The magnitude up to which the fast program takes float inputs (pw_in_tame). */
 #define QP_PW_TAME 4294967296.0f /* 2^32 */
 
+/* How many pw_params an instruction of op reads from its parameter index (Clip and HardSigmoid
+ * 2, LeakyRelu 1, FakeQuant 3: scale, zero point, dtype; the others 0). */
+int qp_pw_n_params(int op);
+
 #define QP_PW_TILE     1024
 #define QP_PW_MAX_REGS 16
 #define QP_PW_MAX_IN   16

@@ -367,37 +367,33 @@ static double channel_abs_sum(const struct qp_tensor *w, int q8, int64_t c, uint
 
 static double bound_at(const struct qp_graph *g, int v, int depth);
 
-/* The largest |element| of constant v, or INFINITY (not a constant, NaN or infinite values). */
-static double const_bound(const struct qp_graph *g, int v) {
+/* Constant v's largest |element| into *hi (INFINITY when v is no constant or holds a NaN or
+ * an infinity) and its smallest into *lo (a divisor's; NaN elements skipped, 0 when v is no
+ * constant or an element cannot be read), in one pass. */
+static void const_abs_range(const struct qp_graph *g, int v, double *lo, double *hi) {
     const struct qp_tensor *t = i8g_const_of(g, v);
-    if (!t || !t->numel) return INFINITY;
-    double b = 0.0;
+    *lo = 0.0;
+    *hi = INFINITY;
+    if (!t || !t->numel) return;
+    double mn = INFINITY, mx = 0.0;
+    int finite = 1;
     for (uint64_t i = 0; i < t->numel; i++) {
         float f;
-        if (!i8g_tensor_f(t, i, &f) || !(fabs((double)f) <= DBL_MAX)) return INFINITY;
-        b = fmax(b, fabs((double)f));
+        if (!i8g_tensor_f(t, i, &f)) return;
+        double a = fabs((double)f);
+        finite &= a <= DBL_MAX;
+        mn = fmin(mn, a);
+        mx = fmax(mx, a);
     }
-    return b;
-}
-
-/* The smallest |element| of constant v (0 when it is not one): a divisor's. */
-static double const_floor(const struct qp_graph *g, int v) {
-    const struct qp_tensor *t = i8g_const_of(g, v);
-    double b = INFINITY;
-    for (uint64_t i = 0; t && i < t->numel; i++) {
-        float f;
-        if (!i8g_tensor_f(t, i, &f)) return 0.0;
-        b = fmin(b, fabs((double)f));
-    }
-    return t && t->numel && b <= DBL_MAX ? b : 0.0;
+    *lo = mn <= DBL_MAX ? mn : 0.0;
+    *hi = finite ? mx : INFINITY;
 }
 
 /* One instruction of a Pointwise program (kernels/int8_pw.h) on operand bounds a and b
  * (INFINITY: none, NaN included); bd is b's smallest magnitude where b is a constant input. */
 static double instr_bound(const int64_t *c, const float *par, int64_t n_par, double a, double b,
                           double bd) {
-    int64_t need = c[0] == QP_PW_FQ ? 3 : c[0] == QP_PW_CLIP || c[0] == QP_PW_HSIGMOID ? 2 : 1;
-    const float *p = c[4] >= 0 && c[4] + need <= n_par ? par + c[4] : NULL;
+    const float *p = c[4] >= 0 && c[4] + qp_pw_n_params((int)c[0]) <= n_par ? par + c[4] : NULL;
     if (c[0] == QP_PW_FQ) /* NaN quantizes to the zero point: bounded whatever its operand */
         return p ? fabs((double)p[0]) * 255.0 : INFINITY;
     if (!(a <= DBL_MAX)) return INFINITY;
@@ -447,10 +443,11 @@ static double pointwise_bound(const struct qp_graph *g, const struct qp_node *n,
     double in[QP_PW_MAX_IN], floor_[QP_PW_MAX_IN], reg[QP_PW_MAX_REGS];
     for (int i = 0; i < n->n_inputs; i++) {
         int x = n->inputs[i];
-        in[i] = inq[i] >= 0 && inq[i] < n_par ? fabs((double)par[inq[i]]) * 255.0
-                : i8g_const_of(g, x)          ? const_bound(g, x)
-                                              : bound_at(g, x, depth + 1);
-        floor_[i] = const_floor(g, x);
+        const_abs_range(g, x, &floor_[i], &in[i]);
+        if (inq[i] >= 0 && inq[i] < n_par)
+            in[i] = fabs((double)par[inq[i]]) * 255.0;
+        else if (!i8g_const_of(g, x))
+            in[i] = bound_at(g, x, depth + 1);
     }
     for (int r = 0; r < nr; r++)
         reg[r] = INFINITY;

@@ -326,9 +326,7 @@ static int program(const struct pass *ps, const struct group *gr, struct emit *e
         e->reg_of[m] = d;
         if (d + 1 > e->n_regs) e->n_regs = d + 1;
         int64_t *c = e->prog + 5 * e->n_prog++;
-        int np = op == QP_PW_FQ                             ? 3
-                 : op == QP_PW_CLIP || op == QP_PW_HSIGMOID ? 2
-                                                            : op == QP_PW_LEAKY;
+        int np = qp_pw_n_params(op);
         c[0] = op;
         c[1] = d;
         c[2] = ops[0];
