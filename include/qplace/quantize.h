@@ -43,9 +43,10 @@
 extern "C" {
 #endif
 
-/* How each weight channel's scale is chosen: from its absmax (ModelOpt's, the default), or the
- * clipped amax whose quantization error over the channel's weights is least (ratios 1.0 .. 0.5
- * of absmax; 1.0 when nothing is better). */
+/* How each weight channel's scale is chosen: from its absmax (ModelOpt's), or the clipped amax
+ * whose quantization error over the channel's weights is least (ratios 1.0 .. 0.5 of absmax;
+ * 1.0 when nothing is better; qplace's default since 2026-12-07, docs/quantize.md). A zeroed
+ * config reads absmax (0); qp_quantize_config_default sets QP_WEIGHT_CLIP_MSE. */
 enum qp_weight_clipping { QP_WEIGHT_CLIP_ABSMAX = 0, QP_WEIGHT_CLIP_MSE };
 
 /* How each int8 weight takes its level: the nearest (ModelOpt's, the default), or the level
@@ -95,7 +96,7 @@ struct qp_quantize_config {
     /* "name:1x3x224x224,...": the dynamic dims of these graph inputs fixed in the written
      * model and for calibration (static dims must match), as --override_shapes. NULL: none. */
     const char *override_shapes;
-    enum qp_weight_clipping weight_clipping; /* qplace's; default QP_WEIGHT_CLIP_ABSMAX */
+    enum qp_weight_clipping weight_clipping; /* qplace's; qp_quantize_config_default: MSE */
     /* The accuracy budget (qplace's; docs/quantize.md "Accuracy budget"): after calibration,
      * every quantized node is ranked by sensitivity (as qplace/sensitivity.h by node, kl_div,
      * quantize_one, on the calibration data) and the most sensitive are excluded one at a time

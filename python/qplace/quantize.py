@@ -196,7 +196,7 @@ def quantize(onnx_path, quantize_mode="int8", calibration_data=None, calibration
              calibrate_per_node=False, input_shapes_profile=None, direct_io_types=False,
              opset=None, calibration_data_reader=None, target_dla=False, autotune=None,
              *, percentile=None, eval_data=None, placement=None, rules=None, ranges=None,
-             placement_out=None, threads=0, weight_clipping="absmax", max_output_drift=None,
+             placement_out=None, threads=0, weight_clipping="mse", max_output_drift=None,
              min_top1_agreement=None, equalization="none", smoothquant_alpha=0.5,
              bias_correction="auto", weight_rounding="nearest", weight_rounding_seconds=None,
              autotune_output_dir=None, autotune_schemes_per_region=None,
@@ -285,7 +285,7 @@ def _quantize(onnx_path, quantize_mode, calibration_data, calibration_method,
     c.high_precision_dtype = choice(high_precision_dtype, _HIGH, "high_precision_dtype")
     c.n_threads = int_arg(threads, "threads")
     c.direct_io_types = 1 if direct_io_types else 0
-    c.weight_clipping = choice(weight_clipping or "absmax", _CLIP, "weight_clipping")
+    c.weight_clipping = choice(weight_clipping or "mse", _CLIP, "weight_clipping")
     if max_output_drift is not None:
         c.max_output_drift = float_arg(max_output_drift, "max_output_drift")
         if not c.max_output_drift >= 0:

@@ -70,18 +70,23 @@ def test_options_match_the_cli(cli, cls_model, cls_npz, tmp_path):
          dict(disable_mha_qdq=True, op_types_to_quantize="Conv")),
         (["--weight_clipping", "mse", "--calibration_method", "mse", "--bias_correction=off"],
          dict(weight_clipping="mse", calibration_method="mse", bias_correction="off")),
+        (["--weight_clipping", "absmax", "--bias_correction=off"],
+         dict(weight_clipping="absmax", bias_correction="off")),
     ]
     for flags, kw in cases:
         py, cl, s = both(cli, tmp_path, cls_model, ["--calibration_data_path", cls_npz] + flags,
                          calibration_data=cls_npz, **kw)
         assert py == cl, flags
-        if "weight_clipping" in kw:
+        # least-error weight clipping is the default of both, absmax asked for by name
+        assert s.weight_clipping == kw.get("weight_clipping", "mse"), flags
+        assert (s.n_weight_channels_clipped > 0) == (s.weight_clipping == "mse"), flags
+        if kw.get("weight_clipping") == "mse":
             assert s.weight_clipping == "mse" and 0 < s.n_weight_channels_clipped
             assert s.n_weight_channels_clipped < s.n_weight_channels
             # The drift without the clipping is that of the same quantization with absmax.
             plain = qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "p.onnx"),
                                     calibration_data=cls_npz, calibration_method="mse",
-                                    bias_correction=False)
+                                    bias_correction=False, weight_clipping="absmax")
             assert plain.outputs_unclipped is None
             assert s.outputs_unclipped[0].cosine == plain.outputs[0].cosine
             assert s.outputs_unclipped[0].cosine != s.outputs[0].cosine
@@ -157,11 +162,13 @@ def test_bias_correction_auto_writes_the_model_of_higher_cosine(cli, cls_model, 
     """The default (auto) with calibration data corrects, measures both models and writes the
     corrected one only when its mean cosine is higher: the file is then the --bias_correction
     one, else the --bias_correction=off one, and the drifts name which is which. On these six
-    samples of cls, entropy and percentile 99 decide differently, so both branches run."""
+    samples of cls, with absmax weight scales, entropy and percentile 99 decide differently, so
+    both branches run."""
     decisions = set()
     for method, hp in (("entropy", "fp32"), ("percentile", "fp16")):
         kw = dict(onnx_path=cls_model, calibration_data=cls_npz, high_precision_dtype=hp,
-                  calibration_method=method, percentile=99.0 if method == "percentile" else None)
+                  calibration_method=method, percentile=99.0 if method == "percentile" else None,
+                  weight_clipping="absmax")
         s = qplace.quantize(output_path=str(tmp_path / "auto.onnx"), **kw)
         on = qplace.quantize(output_path=str(tmp_path / "on.onnx"), bias_correction="on", **kw)
         off = qplace.quantize(output_path=str(tmp_path / "off.onnx"), bias_correction=False,
@@ -182,7 +189,7 @@ def test_bias_correction_auto_writes_the_model_of_higher_cosine(cli, cls_model, 
         p = run_cli(cli, "quantize", "--onnx_path", cls_model, "--calibration_data_path", cls_npz,
                     "--high_precision_dtype", hp, "--calibration_method", method,
                     *(["--percentile", "99.0"] if method == "percentile" else []),
-                    "--output_path", tmp_path / "cli.onnx")
+                    "--weight_clipping", "absmax", "--output_path", tmp_path / "cli.onnx")
         assert ("; kept:" if s.bias_kept else "; NOT kept:") in p.stdout
         assert read(tmp_path / "cli.onnx") == written
     assert decisions == {True, False}
@@ -400,9 +407,10 @@ def test_equalization_matches_the_cli(cli, cls_model, cls_npz, tmp_path):
     assert py == cl
     assert s.equalization == "all" and s.smoothquant_alpha == 0.6
     assert s.n_cle_pairs > 0 and s.n_smoothquant_pairs == 0  # a CNN: no LayerNorm
-    # The "before" drift is that of the same quantization without equalization, exactly.
+    # The "before" drift is that of the same quantization without equalization (and, as the
+    # plain run is, without bias correction), exactly.
     plain = qplace.quantize(onnx_path=cls_model, output_path=str(tmp_path / "plain.onnx"),
-                            calibration_data=cls_npz)
+                            calibration_data=cls_npz, bias_correction=False)
     assert plain.equalization == "none" and plain.outputs_before is None
     assert read(tmp_path / "plain.onnx") != py
     assert [d.name for d in s.outputs_before] == [d.name for d in s.outputs]

@@ -37,7 +37,7 @@ const struct cli_opt cli_quantize_opts[] = {
     {"placement_out", CLI_VALUE, "FILE", "write the placement used"},
     {"dq_only", CLI_BOOL, NULL, "store weights quantized (DQ only)"},
     {"weight_clipping", CLI_VALUE, "absmax|mse",
-     "weight channel scales from absmax (default) or the least-error clipping"},
+     "weight channel scales from the least-error clipping (default) or absmax (ModelOpt's)"},
     {"weight_rounding", CLI_VALUE, "nearest|adaround",
      "int8 weight levels: nearest (default) or chosen by layer-output error on the calibration "
      "data (AdaRound-style)"},
@@ -309,10 +309,10 @@ static int accuracy_options(const struct cli_args *a, struct qp_quantize_options
         fprintf(stderr, "qplace quantize: --bias_correction=%s: expected on, off or auto\n", bc);
         return 1;
     }
-    const char *wc = cli_value(a, "weight_clipping", "absmax");
-    if (strcmp(wc, "mse") == 0) {
-        o->weight_clipping = QP_WEIGHT_CLIP_MSE;
-    } else if (strcmp(wc, "absmax") != 0) {
+    const char *wc = cli_value(a, "weight_clipping", "mse");
+    if (strcmp(wc, "mse") == 0 || strcmp(wc, "absmax") == 0) {
+        o->weight_clipping = wc[0] == 'm' ? QP_WEIGHT_CLIP_MSE : QP_WEIGHT_CLIP_ABSMAX;
+    } else {
         fprintf(stderr, "qplace quantize: --weight_clipping must be absmax or mse, not '%s'\n", wc);
         return 1;
     }

@@ -81,6 +81,10 @@ enum qp_status qp_autotune_drift_open(const struct qp_model *model,
         qp_sens_options_default(&d->so);
         d->so.metric = QP_SENS_KL_DIV;
         d->so.qtype = o->quant_mode == QP_QUANT_FP8 ? QP_DTYPE_FLOAT8E4M3FN : QP_DTYPE_INT8;
+        /* the search writes its models with absmax weight scales (pipeline/autotune.c's
+         * writer_options: clipping every weight again for each scheme's file would cost more
+         * than the timing, and latency does not depend on the scales) */
+        d->so.weight_clip_mse = 0;
         d->so.n_threads = o->n_threads;
         /* one batch (the default synthetic sample): a scheme's run recomputes what its
          * pattern's entries reach from the reference qp_autotune_drift_rebase sets */

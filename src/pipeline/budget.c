@@ -46,13 +46,11 @@ static enum qp_status record(const struct qp_sens_result *r, const struct qp_sen
     return QP_OK;
 }
 
-enum qp_status qp_quantize_budget_run(const struct qp_model *model, const struct qp_placement *pl,
-                                      struct qp_provider *rank_data,
-                                      struct qp_provider *budget_data,
-                                      const struct qp_ranges *ranges, enum qp_quant_mode mode,
-                                      int n_threads, const struct qp_sens_budget_goal *goal,
-                                      struct qp_placement **placement_out,
-                                      struct qp_quantize_budget *out, struct qp_error *err) {
+enum qp_status qp_quantize_budget_run(
+    const struct qp_model *model, const struct qp_placement *pl, struct qp_provider *rank_data,
+    struct qp_provider *budget_data, const struct qp_ranges *ranges, enum qp_quant_mode mode,
+    int weight_clip_mse, int n_threads, const struct qp_sens_budget_goal *goal,
+    struct qp_placement **placement_out, struct qp_quantize_budget *out, struct qp_error *err) {
     memset(out, 0, sizeof *out);
     *placement_out = NULL;
     enum qp_status st = check_goal(goal, err);
@@ -63,6 +61,7 @@ enum qp_status qp_quantize_budget_run(const struct qp_model *model, const struct
     qp_sens_options_default(&so);
     so.granularity = QP_SENS_NODE;
     so.qtype = mode == QP_QUANT_FP8 ? QP_DTYPE_FLOAT8E4M3FN : QP_DTYPE_INT8;
+    so.weight_clip_mse = weight_clip_mse;
     so.n_threads = n_threads;
     struct qp_sens_result *r = NULL;
     struct qp_sens_ranking k = {0};

@@ -10,15 +10,16 @@
  *   then writes with the same ranges (a tensor's range does not depend on what else is
  *   quantized: calibration runs the float model).
  *
- * The runs use the engine's fake quantization with weight scales from each channel's absmax;
- * with weight clipping the written model differs from the measured one by that clipping (the
- * pipeline's own drift, measured on the written model, says where it ended).
+ * The runs use the engine's fake quantization with the weight scales the writer gives
+ * (weight_clip_mse: each channel's least-error clipping, else its absmax), so the measured model
+ * is the written one up to bias correction and the high precision type (the pipeline's own
+ * drift, measured on the written model, says where it ended).
  *
  *     struct qp_quantize_budget b = {0};
  *     struct qp_placement *kept = NULL;
  *     struct qp_sens_budget_goal goal = {.max_drift = -1, .min_top1 = 0.99};
- *     if (qp_quantize_budget_run(mf, pl, cal, ev, ranges, QP_QUANT_INT8, 0, &goal, &kept, &b,
- *                                &err) != QP_OK) ...
+ *     if (qp_quantize_budget_run(mf, pl, cal, ev, ranges, QP_QUANT_INT8, 1, 0, &goal, &kept,
+ *                                &b, &err) != QP_OK) ...
  *     ... b.n_excluded, b.excluded[i], b.after.top1 ...
  *     qp_quantize_budget_release(&b);
  */
@@ -56,13 +57,11 @@ struct qp_quantize_budget {
  * as it is). Returns QP_ERR_USAGE (no bound in `goal`, a top-1 bound outside (0, 1]),
  * QP_ERR_BAD_INPUT (a top-1 bound on a model without class-score outputs, a placed tensor the
  * engine cannot fake-quantize), QP_ERR_NOMEM and the engine's statuses. */
-enum qp_status qp_quantize_budget_run(const struct qp_model *model, const struct qp_placement *pl,
-                                      struct qp_provider *rank_data,
-                                      struct qp_provider *budget_data,
-                                      const struct qp_ranges *ranges, enum qp_quant_mode mode,
-                                      int n_threads, const struct qp_sens_budget_goal *goal,
-                                      struct qp_placement **placement_out,
-                                      struct qp_quantize_budget *out, struct qp_error *err);
+enum qp_status qp_quantize_budget_run(
+    const struct qp_model *model, const struct qp_placement *pl, struct qp_provider *rank_data,
+    struct qp_provider *budget_data, const struct qp_ranges *ranges, enum qp_quant_mode mode,
+    int weight_clip_mse, int n_threads, const struct qp_sens_budget_goal *goal,
+    struct qp_placement **placement_out, struct qp_quantize_budget *out, struct qp_error *err);
 
 void qp_quantize_budget_release(struct qp_quantize_budget *b);
 

@@ -32,6 +32,7 @@ void qp_quantize_options_default(struct qp_quantize_options *o) {
     o->mode = QP_QUANT_INT8;
     o->method = QP_CALIB_ENTROPY;
     o->high_precision = QP_DTYPE_FLOAT;
+    o->weight_clipping = QP_WEIGHT_CLIP_MSE;
     o->max_output_drift = -1;
     o->smoothquant_alpha = 0.5;
 }
@@ -480,6 +481,7 @@ static enum qp_status apply_budget(struct qp_quantize_job *job, const struct qp_
                        *decide = job->ev ? job->ev : job->cal;
     struct qp_placement *kept = NULL;
     enum qp_status st = qp_quantize_budget_run(job->mf, job->pl, rank, decide, ranges, job->mode,
+                                               job->weight_clipping == QP_WEIGHT_CLIP_MSE,
                                                job->n_threads, &job->goal, &kept, &r->budget, err);
     if (st != QP_OK) return st;
     r->has_budget = 1;
@@ -1073,6 +1075,7 @@ void qp_quantize_config_default(struct qp_quantize_config *c) {
     memset(c, 0, sizeof *c);
     c->calibration_method = QP_CALIB_ENTROPY;
     c->high_precision_dtype = QP_DTYPE_FLOAT16;
+    c->weight_clipping = QP_WEIGHT_CLIP_MSE;
     c->max_output_drift = -1;
     c->smoothquant_alpha = 0.5;
     c->bias_correction = QP_BIAS_CORRECTION_AUTO;

@@ -94,7 +94,7 @@ struct qp_quantize_options {
     const char *const *op_types_to_exclude_fp16; /* borrowed; kept float32 in fp16/bf16 */
     size_t n_op_types_to_exclude_fp16;
     int direct_io_types; /* 1: graph I/O in the high precision type, graph-input Q removed */
-    enum qp_weight_clipping weight_clipping; /* default QP_WEIGHT_CLIP_ABSMAX */
+    enum qp_weight_clipping weight_clipping; /* default QP_WEIGHT_CLIP_MSE */
     /* The accuracy budget (pipeline/budget.h): after calibration, the most sensitive quantized
      * nodes are excluded one at a time until the drift (kl_div, summed over outputs) is at most
      * max_output_drift (< 0, the default: no bound) and every class-score output's top-1

@@ -14,6 +14,7 @@
 #include "core/clock.h"
 #include "qmath/qparams.h"
 #include "qplace/session.h"
+#include "quant/writer.h"
 #include "sensitivity/sensitivity.h"
 #include "core/sort.h"
 
@@ -25,6 +26,7 @@ void qp_sens_options_default(struct qp_sens_options *o) {
     o->metric = QP_SENS_KL_DIV;
     o->probe = QP_SENS_QUANTIZE_ONE;
     o->qtype = QP_DTYPE_INT8;
+    o->weight_clip_mse = 1;
     o->incremental = 1;
     o->cache_bytes = (size_t)1 << 30;
 }
@@ -247,7 +249,8 @@ static enum qp_status entry_error(struct sens_ctx *c, size_t e, const char *fmt,
 }
 
 /* Overlay parameters of every placement entry: activation scales from the calibrated amax,
- * weight scales per channel (or per tensor) from the weight's absmax — as the writer does. */
+ * weight scales per channel (or per tensor) as the writer gives them (qp_qdq_weight_scales:
+ * absmax, or with o->weight_clip_mse each channel's least-error clipping). */
 static enum qp_status build_overlays(struct sens_ctx *c, const struct qp_ranges *ranges,
                                      struct qp_error *err) {
     const struct qp_placement *pl = c->pl;
@@ -299,44 +302,23 @@ static enum qp_status build_overlays(struct sens_ctx *c, const struct qp_ranges 
                 return nomem(err);
             continue;
         }
-        int64_t outer = 1, len = 1, inner = 1;
-        for (int d = 0; d < t->rank; d++) {
-            if (w->axis < 0 || d > w->axis)
-                inner *= t->dims[d];
-            else if (d < w->axis)
-                outer *= t->dims[d];
-            else
-                len = t->dims[d];
-        }
-        if (len <= 0 || (uint64_t)len > t->numel + 1) {
+        int64_t len = 0;
+        if (w->axis >= 0 && (t->dims[w->axis] <= 0 || (uint64_t)t->dims[w->axis] > t->numel + 1)) {
             if (entry_error(c, e, "weight '%s' (-> node '%s') has an empty quantization axis",
                             w->tensor, w->node) != QP_OK)
                 return nomem(err);
             continue;
         }
-        float *amax = calloc((size_t)len, sizeof *amax);
-        if (!amax) return nomem(err);
-        c->scales[e] = amax;
-        const unsigned char *bytes = t->data;
-        for (int64_t o = 0; o < outer; o++)
-            for (int64_t a = 0; a < len; a++)
-                for (int64_t i = 0; i < inner; i++) {
-                    float x;
-                    memcpy(&x, bytes + (size_t)((o * len + a) * inner + i) * 4, 4);
-                    float ax = fabsf(x);
-                    if (ax > amax[a] && isfinite(ax)) amax[a] = ax;
-                }
-        int bad = 0;
-        for (int64_t a = 0; a < len && !bad; a++)
-            bad = qp_qparams_from_range(qt, -amax[a], amax[a], 1, &amax[a], &zp, &tmp) != QP_OK;
-        if (bad) {
-            if (entry_error(c, e, "weight '%s': %s", w->tensor, tmp.msg) != QP_OK)
-                return nomem(err);
+        enum qp_status st =
+            qp_qdq_weight_scales(t, w->axis, qt, c->o->weight_clip_mse, &c->scales[e], &len, &tmp);
+        if (st == QP_ERR_NOMEM) return nomem(err);
+        if (st != QP_OK) { /* tmp.msg names the weight */
+            if (entry_error(c, e, "%s%s", tmp.msg, "") != QP_OK) return nomem(err);
             continue;
         }
         ov->axis = w->axis < 0 ? 0 : w->axis;
         ov->n_params = w->axis < 0 ? 1 : (size_t)len;
-        ov->scale = amax;
+        ov->scale = c->scales[e];
     }
     return QP_OK;
 }

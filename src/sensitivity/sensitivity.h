@@ -79,9 +79,12 @@ struct qp_sens_options {
     enum qp_sens_metric metric;           /* default kl_div */
     enum qp_sens_probe probe;             /* default quantize_one */
     enum qp_dtype qtype;                  /* QP_DTYPE_INT8 (default) or QP_DTYPE_FLOAT8E4M3FN */
-    int incremental;                      /* default 1 */
-    size_t cache_bytes;                   /* reference cache budget; default 1 GiB */
-    int n_threads;                        /* 0: all cores */
+    /* Weight scales as the writer gives them (quant/writer.h qp_qdq_weight_scales): 1 (default,
+     * as `qplace quantize`'s default) each channel's least-error clipping, 0 its absmax. */
+    int weight_clip_mse;
+    int incremental;    /* default 1 */
+    size_t cache_bytes; /* reference cache budget; default 1 GiB */
+    int n_threads;      /* 0: all cores */
     /* Probes run side by side on this many workers, each a session of its own with
      * n_threads / workers threads (scores do not depend on it). 0 (default): one per thread,
      * fewer when the extra sessions would take more than half of the available memory;

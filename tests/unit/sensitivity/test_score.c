@@ -225,6 +225,40 @@ static void test_incremental_equals_naive(void **state) {
     fixture_free(&f);
 }
 
+/* Weight overlays take the writer's scales (qp_qdq_weight_scales): with weight_clip_mse (the
+ * default, as `qplace quantize`'s) each channel's least-error clipping, without it the absmax.
+ * Targets holding weights score differently between the two, targets without weights do not. */
+static void test_weight_clipping(void **state) {
+    (void)state;
+    struct fixture f;
+    fixture_load(&f, "sens_small.placement.json");
+    struct qp_sens_options o;
+    opts_default(&o);
+    assert_int_equal(o.weight_clip_mse, 1);
+    o.granularity = QP_SENS_NODE;
+    o.metric = QP_SENS_MSE;
+    struct qp_sens_result *clip = score(&f, &o);
+    o.weight_clip_mse = 0;
+    struct qp_sens_result *plain = score(&f, &o);
+    assert_int_equal(clip->n_targets, plain->n_targets);
+    size_t n_weighted = 0, n_differ = 0;
+    for (size_t i = 0; i < clip->n_targets; i++) {
+        const struct qp_sens_target *a = &clip->targets[i], *b = find(plain, a->name);
+        assert_int_equal(a->state, QP_SENS_SCORED);
+        if (!a->n_weights) {
+            assert_memory_equal(&a->score, &b->score, sizeof a->score);
+            continue;
+        }
+        n_weighted++;
+        n_differ += a->score != b->score;
+    }
+    assert_true(n_weighted >= 2);
+    assert_int_equal(n_differ, n_weighted);
+    qp_sens_result_free(clip);
+    qp_sens_result_free(plain);
+    fixture_free(&f);
+}
+
 /* Bit for bit the same results: states, errors, scores, work done. */
 static void check_identical(const struct qp_sens_result *a, const struct qp_sens_result *b) {
     assert_int_equal(a->n_targets, b->n_targets);
@@ -755,6 +789,7 @@ int main(void) {
         cmocka_unit_test(test_activation_probes),
         cmocka_unit_test(test_op_type_is_union),
         cmocka_unit_test(test_incremental_equals_naive),
+        cmocka_unit_test(test_weight_clipping),
         cmocka_unit_test(test_workers_same_scores),
         cmocka_unit_test(test_unprobed),
         cmocka_unit_test(test_failed),
