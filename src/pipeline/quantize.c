@@ -2,6 +2,7 @@
 #include "pipeline/quantize.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -410,6 +411,7 @@ static void writer_options(const struct qp_quantize_job *job, const struct qp_ra
     wo->n_keep_fp32_ops = job->n_keep_fp32_ops;
     wo->direct_io_types = job->direct_io_types;
     wo->weight_clip_mse = job->weight_clipping == QP_WEIGHT_CLIP_MSE;
+    wo->n_threads = job->n_threads > 0 ? job->n_threads : omp_get_num_procs();
 }
 
 /* 1 when the precision step comes after the drift: the engine runs neither bfloat16 nor the

@@ -3,6 +3,7 @@
 #include "quant/writer.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,39 +307,48 @@ static float least_error_amax(const float *x, float *y, int64_t n, enum qp_dtype
     return (float)(amax * best_r);
 }
 
-/* weight_clip_mse: each channel's amax (amax[0..len)) lowered to the least-error one. */
+/* Below this many weights a tensor is clipped on one thread (waking threads costs more). */
+#define QP_CLIP_PARALLEL_MIN 65536
+
+/* weight_clip_mse: each channel's amax (amax[0..len)) lowered to the least-error one, channels
+ * side by side on up to n_threads threads (each channel's result does not depend on them). */
 static enum qp_status clip_channels(const struct qp_tensor *t, int64_t outer, int64_t len,
-                                    int64_t inner, enum qp_dtype qtype, float *amax,
+                                    int64_t inner, enum qp_dtype qtype, int n_threads, float *amax,
                                     struct qp_writer_stats *stats, struct qp_error *err) {
     int64_t per = outer * inner;
-    float *x = qp_malloc_n((size_t)per, sizeof *x), *y = qp_malloc_n((size_t)per, sizeof *y);
-    if (!x || !y) {
-        free(x);
-        free(y);
+    int nt = n_threads > 1 && per * len >= QP_CLIP_PARALLEL_MIN ? n_threads : 1;
+    if (nt > len) nt = (int)len;
+    float *buf = qp_malloc_n((size_t)per * 2 * (size_t)nt, sizeof *buf);
+    float *full = qp_malloc_n((size_t)len, sizeof *full);
+    if (!buf || !full) {
+        free(buf);
+        free(full);
         return qp_error_set(err, QP_ERR_NOMEM, "quantize: out of memory");
     }
+    memcpy(full, amax, (size_t)len * sizeof *full);
     const unsigned char *bytes = t->data;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
     for (int64_t a = 0; a < len; a++) {
+        float *x = buf + (size_t)omp_get_thread_num() * 2 * (size_t)per, *y = x + per;
         for (int64_t o = 0; o < outer; o++)
             memcpy(x + o * inner, bytes + (size_t)((o * len + a) * inner) * 4, (size_t)inner * 4);
-        float full = amax[a];
-        amax[a] = least_error_amax(x, y, per, qtype, full);
-        if (stats) {
-            stats->n_weight_channels++;
-            stats->n_weight_channels_clipped += amax[a] < full;
-            stats->weight_clip_mean_ratio += full > 0.0f ? (double)amax[a] / full : 1.0;
-        }
+        amax[a] = least_error_amax(x, y, per, qtype, full[a]);
     }
-    free(x);
-    free(y);
+    for (int64_t a = 0; stats && a < len; a++) {
+        stats->n_weight_channels++;
+        stats->n_weight_channels_clipped += amax[a] < full[a];
+        stats->weight_clip_mean_ratio += full[a] > 0.0f ? (double)amax[a] / full[a] : 1.0;
+    }
+    free(buf);
+    free(full);
     return QP_OK;
 }
 
 /* Per-channel (or per-tensor, axis -1) symmetric scales of a float weight; with clip, each
  * channel's least-error clipping (clip_channels). */
 static enum qp_status weight_scales(const struct qp_tensor *t, int axis, enum qp_dtype qtype,
-                                    int clip, struct qp_writer_stats *stats, float **scales_out,
-                                    int64_t *n_out, struct qp_error *err) {
+                                    int clip, int n_threads, struct qp_writer_stats *stats,
+                                    float **scales_out, int64_t *n_out, struct qp_error *err) {
     int64_t outer = 1, len = 1, inner = 1;
     for (int d = 0; d < t->rank; d++) {
         if (axis < 0)
@@ -362,7 +372,7 @@ static enum qp_status weight_scales(const struct qp_tensor *t, int axis, enum qp
                 if (ax > amax[a] && isfinite(ax)) amax[a] = ax;
             }
     enum qp_status cst =
-        clip ? clip_channels(t, outer, len, inner, qtype, amax, stats, err) : QP_OK;
+        clip ? clip_channels(t, outer, len, inner, qtype, n_threads, amax, stats, err) : QP_OK;
     if (cst != QP_OK) {
         free(amax);
         return cst;
@@ -383,7 +393,7 @@ static enum qp_status weight_scales(const struct qp_tensor *t, int axis, enum qp
 enum qp_status qp_qdq_weight_scales(const struct qp_tensor *t, int axis, enum qp_dtype qtype,
                                     int clip_mse, float **scales_out, int64_t *n_out,
                                     struct qp_error *err) {
-    return weight_scales(t, axis, qtype, clip_mse, NULL, scales_out, n_out, err);
+    return weight_scales(t, axis, qtype, clip_mse, 1, NULL, scales_out, n_out, err);
 }
 
 enum qp_status qp_qdq_write(struct qp_model *m, const struct qp_placement *p_in,
@@ -476,8 +486,8 @@ enum qp_status qp_qdq_write(struct qp_model *m, const struct qp_placement *p_in,
             goto done;
         }
         int64_t n = 0;
-        if ((st = weight_scales(t, axis, o->qtype, o->weight_clip_mse, stats, &scales, &n, err)) !=
-            QP_OK)
+        if ((st = weight_scales(t, axis, o->qtype, o->weight_clip_mse, o->n_threads, stats, &scales,
+                                &n, err)) != QP_OK)
             goto done;
         unsigned char *zeros = calloc((size_t)n, 1);
         if (!zeros) {

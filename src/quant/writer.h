@@ -61,6 +61,9 @@ struct qp_writer_options {
      * channel's weights) is least among clip ratios 1.0 .. 0.5 of its absmax (the ratio 1.0,
      * absmax, when nothing better); 0 (default): absmax. */
     int weight_clip_mse;
+    /* Threads the weight clipping runs channels on (tensors of 64K weights or more); <= 1
+     * (default): one. The written model does not depend on it. */
+    int n_threads;
 };
 
 /* Per op type counts of what was quantized (consumer op types). */

@@ -309,6 +309,71 @@ static void test_write_conv(void **state) {
  * the one costs less) with less error than absmax's, checked against the error computed here;
  * a channel whose weights lie on absmax's own grid keeps absmax / 127; the stats count one
  * clipped channel. */
+/* x [1, k, 1, 1] -> Conv with weight W [c, k, 1, 1] = w -> y, and a placement quantizing W per
+ * output channel (*p). */
+static struct qp_model *conv_weight_model(int c, int k, const float *w, struct qp_placement **p) {
+    struct qp_model *m = qp_model_create();
+    assert_non_null(m);
+    qg_set_opset(m, 13);
+    qg_shape(m, "x", QP_DTYPE_FLOAT, 4, QG_DIMS(1, k, 1, 1));
+    qg_input(m, "x");
+    qg_init_data(m, "W", 4, QG_DIMS(c, k, 1, 1), w);
+    qg_node(m, "conv", "Conv", "x,W", "y");
+    qg_shape(m, "y", QP_DTYPE_FLOAT, 4, QG_DIMS(1, c, 1, 1));
+    qg_output(m, "y");
+    qg_sort(m);
+    struct qp_error err = {0};
+    *p = qp_placement_create();
+    assert_int_equal(qp_placement_add_weight(*p, "W", "conv", 1, 0, "test", &err), QP_OK);
+    return m;
+}
+
+/* The weight scales of a Conv with C channels of K weights each (channel c's outlier at c),
+ * written with weight clipping on n_threads; stats into *st. Caller frees. */
+static float *clipped_scales(int n_threads, struct qp_writer_stats *st) {
+    enum { C = 48, K = 2048 }; /* 98304 weights: over QP_CLIP_PARALLEL_MIN */
+    static float w[C * K];
+    for (int c = 0; c < C; c++)
+        for (int i = 0; i < K; i++)
+            w[c * K + i] = (float)((i * (31 + 2 * c)) % 255 - 127) * (0.5f + 0.01f * c) / 127.0f;
+    for (int c = 0; c < C; c++)
+        w[c * K + c] = 1.0f + 0.05f * (float)(c % 7);
+    struct qp_error err = {0};
+    struct qp_placement *p = NULL;
+    struct qp_model *m = conv_weight_model(C, K, w, &p);
+    struct qp_writer_options o;
+    qp_writer_options_default(&o);
+    o.weight_clip_mse = 1;
+    o.n_threads = n_threads;
+    assert_int_equal(qp_qdq_write(m, p, &o, st, &err), QP_OK);
+    const struct qp_graph *g = m->graph;
+    int conv = qp_graph_find_node(g, "conv");
+    int wdq = g->values[g->nodes[conv].inputs[1]].producer;
+    const struct qp_tensor *ws = init_of(g, g->values[g->nodes[wdq].inputs[1]].name);
+    assert_int_equal(ws->numel, C);
+    float *out = malloc(C * sizeof *out);
+    assert_non_null(out);
+    for (int c = 0; c < C; c++)
+        out[c] = read_f32(ws->data, c);
+    qp_placement_free(p);
+    qp_model_free(m);
+    return out;
+}
+
+/* Channels clipped side by side on several threads give the one-thread scales and stats. */
+static void test_weight_clipping_threads(void **state) {
+    (void)state;
+    struct qp_writer_stats a, b;
+    float *one = clipped_scales(1, &a), *four = clipped_scales(4, &b);
+    assert_memory_equal(one, four, 48 * sizeof *one);
+    assert_int_equal(a.n_weight_channels, 48);
+    assert_int_equal(a.n_weight_channels_clipped, b.n_weight_channels_clipped);
+    assert_true(a.n_weight_channels_clipped > 24); /* outliers: most channels clip */
+    assert_memory_equal(&a.weight_clip_mean_ratio, &b.weight_clip_mean_ratio, sizeof(double));
+    free(one);
+    free(four);
+}
+
 static void test_weight_clipping(void **state) {
     (void)state;
     enum { K = 1 << 14 };
@@ -318,19 +383,9 @@ static void test_weight_clipping(void **state) {
         w[K + i] = (float)((i * 29) % 255 - 127) / 127.0f;
     }
     w[17] = 1.0f;
-    struct qp_model *m = qp_model_create();
-    assert_non_null(m);
-    qg_set_opset(m, 13);
-    qg_shape(m, "x", QP_DTYPE_FLOAT, 4, QG_DIMS(1, K, 1, 1));
-    qg_input(m, "x");
-    qg_init_data(m, "W", 4, QG_DIMS(2, K, 1, 1), w);
-    qg_node(m, "conv", "Conv", "x,W", "y");
-    qg_shape(m, "y", QP_DTYPE_FLOAT, 4, QG_DIMS(1, 2, 1, 1));
-    qg_output(m, "y");
-    qg_sort(m);
     struct qp_error err = {0};
-    struct qp_placement *p = qp_placement_create();
-    assert_int_equal(qp_placement_add_weight(p, "W", "conv", 1, 0, "test", &err), QP_OK);
+    struct qp_placement *p = NULL;
+    struct qp_model *m = conv_weight_model(2, K, w, &p);
     struct qp_writer_options o;
     qp_writer_options_default(&o);
     o.weight_clip_mse = 1;
@@ -1076,13 +1131,10 @@ static void test_cli(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_write_conv),
-        cmocka_unit_test(test_constant_weight_folded),
-        cmocka_unit_test(test_weight_clipping),
-        cmocka_unit_test(test_one_pair_per_tensor),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_default_output),
-        cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_write_conv),          cmocka_unit_test(test_constant_weight_folded),
+        cmocka_unit_test(test_weight_clipping),     cmocka_unit_test(test_weight_clipping_threads),
+        cmocka_unit_test(test_one_pair_per_tensor), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_default_output),      cmocka_unit_test(test_cli),
         cmocka_unit_test(test_preservation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
