@@ -116,6 +116,9 @@ struct qp_sensitivity_options {
     int probe_workers;
     qp_sensitivity_progress_fn progress; /* may be NULL */
     void *progress_user;
+    /* 1: weight scales from each channel's absmax (`qplace quantize --weight_clipping absmax`);
+     * 0 (default): each channel's least-error clipping, as `qplace quantize` writes by default. */
+    int absmax_weights;
 };
 
 /* Scores every target of `placement` on `model`, evaluating each probe on every batch of `data`.

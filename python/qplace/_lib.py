@@ -197,7 +197,7 @@ class SensitivityOptions(Structure):
                 ("quantize_mode", c_int), ("op_types_scope", StrList),
                 ("n_op_types_scope", c_size_t), ("no_incremental", c_int),
                 ("cache_bytes", c_size_t), ("n_threads", c_int), ("probe_workers", c_int),
-                ("progress", ProgressFn), ("progress_user", c_void_p)]
+                ("progress", ProgressFn), ("progress_user", c_void_p), ("absmax_weights", c_int)]
 
 
 class SensitivityTarget(Structure):

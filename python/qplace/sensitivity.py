@@ -59,10 +59,13 @@ def score(onnx_path, calibration_data=None, *, num_synthetic_samples=100,
           target_precision="int8", granularity="op_type", metric="kl_div",
           calibration_method="entropy", calibration_eps=None, op_types_scope=None,
           work_dir=None, calibration_shapes=None, placement=None, ranges=None,
-          probe="quantize_one", threads=0, probe_workers=0, progress=None):
+          probe="quantize_one", threads=0, probe_workers=0, progress=None,
+          weight_clipping="mse"):
     """Ranks the placement's targets (op types or nodes) by output drift. `placement`: a
     Placement or file (default: the trt policy); `ranges`: a Ranges or file (default: an entropy
-    calibration on the data). calibration_data None: num_synthetic_samples seeded random rows."""
+    calibration on the data). calibration_data None: num_synthetic_samples seeded random rows.
+    weight_clipping: the weight scales of quantize's weight_clipping ("mse", its default, or
+    "absmax")."""
     for k, v in (("calibration_eps", calibration_eps), ("work_dir", work_dir)):
         if v is not None:
             warnings.warn("qplace.sensitivity.score: %s: qplace scores in memory on its own CPU "
@@ -76,6 +79,7 @@ def score(onnx_path, calibration_data=None, *, num_synthetic_samples=100,
     o.granularity = choice(granularity, _GRAN, "granularity")
     o.metric = choice(metric, _METRIC, "metric")
     o.probe = choice(probe, _PROBE, "probe")
+    o.absmax_weights = choice(weight_clipping or "mse", {"mse": 0, "absmax": 1}, "weight_clipping")
     o.quantize_mode = choice(target_precision, _PREC, "target_precision")
     scope = _lib.StrArray(as_list(op_types_scope, "op_types_scope"))
     o.op_types_scope = scope.ptr

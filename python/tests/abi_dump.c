@@ -222,6 +222,7 @@ int main(void) {
     F(qp_sensitivity_options, probe_workers);
     F(qp_sensitivity_options, progress);
     F(qp_sensitivity_options, progress_user);
+    F(qp_sensitivity_options, absmax_weights);
     SZ(qp_sensitivity_target);
     F(qp_sensitivity_target, name);
     F(qp_sensitivity_target, op_type);

@@ -67,6 +67,15 @@ def test_op_type_scores_on_rec_and_synthetic(cli, rec_model, rec_npz, cls_model,
                  "--metric", "cos", "--threads", "2")
     same_scores(r["scores"], j["scores"])
     assert "Conv" in r["scores"]
+    # absmax weight scales (quantize --weight_clipping absmax): the CLI's scores again, and the
+    # op types holding weights score otherwise than with the default clipping
+    a = sensitivity.score(rec_model, {"x": x}, metric="cos", threads=2, weight_clipping="absmax")
+    j = cli_json(cli, tmp_path, rec_model, "--calibration_data_path", tmp_path / "r2.npz",
+                 "--metric", "cos", "--threads", "2", "--weight_clipping", "absmax")
+    same_scores(a["scores"], j["scores"])
+    assert j["weight_clipping"] == "absmax" and a["scores"]["Conv"] != r["scores"]["Conv"]
+    with pytest.raises(qplace.UsageError, match="weight_clipping"):
+        sensitivity.score(rec_model, {"x": x}, weight_clipping="median")
     r = sensitivity.score(cls_model, num_synthetic_samples=4, granularity="op_type",
                           calibration_shapes="x:1x3x48x192")
     j = cli_json(cli, tmp_path, cls_model, "--num_synthetic_samples", "4",

@@ -759,6 +759,7 @@ static cJSON *json_report(const struct qp_sensitivity_run_options *o,
     cJSON_AddStringToObject(root, "metric", qp_sens_metric_name(so->metric));
     cJSON_AddStringToObject(root, "granularity", qp_sens_granularity_name(so->granularity));
     cJSON_AddStringToObject(root, "target_precision", so->qtype == QP_DTYPE_INT8 ? "int8" : "fp8");
+    cJSON_AddStringToObject(root, "weight_clipping", so->weight_clip_mse ? "mse" : "absmax");
     cJSON_AddStringToObject(root, "probe", qp_sens_probe_name(so->probe));
     cJSON_AddStringToObject(root, "placement", o->placement_in ? o->placement_in : "trt policy");
     cJSON_AddBoolToObject(root, "incremental", so->incremental);

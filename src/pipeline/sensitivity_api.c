@@ -90,6 +90,7 @@ static void sens_options(const struct qp_sensitivity_options *o, struct qp_sens_
     so->metric = (enum qp_sens_metric)o->metric;
     so->probe = (enum qp_sens_probe)o->probe;
     so->qtype = o->quantize_mode == QP_QUANT_FP8 ? QP_DTYPE_FLOAT8E4M3FN : QP_DTYPE_INT8;
+    so->weight_clip_mse = !o->absmax_weights;
     so->incremental = !o->no_incremental;
     if (o->cache_bytes) so->cache_bytes = o->cache_bytes;
     so->n_threads = o->n_threads;

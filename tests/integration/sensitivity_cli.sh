@@ -52,6 +52,21 @@ import json; a = json.load(open('$T/inc.json'))['scores']; b = json.load(open('$
 assert a.keys() == b.keys() and len(a) == 6
 for k in a: assert abs(a[k] - b[k]) <= 1e-9 * abs(b[k]), (k, a[k], b[k])
 "
+# 2a. --weight_clipping absmax scores the weights with absmax scales: the targets holding
+# weights (conv1, conv2, mm) score otherwise than with the default clipping, the rest the same;
+# the JSON names it; another value is a usage error naming the flag.
+expect 0 "$Q" sensitivity --onnx_path "$M" --placement_in "$D/sens_small.placement.json" \
+    --calibration_data_path "$CAL" --granularity node --output_json "$T/abs.json" --quiet \
+    --weight_clipping absmax
+py "
+import json; a = json.load(open('$T/inc.json')); b = json.load(open('$T/abs.json'))
+assert a['weight_clipping'] == 'mse' and b['weight_clipping'] == 'absmax', (a['weight_clipping'], b['weight_clipping'])
+w = {t['name'] for t in a['targets'] if t['weights']}
+assert w == {'conv1', 'conv2', 'mm'}, w
+for k in a['scores']: assert (a['scores'][k] != b['scores'][k]) == (k in w), (k, a['scores'][k], b['scores'][k])
+"
+expect 1 "$Q" sensitivity --onnx_path "$M" --calibration_data_path "$CAL" --weight_clipping median
+grep -q -- "--weight_clipping must be absmax or mse, not 'median'" "$T/err" || fail "weight_clipping usage"
 # 2b. Probes on 3 workers (3 threads) give the one-worker scores bit for bit; bad counts are usage
 # errors that name the flag.
 expect 0 "$Q" sensitivity --onnx_path "$M" --placement_in "$D/sens_small.placement.json" \
