@@ -317,7 +317,7 @@ static enum qp_status clip_channels(const struct qp_tensor *t, int64_t outer, in
                                     struct qp_writer_stats *stats, struct qp_error *err) {
     int64_t per = outer * inner;
     int nt = n_threads > 1 && per * len >= QP_CLIP_PARALLEL_MIN ? n_threads : 1;
-    if (nt > len) nt = (int)len;
+    if (nt > len) nt = len > 0 ? (int)len : 1;
     float *buf = qp_malloc_n((size_t)per * 2 * (size_t)nt, sizeof *buf);
     float *full = qp_malloc_n((size_t)len, sizeof *full);
     if (!buf || !full) {
