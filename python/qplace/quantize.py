@@ -83,6 +83,7 @@ Budget.__doc__ = ("The accuracy budget's outcome: met, the quantized nodes ranke
                   "after the exclusions.")
 
 _HIGH = {"fp32": 1, "fp16": 10, "bf16": 16}
+# weight_clipping (enum qp_weight_clipping); sensitivity.score takes it too
 _CLIP = {"absmax": 0, "mse": 1}
 _EQUALIZE = {"none": 0, "cle": 1, "smoothquant": 2, "all": 3}
 

@@ -27,6 +27,7 @@ from ._core import as_list, choice, float_arg, int_arg, model_arg
 from ._data import open_data
 from .errors import check, usage
 from .placement import Placement
+from .quantize import _CLIP
 from .ranges import Ranges
 
 _GRAN = {"op_type": 0, "node": 1}
@@ -79,7 +80,8 @@ def score(onnx_path, calibration_data=None, *, num_synthetic_samples=100,
     o.granularity = choice(granularity, _GRAN, "granularity")
     o.metric = choice(metric, _METRIC, "metric")
     o.probe = choice(probe, _PROBE, "probe")
-    o.absmax_weights = choice(weight_clipping or "mse", {"mse": 0, "absmax": 1}, "weight_clipping")
+    clip = choice(weight_clipping or "mse", _CLIP, "weight_clipping")
+    o.absmax_weights = int(clip == _CLIP["absmax"])
     o.quantize_mode = choice(target_precision, _PREC, "target_precision")
     scope = _lib.StrArray(as_list(op_types_scope, "op_types_scope"))
     o.op_types_scope = scope.ptr

@@ -46,6 +46,9 @@ void cli_print_auto(const size_t *n_per_method, size_t n_fallback);
 #define CLI_CALIBRATION_METHOD_OPT                                                                 \
     {"calibration_method", CLI_VALUE, "max|entropy|percentile|mse|auto", "calibrator (default entropy)"}
 #define CLI_THREADS_OPT {"threads", CLI_VALUE, "N", "engine threads (0: all cores)"}
+#define CLI_WEIGHT_CLIPPING_OPT                                                                    \
+    {"weight_clipping", CLI_VALUE, "absmax|mse",                                                   \
+     "weight channel scales from the least-error clipping (default) or absmax (ModelOpt's)"}
 /* clang-format on */
 
 struct qp_data_options;
@@ -57,6 +60,11 @@ int cli_data_options(const struct cli_args *a, const char *cmd, struct qp_data_o
  * the percentile method is stored in *out. Otherwise QP_ERR_USAGE with the message ("--percentile
  * 'x' is not a number in (0, 100]", "--percentile needs --calibration_method percentile"), which
  * the command prints its own way. calibrate, quantize and sensitivity share it. */
+/* --weight_clipping mse|absmax (quantize, and sensitivity's scores of the same weights): *out 1
+ * for mse (also when absent: the default), 0 for absmax; another value is QP_ERR_USAGE with the
+ * message, which the command prints its own way. */
+enum qp_status cli_weight_clip_mse(const struct cli_args *a, int *out, struct qp_error *err);
+
 enum qp_status cli_percentile(const struct cli_args *a, enum qp_calib_method method, double *out,
                               struct qp_error *err);
 

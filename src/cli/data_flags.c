@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "calib/data.h"
 #include "cli.h"
@@ -21,6 +22,15 @@ enum qp_status cli_percentile(const struct cli_args *a, enum qp_calib_method met
         return qp_error_set(err, QP_ERR_USAGE,
                             "--percentile needs --calibration_method percentile or auto");
     *out = p;
+    return QP_OK;
+}
+
+enum qp_status cli_weight_clip_mse(const struct cli_args *a, int *out, struct qp_error *err) {
+    const char *wc = cli_value(a, "weight_clipping", "mse");
+    if (strcmp(wc, "mse") != 0 && strcmp(wc, "absmax") != 0)
+        return qp_error_set(err, QP_ERR_USAGE, "--weight_clipping must be absmax or mse, not '%s'",
+                            wc);
+    *out = wc[0] == 'm';
     return QP_OK;
 }
 

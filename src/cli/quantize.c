@@ -36,8 +36,7 @@ const struct cli_opt cli_quantize_opts[] = {
     {"placement_in", CLI_VALUE, "FILE", "apply this placement instead of the policy"},
     {"placement_out", CLI_VALUE, "FILE", "write the placement used"},
     {"dq_only", CLI_BOOL, NULL, "store weights quantized (DQ only)"},
-    {"weight_clipping", CLI_VALUE, "absmax|mse",
-     "weight channel scales from the least-error clipping (default) or absmax (ModelOpt's)"},
+    CLI_WEIGHT_CLIPPING_OPT,
     {"weight_rounding", CLI_VALUE, "nearest|adaround",
      "int8 weight levels: nearest (default) or chosen by layer-output error on the calibration "
      "data (AdaRound-style)"},
@@ -309,13 +308,13 @@ static int accuracy_options(const struct cli_args *a, struct qp_quantize_options
         fprintf(stderr, "qplace quantize: --bias_correction=%s: expected on, off or auto\n", bc);
         return 1;
     }
-    const char *wc = cli_value(a, "weight_clipping", "mse");
-    if (strcmp(wc, "mse") == 0 || strcmp(wc, "absmax") == 0) {
-        o->weight_clipping = wc[0] == 'm' ? QP_WEIGHT_CLIP_MSE : QP_WEIGHT_CLIP_ABSMAX;
-    } else {
-        fprintf(stderr, "qplace quantize: --weight_clipping must be absmax or mse, not '%s'\n", wc);
+    struct qp_error werr = {0};
+    int clip = 1;
+    if (cli_weight_clip_mse(a, &clip, &werr) != QP_OK) {
+        fprintf(stderr, "qplace quantize: %s\n", werr.msg);
         return 1;
     }
+    o->weight_clipping = clip ? QP_WEIGHT_CLIP_MSE : QP_WEIGHT_CLIP_ABSMAX;
     const char *wr = cli_value(a, "weight_rounding", "nearest");
     if (strcmp(wr, "adaround") == 0) {
         o->weight_rounding = QP_WEIGHT_ROUND_ADAROUND;

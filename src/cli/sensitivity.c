@@ -27,8 +27,7 @@ const struct cli_opt cli_sensitivity_opts[] = {
     {"granularity", CLI_VALUE, "op_type|node", "targets (default op_type)"},
     {"metric", CLI_VALUE, "kl_div|mse|cos", "distance to the float outputs (default kl_div)"},
     {"target_precision", CLI_VALUE, "int8|fp8", "quantized type (default int8)"},
-    {"weight_clipping", CLI_VALUE, "absmax|mse",
-     "weight channel scales as quantize's: least-error clipping (default) or absmax"},
+    CLI_WEIGHT_CLIPPING_OPT,
     {"probe", CLI_VALUE, "quantize_one|exclude_one",
      "quantize only the target, or everything but it (default quantize_one)"},
     {"op_types_scope", CLI_LIST, "OP",
@@ -177,10 +176,9 @@ static int parse_scoring(const struct cli_args *args, struct qp_sensitivity_run_
         so->qtype = QP_DTYPE_FLOAT8E4M3FN;
     else
         return bad_usage("--target_precision must be int8 or fp8, not '%s'", prec);
-    const char *wc = cli_value(args, "weight_clipping", "mse");
-    if (strcmp(wc, "mse") != 0 && strcmp(wc, "absmax") != 0)
-        return bad_usage("--weight_clipping must be absmax or mse, not '%s'", wc);
-    so->weight_clip_mse = wc[0] == 'm';
+    struct qp_error werr = {0};
+    if (cli_weight_clip_mse(args, &so->weight_clip_mse, &werr) != QP_OK)
+        return bad_usage("%s", werr.msg);
     const char *mname = cli_value(args, "calibration_method", "entropy");
     struct qp_error merr = {0};
     if (qp_calib_method_parse(mname, &o->method, &merr) != QP_OK)
